@@ -1,0 +1,545 @@
+//! The checked graph of an agent, as data.
+//!
+//! `#[derive(Agent)]` checks the graph at compile time and emits one [`GraphDescription`]
+//! per agent. It is the single table that the runner, the router and `agentctl` read, so
+//! generated code and the runtime description cannot disagree. It serializes to JSON and
+//! YAML (round-trip), exports to Graphviz DOT and Mermaid, and has a stable
+//! [fingerprint](GraphDescription::fingerprint).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::tool::ToolKind;
+
+/// The whole graph of one agent: its states in declaration order and the tools it declares.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphDescription {
+    /// The agent's name (the enum's name unless overridden with `#[agent(name = "...")]`).
+    pub agent: String,
+    /// Whether the agent was declared `#[agent(dag)]` (no cycles allowed).
+    #[serde(default)]
+    pub dag: bool,
+    /// Budget: at most this many steps per run (`#[agent(max_steps = N)]`).
+    #[serde(default)]
+    pub max_steps: Option<u64>,
+    /// States in declaration order.
+    pub states: Vec<StateDescription>,
+    /// Tools declared on the agent, in declaration order.
+    pub tools: Vec<ToolDescription>,
+}
+
+/// One state (one variant of the agent's enum).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDescription {
+    /// The variant's name.
+    pub name: String,
+    /// The run starts here.
+    #[serde(default)]
+    pub initial: bool,
+    /// The run ends here.
+    #[serde(default)]
+    pub terminal: bool,
+    /// Entering this state runs the saga's compensations.
+    #[serde(default)]
+    pub compensate: bool,
+    /// Who chooses the next step.
+    #[serde(default)]
+    pub route: Routing,
+    /// The state waits for a named signal before its handler runs.
+    #[serde(default)]
+    pub wait: Option<WaitDescription>,
+    /// Declared successors, in the order written in `to(...)`.
+    #[serde(default)]
+    pub to: Vec<String>,
+    /// The state taken when a step of this state fails (also one of the edges).
+    #[serde(default)]
+    pub on_error: Option<String>,
+    /// Tools legal in this state, in the order written in `tools(...)`.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Budget: at most this many tool calls per visit of the state.
+    #[serde(default)]
+    pub max_tool_calls: Option<u32>,
+    /// Budget: a visit of the state may take at most this long (milliseconds).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// The state's data as written in the source (`{ cart: Cart }`, `(u32)`, or empty).
+    /// Part of the fingerprint: changing a state's data type changes the graph.
+    #[serde(default)]
+    pub data: String,
+}
+
+/// Who picks the next step in a state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Routing {
+    /// The user's handler decides (the default).
+    #[default]
+    Handler,
+    /// The LLM picks among the legal options (`route = llm`).
+    Llm,
+}
+
+/// A wait for a named signal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitDescription {
+    /// The signal's name.
+    pub signal: String,
+    /// After this long without the signal, the handler runs with a timeout.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A tool declared on the agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolDescription {
+    /// The tool's type name as written in the attribute.
+    pub name: String,
+    /// Read, write or hybrid.
+    pub kind: ToolKind,
+    /// For hybrid tools: the write tool that undoes it.
+    #[serde(default)]
+    pub compensation: Option<String>,
+}
+
+/// An edge of the graph.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Edge<'a> {
+    /// Source state.
+    pub from: &'a str,
+    /// Target state.
+    pub to: &'a str,
+    /// Whether this edge is the source's `on_error` path.
+    pub error: bool,
+}
+
+/// What a run did, drawn over the graph by the exports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathOverlay {
+    /// Transitions taken, in order.
+    pub transitions: Vec<(String, String)>,
+    /// The state the run is in now.
+    pub current: Option<String>,
+    /// States where a step failed.
+    pub failed: BTreeSet<String>,
+}
+
+/// Error reading a graph description from JSON or YAML.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphParseError {
+    /// Not valid JSON for a graph description.
+    #[error("invalid graph JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Not valid YAML for a graph description.
+    #[error("invalid graph YAML: {0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
+}
+
+impl GraphDescription {
+    /// The state with this name.
+    #[must_use]
+    pub fn state(&self, name: &str) -> Option<&StateDescription> {
+        self.states.iter().find(|s| s.name == name)
+    }
+
+    /// The tool with this name.
+    #[must_use]
+    pub fn tool(&self, name: &str) -> Option<&ToolDescription> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The initial state.
+    #[must_use]
+    pub fn initial(&self) -> Option<&StateDescription> {
+        self.states.iter().find(|s| s.initial)
+    }
+
+    /// Every edge, in declaration order (the `on_error` edge last for each state).
+    pub fn edges(&self) -> impl Iterator<Item = Edge<'_>> {
+        self.states.iter().flat_map(|s| {
+            s.to.iter()
+                .map(move |t| Edge {
+                    from: &s.name,
+                    to: t,
+                    error: false,
+                })
+                .chain(
+                    s.on_error
+                        .iter()
+                        .filter(|e| !s.to.contains(e))
+                        .map(move |t| Edge {
+                            from: &s.name,
+                            to: t,
+                            error: true,
+                        }),
+                )
+        })
+    }
+
+    /// Whether `from -> to` is a declared edge (including the `on_error` edge).
+    #[must_use]
+    pub fn has_edge(&self, from: &str, to: &str) -> bool {
+        self.state(from)
+            .is_some_and(|s| s.to.iter().any(|t| t == to) || s.on_error.as_deref() == Some(to))
+    }
+
+    /// Whether `tool` is legal in `state`.
+    #[must_use]
+    pub fn allows_tool(&self, state: &str, tool: &str) -> bool {
+        self.state(state)
+            .is_some_and(|s| s.tools.iter().any(|t| t == tool))
+    }
+
+    /// A stable fingerprint: the SHA-256 of the canonical JSON of the description, hex.
+    ///
+    /// Identical for identical graphs on every build and machine (the description holds
+    /// only names in declaration order, never hash-map order); different when any state,
+    /// edge, tool set, tool kind or state data type changes.
+    #[must_use]
+    pub fn fingerprint(&self) -> String {
+        let json = serde_json::to_vec(self).expect("a graph description always serializes");
+        hex::encode(Sha256::digest(&json))
+    }
+
+    /// Pretty JSON.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a graph description always serializes")
+    }
+
+    /// Parse JSON written by [`to_json`](Self::to_json).
+    ///
+    /// # Errors
+    /// When the text is not a graph description.
+    pub fn from_json(text: &str) -> Result<Self, GraphParseError> {
+        Ok(serde_json::from_str(text)?)
+    }
+
+    /// YAML, written with `serde_yaml_ng` (the maintained successor of `serde_yaml`).
+    #[must_use]
+    pub fn to_yaml(&self) -> String {
+        serde_yaml_ng::to_string(self).expect("a graph description always serializes")
+    }
+
+    /// Parse YAML written by [`to_yaml`](Self::to_yaml).
+    ///
+    /// # Errors
+    /// When the text is not a graph description.
+    pub fn from_yaml(text: &str) -> Result<Self, GraphParseError> {
+        Ok(serde_yaml_ng::from_str(text)?)
+    }
+
+    /// Graphviz DOT. Initial, terminal, LLM-routed, waiting and compensating states are drawn
+    /// differently; each state lists its tools with their kind.
+    #[must_use]
+    pub fn to_dot(&self) -> String {
+        self.to_dot_with(&PathOverlay::default())
+    }
+
+    /// Graphviz DOT with a run's path drawn over it.
+    #[must_use]
+    pub fn to_dot_with(&self, overlay: &PathOverlay) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "digraph {} {{", dot_id(&self.agent));
+        let _ = writeln!(out, "  rankdir=LR;");
+        let _ = writeln!(
+            out,
+            "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\"];"
+        );
+        let _ = writeln!(out, "  edge [fontname=\"Helvetica\"];");
+        let _ = writeln!(out, "  __start [shape=point, width=0.2, label=\"\"];");
+        for s in &self.states {
+            let mut label = dot_escape(&s.name);
+            let mut tags = Vec::new();
+            if s.route == Routing::Llm {
+                tags.push("LLM-routed".to_owned());
+            }
+            if let Some(w) = &s.wait {
+                tags.push(format!("waits for '{}'", w.signal));
+            }
+            if s.compensate {
+                tags.push("compensates".to_owned());
+            }
+            if !tags.is_empty() {
+                let _ = write!(label, "\\n[{}]", dot_escape(&tags.join(", ")));
+            }
+            for t in &s.tools {
+                let kind = self.tool(t).map_or("?", |d| d.kind.as_str());
+                let _ = write!(label, "\\l  {} ({kind})", dot_escape(t));
+            }
+            if !s.tools.is_empty() {
+                label.push_str("\\l");
+            }
+            let (shape, fill, extra) = if s.terminal && s.compensate {
+                ("box", "mistyrose", ", peripheries=2")
+            } else if s.terminal {
+                ("box", "honeydew", ", peripheries=2")
+            } else if s.route == Routing::Llm {
+                ("hexagon", "lightyellow", "")
+            } else if s.wait.is_some() {
+                ("box", "lightblue", ", style=\"rounded,filled,dashed\"")
+            } else {
+                ("box", "white", "")
+            };
+            let mut attrs = format!("shape={shape}, fillcolor={fill}{extra}");
+            if overlay.current.as_deref() == Some(&s.name) {
+                attrs.push_str(", penwidth=3, color=blue");
+            } else if overlay.failed.contains(&s.name) {
+                attrs.push_str(", penwidth=3, color=red");
+            } else if overlay
+                .transitions
+                .iter()
+                .any(|(a, b)| a == &s.name || b == &s.name)
+            {
+                attrs.push_str(", penwidth=2, color=blue");
+            }
+            let _ = writeln!(out, "  {} [label=\"{label}\", {attrs}];", dot_id(&s.name));
+        }
+        if let Some(init) = self.initial() {
+            let _ = writeln!(out, "  __start -> {};", dot_id(&init.name));
+        }
+        for e in self.edges() {
+            let taken = overlay
+                .transitions
+                .iter()
+                .filter(|(a, b)| a == e.from && b == e.to)
+                .count();
+            let mut attrs = Vec::new();
+            if e.error {
+                attrs.push("style=dashed".to_owned());
+                attrs.push("color=red".to_owned());
+                attrs.push("label=\"on error\"".to_owned());
+            }
+            if taken > 0 {
+                attrs.push("penwidth=2.5".to_owned());
+                if !e.error {
+                    attrs.push("color=blue".to_owned());
+                }
+                attrs.push(format!("xlabel=\"x{taken}\""));
+            }
+            let attrs = if attrs.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", attrs.join(", "))
+            };
+            let _ = writeln!(out, "  {} -> {}{attrs};", dot_id(e.from), dot_id(e.to));
+        }
+        out.push_str("}\n");
+        out
+    }
+
+    /// Mermaid `stateDiagram-v2`.
+    #[must_use]
+    pub fn to_mermaid(&self) -> String {
+        self.to_mermaid_with(&PathOverlay::default())
+    }
+
+    /// Mermaid `stateDiagram-v2` with a run's path drawn over it (as classes).
+    #[must_use]
+    pub fn to_mermaid_with(&self, overlay: &PathOverlay) -> String {
+        let mut out = String::from("stateDiagram-v2\n");
+        for s in &self.states {
+            let mut tags = Vec::new();
+            if s.route == Routing::Llm {
+                tags.push("LLM-routed".to_owned());
+            }
+            if let Some(w) = &s.wait {
+                tags.push(format!("waits for {}", w.signal));
+            }
+            if s.compensate {
+                tags.push("compensates".to_owned());
+            }
+            let _ = writeln!(out, "    state \"{}\" as {}", s.name, mermaid_id(&s.name));
+            if !tags.is_empty() {
+                let _ = writeln!(out, "    {} : {}", mermaid_id(&s.name), tags.join(", "));
+            }
+            for t in &s.tools {
+                let kind = self.tool(t).map_or("?", |d| d.kind.as_str());
+                let _ = writeln!(out, "    {} : {t} ({kind})", mermaid_id(&s.name));
+            }
+        }
+        if let Some(init) = self.initial() {
+            let _ = writeln!(out, "    [*] --> {}", mermaid_id(&init.name));
+        }
+        for e in self.edges() {
+            let label = if e.error { " : on error" } else { "" };
+            let _ = writeln!(
+                out,
+                "    {} --> {}{label}",
+                mermaid_id(e.from),
+                mermaid_id(e.to)
+            );
+        }
+        for s in self.states.iter().filter(|s| s.terminal) {
+            let _ = writeln!(out, "    {} --> [*]", mermaid_id(&s.name));
+        }
+        let llm: Vec<_> = self
+            .states
+            .iter()
+            .filter(|s| s.route == Routing::Llm)
+            .map(|s| mermaid_id(&s.name))
+            .collect();
+        let waiting: Vec<_> = self
+            .states
+            .iter()
+            .filter(|s| s.wait.is_some())
+            .map(|s| mermaid_id(&s.name))
+            .collect();
+        let comp: Vec<_> = self
+            .states
+            .iter()
+            .filter(|s| s.compensate)
+            .map(|s| mermaid_id(&s.name))
+            .collect();
+        let visited: BTreeSet<String> = overlay
+            .transitions
+            .iter()
+            .flat_map(|(a, b)| [mermaid_id(a), mermaid_id(b)])
+            .collect();
+        let failed: Vec<_> = overlay.failed.iter().map(|s| mermaid_id(s)).collect();
+        for (class, style, members) in [
+            ("llm", "fill:#ffffe0", llm),
+            ("waiting", "fill:#add8e6,stroke-dasharray: 5 5", waiting),
+            ("compensating", "fill:#ffe4e1", comp),
+            (
+                "visited",
+                "stroke:#0000ff,stroke-width:3px",
+                visited.into_iter().collect(),
+            ),
+            ("failed", "stroke:#ff0000,stroke-width:3px", failed),
+        ] {
+            if !members.is_empty() {
+                let _ = writeln!(out, "    classDef {class} {style}");
+                let _ = writeln!(out, "    class {} {class}", members.join(","));
+            }
+        }
+        out
+    }
+}
+
+fn dot_id(name: &str) -> String {
+    format!("\"{}\"", dot_escape(name))
+}
+
+fn dot_escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+fn mermaid_id(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> GraphDescription {
+        let state = |name: &str, to: &[&str]| StateDescription {
+            name: name.into(),
+            initial: false,
+            terminal: to.is_empty(),
+            compensate: false,
+            route: Routing::Handler,
+            wait: None,
+            to: to.iter().map(|s| (*s).into()).collect(),
+            on_error: None,
+            tools: vec![],
+            max_tool_calls: None,
+            timeout_ms: None,
+            data: String::new(),
+        };
+        let mut browsing = state("Browsing", &["Review"]);
+        browsing.initial = true;
+        browsing.tools = vec!["SearchProducts".into()];
+        let mut review = state("Review", &["Done", "Browsing"]);
+        review.route = Routing::Llm;
+        review.on_error = Some("Failed".into());
+        let mut failed = state("Failed", &[]);
+        failed.compensate = true;
+        GraphDescription {
+            agent: "Checkout".into(),
+            dag: false,
+            max_steps: None,
+            states: vec![browsing, review, state("Done", &[]), failed],
+            tools: vec![ToolDescription {
+                name: "SearchProducts".into(),
+                kind: ToolKind::Read,
+                compensation: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn json_and_yaml_round_trip() {
+        let g = sample();
+        assert_eq!(GraphDescription::from_json(&g.to_json()).unwrap(), g);
+        assert_eq!(GraphDescription::from_yaml(&g.to_yaml()).unwrap(), g);
+    }
+
+    #[test]
+    fn fingerprint_is_stable_and_sensitive() {
+        let g = sample();
+        assert_eq!(g.fingerprint(), sample().fingerprint());
+        assert_eq!(g.fingerprint().len(), 64);
+        let mut edge = sample();
+        edge.states[1].to.pop();
+        let mut data = sample();
+        data.states[0].data = "{ cart: Cart }".into();
+        let mut kind = sample();
+        kind.tools[0].kind = ToolKind::Write;
+        let mut tools = sample();
+        tools.states[0].tools.clear();
+        for changed in [edge, data, kind, tools] {
+            assert_ne!(changed.fingerprint(), g.fingerprint());
+        }
+    }
+
+    #[test]
+    fn edges_include_error_path_once() {
+        let g = sample();
+        let edges: Vec<_> = g.edges().map(|e| (e.from, e.to, e.error)).collect();
+        assert_eq!(
+            edges,
+            vec![
+                ("Browsing", "Review", false),
+                ("Review", "Done", false),
+                ("Review", "Browsing", false),
+                ("Review", "Failed", true),
+            ]
+        );
+        assert!(g.has_edge("Review", "Failed"));
+        assert!(!g.has_edge("Browsing", "Done"));
+    }
+
+    #[test]
+    fn dot_marks_roles_and_overlay() {
+        let g = sample();
+        let dot = g.to_dot_with(&PathOverlay {
+            transitions: vec![("Browsing".into(), "Review".into())],
+            current: Some("Review".into()),
+            failed: BTreeSet::new(),
+        });
+        assert!(dot.starts_with("digraph \"Checkout\" {"));
+        assert!(dot.contains("\"Review\" [label=\"Review\\n[LLM-routed]\", shape=hexagon"));
+        assert!(dot.contains("SearchProducts (read)"));
+        assert!(dot.contains("\"Review\" -> \"Failed\" [style=dashed"));
+        assert!(
+            dot.contains("\"Browsing\" -> \"Review\" [penwidth=2.5, color=blue, xlabel=\"x1\"]")
+        );
+    }
+
+    #[test]
+    fn mermaid_lists_states_and_edges() {
+        let m = sample().to_mermaid();
+        assert!(m.starts_with("stateDiagram-v2\n"));
+        assert!(m.contains("[*] --> Browsing"));
+        assert!(m.contains("Review --> Failed : on error"));
+        assert!(m.contains("Done --> [*]"));
+        assert!(m.contains("class Review llm"));
+    }
+}

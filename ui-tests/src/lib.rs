@@ -1,0 +1,1 @@
+//! trybuild specs live under `tests/`.
