@@ -6,6 +6,8 @@
 
 pub mod agent;
 pub mod graph;
+pub mod router;
+pub mod store;
 pub mod tool;
 
 pub use agent::{

@@ -1,0 +1,1 @@
+//! An in-memory store (filled in below).
