@@ -125,7 +125,8 @@ mod tests {
         assert!(ratio < 2.5, "1000 steps cost {ratio:.2}x of 500 steps");
         assert_eq!(replay(&payloads).unwrap(), state);
         let snapshots = payloads.iter().filter(|p| p.is_snapshot()).count();
-        assert!(snapshots < 20, "{snapshots} snapshots");
+        // Snapshots are spaced geometrically: logarithmically many.
+        assert!(snapshots < 50, "{snapshots} snapshots");
     }
 
     #[test]
