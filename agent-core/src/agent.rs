@@ -151,6 +151,26 @@ impl StepError {
     }
 }
 
+/// What a state's `on_error` target receives: which state failed, and why.
+///
+/// The target variant must be a unit variant, or have exactly one field that deserializes
+/// from a `Failure` (use `Failure` itself) or from its message (use `String`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Failure {
+    /// The state whose step failed.
+    pub state: String,
+    /// The stable error code ([`StepError::code`]).
+    pub code: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl From<Failure> for String {
+    fn from(f: Failure) -> Self {
+        f.message
+    }
+}
+
 /// What woke a waiting state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Wake {

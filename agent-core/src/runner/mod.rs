@@ -1,0 +1,549 @@
+//! The runner: executes an agent's graph, one durable step at a time.
+//!
+//! A step loads the run, runs the current state's handler (or the router loop of a
+//! `route = llm` state), and commits one transition with a compare-and-set on the version
+//! and the lease epoch. Every tool call and every decision is journaled *as it completes*,
+//! before the step commits, so a crash anywhere resumes without repeating a committed
+//! effect or re-asking a committed question: the handler is re-run and its calls are
+//! served from the journal by their index in the step.
+//!
+//! ```text
+//!   claim lease ─► load + check (state deserializes, graph compatible) ─► [wait for signal]
+//!        ─► handler / router loop ─► tool calls (journal: started → succeeded/failed)
+//!        ─► commit (CAS version+epoch) ─► next step … ─► terminal / waiting / compensating
+//! ```
+
+mod faults;
+mod route;
+mod saga;
+mod step;
+mod worker;
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tracing::{Instrument, info_span, warn};
+
+pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
+pub use worker::{Worker, WorkerConfig};
+
+use crate::agent::{Agent, Handle};
+use crate::graph::GraphDescription;
+use crate::router::Router;
+use crate::store::{
+    Lease, NewRun, RunError, RunRecord, RunStatus, StepCommit, Store, StoreError, TransitionKind,
+};
+use crate::tool::{ToolBox, ToolKind};
+
+/// Settings of a runner.
+#[derive(Clone, Debug)]
+pub struct RunnerConfig {
+    /// This worker's name, stored with its leases.
+    pub worker_id: String,
+    /// How long a lease lasts without renewal.
+    pub lease_ttl: Duration,
+    /// How many times the router is re-asked after a rejected answer, per decision.
+    pub max_reasks: u32,
+    /// Token budget of a routing prompt; the oldest tool results are trimmed first.
+    pub prompt_token_budget: usize,
+    /// Claims without a commit before a run is dead-lettered (a poison run).
+    pub max_claims_without_progress: u32,
+    /// How often a transient store error is retried before the runner gives up on a run.
+    pub store_retries: u32,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
+            lease_ttl: Duration::from_secs(30),
+            max_reasks: 2,
+            prompt_token_budget: 8_000,
+            max_claims_without_progress: 5,
+            store_retries: 5,
+        }
+    }
+}
+
+/// Why the runner could not go on with a run. The run itself is safe in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another worker holds the run, or took it over; this worker stopped.
+    #[error("run `{0}` is held by another worker")]
+    LeaseLost(String),
+    /// A crash was injected (tests).
+    #[error(transparent)]
+    Crashed(#[from] Crash),
+    /// No such run.
+    #[error("run `{0}` not found")]
+    NotFound(String),
+    /// The run belongs to another agent.
+    #[error("run `{run_id}` belongs to agent `{found}`, not `{expected}`")]
+    WrongAgent {
+        /// The run.
+        run_id: String,
+        /// This runner's agent.
+        expected: String,
+        /// The run's agent.
+        found: String,
+    },
+    /// A run must start in the initial state.
+    #[error("state `{0}` is not the initial state of the agent")]
+    NotInitial(String),
+    /// The tool box does not match the graph.
+    #[error("tool box does not match agent `{agent}`: {problem}")]
+    ToolBox {
+        /// The agent.
+        agent: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// An LLM-routed state, but no router.
+    #[error(
+        "state `{0}` is routed by an LLM but the runner has no router; add one with `with_router`"
+    )]
+    NoRouter(String),
+}
+
+/// Executes runs of agent `A` with handlers `H`.
+pub struct Runner<A, H> {
+    inner: Arc<Inner>,
+    handlers: Arc<H>,
+    agent: PhantomData<fn() -> A>,
+}
+
+impl<A, H> Clone for Runner<A, H> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            handlers: Arc::clone(&self.handlers),
+            agent: PhantomData,
+        }
+    }
+}
+
+impl<A: Agent, H> fmt::Debug for Runner<A, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runner")
+            .field("agent", &A::NAME)
+            .field("worker", &self.inner.config.worker_id)
+            .field("store", &self.inner.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a step needs that does not depend on the agent's type.
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) tools: ToolBox,
+    pub(crate) router: Option<Arc<dyn Router>>,
+    pub(crate) config: RunnerConfig,
+    pub(crate) faults: Arc<dyn FaultHook>,
+    pub(crate) graph: &'static GraphDescription,
+    pub(crate) fingerprint: String,
+}
+
+/// How a call to [`Runner::step`] ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepOutcome {
+    /// A new version was committed; the run can go on.
+    Committed(RunRecord),
+    /// The run waits for a signal; nothing was committed by this call, or the wait was.
+    Waiting(RunRecord),
+    /// The run is final (completed, compensated, failed, quarantined, dead-lettered).
+    Finished(RunRecord),
+}
+
+impl<A, H> Runner<A, H>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
+    /// A runner for agent `A` over `store`, calling `handlers` and `tools`.
+    ///
+    /// # Errors
+    /// [`RunnerError::ToolBox`] when a tool declared on the agent is missing from the tool
+    /// box, has another kind, or a hybrid's compensation is missing.
+    pub fn new(store: Arc<dyn Store>, handlers: H, tools: ToolBox) -> Result<Self, RunnerError> {
+        let graph = A::graph();
+        for declared in &graph.tools {
+            let problem = match tools.get(&declared.name) {
+                None => Some(format!("tool `{}` is not in the tool box", declared.name)),
+                Some(t) if t.kind() != declared.kind => Some(format!(
+                    "tool `{}` is declared {} but the tool box has it as {}",
+                    declared.name,
+                    declared.kind,
+                    t.kind()
+                )),
+                Some(_) => None,
+            };
+            if let Some(problem) = problem {
+                return Err(RunnerError::ToolBox {
+                    agent: A::NAME.to_owned(),
+                    problem,
+                });
+            }
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                tools,
+                router: None,
+                config: RunnerConfig::default(),
+                faults: Arc::new(NoFaults),
+                graph,
+                fingerprint: graph.fingerprint(),
+            }),
+            handlers: Arc::new(handlers),
+            agent: PhantomData,
+        })
+    }
+
+    fn inner_mut(&mut self) -> &mut Inner {
+        Arc::get_mut(&mut self.inner).expect("configure the runner before cloning it")
+    }
+
+    /// Use `router` in `route = llm` states.
+    #[must_use]
+    pub fn with_router(mut self, router: Arc<dyn Router>) -> Self {
+        self.inner_mut().router = Some(router);
+        self
+    }
+
+    /// Replace the settings.
+    #[must_use]
+    pub fn with_config(mut self, config: RunnerConfig) -> Self {
+        self.inner_mut().config = config;
+        self
+    }
+
+    /// Install a fault hook (tests and the reliability battery).
+    #[must_use]
+    pub fn with_faults(mut self, faults: Arc<dyn FaultHook>) -> Self {
+        self.inner_mut().faults = faults;
+        self
+    }
+
+    /// The store.
+    #[must_use]
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &RunnerConfig {
+        &self.inner.config
+    }
+
+    /// Create run `run_id` in `initial` (idempotent: starting the same run twice returns it),
+    /// and store the agent's graph for `agentctl`.
+    ///
+    /// # Errors
+    /// [`RunnerError::NotInitial`] when `initial` is not in the initial state; store errors.
+    pub async fn start(&self, run_id: &str, initial: A) -> Result<RunRecord, RunnerError> {
+        let name = initial.state_name();
+        if !self.inner.graph.state(name).is_some_and(|s| s.initial) {
+            return Err(RunnerError::NotInitial(name.to_owned()));
+        }
+        self.inner.store.register_agent(self.inner.graph).await?;
+        let state = serde_json::to_value(&initial)
+            .map_err(|e| StoreError::Backend(format!("initial state does not serialize: {e}")))?;
+        let record = self
+            .inner
+            .store
+            .create_run(NewRun {
+                id: run_id.to_owned(),
+                agent: A::NAME.to_owned(),
+                fingerprint: self.inner.fingerprint.clone(),
+                state_name: name.to_owned(),
+                state,
+            })
+            .await?;
+        Ok(record)
+    }
+
+    /// Send a signal to a run (kept until the run's waiting state consumes it).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: Value,
+    ) -> Result<i64, RunnerError> {
+        Ok(self.inner.store.send_signal(run_id, name, &payload).await?)
+    }
+
+    /// Drive a run until it is final or waiting: claim it, step, release.
+    ///
+    /// # Errors
+    /// [`RunnerError::LeaseLost`] when another worker holds or takes the run; store errors
+    /// after retries; [`RunnerError::Crashed`] when a fault hook crashed the runner.
+    pub async fn run(&self, run_id: &str) -> Result<RunRecord, RunnerError> {
+        let claimed = self
+            .inner
+            .store
+            .claim_run(
+                run_id,
+                &self.inner.config.worker_id,
+                self.inner.config.lease_ttl,
+            )
+            .await?;
+        let Some((lease, record)) = claimed else {
+            let record = self
+                .inner
+                .store
+                .load_run(run_id)
+                .await?
+                .ok_or_else(|| RunnerError::NotFound(run_id.to_owned()))?;
+            if record.status.is_final() {
+                return Ok(record);
+            }
+            return Err(RunnerError::LeaseLost(run_id.to_owned()));
+        };
+        self.drive(lease, record).await
+    }
+
+    /// Drive a claimed run until it is final or waiting, then release the lease.
+    pub(crate) async fn drive(
+        &self,
+        lease: Lease,
+        record: RunRecord,
+    ) -> Result<RunRecord, RunnerError> {
+        let span = info_span!("run", run_id = %record.id, agent = A::NAME);
+        async move {
+            self.inner
+                .faults
+                .check(FaultPoint::RunClaimed, &record.id, record.version)?;
+            let mut lease = lease;
+            let mut record = record;
+            if record.claims_without_progress > self.inner.config.max_claims_without_progress {
+                let error = RunError {
+                    code: "crash_loop".into(),
+                    message: format!(
+                        "claimed {} times without progress; the step crashes its worker",
+                        record.claims_without_progress
+                    ),
+                };
+                record = self
+                    .commit_status(&lease, &record, RunStatus::DeadLettered, Some(error))
+                    .await?;
+                self.release(&lease).await;
+                return Ok(record);
+            }
+            loop {
+                match self.step(&mut lease, record).await? {
+                    StepOutcome::Committed(next) => record = next,
+                    StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
+                        self.release(&lease).await;
+                        return Ok(r);
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) {
+        if let Err(e) = self.inner.store.release_lease(lease).await {
+            warn!(error = %e, "could not release lease; it will expire");
+        }
+    }
+
+    /// Execute one step of a claimed run.
+    ///
+    /// # Errors
+    /// As [`Runner::run`].
+    pub async fn step(
+        &self,
+        lease: &mut Lease,
+        record: RunRecord,
+    ) -> Result<StepOutcome, RunnerError> {
+        if record.agent != A::NAME {
+            return Err(RunnerError::WrongAgent {
+                run_id: record.id.clone(),
+                expected: A::NAME.to_owned(),
+                found: record.agent.clone(),
+            });
+        }
+        if record.status.is_final() {
+            return Ok(StepOutcome::Finished(record));
+        }
+        let state: A = match self.check_loaded(&record) {
+            Ok(state) => state,
+            Err(error) => {
+                let record = self
+                    .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
+                    .await?;
+                return Ok(StepOutcome::Finished(record));
+            }
+        };
+        self.renew_if_due(lease, &record).await?;
+        let span = info_span!(
+            "step",
+            run_id = %record.id,
+            state = record.state_name.as_str(),
+            version = record.version
+        );
+        step::execute::<A, H>(self, lease, record, state)
+            .instrument(span)
+            .await
+    }
+
+    /// Refuse to execute a run whose stored state no longer deserializes, or whose graph
+    /// changed so that its state no longer exists: quarantine it before any tool call.
+    fn check_loaded(&self, record: &RunRecord) -> Result<A, RunError> {
+        let graph = self.inner.graph;
+        if record.fingerprint != self.inner.fingerprint && graph.state(&record.state_name).is_none()
+        {
+            return Err(RunError {
+                code: "graph.incompatible".into(),
+                message: format!(
+                    "the run is in state `{}`, which the current graph of `{}` (fingerprint {}) \
+                     no longer has; it was started with fingerprint {}",
+                    record.state_name,
+                    A::NAME,
+                    &self.inner.fingerprint[..12],
+                    short(&record.fingerprint)
+                ),
+            });
+        }
+        let state: A = serde_json::from_value(record.state.clone()).map_err(|e| RunError {
+            code: "state.corrupt".into(),
+            message: format!(
+                "stored state of `{}` does not deserialize: {e}",
+                record.state_name
+            ),
+        })?;
+        if state.state_name() != record.state_name {
+            return Err(RunError {
+                code: "state.corrupt".into(),
+                message: format!(
+                    "stored state name `{}` disagrees with the stored state `{}`",
+                    record.state_name,
+                    state.state_name()
+                ),
+            });
+        }
+        Ok(state)
+    }
+
+    /// Commit a status-only change (same state, new version).
+    pub(crate) async fn commit_status(
+        &self,
+        lease: &Lease,
+        record: &RunRecord,
+        status: RunStatus,
+        error: Option<RunError>,
+    ) -> Result<RunRecord, RunnerError> {
+        let commit = StepCommit {
+            expected_version: record.version,
+            from_state: record.state_name.clone(),
+            to_state: record.state_name.clone(),
+            state: record.state.clone(),
+            kind: TransitionKind::Status,
+            status,
+            waiting_for: None,
+            wake_at: None,
+            error,
+            consumed_signal: None,
+        };
+        self.commit(lease, &commit, &record.id).await
+    }
+
+    /// Commit with fault points, retrying transient store errors and resolving a lost
+    /// acknowledgement by re-reading the version (never by committing twice).
+    pub(crate) async fn commit(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+        run_id: &str,
+    ) -> Result<RunRecord, RunnerError> {
+        let store = &self.inner.store;
+        let faults = &self.inner.faults;
+        faults.check(FaultPoint::CommitSent, run_id, commit.expected_version)?;
+        let mut attempt = 0;
+        loop {
+            match store.commit_step(lease, commit).await {
+                Ok(record) => {
+                    faults.check(FaultPoint::CommitApplied, run_id, record.version)?;
+                    return Ok(record);
+                }
+                Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
+                    return Err(RunnerError::LeaseLost(run_id.to_owned()));
+                }
+                Err(e) if e.is_transient() && attempt < self.inner.config.store_retries => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
+                    // The commit may have been applied with its acknowledgement lost.
+                    if let Ok(Some(current)) = store.load_run(run_id).await {
+                        if current.version == commit.expected_version + 1
+                            && current.epoch == lease.epoch
+                        {
+                            return Ok(current);
+                        }
+                        if current.version != commit.expected_version
+                            || current.epoch != lease.epoch
+                        {
+                            return Err(RunnerError::LeaseLost(run_id.to_owned()));
+                        }
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    pub(crate) async fn renew_if_due(
+        &self,
+        lease: &mut Lease,
+        record: &RunRecord,
+    ) -> Result<(), RunnerError> {
+        renew_if_due(&self.inner, lease, &record.id, record.version).await
+    }
+}
+
+/// Renew the lease when less than half of its time is left.
+pub(crate) async fn renew_if_due(
+    inner: &Inner,
+    lease: &mut Lease,
+    run_id: &str,
+    version: u64,
+) -> Result<(), RunnerError> {
+    let ttl = inner.config.lease_ttl;
+    let half = i64::try_from(ttl.as_millis() / 2).unwrap_or(i64::MAX);
+    if lease.expires_at - crate::store::now_ms() > half {
+        return Ok(());
+    }
+    inner
+        .faults
+        .check(FaultPoint::LeaseRenewal, run_id, version)?;
+    match inner.store.renew_lease(lease, ttl).await {
+        Ok(renewed) => {
+            *lease = renewed;
+            Ok(())
+        }
+        Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
+            Err(RunnerError::LeaseLost(run_id.to_owned()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn short(s: &str) -> &str {
+    &s[..s.len().min(12)]
+}
+
+/// Whether a tool of this kind gets an idempotency key.
+pub(crate) fn keyed(kind: ToolKind) -> bool {
+    kind.has_effect()
+}

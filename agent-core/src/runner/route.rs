@@ -1,0 +1,209 @@
+//! The router loop of a `route = llm` state: ask, validate, execute a chosen tool through
+//! the journaled tool path, repeat until a transition is chosen.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tracing::{Instrument, info_span};
+
+use super::step::StepCx;
+use super::{FaultPoint, RunnerError};
+use crate::agent::StepError;
+use crate::router::{
+    Decision, DecisionRecord, OptionKind, Rejection, RouteOption, RouteRequest, ToolResultView,
+    validate,
+};
+use crate::store::{CallStatus, EntryKind};
+
+/// Tool calls the router may make in one visit when the state sets no `max_tool_calls`.
+const DEFAULT_ROUTER_TOOL_CALLS: u32 = 16;
+/// Attempts of one ask when the router's transport fails with a retryable error.
+const TRANSPORT_ATTEMPTS: u32 = 3;
+
+/// The legal options of the state, generated from the graph: transitions, then tools.
+pub(crate) fn options(cx: &StepCx<'_>) -> Vec<RouteOption> {
+    let graph = cx.inner.graph;
+    let transitions = cx.state.to.iter().map(|to| RouteOption {
+        kind: OptionKind::Transition,
+        name: to.clone(),
+        description: graph.state(to).map_or_else(String::new, |s| {
+            if s.terminal {
+                format!("Finish in state `{to}`.")
+            } else {
+                format!("Move to state `{to}`.")
+            }
+        }),
+        schema: None,
+    });
+    let tools = cx.state.tools.iter().filter_map(|name| {
+        let tool = cx.inner.tools.get(name)?;
+        Some(RouteOption {
+            kind: OptionKind::Tool,
+            name: name.clone(),
+            description: tool.description().to_owned(),
+            schema: Some(tool.input_schema()),
+        })
+    });
+    transitions.chain(tools).collect()
+}
+
+/// Ask until the router chooses a legal transition; returns it with its arguments.
+pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Value), StepError> {
+    let Some(router) = cx.inner.router.clone() else {
+        cx.set_fatal(RunnerError::NoRouter(cx.state.name.clone()));
+        return Err(interrupted());
+    };
+    let options = options(cx);
+    let check = |tool: &str, input: &Value| {
+        cx.inner
+            .tools
+            .get(tool)
+            .ok_or_else(|| format!("unknown tool `{tool}`"))
+            .and_then(|t| t.check_input(input))
+    };
+    let mut feedback: Vec<String> = Vec::new();
+    let mut rejections = 0;
+    let mut tool_calls = 0;
+    loop {
+        let seq = cx.next_seq();
+        let outcome: Result<Decision, Rejection> = if let Some(entry) = cx.journaled(seq) {
+            // A committed question is never asked again.
+            if entry.kind != EntryKind::Decision {
+                return Err(StepError::Handler(format!(
+                    "nondeterministic step: journal entry #{seq} is a `{}` call, not a decision",
+                    entry.name
+                )));
+            }
+            let record: DecisionRecord = entry
+                .output
+                .and_then(|o| serde_json::from_value(o).ok())
+                .ok_or_else(|| {
+                    StepError::Handler(format!("journaled decision #{seq} is unreadable"))
+                })?;
+            match (record.decision, record.rejection) {
+                (Some(d), _) => Ok(d),
+                (None, Some(r)) => Err(r),
+                (None, None) => {
+                    return Err(StepError::Handler(format!(
+                        "journaled decision #{seq} is empty"
+                    )));
+                }
+            }
+        } else {
+            let mut request = RouteRequest {
+                agent: agent.to_owned(),
+                state: cx.state.name.clone(),
+                state_data: cx.state_data.clone(),
+                options: options.clone(),
+                tool_results: cx
+                    .results_so_far()
+                    .into_iter()
+                    .map(|(s, e)| ToolResultView {
+                        handle: format!("v{}.{s}", cx.version),
+                        tool: e.name,
+                        output: e.output.unwrap_or(Value::Null),
+                    })
+                    .collect(),
+                feedback: feedback.clone(),
+            };
+            request.trim_to_budget(cx.inner.config.prompt_token_budget);
+            let span = info_span!("decision", run_id = %cx.run_id, state = %cx.state.name, version = cx.version, seq);
+            ask(cx, router.as_ref(), &request, &options, &check, seq)
+                .instrument(span)
+                .await?
+        };
+        match outcome {
+            Ok(Decision::Transition { to, arguments }) => return Ok((to, arguments)),
+            Ok(Decision::Tool { tool, input }) => {
+                tool_calls += 1;
+                if cx.state.max_tool_calls.is_none() && tool_calls > DEFAULT_ROUTER_TOOL_CALLS {
+                    return Err(StepError::Budget(format!(
+                        "the router called {DEFAULT_ROUTER_TOOL_CALLS} tools without choosing a transition"
+                    )));
+                }
+                if let Err(e) = cx.call_tool(&tool, input).await {
+                    if cx.is_interrupted() {
+                        return Err(interrupted());
+                    }
+                    feedback.push(format!("tool `{tool}` failed: {e}"));
+                }
+            }
+            Err(rejection) => {
+                rejections += 1;
+                tracing::warn!(code = %rejection.code, "router answer rejected");
+                if rejections > cx.inner.config.max_reasks {
+                    return Err(StepError::Routing(format!(
+                        "no legal decision after {rejections} answers; last rejection: {rejection}"
+                    )));
+                }
+                feedback.push(rejection.to_string());
+            }
+        }
+    }
+}
+
+/// One ask, journaled as decision entry `seq` (accepted or rejected).
+async fn ask(
+    cx: &StepCx<'_>,
+    router: &dyn crate::router::Router,
+    request: &RouteRequest,
+    options: &[RouteOption],
+    check: &(dyn Fn(&str, &Value) -> Result<(), String> + Sync),
+    seq: u32,
+) -> Result<Result<Decision, Rejection>, StepError> {
+    if cx.fault(FaultPoint::LlmSent) {
+        return Err(interrupted());
+    }
+    let started = Instant::now();
+    let mut attempt = 0;
+    let reply = loop {
+        attempt += 1;
+        match router.decide(request).await {
+            Ok(reply) => break reply,
+            Err(e) if e.class.is_retryable() && attempt < TRANSPORT_ATTEMPTS => {
+                tracing::warn!(error = %e, "router unavailable; retrying");
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+            Err(e) if e.class.is_retryable() => {
+                // The model is unreachable: not the run's fault. Stop without committing;
+                // the run is resumed later and asks again.
+                cx.set_fatal(RunnerError::Store(crate::store::StoreError::Unavailable(
+                    format!("router unavailable: {e}"),
+                )));
+                return Err(interrupted());
+            }
+            Err(e) => return Err(StepError::Routing(e.to_string())),
+        }
+    };
+    if cx.fault(FaultPoint::LlmAnswered) {
+        return Err(interrupted());
+    }
+    let outcome = validate(options, &reply, check);
+    let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let record = DecisionRecord::new(request, &reply, &outcome, latency);
+    let input = json!({
+        "prompt_hash": record.prompt_hash,
+        "options": record.options,
+    });
+    let mut entry = cx.new_entry(seq, EntryKind::Decision, "router", input);
+    entry.attempts = attempt;
+    entry.duration_ms = latency;
+    entry.finished_at = Some(crate::store::now_ms());
+    match &outcome {
+        Ok(_) => entry.status = CallStatus::Succeeded,
+        Err(r) => {
+            entry.status = CallStatus::Failed;
+            entry.error_code = Some(r.code.clone());
+            entry.error_message = Some(r.message.clone());
+        }
+    }
+    entry.output = serde_json::to_value(&record).ok();
+    if !cx.record(entry).await {
+        return Err(interrupted());
+    }
+    Ok(outcome)
+}
+
+fn interrupted() -> StepError {
+    StepError::Interrupted("the step was interrupted".into())
+}

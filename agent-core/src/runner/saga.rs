@@ -1,0 +1,128 @@
+//! The saga: compensations of completed hybrid calls, in reverse order, each journaled.
+//!
+//! A compensation round runs at the version whose status is `compensating`. Its saga is
+//! every hybrid call that succeeded after the previous round (so nothing is compensated
+//! twice), compensated last-first. Compensation `i` of the round is journal entry
+//! `(version, i)` with the idempotency key of that slot: after a crash the round resumes
+//! at the first compensation not journaled as succeeded, with the same key. A call whose
+//! outcome is unknown (started, never answered) is not in the saga: only effects known to
+//! have applied are undone. A compensation that still fails after its retry policy
+//! dead-letters the run (`compensation.failed`): never a silent failure.
+
+use std::collections::BTreeMap;
+
+use tracing::Instrument;
+
+use super::step::{StepCx, outcome};
+use super::{Runner, RunnerError, StepOutcome};
+use crate::agent::{Agent, Handle};
+use crate::graph::StateDescription;
+use crate::store::{
+    CallStatus, EntryKind, JournalEntry, Lease, RunError, RunRecord, RunStatus, Store, StoreError,
+};
+use crate::tool::ToolKind;
+
+/// The hybrid calls a round at `version` must compensate, in call order.
+fn saga_of(journal: &[JournalEntry], version: u64) -> Vec<&JournalEntry> {
+    let previous_round = journal
+        .iter()
+        .filter(|e| e.kind == EntryKind::Compensation && e.version < version)
+        .map(|e| e.version)
+        .max();
+    journal
+        .iter()
+        .filter(|e| {
+            e.kind == EntryKind::Tool
+                && e.tool_kind == Some(ToolKind::Hybrid)
+                && e.status == CallStatus::Succeeded
+                && e.version < version
+                && previous_round.is_none_or(|p| e.version > p)
+        })
+        .collect()
+}
+
+/// Whether a run failing now has anything to compensate.
+pub(crate) async fn has_completed_hybrids(
+    store: &dyn Store,
+    run_id: &str,
+) -> Result<bool, StoreError> {
+    let journal = store.journal(run_id, None).await?;
+    Ok(!saga_of(&journal, u64::MAX).is_empty())
+}
+
+/// Run (or resume) the compensation round of a compensating run.
+pub(super) async fn compensate<A, H>(
+    runner: &Runner<A, H>,
+    lease: &mut Lease,
+    record: RunRecord,
+    desc: &StateDescription,
+) -> Result<StepOutcome, RunnerError>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
+    let inner = &*runner.inner;
+    let journal = inner.store.journal(&record.id, None).await?;
+    let done: BTreeMap<u32, JournalEntry> = journal
+        .iter()
+        .filter(|e| e.kind == EntryKind::Compensation && e.version == record.version)
+        .map(|e| (e.seq, e.clone()))
+        .collect();
+    let saga: Vec<JournalEntry> = saga_of(&journal, record.version)
+        .into_iter()
+        .cloned()
+        .collect();
+    let cx = StepCx::new(inner, &record, desc, lease.clone(), done, None);
+    for (i, original) in saga.iter().rev().enumerate() {
+        let seq = u32::try_from(i).unwrap_or(u32::MAX);
+        if cx
+            .journaled(seq)
+            .is_some_and(|e| e.status == CallStatus::Succeeded)
+        {
+            continue;
+        }
+        let span =
+            tracing::info_span!("compensation", run_id = %record.id, tool = %original.name, seq);
+        let result = async {
+            let tool = inner
+                .tools
+                .get(&original.name)
+                .ok_or_else(|| format!("hybrid tool `{}` is not in the tool box", original.name))?;
+            let output = original.output.clone().unwrap_or_default();
+            let (comp_name, comp_input) = tool
+                .compensation(&original.input, &output)
+                .ok_or_else(|| format!("tool `{}` declares no compensation", original.name))??;
+            let comp = inner
+                .tools
+                .get(&comp_name)
+                .ok_or_else(|| format!("compensating tool `{comp_name}` is not in the tool box"))?;
+            cx.call_at(seq, EntryKind::Compensation, comp.as_ref(), comp_input)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .instrument(span)
+        .await;
+        *lease = cx.lease();
+        if let Some(fatal) = cx.take_fatal() {
+            return Err(fatal);
+        }
+        if let Err(message) = result {
+            let error = RunError {
+                code: "compensation.failed".into(),
+                message: format!("compensating `{}` failed: {message}", original.name),
+            };
+            let record = runner
+                .commit_status(lease, &record, RunStatus::DeadLettered, Some(error))
+                .await?;
+            return Ok(outcome(record));
+        }
+    }
+    let status = if desc.terminal || record.error.is_some() {
+        RunStatus::Compensated
+    } else {
+        RunStatus::Running
+    };
+    let error = record.error.clone();
+    let record = runner.commit_status(lease, &record, status, error).await?;
+    Ok(outcome(record))
+}

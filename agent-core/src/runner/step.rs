@@ -1,0 +1,798 @@
+//! One step: the journaled tool path, the handler call, and the commit.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tracing::{Instrument, info_span};
+
+use super::{
+    FaultPoint, Inner, Runner, RunnerError, StepOutcome, keyed, renew_if_due, route, saga,
+};
+use crate::agent::{Agent, Failure, Handle, StepError, StepIo, Wake};
+use crate::graph::{Routing, StateDescription};
+use crate::store::{
+    CallStatus, EntryKind, JournalEntry, Lease, Millis, RunError, RunRecord, RunStatus, StepCommit,
+    StoreError, TransitionKind, idempotency_key, input_hash, now_ms,
+};
+use crate::tool::{DynTool, ErrorClass, ToolContext, ToolError, ToolKind};
+
+/// The runner's side of one step, shared by the handler (through `Ctx`), the router loop
+/// and the journal.
+pub(crate) struct StepCx<'r> {
+    pub(crate) inner: &'r Inner,
+    pub(crate) run_id: String,
+    pub(crate) version: u64,
+    pub(crate) state: &'r StateDescription,
+    pub(crate) state_data: Value,
+    lease: Mutex<Lease>,
+    /// Entries already journaled at this version (a resumed step replays them).
+    journal: Mutex<BTreeMap<u32, JournalEntry>>,
+    /// Successful read results of the whole run, by (tool, input hash); loaded on first use.
+    read_cache: tokio::sync::Mutex<Option<HashMap<(String, String), Value>>>,
+    seq: AtomicU32,
+    tool_calls: AtomicU32,
+    /// In an LLM-routed state: the transition the router chose, set before the handler runs.
+    pub(crate) route_name: std::sync::OnceLock<String>,
+    pub(crate) route_args: std::sync::OnceLock<Value>,
+    wake: Option<Wake>,
+    /// A condition that must stop the step without committing (crash, lease lost, store down).
+    fatal: Mutex<Option<RunnerError>>,
+    /// A failure the handler must not be able to swallow (budget, nondeterminism).
+    step_error: Mutex<Option<StepError>>,
+    interrupted: AtomicBool,
+}
+
+impl<'r> StepCx<'r> {
+    pub(crate) fn new(
+        inner: &'r Inner,
+        record: &RunRecord,
+        state: &'r StateDescription,
+        lease: Lease,
+        journal: BTreeMap<u32, JournalEntry>,
+        wake: Option<Wake>,
+    ) -> Self {
+        Self {
+            inner,
+            run_id: record.id.clone(),
+            version: record.version,
+            state,
+            state_data: record.state.clone(),
+            lease: Mutex::new(lease),
+            journal: Mutex::new(journal),
+            read_cache: tokio::sync::Mutex::new(None),
+            seq: AtomicU32::new(0),
+            tool_calls: AtomicU32::new(0),
+            route_name: std::sync::OnceLock::new(),
+            route_args: std::sync::OnceLock::new(),
+            wake,
+            fatal: Mutex::new(None),
+            step_error: Mutex::new(None),
+            interrupted: AtomicBool::new(false),
+        }
+    }
+
+    /// The fatal condition, if any: the step must stop without committing.
+    pub(crate) fn take_fatal(&self) -> Option<RunnerError> {
+        lock(&self.fatal).take()
+    }
+
+    pub(crate) fn next_seq(&self) -> u32 {
+        self.seq.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub(crate) fn journaled(&self, seq: u32) -> Option<JournalEntry> {
+        lock(&self.journal).get(&seq).cloned()
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        lock(&self.lease).clone()
+    }
+
+    pub(crate) fn set_fatal(&self, e: RunnerError) {
+        self.interrupted.store(true, Ordering::SeqCst);
+        let mut f = lock(&self.fatal);
+        if f.is_none() {
+            *f = Some(e);
+        }
+    }
+
+    pub(crate) fn is_interrupted(&self) -> bool {
+        self.interrupted.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_step_error(&self, e: StepError) {
+        let mut s = lock(&self.step_error);
+        if s.is_none() {
+            *s = Some(e);
+        }
+    }
+
+    fn interrupted_error() -> ToolError {
+        ToolError::permanent("the step was interrupted")
+    }
+
+    pub(crate) fn fault(&self, point: FaultPoint) -> bool {
+        match self.inner.faults.check(point, &self.run_id, self.version) {
+            Ok(()) => false,
+            Err(crash) => {
+                self.set_fatal(RunnerError::Crashed(crash));
+                true
+            }
+        }
+    }
+
+    /// Durably record an entry, fenced by the lease. A failure is fatal for the step.
+    pub(crate) async fn record(&self, entry: JournalEntry) -> bool {
+        let lease = self.lease();
+        let mut attempt = 0;
+        loop {
+            match self.inner.store.record_entry(&lease, &entry).await {
+                Ok(()) => {
+                    lock(&self.journal).insert(entry.seq, entry);
+                    return true;
+                }
+                Err(e) if e.is_transient() && attempt < self.inner.config.store_retries => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
+                }
+                Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
+                    self.set_fatal(RunnerError::LeaseLost(self.run_id.clone()));
+                    return false;
+                }
+                Err(e) => {
+                    self.set_fatal(e.into());
+                    return false;
+                }
+            }
+        }
+    }
+
+    async fn renew(&self) -> bool {
+        let mut lease = self.lease();
+        match renew_if_due(self.inner, &mut lease, &self.run_id, self.version).await {
+            Ok(()) => {
+                *lock(&self.lease) = lease;
+                true
+            }
+            Err(e) => {
+                self.set_fatal(e);
+                false
+            }
+        }
+    }
+
+    pub(crate) fn new_entry(
+        &self,
+        seq: u32,
+        kind: EntryKind,
+        name: &str,
+        input: Value,
+    ) -> JournalEntry {
+        JournalEntry {
+            run_id: self.run_id.clone(),
+            version: self.version,
+            seq,
+            kind,
+            state: self.state.name.clone(),
+            name: name.to_owned(),
+            tool_kind: None,
+            input_hash: input_hash(&input),
+            input,
+            idempotency_key: None,
+            status: CallStatus::Started,
+            output: None,
+            error_class: None,
+            error_code: None,
+            error_message: None,
+            attempts: 0,
+            duration_ms: 0,
+            started_at: now_ms(),
+            finished_at: None,
+        }
+    }
+
+    /// A tool call through the journal: replayed if journaled, else executed under its
+    /// policy with the deterministic idempotency key.
+    pub(crate) async fn call_tool(&self, name: &str, input: Value) -> Result<Value, ToolError> {
+        if self.is_interrupted() {
+            return Err(Self::interrupted_error());
+        }
+        let seq = self.next_seq();
+        let calls = self.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some(max) = self.state.max_tool_calls {
+            if calls > max {
+                let e = StepError::Budget(format!(
+                    "state `{}` allows at most {max} tool calls per visit",
+                    self.state.name
+                ));
+                self.set_step_error(e.clone());
+                return Err(ToolError::permanent(e.to_string()));
+            }
+        }
+        let legal = self.state.tools.iter().any(|t| t == name);
+        let Some(tool) = self.inner.tools.get(name).filter(|_| legal) else {
+            // Unreachable through the typed API and the validated router; refused anyway.
+            return Err(ToolError::permanent(format!(
+                "tool `{name}` is not allowed in state `{}`",
+                self.state.name
+            )));
+        };
+        let span = info_span!("tool", run_id = %self.run_id, state = %self.state.name, version = self.version, tool = name, seq);
+        self.call_at(seq, EntryKind::Tool, tool.as_ref(), input)
+            .instrument(span)
+            .await
+    }
+
+    /// Execute (or replay) `tool` as journal entry `seq`.
+    pub(crate) async fn call_at(
+        &self,
+        seq: u32,
+        kind: EntryKind,
+        tool: &dyn DynTool,
+        input: Value,
+    ) -> Result<Value, ToolError> {
+        let name = tool.name();
+        let hash = input_hash(&input);
+        let mut prior_attempts = 0;
+        if let Some(e) = self.journaled(seq) {
+            if e.name != name || e.input_hash != hash {
+                let err = StepError::Handler(format!(
+                    "nondeterministic step: call #{seq} was `{}` with input {}, now `{name}` with input {}; \
+                     handlers must make the same calls in the same order when resumed",
+                    e.name,
+                    &e.input_hash[..12],
+                    &hash[..12]
+                ));
+                self.set_step_error(err.clone());
+                return Err(ToolError::permanent(err.to_string()));
+            }
+            match e.status {
+                CallStatus::Succeeded => return Ok(e.output.unwrap_or(Value::Null)),
+                // A failed compensation is retried on resume (same key); a failed tool call is
+                // a recorded outcome that replays as it was.
+                CallStatus::Failed if kind != EntryKind::Compensation => {
+                    return Err(entry_error(&e));
+                }
+                CallStatus::Failed | CallStatus::Started => prior_attempts = e.attempts,
+            }
+        }
+        let policy = tool.policy();
+        if tool.kind() == ToolKind::Read && policy.cache && kind == EntryKind::Tool {
+            if let Some(out) = self.cached_read(name, &hash).await {
+                return Ok(out);
+            }
+            if self.is_interrupted() {
+                return Err(Self::interrupted_error());
+            }
+        }
+        let mut entry = self.new_entry(seq, kind, name, input.clone());
+        entry.tool_kind = Some(tool.kind());
+        entry.attempts = prior_attempts;
+        if keyed(tool.kind()) || kind == EntryKind::Compensation {
+            entry.idempotency_key = Some(idempotency_key(&self.run_id, self.version, seq));
+        }
+        let enabled = match self.inner.store.tool_enabled(name).await {
+            Ok(v) => v,
+            Err(e) => {
+                self.set_fatal(e.into());
+                return Err(Self::interrupted_error());
+            }
+        };
+        if !enabled {
+            let err = ToolError::disabled(format!(
+                "tool `{name}` is switched off in the tool registry"
+            ));
+            return self.finish(entry, Err(err), Instant::now()).await;
+        }
+        if entry.idempotency_key.is_some() {
+            // The audit trail shows an effect may have happened before its result is known.
+            if !self.record(entry.clone()).await {
+                return Err(Self::interrupted_error());
+            }
+            let point = if kind == EntryKind::Compensation {
+                FaultPoint::CompensationRegistered
+            } else {
+                FaultPoint::ToolSent
+            };
+            if self.fault(point) {
+                return Err(Self::interrupted_error());
+            }
+        }
+        let started = Instant::now();
+        let cx = ToolContext {
+            run_id: self.run_id.clone(),
+            state: self.state.name.clone(),
+            version: self.version,
+            call_index: seq,
+            attempt: prior_attempts + 1,
+            idempotency_key: entry.idempotency_key.clone(),
+        };
+        let result = self.attempts(tool, &input, cx, &mut entry).await;
+        if self.is_interrupted() {
+            return Err(Self::interrupted_error());
+        }
+        let point = if kind == EntryKind::Compensation {
+            FaultPoint::CompensationSent
+        } else {
+            FaultPoint::ToolAnswered
+        };
+        if self.fault(point) {
+            return Err(Self::interrupted_error());
+        }
+        self.finish(entry, result, started).await
+    }
+
+    /// Attempts under the policy: timeout per attempt, backoff with jitter, `retry-after`.
+    async fn attempts(
+        &self,
+        tool: &dyn DynTool,
+        input: &Value,
+        mut cx: ToolContext,
+        entry: &mut JournalEntry,
+    ) -> Result<Value, ToolError> {
+        let policy = tool.policy();
+        let mut attempt_in_call = 0;
+        loop {
+            attempt_in_call += 1;
+            entry.attempts += 1;
+            if !self.renew().await {
+                return Err(Self::interrupted_error());
+            }
+            let result = match tokio::time::timeout(
+                policy.timeout,
+                tool.call_json(input.clone(), &cx),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(ToolError::timeout(format!(
+                    "no answer within {} ms",
+                    policy.timeout.as_millis()
+                ))),
+            };
+            match result {
+                Ok(v) => return Ok(v),
+                Err(mut e) => {
+                    e.tool = Some(tool.name().to_owned());
+                    if !e.class.is_retryable() || attempt_in_call >= policy.retry.max_attempts {
+                        return Err(e);
+                    }
+                    let wait = e.retry_after_ms.map_or_else(
+                        || policy.retry.backoff(attempt_in_call),
+                        Duration::from_millis,
+                    );
+                    tracing::debug!(error = %e, ?wait, "tool attempt failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    cx.attempt += 1;
+                }
+            }
+        }
+    }
+
+    async fn finish(
+        &self,
+        mut entry: JournalEntry,
+        result: Result<Value, ToolError>,
+        started: Instant,
+    ) -> Result<Value, ToolError> {
+        entry.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        entry.finished_at = Some(now_ms());
+        match &result {
+            Ok(v) => {
+                entry.status = CallStatus::Succeeded;
+                entry.output = Some(v.clone());
+            }
+            Err(e) => {
+                entry.status = CallStatus::Failed;
+                entry.error_class = Some(e.class);
+                entry.error_code = Some(e.class.code().to_owned());
+                entry.error_message = Some(e.message.clone());
+            }
+        }
+        let cacheable =
+            entry.tool_kind == Some(ToolKind::Read) && entry.status == CallStatus::Succeeded;
+        let key = (entry.name.clone(), entry.input_hash.clone());
+        if !self.record(entry).await {
+            return Err(Self::interrupted_error());
+        }
+        if cacheable {
+            if let (Some(cache), Ok(v)) = (self.read_cache.lock().await.as_mut(), &result) {
+                cache.insert(key, v.clone());
+            }
+        }
+        result
+    }
+
+    async fn cached_read(&self, tool: &str, hash: &str) -> Option<Value> {
+        let mut cache = self.read_cache.lock().await;
+        if cache.is_none() {
+            match self.inner.store.journal(&self.run_id, None).await {
+                Ok(entries) => {
+                    *cache = Some(
+                        entries
+                            .into_iter()
+                            .filter(|e| {
+                                e.tool_kind == Some(ToolKind::Read)
+                                    && e.status == CallStatus::Succeeded
+                                    && e.kind == EntryKind::Tool
+                            })
+                            .map(|e| ((e.name, e.input_hash), e.output.unwrap_or(Value::Null)))
+                            .collect(),
+                    );
+                }
+                Err(e) => {
+                    self.set_fatal(e.into());
+                    return None;
+                }
+            }
+        }
+        cache
+            .as_ref()
+            .and_then(|c| c.get(&(tool.to_owned(), hash.to_owned())).cloned())
+    }
+
+    /// Results of successful tool calls in this visit, oldest first, for the router's prompt.
+    pub(crate) fn results_so_far(&self) -> Vec<(u32, JournalEntry)> {
+        lock(&self.journal)
+            .iter()
+            .filter(|(_, e)| e.kind == EntryKind::Tool && e.status == CallStatus::Succeeded)
+            .map(|(s, e)| (*s, e.clone()))
+            .collect()
+    }
+}
+
+impl StepIo for StepCx<'_> {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn call<'a>(
+        &'a self,
+        tool: &'static str,
+        input: Value,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(self.call_tool(tool, input))
+    }
+
+    fn route(&self) -> Option<&str> {
+        self.route_name.get().map(String::as_str)
+    }
+
+    fn route_arguments(&self) -> Option<&Value> {
+        self.route_args.get()
+    }
+
+    fn wake(&self) -> Option<Wake> {
+        self.wake.clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn entry_error(e: &JournalEntry) -> ToolError {
+    ToolError {
+        class: e.error_class.unwrap_or(ErrorClass::Permanent),
+        message: e.error_message.clone().unwrap_or_default(),
+        tool: Some(e.name.clone()),
+        retry_after_ms: None,
+    }
+}
+
+/// Execute one step of a claimed, checked run.
+pub(super) async fn execute<A, H>(
+    runner: &Runner<A, H>,
+    lease: &mut Lease,
+    record: RunRecord,
+    state: A,
+) -> Result<StepOutcome, RunnerError>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
+    let inner = &*runner.inner;
+    let graph = inner.graph;
+    let desc = graph
+        .state(&record.state_name)
+        .expect("check_loaded verified the state exists");
+
+    if record.status == RunStatus::Compensating {
+        return saga::compensate(runner, lease, record, desc).await;
+    }
+    if desc.terminal {
+        let status = if desc.compensate {
+            RunStatus::Compensating
+        } else {
+            RunStatus::Completed
+        };
+        let record = runner
+            .commit_status(lease, &record, status, record.error.clone())
+            .await?;
+        return Ok(if status.is_final() {
+            StepOutcome::Finished(record)
+        } else {
+            StepOutcome::Committed(record)
+        });
+    }
+    if let Some(max) = graph.max_steps {
+        if record.version >= max {
+            let e = StepError::Budget(format!("the agent allows at most {max} steps per run"));
+            return fail(runner, lease, &record, desc, &e).await;
+        }
+    }
+
+    // A waiting state runs only once its signal (or its timeout) is there.
+    let mut wake = None;
+    let mut consumed = None;
+    if let Some(w) = &desc.wait {
+        let pending = inner.store.pending_signals(&record.id).await?;
+        if let Some(sig) = pending.iter().find(|s| s.name == w.signal) {
+            wake = Some(Wake::Signal(sig.payload.clone()));
+            consumed = Some(sig.id);
+        } else if record.wake_at.is_some_and(|t| t <= now_ms()) {
+            wake = Some(Wake::TimedOut);
+        } else if record.status == RunStatus::Waiting {
+            return Ok(StepOutcome::Waiting(record));
+        } else {
+            let wake_at = wake_at(desc);
+            let commit = StepCommit {
+                expected_version: record.version,
+                from_state: record.state_name.clone(),
+                to_state: record.state_name.clone(),
+                state: record.state.clone(),
+                kind: TransitionKind::Status,
+                status: RunStatus::Waiting,
+                waiting_for: Some(w.signal.clone()),
+                wake_at,
+                error: None,
+                consumed_signal: None,
+            };
+            let record = runner.commit(lease, &commit, &record.id).await?;
+            return Ok(StepOutcome::Waiting(record));
+        }
+    }
+
+    let journal: BTreeMap<u32, JournalEntry> = inner
+        .store
+        .journal(&record.id, Some(record.version))
+        .await?
+        .into_iter()
+        .filter(|e| e.kind != EntryKind::Compensation)
+        .map(|e| (e.seq, e))
+        .collect();
+    let cx = StepCx::new(inner, &record, desc, lease.clone(), journal, wake);
+
+    let handler = async {
+        if desc.route == Routing::Llm {
+            let (to, args) = route::decide(&cx, A::NAME).await?;
+            let _ = cx.route_name.set(to);
+            let _ = cx.route_args.set(args);
+        }
+        state.handle(&*runner.handlers, &cx).await
+    };
+    let result = match desc.timeout_ms {
+        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), handler)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StepError::Budget(format!(
+                    "state `{}` took longer than its {ms} ms budget",
+                    desc.name
+                )))
+            }),
+        None => handler.await,
+    };
+    *lease = cx.lease();
+    if let Some(fatal) = cx.take_fatal() {
+        return Err(fatal);
+    }
+    let result = match lock(&cx.step_error).take() {
+        Some(e) => Err(e),
+        None => result,
+    };
+    let next = match result {
+        Ok(next) => next,
+        Err(e) => return fail(runner, lease, &record, desc, &e).await,
+    };
+    let to = next.state_name();
+    if !graph.has_edge(&desc.name, to) {
+        let e = StepError::Handler(format!("`{}` -> `{to}` is not a declared edge", desc.name));
+        return fail(runner, lease, &record, desc, &e).await;
+    }
+    if let Some(chosen) = cx.route_name.get() {
+        if chosen != to {
+            let e = StepError::Routing(format!(
+                "the router chose `{chosen}` but the handler moved to `{to}`"
+            ));
+            return fail(runner, lease, &record, desc, &e).await;
+        }
+    }
+    let value = serde_json::to_value(&next)
+        .map_err(|e| StoreError::Backend(format!("state `{to}` does not serialize: {e}")))?;
+    let record = enter(
+        runner,
+        lease,
+        &record,
+        to,
+        value,
+        TransitionKind::Step,
+        None,
+        consumed,
+    )
+    .await?;
+    Ok(outcome(record))
+}
+
+fn wake_at(desc: &StateDescription) -> Option<Millis> {
+    desc.wait
+        .as_ref()
+        .and_then(|w| w.timeout_ms)
+        .map(|ms| now_ms() + i64::try_from(ms).unwrap_or(i64::MAX / 4))
+}
+
+pub(super) fn outcome(record: RunRecord) -> StepOutcome {
+    if record.status.is_final() {
+        StepOutcome::Finished(record)
+    } else if record.status == RunStatus::Waiting {
+        StepOutcome::Waiting(record)
+    } else {
+        StepOutcome::Committed(record)
+    }
+}
+
+/// Commit the move into state `to`, with the status its role gives.
+#[allow(clippy::too_many_arguments)]
+async fn enter<A, H>(
+    runner: &Runner<A, H>,
+    lease: &Lease,
+    record: &RunRecord,
+    to: &str,
+    value: Value,
+    kind: TransitionKind,
+    error: Option<RunError>,
+    consumed: Option<i64>,
+) -> Result<RunRecord, RunnerError>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
+    let target = runner
+        .inner
+        .graph
+        .state(to)
+        .expect("edges of a checked graph name existing states");
+    let (status, waiting_for, wake) = if target.compensate {
+        (RunStatus::Compensating, None, None)
+    } else if target.terminal {
+        (RunStatus::Completed, None, None)
+    } else if let Some(w) = &target.wait {
+        (RunStatus::Waiting, Some(w.signal.clone()), wake_at(target))
+    } else {
+        (RunStatus::Running, None, None)
+    };
+    let commit = StepCommit {
+        expected_version: record.version,
+        from_state: record.state_name.clone(),
+        to_state: to.to_owned(),
+        state: value,
+        kind,
+        status,
+        waiting_for,
+        wake_at: wake,
+        error,
+        consumed_signal: consumed,
+    };
+    runner.commit(lease, &commit, &record.id).await
+}
+
+/// A step failed: take the state's `on_error` edge, or fail the run (compensating first
+/// when its saga has completed hybrid calls).
+pub(super) async fn fail<A, H>(
+    runner: &Runner<A, H>,
+    lease: &Lease,
+    record: &RunRecord,
+    desc: &StateDescription,
+    e: &StepError,
+) -> Result<StepOutcome, RunnerError>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
+    tracing::warn!(run_id = %record.id, state = %desc.name, code = e.code(), error = %e, "step failed");
+    let error = RunError {
+        code: e.code().to_owned(),
+        message: e.to_string(),
+    };
+    if let Some(target) = &desc.on_error {
+        let failure = Failure {
+            state: desc.name.clone(),
+            code: error.code.clone(),
+            message: error.message.clone(),
+        };
+        if let Some(value) = error_state::<A>(runner.inner.graph.state(target), &failure) {
+            let record = enter(
+                runner,
+                lease,
+                record,
+                target,
+                value,
+                TransitionKind::Error,
+                Some(error),
+                None,
+            )
+            .await?;
+            return Ok(outcome(record));
+        }
+        tracing::error!(target = %target, "the on_error target cannot be built from a failure; failing the run");
+    }
+    let has_saga = saga::has_completed_hybrids(runner.inner.store.as_ref(), &record.id).await?;
+    let status = if has_saga {
+        RunStatus::Compensating
+    } else {
+        RunStatus::Failed
+    };
+    let record = runner
+        .commit_status(lease, record, status, Some(error))
+        .await?;
+    Ok(outcome(record))
+}
+
+/// Build the `on_error` target's value from a failure: a unit variant, or a variant with
+/// one field that deserializes from the `Failure` or from its message. Serde's default
+/// (externally tagged) enum representation is assumed.
+fn error_state<A: Agent>(target: Option<&StateDescription>, failure: &Failure) -> Option<Value> {
+    let target = target?;
+    let name = target.name.as_str();
+    let failure_json = serde_json::to_value(failure).ok()?;
+    let message = Value::String(failure.message.clone());
+    let mut candidates = vec![Value::String(name.to_owned())];
+    for body in [&failure_json, &message] {
+        candidates.push(serde_json::json!({ name: body }));
+        if let Some(field) = single_field(&target.data) {
+            candidates.push(serde_json::json!({ name: { field: body } }));
+        }
+    }
+    candidates
+        .into_iter()
+        .find(|c| serde_json::from_value::<A>(c.clone()).is_ok_and(|a| a.state_name() == name))
+}
+
+/// The field name of a struct variant with exactly one field, from its source text.
+fn single_field(data: &str) -> Option<String> {
+    let inner = data.trim().strip_prefix('{')?.strip_suffix('}')?;
+    let mut fields = inner.split(',').filter(|f| !f.trim().is_empty());
+    let first = fields.next()?;
+    if fields.next().is_some() {
+        return None;
+    }
+    let name = first.split(':').next()?.trim();
+    (!name.is_empty()).then(|| name.trim_start_matches("pub").trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::single_field;
+
+    #[test]
+    fn single_field_names() {
+        assert_eq!(
+            single_field("{ reason : String }").as_deref(),
+            Some("reason")
+        );
+        assert_eq!(
+            single_field("{ pub reason : Failure, }").as_deref(),
+            Some("reason")
+        );
+        assert_eq!(single_field("{ a : u32, b : u32 }"), None);
+        assert_eq!(single_field("(String)"), None);
+        assert_eq!(single_field(""), None);
+    }
+}
