@@ -1,0 +1,314 @@
+//! Anthropic's messages API with tool use.
+
+use agent_core::ErrorClass;
+use agent_core::router::{RawChoice, RouteRequest, Router, RouterError, RouterReply};
+use async_trait::async_trait;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use crate::config::{ApiKey, ConfigError, Env, HttpSettings, check_base_url, join};
+use crate::http::Transport;
+use crate::{DEFAULT_MAX_TOKENS, journal_text, option_description, option_schema};
+
+/// Anthropic's endpoint.
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// The API version sent in `anthropic-version`.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Configuration of an [`AnthropicRouter`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AnthropicConfig {
+    /// Base URL without the version, e.g. `https://api.anthropic.com`.
+    pub base_url: String,
+    /// The model, e.g. `claude-sonnet-4-5`.
+    pub model: String,
+    /// Sent as `x-api-key`.
+    pub api_key: ApiKey,
+    /// Output token limit of one decision (`max_tokens`, required by the API).
+    pub max_tokens: u32,
+    /// Sampling temperature; `None` leaves the API's default.
+    pub temperature: Option<f32>,
+    /// Timeouts, retries, limits.
+    pub http: HttpSettings,
+}
+
+impl AnthropicConfig {
+    /// Anthropic's API with this key and model.
+    #[must_use]
+    pub fn new(api_key: ApiKey, model: impl Into<String>) -> Self {
+        Self {
+            base_url: ANTHROPIC_BASE_URL.to_owned(),
+            model: model.into(),
+            api_key,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            temperature: None,
+            http: HttpSettings::default(),
+        }
+    }
+
+    /// Set the base URL (a proxy, or a test server).
+    #[must_use]
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+
+    /// Set the output token limit.
+    #[must_use]
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Set the HTTP settings.
+    #[must_use]
+    pub fn with_http(mut self, http: HttpSettings) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// Read `ANTHROPIC_API_KEY`, `ANTHROPIC_MODEL`, `ANTHROPIC_BASE_URL` and the shared
+    /// `AGENT_LLM_*` settings from the process environment (see the crate docs' table).
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] naming `ANTHROPIC_API_KEY` or `ANTHROPIC_MODEL`;
+    /// [`ConfigError::Invalid`] or [`ConfigError::BaseUrl`] for unusable values.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Like [`from_env`](Self::from_env), reading variables through `lookup`.
+    ///
+    /// # Errors
+    /// As [`from_env`](Self::from_env).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env::new(lookup);
+        let base_url = env
+            .get("ANTHROPIC_BASE_URL")
+            .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned());
+        check_base_url(&base_url)?;
+        let api_key = env.require("ANTHROPIC_API_KEY", "the key sent as `x-api-key`")?;
+        let model = env.require("ANTHROPIC_MODEL", "the model to route with")?;
+        let (max_tokens, http) = env.common()?;
+        let mut config = Self::new(ApiKey::new(api_key), model)
+            .with_base_url(base_url)
+            .with_http(http);
+        if let Some(m) = max_tokens {
+            config.max_tokens = m;
+        }
+        Ok(config)
+    }
+}
+
+/// A [`Router`] on Anthropic's messages API.
+///
+/// Every legal option is offered as a tool named exactly like the option, with
+/// `tool_choice: {"type": "any", "disable_parallel_tool_use": true}`. Every `tool_use` block
+/// in the answer becomes a [`RawChoice`] (its `input` serialized as JSON text); nothing is
+/// validated here.
+#[derive(Debug)]
+pub struct AnthropicRouter {
+    config: AnthropicConfig,
+    url: reqwest::Url,
+    transport: Transport,
+}
+
+impl AnthropicRouter {
+    /// A router with this configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError::BaseUrl`] for a base URL that does not parse, [`ConfigError::Client`]
+    /// when TLS cannot be set up.
+    pub fn new(config: AnthropicConfig) -> Result<Self, ConfigError> {
+        let url = join(&config.base_url, "v1/messages")?;
+        let transport = Transport::new(
+            "anthropic",
+            config.http.clone(),
+            Some(config.api_key.clone()),
+        )?;
+        Ok(Self {
+            config,
+            url,
+            transport,
+        })
+    }
+
+    /// A router configured by [`AnthropicConfig::from_env`].
+    ///
+    /// # Errors
+    /// As [`AnthropicConfig::from_env`] and [`AnthropicRouter::new`].
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::new(AnthropicConfig::from_env()?)
+    }
+
+    /// Its configuration.
+    #[must_use]
+    pub fn config(&self) -> &AnthropicConfig {
+        &self.config
+    }
+
+    /// The JSON body sent for `request`.
+    #[must_use]
+    pub fn request_body(&self, request: &RouteRequest) -> Value {
+        let tools: Vec<Value> = request
+            .options
+            .iter()
+            .map(|o| {
+                json!({
+                    "name": o.name,
+                    "description": option_description(o),
+                    "input_schema": option_schema(o),
+                })
+            })
+            .collect();
+        let mut body = json!({
+            "model": self.config.model,
+            "max_tokens": self.config.max_tokens,
+            "system": request.system_prompt(),
+            "messages": [{"role": "user", "content": request.user_prompt()}],
+            "tools": tools,
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+        });
+        if let Some(t) = self.config.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+
+    fn headers(&self) -> Result<HeaderMap, RouterError> {
+        let mut headers = HeaderMap::new();
+        let mut key = HeaderValue::from_str(self.config.api_key.expose()).map_err(|_| {
+            RouterError::new(
+                ErrorClass::Auth,
+                "anthropic: the API key is not a valid header value",
+            )
+        })?;
+        key.set_sensitive(true);
+        headers.insert("x-api-key", key);
+        headers.insert(
+            "anthropic-version",
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        Ok(headers)
+    }
+}
+
+#[async_trait]
+impl Router for AnthropicRouter {
+    async fn decide(&self, request: &RouteRequest) -> Result<RouterReply, RouterError> {
+        let span = tracing::info_span!(
+            "llm.decide",
+            provider = "anthropic",
+            model = %self.config.model,
+            agent = %request.agent,
+            state = %request.state,
+        );
+        async {
+            let body = serde_json::to_vec(&self.request_body(request)).map_err(|e| {
+                RouterError::new(ErrorClass::Permanent, format!("anthropic: request: {e}"))
+            })?;
+            let response = self
+                .transport
+                .post_json(&self.url, self.headers()?, body)
+                .await?;
+            parse_response(&response.text, &self.config.model).map_err(|e| RouterError {
+                message: self.transport.redact(&e.message),
+                ..e
+            })
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// Turn a messages API body into a [`RouterReply`], faithfully: every `tool_use` content
+/// block becomes a [`RawChoice`] (its `input` serialized as JSON text),
+/// `stop_reason: "refusal"` becomes [`RouterReply::refusal`] (with the text blocks, if any),
+/// `stop_reason: "max_tokens"` or `"model_context_window_exceeded"` sets
+/// [`RouterReply::truncated`]. Input tokens include cache reads and writes, as billed.
+///
+/// # Errors
+/// A [`ErrorClass::Permanent`] [`RouterError`] when the body is not a JSON object with a
+/// `content` array (or is an error object).
+pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, RouterError> {
+    let fail = |what: &str| {
+        RouterError::new(
+            ErrorClass::Permanent,
+            format!(
+                "anthropic: {what}; body starts with: {}",
+                crate::truncate(body, 200)
+            ),
+        )
+    };
+    let root: Value =
+        serde_json::from_str(body).map_err(|e| fail(&format!("response is not JSON ({e})")))?;
+    if root.get("type").and_then(Value::as_str) == Some("error") {
+        let message = root
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown error");
+        return Err(RouterError::new(
+            ErrorClass::Permanent,
+            format!(
+                "anthropic: error in response: {}",
+                crate::truncate(message, 300)
+            ),
+        ));
+    }
+    let content = root
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| fail("response has no `content` array"))?;
+    let mut reply = RouterReply {
+        model: root
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(fallback_model)
+            .to_owned(),
+        raw_output: journal_text(body),
+        ..RouterReply::default()
+    };
+    let mut text = String::new();
+    for block in content {
+        match block.get("type").and_then(Value::as_str) {
+            Some("tool_use") => reply.choices.push(RawChoice {
+                name: block
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                arguments: match block.get("input") {
+                    None | Some(Value::Null) => String::new(),
+                    Some(input) => input.to_string(),
+                },
+            }),
+            Some("text") => {
+                if let Some(t) = block.get("text").and_then(Value::as_str) {
+                    text.push_str(t);
+                }
+            }
+            _ => {}
+        }
+    }
+    match root.get("stop_reason").and_then(Value::as_str) {
+        Some("max_tokens" | "model_context_window_exceeded") => reply.truncated = true,
+        Some("refusal") => {
+            reply.refusal = Some(if text.trim().is_empty() {
+                "the model refused (stop_reason `refusal`)".to_owned()
+            } else {
+                text
+            });
+        }
+        _ => {}
+    }
+    let usage = root.get("usage");
+    let count = |field: &str| usage.and_then(|u| u.get(field)).and_then(Value::as_u64);
+    reply.input_tokens = count("input_tokens").map(|n| {
+        n.saturating_add(count("cache_creation_input_tokens").unwrap_or(0))
+            .saturating_add(count("cache_read_input_tokens").unwrap_or(0))
+    });
+    reply.output_tokens = count("output_tokens");
+    Ok(reply)
+}

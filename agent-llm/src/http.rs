@@ -1,0 +1,422 @@
+//! The HTTP layer both providers share: a reqwest client on rustls with the *ring* provider,
+//! bounded retries with backoff honouring `retry-after`, error classification, and bodies
+//! read chunk by chunk up to a limit.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use agent_core::ErrorClass;
+use agent_core::router::RouterError;
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue};
+
+use crate::config::{ApiKey, ConfigError, HttpSettings};
+
+/// Error bodies are only read for their message: at most this much.
+const MAX_ERROR_BODY: usize = 16 * 1024;
+
+/// The rustls configuration: the *ring* provider (the one sqlx compiles, so no second
+/// crypto library is built) and the platform's certificate verifier. Passed to reqwest
+/// preconfigured, so no process-wide default provider is installed behind the user's back.
+fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
+        .map_err(|e| ConfigError::Client(e.to_string()))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError::Client(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    // reqwest is built without HTTP/2; a preconfigured config must announce ALPN itself.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// A client plus the settings and secret of one provider.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    client: reqwest::Client,
+    pub(crate) settings: HttpSettings,
+    secret: Option<ApiKey>,
+    provider: &'static str,
+}
+
+/// A successful response: status 2xx and its body, within the limit.
+pub(crate) struct Body {
+    pub(crate) text: String,
+}
+
+impl Transport {
+    pub(crate) fn new(
+        provider: &'static str,
+        settings: HttpSettings,
+        secret: Option<ApiKey>,
+    ) -> Result<Self, ConfigError> {
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls_config()?)
+            .timeout(settings.timeout)
+            .connect_timeout(settings.connect_timeout)
+            // A redirect could carry the key header to another host; these APIs never redirect.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("agent-llm/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ConfigError::Client(error_chain(&e)))?;
+        Ok(Self {
+            client,
+            settings,
+            secret,
+            provider,
+        })
+    }
+
+    /// Replace every occurrence of the key in `text` (a provider may echo it in an error).
+    pub(crate) fn redact(&self, text: &str) -> String {
+        match &self.secret {
+            Some(key) if key.expose().len() >= 8 => text.replace(key.expose(), "[redacted]"),
+            _ => text.to_owned(),
+        }
+    }
+
+    fn error(&self, class: ErrorClass, message: &str) -> RouterError {
+        RouterError::new(class, self.redact(&format!("{}: {message}", self.provider)))
+    }
+
+    /// POST `body` as JSON, retrying what may pass, and return the 2xx body.
+    pub(crate) async fn post_json(
+        &self,
+        url: &reqwest::Url,
+        headers: HeaderMap,
+        body: Vec<u8>,
+    ) -> Result<Body, RouterError> {
+        let mut attempt: u32 = 0;
+        loop {
+            let outcome = self
+                .client
+                .post(url.clone())
+                .headers(headers.clone())
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )
+                .body(body.clone())
+                .send()
+                .await;
+            let (error, wait) = match outcome {
+                Err(e) => {
+                    let class = classify_transport(&e);
+                    let error = self.error(class, &error_chain(&e));
+                    if class != ErrorClass::Retryable {
+                        return Err(error);
+                    }
+                    (error, None)
+                }
+                Ok(mut response) => {
+                    let status = response.status();
+                    if status.is_success() {
+                        let bytes =
+                            read_limited(&mut response, self.settings.max_response_bytes, false)
+                                .await
+                                .map_err(|e| self.read_error(e))?;
+                        return Ok(Body {
+                            text: String::from_utf8_lossy(&bytes).into_owned(),
+                        });
+                    }
+                    let headers = response.headers().clone();
+                    let text = read_limited(&mut response, MAX_ERROR_BODY, true)
+                        .await
+                        .map(|b| String::from_utf8_lossy(&b).into_owned())
+                        .unwrap_or_default();
+                    let class = classify_status(status);
+                    let message = format!("HTTP {status}: {}", error_message(&text));
+                    let error = self.error(class, &message);
+                    if !retryable_status(status) || should_retry_header(&headers) == Some(false) {
+                        return Err(error);
+                    }
+                    let asked = retry_after(&headers, SystemTime::now());
+                    if let Some(asked) = asked
+                        && asked > self.settings.max_retry_after
+                    {
+                        return Err(self.error(
+                            class,
+                            &format!(
+                                "{message} (the provider asked to wait {}s, more than the {}s allowed)",
+                                asked.as_secs(),
+                                self.settings.max_retry_after.as_secs()
+                            ),
+                        ));
+                    }
+                    (error, asked)
+                }
+            };
+            if attempt >= self.settings.max_retries {
+                return Err(error);
+            }
+            let wait = wait.unwrap_or_else(|| backoff(&self.settings, attempt));
+            tracing::warn!(
+                provider = self.provider,
+                attempt = attempt + 1,
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                error = %error,
+                "retrying the LLM call"
+            );
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    fn read_error(&self, e: ReadError) -> RouterError {
+        match e {
+            ReadError::TooLarge { limit } => self.error(
+                ErrorClass::Permanent,
+                &format!("response body exceeds {limit} bytes; rejected while streaming"),
+            ),
+            ReadError::Http(e) => self.error(classify_transport(&e), &error_chain(&e)),
+        }
+    }
+}
+
+/// Why a body could not be read.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    /// Past the limit: the rest is never read.
+    TooLarge { limit: usize },
+    /// The connection failed or timed out.
+    Http(reqwest::Error),
+}
+
+/// Read the body chunk by chunk, stopping as soon as it would pass `limit`. With
+/// `truncate`, keep the first `limit` bytes instead of failing (for error messages).
+pub(crate) async fn read_limited(
+    response: &mut reqwest::Response,
+    limit: usize,
+    truncate: bool,
+) -> Result<Vec<u8>, ReadError> {
+    if !truncate
+        && let Some(len) = response.content_length()
+        && len > limit as u64
+    {
+        return Err(ReadError::TooLarge { limit });
+    }
+    let mut buf = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(ReadError::Http)? {
+        if buf.len() + chunk.len() > limit {
+            if truncate {
+                let room = limit - buf.len();
+                buf.extend_from_slice(&chunk[..room]);
+                return Ok(buf);
+            }
+            return Err(ReadError::TooLarge { limit });
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf)
+}
+
+/// The class of a failure to talk to the provider at all.
+pub(crate) fn classify_transport(e: &reqwest::Error) -> ErrorClass {
+    if e.is_timeout() {
+        ErrorClass::Timeout
+    } else if e.is_builder() || e.is_redirect() {
+        ErrorClass::Permanent
+    } else {
+        // Connect errors, resets, a connection closed mid-body: a passing fault.
+        ErrorClass::Retryable
+    }
+}
+
+/// The class of an HTTP error status.
+#[must_use]
+pub fn classify_status(status: StatusCode) -> ErrorClass {
+    match status.as_u16() {
+        401 | 403 => ErrorClass::Auth,
+        408 => ErrorClass::Timeout,
+        429 => ErrorClass::RateLimited,
+        409 | 500..=599 => ErrorClass::Retryable,
+        _ => ErrorClass::Permanent,
+    }
+}
+
+/// Whether the client retries this status itself (the OpenAI and Anthropic SDKs retry the
+/// same set).
+fn retryable_status(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 409 | 429 | 500..=599)
+}
+
+/// `x-should-retry: true|false`, sent by OpenAI and Anthropic to override the default.
+fn should_retry_header(headers: &HeaderMap) -> Option<bool> {
+    match headers.get("x-should-retry")?.to_str().ok()?.trim() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// How long the provider asked us to wait: `retry-after-ms` (OpenAI), or `retry-after` as
+/// seconds or an HTTP date (RFC 9110). A date in the past means no wait.
+#[must_use]
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    // Far beyond any wait anyone honours; keeps `from_secs_f64` away from overflow.
+    const CAP_SECS: f64 = 1.0e9;
+    let seconds =
+        |v: f64| (v.is_finite() && v >= 0.0).then(|| Duration::from_secs_f64(v.min(CAP_SECS)));
+    if let Some(ms) = headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|ms| seconds(ms / 1000.0))
+    {
+        return Some(ms);
+    }
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return seconds(secs);
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Exponential backoff with jitter: `initial * 2^attempt`, capped, times a random factor in
+/// `[0.5, 1.0]` so many workers do not retry in step.
+#[must_use]
+pub fn backoff(settings: &HttpSettings, attempt: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.min(20));
+    let base = settings
+        .initial_backoff
+        .saturating_mul(factor)
+        .min(settings.max_backoff);
+    base.mul_f64(rand::random_range(0.5..=1.0))
+}
+
+/// The message inside a provider's JSON error body (`{"error":{"message":...}}` for both
+/// OpenAI and Anthropic), or the body itself, shortened.
+fn error_message(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        let error = v.get("error")?;
+        let message = error
+            .get("message")
+            .and_then(serde_json::Value::as_str)
+            .or_else(|| error.as_str())?;
+        let kind = error.get("type").and_then(serde_json::Value::as_str);
+        Some(match kind {
+            Some(kind) => format!("{kind}: {message}"),
+            None => message.to_owned(),
+        })
+    });
+    crate::truncate(message.as_deref().unwrap_or(body), 500)
+}
+
+/// An error and its sources, `: `-joined (reqwest's own message hides the cause).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "3")]), now),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "0.5")]), now),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            retry_after(
+                &headers(&[("retry-after", "7"), ("retry-after-ms", "250")]),
+                now
+            ),
+            Some(Duration::from_millis(250))
+        );
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(20));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", &later)]), now),
+            Some(Duration::from_secs(20))
+        );
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(20));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", &past)]), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-1")]), now), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "NaN")]), now), None);
+        assert!(retry_after(&headers(&[("retry-after", "1e300")]), now).is_some());
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let s = HttpSettings {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            ..HttpSettings::default()
+        };
+        for attempt in 0..40 {
+            let d = backoff(&s, attempt);
+            assert!(d <= Duration::from_secs(1), "{attempt}: {d:?}");
+            let expected = Duration::from_millis(100)
+                .saturating_mul(2u32.saturating_pow(attempt.min(20)))
+                .min(Duration::from_secs(1));
+            assert!(d >= expected / 2, "{attempt}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn statuses_are_classified() {
+        let c = |n| classify_status(StatusCode::from_u16(n).unwrap());
+        assert_eq!(c(401), ErrorClass::Auth);
+        assert_eq!(c(403), ErrorClass::Auth);
+        assert_eq!(c(429), ErrorClass::RateLimited);
+        assert_eq!(c(500), ErrorClass::Retryable);
+        assert_eq!(c(529), ErrorClass::Retryable);
+        assert_eq!(c(408), ErrorClass::Timeout);
+        assert_eq!(c(400), ErrorClass::Permanent);
+        assert_eq!(c(404), ErrorClass::Permanent);
+        assert_eq!(c(302), ErrorClass::Permanent);
+    }
+
+    #[test]
+    fn error_messages_are_extracted() {
+        let openai = r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#;
+        assert_eq!(
+            error_message(openai),
+            "invalid_request_error: Incorrect API key provided"
+        );
+        let anthropic = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_1"}"#;
+        assert_eq!(error_message(anthropic), "overloaded_error: Overloaded");
+        assert_eq!(
+            error_message("<html>bad gateway</html>"),
+            "<html>bad gateway</html>"
+        );
+        assert_eq!(
+            error_message(r#"{"error":"model not found"}"#),
+            "model not found"
+        );
+    }
+}

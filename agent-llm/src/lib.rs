@@ -1,0 +1,233 @@
+//! # agent-llm
+//!
+//! [`Router`]s for `agent-core` that call real LLM APIs:
+//!
+//! - [`OpenAiRouter`]: OpenAI-compatible chat completions — OpenAI, Ollama, vLLM,
+//!   llama.cpp's server — with a configurable base URL;
+//! - [`AnthropicRouter`]: Anthropic's messages API.
+//!
+//! A router only turns a [`RouteRequest`] into one HTTP call and the response into a raw
+//! [`RouterReply`]. It validates nothing: the runner checks every answer with
+//! [`agent_core::router::validate`] against exactly the options it offered, re-asks a
+//! bounded number of times, journals every decision and rejection, and takes the state's
+//! failure path. So a model that names a tool not offered, a lookalike (`chargePayment`, a
+//! trailing space, a Cyrillic `Р`), invalid JSON or several calls at once gets its answer
+//! rejected; nothing runs.
+//!
+//! ## How a decision is asked
+//!
+//! Every legal option becomes a tool named exactly like the option: transitions take an
+//! object of (optional) arguments, tools take their input schema. The model must call one
+//! (`tool_choice: "required"`, or `{"type": "any"}` for Anthropic) and only one (parallel
+//! tool calls off). The system prompt states the rules; the user message carries the typed
+//! state and the selected tool results (see [`RouteRequest::user_prompt`]).
+//!
+//! ## Tutorial
+//!
+//! Pick a router from the environment, falling back to a scripted one (what the examples
+//! do), ask, and validate:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use agent_core::router::{
+//!     OptionKind, RouteOption, RouteRequest, Router, ScriptedRouter, validate,
+//! };
+//! use serde_json::json;
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // `AGENT_LLM_PROVIDER=ollama OPENAI_MODEL=llama3.1`, for example; nothing set means
+//!     // `None`, and the scripted router stands in.
+//!     let router: Arc<dyn Router> = match agent_llm::router_from_env()? {
+//!         Some(router) => router,
+//!         None => Arc::new(ScriptedRouter::new([ScriptedRouter::choose("Payment", "{}")])),
+//!     };
+//!
+//!     let request = RouteRequest {
+//!         agent: "Checkout".into(),
+//!         state: "Review".into(),
+//!         state_data: json!({"cart": ["book"]}),
+//!         options: vec![RouteOption {
+//!             kind: OptionKind::Transition,
+//!             name: "Payment".into(),
+//!             description: "The customer confirmed the cart.".into(),
+//!             schema: None,
+//!         }],
+//!         tool_results: vec![],
+//!         feedback: vec![],
+//!     };
+//!     let reply = router.decide(&request).await?;
+//!     match validate(&request.options, &reply, &|_, _| Ok(())) {
+//!         Ok(decision) => println!("decided: {decision:?}"),
+//!         Err(rejection) => println!("rejected ({}): {}", rejection.code, rejection.message),
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Or build one explicitly:
+//!
+//! ```no_run
+//! use agent_llm::{AnthropicConfig, AnthropicRouter, ApiKey, OpenAiConfig, OpenAiRouter};
+//!
+//! # fn main() -> Result<(), agent_llm::ConfigError> {
+//! let local = OpenAiRouter::new(OpenAiConfig::ollama("llama3.1"))?;
+//! let vllm = OpenAiRouter::new(OpenAiConfig::new("http://gpu-box:8000/v1", "qwen2.5"))?;
+//! let claude = AnthropicRouter::new(
+//!     AnthropicConfig::new(ApiKey::new("sk-ant-..."), "claude-sonnet-4-5").with_max_tokens(512),
+//! )?;
+//! # let _ = (local, vllm, claude);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Environment
+//!
+//! [`router_from_env`] returns `None` unless `AGENT_LLM_PROVIDER` is set, so an API key
+//! lying in a developer's shell never turns an offline example into a paid call.
+//!
+//! | variable | used by | meaning | default |
+//! |---|---|---|---|
+//! | `AGENT_LLM_PROVIDER` | [`router_from_env`] | `openai`, `ollama` or `anthropic` | unset: no router |
+//! | `OPENAI_BASE_URL` | openai, ollama | base URL including `/v1` | `https://api.openai.com/v1`; ollama: `http://localhost:11434/v1` |
+//! | `OPENAI_MODEL` | openai, ollama | model name | required |
+//! | `OPENAI_API_KEY` | openai, ollama | bearer token | required for `api.openai.com` only |
+//! | `ANTHROPIC_BASE_URL` | anthropic | base URL without `/v1` | `https://api.anthropic.com` |
+//! | `ANTHROPIC_MODEL` | anthropic | model name | required |
+//! | `ANTHROPIC_API_KEY` | anthropic | `x-api-key` | required |
+//! | `AGENT_LLM_MAX_TOKENS` | all | output token limit of one decision | 1024 |
+//! | `AGENT_LLM_TIMEOUT_SECS` | all | whole-request timeout | 120 |
+//! | `AGENT_LLM_MAX_RETRIES` | all | retries after the first attempt | 3 |
+//!
+//! Empty variables count as unset. A missing or unusable one is a [`ConfigError`] naming it.
+//!
+//! ## HTTP behaviour
+//!
+//! - reqwest without default features, rustls on the *ring* crypto provider (the one sqlx
+//!   compiles; no aws-lc), the platform's certificate store, HTTP/1.1, no redirects (a
+//!   redirect could carry the key to another host).
+//! - Timeouts: connect and whole request ([`HttpSettings`]).
+//! - Retries on 408, 409, 429, 5xx (Anthropic's 529 included) and connection errors, with
+//!   exponential backoff and jitter, honouring `retry-after-ms` and `retry-after` (seconds or
+//!   an HTTP date) and `x-should-retry`; a provider asking to wait longer than
+//!   [`HttpSettings::max_retry_after`] fails the call at once. Timeouts are not retried here
+//!   (the runner decides).
+//! - Errors carry an [`ErrorClass`](agent_core::ErrorClass): 401/403 → `Auth`, 429 →
+//!   `RateLimited`, 5xx and connection errors → `Retryable`, timeouts → `Timeout`, other
+//!   4xx → `Permanent`.
+//! - A response body past [`HttpSettings::max_response_bytes`] (1 MiB) is rejected while
+//!   it streams in: chunks are read one by one and reading stops at the limit.
+//! - Keys are wrapped in [`ApiKey`] (redacted `Debug`, no `Display`), sent in headers marked
+//!   sensitive, and scrubbed from error messages; tracing fields never include them.
+//!
+//! The longer guide, with the request and response shapes and how to run the fuzz target,
+//! is the [`guide`] module.
+//!
+//! [`RouteRequest::user_prompt`]: agent_core::router::RouteRequest::user_prompt
+
+use std::sync::Arc;
+
+use agent_core::router::{OptionKind, RouteOption, Router};
+use serde_json::{Value, json};
+
+pub mod anthropic;
+mod config;
+mod http;
+pub mod openai;
+
+pub use anthropic::{AnthropicConfig, AnthropicRouter};
+pub use config::{ApiKey, ConfigError, HttpSettings};
+pub use http::{backoff, classify_status, retry_after};
+pub use openai::{MaxTokensField, OpenAiConfig, OpenAiRouter};
+
+#[doc = include_str!("../../docs/llm-providers.md")]
+pub mod guide {}
+
+/// Output token limit of one decision when none is configured.
+pub const DEFAULT_MAX_TOKENS: u32 = 1024;
+
+/// The router the environment asks for, or `None` when `AGENT_LLM_PROVIDER` is unset (the
+/// caller then falls back to a scripted router). See the crate docs for the variables.
+///
+/// # Errors
+/// [`ConfigError::UnknownProvider`] for an unknown provider name, [`ConfigError::Missing`]
+/// naming a required variable that is not set, [`ConfigError::Invalid`] or
+/// [`ConfigError::BaseUrl`] for unusable values, [`ConfigError::Client`] when TLS cannot be
+/// set up.
+pub fn router_from_env() -> Result<Option<Arc<dyn Router>>, ConfigError> {
+    router_from_lookup(&|name| std::env::var(name).ok())
+}
+
+/// Like [`router_from_env`], reading variables through `lookup` (tests pass a map).
+///
+/// # Errors
+/// As [`router_from_env`].
+pub fn router_from_lookup(
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Arc<dyn Router>>, ConfigError> {
+    let provider = lookup("AGENT_LLM_PROVIDER")
+        .map(|p| p.trim().to_ascii_lowercase())
+        .filter(|p| !p.is_empty());
+    let Some(provider) = provider else {
+        return Ok(None);
+    };
+    let router: Arc<dyn Router> = match provider.as_str() {
+        "openai" => Arc::new(openai::from_lookup(openai::OPENAI_BASE_URL, lookup)?),
+        "ollama" => Arc::new(openai::from_lookup(openai::OLLAMA_BASE_URL, lookup)?),
+        "anthropic" => Arc::new(AnthropicRouter::new(AnthropicConfig::from_lookup(lookup)?)?),
+        _ => return Err(ConfigError::UnknownProvider(truncate(&provider, 40))),
+    };
+    Ok(Some(router))
+}
+
+/// The description a tool carries: what kind of option it is, then the graph's text.
+pub(crate) fn option_description(option: &RouteOption) -> String {
+    let kind = match option.kind {
+        OptionKind::Transition => format!(
+            "Transition: move the agent to state `{}` and end this decision.",
+            option.name
+        ),
+        OptionKind::Tool => format!(
+            "Tool: call `{}`; you will be asked again with its result.",
+            option.name
+        ),
+    };
+    if option.description.trim().is_empty() {
+        kind
+    } else {
+        format!("{kind} {}", option.description.trim())
+    }
+}
+
+/// The parameters schema a tool carries: an object of optional arguments for transitions,
+/// the input schema for tools (without `$schema`, which some servers reject).
+pub(crate) fn option_schema(option: &RouteOption) -> Value {
+    match (option.kind, &option.schema) {
+        (OptionKind::Tool, Some(schema)) => {
+            let mut schema = schema.clone();
+            if let Some(map) = schema.as_object_mut() {
+                map.remove("$schema");
+            }
+            schema
+        }
+        _ => json!({"type": "object", "properties": {}}),
+    }
+}
+
+/// The raw body as journaled: at most [`agent_core::router::MAX_JOURNALED_OUTPUT`] bytes.
+pub(crate) fn journal_text(body: &str) -> String {
+    truncate(body, agent_core::router::MAX_JOURNALED_OUTPUT)
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary, with `…` when cut.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

@@ -1,0 +1,386 @@
+//! OpenAI-compatible chat completions: OpenAI, Ollama, vLLM, llama.cpp's server, and any
+//! other server speaking `POST {base}/chat/completions` with function tools.
+
+use agent_core::ErrorClass;
+use agent_core::router::{RawChoice, RouteRequest, Router, RouterError, RouterReply};
+use async_trait::async_trait;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use crate::config::{ApiKey, ConfigError, Env, HttpSettings, check_base_url, join};
+use crate::http::Transport;
+use crate::{DEFAULT_MAX_TOKENS, journal_text, option_description, option_schema};
+
+/// OpenAI's own endpoint.
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// Ollama's OpenAI-compatible endpoint on its default port.
+pub const OLLAMA_BASE_URL: &str = "http://localhost:11434/v1";
+
+/// Which request field carries the output token limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaxTokensField {
+    /// `max_completion_tokens`: what OpenAI wants (its reasoning models reject `max_tokens`).
+    MaxCompletionTokens,
+    /// `max_tokens`: what Ollama, vLLM and llama.cpp's server read.
+    MaxTokens,
+}
+
+/// Configuration of an [`OpenAiRouter`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct OpenAiConfig {
+    /// Base URL up to and including the version, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The model, e.g. `gpt-4.1-mini` or `llama3.1`.
+    pub model: String,
+    /// Sent as `Authorization: Bearer`; `None` for servers without auth (Ollama).
+    pub api_key: Option<ApiKey>,
+    /// Output token limit of one decision.
+    pub max_tokens: u32,
+    /// Which field carries `max_tokens`.
+    pub max_tokens_field: MaxTokensField,
+    /// Sampling temperature; `None` leaves the server's default (reasoning models accept
+    /// no other).
+    pub temperature: Option<f32>,
+    /// Timeouts, retries, limits.
+    pub http: HttpSettings,
+}
+
+impl OpenAiConfig {
+    /// A server at `base_url` serving `model`, without a key.
+    #[must_use]
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        let base_url = base_url.into();
+        let max_tokens_field = if base_url.trim_end_matches('/') == OPENAI_BASE_URL {
+            MaxTokensField::MaxCompletionTokens
+        } else {
+            MaxTokensField::MaxTokens
+        };
+        Self {
+            base_url,
+            model: model.into(),
+            api_key: None,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            max_tokens_field,
+            temperature: None,
+            http: HttpSettings::default(),
+        }
+    }
+
+    /// OpenAI itself.
+    #[must_use]
+    pub fn openai(api_key: ApiKey, model: impl Into<String>) -> Self {
+        Self::new(OPENAI_BASE_URL, model).with_api_key(api_key)
+    }
+
+    /// A local Ollama on its default port; no key.
+    #[must_use]
+    pub fn ollama(model: impl Into<String>) -> Self {
+        Self::new(OLLAMA_BASE_URL, model)
+    }
+
+    /// Set the key.
+    #[must_use]
+    pub fn with_api_key(mut self, key: ApiKey) -> Self {
+        self.api_key = Some(key);
+        self
+    }
+
+    /// Set the output token limit.
+    #[must_use]
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Set the HTTP settings.
+    #[must_use]
+    pub fn with_http(mut self, http: HttpSettings) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// Read `OPENAI_BASE_URL`, `OPENAI_MODEL`, `OPENAI_API_KEY` and the shared
+    /// `AGENT_LLM_*` settings from the process environment (see the crate docs' table).
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] naming `OPENAI_MODEL`, or `OPENAI_API_KEY` when the base URL
+    /// is OpenAI's; [`ConfigError::Invalid`] or [`ConfigError::BaseUrl`] for unusable values.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(OPENAI_BASE_URL, &|name| std::env::var(name).ok())
+    }
+
+    /// Like [`from_env`](Self::from_env), reading variables through `lookup`, with
+    /// `default_base_url` when `OPENAI_BASE_URL` is unset (the Ollama preset passes
+    /// [`OLLAMA_BASE_URL`]).
+    ///
+    /// # Errors
+    /// As [`from_env`](Self::from_env).
+    pub fn from_lookup(
+        default_base_url: &str,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let env = Env::new(lookup);
+        let base_url = env
+            .get("OPENAI_BASE_URL")
+            .unwrap_or_else(|| default_base_url.to_owned());
+        check_base_url(&base_url)?;
+        let model = env.require("OPENAI_MODEL", "the model to route with")?;
+        let api_key = env.get("OPENAI_API_KEY").map(ApiKey::new);
+        if api_key.is_none() && base_url.trim_end_matches('/') == OPENAI_BASE_URL {
+            return Err(ConfigError::Missing {
+                name: "OPENAI_API_KEY",
+                what: "OpenAI needs a key (servers such as Ollama set `OPENAI_BASE_URL` instead)",
+            });
+        }
+        let (max_tokens, http) = env.common()?;
+        let mut config = Self::new(base_url, model).with_http(http);
+        config.api_key = api_key;
+        if let Some(m) = max_tokens {
+            config.max_tokens = m;
+        }
+        Ok(config)
+    }
+}
+
+/// A [`Router`] on an OpenAI-compatible chat completions endpoint.
+///
+/// Every legal option is offered as a function tool named exactly like the option
+/// (transitions take an object of arguments, tools their input schema), with
+/// `tool_choice: "required"` and `parallel_tool_calls: false`. Every tool call in the
+/// answer becomes a [`RawChoice`]; nothing is validated here, that is the runner's job.
+#[derive(Debug)]
+pub struct OpenAiRouter {
+    config: OpenAiConfig,
+    url: reqwest::Url,
+    transport: Transport,
+}
+
+impl OpenAiRouter {
+    /// A router with this configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError::BaseUrl`] for a base URL that does not parse, [`ConfigError::Client`]
+    /// when TLS cannot be set up (no usable certificate store).
+    pub fn new(config: OpenAiConfig) -> Result<Self, ConfigError> {
+        let url = join(&config.base_url, "chat/completions")?;
+        let transport = Transport::new("openai", config.http.clone(), config.api_key.clone())?;
+        Ok(Self {
+            config,
+            url,
+            transport,
+        })
+    }
+
+    /// A router configured by [`OpenAiConfig::from_env`].
+    ///
+    /// # Errors
+    /// As [`OpenAiConfig::from_env`] and [`OpenAiRouter::new`].
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::new(OpenAiConfig::from_env()?)
+    }
+
+    /// Its configuration.
+    #[must_use]
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    /// The JSON body sent for `request`.
+    #[must_use]
+    pub fn request_body(&self, request: &RouteRequest) -> Value {
+        let tools: Vec<Value> = request
+            .options
+            .iter()
+            .map(|o| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": o.name,
+                        "description": option_description(o),
+                        "parameters": option_schema(o),
+                    }
+                })
+            })
+            .collect();
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": request.system_prompt()},
+                {"role": "user", "content": request.user_prompt()},
+            ],
+            "tools": tools,
+            "tool_choice": "required",
+            "parallel_tool_calls": false,
+        });
+        let field = match self.config.max_tokens_field {
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+            MaxTokensField::MaxTokens => "max_tokens",
+        };
+        body[field] = json!(self.config.max_tokens);
+        if let Some(t) = self.config.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+
+    fn headers(&self) -> Result<HeaderMap, RouterError> {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.config.api_key {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
+                    RouterError::new(
+                        ErrorClass::Auth,
+                        "openai: the API key is not a valid header value",
+                    )
+                })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        Ok(headers)
+    }
+}
+
+#[async_trait]
+impl Router for OpenAiRouter {
+    async fn decide(&self, request: &RouteRequest) -> Result<RouterReply, RouterError> {
+        let span = tracing::info_span!(
+            "llm.decide",
+            provider = "openai",
+            model = %self.config.model,
+            agent = %request.agent,
+            state = %request.state,
+        );
+        async {
+            let body = serde_json::to_vec(&self.request_body(request)).map_err(|e| {
+                RouterError::new(ErrorClass::Permanent, format!("openai: request: {e}"))
+            })?;
+            let response = self
+                .transport
+                .post_json(&self.url, self.headers()?, body)
+                .await?;
+            parse_response(&response.text, &self.config.model).map_err(|e| RouterError {
+                message: self.transport.redact(&e.message),
+                ..e
+            })
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// Turn a chat completion body into a [`RouterReply`], faithfully: every tool call of every
+/// choice becomes a [`RawChoice`] (arguments as the raw text the model wrote; an object, as
+/// some servers send, is re-serialized), a `refusal` or `finish_reason: "content_filter"`
+/// becomes [`RouterReply::refusal`], `finish_reason: "length"` sets
+/// [`RouterReply::truncated`], `usage` gives the token counts. `fallback_model` names the
+/// model when the body does not.
+///
+/// # Errors
+/// A [`ErrorClass::Permanent`] [`RouterError`] when the body is not a JSON object with a
+/// `choices` array (or carries an `error` object).
+pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, RouterError> {
+    let fail = |what: &str| {
+        RouterError::new(
+            ErrorClass::Permanent,
+            format!(
+                "openai: {what}; body starts with: {}",
+                crate::truncate(body, 200)
+            ),
+        )
+    };
+    let root: Value =
+        serde_json::from_str(body).map_err(|e| fail(&format!("response is not JSON ({e})")))?;
+    if let Some(error) = root.get("error").filter(|e| !e.is_null()) {
+        let message = error
+            .get("message")
+            .and_then(Value::as_str)
+            .or_else(|| error.as_str())
+            .unwrap_or("unknown error");
+        return Err(RouterError::new(
+            ErrorClass::Permanent,
+            format!(
+                "openai: error in response: {}",
+                crate::truncate(message, 300)
+            ),
+        ));
+    }
+    let choices = root
+        .get("choices")
+        .and_then(Value::as_array)
+        .ok_or_else(|| fail("response has no `choices` array"))?;
+    let mut reply = RouterReply {
+        model: root
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(fallback_model)
+            .to_owned(),
+        raw_output: journal_text(body),
+        ..RouterReply::default()
+    };
+    for choice in choices {
+        let message = choice.get("message");
+        let calls = message
+            .and_then(|m| m.get("tool_calls"))
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for call in calls {
+            let function = call.get("function").unwrap_or(&Value::Null);
+            reply.choices.push(raw_call(function));
+        }
+        // The legacy single `function_call`, still sent by some compatible servers.
+        if let Some(function) = message
+            .and_then(|m| m.get("function_call"))
+            .filter(|f| f.is_object())
+        {
+            reply.choices.push(raw_call(function));
+        }
+        if reply.refusal.is_none()
+            && let Some(refusal) = message
+                .and_then(|m| m.get("refusal"))
+                .and_then(Value::as_str)
+        {
+            reply.refusal = Some(refusal.to_owned());
+        }
+        match choice.get("finish_reason").and_then(Value::as_str) {
+            Some("length") => reply.truncated = true,
+            Some("content_filter") if reply.refusal.is_none() => {
+                reply.refusal = Some("the provider's content filter stopped the answer".into());
+            }
+            _ => {}
+        }
+    }
+    let usage = root.get("usage");
+    reply.input_tokens = usage
+        .and_then(|u| u.get("prompt_tokens"))
+        .and_then(Value::as_u64);
+    reply.output_tokens = usage
+        .and_then(|u| u.get("completion_tokens"))
+        .and_then(Value::as_u64);
+    Ok(reply)
+}
+
+fn raw_call(function: &Value) -> RawChoice {
+    RawChoice {
+        name: function
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        arguments: match function.get("arguments") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        },
+    }
+}
+
+/// The variable-reading part of the provider choice, for [`crate::router_from_lookup`].
+pub(crate) fn from_lookup(
+    default_base_url: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<OpenAiRouter, ConfigError> {
+    OpenAiRouter::new(OpenAiConfig::from_lookup(default_base_url, lookup)?)
+}
