@@ -5,6 +5,8 @@
 //! (Crate documentation: see `docs/` — filled in as the crate grows.)
 
 pub mod agent;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod graph;
 pub mod router;
 pub mod runner;

@@ -1,1 +1,777 @@
-//! An in-memory store (filled in below).
+//! An in-memory [`Store`]: every guarantee of the contract, nothing durable across a restart.
+//!
+//! For tests, examples and single-process use where losing runs on exit is acceptable. All
+//! data lives behind one mutex, so every operation is atomic; versions are kept through
+//! [`history::encode`] like on the durable backends, so the storage figures compare.
+//!
+//! ```
+//! use agent_core::store::{memory::MemoryStore, NewRun, Store};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let store = MemoryStore::new();
+//! let run = store
+//!     .create_run(NewRun {
+//!         id: "run-1".into(),
+//!         agent: "Checkout".into(),
+//!         fingerprint: "f".into(),
+//!         state_name: "Browsing".into(),
+//!         state: serde_json::json!({ "cart": [] }),
+//!     })
+//!     .await
+//!     .unwrap();
+//! assert_eq!(run.version, 0);
+//! # });
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::history::{self, VersionPayload};
+use super::{
+    JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
+    RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
+    TransitionKind, TransitionRecord, creation_hash, now_ms, transition_hash,
+};
+use crate::graph::GraphDescription;
+use crate::tool::ToolKind;
+
+/// The in-memory store. Cheap to create; share it with `Arc`.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+    work: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// `(agent, fingerprint)` → graph and registration order.
+    graphs: BTreeMap<(String, String), (GraphDescription, u64)>,
+    graph_seq: u64,
+    runs: HashMap<String, RunData>,
+    run_seq: u64,
+    signals: BTreeMap<i64, SignalRecord>,
+    next_signal: i64,
+    tools: BTreeMap<String, ToolSwitch>,
+}
+
+#[derive(Debug)]
+struct RunData {
+    record: RunRecord,
+    created_seq: u64,
+    creation_hash: String,
+    versions: BTreeMap<u64, StoredVersion>,
+    patch_bytes_since_snapshot: u64,
+    last_hash: String,
+    journal: BTreeMap<(u64, u32), JournalEntry>,
+}
+
+#[derive(Debug)]
+struct StoredVersion {
+    payload: VersionPayload,
+    state_name: String,
+    transition: TransitionRecord,
+}
+
+impl StoredVersion {
+    fn bytes(&self) -> u64 {
+        let t = &self.transition;
+        self.payload.byte_len()
+            + (self.state_name.len()
+                + t.run_id.len()
+                + t.from_state.len()
+                + t.to_state.len()
+                + t.hash.len()
+                + 40) as u64
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-applied write: every operation
+        // validates before it mutates, so the data stays consistent.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn not_found(run_id: &str) -> StoreError {
+    StoreError::NotFound(run_id.to_owned())
+}
+
+fn lease_alive(r: &RunRecord, now: i64) -> bool {
+    r.lease_owner.is_some() && r.lease_expires_at.is_some_and(|t| t > now)
+}
+
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
+impl Inner {
+    fn run(&self, run_id: &str) -> Result<&RunData, StoreError> {
+        self.runs.get(run_id).ok_or_else(|| not_found(run_id))
+    }
+
+    fn run_mut(&mut self, run_id: &str) -> Result<&mut RunData, StoreError> {
+        self.runs.get_mut(run_id).ok_or_else(|| not_found(run_id))
+    }
+
+    fn has_signal_for(&self, r: &RunRecord) -> bool {
+        self.signals.values().any(|s| {
+            s.run_id == r.id
+                && s.consumed_at_version.is_none()
+                && r.waiting_for.as_ref().is_none_or(|w| *w == s.name)
+        })
+    }
+
+    fn insert_run(&mut self, new: NewRun, parent: Option<(String, u64)>) -> RunRecord {
+        let now = now_ms();
+        let hash = transition_hash("", &new.id, 0, &new.state_name, &new.state_name, &new.state);
+        let transition = TransitionRecord {
+            run_id: new.id.clone(),
+            version: 0,
+            from_state: new.state_name.clone(),
+            to_state: new.state_name.clone(),
+            kind: TransitionKind::Start,
+            status: RunStatus::Running,
+            epoch: 0,
+            created_at: now,
+            hash: hash.clone(),
+        };
+        let record = RunRecord {
+            id: new.id.clone(),
+            agent: new.agent.clone(),
+            fingerprint: new.fingerprint.clone(),
+            state_name: new.state_name.clone(),
+            state: new.state.clone(),
+            version: 0,
+            status: RunStatus::Running,
+            waiting_for: None,
+            wake_at: None,
+            error: None,
+            epoch: 0,
+            lease_owner: None,
+            lease_expires_at: None,
+            claims_without_progress: 0,
+            parent,
+            created_at: now,
+            updated_at: now,
+        };
+        let (payload, since) = history::encode(None, &new.state, 0);
+        let mut versions = BTreeMap::new();
+        versions.insert(
+            0,
+            StoredVersion {
+                payload,
+                state_name: new.state_name.clone(),
+                transition,
+            },
+        );
+        self.run_seq += 1;
+        self.runs.insert(
+            new.id.clone(),
+            RunData {
+                record: record.clone(),
+                created_seq: self.run_seq,
+                creation_hash: creation_hash(&new),
+                versions,
+                patch_bytes_since_snapshot: since,
+                last_hash: hash,
+                journal: BTreeMap::new(),
+            },
+        );
+        record
+    }
+
+    fn claim(data: &mut RunData, worker: &str, ttl: Duration, now: i64) -> (Lease, RunRecord) {
+        let r = &mut data.record;
+        r.epoch += 1;
+        r.lease_owner = Some(worker.to_owned());
+        r.lease_expires_at = Some(now.saturating_add(ttl_ms(ttl)));
+        r.claims_without_progress += 1;
+        r.updated_at = now;
+        let lease = Lease {
+            run_id: r.id.clone(),
+            worker: worker.to_owned(),
+            epoch: r.epoch,
+            expires_at: now.saturating_add(ttl_ms(ttl)),
+        };
+        (lease, r.clone())
+    }
+}
+
+impl RunData {
+    /// The state at `version`, replayed from the nearest snapshot at or before it.
+    fn state_at(&self, version: u64) -> Result<Option<StateAtVersion>, StoreError> {
+        let Some(target) = self.versions.get(&version) else {
+            return Ok(None);
+        };
+        let start = self
+            .versions
+            .range(..=version)
+            .rev()
+            .find(|(_, v)| v.payload.is_snapshot())
+            .map(|(k, _)| *k)
+            .ok_or_else(|| StoreError::Corrupt {
+                run_id: self.record.id.clone(),
+                message: format!("no snapshot at or before version {version}"),
+            })?;
+        let state = history::replay(
+            self.versions
+                .range(start..=version)
+                .map(|(_, v)| &v.payload),
+        )
+        .map_err(|e| StoreError::Corrupt {
+            run_id: self.record.id.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Some(StateAtVersion {
+            version,
+            state_name: target.state_name.clone(),
+            state,
+        }))
+    }
+
+    fn fenced(&self, lease: &Lease) -> Result<(), StoreError> {
+        if self.record.epoch == lease.epoch {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            })
+        }
+    }
+}
+
+/// Whether a journal entry belongs to the run's saga log (needed to compensate later).
+pub(crate) fn is_saga_entry(e: &JournalEntry) -> bool {
+    use super::{CallStatus, EntryKind};
+    match e.kind {
+        EntryKind::Compensation => true,
+        EntryKind::Tool => {
+            e.tool_kind == Some(ToolKind::Hybrid) && e.status == CallStatus::Succeeded
+        }
+        EntryKind::Decision => false,
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        let key = (graph.agent.clone(), graph.fingerprint());
+        g.graph_seq += 1;
+        let seq = g.graph_seq;
+        g.graphs
+            .entry(key)
+            .and_modify(|e| e.1 = seq)
+            .or_insert_with(|| (graph.clone(), seq));
+        Ok(())
+    }
+
+    async fn agent_graph(
+        &self,
+        agent: &str,
+        fingerprint: Option<&str>,
+    ) -> Result<Option<GraphDescription>, StoreError> {
+        let g = self.lock();
+        Ok(g.graphs
+            .iter()
+            .filter(|((a, f), _)| a == agent && fingerprint.is_none_or(|want| want == f))
+            .max_by_key(|(_, (_, seq))| *seq)
+            .map(|(_, (graph, _))| graph.clone()))
+    }
+
+    async fn agents(&self) -> Result<Vec<String>, StoreError> {
+        let g = self.lock();
+        let mut names: Vec<String> = g.graphs.keys().map(|(a, _)| a.clone()).collect();
+        names.dedup();
+        Ok(names)
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        let record = {
+            let mut g = self.lock();
+            if let Some(existing) = g.runs.get(&run.id) {
+                return if existing.creation_hash == creation_hash(&run) {
+                    Ok(existing.record.clone())
+                } else {
+                    Err(StoreError::AlreadyExists(run.id))
+                };
+            }
+            g.insert_run(run, None)
+        };
+        self.work.notify_waiters();
+        Ok(record)
+    }
+
+    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        Ok(self.lock().runs.get(run_id).map(|d| d.record.clone()))
+    }
+
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
+        let now = now_ms();
+        let mut g = self.lock();
+        let data = g.run_mut(run_id)?;
+        let r = &data.record;
+        if r.status.is_final() || (lease_alive(r, now) && r.lease_owner.as_deref() != Some(worker))
+        {
+            return Ok(None);
+        }
+        Ok(Some(Inner::claim(data, worker, ttl, now)))
+    }
+
+    async fn claim_next(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+        let now = now_ms();
+        let mut g = self.lock();
+        let mut ready: Vec<(i64, u64, String)> = g
+            .runs
+            .values()
+            .filter(|d| {
+                let r = &d.record;
+                let due = r.wake_at.is_none_or(|t| t <= now);
+                let runnable = match r.status {
+                    RunStatus::Running | RunStatus::Compensating => due,
+                    RunStatus::Waiting => {
+                        r.wake_at.is_some_and(|t| t <= now) || g.has_signal_for(r)
+                    }
+                    _ => false,
+                };
+                runnable && !lease_alive(r, now) && (agents.is_empty() || agents.contains(&r.agent))
+            })
+            .map(|d| (d.record.created_at, d.created_seq, d.record.id.clone()))
+            .collect();
+        ready.sort();
+        let mut out = Vec::new();
+        for (_, _, id) in ready.into_iter().take(limit) {
+            let data = g.run_mut(&id)?;
+            out.push(Inner::claim(data, worker, ttl, now));
+        }
+        Ok(out)
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        let now = now_ms();
+        let mut g = self.lock();
+        let data = g.run_mut(&lease.run_id)?;
+        data.fenced(lease)?;
+        if data.record.lease_owner.as_deref() != Some(lease.worker.as_str()) {
+            return Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            });
+        }
+        let expires_at = now.saturating_add(ttl_ms(ttl));
+        data.record.lease_expires_at = Some(expires_at);
+        Ok(Lease {
+            expires_at,
+            ..lease.clone()
+        })
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        let released = {
+            let mut g = self.lock();
+            let data = g.run_mut(&lease.run_id)?;
+            if data.record.epoch == lease.epoch && data.record.lease_owner.is_some() {
+                data.record.lease_owner = None;
+                data.record.lease_expires_at = None;
+                true
+            } else {
+                false
+            }
+        };
+        if released {
+            self.work.notify_waiters();
+        }
+        Ok(())
+    }
+
+    async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        let data = g.run_mut(&lease.run_id)?;
+        data.fenced(lease)?;
+        if entry.run_id != lease.run_id {
+            return Err(StoreError::Backend(format!(
+                "journal entry of run `{}` recorded under the lease of run `{}`",
+                entry.run_id, lease.run_id
+            )));
+        }
+        data.journal
+            .insert((entry.version, entry.seq), entry.clone());
+        Ok(())
+    }
+
+    async fn journal(
+        &self,
+        run_id: &str,
+        version: Option<u64>,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        let g = self.lock();
+        let data = g.run(run_id)?;
+        Ok(data
+            .journal
+            .values()
+            .filter(|e| version.is_none_or(|v| e.version == v))
+            .cloned()
+            .collect())
+    }
+
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let record = {
+            let mut g = self.lock();
+            if let Some(id) = commit.consumed_signal {
+                let ok = g
+                    .signals
+                    .get(&id)
+                    .is_some_and(|s| s.run_id == lease.run_id && s.consumed_at_version.is_none());
+                // Checked after the CAS below would be nicer for the error, but nothing may be
+                // written when the signal is not pending, so check first and report after.
+                if !ok {
+                    let data = g.run(&lease.run_id)?;
+                    data.fenced(lease)?;
+                    if data.record.version != commit.expected_version {
+                        return Err(StoreError::Conflict {
+                            run_id: lease.run_id.clone(),
+                            expected: commit.expected_version,
+                            found: data.record.version,
+                        });
+                    }
+                    return Err(StoreError::Backend(format!(
+                        "signal {id} is not pending for run `{}`",
+                        lease.run_id
+                    )));
+                }
+            }
+            let data = g.run_mut(&lease.run_id)?;
+            data.fenced(lease)?;
+            if data.record.version != commit.expected_version {
+                return Err(StoreError::Conflict {
+                    run_id: lease.run_id.clone(),
+                    expected: commit.expected_version,
+                    found: data.record.version,
+                });
+            }
+            let version = commit.expected_version + 1;
+            let (payload, since) = history::encode(
+                Some(&data.record.state),
+                &commit.state,
+                data.patch_bytes_since_snapshot,
+            );
+            let hash = transition_hash(
+                &data.last_hash,
+                &lease.run_id,
+                version,
+                &commit.from_state,
+                &commit.to_state,
+                &commit.state,
+            );
+            data.versions.insert(
+                version,
+                StoredVersion {
+                    payload,
+                    state_name: commit.to_state.clone(),
+                    transition: TransitionRecord {
+                        run_id: lease.run_id.clone(),
+                        version,
+                        from_state: commit.from_state.clone(),
+                        to_state: commit.to_state.clone(),
+                        kind: commit.kind,
+                        status: commit.status,
+                        epoch: lease.epoch,
+                        created_at: now,
+                        hash: hash.clone(),
+                    },
+                },
+            );
+            data.patch_bytes_since_snapshot = since;
+            data.last_hash = hash;
+            let r = &mut data.record;
+            r.version = version;
+            r.state_name = commit.to_state.clone();
+            r.state = commit.state.clone();
+            r.status = commit.status;
+            r.waiting_for = commit.waiting_for.clone();
+            r.wake_at = commit.wake_at;
+            r.error = commit.error.clone();
+            r.claims_without_progress = 0;
+            r.updated_at = now;
+            let record = r.clone();
+            if let Some(id) = commit.consumed_signal
+                && let Some(s) = g.signals.get_mut(&id)
+            {
+                s.consumed_at_version = Some(version);
+            }
+            record
+        };
+        self.work.notify_waiters();
+        Ok(record)
+    }
+
+    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
+        let g = self.lock();
+        Ok(g.run(run_id)?
+            .versions
+            .values()
+            .map(|v| v.transition.clone())
+            .collect())
+    }
+
+    async fn state_at(
+        &self,
+        run_id: &str,
+        version: u64,
+    ) -> Result<Option<StateAtVersion>, StoreError> {
+        let g = self.lock();
+        g.run(run_id)?.state_at(version)
+    }
+
+    async fn fork(
+        &self,
+        run_id: &str,
+        version: u64,
+        new_id: &str,
+    ) -> Result<RunRecord, StoreError> {
+        let record = {
+            let mut g = self.lock();
+            let data = g.run(run_id)?;
+            let at = data
+                .state_at(version)?
+                .ok_or_else(|| StoreError::NotFound(format!("{run_id}@{version}")))?;
+            let new = NewRun {
+                id: new_id.to_owned(),
+                agent: data.record.agent.clone(),
+                fingerprint: data.record.fingerprint.clone(),
+                state_name: at.state_name,
+                state: at.state,
+            };
+            if let Some(existing) = g.runs.get(new_id) {
+                return if existing.creation_hash == creation_hash(&new)
+                    && existing.record.parent == Some((run_id.to_owned(), version))
+                {
+                    Ok(existing.record.clone())
+                } else {
+                    Err(StoreError::AlreadyExists(new_id.to_owned()))
+                };
+            }
+            g.insert_run(new, Some((run_id.to_owned(), version)))
+        };
+        self.work.notify_waiters();
+        Ok(record)
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let g = self.lock();
+        let mut runs: Vec<&RunData> = g
+            .runs
+            .values()
+            .filter(|d| {
+                filter.agent.as_ref().is_none_or(|a| *a == d.record.agent)
+                    && (filter.statuses.is_empty() || filter.statuses.contains(&d.record.status))
+            })
+            .collect();
+        runs.sort_by(|a, b| {
+            (b.record.created_at, b.created_seq).cmp(&(a.record.created_at, a.created_seq))
+        });
+        Ok(runs
+            .into_iter()
+            .take(filter.limit.unwrap_or(usize::MAX))
+            .map(|d| d.record.clone())
+            .collect())
+    }
+
+    async fn send_signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: &Value,
+    ) -> Result<i64, StoreError> {
+        let id = {
+            let mut g = self.lock();
+            g.run(run_id)?;
+            g.next_signal += 1;
+            let id = g.next_signal;
+            g.signals.insert(
+                id,
+                SignalRecord {
+                    id,
+                    run_id: run_id.to_owned(),
+                    name: name.to_owned(),
+                    payload: payload.clone(),
+                    created_at: now_ms(),
+                    consumed_at_version: None,
+                },
+            );
+            id
+        };
+        self.work.notify_waiters();
+        Ok(id)
+    }
+
+    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        let g = self.lock();
+        g.run(run_id)?;
+        Ok(g.signals
+            .values()
+            .filter(|s| s.run_id == run_id && s.consumed_at_version.is_none())
+            .cloned()
+            .collect())
+    }
+
+    async fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        error: Option<RunError>,
+    ) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let record = {
+            let mut g = self.lock();
+            let data = g.run_mut(run_id)?;
+            let r = &mut data.record;
+            if lease_alive(r, now) {
+                return Err(StoreError::LeaseLost {
+                    run_id: run_id.to_owned(),
+                    epoch: r.epoch,
+                });
+            }
+            r.status = status;
+            r.error = if status == RunStatus::Running {
+                None
+            } else {
+                error
+            };
+            if status == RunStatus::Running {
+                r.claims_without_progress = 0;
+                r.wake_at = None;
+            }
+            r.updated_at = now;
+            r.clone()
+        };
+        self.work.notify_waiters();
+        Ok(record)
+    }
+
+    async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
+        let mut g = self.lock();
+        let mut report = PruneReport::default();
+        for data in g.runs.values_mut() {
+            if policy.only_final_runs && !data.record.status.is_final() {
+                continue;
+            }
+            let keep = policy.keep_last_versions.max(1);
+            let Some(cutoff) = (data.record.version + 1).checked_sub(keep) else {
+                continue;
+            };
+            let Some(first) = data.versions.keys().next().copied() else {
+                continue;
+            };
+            if first >= cutoff {
+                continue;
+            }
+            // The first kept version becomes a snapshot, so every kept version replays.
+            let at = data.state_at(cutoff)?.ok_or_else(|| StoreError::Corrupt {
+                run_id: data.record.id.clone(),
+                message: format!("version {cutoff} missing"),
+            })?;
+            if let Some(v) = data.versions.get_mut(&cutoff) {
+                v.payload = VersionPayload::Snapshot(at.state);
+            }
+            let removed: Vec<u64> = data.versions.range(..cutoff).map(|(k, _)| *k).collect();
+            for k in &removed {
+                data.versions.remove(k);
+            }
+            report.versions_removed += removed.len() as u64;
+            let final_run = data.record.status.is_final();
+            let before = data.journal.len();
+            data.journal
+                .retain(|(v, _), e| *v >= cutoff || (!final_run && is_saga_entry(e)));
+            report.entries_removed += (before - data.journal.len()) as u64;
+        }
+        Ok(report)
+    }
+
+    async fn set_tool_enabled(
+        &self,
+        tool: &str,
+        enabled: bool,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.lock().tools.insert(
+            tool.to_owned(),
+            ToolSwitch {
+                tool: tool.to_owned(),
+                enabled,
+                reason: reason.map(str::to_owned),
+                updated_at: now_ms(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
+        Ok(self.lock().tools.values().cloned().collect())
+    }
+
+    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().tools.get(tool).is_none_or(|s| s.enabled))
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.work.notified()).await;
+    }
+
+    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+        let g = self.lock();
+        let data = g.run(run_id)?;
+        let versions: u64 = data.versions.values().map(StoredVersion::bytes).sum();
+        let journal: u64 = data
+            .journal
+            .values()
+            .map(|e| serde_json::to_vec(e).map_or(0, |b| b.len() as u64))
+            .sum();
+        Ok(Some(versions + journal))
+    }
+}
+
+#[cfg(any(test, feature = "conformance"))]
+impl MemoryStore {
+    /// Damage a run's latest stored version (an unparsable patch), for the conformance
+    /// suite's corrupt-data check. Not part of the API.
+    #[doc(hidden)]
+    pub fn corrupt_for_tests(&self, run_id: &str) {
+        let mut g = self.lock();
+        if let Some(data) = g.runs.get_mut(run_id)
+            && let Some((_, v)) = data.versions.iter_mut().next_back()
+        {
+            v.payload = VersionPayload::Patch(Value::String("garbage".into()));
+        }
+    }
+}

@@ -733,3 +733,12 @@ pub fn input_hash(value: &Value) -> String {
 pub fn idempotency_key(run_id: &str, version: u64, seq: u32) -> String {
     format!("{run_id}:{version}:{seq}")
 }
+
+/// What makes two [`Store::create_run`] calls with the same id "the same run": SHA-256 over
+/// the agent's name, the initial state's name and the canonical JSON of the initial state,
+/// hex. Backends store it with the run to answer idempotent creation without the initial
+/// version (which retention may prune).
+#[must_use]
+pub fn creation_hash(run: &NewRun) -> String {
+    input_hash(&serde_json::json!([run.agent, run.state_name, run.state]))
+}

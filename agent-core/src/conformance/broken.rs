@@ -1,0 +1,401 @@
+//! Deliberately broken stores, to prove that each check catches the flaw it is about.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::store_checks as checks;
+use crate::graph::GraphDescription;
+use crate::store::memory::MemoryStore;
+use crate::store::{
+    JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
+    RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
+    TransitionRecord,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flaw {
+    /// `commit_step` commits onto whatever version is current (no compare-and-set).
+    NoVersionCheck,
+    /// Fenced writes use the current epoch instead of the caller's.
+    IgnoresEpoch,
+    /// `claim_run` and `claim_next` take runs under a live lease.
+    StealsLiveLeases,
+    /// Reports storage as a full copy of the state per version.
+    FullCopies,
+    /// Drops signals sent while the run is not waiting for them.
+    DropsEarlySignals,
+    /// Panics on a history payload that does not replay.
+    PanicsOnCorrupt,
+    /// Prunes by deleting every version but the current, without rewriting a snapshot.
+    PrunesEverything,
+    /// Replacing a journal entry appends instead.
+    AppendsJournal,
+    /// Claims do not count and do not bump the epoch.
+    StaticEpoch,
+}
+
+#[derive(Debug)]
+struct Broken {
+    inner: MemoryStore,
+    flaw: Flaw,
+    dropped: std::sync::Mutex<Vec<i64>>,
+}
+
+impl Broken {
+    fn new(flaw: Flaw) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemoryStore::new(),
+            flaw,
+            dropped: std::sync::Mutex::default(),
+        })
+    }
+
+    async fn current_epoch(&self, lease: &Lease) -> Lease {
+        match self.inner.load_run(&lease.run_id).await {
+            Ok(Some(r)) => Lease {
+                epoch: r.epoch,
+                ..lease.clone()
+            },
+            _ => lease.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for Broken {
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
+        self.inner.register_agent(graph).await
+    }
+
+    async fn agent_graph(
+        &self,
+        agent: &str,
+        fingerprint: Option<&str>,
+    ) -> Result<Option<GraphDescription>, StoreError> {
+        self.inner.agent_graph(agent, fingerprint).await
+    }
+
+    async fn agents(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.agents().await
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.inner.create_run(run).await
+    }
+
+    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.inner.load_run(run_id).await
+    }
+
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
+        match self.flaw {
+            Flaw::StealsLiveLeases => {
+                // Forget the current holder, then claim.
+                if let Some(r) = self.inner.load_run(run_id).await? {
+                    let l = Lease {
+                        run_id: run_id.into(),
+                        worker: r.lease_owner.unwrap_or_default(),
+                        epoch: r.epoch,
+                        expires_at: 0,
+                    };
+                    self.inner.release_lease(&l).await?;
+                }
+                self.inner.claim_run(run_id, worker, ttl).await
+            }
+            Flaw::StaticEpoch => {
+                let before = self.inner.load_run(run_id).await?;
+                let got = self.inner.claim_run(run_id, worker, ttl).await?;
+                Ok(got.map(|(mut l, mut r)| {
+                    let e = before.map_or(0, |b| b.epoch);
+                    l.epoch = e;
+                    r.epoch = e;
+                    (l, r)
+                }))
+            }
+            _ => self.inner.claim_run(run_id, worker, ttl).await,
+        }
+    }
+
+    async fn claim_next(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+        if self.flaw == Flaw::StealsLiveLeases {
+            let mut out = Vec::new();
+            for r in self.inner.list_runs(&RunFilter::default()).await? {
+                if out.len() < limit
+                    && r.status.is_runnable()
+                    && (agents.is_empty() || agents.contains(&r.agent))
+                    && let Some(c) = self.claim_run(&r.id, worker, ttl).await?
+                {
+                    out.push(c);
+                }
+            }
+            return Ok(out);
+        }
+        self.inner.claim_next(agents, worker, ttl, limit).await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        if self.flaw == Flaw::IgnoresEpoch {
+            return self
+                .inner
+                .renew_lease(&self.current_epoch(lease).await, ttl)
+                .await;
+        }
+        self.inner.renew_lease(lease, ttl).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.release_lease(lease).await
+    }
+
+    async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
+        match self.flaw {
+            Flaw::IgnoresEpoch => {
+                self.inner
+                    .record_entry(&self.current_epoch(lease).await, entry)
+                    .await
+            }
+            Flaw::AppendsJournal => {
+                let existing = self
+                    .inner
+                    .journal(&entry.run_id, Some(entry.version))
+                    .await?;
+                let mut e = entry.clone();
+                if existing.iter().any(|x| x.seq == e.seq) {
+                    e.seq = existing.iter().map(|x| x.seq).max().unwrap_or(0) + 1;
+                }
+                self.inner.record_entry(lease, &e).await
+            }
+            _ => self.inner.record_entry(lease, entry).await,
+        }
+    }
+
+    async fn journal(
+        &self,
+        run_id: &str,
+        version: Option<u64>,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        self.inner.journal(run_id, version).await
+    }
+
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError> {
+        match self.flaw {
+            Flaw::NoVersionCheck => {
+                let mut c = commit.clone();
+                if let Some(r) = self.inner.load_run(&lease.run_id).await? {
+                    c.expected_version = r.version;
+                }
+                self.inner.commit_step(lease, &c).await
+            }
+            Flaw::IgnoresEpoch => {
+                self.inner
+                    .commit_step(&self.current_epoch(lease).await, commit)
+                    .await
+            }
+            _ => self.inner.commit_step(lease, commit).await,
+        }
+    }
+
+    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
+        self.inner.history(run_id).await
+    }
+
+    async fn state_at(
+        &self,
+        run_id: &str,
+        version: u64,
+    ) -> Result<Option<StateAtVersion>, StoreError> {
+        let got = self.inner.state_at(run_id, version).await;
+        if self.flaw == Flaw::PanicsOnCorrupt {
+            return Ok(Some(got.expect("history replays")).flatten());
+        }
+        got
+    }
+
+    async fn fork(
+        &self,
+        run_id: &str,
+        version: u64,
+        new_id: &str,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.fork(run_id, version, new_id).await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list_runs(filter).await
+    }
+
+    async fn send_signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: &Value,
+    ) -> Result<i64, StoreError> {
+        let id = self.inner.send_signal(run_id, name, payload).await?;
+        if self.flaw == Flaw::DropsEarlySignals {
+            let r = self.inner.load_run(run_id).await?;
+            if r.is_some_and(|r| r.waiting_for.as_deref() != Some(name)) {
+                self.dropped
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(id);
+            }
+        }
+        Ok(id)
+    }
+
+    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        let dropped = self
+            .dropped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut pending = self.inner.pending_signals(run_id).await?;
+        pending.retain(|s| !dropped.contains(&s.id));
+        Ok(pending)
+    }
+
+    async fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        error: Option<RunError>,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.set_status(run_id, status, error).await
+    }
+
+    async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
+        if self.flaw == Flaw::PrunesEverything {
+            let mut everything = policy.clone();
+            everything.keep_last_versions = 1;
+            return self.inner.prune(&everything).await;
+        }
+        self.inner.prune(policy).await
+    }
+
+    async fn set_tool_enabled(
+        &self,
+        tool: &str,
+        enabled: bool,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.inner.set_tool_enabled(tool, enabled, reason).await
+    }
+
+    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
+        self.inner.tool_switches().await
+    }
+
+    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
+        self.inner.tool_enabled(tool).await
+    }
+
+    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+        if self.flaw != Flaw::FullCopies {
+            return self.inner.storage_bytes(run_id).await;
+        }
+        let mut total = 0;
+        for t in self.inner.history(run_id).await? {
+            if let Some(s) = self.inner.state_at(run_id, t.version).await? {
+                total += serde_json::to_vec(&s.state).map_or(0, |b| b.len() as u64);
+            }
+        }
+        Ok(Some(total))
+    }
+}
+
+async fn fails(flaw: Flaw, check: &str, result: checks::CheckResult) {
+    match result {
+        Err(e) => eprintln!("{flaw:?} caught by {check}: {e}"),
+        Ok(()) => panic!("{check} did not catch a store with flaw {flaw:?}"),
+    }
+}
+
+macro_rules! catches {
+    ($name:ident, $flaw:ident, $check:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let store = Broken::new(Flaw::$flaw);
+            fails(Flaw::$flaw, stringify!($check), checks::$check(store).await).await;
+        }
+    };
+}
+
+catches!(
+    version_check_is_needed,
+    NoVersionCheck,
+    check_version_chain_single_winner
+);
+catches!(
+    epoch_fencing_is_needed,
+    IgnoresEpoch,
+    check_stale_epoch_is_fenced
+);
+catches!(
+    live_leases_must_block,
+    StealsLiveLeases,
+    check_live_lease_blocks_and_expired_lease_is_reclaimed
+);
+catches!(
+    live_leases_must_block_claim_next,
+    StealsLiveLeases,
+    check_claim_next_selects_runnable_runs
+);
+catches!(
+    storage_must_be_linear,
+    FullCopies,
+    check_storage_grows_linearly
+);
+catches!(
+    early_signals_must_be_kept,
+    DropsEarlySignals,
+    check_signals_kept_and_consumed_once
+);
+catches!(
+    prune_must_keep_last_versions,
+    PrunesEverything,
+    check_prune_keeps_resume_working
+);
+catches!(
+    journal_replace_must_replace,
+    AppendsJournal,
+    check_journal_is_durable_and_ordered
+);
+catches!(
+    claims_must_bump_the_epoch,
+    StaticEpoch,
+    check_live_lease_blocks_and_expired_lease_is_reclaimed
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_data_must_not_panic() {
+    let store = Broken::new(Flaw::PanicsOnCorrupt);
+    let corrupter = store.clone();
+    let result = checks::check_corrupt_data_is_an_error(store, move |id: String| async move {
+        corrupter.inner.corrupt_for_tests(&id);
+    })
+    .await;
+    fails(
+        Flaw::PanicsOnCorrupt,
+        "check_corrupt_data_is_an_error",
+        result,
+    )
+    .await;
+}

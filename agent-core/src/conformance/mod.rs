@@ -1,0 +1,112 @@
+//! The store conformance suite: the same tests for every [`Store`](crate::store::Store) backend.
+//!
+//! Each guarantee of the contract is a `pub async fn check_…(store) -> Result<(), String>`
+//! in a module per group ([`store_checks`]); a broken store makes the check return `Err`
+//! with what went wrong. [`store_conformance!`](crate::store_conformance) expands to one
+//! `#[tokio::test]` per check, each on a fresh store, so a backend's test file is a few
+//! lines (the crate using it needs `tokio` with the `macros` and `rt-multi-thread`
+//! features):
+//!
+//! ```ignore
+//! use std::sync::Arc;
+//! use agent_core::store::memory::MemoryStore;
+//!
+//! agent_core::store_conformance!(
+//!     setup = async || Arc::new(MemoryStore::new()),
+//!     corrupt = |store: Arc<MemoryStore>, run_id: String| async move {
+//!         store.corrupt_for_tests(&run_id);
+//!     },
+//! );
+//! ```
+//!
+//! - `setup` returns a fresh `Arc<S>` for one test (for PostgreSQL: its own schema; for
+//!   SQLite: its own file).
+//! - `corrupt` damages one run's stored data the way a bad disk or a careless manual edit
+//!   would (an unknown status name, a history payload that no longer parses), so the suite
+//!   can check that it surfaces as [`StoreError::Corrupt`](crate::store::StoreError::Corrupt)
+//!   and not as a panic.
+//! - `teardown` (optional) receives the store after the check, to drop a schema or a file.
+//!
+//! Extending the suite: add a `pub async fn` to a group module (or a new `pub mod` group)
+//! and list its name in [`store_conformance!`](crate::store_conformance). The suite's own
+//! tests run every check against [`MemoryStore`](crate::store::memory::MemoryStore) and
+//! each relevant check against a deliberately broken store, asserting that the check fails.
+
+pub mod store_checks;
+
+#[cfg(test)]
+mod broken;
+
+/// Expand to one `#[tokio::test]` per conformance check. See [the module](crate::conformance).
+#[macro_export]
+macro_rules! store_conformance {
+    (setup = $setup:expr, corrupt = $corrupt:expr $(,)?) => {
+        $crate::store_conformance!(
+            setup = $setup,
+            corrupt = $corrupt,
+            teardown = |_store| async {},
+        );
+    };
+    (setup = $setup:expr, corrupt = $corrupt:expr, teardown = $teardown:expr $(,)?) => {
+        $crate::store_conformance!(@plain ($setup, $teardown)
+            check_store_and_load_runs,
+            check_create_run_is_idempotent,
+            check_version_chain_single_winner,
+            check_stale_epoch_is_fenced,
+            check_live_lease_blocks_and_expired_lease_is_reclaimed,
+            check_journal_is_durable_and_ordered,
+            check_signals_kept_and_consumed_once,
+            check_claim_next_selects_runnable_runs,
+            check_concurrent_claim_next_is_disjoint,
+            check_history_time_travel_and_fork,
+            check_prune_keeps_resume_working,
+            check_storage_grows_linearly,
+            check_tool_registry,
+            check_set_status,
+            check_list_runs,
+            check_agent_graphs,
+            check_wait_for_work_returns,
+        );
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn check_corrupt_data_is_an_error() {
+            let store = ($setup)().await;
+            let corrupter = store.clone();
+            let result = $crate::conformance::store_checks::check_corrupt_data_is_an_error(
+                store.clone(),
+                move |run_id: ::std::string::String| ($corrupt)(corrupter, run_id),
+            )
+            .await;
+            ($teardown)(store).await;
+            if let ::std::result::Result::Err(e) = result {
+                ::std::panic!("conformance check failed: {e}");
+            }
+        }
+    };
+    (@plain ($setup:expr, $teardown:expr) $($check:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let store = ($setup)().await;
+                let result = $crate::conformance::store_checks::$check(store.clone()).await;
+                ($teardown)(store).await;
+                if let ::std::result::Result::Err(e) = result {
+                    ::std::panic!("conformance check failed: {e}");
+                }
+            }
+        )*
+    };
+}
+
+#[cfg(test)]
+mod memory_conformance {
+    use std::sync::Arc;
+
+    use crate::store::memory::MemoryStore;
+
+    crate::store_conformance!(
+        setup = async || Arc::new(MemoryStore::new()),
+        corrupt = |store: Arc<MemoryStore>, run_id: String| async move {
+            store.corrupt_for_tests(&run_id);
+        },
+    );
+}
