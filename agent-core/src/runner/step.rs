@@ -263,6 +263,16 @@ impl<'r> StepCx<'r> {
         let policy = tool.policy();
         if tool.kind() == ToolKind::Read && policy.cache && kind == EntryKind::Tool {
             if let Some(out) = self.cached_read(name, &hash).await {
+                // Journaled as a call served from the cache (no attempt), so the audit trail
+                // and the router's view of this visit are the same on every replay.
+                let mut entry = self.new_entry(seq, kind, name, input);
+                entry.tool_kind = Some(ToolKind::Read);
+                entry.status = CallStatus::Succeeded;
+                entry.output = Some(out.clone());
+                entry.finished_at = Some(entry.started_at);
+                if !self.record(entry).await {
+                    return Err(Self::interrupted_error());
+                }
                 return Ok(out);
             }
             if self.is_interrupted() {
@@ -638,11 +648,11 @@ fn wake_at(desc: &StateDescription) -> Option<Millis> {
         .map(|ms| now_ms() + i64::try_from(ms).unwrap_or(i64::MAX / 4))
 }
 
+/// The outcome of a committed step. A run that just entered a waiting state is reported as
+/// committed, so the next step looks for a signal that may already be there.
 pub(super) fn outcome(record: RunRecord) -> StepOutcome {
     if record.status.is_final() {
         StepOutcome::Finished(record)
-    } else if record.status == RunStatus::Waiting {
-        StepOutcome::Waiting(record)
     } else {
         StepOutcome::Committed(record)
     }

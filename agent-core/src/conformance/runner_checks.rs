@@ -1,0 +1,589 @@
+//! Runner-level invariants, checked on a real store: the [fixture](super::fixture) agent
+//! runs through the runner, with crashes injected at every fault point.
+//!
+//! [`runner_conformance!`](crate::runner_conformance) expands to one test per check.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::fixture::{self, Behaviour, Order, World};
+use crate::Agent;
+use crate::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use crate::store::{CallStatus, EntryKind, NewRun, RunRecord, RunStatus, Store, TransitionKind};
+use crate::tool::ToolKind;
+
+const LEASE: Duration = Duration::from_millis(150);
+
+fn config(worker: &str) -> RunnerConfig {
+    RunnerConfig {
+        worker_id: worker.to_owned(),
+        lease_ttl: LEASE,
+        ..RunnerConfig::default()
+    }
+}
+
+fn runner(
+    store: &Arc<dyn Store>,
+    world: &Arc<World>,
+    choice: &'static str,
+    worker: &str,
+) -> Result<Runner<Order, Behaviour>, String> {
+    Ok(
+        Runner::new(Arc::clone(store), Behaviour, fixture::tools(world))
+            .map_err(|e| e.to_string())?
+            .with_router(Arc::new(fixture::router(choice)))
+            .with_config(config(worker)),
+    )
+}
+
+/// How a fixture run should end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    /// Reserve, route to Pay, charge (timing out once), confirm, done.
+    Paid,
+    /// The card is declined: `on_error` into `Failed`, reservations released.
+    Declined,
+    /// The router cancels: reservations released.
+    Cancelled,
+}
+
+impl Scenario {
+    fn choice(self) -> &'static str {
+        if self == Self::Cancelled {
+            "Cancelled"
+        } else {
+            "Pay"
+        }
+    }
+
+    fn world(self) -> Arc<World> {
+        let world = Arc::new(World::default());
+        world.configure(|w| match self {
+            Self::Paid => w.charge_timeouts = 1,
+            Self::Declined => w.fail_charges = true,
+            Self::Cancelled => {}
+        });
+        world
+    }
+
+    fn final_status(self) -> RunStatus {
+        if self == Self::Paid {
+            RunStatus::Completed
+        } else {
+            RunStatus::Compensated
+        }
+    }
+}
+
+/// Versions form one chain `0..=n`, every move is a declared edge, every journaled tool
+/// call was legal in its state.
+async fn check_history(store: &dyn Store, record: &RunRecord) -> Result<(), String> {
+    let graph = Order::graph();
+    let history = store.history(&record.id).await.map_err(|e| e.to_string())?;
+    let versions: Vec<u64> = history.iter().map(|t| t.version).collect();
+    let expected: Vec<u64> = (0..=record.version).collect();
+    if versions != expected {
+        return Err(format!(
+            "versions {versions:?}, expected one chain {expected:?}"
+        ));
+    }
+    for t in &history {
+        let legal = match t.kind {
+            TransitionKind::Start => t.version == 0,
+            TransitionKind::Status => t.from_state == t.to_state,
+            TransitionKind::Step | TransitionKind::Error => {
+                graph.has_edge(&t.from_state, &t.to_state)
+            }
+        };
+        if !legal {
+            return Err(format!(
+                "v{} {:?} `{}` -> `{}` is not a declared edge",
+                t.version, t.kind, t.from_state, t.to_state
+            ));
+        }
+    }
+    let journal = store
+        .journal(&record.id, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    for e in journal.iter().filter(|e| e.kind == EntryKind::Tool) {
+        if !graph.allows_tool(&e.state, &e.name) {
+            return Err(format!(
+                "tool `{}` journaled in state `{}` where it is not allowed",
+                e.name, e.state
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Effects: each key applied once; what was applied matches the scenario; compensations
+/// released exactly the reservations, last first.
+fn check_world(world: &World, scenario: Scenario) -> Result<(), String> {
+    let w = world.state();
+    let mut seen = BTreeSet::new();
+    for (tool, key) in &w.applied {
+        if !seen.insert(key) {
+            return Err(format!("effect `{tool}` with key {key} applied twice"));
+        }
+    }
+    let count = |tool: &str| w.applied.iter().filter(|(t, _)| t == tool).count();
+    let (charges, releases) = match scenario {
+        Scenario::Paid => (1, 0),
+        Scenario::Declined | Scenario::Cancelled => (0, 2),
+    };
+    if count("Reserve") != 2 || count("Charge") != charges || count("Release") != releases {
+        return Err(format!("{scenario:?}: applied {:?}", w.applied));
+    }
+    if releases > 0 {
+        if !w.held.is_empty() {
+            return Err(format!(
+                "reservations still held after compensation: {:?}",
+                w.held
+            ));
+        }
+        let mut last_first = w.reserved.clone();
+        last_first.reverse();
+        if w.released != last_first {
+            return Err(format!(
+                "released {:?}; expected the reservations {:?} last first",
+                w.released, w.reserved
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn start(runner: &Runner<Order, Behaviour>, run_id: &str) -> Result<(), String> {
+    runner
+        .start(run_id, fixture::initial(&["a", "bb"]))
+        .await
+        .map_err(|e| e.to_string())?;
+    // Sent before the run reaches its wait: it must be kept.
+    runner
+        .signal(run_id, "confirm", json!({ "ok": true }))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Every scenario completes with every effect applied exactly once and a clean history.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_runs_complete_with_effects_once(store: Arc<dyn Store>) -> Result<(), String> {
+    for scenario in [Scenario::Paid, Scenario::Declined, Scenario::Cancelled] {
+        let world = scenario.world();
+        let r = runner(&store, &world, scenario.choice(), "w1")?;
+        let run_id = format!("plain-{scenario:?}");
+        start(&r, &run_id).await?;
+        let record = r.run(&run_id).await.map_err(|e| e.to_string())?;
+        if record.status != scenario.final_status() {
+            return Err(format!(
+                "{scenario:?}: status {} ({:?})",
+                record.status, record.error
+            ));
+        }
+        check_world(&world, scenario)?;
+        check_history(store.as_ref(), &record).await?;
+    }
+    Ok(())
+}
+
+/// Crash at every fault point, at its 1st, 2nd and 3rd hit, in every scenario; resume with
+/// a fresh runner on another worker. Every run completes; every effect applied once; the
+/// LLM is asked again only when the crash fell between its answer and the journal;
+/// versions form one chain; compensations ran once each, in reverse order.
+///
+/// # Errors
+/// What went wrong, naming the fault point.
+pub async fn check_crash_sweep(store: Arc<dyn Store>) -> Result<(), String> {
+    let mut fired = BTreeMap::new();
+    for scenario in [Scenario::Paid, Scenario::Declined, Scenario::Cancelled] {
+        for point in FaultPoint::ALL {
+            for nth in 0..3 {
+                let world = scenario.world();
+                let router = Arc::new(fixture::router(scenario.choice()));
+                let hook = Arc::new(CrashAt::new(point, nth));
+                let run_id = format!("sweep-{scenario:?}-{point}-{nth}");
+                let crashy = Runner::<Order, Behaviour>::new(
+                    Arc::clone(&store),
+                    Behaviour,
+                    fixture::tools(&world),
+                )
+                .map_err(|e| e.to_string())?
+                .with_router(router.clone())
+                .with_config(config("crashy"))
+                .with_faults(hook.clone());
+                start(&crashy, &run_id).await?;
+                let first = crashy.run(&run_id).await;
+                let record = match first {
+                    Ok(record) if !hook.fired() => record,
+                    Err(RunnerError::Crashed(_)) if hook.fired() => {
+                        *fired.entry(point).or_insert(0) += 1;
+                        // The crashed worker's lease must expire before another takes over.
+                        tokio::time::sleep(LEASE + Duration::from_millis(20)).await;
+                        let healthy = Runner::<Order, Behaviour>::new(
+                            Arc::clone(&store),
+                            Behaviour,
+                            fixture::tools(&world),
+                        )
+                        .map_err(|e| e.to_string())?
+                        .with_router(router.clone())
+                        .with_config(config("healthy"));
+                        healthy
+                            .run(&run_id)
+                            .await
+                            .map_err(|e| format!("{run_id}: resume failed: {e}"))?
+                    }
+                    other => {
+                        return Err(format!(
+                            "{run_id}: unexpected first outcome {other:?} (fired: {})",
+                            hook.fired()
+                        ));
+                    }
+                };
+                let ctx = |e: String| format!("{run_id}: {e}");
+                if record.status != scenario.final_status() {
+                    return Err(ctx(format!(
+                        "status {} ({:?})",
+                        record.status, record.error
+                    )));
+                }
+                check_world(&world, scenario).map_err(ctx)?;
+                check_history(store.as_ref(), &record).await.map_err(ctx)?;
+                let reasked = u64::from(hook.fired() && point == FaultPoint::LlmAnswered);
+                if router.calls() != 2 + reasked {
+                    return Err(ctx(format!(
+                        "router asked {} times, expected {}",
+                        router.calls(),
+                        2 + reasked
+                    )));
+                }
+            }
+        }
+    }
+    // Fault points that a step always passes must have fired (the sweep tested something).
+    for point in [
+        FaultPoint::RunClaimed,
+        FaultPoint::LlmSent,
+        FaultPoint::LlmAnswered,
+        FaultPoint::ToolSent,
+        FaultPoint::ToolAnswered,
+        FaultPoint::CommitSent,
+        FaultPoint::CommitApplied,
+        FaultPoint::CompensationRegistered,
+        FaultPoint::CompensationSent,
+    ] {
+        if fired.get(&point).copied().unwrap_or(0) == 0 {
+            return Err(format!("fault point {point} never fired"));
+        }
+    }
+    Ok(())
+}
+
+/// A worker whose lease was taken over is fenced: its journal writes and its commit are
+/// rejected, and it executes no write.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_stale_worker_is_fenced(store: Arc<dyn Store>) -> Result<(), String> {
+    let world = Scenario::Paid.world();
+    let zombie = runner(&store, &world, "Pay", "zombie")?;
+    let healthy = runner(&store, &world, "Pay", "healthy")?;
+    start(&zombie, "fenced").await?;
+    let (mut lease, record) = store
+        .claim_run("fenced", "zombie", Duration::from_millis(1))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("could not claim")?;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let done = healthy.run("fenced").await.map_err(|e| e.to_string())?;
+    if done.status != RunStatus::Completed {
+        return Err(format!("healthy worker ended in {}", done.status));
+    }
+    let before = world.state().executions;
+    match zombie.step(&mut lease, record).await {
+        Err(RunnerError::LeaseLost(_)) => {}
+        other => return Err(format!("stale worker was not stopped: {other:?}")),
+    }
+    if world.state().executions != before {
+        return Err("the stale worker executed a write".into());
+    }
+    check_world(&world, Scenario::Paid)?;
+    check_history(store.as_ref(), &done).await
+}
+
+/// A run whose state no longer deserializes, or whose state left the graph, is quarantined
+/// before any tool call; a healthy run next to it completes.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_quarantine(store: Arc<dyn Store>) -> Result<(), String> {
+    let world = Scenario::Paid.world();
+    let r = runner(&store, &world, "Pay", "w")?;
+    store
+        .register_agent(Order::graph())
+        .await
+        .map_err(|e| e.to_string())?;
+    let fingerprint = Order::graph().fingerprint();
+    for (id, state_name, state, fp, code) in [
+        (
+            "bad-json",
+            "Start",
+            json!({ "Start": { "items": 5 } }),
+            fingerprint.clone(),
+            "state.corrupt",
+        ),
+        (
+            "gone-state",
+            "Gone",
+            json!({ "Gone": {} }),
+            "0ld".to_owned(),
+            "graph.incompatible",
+        ),
+        (
+            "name-mismatch",
+            "Pay",
+            json!({ "Start": { "items": [] } }),
+            fingerprint.clone(),
+            "state.corrupt",
+        ),
+    ] {
+        store
+            .create_run(NewRun {
+                id: id.into(),
+                agent: Order::NAME.into(),
+                fingerprint: fp,
+                state_name: state_name.into(),
+                state,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let record = r.run(id).await.map_err(|e| e.to_string())?;
+        let got = record.error.as_ref().map(|e| e.code.as_str());
+        if record.status != RunStatus::Quarantined || got != Some(code) {
+            return Err(format!(
+                "{id}: {} {:?}, expected quarantined with {code}",
+                record.status, record.error
+            ));
+        }
+    }
+    if !world.state().applied.is_empty() || world.state().reads != 0 {
+        return Err("a tool ran for a quarantined run".into());
+    }
+    start(&r, "healthy").await?;
+    let record = r.run("healthy").await.map_err(|e| e.to_string())?;
+    if record.status != RunStatus::Completed {
+        return Err(format!("healthy run ended {}", record.status));
+    }
+    Ok(())
+}
+
+/// A waiting run lives in the store: a new runner delivers the signal and finishes it.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_wait_survives_restart(store: Arc<dyn Store>) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let first = runner(&store, &world, "Pay", "before-restart")?;
+    first
+        .start("waits", fixture::initial(&["a", "bb"]))
+        .await
+        .map_err(|e| e.to_string())?;
+    let record = first.run("waits").await.map_err(|e| e.to_string())?;
+    if record.status != RunStatus::Waiting || record.waiting_for.as_deref() != Some("confirm") {
+        return Err(format!(
+            "expected waiting for `confirm`, got {} {:?}",
+            record.status, record.waiting_for
+        ));
+    }
+    drop(first);
+    let second = runner(&store, &world, "Pay", "after-restart")?;
+    second
+        .signal("waits", "confirm", json!({}))
+        .await
+        .map_err(|e| e.to_string())?;
+    let record = second.run("waits").await.map_err(|e| e.to_string())?;
+    if record.status != RunStatus::Completed {
+        return Err(format!("status {} after the signal", record.status));
+    }
+    if !store
+        .pending_signals("waits")
+        .await
+        .map_err(|e| e.to_string())?
+        .is_empty()
+    {
+        return Err("the signal was not consumed".into());
+    }
+    check_history(store.as_ref(), &record).await
+}
+
+/// A disabled tool fails fast with `tool.disabled`, and the run takes its error path.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_kill_switch(store: Arc<dyn Store>) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let r = runner(&store, &world, "Pay", "w")?;
+    store
+        .set_tool_enabled("Charge", false, Some("incident 42"))
+        .await
+        .map_err(|e| e.to_string())?;
+    start(&r, "killed").await?;
+    let record = r.run("killed").await.map_err(|e| e.to_string())?;
+    store
+        .set_tool_enabled("Charge", true, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    if record.status != RunStatus::Compensated || record.state_name != "Failed" {
+        return Err(format!(
+            "expected Failed/compensated, got {}/{}",
+            record.state_name, record.status
+        ));
+    }
+    let journal = store
+        .journal("killed", None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let disabled = journal.iter().any(|e| {
+        e.name == "Charge"
+            && e.status == CallStatus::Failed
+            && e.error_code.as_deref() == Some("tool.disabled")
+    });
+    if !disabled {
+        return Err("no `tool.disabled` failure journaled for Charge".into());
+    }
+    if world.state().applied.iter().any(|(t, _)| t == "Charge") {
+        return Err("the disabled tool ran".into());
+    }
+    Ok(())
+}
+
+/// A router that names tools not legal in its state is rejected every time, nothing runs,
+/// each rejection is journaled, and after the bounded re-asks the run fails and compensates.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_illegal_router_answers(store: Arc<dyn Store>) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let hostile = Arc::new(crate::router::ScriptedRouter::from_fn(|_| {
+        crate::router::ScriptedRouter::choose("Charge", r#"{"cents": 1000000}"#)
+    }));
+    let r = Runner::<Order, Behaviour>::new(Arc::clone(&store), Behaviour, fixture::tools(&world))
+        .map_err(|e| e.to_string())?
+        .with_router(hostile.clone())
+        .with_config(config("w"));
+    start(&r, "hostile").await?;
+    let record = r.run("hostile").await.map_err(|e| e.to_string())?;
+    if world.state().applied.iter().any(|(t, _)| t == "Charge") {
+        return Err("a forbidden tool ran".into());
+    }
+    let journal = store
+        .journal("hostile", None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let rejections = journal
+        .iter()
+        .filter(|e| {
+            e.kind == EntryKind::Decision
+                && e.error_code.as_deref() == Some("decision.unknown_option")
+        })
+        .count();
+    let expected = usize::try_from(r.config().max_reasks + 1).unwrap_or(usize::MAX);
+    if rejections != expected || hostile.calls() != expected as u64 {
+        return Err(format!(
+            "{rejections} rejections journaled, {} asks; expected {expected}",
+            hostile.calls()
+        ));
+    }
+    if record.status != RunStatus::Compensated
+        || record.error.as_ref().map(|e| e.code.as_str()) != Some("routing")
+    {
+        return Err(format!(
+            "expected compensated with `routing`, got {} {:?}",
+            record.status, record.error
+        ));
+    }
+    check_world(&world, Scenario::Cancelled)
+}
+
+/// A read repeated with the same input within a run is served from the journal.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_read_cache(store: Arc<dyn Store>) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let r = runner(&store, &world, "Pay", "w")?;
+    r.start("cached", fixture::initial(&["same", "same"]))
+        .await
+        .map_err(|e| e.to_string())?;
+    r.signal("cached", "confirm", json!({}))
+        .await
+        .map_err(|e| e.to_string())?;
+    let record = r.run("cached").await.map_err(|e| e.to_string())?;
+    if record.status != RunStatus::Completed {
+        return Err(format!("status {}", record.status));
+    }
+    // `same` twice in Start, `router-check` once in Decide.
+    let reads = world.state().reads;
+    if reads != 2 {
+        return Err(format!(
+            "{reads} read executions, expected 2 (one served from the journal)"
+        ));
+    }
+    let journal = store
+        .journal("cached", None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let lookups = journal
+        .iter()
+        .filter(|e| e.name == "Lookup" && e.tool_kind == Some(ToolKind::Read))
+        .count();
+    if lookups != 3 {
+        return Err(format!("{lookups} Lookup entries journaled, expected 3"));
+    }
+    Ok(())
+}
+
+/// Expand to one `#[tokio::test]` per runner check, each on a fresh store from `setup`.
+#[macro_export]
+macro_rules! runner_conformance {
+    (setup = $setup:expr $(,)?) => {
+        $crate::runner_conformance!(@each $setup,
+            check_runs_complete_with_effects_once,
+            check_crash_sweep,
+            check_stale_worker_is_fenced,
+            check_quarantine,
+            check_wait_survives_restart,
+            check_kill_switch,
+            check_illegal_router_answers,
+            check_read_cache,
+        );
+    };
+    (@each $setup:expr, $($check:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let store: ::std::sync::Arc<dyn $crate::store::Store> = ($setup)().await;
+                if let ::std::result::Result::Err(e) =
+                    $crate::conformance::runner_checks::$check(store).await
+                {
+                    ::std::panic!("runner conformance check failed: {e}");
+                }
+            }
+        )*
+    };
+}
+
+#[cfg(test)]
+mod memory {
+    use std::sync::Arc;
+
+    use crate::store::memory::MemoryStore;
+
+    crate::runner_conformance!(setup = async || Arc::new(MemoryStore::new()));
+}
