@@ -47,21 +47,14 @@ pub trait State: Send + Sync + 'static {
 }
 
 /// `Self` (a state) may call tool `T`. Implemented by the derive for exactly the tools
-/// listed in the state's `tools(...)`; the derive also gives each state its own
-/// diagnostic naming the state, the agent and the legal tools.
-#[diagnostic::on_unimplemented(
-    message = "tool `{T}` is not allowed in state `{Self}`",
-    label = "not listed in this state's `tools(...)`",
-    note = "add the tool to the state's `#[agent(tools(...))]`, or call it from a state that lists it"
-)]
+/// listed in the state's `tools(...)`, through a hidden per-state trait whose diagnostic
+/// names the tool, the state, the agent and the legal tools (so this trait carries none:
+/// rustc would prefer it over the per-state one).
 pub trait AllowsTool<T: Tool>: State {}
 
-/// `Self` may move to state `T`. Implemented by the derive for exactly the declared edges.
-#[diagnostic::on_unimplemented(
-    message = "state `{Self}` cannot move to `{T}`",
-    label = "not a declared successor",
-    note = "add the target to the state's `#[agent(to(...))]`"
-)]
+/// `Self` may move to state `T`. Implemented by the derive for exactly the declared edges,
+/// through a hidden per-state trait whose diagnostic names the state, the agent and the
+/// legal successors.
 pub trait AllowsTransition<T: State>: State {}
 
 /// A value of target state `S`, built by the generated constructor `S::new(...)`.
@@ -242,18 +235,24 @@ impl<'a, S: State> Ctx<'a, S> {
     /// when the tool is switched off.
     ///
     /// [`ErrorClass::Disabled`]: crate::tool::ErrorClass::Disabled
-    pub async fn call<T: Tool>(&self, input: T::Input) -> Result<T::Output, ToolError>
+    //
+    // Not an `async fn`: the returned future would carry the `AllowsTool` bound, and an
+    // illegal call would be reported three times (call, future, `.await`) instead of once.
+    pub fn call<T: Tool>(&self, input: T::Input) -> BoxFuture<'a, Result<T::Output, ToolError>>
     where
         S: AllowsTool<T>,
     {
-        let input = serde_json::to_value(input)
-            .map_err(|e| ToolError::permanent(format!("input does not serialize: {e}")))?;
-        let out = self.io.call(T::NAME, input).await?;
-        T::Output::deserialize(out).map_err(|e| {
-            ToolError::permanent(format!(
-                "journaled output of `{}` does not match: {e}",
-                T::NAME
-            ))
+        let io = self.io;
+        Box::pin(async move {
+            let input = serde_json::to_value(input)
+                .map_err(|e| ToolError::permanent(format!("input does not serialize: {e}")))?;
+            let out = io.call(T::NAME, input).await?;
+            T::Output::deserialize(out).map_err(|e| {
+                ToolError::permanent(format!(
+                    "journaled output of `{}` does not match: {e}",
+                    T::NAME
+                ))
+            })
         })
     }
 

@@ -167,6 +167,10 @@ pub mod __private {
         StepError::Handler(format!("terminal state `{state}` has no handler"))
     }
 
+    /// A type no tool or state is: the second impl of the generated per-state traits.
+    #[derive(Debug)]
+    pub enum Unreachable {}
+
     /// `a == b`, in const context (the derive checks `Tool::NAME` at compile time).
     #[must_use]
     pub const fn str_eq(a: &str, b: &str) -> bool {

@@ -1,14 +1,49 @@
-//! Derive macros for `agent-core`. Depend on `agent-core`, which re-exports them.
+//! Derive macros for `agent-core`. Depend on `agent-core`, which re-exports them and
+//! documents the grammar.
+//!
+//! Stages, one per module: `attr` (syntax of `#[agent(...)]`) -> `ast` (the model, with
+//! spans) -> `check` (graph rules) -> `expand` (code) or `fallback` (stubs next to the
+//! errors). `#[derive(Tool)]` lives in `tool`.
+
+mod ast;
+mod attr;
+mod check;
+mod ctxt;
+mod expand;
+mod fallback;
+mod names;
+mod tool;
+
 use proc_macro::TokenStream;
 
 /// See `agent_core::Agent`.
 #[proc_macro_derive(Agent, attributes(agent))]
-pub fn derive_agent(_input: TokenStream) -> TokenStream {
-    TokenStream::new()
+pub fn derive_agent(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    derive_agent_impl(&input).into()
 }
 
 /// See `agent_core::Tool`.
 #[proc_macro_derive(Tool, attributes(tool))]
-pub fn derive_tool(_input: TokenStream) -> TokenStream {
-    TokenStream::new()
+pub fn derive_tool(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    tool::derive(&input).into()
 }
+
+fn derive_agent_impl(input: &syn::DeriveInput) -> proc_macro2::TokenStream {
+    let cx = ctxt::Ctxt::new();
+    let Some(agent) = ast::parse(&cx, input) else {
+        return cx.into_compile_errors().unwrap_or_default();
+    };
+    check::check(&cx, &agent);
+    match cx.into_compile_errors() {
+        None => expand::expand(&agent),
+        Some(errors) => {
+            let stubs = fallback::fallback(&agent);
+            quote::quote!(#errors #stubs)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+//! Stage 2: the model of an agent, each node keeping the span of the user's token.
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::{Data, DeriveInput, Fields, Ident, Path, Visibility};
+
+use crate::attr::{self, Kind, ToolDecl};
+use crate::ctxt::Ctxt;
+use crate::names;
+
+pub struct Agent {
+    pub ident: Ident,
+    pub vis: Visibility,
+    /// `NAME` and the graph's agent name.
+    pub name: String,
+    pub module: Ident,
+    pub handlers: Ident,
+    pub krate: Path,
+    pub dag: bool,
+    pub max_steps: Option<u64>,
+    pub tools: Vec<ToolDecl>,
+    pub states: Vec<State>,
+}
+
+pub struct State {
+    pub ident: Ident,
+    pub fields: Fields,
+    pub initial: Option<Span>,
+    pub terminal: Option<Span>,
+    pub compensate: Option<Span>,
+    pub llm: Option<Span>,
+    pub wait: Option<(Span, String)>,
+    pub wait_timeout_ms: Option<(Span, u64)>,
+    pub to: Vec<Ident>,
+    pub to_span: Option<Span>,
+    pub on_error: Option<Ident>,
+    pub tools: Vec<Ident>,
+    pub tools_span: Option<Span>,
+    pub max_tool_calls: Option<(Span, u32)>,
+    pub timeout_ms: Option<(Span, u64)>,
+}
+
+impl State {
+    pub fn name(&self) -> String {
+        names::unraw(&self.ident)
+    }
+
+    /// The variant's data as written (`{ cart : Cart }`, `(u32)` or empty), without attributes.
+    pub fn data(&self) -> String {
+        let mut fields = self.fields.clone();
+        for f in &mut fields {
+            f.attrs.clear();
+        }
+        match fields {
+            Fields::Unit => String::new(),
+            f => quote::ToTokens::to_token_stream(&f).to_string(),
+        }
+    }
+
+    /// The declared successors: `to(...)` in order, then `on_error` unless already listed.
+    pub fn successors(&self) -> Vec<&Ident> {
+        let mut out: Vec<&Ident> = Vec::new();
+        for t in self.to.iter().chain(self.on_error.iter()) {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    }
+}
+
+impl Agent {
+    pub fn state(&self, name: &Ident) -> Option<&State> {
+        self.states.iter().find(|s| s.ident == *name)
+    }
+
+    pub fn tool(&self, name: &Ident) -> Option<&ToolDecl> {
+        self.tools.iter().find(|t| t.ident == *name)
+    }
+
+    pub fn tool_kind(&self, name: &Ident) -> Option<Kind> {
+        self.tool(name).map(|t| t.kind)
+    }
+}
+
+/// Build the model. Returns `None` only when the input cannot be an agent at all (not an
+/// enum, generic); attribute mistakes are reported into `cx` and the model is still built.
+pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
+    let Data::Enum(data) = &input.data else {
+        let what = match &input.data {
+            Data::Struct(_) => "a struct",
+            _ => "a union",
+        };
+        cx.error(
+            input.ident.span(),
+            format!("`#[derive(Agent)]` only supports enums, and `{}` is {what}\n= help: declare the states of an agent as the variants of an enum", input.ident),
+        );
+        return None;
+    };
+    if !input.generics.params.is_empty() || input.generics.where_clause.is_some() {
+        let span = input
+            .generics
+            .params
+            .first()
+            .map_or_else(|| input.generics.span(), Spanned::span);
+        cx.error(
+            span,
+            format!("`#[derive(Agent)]` does not support generic enums\n= help: an agent's states must be concrete types so the graph can be stored and resumed; remove the generics from `{}`", input.ident),
+        );
+        return None;
+    }
+    let ea = attr::enum_attrs(cx, &input.attrs);
+    let ident = input.ident.clone();
+    let name_text = names::unraw(&ident);
+    let mut states = Vec::new();
+    for v in &data.variants {
+        for f in &v.fields {
+            attr::reject(cx, &f.attrs, "fields");
+        }
+        let va = attr::variant_attrs(cx, &v.attrs);
+        states.push(State {
+            ident: v.ident.clone(),
+            fields: v.fields.clone(),
+            initial: va.initial.span(),
+            terminal: va.terminal.span(),
+            compensate: va.compensate.span(),
+            llm: va.route_llm.span(),
+            wait: va.wait.span().zip(va.wait.get().cloned()),
+            wait_timeout_ms: va
+                .wait_timeout_ms
+                .span()
+                .zip(va.wait_timeout_ms.get().copied()),
+            to_span: va.to.span(),
+            tools_span: va.tools.span(),
+            max_tool_calls: va
+                .max_tool_calls
+                .span()
+                .zip(va.max_tool_calls.get().copied()),
+            timeout_ms: va.timeout_ms.span().zip(va.timeout_ms.get().copied()),
+            on_error: va.on_error.take(),
+            to: va.to.take().unwrap_or_default(),
+            tools: va.tools.take().unwrap_or_default(),
+        });
+    }
+    let module = ea
+        .module
+        .get()
+        .cloned()
+        .unwrap_or_else(|| names::ident(&names::snake_case(&name_text), Span::call_site()));
+    let handlers = ea
+        .handlers
+        .get()
+        .cloned()
+        .unwrap_or_else(|| Ident::new(&format!("{name_text}Handlers"), Span::call_site()));
+    let krate = ea
+        .krate
+        .get()
+        .cloned()
+        .unwrap_or_else(|| syn::parse_quote!(::agent_core));
+    Some(Agent {
+        vis: input.vis.clone(),
+        name: ea.name.get().cloned().unwrap_or(name_text),
+        module,
+        handlers,
+        krate,
+        dag: ea.dag.is_set(),
+        max_steps: ea.max_steps.get().copied(),
+        tools: ea.tools.take().unwrap_or_default(),
+        states,
+        ident,
+    })
+}

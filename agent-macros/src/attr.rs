@@ -1,0 +1,588 @@
+//! Stage 1: the syntax of `#[agent(...)]`. Every key is parsed on its own so that one
+//! malformed key does not hide the others; duplicates are reported at the second occurrence.
+
+use proc_macro2::{Span, TokenTree};
+use syn::meta::ParseNestedMeta;
+use syn::parse::ParseStream;
+use syn::spanned::Spanned;
+use syn::{Attribute, Ident, LitInt, LitStr, Path, Token};
+
+use crate::ctxt::Ctxt;
+use crate::names;
+
+/// The one attribute namespace.
+pub const AGENT: &str = "agent";
+
+pub const TOOLS: &str = "tools";
+pub const DAG: &str = "dag";
+pub const NAME: &str = "name";
+pub const MODULE: &str = "module";
+pub const HANDLERS: &str = "handlers";
+pub const CRATE: &str = "crate";
+pub const MAX_STEPS: &str = "max_steps";
+
+pub const INITIAL: &str = "initial";
+pub const TERMINAL: &str = "terminal";
+pub const COMPENSATE: &str = "compensate";
+pub const TO: &str = "to";
+pub const ROUTE: &str = "route";
+pub const WAIT: &str = "wait";
+pub const WAIT_TIMEOUT_MS: &str = "wait_timeout_ms";
+pub const ON_ERROR: &str = "on_error";
+pub const MAX_TOOL_CALLS: &str = "max_tool_calls";
+pub const TIMEOUT_MS: &str = "timeout_ms";
+
+const ENUM_KEYS: &[&str] = &[TOOLS, DAG, NAME, MODULE, HANDLERS, CRATE, MAX_STEPS];
+const VARIANT_KEYS: &[&str] = &[
+    INITIAL,
+    TERMINAL,
+    COMPENSATE,
+    TO,
+    TOOLS,
+    ROUTE,
+    WAIT,
+    WAIT_TIMEOUT_MS,
+    ON_ERROR,
+    MAX_TOOL_CALLS,
+    TIMEOUT_MS,
+];
+
+/// One key's value, with the span of the key that set it.
+pub struct Attr<T> {
+    name: &'static str,
+    value: Option<(Span, T)>,
+}
+
+impl<T> Attr<T> {
+    const fn none(name: &'static str) -> Self {
+        Self { name, value: None }
+    }
+
+    fn set(&mut self, cx: &Ctxt, span: Span, value: T) {
+        if self.value.is_some() {
+            cx.error(
+                span,
+                format!(
+                    "duplicate key `{}` in `#[agent(...)]`\n= help: remove this `{}`; each key may appear once",
+                    self.name, self.name
+                ),
+            );
+        } else {
+            self.value = Some((span, value));
+        }
+    }
+
+    pub fn get(&self) -> Option<&T> {
+        self.value.as_ref().map(|(_, v)| v)
+    }
+
+    pub fn span(&self) -> Option<Span> {
+        self.value.as_ref().map(|(s, _)| *s)
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.value.is_some()
+    }
+
+    pub fn take(self) -> Option<T> {
+        self.value.map(|(_, v)| v)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Read,
+    Write,
+    Hybrid,
+}
+
+impl Kind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Hybrid => "hybrid",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "read" => Some(Self::Read),
+            "write" => Some(Self::Write),
+            "hybrid" => Some(Self::Hybrid),
+            _ => None,
+        }
+    }
+}
+
+/// `read(A)`, `write(B)` or `hybrid(C(compensate = B))` inside the enum's `tools(...)`.
+pub struct ToolDecl {
+    pub path: Path,
+    pub ident: Ident,
+    pub kind: Kind,
+    pub compensate: Option<Ident>,
+}
+
+pub struct EnumAttrs {
+    pub tools: Attr<Vec<ToolDecl>>,
+    pub dag: Attr<()>,
+    pub name: Attr<String>,
+    pub module: Attr<Ident>,
+    pub handlers: Attr<Ident>,
+    pub krate: Attr<Path>,
+    pub max_steps: Attr<u64>,
+}
+
+pub struct VariantAttrs {
+    pub initial: Attr<()>,
+    pub terminal: Attr<()>,
+    pub compensate: Attr<()>,
+    pub to: Attr<Vec<Ident>>,
+    pub tools: Attr<Vec<Ident>>,
+    pub route_llm: Attr<()>,
+    pub wait: Attr<String>,
+    pub wait_timeout_ms: Attr<u64>,
+    pub on_error: Attr<Ident>,
+    pub max_tool_calls: Attr<u32>,
+    pub timeout_ms: Attr<u64>,
+}
+
+fn key_of(meta: &ParseNestedMeta<'_>) -> String {
+    meta.path
+        .get_ident()
+        .map_or_else(|| path_text(&meta.path), names::unraw)
+}
+
+pub fn path_text(path: &Path) -> String {
+    quote::ToTokens::to_token_stream(path)
+        .to_string()
+        .replace(' ', "")
+}
+
+/// Consume whatever follows an unknown or malformed key, up to the next comma.
+fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
+    while !input.is_empty() && !input.peek(Token![,]) {
+        input.parse::<TokenTree>()?;
+    }
+    Ok(())
+}
+
+fn unknown_key(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta<'_>,
+    keys: &[&str],
+    place: &str,
+) -> syn::Result<()> {
+    let key = key_of(meta);
+    let mut msg = format!("unknown key `{key}` in `#[agent(...)]` on {place}");
+    let hint = names::did_you_mean(&key, keys.iter().copied());
+    if hint.is_empty() {
+        msg.push_str(&format!(
+            "\n= note: keys allowed on {place}: {}",
+            names::list(keys.iter().copied())
+        ));
+    } else {
+        msg.push_str(&hint);
+    }
+    cx.error(meta.path.span(), msg);
+    skip_value(meta.input)
+}
+
+/// Parse the value after `=`, reporting (and skipping) a malformed one.
+fn value<T>(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta<'_>,
+    expected: &str,
+    parse: impl FnOnce(ParseStream<'_>) -> syn::Result<T>,
+) -> syn::Result<Option<T>> {
+    let key = key_of(meta);
+    if !meta.input.peek(Token![=]) {
+        cx.error(meta.path.span(), format!("expected `{key} = {expected}`"));
+        skip_value(meta.input)?;
+        return Ok(None);
+    }
+    meta.input.parse::<Token![=]>()?;
+    let fork = meta.input.fork();
+    match parse(&fork) {
+        Ok(v) if fork.is_empty() || fork.peek(Token![,]) => {
+            syn::parse::discouraged::Speculative::advance_to(meta.input, &fork);
+            Ok(Some(v))
+        }
+        _ => {
+            let span = meta
+                .input
+                .cursor()
+                .token_tree()
+                .map_or(meta.path.span(), |(t, _)| t.span());
+            cx.error(span, format!("expected `{key} = {expected}`"));
+            skip_value(meta.input)?;
+            Ok(None)
+        }
+    }
+}
+
+fn number<T: std::str::FromStr>(input: ParseStream<'_>) -> syn::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let lit: LitInt = input.parse()?;
+    let n: T = lit.base10_parse()?;
+    Ok(n)
+}
+
+fn positive_u64(input: ParseStream<'_>) -> syn::Result<u64> {
+    let n: u64 = number(input)?;
+    if n == 0 {
+        return Err(input.error("must be positive"));
+    }
+    Ok(n)
+}
+
+fn positive_u32(input: ParseStream<'_>) -> syn::Result<u32> {
+    let n: u32 = number(input)?;
+    if n == 0 {
+        return Err(input.error("must be positive"));
+    }
+    Ok(n)
+}
+
+/// A flag key takes no value.
+fn flag(cx: &Ctxt, meta: &ParseNestedMeta<'_>, attr: &mut Attr<()>) -> syn::Result<()> {
+    if meta.input.is_empty() || meta.input.peek(Token![,]) {
+        attr.set(cx, meta.path.span(), ());
+        Ok(())
+    } else {
+        let key = key_of(meta);
+        cx.error(
+            meta.path.span(),
+            format!("`{key}` takes no value\n= help: write `#[agent({key})]`"),
+        );
+        skip_value(meta.input)
+    }
+}
+
+/// `key(A, B, C)`: a list of plain names.
+fn name_list(cx: &Ctxt, meta: &ParseNestedMeta<'_>, what: &str) -> syn::Result<Option<Vec<Ident>>> {
+    let key = key_of(meta);
+    if !meta.input.peek(syn::token::Paren) {
+        cx.error(
+            meta.path.span(),
+            format!("expected `{key}(...)` with a list of {what}"),
+        );
+        skip_value(meta.input)?;
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    let nested = meta.parse_nested_meta(|item| {
+        match item.path.get_ident() {
+            Some(ident) if item.input.is_empty() || item.input.peek(Token![,]) => {
+                out.push(ident.clone());
+            }
+            _ => {
+                cx.error(
+                    item.path.span(),
+                    format!("expected a list of {what} in `{key}(...)`, like `{key}(A, B)`"),
+                );
+                skip_value(item.input)?;
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = nested {
+        cx.syn_error(e);
+    }
+    Ok(Some(out))
+}
+
+fn agent_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
+    attrs.iter().filter(|a| a.path().is_ident(AGENT))
+}
+
+fn parse_each(
+    cx: &Ctxt,
+    attrs: &[Attribute],
+    mut logic: impl FnMut(ParseNestedMeta<'_>) -> syn::Result<()>,
+) {
+    for attr in agent_attrs(attrs) {
+        if let Err(e) = attr.meta.require_list() {
+            cx.syn_error(e);
+            continue;
+        }
+        if let Err(e) = attr.parse_nested_meta(&mut logic) {
+            cx.syn_error(e);
+        }
+    }
+}
+
+pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
+    let mut out = EnumAttrs {
+        tools: Attr::none(TOOLS),
+        dag: Attr::none(DAG),
+        name: Attr::none(NAME),
+        module: Attr::none(MODULE),
+        handlers: Attr::none(HANDLERS),
+        krate: Attr::none(CRATE),
+        max_steps: Attr::none(MAX_STEPS),
+    };
+    parse_each(cx, attrs, |meta| {
+        let span = meta.path.span();
+        match key_of(&meta).as_str() {
+            TOOLS => {
+                if let Some(tools) = tool_decls(cx, &meta)? {
+                    out.tools.set(cx, span, tools);
+                }
+            }
+            DAG => flag(cx, &meta, &mut out.dag)?,
+            NAME => {
+                if let Some(v) = value(cx, &meta, "\"agent name\"", |i| i.parse::<LitStr>())? {
+                    if v.value().is_empty() {
+                        cx.error(v.span(), "the agent name must not be empty");
+                    } else {
+                        out.name.set(cx, span, v.value());
+                    }
+                }
+            }
+            MODULE => {
+                if let Some(v) = value(cx, &meta, "module_name", |i| i.parse::<Ident>())? {
+                    out.module.set(cx, span, v);
+                }
+            }
+            HANDLERS => {
+                if let Some(v) = value(cx, &meta, "TraitName", |i| i.parse::<Ident>())? {
+                    out.handlers.set(cx, span, v);
+                }
+            }
+            CRATE => {
+                let parsed = value(cx, &meta, "path::to::agent_core", |i| {
+                    if i.peek(LitStr) {
+                        i.parse::<LitStr>()?.parse::<Path>()
+                    } else {
+                        Path::parse_mod_style(i)
+                    }
+                })?;
+                if let Some(v) = parsed {
+                    out.krate.set(cx, span, v);
+                }
+            }
+            MAX_STEPS => {
+                if let Some(v) = value(cx, &meta, "N (a positive integer)", positive_u64)? {
+                    out.max_steps.set(cx, span, v);
+                }
+            }
+            _ => {
+                let place = "the enum";
+                if VARIANT_KEYS.contains(&key_of(&meta).as_str()) {
+                    let key = key_of(&meta);
+                    cx.error(
+                        span,
+                        format!("`{key}` belongs on a variant, not on the enum\n= help: move it to the `#[agent(...)]` of a state"),
+                    );
+                    skip_value(meta.input)?;
+                } else {
+                    unknown_key(cx, &meta, ENUM_KEYS, place)?;
+                }
+            }
+        }
+        Ok(())
+    });
+    out
+}
+
+/// `tools(read(A, B), write(C), hybrid(D(compensate = C)))`
+fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<ToolDecl>>> {
+    if !meta.input.peek(syn::token::Paren) {
+        cx.error(
+            meta.path.span(),
+            "expected `tools(read(...), write(...), hybrid(...))`",
+        );
+        skip_value(meta.input)?;
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    let nested = meta.parse_nested_meta(|group| {
+        let kind_name = key_of(&group);
+        let Some(kind) = Kind::from_name(&kind_name) else {
+            let mut msg = format!(
+                "unknown tool kind `{kind_name}`\n= help: declare tools as `read(...)`, `write(...)` or `hybrid(...)`"
+            );
+            if !group.input.peek(syn::token::Paren) {
+                msg = format!(
+                    "`{kind_name}` has no kind\n= help: declare tools by kind: `tools(read({kind_name}))`, `tools(write({kind_name}))` or `tools(hybrid({kind_name}(compensate = ...)))`"
+                );
+            }
+            cx.error(group.path.span(), msg);
+            return skip_value(group.input);
+        };
+        if !group.input.peek(syn::token::Paren) {
+            cx.error(
+                group.path.span(),
+                format!("expected `{kind_name}(ToolA, ToolB)`"),
+            );
+            return skip_value(group.input);
+        }
+        group.parse_nested_meta(|tool| {
+            let Some(ident) = tool.path.segments.last().map(|s| s.ident.clone()) else {
+                return Ok(());
+            };
+            let mut compensate = None;
+            if tool.input.peek(syn::token::Paren) {
+                if kind == Kind::Hybrid {
+                    let mut seen = false;
+                    tool.parse_nested_meta(|c| {
+                        if key_of(&c) == COMPENSATE {
+                            if seen {
+                                cx.error(c.path.span(), "duplicate key `compensate`");
+                            }
+                            seen = true;
+                            if let Some(v) = value(cx, &c, "WriteTool", |i| i.parse::<Ident>())? {
+                                compensate = Some(v);
+                            }
+                            Ok(())
+                        } else {
+                            unknown_key(cx, &c, &[COMPENSATE], "a hybrid tool")
+                        }
+                    })?;
+                } else {
+                    cx.error(
+                        tool.path.span(),
+                        format!(
+                            "only hybrid tools name a compensation; `{ident}` is declared `{kind_name}`\n= help: declare it as `hybrid({ident}(compensate = ...))`, or remove the parentheses"
+                        ),
+                    );
+                    skip_value(tool.input)?;
+                }
+            } else if !(tool.input.is_empty() || tool.input.peek(Token![,])) {
+                cx.error(tool.path.span(), format!("expected a tool type in `{kind_name}(...)`"));
+                skip_value(tool.input)?;
+                return Ok(());
+            }
+            out.push(ToolDecl {
+                path: tool.path.clone(),
+                ident,
+                kind,
+                compensate,
+            });
+            Ok(())
+        })
+    });
+    if let Err(e) = nested {
+        cx.syn_error(e);
+    }
+    Ok(Some(out))
+}
+
+pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
+    let mut out = VariantAttrs {
+        initial: Attr::none(INITIAL),
+        terminal: Attr::none(TERMINAL),
+        compensate: Attr::none(COMPENSATE),
+        to: Attr::none(TO),
+        tools: Attr::none(TOOLS),
+        route_llm: Attr::none(ROUTE),
+        wait: Attr::none(WAIT),
+        wait_timeout_ms: Attr::none(WAIT_TIMEOUT_MS),
+        on_error: Attr::none(ON_ERROR),
+        max_tool_calls: Attr::none(MAX_TOOL_CALLS),
+        timeout_ms: Attr::none(TIMEOUT_MS),
+    };
+    parse_each(cx, attrs, |meta| {
+        let span = meta.path.span();
+        match key_of(&meta).as_str() {
+            INITIAL => flag(cx, &meta, &mut out.initial)?,
+            TERMINAL => flag(cx, &meta, &mut out.terminal)?,
+            COMPENSATE => flag(cx, &meta, &mut out.compensate)?,
+            TO => {
+                if let Some(v) = name_list(cx, &meta, "states")? {
+                    out.to.set(cx, span, v);
+                }
+            }
+            TOOLS => {
+                if meta.input.peek(syn::token::Paren) {
+                    let fork = meta.input.fork();
+                    let content;
+                    syn::parenthesized!(content in fork);
+                    let first: Option<Ident> = content.fork().parse().ok();
+                    if let Some(first) = first {
+                        let kind = names::unraw(&first);
+                        if Kind::from_name(&kind).is_some() && content.peek2(syn::token::Paren) {
+                            cx.error(
+                                first.span(),
+                                format!("tool kinds are declared on the enum, not on a state\n= help: move `{kind}(...)` to the enum's `#[agent(tools(...))]` and list the tools here by name"),
+                            );
+                            skip_value(meta.input)?;
+                            return Ok(());
+                        }
+                    }
+                }
+                if let Some(v) = name_list(cx, &meta, "tools")? {
+                    out.tools.set(cx, span, v);
+                }
+            }
+            ROUTE => {
+                if let Some(v) = value(cx, &meta, "llm", |i| i.parse::<Ident>())? {
+                    if v == "llm" {
+                        out.route_llm.set(cx, span, ());
+                    } else {
+                        cx.error(
+                            v.span(),
+                            format!("unknown route `{v}`\n= help: the only route is `route = llm`; without it the handler decides"),
+                        );
+                    }
+                }
+            }
+            WAIT => {
+                if let Some(v) = value(cx, &meta, "\"signal_name\"", |i| i.parse::<LitStr>())? {
+                    if v.value().is_empty() {
+                        cx.error(v.span(), "the signal name must not be empty");
+                    } else {
+                        out.wait.set(cx, span, v.value());
+                    }
+                }
+            }
+            WAIT_TIMEOUT_MS => {
+                if let Some(v) = value(cx, &meta, "N (milliseconds)", positive_u64)? {
+                    out.wait_timeout_ms.set(cx, span, v);
+                }
+            }
+            ON_ERROR => {
+                if let Some(v) = value(cx, &meta, "State", |i| i.parse::<Ident>())? {
+                    out.on_error.set(cx, span, v);
+                }
+            }
+            MAX_TOOL_CALLS => {
+                if let Some(v) = value(cx, &meta, "N (a positive integer)", positive_u32)? {
+                    out.max_tool_calls.set(cx, span, v);
+                }
+            }
+            TIMEOUT_MS => {
+                if let Some(v) = value(cx, &meta, "N (milliseconds)", positive_u64)? {
+                    out.timeout_ms.set(cx, span, v);
+                }
+            }
+            _ => {
+                let key = key_of(&meta);
+                if ENUM_KEYS.contains(&key.as_str()) {
+                    cx.error(
+                        span,
+                        format!("`{key}` belongs on the enum, not on a variant\n= help: move it to the enum's `#[agent(...)]`"),
+                    );
+                    skip_value(meta.input)?;
+                } else {
+                    unknown_key(cx, &meta, VARIANT_KEYS, "a variant")?;
+                }
+            }
+        }
+        Ok(())
+    });
+    out
+}
+
+/// `#[agent]` where it has no meaning (fields).
+pub fn reject(cx: &Ctxt, attrs: &[Attribute], place: &str) {
+    for attr in agent_attrs(attrs) {
+        cx.error(
+            attr.path().span(),
+            format!("`#[agent(...)]` is not allowed on {place}\n= help: put it on the enum or on a variant"),
+        );
+    }
+}

@@ -1,0 +1,437 @@
+//! Stage 3: the rules of a well-formed agent graph. Every finding points at the user's
+//! token; findings that would only be consequences of an earlier one are not reported.
+
+use std::collections::BTreeSet;
+
+use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::visit::{Bfs, Reversed};
+use proc_macro2::Span;
+use syn::Ident;
+
+use crate::ast::Agent;
+use crate::attr::Kind;
+use crate::ctxt::Ctxt;
+use crate::names;
+
+/// Check the agent, reporting every finding into `cx`.
+pub fn check(cx: &Ctxt, agent: &Agent) {
+    check_tools(cx, agent);
+    let graph_ok = check_states(cx, agent);
+    if graph_ok {
+        check_graph(cx, agent);
+    }
+}
+
+fn check_tools(cx: &Ctxt, agent: &Agent) {
+    let tool_names: Vec<String> = agent.tools.iter().map(|t| names::unraw(&t.ident)).collect();
+    let mut seen: Vec<&Ident> = Vec::new();
+    for tool in &agent.tools {
+        if seen.contains(&&tool.ident) {
+            cx.error(
+                tool.ident.span(),
+                format!(
+                    "tool `{}` is declared twice on agent `{}`\n= help: remove this declaration",
+                    tool.ident, agent.name
+                ),
+            );
+        }
+        seen.push(&tool.ident);
+        if tool.kind != Kind::Hybrid {
+            continue;
+        }
+        let Some(comp) = &tool.compensate else {
+            cx.error(
+                tool.ident.span(),
+                format!(
+                    "hybrid tool `{0}` has no compensation\n= help: name the write tool that undoes it: `hybrid({0}(compensate = UndoTool))`, or declare `{0}` as `write` if it needs no undo",
+                    tool.ident
+                ),
+            );
+            continue;
+        };
+        match agent.tool_kind(comp) {
+            None => cx.error(
+                comp.span(),
+                format!(
+                    "unknown tool `{comp}` in `compensate = ...` of hybrid tool `{}`{}",
+                    tool.ident,
+                    hint_or(
+                        names::did_you_mean(&comp.to_string(), tool_names.iter().map(String::as_str)),
+                        format!("\n= help: declare it on the enum as a write tool: `tools(write({comp}))`"),
+                    )
+                ),
+            ),
+            Some(Kind::Write) => {}
+            Some(kind) => cx.error(
+                comp.span(),
+                format!(
+                    "compensation `{comp}` of hybrid tool `{}` is a `{}` tool, not a `write` tool\n= help: a compensation undoes an effect, so it must be declared in `write(...)`",
+                    tool.ident,
+                    kind.as_str()
+                ),
+            ),
+        }
+    }
+}
+
+fn hint_or(hint: String, otherwise: String) -> String {
+    if hint.is_empty() { otherwise } else { hint }
+}
+
+/// Per-state rules. Returns whether the graph is sound enough for the global checks
+/// (every target resolves, exactly one initial state, no state both initial and terminal).
+fn check_states(cx: &Ctxt, agent: &Agent) -> bool {
+    let mut ok = true;
+    if agent.states.is_empty() {
+        cx.error(
+            agent.ident.span(),
+            format!(
+                "agent `{}` has no states\n= help: add variants, one per state, with `#[agent(initial)]` on the first",
+                agent.name
+            ),
+        );
+        return false;
+    }
+    let state_names: Vec<String> = agent.states.iter().map(super::ast::State::name).collect();
+    let initials: Vec<_> = agent
+        .states
+        .iter()
+        .filter_map(|s| s.initial.map(|sp| (s, sp)))
+        .collect();
+    match initials.as_slice() {
+        [] => {
+            ok = false;
+            cx.error(
+                agent.ident.span(),
+                format!(
+                    "agent `{}` has no initial state\n= help: mark the state a run starts in with `#[agent(initial)]`",
+                    agent.name
+                ),
+            );
+        }
+        [_] => {}
+        [(first, _), rest @ ..] => {
+            ok = false;
+            for (s, span) in rest {
+                cx.error(
+                    *span,
+                    format!(
+                        "agent `{}` has more than one initial state: `{}` and `{}`\n= help: keep `initial` on exactly one state",
+                        agent.name,
+                        first.name(),
+                        s.name()
+                    ),
+                );
+            }
+        }
+    }
+    for s in &agent.states {
+        let name = s.name();
+        if let (Some(_), Some(t)) = (s.initial, s.terminal) {
+            ok = false;
+            cx.error(
+                t,
+                format!(
+                    "state `{name}` is both `initial` and `terminal`\n= help: a run that starts in `{name}` would end before doing anything; add a separate initial state, or remove `terminal`"
+                ),
+            );
+        }
+        if s.terminal.is_some() {
+            let extra = [
+                (s.to_span, "to(...)"),
+                (s.on_error.as_ref().map(Ident::span), "on_error"),
+            ];
+            for (span, key) in extra {
+                if let Some(span) = span {
+                    cx.error(
+                        span,
+                        format!(
+                            "terminal state `{name}` has transitions\n= help: a run ends in a terminal state; remove `{key}`, or remove `terminal` if the run continues from `{name}`"
+                        ),
+                    );
+                }
+            }
+            let unused = [
+                (s.tools_span, "tools(...)"),
+                (s.llm, "route = llm"),
+                (s.wait.as_ref().map(|w| w.0), "wait"),
+                (s.max_tool_calls.map(|m| m.0), "max_tool_calls"),
+                (s.timeout_ms.map(|m| m.0), "timeout_ms"),
+            ];
+            for (span, key) in unused {
+                if let Some(span) = span {
+                    cx.error(
+                        span,
+                        format!(
+                            "`{key}` has no effect on terminal state `{name}`\n= help: terminal states run no handler; remove `{key}`"
+                        ),
+                    );
+                }
+            }
+        }
+        if let (Some((span, _)), None) = (s.wait_timeout_ms, &s.wait) {
+            cx.error(
+                span,
+                format!(
+                    "`wait_timeout_ms` without `wait` on state `{name}`\n= help: add `wait = \"signal_name\"`, or remove `wait_timeout_ms`"
+                ),
+            );
+        }
+        let mut seen: Vec<&Ident> = Vec::new();
+        for target in &s.to {
+            if agent.state(target).is_none() {
+                ok = false;
+                unknown_state(cx, target, "to(...)", &state_names);
+            } else if seen.contains(&target) {
+                cx.error(
+                    target.span(),
+                    format!("`{target}` is listed twice in `to(...)` of state `{name}`\n= help: remove one"),
+                );
+            }
+            seen.push(target);
+        }
+        if let Some(target) = &s.on_error
+            && agent.state(target).is_none()
+        {
+            ok = false;
+            unknown_state(cx, target, "on_error = ...", &state_names);
+        }
+        let declared: Vec<String> = agent.tools.iter().map(|t| names::unraw(&t.ident)).collect();
+        let mut seen: Vec<&Ident> = Vec::new();
+        for tool in &s.tools {
+            if agent.tool(tool).is_none() {
+                let hint =
+                    names::did_you_mean(&names::unraw(tool), declared.iter().map(String::as_str));
+                cx.error(
+                    tool.span(),
+                    format!(
+                        "tool `{tool}` is not declared on agent `{}`{}",
+                        agent.name,
+                        hint_or(
+                            hint,
+                            format!("\n= help: declare it with its kind on the enum: `#[agent(tools(read({tool})))]` (or `write`, `hybrid`)")
+                        )
+                    ),
+                );
+            } else if seen.contains(&tool) {
+                cx.error(
+                    tool.span(),
+                    format!("tool `{tool}` is listed twice in `tools(...)` of state `{name}`\n= help: remove one"),
+                );
+            }
+            seen.push(tool);
+        }
+        if s.terminal.is_none() && s.successors().is_empty() {
+            if let Some(llm) = s.llm {
+                cx.error(
+                    llm,
+                    format!(
+                        "LLM-routed state `{name}` has no legal option\n= help: the model chooses among the state's successors; list them with `to(...)`"
+                    ),
+                );
+            } else {
+                cx.error(
+                    s.ident.span(),
+                    format!(
+                        "state `{name}` has no way out\n= help: add `#[agent(to(...))]` with its successors, or mark it `#[agent(terminal)]` if runs end here"
+                    ),
+                );
+            }
+        }
+    }
+    ok
+}
+
+fn unknown_state(cx: &Ctxt, target: &Ident, place: &str, states: &[String]) {
+    let hint = names::did_you_mean(&names::unraw(target), states.iter().map(String::as_str));
+    cx.error(
+        target.span(),
+        format!(
+            "unknown state `{target}` in `{place}`{}",
+            hint_or(
+                hint,
+                format!(
+                    "\n= note: the states are {}",
+                    names::list(states.iter().map(String::as_str))
+                )
+            )
+        ),
+    );
+}
+
+/// Nodes are state indices; edge weights are the span of the target name in `to(...)`.
+fn build(agent: &Agent) -> DiGraph<usize, Span> {
+    let mut g = DiGraph::new();
+    for i in 0..agent.states.len() {
+        g.add_node(i);
+    }
+    for (i, s) in agent.states.iter().enumerate() {
+        for t in s.successors() {
+            if let Some(j) = agent.states.iter().position(|x| x.ident == *t) {
+                g.add_edge(NodeIndex::new(i), NodeIndex::new(j), t.span());
+            }
+        }
+    }
+    g
+}
+
+fn check_graph(cx: &Ctxt, agent: &Agent) {
+    let g = build(agent);
+    let n = agent.states.len();
+    let Some(initial) = agent.states.iter().position(|s| s.initial.is_some()) else {
+        return;
+    };
+    let initial_name = agent.states[initial].name();
+
+    let mut reachable = vec![false; n];
+    let mut bfs = Bfs::new(&g, NodeIndex::new(initial));
+    while let Some(x) = bfs.next(&g) {
+        reachable[x.index()] = true;
+    }
+    for (i, s) in agent.states.iter().enumerate() {
+        if !reachable[i] {
+            cx.error(
+                s.ident.span(),
+                format!(
+                    "state `{}` is unreachable from the initial state `{initial_name}`\n= help: add `{}` to the `to(...)` of a state that is reached, or remove it",
+                    s.name(),
+                    s.name()
+                ),
+            );
+        }
+    }
+
+    let dead_end = |i: usize| {
+        let s = &agent.states[i];
+        s.terminal.is_none() && s.successors().is_empty()
+    };
+    if !agent.states.iter().any(|s| s.terminal.is_some()) {
+        cx.error(
+            agent.ident.span(),
+            format!(
+                "agent `{}` has no terminal state\n= help: mark the states where a run ends with `#[agent(terminal)]`",
+                agent.name
+            ),
+        );
+    } else {
+        // Dead ends were reported already; count them as exits so their predecessors are
+        // not reported again as traps.
+        let mut coreach = vec![false; n];
+        let rev = Reversed(&g);
+        for i in (0..n).filter(|&i| agent.states[i].terminal.is_some() || dead_end(i)) {
+            let mut bfs = Bfs::new(rev, NodeIndex::new(i));
+            while let Some(x) = bfs.next(rev) {
+                coreach[x.index()] = true;
+            }
+        }
+        let trap: BTreeSet<usize> = (0..n).filter(|&i| reachable[i] && !coreach[i]).collect();
+        let sccs = petgraph::algo::tarjan_scc(&g);
+        let mut reports: Vec<Vec<usize>> = Vec::new();
+        for scc in sccs {
+            let members: BTreeSet<usize> = scc.iter().map(|x| x.index()).collect();
+            if !members.iter().all(|m| trap.contains(m)) {
+                continue;
+            }
+            // Only the SCCs the run cannot leave: the others lead into one of them.
+            let sink = members.iter().all(|&m| {
+                g.neighbors(NodeIndex::new(m))
+                    .all(|x| members.contains(&x.index()))
+            });
+            if sink {
+                reports.push(members.into_iter().collect());
+            }
+        }
+        reports.sort();
+        for members in reports {
+            let first = members[0];
+            let cycle = cycle_through(&g, first, &members);
+            let names_in: Vec<String> = members.iter().map(|&m| agent.states[m].name()).collect();
+            let path = cycle
+                .iter()
+                .map(|&m| format!("`{}`", agent.states[m].name()))
+                .collect::<Vec<_>>()
+                .join(" -> ");
+            cx.error(
+                agent.states[first].ident.span(),
+                format!(
+                    "no terminal state can be reached from {}\n= note: {path} loops forever\n= help: add a transition out of the loop, towards a terminal state",
+                    names::list(names_in.iter().map(String::as_str))
+                ),
+            );
+        }
+    }
+
+    if agent.dag {
+        let mut cycles: Vec<Vec<usize>> = petgraph::algo::tarjan_scc(&g)
+            .into_iter()
+            .map(|scc| {
+                let mut m: Vec<usize> = scc.iter().map(|x| x.index()).collect();
+                m.sort_unstable();
+                m
+            })
+            .filter(|m| m.len() > 1 || g.contains_edge(NodeIndex::new(m[0]), NodeIndex::new(m[0])))
+            .collect();
+        cycles.sort();
+        for members in cycles {
+            let cycle = cycle_through(&g, members[0], &members);
+            let path = cycle
+                .iter()
+                .map(|&m| format!("`{}`", agent.states[m].name()))
+                .collect::<Vec<_>>()
+                .join(" -> ");
+            // Point at the edge that closes the cycle.
+            let last = cycle[cycle.len() - 2];
+            let span = g
+                .find_edge(NodeIndex::new(last), NodeIndex::new(members[0]))
+                .map_or_else(|| agent.states[members[0]].ident.span(), |e| g[e]);
+            cx.error(
+                span,
+                format!(
+                    "agent `{}` is declared `dag` but has a cycle: {path}\n= help: remove a transition of the cycle, or remove `dag` from the enum's `#[agent(...)]`",
+                    agent.name
+                ),
+            );
+        }
+    }
+}
+
+/// The shortest cycle from `start` back to `start` inside `members`, as a path that
+/// begins and ends with `start`. Successors are explored in declaration order.
+fn cycle_through(g: &DiGraph<usize, Span>, start: usize, members: &[usize]) -> Vec<usize> {
+    let mut parent: Vec<Option<usize>> = vec![None; g.node_count()];
+    let mut queue = std::collections::VecDeque::from([start]);
+    let mut visited = vec![false; g.node_count()];
+    visited[start] = true;
+    while let Some(x) = queue.pop_front() {
+        let mut succ: Vec<usize> = g
+            .neighbors(NodeIndex::new(x))
+            .map(NodeIndex::index)
+            .collect();
+        // `neighbors` yields the most recently added edge first; restore declaration order.
+        succ.reverse();
+        for y in succ {
+            if !members.contains(&y) {
+                continue;
+            }
+            if y == start {
+                let mut forward = vec![start];
+                let mut chain = Vec::new();
+                let mut cur = x;
+                while cur != start {
+                    chain.push(cur);
+                    cur = parent[cur].unwrap_or(start);
+                }
+                chain.reverse();
+                forward.extend(chain);
+                forward.push(start);
+                return forward;
+            }
+            if !visited[y] {
+                visited[y] = true;
+                parent[y] = Some(x);
+                queue.push_back(y);
+            }
+        }
+    }
+    vec![start, start]
+}

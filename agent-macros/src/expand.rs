@@ -1,0 +1,578 @@
+//! Stage 4: the code of a checked agent. Everything is named through the `crate = path`
+//! option (default `::agent_core`); internals only through its `__private` module.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Fields, Ident, Type};
+
+use crate::ast::{Agent, State};
+use crate::attr::Kind;
+use crate::names;
+
+/// The whole expansion of a checked agent.
+pub fn expand(agent: &Agent) -> TokenStream {
+    let agent_impl = agent_impl(agent, false);
+    let markers = markers(agent);
+    let constructors = constructors(agent);
+    let handlers = handler_trait(agent);
+    let handle = handle_impl(agent, false);
+    let allows = allows(agent);
+    let tool_checks = tool_checks(agent);
+    quote! {
+        #agent_impl
+        #markers
+        #constructors
+        #handlers
+        #handle
+        const _: () = {
+            #allows
+            #tool_checks
+        };
+    }
+}
+
+pub fn marker(agent: &Agent, state: &State) -> TokenStream {
+    let module = &agent.module;
+    let ident = &state.ident;
+    quote!(#module::#ident)
+}
+
+pub fn route_ident(state: &State) -> Ident {
+    format_ident!("{}Route", names::unraw(&state.ident))
+}
+
+pub fn method_ident(state: &State) -> Ident {
+    names::ident(&names::snake_case(&state.name()), state.ident.span())
+}
+
+fn lit(s: &str) -> syn::LitStr {
+    syn::LitStr::new(s, Span::call_site())
+}
+
+fn option<T: quote::ToTokens>(agent: &Agent, v: Option<T>) -> TokenStream {
+    let krate = &agent.krate;
+    match v {
+        Some(v) => quote!(#krate::__private::Option::Some(#v)),
+        None => quote!(#krate::__private::Option::None),
+    }
+}
+
+/// `impl Agent`. With `stub`, `graph()` is never reached (the build already failed).
+pub fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
+    let krate = &agent.krate;
+    let ident = &agent.ident;
+    let name = lit(&agent.name);
+    let arms = agent.states.iter().map(|s| {
+        let v = &s.ident;
+        let n = lit(&s.name());
+        quote!(Self::#v { .. } => #n,)
+    });
+    let graph = if stub {
+        quote!(#krate::__private::core::unreachable!())
+    } else {
+        let dag = agent.dag;
+        let max_steps = option(agent, agent.max_steps);
+        let tools = agent.tools.iter().map(|t| {
+            let n = lit(&names::unraw(&t.ident));
+            let kind = kind_value(agent, t.kind);
+            let comp = option(agent, t.compensate.as_ref().map(|c| lit(&names::unraw(c))));
+            quote!(#krate::__private::ToolSpec { name: #n, kind: #kind, compensation: #comp })
+        });
+        let states = agent.states.iter().map(|s| {
+            let n = lit(&s.name());
+            let initial = s.initial.is_some();
+            let terminal = s.terminal.is_some();
+            let compensate = s.compensate.is_some();
+            let llm = s.llm.is_some();
+            let wait = option(agent, s.wait.as_ref().map(|w| lit(&w.1)));
+            let wait_timeout = option(agent, s.wait_timeout_ms.map(|w| w.1));
+            let to = s.to.iter().map(|t| lit(&names::unraw(t)));
+            let on_error = option(agent, s.on_error.as_ref().map(|t| lit(&names::unraw(t))));
+            let tools = s.tools.iter().map(|t| lit(&names::unraw(t)));
+            let max_tool_calls = option(agent, s.max_tool_calls.map(|m| m.1));
+            let timeout = option(agent, s.timeout_ms.map(|m| m.1));
+            let data = lit(&s.data());
+            quote! {
+                #krate::__private::StateSpec {
+                    name: #n, initial: #initial, terminal: #terminal, compensate: #compensate,
+                    llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout, to: &[#(#to),*],
+                    on_error: #on_error, tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
+                    timeout_ms: #timeout, data: #data,
+                }
+            }
+        });
+        quote! {
+            static GRAPH: #krate::__private::OnceLock<#krate::GraphDescription> =
+                #krate::__private::OnceLock::new();
+            GRAPH.get_or_init(|| {
+                #krate::__private::graph(&#krate::__private::AgentSpec {
+                    name: #name,
+                    dag: #dag,
+                    max_steps: #max_steps,
+                    tools: &[#(#tools),*],
+                    states: &[#(#states),*],
+                })
+            })
+        }
+    };
+    quote! {
+        #[automatically_derived]
+        impl #krate::Agent for #ident {
+            const NAME: &'static str = #name;
+            fn graph() -> &'static #krate::GraphDescription {
+                #graph
+            }
+            fn state_name(&self) -> &'static str {
+                match self {
+                    #(#arms)*
+                }
+            }
+        }
+    }
+}
+
+fn kind_value(agent: &Agent, kind: Kind) -> TokenStream {
+    let krate = &agent.krate;
+    match kind {
+        Kind::Read => quote!(#krate::ToolKind::Read),
+        Kind::Write => quote!(#krate::ToolKind::Write),
+        Kind::Hybrid => quote!(#krate::ToolKind::Hybrid),
+    }
+}
+
+fn kind_type(agent: &Agent, kind: Kind) -> TokenStream {
+    let krate = &agent.krate;
+    match kind {
+        Kind::Read => quote!(#krate::kind::Read),
+        Kind::Write => quote!(#krate::kind::Write),
+        Kind::Hybrid => quote!(#krate::kind::Hybrid),
+    }
+}
+
+/// The module of state markers and route enums, and the `State` impls.
+pub fn markers(agent: &Agent) -> TokenStream {
+    let krate = &agent.krate;
+    let vis = &agent.vis;
+    let module = &agent.module;
+    let ident = &agent.ident;
+    let agent_name = &agent.name;
+    let module_doc =
+        format!("State markers of agent `{agent_name}`, generated by `#[derive(Agent)]`.");
+    let structs = agent.states.iter().map(|s| {
+        let v = &s.ident;
+        let doc = format!("State `{}` of agent `{agent_name}`.", s.name());
+        quote! {
+            #[doc = #doc]
+            #[derive(Debug, Clone, Copy)]
+            pub struct #v;
+        }
+    });
+    let routes = agent.states.iter().filter(|s| s.llm.is_some()).map(|s| {
+        let route = route_ident(s);
+        let succ: Vec<&Ident> = s
+            .successors()
+            .into_iter()
+            .filter(|t| agent.state(t).is_some())
+            .collect();
+        let doc = format!(
+            "The successors the LLM may choose in state `{}` of agent `{agent_name}`.",
+            s.name()
+        );
+        let variants = succ.iter().map(|t| {
+            let doc = format!("Move to `{}`.", names::unraw(t));
+            quote!(#[doc = #doc] #t,)
+        });
+        quote! {
+            #[doc = #doc]
+            #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+            pub enum #route {
+                #(#variants)*
+            }
+        }
+    });
+    let route_impls = agent.states.iter().filter(|s| s.llm.is_some()).map(|s| {
+        let route = route_ident(s);
+        let arms = s
+            .successors()
+            .into_iter()
+            .filter(|t| agent.state(t).is_some())
+            .map(|t| {
+                let n = lit(&names::unraw(t));
+                quote!(#n => #krate::__private::Option::Some(Self::#t),)
+            });
+        quote! {
+            #[automatically_derived]
+            impl #krate::__private::RouteChoice for #module::#route {
+                fn from_name(name: &str) -> #krate::__private::Option<Self> {
+                    match name {
+                        #(#arms)*
+                        _ => #krate::__private::Option::None,
+                    }
+                }
+            }
+        }
+    });
+    let state_impls = agent.states.iter().map(|s| {
+        let m = marker(agent, s);
+        let n = lit(&s.name());
+        quote! {
+            #[automatically_derived]
+            impl #krate::State for #m {
+                type Agent = #ident;
+                const NAME: &'static str = #n;
+            }
+        }
+    });
+    quote! {
+        #[doc = #module_doc]
+        #[allow(dead_code)]
+        #vis mod #module {
+            #(#structs)*
+            #(#routes)*
+        }
+        #(#state_impls)*
+        #(#route_impls)*
+    }
+}
+
+/// Parameters of a state's data: field names, or `f0, f1, ...` for tuple variants.
+pub fn field_params(state: &State) -> Vec<(Ident, Type)> {
+    match &state.fields {
+        Fields::Named(named) => named
+            .named
+            .iter()
+            .filter_map(|f| f.ident.clone().map(|i| (i, f.ty.clone())))
+            .collect(),
+        Fields::Unnamed(unnamed) => unnamed
+            .unnamed
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (format_ident!("f{}", i), f.ty.clone()))
+            .collect(),
+        Fields::Unit => Vec::new(),
+    }
+}
+
+/// `Checkout::Review { cart }`, `Checkout::Pay(f0)` or `Checkout::Done` from the params.
+fn construct(agent: &Agent, state: &State, params: &[(Ident, Type)]) -> TokenStream {
+    let ident = &agent.ident;
+    let v = &state.ident;
+    let names = params.iter().map(|p| &p.0);
+    match &state.fields {
+        Fields::Named(_) => quote!(#ident::#v { #(#names),* }),
+        Fields::Unnamed(_) => quote!(#ident::#v(#(#names),*)),
+        Fields::Unit => quote!(#ident::#v),
+    }
+}
+
+/// `impl checkout::Review { fn new(cart: Cart) -> Target<checkout::Review> }`
+pub fn constructors(agent: &Agent) -> TokenStream {
+    let krate = &agent.krate;
+    let vis = &agent.vis;
+    let impls = agent.states.iter().map(|s| {
+        let m = marker(agent, s);
+        let params = field_params(s);
+        let value = construct(agent, s, &params);
+        let args = params.iter().map(|(i, t)| quote!(#i: #t));
+        let doc = format!(
+            "The state `{}` of agent `{}`, as a target for `Ctx::to`.",
+            s.name(),
+            agent.name
+        );
+        quote! {
+            #[automatically_derived]
+            #[allow(dead_code)]
+            impl #m {
+                #[doc = #doc]
+                #[must_use]
+                #vis fn new(#(#args),*) -> #krate::Target<#m> {
+                    #krate::Target::__new(#value)
+                }
+            }
+        }
+    });
+    quote!(#(#impls)*)
+}
+
+/// Names for the handler's own parameters that do not collide with the state's fields.
+fn fresh(base: &str, params: &[(Ident, Type)]) -> Ident {
+    let mut name = base.to_owned();
+    while params.iter().any(|(i, _)| *i == name) {
+        name.insert_str(0, "agent_");
+    }
+    Ident::new(&name, Span::call_site())
+}
+
+/// The handler trait: one method per non-terminal state.
+pub fn handler_trait(agent: &Agent) -> TokenStream {
+    let krate = &agent.krate;
+    let vis = &agent.vis;
+    let trait_ident = &agent.handlers;
+    let module = &agent.module;
+    let doc = format!(
+        "The behaviour of agent `{}`: one method per state that is not terminal, generated by `#[derive(Agent)]`. Implement it with `async fn`s.",
+        agent.name
+    );
+    let methods = agent
+        .states
+        .iter()
+        .filter(|s| s.terminal.is_none())
+        .map(|s| {
+            let m = marker(agent, s);
+            let method = method_ident(s);
+            let params = field_params(s);
+            let ctx = fresh("ctx", &params);
+            let route = s.llm.map(|_| {
+                let r = route_ident(s);
+                let p = fresh("route", &params);
+                quote!(#p: #module::#r,)
+            });
+            let wake = s.wait.as_ref().map(|_| {
+                let p = fresh("wake", &params);
+                quote!(#p: #krate::Wake,)
+            });
+            let args = params.iter().map(|(i, t)| quote!(#i: #t,));
+            let doc = format!("Run state `{}`.", s.name());
+            quote! {
+                #[doc = #doc]
+                fn #method(
+                    &self,
+                    #ctx: #krate::Ctx<'_, #m>,
+                    #route
+                    #wake
+                    #(#args)*
+                ) -> impl #krate::__private::core::future::Future<Output = #krate::StepResult<#m>>
+                       + #krate::__private::core::marker::Send;
+            }
+        });
+    quote! {
+        #[doc = #doc]
+        #vis trait #trait_ident:
+            #krate::__private::core::marker::Send + #krate::__private::core::marker::Sync + 'static
+        {
+            #(#methods)*
+        }
+    }
+}
+
+/// `impl<H: CheckoutHandlers> Handle<H> for Checkout`.
+pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
+    let krate = &agent.krate;
+    let ident = &agent.ident;
+    let trait_ident = &agent.handlers;
+    let module = &agent.module;
+    let p = quote!(#krate::__private);
+    let body = if stub {
+        quote! {
+            let _ = (handlers, io);
+            #p::core::unreachable!()
+        }
+    } else {
+        let arms = agent.states.iter().map(|s| {
+            let v = &s.ident;
+            let n = lit(&s.name());
+            if s.terminal.is_some() {
+                return quote!(Self::#v { .. } => #p::core::result::Result::Err(#p::terminal(#n)),);
+            }
+            let method = method_ident(s);
+            let m = marker(agent, s);
+            let bindings: Vec<Ident> = (0..s.fields.len())
+                .map(|i| Ident::new(&format!("f{i}"), Span::mixed_site()))
+                .collect();
+            let pattern = match &s.fields {
+                Fields::Named(named) => {
+                    let f = named.named.iter().filter_map(|f| f.ident.as_ref());
+                    quote!(Self::#v { #(#f: #bindings),* })
+                }
+                Fields::Unnamed(_) => quote!(Self::#v(#(#bindings),*)),
+                Fields::Unit => quote!(Self::#v),
+            };
+            let route = s.llm.map(|_| {
+                let r = route_ident(s);
+                quote!(#p::route::<#module::#r>(io, #n)?,)
+            });
+            let wake = s.wait.as_ref().map(|_| quote!(#p::wake(io, #n)?,));
+            quote! {
+                #pattern => {
+                    let next = <H as #trait_ident>::#method(
+                        handlers,
+                        #krate::Ctx::<'_, #m>::__new(io),
+                        #route
+                        #wake
+                        #(#bindings,)*
+                    )
+                    .await?;
+                    #p::core::result::Result::Ok(next.__into_state())
+                }
+            }
+        });
+        quote! {
+            #p::Box::pin(async move {
+                match self {
+                    #(#arms)*
+                }
+            })
+        }
+    };
+    quote! {
+        #[automatically_derived]
+        impl<H: #trait_ident> #krate::Handle<H> for #ident {
+            fn handle<'a>(
+                self,
+                handlers: &'a H,
+                io: &'a dyn #p::StepIo,
+            ) -> #p::BoxFuture<'a, #p::core::result::Result<Self, #krate::StepError>> {
+                #body
+            }
+        }
+    }
+}
+
+/// `AllowsTool` and `AllowsTransition`, each through a per-state trait whose diagnostic
+/// names the state, the agent and what is legal there.
+pub fn allows(agent: &Agent) -> TokenStream {
+    let krate = &agent.krate;
+    let agent_name = &agent.name;
+    let per_state = agent.states.iter().map(|s| {
+        let m = marker(agent, s);
+        let name = s.name();
+        let tools_trait = format_ident!("__AgentToolsOf{}", name);
+        let moves_trait = format_ident!("__AgentSuccessorsOf{}", name);
+        let tool_msg = format!("tool `{{Self}}` is not allowed in state `{name}` of agent `{agent_name}`");
+        let tool_label = format!("not listed in the `tools(...)` of `{name}`");
+        let tool_note = if s.tools.is_empty() {
+            format!("no tools are allowed in `{name}`")
+        } else {
+            format!(
+                "tools allowed in `{name}`: {}",
+                names::list(s.tools.iter().map(names::unraw).collect::<Vec<_>>().iter().map(String::as_str))
+            )
+        };
+        let tool_help = format!("add the tool to `#[agent(tools(...))]` of `{name}`, or call it from a state that lists it");
+        let tool_impls = s.tools.iter().filter_map(|t| {
+            let decl = agent.tool(t)?;
+            let path = &decl.path;
+            Some(quote!(impl #tools_trait for #path {}))
+        });
+        let succ = s.successors();
+        let move_msg = format!("state `{name}` of agent `{agent_name}` cannot move to `{{Self}}`");
+        let move_label = format!("not a successor of `{name}`");
+        let move_note = if succ.is_empty() {
+            format!("`{name}` has no successors")
+        } else {
+            format!(
+                "`{name}` may move to: {}",
+                names::list(succ.iter().map(|t| names::unraw(t)).collect::<Vec<_>>().iter().map(String::as_str))
+            )
+        };
+        let move_help = format!("add the target to `#[agent(to(...))]` of `{name}`");
+        let module = &agent.module;
+        let move_impls = succ.iter().filter(|t| agent.state(t).is_some()).map(|t| {
+            quote!(impl #moves_trait for #module::#t {})
+        });
+        quote! {
+            #[diagnostic::on_unimplemented(
+                message = #tool_msg,
+                label = #tool_label,
+                note = #tool_note,
+                note = #tool_help
+            )]
+            pub trait #tools_trait {}
+            #(#tool_impls)*
+            // A second impl, so that rustc never infers `T` from a lone legal tool.
+            #[diagnostic::do_not_recommend]
+            impl #tools_trait for #krate::__private::Unreachable {}
+            #[automatically_derived]
+            impl<T: #krate::Tool + #tools_trait> #krate::AllowsTool<T> for #m {}
+
+            #[diagnostic::on_unimplemented(
+                message = #move_msg,
+                label = #move_label,
+                note = #move_note,
+                note = #move_help
+            )]
+            pub trait #moves_trait {}
+            #(#move_impls)*
+            // A second impl, so that rustc never infers the target from a lone successor.
+            #[diagnostic::do_not_recommend]
+            impl #moves_trait for #krate::__private::Unreachable {}
+            #[automatically_derived]
+            impl<T: #krate::State + #moves_trait> #krate::AllowsTransition<T> for #m {}
+        }
+    });
+    quote!(#(#per_state)*)
+}
+
+/// Spanned checks that each declared tool is a `Tool` of the declared kind, named as
+/// declared, and that each hybrid tool's `Compensate` impl names the declared compensation.
+pub fn tool_checks(agent: &Agent) -> TokenStream {
+    if agent.tools.is_empty() {
+        return TokenStream::new();
+    }
+    let krate = &agent.krate;
+    let agent_name = &agent.name;
+    let kinds = [Kind::Read, Kind::Write, Kind::Hybrid].map(|k| {
+        let tr = format_ident!("__AgentDeclared{}", capitalize(k.as_str()));
+        let f = format_ident!("__agent_declared_{}", k.as_str());
+        let ty = kind_type(agent, k);
+        let msg = format!(
+            "tool `{{T}}` is declared `{}` on agent `{agent_name}` but its `Tool` impl has `Kind = {{Self}}`",
+            k.as_str()
+        );
+        let note = format!(
+            "make the declaration and the tool agree: `#[tool(kind = {})]`, or declare it under its own kind in `#[agent(tools(...))]`",
+            k.as_str()
+        );
+        quote! {
+            #[diagnostic::on_unimplemented(message = #msg, label = "declared here", note = #note)]
+            pub trait #tr<T> {}
+            impl<T> #tr<T> for #ty {}
+            const fn #f<T: #krate::Tool>() where <T as #krate::Tool>::Kind: #tr<T> {}
+        }
+    });
+    let comp_msg = format!(
+        "hybrid tool `{{T}}` is undone by `{{Self}}` in its `Compensate` impl, but agent `{agent_name}` declares `compensate = {{C}}`"
+    );
+    let checks = agent.tools.iter().map(|t| {
+        let path = &t.path;
+        let span = path.span();
+        let f = format_ident!("__agent_declared_{}", t.kind.as_str(), span = span);
+        let name = names::unraw(&t.ident);
+        let name_lit = lit(&name);
+        let name_msg = lit(&format!(
+            "tool `{name}` is declared on agent `{agent_name}`, but its `Tool::NAME` is not \"{name}\"; the runner journals calls by name, so they must agree"
+        ));
+        let comp = t.compensate.as_ref().and_then(|c| {
+            let decl = agent.tool(c)?;
+            let cpath = &decl.path;
+            Some(quote_spanned!(c.span()=> let _ = __agent_compensated_by::<#path, #cpath>;))
+        });
+        quote_spanned! {span=>
+            let _ = #f::<#path>;
+            #comp
+            #krate::__private::core::assert!(#krate::__private::str_eq(<#path as #krate::Tool>::NAME, #name_lit), #name_msg);
+        }
+    });
+    quote! {
+        #(#kinds)*
+        #[diagnostic::on_unimplemented(message = #comp_msg, label = "declared here", note = "make `type With` of the `Compensate` impl and `compensate = ...` in `#[agent(tools(...))]` name the same tool")]
+        pub trait __AgentCompensatedBy<T, C> {}
+        impl<T, C> __AgentCompensatedBy<T, C> for C {}
+        const fn __agent_compensated_by<T: #krate::Compensate, C>()
+        where
+            <T as #krate::Compensate>::With: __AgentCompensatedBy<T, C>,
+        {
+        }
+        const _: () = {
+            #(#checks)*
+        };
+    }
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}

@@ -1,0 +1,34 @@
+//! Stage 5: what is emitted next to the errors. The items the user's code refers to still
+//! exist (the `Agent` impl, the markers, constructors, the handler trait), and tools and
+//! transitions are allowed everywhere, so the user sees the real mistakes and not a cascade
+//! of "cannot find" and "not allowed" errors that would vanish once they are fixed.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::ast::Agent;
+use crate::expand;
+
+pub fn fallback(agent: &Agent) -> TokenStream {
+    let krate = &agent.krate;
+    let agent_impl = expand::agent_impl(agent, true);
+    let markers = expand::markers(agent);
+    let constructors = expand::constructors(agent);
+    let handlers = expand::handler_trait(agent);
+    let handle = expand::handle_impl(agent, true);
+    let allows = agent.states.iter().map(|s| {
+        let m = expand::marker(agent, s);
+        quote! {
+            impl<T: #krate::Tool> #krate::AllowsTool<T> for #m {}
+            impl<T: #krate::State> #krate::AllowsTransition<T> for #m {}
+        }
+    });
+    quote! {
+        #agent_impl
+        #markers
+        #constructors
+        #handlers
+        #handle
+        #(#allows)*
+    }
+}

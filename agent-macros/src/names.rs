@@ -1,0 +1,127 @@
+//! Name helpers: case conversion, keyword escaping, "did you mean" suggestions and lists.
+
+use proc_macro2::Span;
+use syn::Ident;
+
+/// `ReviewOrder` -> `review_order`, `HTTPCall` -> `http_call`.
+pub fn snake_case(name: &str) -> String {
+    let name = name.strip_prefix("r#").unwrap_or(name);
+    let chars: Vec<char> = name.chars().collect();
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_uppercase() {
+            let prev = i.checked_sub(1).map(|p| chars[p]);
+            let next = chars.get(i + 1).copied();
+            let boundary = match prev {
+                None | Some('_') => false,
+                Some(p) => {
+                    p.is_lowercase()
+                        || p.is_ascii_digit()
+                        || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
+                }
+            };
+            if boundary {
+                out.push('_');
+            }
+            out.extend(c.to_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+const KEYWORDS: &[&str] = &[
+    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "do", "dyn",
+    "else", "enum", "extern", "false", "final", "fn", "for", "gen", "if", "impl", "in", "let",
+    "loop", "macro", "match", "mod", "move", "mut", "override", "priv", "pub", "ref", "return",
+    "static", "struct", "trait", "true", "try", "type", "typeof", "unsafe", "unsized", "use",
+    "virtual", "where", "while", "yield",
+];
+
+/// An identifier for `name`, raw when `name` is a keyword.
+pub fn ident(name: &str, span: Span) -> Ident {
+    if KEYWORDS.contains(&name) {
+        Ident::new_raw(name, span)
+    } else {
+        Ident::new(name, span)
+    }
+}
+
+/// The identifier's text without `r#`.
+pub fn unraw(ident: &Ident) -> String {
+    let s = ident.to_string();
+    s.strip_prefix("r#")
+        .map_or_else(|| s.clone(), str::to_owned)
+}
+
+fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// The closest candidate to `name`, if one is close enough to be a likely typo.
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = name.to_lowercase();
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        let d = if c.to_lowercase() == lower {
+            0
+        } else {
+            distance(&lower, &c.to_lowercase())
+        };
+        let limit = (name.chars().count().max(c.chars().count()) / 3).max(1);
+        if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// `` `A`, `B`, `C` `` in the given order.
+pub fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    names
+        .into_iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `\n= help: did you mean `X`?` or nothing.
+pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    closest(name, candidates).map_or_else(String::new, |c| format!("\n= help: did you mean `{c}`?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snake() {
+        assert_eq!(snake_case("Browsing"), "browsing");
+        assert_eq!(snake_case("ReviewOrder"), "review_order");
+        assert_eq!(snake_case("HTTPCall"), "http_call");
+        assert_eq!(snake_case("Step2Done"), "step2_done");
+        assert_eq!(snake_case("A"), "a");
+    }
+
+    #[test]
+    fn suggestions() {
+        let states = ["Browsing", "Review", "Payment"];
+        assert_eq!(closest("Reveiw", states), Some("Review"));
+        assert_eq!(closest("review", states), Some("Review"));
+        assert_eq!(closest("Shipping", states), None);
+        assert_eq!(ident("type", Span::call_site()).to_string(), "r#type");
+    }
+}

@@ -1,0 +1,1 @@
+//! Unit tests of the check stage on `parse_quote!` inputs.

@@ -1,0 +1,34 @@
+//! The compile-time contract of `#[derive(Agent)]` and `#[derive(Tool)]`: every mistake the
+//! macros catch has a spec under `ui/{attr,graph,tools,transitions}/`, and the legal
+//! counterparts compile under `ui/pass/`.
+//!
+//! The `.stderr` files belong to the compiler recorded in `RUSTC_VERSION`. On any other
+//! compiler the specs are skipped with one line saying how to regenerate them.
+
+use std::process::Command;
+
+const RECORDED: &str = include_str!("../RUSTC_VERSION");
+
+fn rustc_version() -> Option<String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let out = Command::new(rustc).arg("--version").output().ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[test]
+fn ui() {
+    let recorded = RECORDED.trim();
+    let current = rustc_version().unwrap_or_default();
+    if current != recorded {
+        println!(
+            "ui specs SKIPPED: .stderr files were generated with `{recorded}`, this is `{current}`; regenerate with `TRYBUILD=overwrite cargo test -p ui-tests`, review the diff, and write the new version to ui-tests/RUSTC_VERSION"
+        );
+        return;
+    }
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/pass/*.rs");
+    t.compile_fail("tests/ui/attr/*.rs");
+    t.compile_fail("tests/ui/graph/*.rs");
+    t.compile_fail("tests/ui/tools/*.rs");
+    t.compile_fail("tests/ui/transitions/*.rs");
+}

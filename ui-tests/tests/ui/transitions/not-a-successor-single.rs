@@ -1,0 +1,27 @@
+// A state with exactly one successor still reports an illegal move by name, not as a type mismatch.
+use agent_core::{Agent, Ctx, StepResult};
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+enum Checkout {
+    #[agent(initial, to(Review))]
+    Browsing,
+    #[agent(to(Done))]
+    Review,
+    #[agent(terminal)]
+    Done,
+}
+
+struct Shop;
+
+impl CheckoutHandlers for Shop {
+    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>) -> StepResult<checkout::Browsing> {
+        Ok(ctx.to(checkout::Done::new()))
+    }
+
+    async fn review(&self, ctx: Ctx<'_, checkout::Review>) -> StepResult<checkout::Review> {
+        Ok(ctx.to(checkout::Done::new()))
+    }
+}
+
+fn main() {}
