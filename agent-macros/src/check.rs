@@ -15,9 +15,12 @@ use crate::names;
 
 /// Check the agent, reporting every finding into `cx`.
 pub fn check(cx: &Ctxt, agent: &Agent) {
+    // A malformed or misspelled key (say `inital`) would otherwise also be reported as the
+    // graph mistake it causes (no initial state): with attribute errors, only local checks run.
+    let attrs_ok = !cx.has_errors();
     check_tools(cx, agent);
-    let graph_ok = check_states(cx, agent);
-    if graph_ok {
+    let graph_ok = check_states(cx, agent, attrs_ok);
+    if graph_ok && attrs_ok {
         check_graph(cx, agent);
     }
 }
@@ -80,7 +83,7 @@ fn hint_or(hint: String, otherwise: String) -> String {
 
 /// Per-state rules. Returns whether the graph is sound enough for the global checks
 /// (every target resolves, exactly one initial state, no state both initial and terminal).
-fn check_states(cx: &Ctxt, agent: &Agent) -> bool {
+fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
     let mut ok = true;
     if agent.states.is_empty() {
         cx.error(
@@ -99,6 +102,7 @@ fn check_states(cx: &Ctxt, agent: &Agent) -> bool {
         .filter_map(|s| s.initial.map(|sp| (s, sp)))
         .collect();
     match initials.as_slice() {
+        [] if !attrs_ok => ok = false,
         [] => {
             ok = false;
             cx.error(
@@ -221,22 +225,23 @@ fn check_states(cx: &Ctxt, agent: &Agent) -> bool {
             }
             seen.push(tool);
         }
-        if s.terminal.is_none() && s.successors().is_empty() {
-            if let Some(llm) = s.llm {
+        // The router chooses among `to(...)` only; `on_error` is the runner's.
+        if let (Some(llm), true, None) = (s.llm, s.to.is_empty(), s.terminal) {
+            if attrs_ok {
                 cx.error(
                     llm,
                     format!(
                         "LLM-routed state `{name}` has no legal option\n= help: the model chooses among the state's successors; list them with `to(...)`"
                     ),
                 );
-            } else {
-                cx.error(
-                    s.ident.span(),
-                    format!(
-                        "state `{name}` has no way out\n= help: add `#[agent(to(...))]` with its successors, or mark it `#[agent(terminal)]` if runs end here"
-                    ),
-                );
             }
+        } else if attrs_ok && s.terminal.is_none() && s.successors().is_empty() {
+            cx.error(
+                s.ident.span(),
+                format!(
+                    "state `{name}` has no way out\n= help: add `#[agent(to(...))]` with its successors, or mark it `#[agent(terminal)]` if runs end here"
+                ),
+            );
         }
     }
     ok

@@ -30,6 +30,11 @@ impl Ctxt {
         !self.errors.borrow().is_empty()
     }
 
+    #[cfg(test)]
+    pub fn into_errors(self) -> Vec<syn::Error> {
+        self.errors.into_inner()
+    }
+
     /// The errors in the order they were reported, as `compile_error!` invocations.
     pub fn into_compile_errors(self) -> Option<TokenStream> {
         let errors = self.errors.into_inner();

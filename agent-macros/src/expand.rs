@@ -170,11 +170,8 @@ pub fn markers(agent: &Agent) -> TokenStream {
     });
     let routes = agent.states.iter().filter(|s| s.llm.is_some()).map(|s| {
         let route = route_ident(s);
-        let succ: Vec<&Ident> = s
-            .successors()
-            .into_iter()
-            .filter(|t| agent.state(t).is_some())
-            .collect();
+        // The router chooses among `to(...)` only; `on_error` is taken by the runner on failure.
+        let succ: Vec<&Ident> = s.to.iter().filter(|t| agent.state(t).is_some()).collect();
         let doc = format!(
             "The successors the LLM may choose in state `{}` of agent `{agent_name}`.",
             s.name()
@@ -193,14 +190,10 @@ pub fn markers(agent: &Agent) -> TokenStream {
     });
     let route_impls = agent.states.iter().filter(|s| s.llm.is_some()).map(|s| {
         let route = route_ident(s);
-        let arms = s
-            .successors()
-            .into_iter()
-            .filter(|t| agent.state(t).is_some())
-            .map(|t| {
-                let n = lit(&names::unraw(t));
-                quote!(#n => #krate::__private::Option::Some(Self::#t),)
-            });
+        let arms = s.to.iter().filter(|t| agent.state(t).is_some()).map(|t| {
+            let n = lit(&names::unraw(t));
+            quote!(#n => #krate::__private::Option::Some(Self::#t),)
+        });
         quote! {
             #[automatically_derived]
             impl #krate::__private::RouteChoice for #module::#route {
@@ -534,15 +527,25 @@ pub fn tool_checks(agent: &Agent) -> TokenStream {
     let comp_msg = format!(
         "hybrid tool `{{T}}` is undone by `{{Self}}` in its `Compensate` impl, but agent `{agent_name}` declares `compensate = {{C}}`"
     );
+    // `Tool::NAME` must be the declared name: the runner journals and authorizes calls by it.
+    let names = agent.tools.iter().map(|t| {
+        let path = &t.path;
+        let name = names::unraw(&t.ident);
+        let name_lit = lit(&name);
+        let msg = lit(&format!(
+            "tool `{name}` is declared on agent `{agent_name}`, but its `Tool::NAME` is not \"{name}\"; the runner journals calls by name, so they must agree"
+        ));
+        quote_spanned! {path.span()=>
+            const _: () = #krate::__private::core::assert!(
+                #krate::__private::str_eq(<#path as #krate::Tool>::NAME, #name_lit),
+                #msg
+            );
+        }
+    });
     let checks = agent.tools.iter().map(|t| {
         let path = &t.path;
         let span = path.span();
         let f = format_ident!("__agent_declared_{}", t.kind.as_str(), span = span);
-        let name = names::unraw(&t.ident);
-        let name_lit = lit(&name);
-        let name_msg = lit(&format!(
-            "tool `{name}` is declared on agent `{agent_name}`, but its `Tool::NAME` is not \"{name}\"; the runner journals calls by name, so they must agree"
-        ));
         let comp = t.compensate.as_ref().and_then(|c| {
             let decl = agent.tool(c)?;
             let cpath = &decl.path;
@@ -551,7 +554,6 @@ pub fn tool_checks(agent: &Agent) -> TokenStream {
         quote_spanned! {span=>
             let _ = #f::<#path>;
             #comp
-            #krate::__private::core::assert!(#krate::__private::str_eq(<#path as #krate::Tool>::NAME, #name_lit), #name_msg);
         }
     });
     quote! {
@@ -567,6 +569,7 @@ pub fn tool_checks(agent: &Agent) -> TokenStream {
         const _: () = {
             #(#checks)*
         };
+        #(#names)*
     }
 }
 

@@ -23,7 +23,12 @@ pub fn fallback(agent: &Agent) -> TokenStream {
             impl<T: #krate::State> #krate::AllowsTransition<T> for #m {}
         }
     });
+    // Use the declared tools, so their imports are not reported as unused on top of the errors.
+    let tools = agent.tools.iter().map(|t| &t.path);
     quote! {
+        const _: () = {
+            let _ = #krate::__private::core::marker::PhantomData::<(#(#tools,)*)>;
+        };
         #agent_impl
         #markers
         #constructors

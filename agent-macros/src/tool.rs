@@ -36,7 +36,7 @@ fn skip(input: syn::parse::ParseStream<'_>) -> syn::Result<()> {
     Ok(())
 }
 
-fn parse_attrs(cx: &Ctxt, input: &DeriveInput) -> ToolAttrs {
+fn parse_attrs(cx: &Ctxt, input: &DeriveInput) -> (ToolAttrs, Vec<String>) {
     let mut out = ToolAttrs::default();
     let mut seen: Vec<String> = Vec::new();
     for attr in input.attrs.iter().filter(|a| a.path().is_ident(TOOL)) {
@@ -114,7 +114,7 @@ fn parse_attrs(cx: &Ctxt, input: &DeriveInput) -> ToolAttrs {
             cx.syn_error(e);
         }
     }
-    out
+    (out, seen)
 }
 
 /// The doc comment, one line per `///`, without the leading space.
@@ -137,18 +137,15 @@ fn description(input: &DeriveInput) -> String {
 
 pub fn derive(input: &DeriveInput) -> TokenStream {
     let cx = Ctxt::new();
-    let attrs = parse_attrs(&cx, input);
+    let (attrs, seen) = parse_attrs(&cx, input);
     let ident = &input.ident;
     let has_attr = input.attrs.iter().any(|a| a.path().is_ident(TOOL));
-    let missing: Vec<&str> = [
-        (attrs.kind.is_none(), KIND),
-        (attrs.input.is_none(), INPUT),
-        (attrs.output.is_none(), OUTPUT),
-    ]
-    .into_iter()
-    .filter_map(|(m, k)| m.then_some(k))
-    .collect();
-    if !missing.is_empty() && !cx.has_errors() {
+    // Keys given but malformed were reported already.
+    let missing: Vec<&str> = [KIND, INPUT, OUTPUT]
+        .into_iter()
+        .filter(|k| !seen.iter().any(|s| s == k))
+        .collect();
+    if !missing.is_empty() {
         let what = if has_attr {
             "`#[tool(...)]` is missing"
         } else {

@@ -46,7 +46,6 @@ impl CheckoutHandlers for Shop {
                 ctx.to(checkout::Payment::new(order))
             }
             checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(cart)),
-            checkout::ReviewRoute::Failed => ctx.to(checkout::Failed::new("gave up".into())),
         })
     }
 

@@ -1,0 +1,13 @@
+// A key given twice is reported at its second occurrence.
+use agent_core::Agent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+enum Flow {
+    #[agent(initial, to(Done), initial)]
+    Start,
+    #[agent(terminal)]
+    Done,
+}
+
+fn main() {}

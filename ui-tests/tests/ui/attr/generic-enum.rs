@@ -1,0 +1,13 @@
+// Generic enums are rejected with a clear message instead of a crash.
+use agent_core::Agent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+enum Flow<T> {
+    #[agent(initial, to(Done))]
+    Start(T),
+    #[agent(terminal)]
+    Done,
+}
+
+fn main() {}

@@ -1,0 +1,11 @@
+// One state cannot be both initial and terminal.
+use agent_core::Agent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+enum Flow {
+    #[agent(initial, terminal)]
+    Start,
+}
+
+fn main() {}

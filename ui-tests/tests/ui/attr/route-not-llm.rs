@@ -1,0 +1,13 @@
+// `route` takes only `llm`; without it the handler decides.
+use agent_core::Agent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+enum Flow {
+    #[agent(initial, route = model, to(Done))]
+    Start,
+    #[agent(terminal)]
+    Done,
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+// `#[derive(Tool)]` needs a kind, an input and an output; unknown keys are reported too.
+use agent_core::Tool;
+
+#[derive(Tool)]
+#[tool(kind = read, timeout = 5)]
+pub struct Search;
+
+fn main() {}

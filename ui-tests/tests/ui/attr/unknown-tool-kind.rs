@@ -1,0 +1,14 @@
+// Tools are declared by kind; an unknown kind is reported.
+use agent_core::Agent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+#[agent(tools(reed(ui_tests::SearchProducts)))]
+enum Flow {
+    #[agent(initial, to(Done))]
+    Start,
+    #[agent(terminal)]
+    Done,
+}
+
+fn main() {}

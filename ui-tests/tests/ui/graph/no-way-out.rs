@@ -1,0 +1,14 @@
+// A non-terminal state needs a successor.
+use agent_core::Agent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+enum Checkout {
+    #[agent(initial, to(Review, Done))]
+    Browsing,
+    Review,
+    #[agent(terminal)]
+    Done,
+}
+
+fn main() {}

@@ -1,0 +1,15 @@
+// A state no transition leads to is reported.
+use agent_core::Agent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+enum Checkout {
+    #[agent(initial, to(Done))]
+    Browsing,
+    #[agent(to(Done))]
+    Review,
+    #[agent(terminal)]
+    Done,
+}
+
+fn main() {}

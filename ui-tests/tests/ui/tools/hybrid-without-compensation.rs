@@ -1,0 +1,15 @@
+// A hybrid tool must name the write tool that undoes it.
+use agent_core::Agent;
+use serde::{Deserialize, Serialize};
+use ui_tests::{ReleaseInventory, ReserveInventory};
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+#[agent(tools(write(ReleaseInventory), hybrid(ReserveInventory)))]
+enum Checkout {
+    #[agent(initial, tools(ReserveInventory), to(Done))]
+    Browsing,
+    #[agent(terminal)]
+    Done,
+}
+
+fn main() {}
