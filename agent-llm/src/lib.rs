@@ -125,6 +125,8 @@
 //! is the [`guide`] module.
 //!
 //! [`RouteRequest::user_prompt`]: agent_core::router::RouteRequest::user_prompt
+//! [`RouteRequest`]: agent_core::router::RouteRequest
+//! [`RouterReply`]: agent_core::router::RouterReply
 
 use std::sync::Arc;
 
