@@ -1,0 +1,121 @@
+//! The expansion is lint-clean: deriving under `deny(warnings)`, `missing_docs` and clippy's
+//! pedantic group compiles (run by `cargo clippy --all-targets -- -D warnings`), for a public
+//! agent with tools, routes and waits, and for a private agent declared inside a function.
+#![deny(warnings, missing_docs, clippy::pedantic)]
+
+use agent_core::{Agent, Ctx, StepResult, Wake};
+use serde::{Deserialize, Serialize};
+use ui_tests::{
+    Cart, ChargePayment, GetCart, Order, ReleaseInventory, ReserveInventory, SearchProducts,
+};
+
+/// The checkout agent.
+#[derive(Agent, Clone, Debug, Serialize, Deserialize)]
+#[agent(tools(
+    read(SearchProducts, GetCart),
+    write(ReleaseInventory, ChargePayment),
+    hybrid(ReserveInventory(compensate = ReleaseInventory)),
+))]
+pub enum Checkout {
+    /// Looking around.
+    #[agent(initial, tools(SearchProducts, GetCart), to(Review))]
+    Browsing {
+        /// The cart.
+        cart: Cart,
+    },
+    /// The LLM decides.
+    #[agent(route = llm, tools(ReserveInventory), to(Payment, Browsing), on_error = Failed)]
+    Review {
+        /// The cart.
+        cart: Cart,
+    },
+    /// Paying.
+    #[agent(tools(ChargePayment), to(Confirm, Failed), max_tool_calls = 3)]
+    Payment(Order),
+    /// Waiting for approval.
+    #[agent(wait = "approval", wait_timeout_ms = 1000, to(Done, Failed))]
+    Confirm,
+    /// Paid.
+    #[agent(terminal)]
+    Done,
+    /// Gave up.
+    #[agent(terminal, compensate)]
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+struct Shop;
+
+impl CheckoutHandlers for Shop {
+    async fn browsing(
+        &self,
+        ctx: Ctx<'_, checkout::Browsing>,
+        cart: Cart,
+    ) -> StepResult<checkout::Browsing> {
+        let _ = ctx.call::<GetCart>(()).await?;
+        Ok(ctx.to(checkout::Review::new(cart)))
+    }
+
+    async fn review(
+        &self,
+        ctx: Ctx<'_, checkout::Review>,
+        route: checkout::ReviewRoute,
+        cart: Cart,
+    ) -> StepResult<checkout::Review> {
+        Ok(match route {
+            checkout::ReviewRoute::Payment => ctx.to(checkout::Payment::new(Order {
+                id: cart.items.join(","),
+            })),
+            checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(cart)),
+        })
+    }
+
+    async fn payment(
+        &self,
+        ctx: Ctx<'_, checkout::Payment>,
+        f0: Order,
+    ) -> StepResult<checkout::Payment> {
+        let _ = ctx.call::<ChargePayment>(f0).await?;
+        Ok(ctx.to(checkout::Confirm::new()))
+    }
+
+    async fn confirm(
+        &self,
+        ctx: Ctx<'_, checkout::Confirm>,
+        wake: Wake,
+    ) -> StepResult<checkout::Confirm> {
+        Ok(match wake {
+            Wake::Signal(_) => ctx.to(checkout::Done::new()),
+            Wake::TimedOut => ctx.to(checkout::Failed::new("timed out".to_owned())),
+        })
+    }
+}
+
+fn handles<A: agent_core::Handle<H>, H>() {}
+
+#[test]
+fn derives_are_lint_clean() {
+    #[derive(Agent, Clone, Serialize, Deserialize)]
+    enum Local {
+        #[agent(initial, to(End))]
+        Start(u8),
+        #[agent(terminal)]
+        End,
+    }
+
+    struct L;
+
+    impl LocalHandlers for L {
+        async fn start(&self, ctx: Ctx<'_, local::Start>, f0: u8) -> StepResult<local::Start> {
+            let _ = f0;
+            Ok(ctx.to(local::End::new()))
+        }
+    }
+
+    handles::<Checkout, Shop>();
+    handles::<Local, L>();
+    assert_eq!(Checkout::graph().states.len(), 6);
+    assert_eq!(Local::graph().states.len(), 2);
+}

@@ -1,0 +1,31 @@
+// An agent declared inside a function: field types and generated items resolve in its scope.
+use agent_core::{Agent, Ctx, StepResult};
+use serde::{Deserialize, Serialize};
+
+fn main() {
+    #[derive(Clone, Serialize, Deserialize)]
+    struct Ticket {
+        id: u32,
+    }
+
+    #[derive(Agent, Clone, Serialize, Deserialize)]
+    enum Support {
+        #[agent(initial, to(Closed))]
+        Open { ticket: Ticket },
+        #[agent(terminal)]
+        Closed(Ticket),
+    }
+
+    struct Desk;
+
+    impl SupportHandlers for Desk {
+        async fn open(&self, ctx: Ctx<'_, support::Open>, ticket: Ticket) -> StepResult<support::Open> {
+            Ok(ctx.to(support::Closed::new(ticket)))
+        }
+    }
+
+    fn assert_handles<A: agent_core::Handle<Desk>>() {}
+    assert_handles::<Support>();
+    assert_eq!(Support::graph().states[0].data, "{ ticket : Ticket }");
+    let _ = Support::Open { ticket: Ticket { id: 1 } }.state_name();
+}

@@ -1,0 +1,47 @@
+// Unit, tuple and struct variants; keyword-named states; constructors take the fields in order.
+use agent_core::{Agent, Ctx, StepResult};
+use serde::{Deserialize, Serialize};
+
+#[derive(Agent, Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Shapes {
+    #[agent(initial, to(Pair, Named))]
+    Unit,
+    #[agent(to(Named, Type))]
+    Pair(u32, String),
+    #[agent(to(Type))]
+    Named { count: u64, label: String },
+    #[agent(to(Done))]
+    Type,
+    #[agent(terminal)]
+    Done,
+}
+
+struct H;
+
+impl ShapesHandlers for H {
+    async fn unit(&self, ctx: Ctx<'_, shapes::Unit>) -> StepResult<shapes::Unit> {
+        Ok(ctx.to(shapes::Pair::new(1, "one".into())))
+    }
+    async fn pair(&self, ctx: Ctx<'_, shapes::Pair>, f0: u32, f1: String) -> StepResult<shapes::Pair> {
+        Ok(ctx.to(shapes::Named::new(u64::from(f0), f1)))
+    }
+    async fn named(&self, ctx: Ctx<'_, shapes::Named>, count: u64, label: String) -> StepResult<shapes::Named> {
+        let _ = (count, label);
+        Ok(ctx.to(shapes::Type::new()))
+    }
+    async fn r#type(&self, ctx: Ctx<'_, shapes::Type>) -> StepResult<shapes::Type> {
+        Ok(ctx.to(shapes::Done::new()))
+    }
+}
+
+fn assert_handles<A: agent_core::Handle<H>>() {}
+
+fn main() {
+    assert_handles::<Shapes>();
+    let g = Shapes::graph();
+    let data: Vec<&str> = g.states.iter().map(|s| s.data.as_str()).collect();
+    assert_eq!(data, ["", "(u32, String)", "{ count : u64, label : String }", "", ""]);
+    assert_eq!(Shapes::Pair(1, "x".into()).state_name(), "Pair");
+    assert_eq!(Shapes::Named { count: 1, label: String::new() }.state_name(), "Named");
+    assert_eq!(format!("{:?}", shapes::Pair::new(2, "b".into())), "Target(\"Pair\")");
+}
