@@ -46,6 +46,216 @@ fn checkout_is_valid() {
 }
 
 #[test]
+fn typo_in_to_gives_one_error_with_suggestion() {
+    let input = parse_quote! {
+        enum A {
+            #[agent(initial, to(Reveiw))]
+            Browsing,
+            #[agent(to(Done))]
+            Review,
+            #[agent(terminal)]
+            Done,
+        }
+    };
+    assert_eq!(errors(&input), ["unknown state `Reveiw` in `to(...)`"]);
+    let cx = Ctxt::new();
+    let agent = ast::parse(&cx, &input).unwrap();
+    check::check(&cx, &agent);
+    assert!(
+        cx.into_errors()[0]
+            .to_string()
+            .contains("did you mean `Review`?")
+    );
+}
+
+#[test]
+fn initial_states_are_counted() {
+    let none = parse_quote! {
+        enum A {
+            #[agent(to(B))]
+            A,
+            #[agent(terminal)]
+            B,
+        }
+    };
+    assert_eq!(errors(&none), ["agent `A` has no initial state"]);
+    let two = parse_quote! {
+        enum A {
+            #[agent(initial, to(C))]
+            A,
+            #[agent(initial, to(C))]
+            B,
+            #[agent(terminal)]
+            C,
+        }
+    };
+    assert_eq!(
+        errors(&two),
+        ["agent `A` has more than one initial state: `A` and `B`"]
+    );
+}
+
+#[test]
+fn unreachable_and_dead_ends() {
+    let input = parse_quote! {
+        enum A {
+            #[agent(initial, to(B, Done))]
+            A,
+            B,
+            #[agent(to(Done))]
+            Orphan,
+            #[agent(terminal)]
+            Done,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "state `B` has no way out",
+            "state `Orphan` is unreachable from the initial state `A`",
+        ]
+    );
+}
+
+#[test]
+fn trap_cycles_are_reported_once_in_declaration_order() {
+    let input = parse_quote! {
+        enum A {
+            #[agent(initial, to(Enter, Done))]
+            A,
+            #[agent(to(Y))]
+            Enter,
+            #[agent(to(X))]
+            Y,
+            #[agent(to(Y))]
+            X,
+            #[agent(terminal)]
+            Done,
+        }
+    };
+    let errs = errors(&input);
+    assert_eq!(errs, ["no terminal state can be reached from `Y`, `X`"]);
+}
+
+#[test]
+fn dag_cycles_name_their_states_in_order() {
+    let input = parse_quote! {
+        #[agent(dag)]
+        enum A {
+            #[agent(initial, to(B))]
+            A,
+            #[agent(to(C))]
+            B,
+            #[agent(to(D, B))]
+            C,
+            #[agent(terminal)]
+            D,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        ["agent `A` is declared `dag` but has a cycle: `B` -> `C` -> `B`"]
+    );
+    let self_loop = parse_quote! {
+        #[agent(dag)]
+        enum A {
+            #[agent(initial, to(A, B))]
+            A,
+            #[agent(terminal)]
+            B,
+        }
+    };
+    assert_eq!(
+        errors(&self_loop),
+        ["agent `A` is declared `dag` but has a cycle: `A` -> `A`"]
+    );
+}
+
+#[test]
+fn tool_rules() {
+    let input = parse_quote! {
+        #[agent(tools(read(R), write(W), hybrid(H1, H2(compensate = R), H3(compensate = Q))))]
+        enum A {
+            #[agent(initial, tools(R, X), to(B))]
+            A,
+            #[agent(terminal)]
+            B,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "hybrid tool `H1` has no compensation",
+            "compensation `R` of hybrid tool `H2` is a `read` tool, not a `write` tool",
+            "unknown tool `Q` in `compensate = ...` of hybrid tool `H3`",
+            "tool `X` is not declared on agent `A`",
+        ]
+    );
+}
+
+#[test]
+fn attribute_errors_are_all_reported_and_suppress_graph_errors() {
+    let input = parse_quote! {
+        #[agent(max_steps = 0, dag, dag)]
+        enum A {
+            #[agent(inital, to(B), tools = 3)]
+            A,
+            #[agent(terminal, terminal)]
+            B,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "expected `max_steps = N (a positive integer)`",
+            "duplicate key `dag` in `#[agent(...)]`",
+            "unknown key `inital` in `#[agent(...)]` on a variant",
+            "expected `tools(...)` with a list of tools",
+            "duplicate key `terminal` in `#[agent(...)]`",
+        ]
+    );
+}
+
+#[test]
+fn unsupported_inputs_do_not_panic() {
+    for input in [
+        parse_quote!(
+            struct S;
+        ),
+        parse_quote!(
+            enum E<T> {
+                A(T),
+            }
+        ),
+        parse_quote!(
+            enum E {}
+        ),
+        parse_quote!(union U { a: u8 }),
+        parse_quote!(
+            #[agent]
+            enum E {
+                A,
+            }
+        ),
+        parse_quote!(
+            #[agent = "x"]
+            enum E {
+                #[agent(to())]
+                A,
+            }
+        ),
+        parse_quote!(
+            enum E {
+                #[agent(to(::a::B), tools(read(X)), route = llm, wait = 3)]
+                A,
+            }
+        ),
+    ] {
+        assert!(!errors(&input).is_empty());
+    }
+}
+
+#[test]
 fn expansion_snapshot() {
     let tokens = crate::derive_agent_impl(&checkout());
     let file: syn::File = syn::parse2(tokens).expect("the expansion parses as a file");
