@@ -4,6 +4,10 @@
 //!
 //! (Crate documentation: see `docs/` — filled in as the crate grows.)
 
+// Lets the derives' `::agent_core::…` paths resolve inside this crate (the conformance fixture).
+#[allow(unused_extern_crates)]
+extern crate self as agent_core;
+
 pub mod agent;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -23,10 +27,143 @@ pub use tool::{
     ToolKind, ToolPolicy, kind,
 };
 
-/// Derive an agent from an enum of states. See the crate documentation for the grammar.
+/// Derive an agent from an enum of states: a graph checked at compile time.
+///
+/// # Grammar
+///
+/// One attribute namespace, `#[agent(...)]`, on the enum and on its variants. Each variant is
+/// a state; it may be a unit, tuple or struct variant (the state's typed data).
+///
+/// On the enum:
+///
+/// | key | meaning |
+/// |---|---|
+/// | `tools(read(A, B), write(C, D), hybrid(E(compensate = D)))` | every tool of the agent, by kind; a hybrid tool names its compensation, which must be declared `write` |
+/// | `dag` | the graph may have no cycle |
+/// | `name = "..."` | the agent's name (default: the enum's name) |
+/// | `module = ident` | the generated module of state markers (default: the enum's name in snake case) |
+/// | `handlers = Ident` | the generated handler trait (default: `{Enum}Handlers`) |
+/// | `crate = path` | where `agent_core` is (default: `::agent_core`), for re-exports |
+/// | `max_steps = N` | budget: at most `N` steps per run |
+///
+/// On a variant:
+///
+/// | key | meaning |
+/// |---|---|
+/// | `initial` | runs start here (exactly one state) |
+/// | `terminal` | runs end here (no transitions, no handler) |
+/// | `compensate` | entering this state runs the saga's compensations |
+/// | `to(A, B)` | the declared successors |
+/// | `tools(X, Y)` | the tools legal in this state (declared on the enum) |
+/// | `route = llm` | the LLM chooses among the `to(...)` targets |
+/// | `wait = "signal"` | the handler runs once the named signal arrives |
+/// | `wait_timeout_ms = N` | ... or once `N` ms passed without it |
+/// | `on_error = State` | an extra edge, taken when a step of this state fails |
+/// | `max_tool_calls = N` | budget: tool calls per visit |
+/// | `timeout_ms = N` | budget: time per visit |
+///
+/// Checked at compile time: unknown states and tools, one initial state, reachability, a way
+/// out of every state and a way to a terminal state, terminal states without transitions,
+/// LLM states with options, cycles under `dag`, hybrid compensations, and that each tool's
+/// `Tool` impl has the declared kind and name. See [`compile_errors`] for every message.
+///
+/// # What it generates
+///
+/// For `enum Checkout`, with the enum's visibility:
+/// - `impl Agent for Checkout`: [`Agent::graph`] is the checked [`GraphDescription`];
+/// - `mod checkout`: a zero-sized marker per state (`checkout::Browsing`) implementing
+///   [`State`], and for each `route = llm` state an enum of its `to(...)` targets
+///   (`checkout::ReviewRoute`);
+/// - constructors `checkout::Review::new(cart) -> Target<checkout::Review>` (struct variants
+///   take the fields in order, tuple variants `f0, f1, ...`, unit variants nothing);
+/// - [`AllowsTool`] and [`AllowsTransition`] for exactly the declared tools and edges, so
+///   [`Ctx::call`] and [`Ctx::to`] compile only when legal;
+/// - `trait CheckoutHandlers`: one method per non-terminal state (its name in snake case),
+///   taking the [`Ctx`], then the route for `route = llm` states, then the [`Wake`] for
+///   `wait` states, then the state's fields; implement it with `async fn`s;
+/// - `impl<H: CheckoutHandlers> Handle<H> for Checkout`, which the runner dispatches through.
+///
+/// # Example
+///
+/// ```
+/// use agent_core::{Agent, Ctx, Handle, StepResult, Tool};
+/// use serde::{Deserialize, Serialize};
+///
+/// /// Search the catalogue.
+/// #[derive(Tool)]
+/// #[tool(kind = read, input = String, output = Vec<String>, timeout_ms = 2000)]
+/// pub struct SearchProducts;
+///
+/// /// Charge the customer.
+/// #[derive(Tool)]
+/// #[tool(kind = write, input = u64, output = String, retries = 5)]
+/// pub struct ChargePayment;
+///
+/// #[derive(Agent, Clone, Serialize, Deserialize)]
+/// #[agent(tools(read(SearchProducts), write(ChargePayment)))]
+/// enum Checkout {
+///     #[agent(initial, tools(SearchProducts), to(Review))]
+///     Browsing { cart: Vec<String> },
+///     #[agent(route = llm, to(Payment, Browsing))]
+///     Review { cart: Vec<String> },
+///     #[agent(tools(ChargePayment), to(Done), on_error = Failed)]
+///     Payment { cents: u64 },
+///     #[agent(terminal)]
+///     Done,
+///     #[agent(terminal, compensate)]
+///     Failed(String),
+/// }
+///
+/// struct Shop;
+///
+/// impl CheckoutHandlers for Shop {
+///     async fn browsing(
+///         &self,
+///         ctx: Ctx<'_, checkout::Browsing>,
+///         cart: Vec<String>,
+///     ) -> StepResult<checkout::Browsing> {
+///         let _hits = ctx.call::<SearchProducts>("socks".into()).await?;
+///         Ok(ctx.to(checkout::Review::new(cart)))
+///     }
+///
+///     async fn review(
+///         &self,
+///         ctx: Ctx<'_, checkout::Review>,
+///         route: checkout::ReviewRoute,
+///         cart: Vec<String>,
+///     ) -> StepResult<checkout::Review> {
+///         Ok(match route {
+///             checkout::ReviewRoute::Payment => ctx.to(checkout::Payment::new(100 * cart.len() as u64)),
+///             checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(cart)),
+///         })
+///     }
+///
+///     async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, cents: u64) -> StepResult<checkout::Payment> {
+///         ctx.call::<ChargePayment>(cents).await?;
+///         Ok(ctx.to(checkout::Done::new()))
+///     }
+/// }
+///
+/// let graph = Checkout::graph();
+/// assert_eq!(graph.states.len(), 5);
+/// assert!(graph.has_edge("Payment", "Failed"));
+/// assert!(graph.allows_tool("Browsing", "SearchProducts"));
+/// fn dispatches<A: Handle<Shop>>() {}
+/// dispatches::<Checkout>();
+/// ```
 pub use agent_macros::Agent;
 /// Derive [`Tool`] from `#[tool(...)]` attributes.
+///
+/// `#[tool(kind = read|write|hybrid, input = Type, output = Type, timeout_ms = N, retries = N,
+/// cache = bool, crate = path)]`: `kind`, `input` and `output` are required; `retries` is the
+/// number of attempts in all ([`RetryPolicy::max_attempts`]); what is not given comes from
+/// [`ToolPolicy::default`]. `NAME` is the type's name and `DESCRIPTION` its doc comment.
+/// Implement [`Execute`] (and [`Compensate`] for a hybrid tool) by hand.
 pub use agent_macros::Tool;
+
+/// How to read the compile errors of `#[derive(Agent)]`, each with what to do about it.
+#[doc = include_str!("../../docs/compile-errors.md")]
+pub mod compile_errors {}
 
 /// Items the derives expand to. Not public API: may change in any release.
 #[doc(hidden)]

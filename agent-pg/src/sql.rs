@@ -1,0 +1,238 @@
+//! Every statement the store issues. Unqualified names resolve in the store's schema (the
+//! connection's `search_path`); times cross the boundary as milliseconds (`ms_to_ts`,
+//! `ts_to_ms` from the first migration).
+
+/// The columns of a run, in the order `row_to_run` reads them.
+macro_rules! run_cols {
+    () => {
+        "id, agent, fingerprint, state_name, state, version, status, waiting_for, \
+         ts_to_ms(wake_at) AS wake_at, error_code, error_message, epoch, lease_owner, \
+         ts_to_ms(lease_expires_at) AS lease_expires_at, claims_without_progress, parent_id, \
+         parent_version, ts_to_ms(created_at) AS created_at, ts_to_ms(updated_at) AS updated_at, \
+         creation_hash, last_hash, patch_bytes"
+    };
+}
+
+/// The columns of a journal entry, in the order `row_to_entry` reads them.
+macro_rules! journal_cols {
+    () => {
+        "j.run_id, j.version, j.seq, j.kind, j.state, j.name, j.tool_kind, j.input_hash, j.input, \
+         j.idempotency_key, j.status, COALESCE(o.output, j.output) AS output, j.output_external, \
+         j.error_class, j.error_code, j.error_message, j.attempts, j.duration_ms, \
+         ts_to_ms(j.started_at) AS started_at, ts_to_ms(j.finished_at) AS finished_at"
+    };
+}
+
+/// The statuses a run never leaves on its own (kept in sync with `RunStatus::is_final`).
+macro_rules! final_statuses {
+    () => {
+        "('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered')"
+    };
+}
+
+pub const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint, graph) VALUES ($1, $2, $3) \
+     ON CONFLICT (agent, fingerprint) DO UPDATE \
+     SET registered_at = clock_timestamp(), seq = nextval(pg_get_serial_sequence('agents', 'seq'))";
+
+pub const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 \
+     AND ($2::text IS NULL OR fingerprint = $2) ORDER BY seq DESC LIMIT 1";
+
+pub const AGENTS: &str = "SELECT DISTINCT agent FROM agents ORDER BY agent";
+
+pub const INSERT_RUN: &str = concat!(
+    "WITH ins AS (INSERT INTO runs (id, agent, fingerprint, state_name, state, creation_hash, \
+     last_hash, parent_id, parent_version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     ON CONFLICT (id) DO NOTHING RETURNING ",
+    run_cols!(),
+    "), tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
+     epoch, created_at, hash, payload_kind, payload) \
+     SELECT id, 0, state_name, state_name, 'start', status, 0, ms_to_ts(created_at), last_hash, \
+     'snapshot', state FROM ins) \
+     SELECT ins.*, pg_notify($10, ins.id) AS notified FROM ins"
+);
+
+pub const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
+
+pub const RUN_HEAD: &str = "SELECT version, epoch FROM runs WHERE id = $1";
+
+pub const CLAIM_RUN: &str = concat!(
+    "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
+     lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
+     claims_without_progress = claims_without_progress + 1, updated_at = clock_timestamp() \
+     WHERE id = $1 AND status NOT IN ",
+    final_statuses!(),
+    " AND (lease_owner IS NULL OR lease_expires_at <= clock_timestamp() OR lease_owner = $2) \
+     RETURNING ",
+    run_cols!()
+);
+
+pub const CLAIM_NEXT: &str = concat!(
+    "WITH picked AS (SELECT r.id AS pick_id FROM runs r \
+     WHERE r.status IN ('running', 'compensating', 'waiting') \
+     AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
+     AND (r.lease_owner IS NULL OR r.lease_expires_at <= clock_timestamp()) \
+     AND ((r.status IN ('running', 'compensating') \
+           AND (r.wake_at IS NULL OR r.wake_at <= clock_timestamp())) \
+       OR (r.status = 'waiting' AND (r.wake_at <= clock_timestamp() OR EXISTS ( \
+           SELECT 1 FROM signals s WHERE s.run_id = r.id AND s.consumed_at_version IS NULL \
+           AND (r.waiting_for IS NULL OR s.name = r.waiting_for))))) \
+     ORDER BY r.created_at, r.seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
+     UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
+     lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
+     claims_without_progress = claims_without_progress + 1, updated_at = clock_timestamp() \
+     FROM picked WHERE id = pick_id RETURNING ",
+    run_cols!()
+);
+
+pub const RENEW_LEASE: &str = "UPDATE runs \
+     SET lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond' \
+     WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING ts_to_ms(lease_expires_at)";
+
+pub const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner = NULL, \
+     lease_expires_at = NULL WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL \
+     RETURNING id, status) \
+     SELECT pg_notify($3, id) AS notified FROM upd";
+
+/// Insert or replace a journal entry, fenced: the `FOR SHARE` lock on the run row conflicts
+/// with a concurrent claim's update, so an entry is written only under the current epoch.
+pub const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND epoch = $2 FOR SHARE), \
+     j AS (INSERT INTO journal (run_id, version, seq, kind, state, name, tool_kind, input_hash, \
+       input, idempotency_key, status, output, output_external, output_summary, output_bytes, \
+       error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at) \
+       SELECT id, $3::bigint, $4::integer, $5::text, $6::text, $7::text, $8::text, $9::text, \
+       $10::jsonb, $11::text, $12::text, $13::jsonb, $14::boolean, $15::text, $16::integer, \
+       $17::text, $18::text, $19::text, $20::integer, $21::bigint, ms_to_ts($22), \
+       ms_to_ts($23) FROM fence \
+       ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = EXCLUDED.kind, \
+       state = EXCLUDED.state, name = EXCLUDED.name, tool_kind = EXCLUDED.tool_kind, \
+       input_hash = EXCLUDED.input_hash, input = EXCLUDED.input, \
+       idempotency_key = EXCLUDED.idempotency_key, status = EXCLUDED.status, \
+       output = EXCLUDED.output, output_external = EXCLUDED.output_external, \
+       output_summary = EXCLUDED.output_summary, output_bytes = EXCLUDED.output_bytes, \
+       error_class = EXCLUDED.error_class, error_code = EXCLUDED.error_code, \
+       error_message = EXCLUDED.error_message, attempts = EXCLUDED.attempts, \
+       duration_ms = EXCLUDED.duration_ms, started_at = EXCLUDED.started_at, \
+       finished_at = EXCLUDED.finished_at RETURNING 1), \
+     o AS (INSERT INTO outputs (run_id, version, seq, output) \
+       SELECT id, $3::bigint, $4::integer, $24::jsonb FROM fence WHERE $24::jsonb IS NOT NULL \
+       ON CONFLICT (run_id, version, seq) DO UPDATE SET output = EXCLUDED.output), \
+     od AS (DELETE FROM outputs WHERE $24::jsonb IS NULL AND run_id = (SELECT id FROM fence) \
+       AND version = $3 AND seq = $4) \
+     SELECT count(*) FROM j";
+
+pub const JOURNAL: &str = concat!(
+    "SELECT ",
+    journal_cols!(),
+    " FROM journal j LEFT JOIN outputs o ON j.output_external AND o.run_id = j.run_id \
+     AND o.version = j.version AND o.seq = j.seq \
+     WHERE j.run_id = $1 AND ($2::bigint IS NULL OR j.version = $2) ORDER BY j.version, j.seq"
+);
+
+/// The base of a commit when the caller's view is not cached: the run's head.
+pub const COMMIT_BASE: &str =
+    "SELECT version, epoch, state, last_hash, patch_bytes FROM runs WHERE id = $1";
+
+/// One step, one statement: the compare-and-set on version and epoch is the `WHERE` of the
+/// update, and every other write hangs off its `RETURNING`, so a stale writer writes nothing.
+pub const COMMIT_STEP: &str = concat!(
+    "WITH upd AS (UPDATE runs SET version = $3 + 1, state_name = $5, state = $6, status = $7, \
+     waiting_for = $8, wake_at = ms_to_ts($9), error_code = $10, error_message = $11, \
+     claims_without_progress = 0, last_hash = $12, patch_bytes = $13, \
+     updated_at = clock_timestamp() \
+     WHERE id = $1 AND epoch = $2 AND version = $3 \
+     AND ($14::bigint IS NULL OR EXISTS (SELECT 1 FROM signals WHERE id = $14 AND run_id = $1 \
+       AND consumed_at_version IS NULL)) \
+     RETURNING ",
+    run_cols!(),
+    "), tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
+     epoch, created_at, hash, payload_kind, payload) \
+     SELECT id, version, $4::text, $5::text, $15::text, status, epoch, ms_to_ts(updated_at), \
+     $12::text, $16::text, $17::jsonb \
+     FROM upd), \
+     sig AS (UPDATE signals SET consumed_at_version = upd.version FROM upd \
+     WHERE signals.id = $14 AND signals.run_id = upd.id) \
+     SELECT * FROM upd"
+);
+
+pub const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
+     ts_to_ms(created_at) AS created_at, hash FROM transitions WHERE run_id = $1 ORDER BY version";
+
+/// The payloads from the nearest snapshot at or before `$2` up to `$2`.
+pub const STATE_AT: &str = "SELECT version, to_state, payload_kind, payload FROM transitions \
+     WHERE run_id = $1 AND version <= $2 AND version >= ( \
+       SELECT max(version) FROM transitions WHERE run_id = $1 AND version <= $2 \
+       AND payload_kind = 'snapshot') \
+     ORDER BY version";
+
+pub const VERSION_EXISTS: &str = "SELECT 1 FROM transitions WHERE run_id = $1 AND version = $2";
+
+pub const LIST_RUNS: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    " FROM runs WHERE ($1::text IS NULL OR agent = $1) \
+     AND (cardinality($2::text[]) = 0 OR status = ANY($2)) \
+     ORDER BY created_at DESC, seq DESC LIMIT $3"
+);
+
+pub const SEND_SIGNAL: &str = "WITH ins AS (INSERT INTO signals (run_id, name, payload) \
+     SELECT id, $2::text, $3::jsonb FROM runs WHERE id = $1 RETURNING id, run_id) \
+     SELECT id, pg_notify($4, run_id) AS notified FROM ins";
+
+pub const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
+     ts_to_ms(created_at) AS created_at, consumed_at_version FROM signals \
+     WHERE run_id = $1 AND consumed_at_version IS NULL ORDER BY id";
+
+pub const SET_STATUS: &str = concat!(
+    "WITH upd AS (UPDATE runs SET status = $2, \
+     error_code = CASE WHEN $2 = 'running' THEN NULL ELSE $3 END, \
+     error_message = CASE WHEN $2 = 'running' THEN NULL ELSE $4 END, \
+     claims_without_progress = CASE WHEN $2 = 'running' THEN 0 ELSE claims_without_progress END, \
+     wake_at = CASE WHEN $2 = 'running' THEN NULL ELSE wake_at END, \
+     updated_at = clock_timestamp() \
+     WHERE id = $1 AND NOT (lease_owner IS NOT NULL AND lease_expires_at > clock_timestamp()) \
+     RETURNING ",
+    run_cols!(),
+    ") SELECT upd.*, pg_notify($5, upd.id) AS notified FROM upd"
+);
+
+/// Runs with versions older than the policy keeps: `(id, cutoff)`, the first kept version.
+pub const PRUNE_CANDIDATES: &str = concat!(
+    "SELECT r.id, r.version + 1 - $1 AS cutoff FROM runs r \
+     WHERE r.version + 1 > $1 AND (NOT $2 OR r.status IN ",
+    final_statuses!(),
+    ") AND EXISTS (SELECT 1 FROM transitions t WHERE t.run_id = r.id \
+     AND t.version < r.version + 1 - $1) ORDER BY r.id"
+);
+
+pub const PRUNE_SNAPSHOT: &str = "UPDATE transitions SET payload_kind = 'snapshot', payload = $3 \
+     WHERE run_id = $1 AND version = $2";
+
+pub const PRUNE_TRANSITIONS: &str = "DELETE FROM transitions WHERE run_id = $1 AND version < $2";
+
+/// Old journal entries, except a live run's saga log (completed hybrid calls and
+/// compensations), which compensation still needs.
+pub const PRUNE_JOURNAL: &str = concat!(
+    "WITH del AS (DELETE FROM journal j WHERE j.run_id = $1 AND j.version < $2 \
+     AND ((SELECT status FROM runs WHERE id = $1) IN ",
+    final_statuses!(),
+    " OR NOT (j.kind = 'compensation' OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' \
+       AND j.status = 'succeeded'))) RETURNING j.run_id, j.version, j.seq), \
+     od AS (DELETE FROM outputs o USING del WHERE o.run_id = del.run_id \
+       AND o.version = del.version AND o.seq = del.seq) \
+     SELECT count(*) FROM del"
+);
+
+pub const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason) VALUES ($1, $2, $3) \
+     ON CONFLICT (tool) DO UPDATE SET enabled = EXCLUDED.enabled, reason = EXCLUDED.reason, \
+     updated_at = clock_timestamp()";
+
+pub const TOOL_SWITCHES: &str = "SELECT tool, enabled, reason, ts_to_ms(updated_at) AS updated_at \
+     FROM tool_switches ORDER BY tool";
+
+pub const TOOL_ENABLED: &str = "SELECT enabled FROM tool_switches WHERE tool = $1";
+
+pub const STORAGE_BYTES: &str = "SELECT \
+     (SELECT COALESCE(sum(pg_column_size(t.*)), 0) FROM transitions t WHERE t.run_id = $1) \
+   + (SELECT COALESCE(sum(pg_column_size(j.*)), 0) FROM journal j WHERE j.run_id = $1) \
+   + (SELECT COALESCE(sum(pg_column_size(o.*)), 0) FROM outputs o WHERE o.run_id = $1) \
+   + (SELECT COALESCE(sum(pg_column_size(r.*)), 0) FROM runs r WHERE r.id = $1)";

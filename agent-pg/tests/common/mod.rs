@@ -1,0 +1,49 @@
+//! Test support: a fresh schema per test on the database named by `DATABASE_URL`.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use agent_pg::PgStore;
+
+/// `DATABASE_URL`, or `None` outside CI (with a loud message). Under `CI=true` a missing
+/// `DATABASE_URL` fails the test: the PostgreSQL tests must never be skipped silently there.
+pub fn database_url() -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+            assert!(
+                !ci,
+                "DATABASE_URL is not set under CI: run the tests through ./scripts/test, which \
+                 starts a throwaway PostgreSQL (scripts/pg)"
+            );
+            eprintln!(
+                "\n*** SKIPPED: agent-pg test without DATABASE_URL. Run ./scripts/test (starts a \
+                 throwaway PostgreSQL) or set DATABASE_URL=postgres://... ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// A migrated store in a schema of its own, or `None` when skipped.
+pub async fn fresh_store() -> Option<Arc<PgStore>> {
+    let url = database_url()?;
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let store = PgStore::connect(&url, &schema)
+        .await
+        .unwrap_or_else(|e| panic!("connect to DATABASE_URL: {e}"));
+    store
+        .migrate()
+        .await
+        .unwrap_or_else(|e| panic!("migrate: {e}"));
+    Some(Arc::new(store))
+}
+
+/// Drop the test's schema.
+pub async fn drop_store(store: Arc<PgStore>) {
+    if let Err(e) = store.drop_schema().await {
+        eprintln!("could not drop schema {}: {e}", store.schema());
+    }
+}

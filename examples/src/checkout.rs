@@ -1,0 +1,628 @@
+//! The checkout agent: browse, review (LLM-routed), reserve, pay, send a receipt.
+//!
+//! The cart is typed state. The recommendation step reads the cart and the list of removed
+//! items from that state, so an item the customer removed cannot come back, however long
+//! ago it was mentioned. The payment is a write tool with an idempotency key: when the
+//! gateway times out, the runner retries with the same key and never asks the LLM again.
+//! Stock is reserved by a hybrid tool whose compensation releases it: a failed payment
+//! releases every reservation, last first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::router::{RouterReply, ScriptedRouter};
+use agent_core::{
+    Agent, Compensate, Ctx, Execute, Failure, StepError, StepResult, Tool, ToolBox, ToolContext,
+    ToolError,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::shop::{Product, Shop, ShopError, ShopState};
+
+/// What a customer does while browsing (the demo's scripted customer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CartAction {
+    /// Search the catalogue.
+    Search(String),
+    /// Put a SKU in the cart.
+    Add(String),
+    /// Take a SKU out of the cart.
+    Remove(String),
+}
+
+/// The customer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Customer {
+    /// User name.
+    pub user: String,
+    /// Card to charge.
+    pub card: String,
+    /// What the customer does while browsing; consumed by the browsing step.
+    pub plan: Vec<CartAction>,
+}
+
+/// The cart: typed state, the single source of truth for what is in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Cart {
+    /// The products in the cart.
+    pub items: Vec<Product>,
+    /// SKUs the customer removed: never recommended again.
+    pub removed: Vec<String>,
+}
+
+impl Cart {
+    /// SKUs in the cart.
+    #[must_use]
+    pub fn skus(&self) -> Vec<String> {
+        self.items.iter().map(|p| p.sku.clone()).collect()
+    }
+
+    /// Total in cents.
+    #[must_use]
+    pub fn total_cents(&self) -> u64 {
+        self.items.iter().map(|p| p.price_cents).sum()
+    }
+}
+
+/// The checkout agent.
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+#[agent(
+    tools(
+        read(SearchProducts, Recommend),
+        write(AddToCart, RemoveFromCart, ChargePayment, ReleaseInventory, SendReceipt),
+        hybrid(ReserveInventory(compensate = ReleaseInventory)),
+    ),
+    max_steps = 40,
+)]
+pub enum Checkout {
+    /// The customer browses; the step ends with recommendations read from the typed cart.
+    #[agent(
+        initial,
+        tools(SearchProducts, AddToCart, RemoveFromCart, Recommend),
+        to(Review)
+    )]
+    Browsing {
+        /// Who.
+        customer: Customer,
+        /// The cart.
+        cart: Cart,
+    },
+    /// The LLM reviews the cart and recommendations and decides: check out, or browse on.
+    #[agent(route = llm, tools(SearchProducts), to(Reserving, Browsing), on_error = Failed)]
+    Review {
+        /// Who.
+        customer: Customer,
+        /// The cart.
+        cart: Cart,
+        /// What the recommender proposed for this cart.
+        recommendations: Vec<Product>,
+    },
+    /// Reserve stock for every item (hybrid: released if the checkout fails).
+    #[agent(tools(ReserveInventory), to(Payment), on_error = Failed)]
+    Reserving {
+        /// Who.
+        customer: Customer,
+        /// The cart.
+        cart: Cart,
+    },
+    /// Charge the card (write, idempotency key; the gateway may time out).
+    #[agent(tools(ChargePayment), to(Receipt), on_error = Failed)]
+    Payment {
+        /// Who.
+        customer: Customer,
+        /// The cart.
+        cart: Cart,
+        /// Held reservations.
+        reservations: Vec<String>,
+    },
+    /// Send the receipt (write).
+    #[agent(tools(SendReceipt), to(Done))]
+    Receipt {
+        /// Who.
+        customer: Customer,
+        /// The cart.
+        cart: Cart,
+        /// The payment.
+        payment_id: String,
+    },
+    /// Paid, reserved and receipted.
+    #[agent(terminal)]
+    Done {
+        /// The receipt.
+        receipt_id: String,
+        /// What was paid.
+        total_cents: u64,
+    },
+    /// Something failed: every reservation is released by compensation.
+    #[agent(terminal, compensate)]
+    Failed {
+        /// Why.
+        reason: Failure,
+    },
+}
+
+// --- Tools -------------------------------------------------------------------------------
+
+/// A search.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Query {
+    /// Text to look for.
+    pub query: String,
+}
+
+/// A cart change.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct CartChange {
+    /// Whose cart.
+    pub user: String,
+    /// Which product.
+    pub sku: String,
+}
+
+/// A recommendation request: built by the handler from typed state, never from a log.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RecommendFor {
+    /// SKUs in the cart.
+    pub cart: Vec<String>,
+    /// SKUs never to recommend.
+    pub exclude: Vec<String>,
+}
+
+/// A reservation request.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ReserveRequest {
+    /// Which product.
+    pub sku: String,
+}
+
+/// A reservation.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Reservation {
+    /// Its id.
+    pub reservation_id: String,
+}
+
+/// A charge.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ChargeRequest {
+    /// Whose card.
+    pub user: String,
+    /// The card.
+    pub card: String,
+    /// Amount in cents.
+    pub cents: u64,
+}
+
+/// A payment.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct PaymentConfirmation {
+    /// Its id.
+    pub payment_id: String,
+}
+
+/// A receipt to send.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ReceiptRequest {
+    /// To whom.
+    pub user: String,
+    /// For which payment.
+    pub payment_id: String,
+    /// What was bought.
+    pub skus: Vec<String>,
+}
+
+/// A sent receipt.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ReceiptSent {
+    /// Its id.
+    pub receipt_id: String,
+}
+
+/// Search the catalogue by name or SKU.
+#[derive(Debug, Clone, Tool)]
+#[tool(kind = read, input = Query, output = Vec<Product>, timeout_ms = 1000, retries = 3)]
+pub struct SearchProducts(pub Arc<Shop>);
+
+/// Recommend products related to the cart, never one in the cart or removed from it.
+#[derive(Debug, Clone, Tool)]
+#[tool(kind = read, input = RecommendFor, output = Vec<Product>, timeout_ms = 1000, retries = 3)]
+pub struct Recommend(pub Arc<Shop>);
+
+/// Put a product in the customer's cart.
+#[derive(Debug, Clone, Tool)]
+#[tool(kind = write, input = CartChange, output = Product, timeout_ms = 1000, retries = 3)]
+pub struct AddToCart(pub Arc<Shop>);
+
+/// Take a product out of the customer's cart.
+#[derive(Debug, Clone, Tool)]
+#[tool(kind = write, input = CartChange, output = (), timeout_ms = 1000, retries = 3)]
+pub struct RemoveFromCart(pub Arc<Shop>);
+
+/// Reserve one unit of stock.
+#[derive(Debug, Clone, Tool)]
+#[tool(kind = hybrid, input = ReserveRequest, output = Reservation, timeout_ms = 1000, retries = 3)]
+pub struct ReserveInventory(pub Arc<Shop>);
+
+/// Release a reservation (the compensation of `ReserveInventory`).
+#[derive(Debug, Clone, Tool)]
+#[tool(kind = write, input = Reservation, output = (), timeout_ms = 1000, retries = 5)]
+pub struct ReleaseInventory(pub Arc<Shop>);
+
+/// Charge a card through the payment gateway.
+#[derive(Debug, Clone, Tool)]
+#[tool(kind = write, input = ChargeRequest, output = PaymentConfirmation, timeout_ms = 800, retries = 3)]
+pub struct ChargePayment(pub Arc<Shop>);
+
+/// Email the receipt.
+#[derive(Debug, Clone, Tool)]
+#[tool(kind = write, input = ReceiptRequest, output = ReceiptSent, timeout_ms = 1000, retries = 3)]
+pub struct SendReceipt(pub Arc<Shop>);
+
+fn refused(e: ShopError) -> ToolError {
+    match e {
+        ShopError::Refused(m) => ToolError::permanent(m),
+        e @ ShopError::File { .. } => ToolError::retryable(e.to_string()),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ToolError> {
+    serde_json::from_value(v).map_err(|e| ToolError::permanent(e.to_string()))
+}
+
+impl Execute for SearchProducts {
+    async fn execute(&self, input: Query, _: &ToolContext) -> Result<Vec<Product>, ToolError> {
+        Ok(self.0.search(&input.query))
+    }
+}
+
+impl Execute for Recommend {
+    async fn execute(
+        &self,
+        input: RecommendFor,
+        _: &ToolContext,
+    ) -> Result<Vec<Product>, ToolError> {
+        Ok(self.0.recommend(&input.cart, &input.exclude))
+    }
+}
+
+impl Execute for AddToCart {
+    async fn execute(&self, input: CartChange, cx: &ToolContext) -> Result<Product, ToolError> {
+        let v =
+            self.0
+                .effect("add_to_cart", cx.idempotency_key(), |s: &mut ShopState| {
+                    let p =
+                        s.catalogue.get(&input.sku).cloned().ok_or_else(|| {
+                            ShopError::Refused(format!("no product `{}`", input.sku))
+                        })?;
+                    s.carts
+                        .entry(input.user.clone())
+                        .or_default()
+                        .push(input.sku.clone());
+                    Ok((json!(p), format!("{} += {}", input.user, input.sku)))
+                })
+                .map_err(refused)?;
+        decode(v)
+    }
+}
+
+impl Execute for RemoveFromCart {
+    async fn execute(&self, input: CartChange, cx: &ToolContext) -> Result<(), ToolError> {
+        self.0
+            .effect(
+                "remove_from_cart",
+                cx.idempotency_key(),
+                |s: &mut ShopState| {
+                    let cart = s.carts.entry(input.user.clone()).or_default();
+                    let at = cart.iter().position(|x| x == &input.sku).ok_or_else(|| {
+                        ShopError::Refused(format!("`{}` is not in the cart", input.sku))
+                    })?;
+                    cart.remove(at);
+                    Ok((Value::Null, format!("{} -= {}", input.user, input.sku)))
+                },
+            )
+            .map_err(refused)?;
+        Ok(())
+    }
+}
+
+impl Execute for ReserveInventory {
+    async fn execute(
+        &self,
+        input: ReserveRequest,
+        cx: &ToolContext,
+    ) -> Result<Reservation, ToolError> {
+        let v = self
+            .0
+            .effect("reserve", cx.idempotency_key(), |s: &mut ShopState| {
+                let stock = s.stock.entry(input.sku.clone()).or_default();
+                if *stock == 0 {
+                    return Err(ShopError::Refused(format!(
+                        "`{}` is out of stock",
+                        input.sku
+                    )));
+                }
+                *stock -= 1;
+                let id = Shop::next_id(s, "res");
+                s.reservations.insert(id.clone(), input.sku.clone());
+                Ok((
+                    json!({ "reservation_id": id }),
+                    format!("reserved 1 {} as {id}", input.sku),
+                ))
+            })
+            .map_err(refused)?;
+        decode(v)
+    }
+}
+
+impl Compensate for ReserveInventory {
+    type With = ReleaseInventory;
+    fn compensation(&self, _: &ReserveRequest, output: &Reservation) -> Reservation {
+        output.clone()
+    }
+}
+
+impl Execute for ReleaseInventory {
+    async fn execute(&self, input: Reservation, cx: &ToolContext) -> Result<(), ToolError> {
+        self.0
+            .effect("release", cx.idempotency_key(), |s: &mut ShopState| {
+                let Some(sku) = s.reservations.remove(&input.reservation_id) else {
+                    return Ok((
+                        Value::Null,
+                        format!("{} was not held", input.reservation_id),
+                    ));
+                };
+                *s.stock.entry(sku.clone()).or_default() += 1;
+                Ok((
+                    Value::Null,
+                    format!("released {} ({sku})", input.reservation_id),
+                ))
+            })
+            .map_err(refused)?;
+        Ok(())
+    }
+}
+
+impl Execute for ChargePayment {
+    async fn execute(
+        &self,
+        input: ChargeRequest,
+        cx: &ToolContext,
+    ) -> Result<PaymentConfirmation, ToolError> {
+        let mut timed_out = false;
+        self.0
+            .configure(|s| {
+                if s.gateway_timeouts > 0 {
+                    s.gateway_timeouts -= 1;
+                    timed_out = true;
+                }
+            })
+            .map_err(refused)?;
+        if timed_out {
+            // The gateway hangs past the tool's timeout: the runner retries with the same key.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let v = self
+            .0
+            .effect("charge", cx.idempotency_key(), |s: &mut ShopState| {
+                if s.declined_cards.contains(&input.card) {
+                    return Err(ShopError::Refused(format!("card {} declined", input.card)));
+                }
+                let id = Shop::next_id(s, "pay");
+                s.payments.insert(id.clone(), input.cents);
+                Ok((
+                    json!({ "payment_id": id }),
+                    format!("charged {} cents to {}", input.cents, input.user),
+                ))
+            })
+            .map_err(refused)?;
+        decode(v)
+    }
+}
+
+impl Execute for SendReceipt {
+    async fn execute(
+        &self,
+        input: ReceiptRequest,
+        cx: &ToolContext,
+    ) -> Result<ReceiptSent, ToolError> {
+        let v = self
+            .0
+            .effect("send_receipt", cx.idempotency_key(), |s: &mut ShopState| {
+                let id = Shop::next_id(s, "rcpt");
+                s.receipts.insert(id.clone(), input.user.clone());
+                Ok((
+                    json!({ "receipt_id": id }),
+                    format!("receipt {id} for {}", input.payment_id),
+                ))
+            })
+            .map_err(refused)?;
+        decode(v)
+    }
+}
+
+/// The tool box acting on `shop`.
+#[must_use]
+pub fn tools(shop: &Arc<Shop>) -> ToolBox {
+    ToolBox::new()
+        .with(SearchProducts(Arc::clone(shop)))
+        .with(Recommend(Arc::clone(shop)))
+        .with(AddToCart(Arc::clone(shop)))
+        .with(RemoveFromCart(Arc::clone(shop)))
+        .with(ReleaseInventory(Arc::clone(shop)))
+        .with(ChargePayment(Arc::clone(shop)))
+        .with(SendReceipt(Arc::clone(shop)))
+        .hybrid(ReserveInventory(Arc::clone(shop)))
+}
+
+// --- Handlers ----------------------------------------------------------------------------
+
+/// The checkout's behaviour.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Handlers;
+
+impl CheckoutHandlers for Handlers {
+    async fn browsing(
+        &self,
+        ctx: Ctx<'_, checkout::Browsing>,
+        customer: Customer,
+        cart: Cart,
+    ) -> StepResult<checkout::Browsing> {
+        let mut customer = customer;
+        let mut cart = cart;
+        for action in std::mem::take(&mut customer.plan) {
+            match action {
+                CartAction::Search(query) => {
+                    ctx.call::<SearchProducts>(Query { query }).await?;
+                }
+                CartAction::Add(sku) => {
+                    let product = ctx
+                        .call::<AddToCart>(CartChange {
+                            user: customer.user.clone(),
+                            sku: sku.clone(),
+                        })
+                        .await?;
+                    cart.removed.retain(|s| s != &sku);
+                    cart.items.push(product);
+                }
+                CartAction::Remove(sku) => {
+                    ctx.call::<RemoveFromCart>(CartChange {
+                        user: customer.user.clone(),
+                        sku: sku.clone(),
+                    })
+                    .await?;
+                    cart.items.retain(|p| p.sku != sku);
+                    cart.removed.push(sku);
+                }
+            }
+        }
+        // The recommender reads the typed cart, so a removed item cannot come back.
+        let recommendations = ctx
+            .call::<Recommend>(RecommendFor {
+                cart: cart.skus(),
+                exclude: cart.removed.clone(),
+            })
+            .await?;
+        Ok(ctx.to(checkout::Review::new(customer, cart, recommendations)))
+    }
+
+    async fn review(
+        &self,
+        ctx: Ctx<'_, checkout::Review>,
+        route: checkout::ReviewRoute,
+        customer: Customer,
+        cart: Cart,
+        _recommendations: Vec<Product>,
+    ) -> StepResult<checkout::Review> {
+        if cart.items.is_empty() && route == checkout::ReviewRoute::Reserving {
+            return Err(StepError::handler("cannot check out an empty cart"));
+        }
+        Ok(match route {
+            checkout::ReviewRoute::Reserving => ctx.to(checkout::Reserving::new(customer, cart)),
+            checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(customer, cart)),
+        })
+    }
+
+    async fn reserving(
+        &self,
+        ctx: Ctx<'_, checkout::Reserving>,
+        customer: Customer,
+        cart: Cart,
+    ) -> StepResult<checkout::Reserving> {
+        let mut reservations = Vec::new();
+        for sku in cart.skus() {
+            let r = ctx.call::<ReserveInventory>(ReserveRequest { sku }).await?;
+            reservations.push(r.reservation_id);
+        }
+        Ok(ctx.to(checkout::Payment::new(customer, cart, reservations)))
+    }
+
+    async fn payment(
+        &self,
+        ctx: Ctx<'_, checkout::Payment>,
+        customer: Customer,
+        cart: Cart,
+        _reservations: Vec<String>,
+    ) -> StepResult<checkout::Payment> {
+        let paid = ctx
+            .call::<ChargePayment>(ChargeRequest {
+                user: customer.user.clone(),
+                card: customer.card.clone(),
+                cents: cart.total_cents(),
+            })
+            .await?;
+        Ok(ctx.to(checkout::Receipt::new(customer, cart, paid.payment_id)))
+    }
+
+    async fn receipt(
+        &self,
+        ctx: Ctx<'_, checkout::Receipt>,
+        customer: Customer,
+        cart: Cart,
+        payment_id: String,
+    ) -> StepResult<checkout::Receipt> {
+        let sent = ctx
+            .call::<SendReceipt>(ReceiptRequest {
+                user: customer.user,
+                payment_id,
+                skus: cart.skus(),
+            })
+            .await?;
+        Ok(ctx.to(checkout::Done::new(sent.receipt_id, cart.total_cents())))
+    }
+}
+
+/// The offline stand-in for an LLM in the review state: a scripted router that checks out
+/// when the cart is not empty. It is not a model; the example says so when it uses it.
+#[must_use]
+pub fn scripted_reviewer() -> ScriptedRouter {
+    ScriptedRouter::from_fn(|req| -> RouterReply {
+        let empty = req.state_data["Review"]["cart"]["items"]
+            .as_array()
+            .is_none_or(Vec::is_empty);
+        let mut reply = ScriptedRouter::choose(if empty { "Browsing" } else { "Reserving" }, "{}");
+        reply.model = "scripted-reviewer (offline stand-in, not an LLM)".to_owned();
+        reply
+    })
+}
+
+/// The demo's customers: Alice pays (the gateway times out once), Bob's card is declined.
+#[must_use]
+pub fn demo_customers() -> [Customer; 2] {
+    let plan = vec![
+        CartAction::Search("mug".into()),
+        CartAction::Add("mug".into()),
+        CartAction::Search("tea".into()),
+        CartAction::Add("tea".into()),
+        CartAction::Remove("mug".into()),
+        CartAction::Add("teapot".into()),
+    ];
+    [
+        Customer {
+            user: "alice".into(),
+            card: "4242-good".into(),
+            plan: plan.clone(),
+        },
+        Customer {
+            user: "bob".into(),
+            card: "4000-declined".into(),
+            plan,
+        },
+    ]
+}
+
+/// The initial state for a customer.
+#[must_use]
+pub fn start(customer: Customer) -> Checkout {
+    Checkout::Browsing {
+        customer,
+        cart: Cart::default(),
+    }
+}
+
+const _: fn() = || {
+    fn agent<A: Agent>() {}
+    agent::<Checkout>();
+};
