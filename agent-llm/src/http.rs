@@ -114,39 +114,26 @@ impl Transport {
                 Ok(mut response) => {
                     let status = response.status();
                     if status.is_success() {
-                        let bytes =
-                            read_limited(&mut response, self.settings.max_response_bytes, false)
-                                .await
-                                .map_err(|e| self.read_error(e))?;
-                        return Ok(Body {
-                            text: String::from_utf8_lossy(&bytes).into_owned(),
-                        });
+                        match read_limited(&mut response, self.settings.max_response_bytes, false)
+                            .await
+                        {
+                            Ok(bytes) => {
+                                return Ok(Body {
+                                    text: String::from_utf8_lossy(&bytes).into_owned(),
+                                });
+                            }
+                            Err(e) => {
+                                let error = self.read_error(e);
+                                // A connection dropped mid-body may pass; anything else not.
+                                if error.class != ErrorClass::Retryable {
+                                    return Err(error);
+                                }
+                                (error, None)
+                            }
+                        }
+                    } else {
+                        self.failed_status(&mut response).await?
                     }
-                    let headers = response.headers().clone();
-                    let text = read_limited(&mut response, MAX_ERROR_BODY, true)
-                        .await
-                        .map(|b| String::from_utf8_lossy(&b).into_owned())
-                        .unwrap_or_default();
-                    let class = classify_status(status);
-                    let message = format!("HTTP {status}: {}", error_message(&text));
-                    let error = self.error(class, &message);
-                    if !retryable_status(status) || should_retry_header(&headers) == Some(false) {
-                        return Err(error);
-                    }
-                    let asked = retry_after(&headers, SystemTime::now());
-                    if let Some(asked) = asked
-                        && asked > self.settings.max_retry_after
-                    {
-                        return Err(self.error(
-                            class,
-                            &format!(
-                                "{message} (the provider asked to wait {}s, more than the {}s allowed)",
-                                asked.as_secs(),
-                                self.settings.max_retry_after.as_secs()
-                            ),
-                        ));
-                    }
-                    (error, asked)
                 }
             };
             if attempt >= self.settings.max_retries {
@@ -163,6 +150,45 @@ impl Transport {
             tokio::time::sleep(wait).await;
             attempt += 1;
         }
+    }
+
+    /// A non-2xx answer: `Err` when it must not be retried, else the error to report if
+    /// the retries run out and the wait the provider asked for.
+    async fn failed_status(
+        &self,
+        response: &mut reqwest::Response,
+    ) -> Result<(RouterError, Option<Duration>), RouterError> {
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = read_limited(response, MAX_ERROR_BODY, true)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let class = classify_status(status);
+        let message = format!("HTTP {status}: {}", error_message(&text));
+        let error = self.error(class, &message);
+        let retry = match should_retry_header(&headers) {
+            // The provider's word wins, except that credentials refused stay refused.
+            Some(explicit) => explicit && class != ErrorClass::Auth,
+            None => retryable_status(status),
+        };
+        if !retry {
+            return Err(error);
+        }
+        let asked = retry_after(&headers, SystemTime::now());
+        if let Some(asked) = asked
+            && asked > self.settings.max_retry_after
+        {
+            return Err(self.error(
+                class,
+                &format!(
+                    "{message} (the provider asked to wait {}s, more than the {}s allowed)",
+                    asked.as_secs(),
+                    self.settings.max_retry_after.as_secs()
+                ),
+            ));
+        }
+        Ok((error, asked))
     }
 
     fn read_error(&self, e: ReadError) -> RouterError {

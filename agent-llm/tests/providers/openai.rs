@@ -395,3 +395,22 @@ async fn a_slow_server_times_out() {
         "timeouts are left to the runner"
     );
 }
+
+#[tokio::test]
+async fn a_connection_dropped_mid_body_is_retried() {
+    let (base, served) = cut_then_whole_server(openai_tool_calls(&[("Payment", "{}")])).await;
+    let reply = openai(&base).decide(&request()).await.unwrap();
+    assert_eq!(reply.choices[0].name, "Payment");
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn x_should_retry_true_retries_even_a_400() {
+    let flaky = ResponseTemplate::new(400)
+        .insert_header("x-should-retry", "true")
+        .set_body_json(openai_error("try again", "invalid_request_error", None));
+    let ok = ResponseTemplate::new(200).set_body_json(openai_tool_calls(&[("Payment", "{}")]));
+    let server = serve_then(flaky, ok).await;
+    openai(&server.uri()).decide(&request()).await.unwrap();
+    assert_eq!(requests(&server).await.len(), 2);
+}
