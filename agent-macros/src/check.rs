@@ -225,6 +225,17 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             }
             seen.push(tool);
         }
+        if s.llm.is_some() {
+            let route = format!("{name}Route");
+            if let Some(clash) = agent.states.iter().find(|x| x.name() == route) {
+                cx.error(
+                    clash.ident.span(),
+                    format!(
+                        "state `{route}` has the name of the generated route enum of LLM-routed state `{name}`\n= help: rename one of the two states"
+                    ),
+                );
+            }
+        }
         // The router chooses among `to(...)` only; `on_error` is the runner's.
         if let (Some(llm), true, None) = (s.llm, s.to.is_empty(), s.terminal) {
             if attrs_ok {
