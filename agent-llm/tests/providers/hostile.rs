@@ -336,3 +336,25 @@ async fn legal_answers_pass_end_to_end() {
     body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = json!({});
     assert!(via_openai(&request(), body).await.is_ok());
 }
+
+#[tokio::test]
+async fn a_body_nested_past_the_parser_limit_is_a_permanent_router_error() {
+    // Anthropic sends `input` as parsed JSON; nesting past serde_json's recursion limit makes
+    // the body itself unreadable. That is a `Permanent` router error (the state's failure
+    // path), never a decision, and the parser's stack stays bounded.
+    let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+    let body = format!(
+        r#"{{"type":"message","content":[{{"type":"tool_use","name":"ReserveInventory","input":{{"sku":{deep}}}}}],"stop_reason":"tool_use"}}"#
+    );
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(body))
+        .mount(&server)
+        .await;
+    let err = anthropic(&server.uri())
+        .decide(&request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.class, agent_core::ErrorClass::Permanent);
+    assert!(err.message.contains("not JSON"), "{}", err.message);
+}
