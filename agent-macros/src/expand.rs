@@ -380,9 +380,13 @@ pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
     let trait_ident = &agent.handlers;
     let module = &agent.module;
     let p = quote!(#krate::__private);
+    // Locals of the generated fn, invisible to (and unaffected by) names in the user's scope.
+    let handlers = Ident::new("handlers", Span::mixed_site());
+    let io = Ident::new("io", Span::mixed_site());
+    let next = Ident::new("next", Span::mixed_site());
     let body = if stub {
         quote! {
-            let _ = (handlers, io);
+            let _ = (#handlers, #io);
             #p::core::unreachable!()
         }
     } else {
@@ -407,20 +411,20 @@ pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
             };
             let route = s.llm.map(|_| {
                 let r = route_ident(s);
-                quote!(#p::route::<#module::#r>(io, #n)?,)
+                quote!(#p::route::<#module::#r>(#io, #n)?,)
             });
-            let wake = s.wait.as_ref().map(|_| quote!(#p::wake(io, #n)?,));
+            let wake = s.wait.as_ref().map(|_| quote!(#p::wake(#io, #n)?,));
             quote! {
                 #pattern => {
-                    let next = <H as #trait_ident>::#method(
-                        handlers,
-                        #krate::Ctx::<'_, #m>::__new(io),
+                    let #next = <H as #trait_ident>::#method(
+                        #handlers,
+                        #krate::Ctx::<'_, #m>::__new(#io),
                         #route
                         #wake
                         #(#bindings,)*
                     )
                     .await?;
-                    #p::core::result::Result::Ok(next.__into_state())
+                    #p::core::result::Result::Ok(#next.__into_state())
                 }
             }
         });
@@ -437,8 +441,8 @@ pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
         impl<H: #trait_ident> #krate::Handle<H> for #ident {
             fn handle<'a>(
                 self,
-                handlers: &'a H,
-                io: &'a dyn #p::StepIo,
+                #handlers: &'a H,
+                #io: &'a dyn #p::StepIo,
             ) -> #p::BoxFuture<'a, #p::core::result::Result<Self, #krate::StepError>> {
                 #body
             }
