@@ -1,0 +1,44 @@
+//! The whole store conformance suite on SQLite, each test in its own database file.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_sqlite::SqliteStore;
+
+async fn fresh_store() -> Arc<SqliteStore> {
+    let dir = std::env::temp_dir().join("agent-sqlite-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
+    Arc::new(SqliteStore::open(&path).await.unwrap())
+}
+
+async fn remove(store: Arc<SqliteStore>) {
+    store.close().await;
+    if let Some(path) = store.path() {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = PathBuf::from(path);
+            p.as_mut_os_string().push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+agent_core::store_conformance!(
+    setup = fresh_store,
+    corrupt = |store: Arc<SqliteStore>, run_id: String| async move {
+        sqlx::query("UPDATE runs SET status = 'bogus', state = '{not json' WHERE id = $1")
+            .bind(&run_id)
+            .execute(store.pool())
+            .await
+            .unwrap();
+        sqlx::query(
+            "UPDATE transitions SET payload_kind = 'patch', payload = '\"garbage\"' \
+             WHERE run_id = $1 AND version = (SELECT max(version) FROM transitions WHERE run_id = $1)",
+        )
+        .bind(&run_id)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    },
+    teardown = remove,
+);
