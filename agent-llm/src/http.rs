@@ -2,7 +2,7 @@
 //! bounded retries with backoff honouring `retry-after`, error classification, and bodies
 //! read chunk by chunk up to a limit.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use agent_core::ErrorClass;
@@ -16,21 +16,41 @@ use crate::config::{ApiKey, ConfigError, HttpSettings};
 const MAX_ERROR_BODY: usize = 16 * 1024;
 
 /// The rustls configuration: the *ring* provider (the one sqlx compiles, so no second
-/// crypto library is built) and the platform's certificate verifier. Passed to reqwest
-/// preconfigured, so no process-wide default provider is installed behind the user's back.
+/// crypto library is built) and the platform's certificate verifier, or the bundled Mozilla
+/// roots (`webpki-roots`, which sqlx compiles too) on a system without a CA store, so a
+/// minimal container can still reach a plain-HTTP local server or a public API. Built once
+/// per process and passed to reqwest preconfigured: no process-wide default provider is
+/// installed behind the application's back.
 fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-        .map_err(|e| ConfigError::Client(e.to_string()))?;
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ConfigError::Client(e.to_string()))?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
-    // reqwest is built without HTTP/2; a preconfigured config must announce ALPN itself.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?;
+            let mut config = match rustls_platform_verifier::Verifier::new(provider) {
+                Ok(verifier) => builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(verifier))
+                    .with_no_client_auth(),
+                Err(e) => {
+                    tracing::warn!(
+                        error = %e,
+                        "no usable platform certificate store; trusting the bundled Mozilla roots"
+                    );
+                    let roots = rustls::RootCertStore {
+                        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+                    };
+                    builder.with_root_certificates(roots).with_no_client_auth()
+                }
+            };
+            // reqwest is built without HTTP/2; a preconfigured config announces ALPN itself.
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Ok(config)
+        })
+        .clone()
+        .map_err(ConfigError::Client)
 }
 
 /// A client plus the settings and secret of one provider.
@@ -444,5 +464,20 @@ mod tests {
             error_message(r#"{"error":"model not found"}"#),
             "model not found"
         );
+    }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    /// Builds with or without a system CA store (run with `SSL_CERT_FILE=/dev/null
+    /// SSL_CERT_DIR=/empty/dir` to take the bundled-roots path).
+    #[test]
+    fn the_tls_config_builds() {
+        let platform = rustls_platform_verifier::Verifier::new(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ));
+        eprintln!("platform verifier available: {}", platform.is_ok());
+        let config = super::tls_config().unwrap();
+        assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
     }
 }

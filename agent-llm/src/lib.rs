@@ -105,8 +105,9 @@
 //! ## HTTP behaviour
 //!
 //! - reqwest without default features, rustls on the *ring* crypto provider (the one sqlx
-//!   compiles; no aws-lc), the platform's certificate store, HTTP/1.1, no redirects (a
-//!   redirect could carry the key to another host).
+//!   compiles; no aws-lc), the platform's certificate store (the bundled Mozilla roots when
+//!   the system has none), HTTP/1.1, no redirects (a redirect could carry the key to another
+//!   host).
 //! - Timeouts: connect and whole request ([`HttpSettings`]).
 //! - Retries on 408, 409, 429, 5xx (Anthropic's 529 included) and connection errors, with
 //!   exponential backoff and jitter, honouring `retry-after-ms` and `retry-after` (seconds or
