@@ -556,18 +556,17 @@ pub fn tool_checks(agent: &Agent) -> TokenStream {
         "hybrid tool `{{T}}` is undone by `{{Self}}` in its `Compensate` impl, but agent `{agent_name}` declares `compensate = {{C}}`"
     );
     // `Tool::NAME` must be the declared name: the runner journals and authorizes calls by it.
+    let name_msg = format!(
+        "tool `{{T}}` is declared on agent `{agent_name}`, but its `Tool::NAME` is not its type name"
+    );
     let names = agent.tools.iter().map(|t| {
         let path = &t.path;
-        let name = names::unraw(&t.ident);
-        let name_lit = lit(&name);
-        let msg = lit(&format!(
-            "tool `{name}` is declared on agent `{agent_name}`, but its `Tool::NAME` is not \"{name}\"; the runner journals calls by name, so they must agree"
-        ));
+        let name_lit = lit(&names::unraw(&t.ident));
         quote_spanned! {path.span()=>
-            const _: () = #krate::__private::core::assert!(
-                #krate::__private::str_eq(<#path as #krate::Tool>::NAME, #name_lit),
-                #msg
-            );
+            let _ = __agent_named::<
+                #path,
+                __AgentNameCheck<{ #krate::__private::str_eq(<#path as #krate::Tool>::NAME, #name_lit) }>,
+            >;
         }
     });
     let checks = agent.tools.iter().map(|t| {
@@ -594,10 +593,19 @@ pub fn tool_checks(agent: &Agent) -> TokenStream {
             <T as #krate::Compensate>::With: __AgentCompensatedBy<T, C>,
         {
         }
+        pub struct __AgentNameCheck<const SAME: bool>;
+        #[diagnostic::on_unimplemented(
+            message = #name_msg,
+            label = "declared here",
+            note = "the runner journals and authorizes calls by `Tool::NAME`; `#[derive(Tool)]` uses the type's name, and a hand-written impl must too"
+        )]
+        pub trait __AgentNamed<T> {}
+        impl<T> __AgentNamed<T> for __AgentNameCheck<true> {}
+        const fn __agent_named<T, C: __AgentNamed<T>>() {}
         const _: () = {
             #(#checks)*
+            #(#names)*
         };
-        #(#names)*
     }
 }
 
