@@ -114,10 +114,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
     let name_text = names::unraw(&ident);
     let mut states = Vec::new();
     for v in &data.variants {
+        let va = attr::variant_attrs(cx, &v.attrs);
         for f in &v.fields {
             attr::reject(cx, &f.attrs, "fields");
         }
-        let va = attr::variant_attrs(cx, &v.attrs);
         states.push(State {
             ident: v.ident.clone(),
             fields: v.fields.clone(),
