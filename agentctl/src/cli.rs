@@ -1,0 +1,254 @@
+//! The command line, as clap derive types.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The default SQLite file, relative to the current directory (the examples write it).
+pub const DEFAULT_DB: &str = "agent-runs.sqlite3";
+
+/// Inspect and operate durable agent runs: the same database the workers use.
+///
+/// The database is a SQLite file (`--db`, `AGENT_DB`, default `agent-runs.sqlite3`) or
+/// PostgreSQL (`--database-url` or `DATABASE_URL`, starting with `postgres://`).
+///
+/// Exit codes: 0 ok, 1 not found / verification failed / store error, 2 usage.
+#[derive(Debug, Parser)]
+#[command(name = "agentctl", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// SQLite database file.
+    #[arg(long, global = true, env = "AGENT_DB", value_name = "PATH")]
+    pub db: Option<String>,
+    /// PostgreSQL URL (`postgres://...`); takes precedence over `--db`.
+    #[arg(
+        long,
+        global = true,
+        env = "DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub database_url: Option<String>,
+    /// PostgreSQL schema holding the store's tables.
+    #[arg(
+        long,
+        global = true,
+        env = "AGENT_PG_SCHEMA",
+        value_name = "SCHEMA",
+        default_value = "agents"
+    )]
+    pub pg_schema: String,
+    /// Print JSON for scripts instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// When to use colours (`auto`: only on a terminal, and not with `NO_COLOR`).
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+/// When to colour output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal, unless `NO_COLOR` is set.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List runs, newest first.
+    Runs(RunsArgs),
+    /// Show a run's timeline: versions, tool calls, decisions, compensations, signals.
+    Show(RunArg),
+    /// Draw an agent's graph, optionally with a run's path overlaid.
+    Graph(GraphArgs),
+    /// Per-tool call statistics: count, latency percentiles, errors by code.
+    Stats(StatsArgs),
+    /// Send a signal to a run (for example an approval a waiting state expects).
+    Signal(SignalArgs),
+    /// The tool registry: list tools, switch them off (kill switch) and on.
+    Tools(ToolsArgs),
+    /// Remove old versions and journal entries by retention policy.
+    Prune(PruneArgs),
+    /// Re-queue a quarantined or dead-lettered run for the workers.
+    Resume(RunArg),
+    /// Re-queue a failed, quarantined or dead-lettered run: its failed step runs again.
+    Retry(RunArg),
+    /// Recompute a run's hash chain and report the first modified, deleted or reordered row.
+    Verify(RunArg),
+    /// List the agents whose graphs the workers registered.
+    Agents,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArg {
+    /// The run's id.
+    pub run: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// Only runs of this agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only runs in these statuses (comma-separated: running, waiting, completed,
+    /// compensating, compensated, failed, quarantined, dead_lettered).
+    #[arg(long, value_delimiter = ',', value_parser = parse_status)]
+    pub status: Vec<agent_core::store::RunStatus>,
+    /// At most this many runs.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+}
+
+/// Output formats of `graph`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GraphFormat {
+    /// Graphviz DOT (`| dot -Tsvg > graph.svg`).
+    Dot,
+    /// Mermaid `stateDiagram-v2`.
+    Mermaid,
+    /// The graph description as JSON.
+    Json,
+    /// The graph description as YAML.
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// The agent's name (see `agentctl agents`).
+    pub agent: String,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = GraphFormat::Dot)]
+    pub format: GraphFormat,
+    /// Overlay this run's path: transitions taken, current state, states where steps failed.
+    #[arg(long)]
+    pub run: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The window: calls started this long ago or later (`30m`, `1h`, `24h`, `7d`).
+    #[arg(long, default_value = "24h", value_parser = parse_window)]
+    pub since: std::time::Duration,
+    /// Only calls made by runs of this agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SignalArgs {
+    /// The run's id.
+    pub run: String,
+    /// The signal's name (the one the waiting state names).
+    pub name: String,
+    /// The payload, as JSON (for example '{"approved": true}').
+    #[arg(default_value = "null", value_parser = parse_json)]
+    pub payload: serde_json::Value,
+}
+
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    #[command(subcommand)]
+    pub action: ToolsAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsAction {
+    /// Every tool the registered agents declare, and every switched tool.
+    List,
+    /// Allow calls to a tool again.
+    Enable(ToolSwitchArgs),
+    /// Make calls to a tool fail fast with `tool.disabled` (kill switch).
+    Disable(ToolSwitchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ToolSwitchArgs {
+    /// The tool's name.
+    pub tool: String,
+    /// Why (stored with the switch and shown by `tools list`).
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Keep this many most recent versions of every run (the current one always).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep_last: u64,
+    /// Only prune runs that are final (completed, compensated, failed, ...).
+    #[arg(long)]
+    pub only_final: bool,
+}
+
+fn parse_status(s: &str) -> Result<agent_core::store::RunStatus, String> {
+    agent_core::store::RunStatus::parse(s).ok_or_else(|| {
+        let all: Vec<&str> = agent_core::store::RunStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        format!("unknown status `{s}`; one of: {}", all.join(", "))
+    })
+}
+
+/// `90s`, `30m`, `1h`, `24h`, `7d`, `2w`.
+pub fn parse_window(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("`{s}` is not a window; write it like 30m, 1h, 24h or 7d"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" | "" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{s}`; use s, m, h, d or w (like 24h or 7d)"
+            ));
+        }
+    };
+    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| {
+        format!(
+            "not valid JSON ({e}); quote it for the shell, for example '{{\"approved\": true}}'"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn windows_parse() {
+        assert_eq!(parse_window("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_window("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_window("7d"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(parse_window("30m"), Ok(Duration::from_secs(1800)));
+        assert!(parse_window("h").is_err());
+        assert!(parse_window("3y").is_err());
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

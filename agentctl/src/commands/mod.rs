@@ -1,0 +1,58 @@
+//! One module per command; [`run`] opens the store and dispatches.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agent_core::store::{RunRecord, Store};
+
+use crate::cli::{Cli, Command};
+use crate::error::{CliError, Result};
+use crate::output::Output;
+use crate::store;
+
+mod agents;
+mod graph;
+mod prune;
+mod requeue;
+mod runs;
+mod show;
+mod signal;
+mod stats;
+mod tools;
+mod verify;
+
+/// What every command gets.
+#[derive(Debug)]
+pub struct Ctx {
+    pub store: Arc<dyn Store>,
+    pub out: Output,
+}
+
+impl Ctx {
+    /// The run, or a not-found error that says how to list runs.
+    pub async fn run(&self, id: &str) -> Result<RunRecord> {
+        self.store
+            .load_run(id)
+            .await?
+            .ok_or_else(|| CliError::no_run(id))
+    }
+}
+
+/// Run the command line.
+pub async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
+    let store = store::open_store(&cli.global).await?;
+    let cx = Ctx { store, out };
+    match cli.command {
+        Command::Runs(args) => runs::run(&cx, args).await,
+        Command::Show(args) => show::run(&cx, &args.run).await,
+        Command::Graph(args) => graph::run(&cx, args).await,
+        Command::Stats(args) => stats::run(&cx, args).await,
+        Command::Signal(args) => signal::run(&cx, args).await,
+        Command::Tools(args) => tools::run(&cx, args.action).await,
+        Command::Prune(args) => prune::run(&cx, &args).await,
+        Command::Resume(args) => requeue::run(&cx, &args.run, requeue::Mode::Resume).await,
+        Command::Retry(args) => requeue::run(&cx, &args.run, requeue::Mode::Retry).await,
+        Command::Verify(args) => verify::run(&cx, &args.run).await,
+        Command::Agents => agents::run(&cx).await,
+    }
+}

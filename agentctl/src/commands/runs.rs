@@ -1,0 +1,68 @@
+//! `agentctl runs`: list runs, newest first.
+
+use std::process::ExitCode;
+
+use agent_core::store::{RunFilter, now_ms};
+use comfy_table::Cell;
+
+use super::Ctx;
+use crate::cli::RunsArgs;
+use crate::error::Result;
+use crate::output::{ellipsize, fmt_age};
+
+pub async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
+    let filter = RunFilter {
+        agent: args.agent.clone(),
+        statuses: args.status.clone(),
+        limit: Some(args.limit),
+    };
+    let runs = cx.store.list_runs(&filter).await?;
+    if cx.out.json {
+        cx.out.print_json(&runs);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if runs.is_empty() {
+        let what = match (&args.agent, args.status.is_empty()) {
+            (Some(a), _) => format!("no runs of agent `{a}` match"),
+            (None, false) => "no runs match".to_owned(),
+            (None, true) => "no runs yet".to_owned(),
+        };
+        println!("{what}");
+        if args.agent.is_some() {
+            cx.out
+                .note("the registered agents are listed by `agentctl agents`");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = now_ms();
+    let mut table = cx.out.table([
+        "RUN", "AGENT", "STATE", "STATUS", "VERSION", "UPDATED", "ERROR",
+    ]);
+    for r in &runs {
+        let error = r.error.as_ref().map_or_else(
+            || {
+                r.waiting_for
+                    .as_ref()
+                    .map_or_else(String::new, |s| format!("waiting for `{s}`"))
+            },
+            |e| ellipsize(&format!("{}: {}", e.code, e.message), 60),
+        );
+        table.add_row(vec![
+            Cell::new(&r.id),
+            Cell::new(&r.agent),
+            Cell::new(&r.state_name),
+            cx.out.status_cell(r.status),
+            Cell::new(r.version),
+            Cell::new(fmt_age(r.updated_at, now)),
+            Cell::new(error),
+        ]);
+    }
+    cx.out.print_table(&table);
+    if runs.len() == args.limit {
+        cx.out.note(&format!(
+            "showing the newest {}; pass --limit to see more",
+            args.limit
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}

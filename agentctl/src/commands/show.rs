@@ -1,0 +1,310 @@
+//! `agentctl show RUN`: the run's timeline.
+//!
+//! Each committed version is one row; under it, the calls of the step that started from it
+//! (journal entries with that version): tool calls, router decisions and compensations.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use agent_core::router::{Decision, DecisionRecord};
+use agent_core::store::{
+    CallStatus, EntryKind, JournalEntry, RunRecord, RunStatus, SignalRecord, TransitionKind,
+    TransitionRecord,
+};
+use comfy_table::{Cell, Color};
+use serde::Serialize;
+
+use super::Ctx;
+use crate::error::Result;
+use crate::output::{ellipsize, fmt_duration_ms, fmt_time};
+
+#[derive(Serialize)]
+struct ShowJson<'a> {
+    run: &'a RunRecord,
+    history: &'a [TransitionRecord],
+    journal: &'a [JournalEntry],
+    pending_signals: &'a [SignalRecord],
+}
+
+pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
+    let run = cx.run(id).await?;
+    let history = cx.store.history(id).await?;
+    let journal = cx.store.journal(id, None).await?;
+    let signals = cx.store.pending_signals(id).await?;
+    if cx.out.json {
+        cx.out.print_json(&ShowJson {
+            run: &run,
+            history: &history,
+            journal: &journal,
+            pending_signals: &signals,
+        });
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", header(cx, &run));
+    println!();
+    println!("{}", cx.out.heading("Timeline"));
+    print_timeline(cx, &run, &history, &journal);
+    if !signals.is_empty() {
+        println!();
+        println!("{}", cx.out.heading("Pending signals"));
+        let mut table = cx.out.table(["ID", "NAME", "SENT", "PAYLOAD"]);
+        for s in &signals {
+            table.add_row(vec![
+                Cell::new(s.id),
+                Cell::new(&s.name),
+                Cell::new(fmt_time(s.created_at)),
+                Cell::new(ellipsize(&s.payload.to_string(), 80)),
+            ]);
+        }
+        cx.out.print_table(&table);
+    }
+    let next = next_step(&run);
+    if !next.is_empty() {
+        println!();
+        println!("{}", cx.out.dim(&next));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn header(cx: &Ctx, run: &RunRecord) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{} {}", cx.out.heading("Run"), run.id);
+    let mut field = |k: &str, v: String| {
+        let _ = writeln!(out, "  {k:<12} {v}");
+    };
+    field(
+        "agent",
+        format!(
+            "{} (graph {})",
+            run.agent,
+            run.fingerprint.get(..12).unwrap_or(&run.fingerprint)
+        ),
+    );
+    let status = match run.status {
+        RunStatus::Completed => cx.out.green(run.status.as_str()),
+        RunStatus::Failed | RunStatus::Quarantined | RunStatus::DeadLettered => {
+            cx.out.red(run.status.as_str())
+        }
+        RunStatus::Waiting | RunStatus::Compensating => cx.out.yellow(run.status.as_str()),
+        _ => run.status.as_str().to_owned(),
+    };
+    field("status", status);
+    field("state", state_line(run));
+    field("version", run.version.to_string());
+    field("created", fmt_time(run.created_at));
+    field("updated", fmt_time(run.updated_at));
+    if let Some(w) = &run.waiting_for {
+        let until = run
+            .wake_at
+            .map_or_else(String::new, |t| format!(" (times out {})", fmt_time(t)));
+        field("waiting for", format!("signal `{w}`{until}"));
+    }
+    if let (Some(owner), Some(exp)) = (&run.lease_owner, run.lease_expires_at) {
+        field(
+            "lease",
+            format!("{owner} (epoch {}) until {}", run.epoch, fmt_time(exp)),
+        );
+    }
+    if let Some((parent, v)) = &run.parent {
+        field("forked from", format!("{parent} at version {v}"));
+    }
+    if let Some(e) = &run.error {
+        field("error", cx.out.red(&format!("{}: {}", e.code, e.message)));
+    }
+    out
+}
+
+/// The state's name and its data (a serialized enum: `{"Name": data}`, or `"Name"`).
+fn state_line(run: &RunRecord) -> String {
+    let data = match &run.state {
+        serde_json::Value::String(s) if *s == run.state_name => None,
+        serde_json::Value::Object(map) if map.len() == 1 && map.contains_key(&run.state_name) => {
+            Some(map[&run.state_name].to_string())
+        }
+        other => Some(other.to_string()),
+    };
+    match data {
+        Some(d) => format!("{}  {}", run.state_name, ellipsize(&d, 100)),
+        None => run.state_name.clone(),
+    }
+}
+
+/// What an operator can do next, as a hint line.
+fn next_step(run: &RunRecord) -> String {
+    match run.status {
+        RunStatus::Waiting => run.waiting_for.as_ref().map_or_else(String::new, |s| {
+            format!(
+                "waiting for `{s}`: send it with `agentctl signal {} {s} '<json>'`",
+                run.id
+            )
+        }),
+        RunStatus::Quarantined | RunStatus::DeadLettered => format!(
+            "fix the cause, then re-queue it with `agentctl resume {}`",
+            run.id
+        ),
+        RunStatus::Failed => format!("re-run the failed step with `agentctl retry {}`", run.id),
+        _ => String::new(),
+    }
+}
+
+fn print_timeline(
+    cx: &Ctx,
+    run: &RunRecord,
+    history: &[TransitionRecord],
+    journal: &[JournalEntry],
+) {
+    let mut by_version: BTreeMap<u64, Vec<&JournalEntry>> = BTreeMap::new();
+    for e in journal {
+        by_version.entry(e.version).or_default().push(e);
+    }
+    let mut table = cx.out.table([
+        "V", "TIME", "EVENT", "NAME", "KIND", "STATUS", "DURATION", "ATTEMPTS", "DETAIL",
+    ]);
+    let first_kept = history.first().map_or(0, |t| t.version);
+    for (v, entries) in by_version.range(..first_kept) {
+        // Journal entries kept by retention for a pruned version (an open saga).
+        for e in entries {
+            table.add_row(entry_row(cx, e, Some(*v)));
+        }
+    }
+    for t in history {
+        table.add_row(transition_row(cx, t));
+        if let Some(entries) = by_version.get(&t.version) {
+            for e in entries {
+                table.add_row(entry_row(cx, e, None));
+            }
+        }
+    }
+    for (v, entries) in by_version.range(run.version + 1..) {
+        for e in entries {
+            table.add_row(entry_row(cx, e, Some(*v)));
+        }
+    }
+    if history.is_empty() && journal.is_empty() {
+        println!("(no history stored)");
+        return;
+    }
+    cx.out.print_table(&table);
+    if first_kept > 0 {
+        cx.out.note(&format!(
+            "versions before {first_kept} were pruned by retention"
+        ));
+    }
+}
+
+fn clock(ms: i64) -> String {
+    // The date is in the header; the timeline shows the time of day.
+    fmt_time(ms).get(11..).unwrap_or_default().to_owned()
+}
+
+fn transition_row(cx: &Ctx, t: &TransitionRecord) -> Vec<Cell> {
+    let name = match t.kind {
+        TransitionKind::Start => t.to_state.clone(),
+        TransitionKind::Status if t.from_state == t.to_state => t.to_state.clone(),
+        _ => format!("{} → {}", t.from_state, t.to_state),
+    };
+    let event = match t.kind {
+        TransitionKind::Error => cx.out.cell("error", Color::Red),
+        kind => cx.out.cell(kind.as_str(), Color::Blue),
+    };
+    vec![
+        Cell::new(t.version),
+        Cell::new(clock(t.created_at)),
+        event,
+        Cell::new(name),
+        Cell::new(""),
+        cx.out.status_cell(t.status),
+        Cell::new(""),
+        Cell::new(""),
+        cx.out.dim_cell(format!("epoch {}", t.epoch)),
+    ]
+}
+
+fn entry_row(cx: &Ctx, e: &JournalEntry, version: Option<u64>) -> Vec<Cell> {
+    let (event, detail) = match e.kind {
+        EntryKind::Decision => ("decision", decision_detail(e)),
+        EntryKind::Tool => ("  tool", call_detail(e)),
+        EntryKind::Compensation => ("  compensate", call_detail(e)),
+    };
+    let event = if e.kind == EntryKind::Decision {
+        format!("  {event}")
+    } else {
+        event.to_owned()
+    };
+    let status = match (e.kind, e.status) {
+        (EntryKind::Decision, CallStatus::Failed) => cx.out.cell("rejected", Color::Red),
+        (EntryKind::Decision, CallStatus::Succeeded) => cx.out.cell("accepted", Color::Green),
+        _ => cx.out.call_status_cell(e.status),
+    };
+    vec![
+        Cell::new(version.map_or_else(String::new, |v| v.to_string())),
+        Cell::new(clock(e.started_at)),
+        Cell::new(event),
+        Cell::new(&e.name),
+        Cell::new(e.tool_kind.map_or("", |k| k.as_str())),
+        status,
+        Cell::new(fmt_duration_ms(e.duration_ms)),
+        Cell::new(e.attempts),
+        Cell::new(detail),
+    ]
+}
+
+fn call_detail(e: &JournalEntry) -> String {
+    let mut parts = Vec::new();
+    if let Some(key) = &e.idempotency_key {
+        parts.push(format!("key {key}"));
+    }
+    if let Some(code) = &e.error_code {
+        let msg = e.error_message.as_deref().unwrap_or("");
+        parts.push(format!("error {code}: {}", ellipsize(msg, 60)));
+    }
+    parts.push(format!(
+        "input {}",
+        e.input_hash.get(..12).unwrap_or(&e.input_hash)
+    ));
+    parts.join("; ")
+}
+
+fn decision_detail(e: &JournalEntry) -> String {
+    let Some(record) = e
+        .output
+        .as_ref()
+        .and_then(|o| serde_json::from_value::<DecisionRecord>(o.clone()).ok())
+    else {
+        return e
+            .error_code
+            .as_ref()
+            .map_or_else(String::new, |c| format!("error {c}"));
+    };
+    let mut parts = Vec::new();
+    match (&record.decision, &record.rejection) {
+        (Some(Decision::Transition { to, .. }), _) => parts.push(format!("chose → {to}")),
+        (Some(Decision::Tool { tool, input }), _) => parts.push(format!(
+            "chose tool {tool} {}",
+            ellipsize(&input.to_string(), 40)
+        )),
+        (None, Some(r)) => parts.push(format!(
+            "rejected {}: {}",
+            r.code,
+            ellipsize(&r.message, 60)
+        )),
+        (None, None) => parts.push("no decision".to_owned()),
+    }
+    if let Some(first) = parts.first_mut() {
+        let _ = write!(first, " of [{}]", record.options.join(", "));
+    }
+    if !record.model.is_empty() {
+        parts.push(format!("model {}", record.model));
+    }
+    if record.input_tokens.is_some() || record.output_tokens.is_some() {
+        let t = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), |n| n.to_string());
+        parts.push(format!(
+            "tokens {} in / {} out",
+            t(record.input_tokens),
+            t(record.output_tokens)
+        ));
+    }
+    parts.push(format!("latency {}", fmt_duration_ms(record.latency_ms)));
+    parts.join("; ")
+}

@@ -1,0 +1,55 @@
+//! `agentctl signal RUN NAME JSON`.
+
+use std::process::ExitCode;
+
+use agent_core::store::RunStatus;
+use serde_json::json;
+
+use super::Ctx;
+use crate::cli::SignalArgs;
+use crate::error::{CliError, Result};
+
+pub async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
+    let run = cx.run(&args.run).await?;
+    if run.status.is_final() {
+        return Err(CliError::failed(format!(
+            "run `{}` is {}: no state will consume the signal",
+            run.id, run.status
+        ))
+        .hint(match run.status {
+            RunStatus::Quarantined | RunStatus::DeadLettered | RunStatus::Failed => format!(
+                "re-queue it first with `agentctl retry {}`, then signal it",
+                run.id
+            ),
+            _ => "a finished run takes no more signals".to_owned(),
+        }));
+    }
+    let id = cx
+        .store
+        .send_signal(&args.run, &args.name, &args.payload)
+        .await?;
+    let effect = match (&run.waiting_for, run.status) {
+        (Some(w), RunStatus::Waiting) if *w == args.name => {
+            "the run is waiting for it: a worker will resume it".to_owned()
+        }
+        (Some(w), RunStatus::Waiting) => format!(
+            "the run waits for `{w}`, not `{}`: it is kept until a state waits for it",
+            args.name
+        ),
+        _ => "kept until a state of the run waits for it".to_owned(),
+    };
+    if cx.out.json {
+        cx.out.print_json(&json!({
+            "run": run.id,
+            "signal": args.name,
+            "id": id,
+            "waiting_for": run.waiting_for,
+        }));
+    } else {
+        println!(
+            "sent signal `{}` (#{id}) to run {}: {effect}",
+            args.name, run.id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

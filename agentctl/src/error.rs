@@ -1,0 +1,97 @@
+//! Errors that end a command, each with the exit code it maps to and a hint saying what to do.
+
+use std::fmt;
+use std::process::ExitCode;
+
+use agent_core::store::StoreError;
+
+/// What kind of failure, which decides the exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A run, agent or database that does not exist (exit 1).
+    NotFound,
+    /// The command cannot work with these arguments (exit 2).
+    Usage,
+    /// Anything else: the store failed, the operation was refused (exit 1).
+    Failed,
+}
+
+/// A failed command.
+#[derive(Debug)]
+pub struct CliError {
+    /// Decides the exit code.
+    pub kind: Kind,
+    /// What went wrong.
+    pub message: String,
+    /// What to do about it.
+    pub hint: Option<String>,
+}
+
+impl CliError {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(Kind::NotFound, message)
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(Kind::Usage, message)
+    }
+
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::new(Kind::Failed, message)
+    }
+
+    #[must_use]
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn exit_code(&self) -> ExitCode {
+        match self.kind {
+            Kind::NotFound | Kind::Failed => ExitCode::from(1),
+            Kind::Usage => ExitCode::from(2),
+        }
+    }
+
+    /// A missing run, with the hint to list runs.
+    pub fn no_run(run: &str) -> Self {
+        Self::not_found(format!("run `{run}` not found"))
+            .hint("list runs with `agentctl runs` (and check --db / DATABASE_URL)")
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(run) => Self::no_run(&run),
+            StoreError::LeaseLost { run_id, .. } => Self::failed(format!(
+                "run `{run_id}` is held by a worker's live lease"
+            ))
+            .hint("a worker is executing it; wait for the lease to expire (or the worker to stop), then try again"),
+            StoreError::Unavailable(msg) => Self::failed(format!("store unavailable: {msg}"))
+                .hint("check that the database is reachable, then try again"),
+            StoreError::Corrupt { run_id, message } => {
+                Self::failed(format!("corrupt data in run `{run_id}`: {message}")).hint(format!(
+                    "run `agentctl verify {run_id}` to find the damaged row"
+                ))
+            }
+            other => Self::failed(other.to_string()),
+        }
+    }
+}
+
+pub type Result<T, E = CliError> = std::result::Result<T, E>;

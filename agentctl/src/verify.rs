@@ -1,0 +1,510 @@
+//! Tamper evidence: recompute a run's hash chain and find the first row that does not fit.
+//!
+//! Every transition record carries `hash = transition_hash(prev_hash, run, version, from, to,
+//! state_at(version))`, with `prev_hash = ""` for version 0. Recomputing the chain from the
+//! stored rows detects a modified row (its content no longer hashes to its stored hash, or
+//! its stored hash no longer chains), a deleted row (a gap in the versions, or a history
+//! shorter than the run), a duplicated one, and a reordered one (a row whose content hashes
+//! correctly, but only at another position).
+
+use std::collections::BTreeMap;
+
+use agent_core::store::{RunRecord, StateAtVersion, TransitionRecord, transition_hash};
+use serde::Serialize;
+
+/// What is wrong with a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// The row's content or hash changed.
+    Modified,
+    /// A row (or the state of a version) is missing.
+    Deleted,
+    /// A row sits at another row's position.
+    Reordered,
+    /// Two rows claim the same version.
+    Duplicated,
+}
+
+impl ProblemKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Modified => "modified",
+            Self::Deleted => "deleted",
+            Self::Reordered => "reordered",
+            Self::Duplicated => "duplicated",
+        }
+    }
+}
+
+/// The first problem found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// The version where the chain breaks.
+    pub version: u64,
+    /// What kind of tampering it looks like.
+    pub kind: ProblemKind,
+    /// What was found, for a person.
+    pub message: String,
+}
+
+/// The outcome of `verify`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    /// The run.
+    pub run: String,
+    /// Whether the whole chain checks out.
+    pub ok: bool,
+    /// Versions whose hash was recomputed and matched.
+    pub verified: u64,
+    /// The first stored version (above 0 when retention pruned older ones).
+    pub first_version: Option<u64>,
+    /// The last stored version.
+    pub last_version: Option<u64>,
+    /// The run's current version.
+    pub run_version: u64,
+    /// When the history starts above version 0: its first row is taken as the anchor.
+    pub anchored_at: Option<u64>,
+    /// The first problem, if any.
+    pub problem: Option<Problem>,
+}
+
+/// Rows at most this many are searched for a reordering (the search is quadratic).
+const REORDER_SEARCH_LIMIT: usize = 400;
+
+/// Check `history` (as the store returned it) against the states of each version and the
+/// run row.
+pub fn verify_chain(
+    run: &RunRecord,
+    history: &[TransitionRecord],
+    states: &BTreeMap<u64, StateAtVersion>,
+) -> VerifyReport {
+    let mut report = VerifyReport {
+        run: run.id.clone(),
+        ok: false,
+        verified: 0,
+        first_version: history.first().map(|t| t.version),
+        last_version: history.last().map(|t| t.version),
+        run_version: run.version,
+        anchored_at: None,
+        problem: None,
+    };
+    let problem = check(run, history, states, &mut report);
+    report.ok = problem.is_none();
+    report.problem = problem;
+    report
+}
+
+fn check(
+    run: &RunRecord,
+    history: &[TransitionRecord],
+    states: &BTreeMap<u64, StateAtVersion>,
+    report: &mut VerifyReport,
+) -> Option<Problem> {
+    let Some(first) = history.first() else {
+        return Some(Problem {
+            version: 0,
+            kind: ProblemKind::Deleted,
+            message: format!(
+                "no transition rows stored, but the run is at version {}",
+                run.version
+            ),
+        });
+    };
+    let mut prev: Option<&TransitionRecord> = None;
+    for (index, row) in history.iter().enumerate() {
+        if let Some(p) = prev {
+            let expected = p.version + 1;
+            if row.version == p.version {
+                return Some(Problem {
+                    version: row.version,
+                    kind: ProblemKind::Duplicated,
+                    message: format!("two rows claim version {}", row.version),
+                });
+            }
+            if row.version < p.version {
+                return Some(Problem {
+                    version: row.version,
+                    kind: ProblemKind::Reordered,
+                    message: format!(
+                        "version {} is stored after version {}",
+                        row.version, p.version
+                    ),
+                });
+            }
+            if row.version > expected {
+                if history[index..].iter().any(|t| t.version == expected) {
+                    return Some(Problem {
+                        version: expected,
+                        kind: ProblemKind::Reordered,
+                        message: format!(
+                            "version {expected} is stored after version {}",
+                            row.version
+                        ),
+                    });
+                }
+                let missing = if row.version - 1 == expected {
+                    format!("version {expected} is missing")
+                } else {
+                    format!("versions {expected}..={} are missing", row.version - 1)
+                };
+                return Some(Problem {
+                    version: expected,
+                    kind: ProblemKind::Deleted,
+                    message: format!("{missing} (the chain jumps to {})", row.version),
+                });
+            }
+        }
+        if row.run_id != run.id {
+            return Some(Problem {
+                version: row.version,
+                kind: ProblemKind::Modified,
+                message: format!(
+                    "version {} belongs to run `{}`, not `{}`",
+                    row.version, row.run_id, run.id
+                ),
+            });
+        }
+        let prev_hash = match prev {
+            Some(p) => Some(p.hash.as_str()),
+            None if row.version == 0 => Some(""),
+            // Retention pruned the older versions: the first kept row is the anchor.
+            None => None,
+        };
+        let Some(state) = states.get(&row.version) else {
+            return Some(classify(
+                run,
+                history,
+                states,
+                index,
+                Problem {
+                    version: row.version,
+                    kind: ProblemKind::Deleted,
+                    message: format!(
+                        "the state of version {} is missing or unreadable although its \
+                         transition is stored",
+                        row.version
+                    ),
+                },
+            ));
+        };
+        if state.state_name != row.to_state {
+            return Some(classify(
+                run,
+                history,
+                states,
+                index,
+                Problem {
+                    version: row.version,
+                    kind: ProblemKind::Modified,
+                    message: format!(
+                        "version {} enters `{}` but its stored state is `{}`",
+                        row.version, row.to_state, state.state_name
+                    ),
+                },
+            ));
+        }
+        let Some(prev_hash) = prev_hash else {
+            report.anchored_at = Some(row.version);
+            prev = Some(row);
+            continue;
+        };
+        let recomputed = transition_hash(
+            prev_hash,
+            &run.id,
+            row.version,
+            &row.from_state,
+            &row.to_state,
+            &state.state,
+        );
+        if recomputed != row.hash {
+            let problem = Problem {
+                version: row.version,
+                kind: ProblemKind::Modified,
+                message: format!(
+                    "version {} (`{}` -> `{}`) does not match its hash: stored {}, recomputed {} \
+                     (its states, its state or its hash were changed)",
+                    row.version,
+                    row.from_state,
+                    row.to_state,
+                    short(&row.hash),
+                    short(&recomputed)
+                ),
+            };
+            return Some(classify(run, history, states, index, problem));
+        }
+        report.verified += 1;
+        prev = Some(row);
+    }
+    let last = history.last().unwrap_or(first);
+    if last.version < run.version {
+        let missing = if last.version + 1 == run.version {
+            format!("version {} is missing", run.version)
+        } else {
+            format!(
+                "versions {}..={} are missing",
+                last.version + 1,
+                run.version
+            )
+        };
+        return Some(Problem {
+            version: last.version + 1,
+            kind: ProblemKind::Deleted,
+            message: format!(
+                "{missing}: the history ends at {} but the run is at version {}",
+                last.version, run.version
+            ),
+        });
+    }
+    if last.version > run.version {
+        return Some(Problem {
+            version: run.version,
+            kind: ProblemKind::Modified,
+            message: format!(
+                "the run row says version {} but the history goes on to {}",
+                run.version, last.version
+            ),
+        });
+    }
+    if last.to_state != run.state_name
+        || states
+            .get(&run.version)
+            .is_some_and(|s| s.state != run.state)
+    {
+        return Some(Problem {
+            version: run.version,
+            kind: ProblemKind::Modified,
+            message: format!(
+                "the run row's current state differs from the state committed at version {}",
+                run.version
+            ),
+        });
+    }
+    None
+}
+
+/// The row at `index` does not fit where it is stored: reordered if it fits another
+/// position of the chain (its content hashes correctly there, its states connect after
+/// swapping it with another row, or its commit time is out of order), else `fallback`.
+fn classify(
+    run: &RunRecord,
+    history: &[TransitionRecord],
+    states: &BTreeMap<u64, StateAtVersion>,
+    index: usize,
+    fallback: Problem,
+) -> Problem {
+    let row = &history[index];
+    let reordered = |other: u64| Problem {
+        version: row.version,
+        kind: ProblemKind::Reordered,
+        message: format!(
+            "the row stored as version {} (`{}` -> `{}`) belongs at version {other}",
+            row.version, row.from_state, row.to_state
+        ),
+    };
+    if history.len() <= REORDER_SEARCH_LIMIT {
+        let mut prevs: Vec<&str> = history.iter().map(|t| t.hash.as_str()).collect();
+        prevs.push("");
+        for other in history.iter().filter(|t| t.version != row.version) {
+            let candidates = [states.get(&other.version), states.get(&row.version)];
+            for state in candidates.into_iter().flatten() {
+                let fits = prevs.iter().any(|p| {
+                    transition_hash(
+                        p,
+                        &run.id,
+                        other.version,
+                        &row.from_state,
+                        &row.to_state,
+                        &state.state,
+                    ) == row.hash
+                });
+                if fits {
+                    return reordered(other.version);
+                }
+            }
+        }
+    }
+    // The states must connect: swapping this row with a later one makes them connect again.
+    if index > 0 {
+        let prev = &history[index - 1];
+        if row.from_state != prev.to_state {
+            let next_from = history.get(index + 1).map(|t| t.from_state.as_str());
+            for other in &history[index + 1..] {
+                let connects = other.from_state == prev.to_state
+                    && (next_from.is_none()
+                        || other.to_state == row.from_state
+                        || Some(other.to_state.as_str()) == next_from);
+                if connects {
+                    return reordered(other.version);
+                }
+            }
+        }
+    }
+    // Versions are committed in order, so their times are too (within clock skew).
+    if let Some(next) = history.get(index + 1)
+        && next.created_at < row.created_at
+    {
+        return reordered(next.version);
+    }
+    fallback
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_core::store::{RunStatus, TransitionKind};
+    use serde_json::json;
+
+    fn chain(
+        n: u64,
+    ) -> (
+        RunRecord,
+        Vec<TransitionRecord>,
+        BTreeMap<u64, StateAtVersion>,
+    ) {
+        let names = ["A", "B", "C", "D", "E", "F"];
+        let mut history = Vec::new();
+        let mut states = BTreeMap::new();
+        let mut prev = String::new();
+        for v in 0..n {
+            let from = names[v.saturating_sub(1) as usize % names.len()];
+            let to = names[v as usize % names.len()];
+            let from = if v == 0 { to } else { from };
+            let state = json!({ "step": v, "name": to });
+            let hash = transition_hash(&prev, "r", v, from, to, &state);
+            history.push(TransitionRecord {
+                run_id: "r".into(),
+                version: v,
+                from_state: from.into(),
+                to_state: to.into(),
+                kind: if v == 0 {
+                    TransitionKind::Start
+                } else {
+                    TransitionKind::Step
+                },
+                status: RunStatus::Running,
+                epoch: 1,
+                created_at: 0,
+                hash: hash.clone(),
+            });
+            states.insert(
+                v,
+                StateAtVersion {
+                    version: v,
+                    state_name: to.into(),
+                    state,
+                },
+            );
+            prev = hash;
+        }
+        let last = history.last().unwrap();
+        let run = RunRecord {
+            id: "r".into(),
+            agent: "X".into(),
+            fingerprint: String::new(),
+            state_name: last.to_state.clone(),
+            state: states[&last.version].state.clone(),
+            version: last.version,
+            status: RunStatus::Running,
+            waiting_for: None,
+            wake_at: None,
+            error: None,
+            epoch: 1,
+            lease_owner: None,
+            lease_expires_at: None,
+            claims_without_progress: 0,
+            parent: None,
+            created_at: 0,
+            updated_at: 0,
+        };
+        (run, history, states)
+    }
+
+    #[test]
+    fn clean_chain_verifies() {
+        let (run, h, s) = chain(5);
+        let r = verify_chain(&run, &h, &s);
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.verified, 5);
+    }
+
+    #[test]
+    fn modified_state_is_found() {
+        let (run, h, mut s) = chain(5);
+        s.get_mut(&2).unwrap().state = json!({ "step": 2, "name": "C", "evil": true });
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (2, ProblemKind::Modified));
+    }
+
+    #[test]
+    fn modified_hash_is_found() {
+        let (run, mut h, s) = chain(5);
+        h[3].hash = "00".repeat(32);
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (3, ProblemKind::Modified));
+    }
+
+    #[test]
+    fn deleted_rows_are_found() {
+        let (run, mut h, s) = chain(5);
+        h.remove(2);
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (2, ProblemKind::Deleted));
+        let (run, mut h, s) = chain(5);
+        h.pop();
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (4, ProblemKind::Deleted));
+    }
+
+    #[test]
+    fn reordered_rows_are_found() {
+        let (run, mut h, s) = chain(5);
+        // Swap the contents of versions 1 and 2, keeping the version numbers in place.
+        let (a, b) = (h[1].clone(), h[2].clone());
+        h[1] = TransitionRecord { version: 1, ..b };
+        h[2] = TransitionRecord { version: 2, ..a };
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (1, ProblemKind::Reordered), "{p:?}");
+        let (run, mut h, s) = chain(5);
+        h.swap(1, 2);
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!(p.kind, ProblemKind::Reordered, "{p:?}");
+    }
+
+    #[test]
+    fn rows_swapped_with_their_states_are_reordered() {
+        // Swapping the version numbers of two rows moves their (delta) states with them, so
+        // neither state replays: the rows' states no longer connect.
+        let (run, mut h, mut s) = chain(5);
+        let (a, b) = (h[1].clone(), h[2].clone());
+        h[1] = TransitionRecord { version: 1, ..b };
+        h[2] = TransitionRecord { version: 2, ..a };
+        s.remove(&1);
+        s.remove(&2);
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (1, ProblemKind::Reordered), "{p:?}");
+    }
+
+    #[test]
+    fn pruned_prefix_is_anchored() {
+        let (run, h, mut s) = chain(6);
+        let h = h[3..].to_vec();
+        s.retain(|v, _| *v >= 3);
+        let r = verify_chain(&run, &h, &s);
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.anchored_at, Some(3));
+        assert_eq!(r.verified, 2);
+    }
+
+    #[test]
+    fn tampered_run_row_is_found() {
+        let (mut run, h, s) = chain(4);
+        run.state = json!({ "step": 99 });
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (3, ProblemKind::Modified));
+    }
+}

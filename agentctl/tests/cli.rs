@@ -1,0 +1,492 @@
+//! `agentctl` run as a user would: the real binary against a SQLite file written by the real
+//! runner driving the conformance fixture agent.
+
+mod common;
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use agent_core::graph::GraphDescription;
+use agent_core::store::RunStatus;
+use common::{CANCELLED, DECLINED, DONE, Db, PAID_WAITING, SAGA_STUCK, STUCK};
+use serde_json::Value;
+
+fn code(out: &std::process::Output) -> i32 {
+    out.status.code().expect("exit code")
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn runs_lists_and_filters() {
+    let db = Db::populated();
+    let all = db.ok(&["runs"]);
+    for id in [PAID_WAITING, DONE, CANCELLED, DECLINED, STUCK, SAGA_STUCK] {
+        assert!(all.contains(id), "{id} missing from:\n{all}");
+    }
+    assert!(all.lines().next().unwrap().starts_with("RUN"), "{all}");
+    assert!(all.contains("waiting for `confirm`"), "{all}");
+
+    let completed = db.ok(&["runs", "--status", "completed"]);
+    assert!(
+        completed.contains(DONE) && !completed.contains(CANCELLED),
+        "{completed}"
+    );
+
+    let json = db.json(&[
+        "runs",
+        "--agent",
+        "Order",
+        "--status",
+        "compensated,completed",
+    ]);
+    let ids: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.contains(&DECLINED) && ids.contains(&CANCELLED) && ids.contains(&DONE));
+
+    let limited = db.json(&["runs", "--limit", "2"]);
+    assert_eq!(limited.as_array().unwrap().len(), 2);
+
+    let none = db.ok(&["runs", "--agent", "Nobody"]);
+    assert!(none.contains("no runs of agent `Nobody`"), "{none}");
+
+    let bad = db.agentctl(&["runs", "--status", "sleeping"]);
+    assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("unknown status `sleeping`"));
+}
+
+#[test]
+fn show_prints_the_timeline() {
+    let db = Db::populated();
+    let out = db.ok(&["show", PAID_WAITING]);
+    for needle in [
+        "Run order-waiting",
+        "waiting for  signal `confirm`",
+        "Lookup",
+        "Reserve",
+        "Charge",
+        "hybrid",
+        // Write and hybrid calls carry their idempotency keys: (run, version, call index).
+        "key order-waiting:0:1",
+        "key order-waiting:2:0",
+        // The router looked a price up, then chose to pay, among the legal options.
+        "chose tool Lookup",
+        "chose → Pay of [Pay, Cancelled, Lookup]",
+        "Start → Decide",
+        "agentctl signal order-waiting confirm",
+    ] {
+        assert!(out.contains(needle), "`{needle}` missing from:\n{out}");
+    }
+    // The timed-out charge was retried under the same key: one entry, two attempts.
+    let charge = out.lines().find(|l| l.contains("Charge")).unwrap();
+    assert!(charge.contains("succeeded"), "{charge}");
+
+    let cancelled = db.ok(&["show", CANCELLED]);
+    assert!(cancelled.contains("compensate"), "{cancelled}");
+    assert!(cancelled.contains("Release"), "{cancelled}");
+
+    let declined = db.ok(&["show", DECLINED]);
+    assert!(
+        declined.contains("error tool.permanent: card declined"),
+        "{declined}"
+    );
+    assert!(declined.contains("Pay → Failed"), "{declined}");
+}
+
+#[test]
+fn show_snapshot() {
+    let db = Db::populated();
+    let out = db.ok(&["show", CANCELLED]);
+    insta::with_settings!({
+        // Same-width placeholders keep the columns aligned.
+        filters => vec![
+            (r"\d{4}-\d{2}-\d{2} ", "YYYY-MM-DD "),
+            (r"\d{2}:\d{2}:\d{2}\.\d{3}Z", "hh:mm:ss.mmmZ"),
+            (r"graph [0-9a-f]{12}", "graph ffffffffffff"),
+            (r"latency \d+ ms", "latency [dur]"),
+            (r"  \d+ ms +", "  [dur]     "),
+        ],
+    }, {
+        insta::assert_snapshot!("show_cancelled", out);
+    });
+}
+
+#[test]
+fn show_json_and_missing_run() {
+    let db = Db::populated();
+    let json = db.json(&["show", DONE]);
+    assert_eq!(json["run"]["status"], "completed");
+    let versions: Vec<u64> = json["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, (0..versions.len() as u64).collect::<Vec<_>>());
+    assert!(
+        json["journal"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "decision" && e["output"]["decision"]["to"] == "Pay")
+    );
+
+    let missing = db.agentctl(&["show", "no-such-run"]);
+    assert_eq!(code(&missing), 1);
+    let err = stderr(&missing);
+    assert!(err.contains("run `no-such-run` not found"), "{err}");
+    assert!(err.contains("agentctl runs"), "{err}");
+}
+
+#[test]
+fn graph_exports() {
+    let db = Db::populated();
+    let dot = db.ok(&["graph", "Order", "--format", "dot"]);
+    assert!(dot.starts_with("digraph"), "{dot}");
+    let overlaid = db.ok(&["graph", "Order", "--format", "dot", "--run", DECLINED]);
+    assert!(
+        overlaid.contains("color=red"),
+        "the failed Pay state: {overlaid}"
+    );
+    assert!(
+        overlaid.contains("xlabel=\"x1\""),
+        "edges taken: {overlaid}"
+    );
+    assert_ne!(dot, overlaid);
+    render_with_graphviz(&overlaid);
+
+    let mermaid = db.ok(&["graph", "Order", "--format", "mermaid", "--run", DONE]);
+    assert!(mermaid.starts_with("stateDiagram-v2"), "{mermaid}");
+    assert!(
+        mermaid.contains("class") && mermaid.contains("visited"),
+        "{mermaid}"
+    );
+
+    let yaml = db.ok(&["graph", "Order", "--format", "yaml"]);
+    let from_yaml = GraphDescription::from_yaml(&yaml).expect("yaml round-trips");
+    let json = db.ok(&["graph", "Order", "--format", "json"]);
+    let from_json = GraphDescription::from_json(&json).expect("json round-trips");
+    assert_eq!(from_yaml, from_json);
+    assert_eq!(from_yaml.agent, "Order");
+    assert_eq!(
+        from_yaml.fingerprint(),
+        <agent_core::conformance::fixture::Order as agent_core::Agent>::graph().fingerprint()
+    );
+
+    let data = db.json(&["graph", "Order", "--run", DECLINED]);
+    assert_eq!(data["overlay"]["current"], "Failed");
+    assert!(
+        data["overlay"]["failed"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("Pay"))
+    );
+
+    let unknown = db.agentctl(&["graph", "Nope"]);
+    assert_eq!(code(&unknown), 1);
+    assert!(
+        stderr(&unknown).contains("registered agents: Order"),
+        "{}",
+        stderr(&unknown)
+    );
+    let wrong = db.agentctl(&["graph", "Other", "--run", DONE]);
+    assert_eq!(code(&wrong), 2, "{}", stderr(&wrong));
+    let format = db.agentctl(&["graph", "Order", "--format", "png"]);
+    assert_eq!(code(&format), 2);
+}
+
+fn render_with_graphviz(dot: &str) {
+    let child = Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        println!("skipped: Graphviz `dot` is not installed, the DOT output was not rendered");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(dot.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "dot -Tsvg failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
+}
+
+#[test]
+fn tools_kill_switch() {
+    let db = Db::populated();
+    let list = db.ok(&["tools", "list"]);
+    for tool in ["Lookup", "Reserve", "Release", "Charge"] {
+        assert!(list.contains(tool), "{list}");
+    }
+    let out = db.ok(&["tools", "disable", "Charge", "--reason", "gateway incident"]);
+    assert!(out.contains("disabled tool `Charge`"), "{out}");
+    let list = db.ok(&["tools", "list"]);
+    let charge = list.lines().find(|l| l.starts_with("Charge")).unwrap();
+    assert!(
+        charge.contains("no") && charge.contains("gateway incident"),
+        "{charge}"
+    );
+    let json = db.json(&["tools", "list"]);
+    let charge = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tool"] == "Charge")
+        .unwrap();
+    assert_eq!(charge["enabled"], false);
+    assert_eq!(charge["kind"], "write");
+
+    // The runner sees the switch: a new run's charge fails fast with `tool.disabled`.
+    db.ok(&["tools", "enable", "Charge"]);
+    let json = db.json(&["tools", "list"]);
+    assert!(
+        json.as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["enabled"] == true)
+    );
+    let typo = db.agentctl(&["tools", "disable", "Chrage"]);
+    assert!(stderr(&typo).contains("no registered agent declares a tool `Chrage`"));
+}
+
+#[test]
+fn signal_resumes_a_waiting_run() {
+    let db = Db::populated();
+    let out = db.ok(&["signal", PAID_WAITING, "confirm", r#"{"ok": true}"#]);
+    assert!(out.contains("a worker will resume it"), "{out}");
+    let show = db.ok(&["show", PAID_WAITING]);
+    assert!(
+        show.contains("Pending signals") && show.contains(r#"{"ok":true}"#),
+        "{show}"
+    );
+
+    // A worker picks the signal up.
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let runner = common::runner(&store, &world, "Pay");
+        let done = runner.run(PAID_WAITING).await.unwrap();
+        assert_eq!(done.status, RunStatus::Completed);
+    });
+
+    let bad = db.agentctl(&["signal", PAID_WAITING, "confirm", "{oops"]);
+    assert_eq!(code(&bad), 2);
+    assert!(stderr(&bad).contains("not valid JSON"), "{}", stderr(&bad));
+    let finished = db.agentctl(&["signal", DONE, "confirm", "{}"]);
+    assert_eq!(code(&finished), 1);
+    let missing = db.agentctl(&["signal", "nope", "confirm", "{}"]);
+    assert_eq!(code(&missing), 1);
+}
+
+#[test]
+fn stats_per_tool() {
+    let db = Db::populated();
+    let out = db.ok(&["stats", "--since", "1h"]);
+    for needle in [
+        "Lookup",
+        "Reserve",
+        "Charge",
+        "Release",
+        "router",
+        "tool.permanent ×1",
+    ] {
+        assert!(out.contains(needle), "`{needle}` missing from:\n{out}");
+    }
+    let json = db.json(&["stats", "--since", "7d", "--agent", "Order"]);
+    let tools = json["tools"].as_array().unwrap();
+    let charge = tools.iter().find(|t| t["tool"] == "Charge").unwrap();
+    assert_eq!(charge["errors_by_code"]["tool.permanent"], 1);
+    assert!(charge["calls"].as_u64().unwrap() >= 4, "{charge}");
+    assert!(charge["p99_ms"].as_u64().unwrap() >= charge["p50_ms"].as_u64().unwrap());
+    let other = db.json(&["stats", "--agent", "Nobody"]);
+    assert!(other["tools"].as_array().unwrap().is_empty());
+    let bad = db.agentctl(&["stats", "--since", "3 years"]);
+    assert_eq!(code(&bad), 2);
+}
+
+#[test]
+fn retry_and_resume_requeue() {
+    let db = Db::populated();
+    let out = db.ok(&["resume", STUCK]);
+    assert!(
+        out.contains("re-queued run order-stuck as running"),
+        "{out}"
+    );
+    assert!(out.contains("crash_loop"), "{out}");
+    let json = db.json(&["show", STUCK]);
+    assert_eq!(json["run"]["status"], "running");
+    assert_eq!(json["run"]["error"], Value::Null);
+
+    // A saga whose compensation kept failing goes back to compensating.
+    let json = db.json(&["retry", SAGA_STUCK]);
+    assert_eq!(json["status"], "compensating");
+    assert_eq!(json["previous_status"], "dead_lettered");
+
+    let again = db.ok(&["retry", STUCK]);
+    assert!(again.contains("already running"), "{again}");
+    let done = db.agentctl(&["retry", DONE]);
+    assert_eq!(code(&done), 1);
+    assert!(
+        stderr(&done).contains("nothing to re-run"),
+        "{}",
+        stderr(&done)
+    );
+    let waiting = db.agentctl(&["resume", PAID_WAITING]);
+    assert_eq!(code(&waiting), 1);
+    assert!(stderr(&waiting).contains("agentctl signal order-waiting confirm"));
+}
+
+#[test]
+fn prune_keeps_runs_verifiable() {
+    let db = Db::populated();
+    let json = db.json(&["prune", "--keep-last", "2", "--only-final"]);
+    assert!(json["versions_removed"].as_u64().unwrap() > 0, "{json}");
+    let history = db.json(&["show", DONE])["history"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(history, 2);
+    // Not final: untouched.
+    let waiting = db.json(&["show", PAID_WAITING])["history"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(waiting > 2);
+    let report = db.json(&["verify", DONE]);
+    assert_eq!(report["ok"], true, "{report}");
+    assert!(report["anchored_at"].as_u64().is_some());
+    let zero = db.agentctl(&["prune", "--keep-last", "0"]);
+    assert_eq!(code(&zero), 2);
+}
+
+#[test]
+fn verify_passes_on_clean_runs() {
+    let db = Db::populated();
+    for id in [PAID_WAITING, DONE, CANCELLED, DECLINED, STUCK, SAGA_STUCK] {
+        let out = db.ok(&["verify", id]);
+        assert!(out.contains("hash chain intact"), "{id}: {out}");
+    }
+    let json = db.json(&["verify", DONE]);
+    assert_eq!(json["ok"], true);
+    assert_eq!(json["verified"], json["run_version"].as_u64().unwrap() + 1);
+}
+
+/// `verify RUN` must fail with this problem.
+fn assert_tampered(db: &Db, run: &str, version: u64, kind: &str) {
+    let out = db.agentctl(&["verify", run]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(code(&out), 1, "{stdout}{}", stderr(&out));
+    assert!(
+        stdout.contains(&format!("version {version} {kind}")),
+        "{stdout}"
+    );
+    let json = db.agentctl(&["--json", "verify", run]);
+    assert_eq!(code(&json), 1);
+    let report: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["problem"]["kind"], kind, "{report}");
+    assert_eq!(report["problem"]["version"], version, "{report}");
+}
+
+#[test]
+fn verify_detects_a_modified_row() {
+    let db = Db::populated();
+    db.sql(&[&format!(
+        "UPDATE transitions SET to_state = 'Cancelled' WHERE run_id = '{DONE}' AND version = 3"
+    )]);
+    assert_tampered(&db, DONE, 3, "modified");
+    // Other runs are untouched.
+    db.ok(&["verify", CANCELLED]);
+
+    let db = Db::populated();
+    db.sql(&[&format!(
+        "UPDATE transitions SET hash = 'deadbeef' WHERE run_id = '{DONE}' AND version = 1"
+    )]);
+    assert_tampered(&db, DONE, 1, "modified");
+
+    let db = Db::populated();
+    db.sql(&[&format!(
+        "UPDATE transitions SET from_state = 'Start' WHERE run_id = '{DONE}' AND version = 2"
+    )]);
+    assert_tampered(&db, DONE, 2, "modified");
+}
+
+#[test]
+fn verify_detects_a_deleted_row() {
+    let db = Db::populated();
+    db.sql(&[&format!(
+        "DELETE FROM transitions WHERE run_id = '{DONE}' AND version = 2"
+    )]);
+    assert_tampered(&db, DONE, 2, "deleted");
+
+    let db = Db::populated();
+    let last = db.json(&["show", DONE])["run"]["version"].as_u64().unwrap();
+    db.sql(&[&format!(
+        "DELETE FROM transitions WHERE run_id = '{DONE}' AND version = {last}"
+    )]);
+    assert_tampered(&db, DONE, last, "deleted");
+}
+
+#[test]
+fn verify_detects_reordered_rows() {
+    let db = Db::populated();
+    // Swap versions 1 and 2 (through a free number: the key is (run_id, version)).
+    db.sql(&[
+        &format!("UPDATE transitions SET version = 1000 WHERE run_id = '{DONE}' AND version = 1"),
+        &format!("UPDATE transitions SET version = 1 WHERE run_id = '{DONE}' AND version = 2"),
+        &format!("UPDATE transitions SET version = 2 WHERE run_id = '{DONE}' AND version = 1000"),
+    ]);
+    assert_tampered(&db, DONE, 1, "reordered");
+}
+
+#[test]
+fn missing_database_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .arg("runs")
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("AGENT_DB")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1);
+    let err = stderr(&out);
+    assert!(err.contains("no database at agent-runs.sqlite3"), "{err}");
+    assert!(err.contains("cargo run --example checkout"), "{err}");
+    assert!(
+        !dir.path().join("agent-runs.sqlite3").exists(),
+        "agentctl must not create an empty database"
+    );
+    let usage = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .arg("frobnicate")
+        .output()
+        .unwrap();
+    assert_eq!(code(&usage), 2);
+}
+
+/// Writes the fixture's runs to `$AGENTCTL_DEMO_DB`, to try the commands by hand:
+/// `AGENTCTL_DEMO_DB=/tmp/demo.sqlite3 cargo test -p agentctl --test cli -- --ignored demo`.
+#[test]
+#[ignore = "writes a demo database for trying agentctl by hand"]
+fn demo_database() {
+    let path = std::env::var("AGENTCTL_DEMO_DB").expect("set AGENTCTL_DEMO_DB to a file path");
+    Db::populate_file(std::path::Path::new(&path));
+    println!("wrote {path}: try `agentctl --db {path} runs`");
+}
