@@ -61,7 +61,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(reply.refusal.is_none() && !reply.truncated);
         }
         Ok(Decision::Tool { tool, input }) => {
-            assert!(options.iter().any(|o| o.kind == OptionKind::Tool && o.name == tool));
+            assert!(
+                options
+                    .iter()
+                    .any(|o| o.kind == OptionKind::Tool && o.name == tool)
+            );
             assert!(check_input(&tool, &input).is_ok());
             assert_eq!(reply.choices.len(), 1);
             assert!(reply.refusal.is_none() && !reply.truncated);
