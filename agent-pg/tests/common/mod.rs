@@ -47,3 +47,12 @@ pub async fn drop_store(store: Arc<PgStore>) {
         eprintln!("could not drop schema {}: {e}", store.schema());
     }
 }
+
+/// Drop the test's schema through a new connection (the store's pool is closed).
+pub async fn drop_store_after_close(store: Arc<PgStore>) {
+    if let Some(url) = database_url()
+        && let Ok(fresh) = PgStore::connect(&url, store.schema()).await
+    {
+        drop_store(Arc::new(fresh)).await;
+    }
+}
