@@ -176,6 +176,10 @@ impl RouterError {
 }
 
 /// The routing node. Implementations call an LLM; [`ScriptedRouter`] replays a script.
+///
+/// Implementations retry transient transport failures themselves (the runner does not
+/// retry on top). A retryable [`RouterError`] that remains stops the step without
+/// committing, so the run is resumed later; any other error takes the state's failure path.
 #[async_trait]
 pub trait Router: Send + Sync + fmt::Debug {
     /// Answer one request.

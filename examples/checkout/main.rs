@@ -1,1 +1,314 @@
-fn main() {}
+//! The checkout agent, end to end.
+//!
+//! ```sh
+//! cargo run --example checkout                          # two checkouts on the embedded SQLite store
+//! cargo run --example checkout -- --crash-after-steps 4 # kill the process mid-run...
+//! cargo run --example checkout                          # ...and resume from the last committed step
+//! ```
+//!
+//! Alice's checkout succeeds although the payment gateway times out once; Bob's card is
+//! declined and the stock reserved for him is released by compensation. The example prints
+//! proof of each guarantee, read back from the store and the shop's effect log, then each
+//! run's timeline.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use agent_core::runner::{Crash, FaultHook, FaultPoint, Runner, RunnerConfig};
+use agent_core::store::{CallStatus, EntryKind, RunFilter, RunStatus, Store};
+use agent_core::{Agent, router::Router};
+use clap::Parser;
+use examples::checkout::{self, Checkout, Handlers};
+use examples::shop::{Product, Shop};
+
+use examples::{report, stores};
+
+/// The checkout agent: typed cart, LLM-routed review, idempotent payment, saga.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// SQLite file of runs (the embedded default store). Ignored when DATABASE_URL is set.
+    #[arg(long, env = "AGENT_DB", default_value = stores::DEFAULT_DB)]
+    db: PathBuf,
+    /// PostgreSQL instead of SQLite.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// Simulate a crash: abort the process after this many committed steps.
+    #[arg(long)]
+    crash_after_steps: Option<u32>,
+    /// Start new runs even if unfinished ones exist (instead of resuming them).
+    #[arg(long)]
+    fresh: bool,
+    /// Use the scripted router even if an LLM is configured in the environment.
+    #[arg(long)]
+    offline: bool,
+}
+
+/// Aborts the process after `n` commits: a crash, not a clean exit.
+#[derive(Debug)]
+struct CrashAfter(AtomicU32);
+
+impl FaultHook for CrashAfter {
+    fn check(&self, point: FaultPoint, run_id: &str, version: u64) -> Result<(), Crash> {
+        if point == FaultPoint::CommitApplied && self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            println!(
+                "\n💥 simulated crash: aborting the process right after run {run_id} committed v{version}.\n   \
+                 Nothing else is saved. Start the example again to resume from the last committed step:\n   \
+                 cargo run --example checkout\n"
+            );
+            std::process::abort();
+        }
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Args::parse()).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("some proof failed: see ✘ above");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
+    let opened = stores::open(args.database_url.as_deref(), &args.db).await?;
+    println!("checkout example · store: {}", opened.description);
+    let shop = Arc::new(Shop::open(opened.shop_path.clone())?);
+    let (router, router_note): (Arc<dyn Router>, String) = match agent_llm::router_from_env()? {
+        Some(r) if !args.offline => (r, "a real LLM configured in the environment".to_owned()),
+        _ => (
+            Arc::new(checkout::scripted_reviewer()),
+            "scripted reviewer — an offline stand-in, not an LLM (set OPENAI_BASE_URL/OPENAI_API_KEY/OPENAI_MODEL \
+             or ANTHROPIC_API_KEY to use a model)"
+                .to_owned(),
+        ),
+    };
+    println!("router: {router_note}");
+    let store = Arc::clone(&opened.store);
+    // A stable worker name: a restarted example reclaims its own lease at once instead of
+    // waiting for it to expire (each claim still bumps the fencing epoch).
+    let config = RunnerConfig {
+        worker_id: "checkout-example".to_owned(),
+        ..RunnerConfig::default()
+    };
+    let mut runner = Runner::new(Arc::clone(&store), Handlers, checkout::tools(&shop))?
+        .with_router(router)
+        .with_config(config);
+    if let Some(n) = args.crash_after_steps {
+        runner = runner.with_faults(Arc::new(CrashAfter(AtomicU32::new(n.max(1)))));
+    }
+
+    let unfinished = store
+        .list_runs(&RunFilter {
+            agent: Some(Checkout::NAME.to_owned()),
+            statuses: vec![
+                RunStatus::Running,
+                RunStatus::Waiting,
+                RunStatus::Compensating,
+            ],
+            limit: None,
+        })
+        .await?;
+    let run_ids: Vec<String> = if !unfinished.is_empty() && !args.fresh {
+        println!(
+            "\nfound {} unfinished run(s): resuming each from its last committed step (pass --fresh to start new ones)",
+            unfinished.len()
+        );
+        let mut ids: Vec<String> = unfinished.into_iter().map(|r| r.id).collect();
+        ids.sort();
+        ids
+    } else {
+        shop.configure(|s| {
+            s.gateway_timeouts = 1;
+            s.declined_cards.insert("4000-declined".to_owned());
+        })?;
+        let stamp = agent_core::store::now_ms();
+        let mut ids = Vec::new();
+        for customer in checkout::demo_customers() {
+            let id = format!("checkout-{stamp}-{}", customer.user);
+            runner.start(&id, checkout::start(customer)).await?;
+            ids.push(id);
+        }
+        println!("\nstarted {} and {}", ids[0], ids[1]);
+        ids
+    };
+
+    let mut all_ok = true;
+    for id in &run_ids {
+        let record = runner.run(id).await?;
+        println!(
+            "\n── {id}: {} in `{}` after {} versions",
+            record.status, record.state_name, record.version
+        );
+        all_ok &= prove(store.as_ref(), &shop, id).await?;
+    }
+    for id in &run_ids {
+        println!("\n{}", report::timeline(store.as_ref(), id).await?);
+    }
+    println!("where to look next:");
+    println!(
+        "  cargo run -p agentctl -- runs                      # every run in {}",
+        opened.short
+    );
+    println!(
+        "  cargo run -p agentctl -- show {}   # the timeline, with tool calls and decisions",
+        run_ids[0]
+    );
+    println!(
+        "  cargo run -p agentctl -- graph Checkout --format dot --run {} | dot -Tsvg > checkout.svg",
+        run_ids[0]
+    );
+    println!(
+        "  cargo run --example checkout -- --crash-after-steps 4   # crash mid-run, then run again to resume"
+    );
+    Ok(all_ok)
+}
+
+fn check(ok: bool, line: &str) -> bool {
+    println!("   {} {line}", if ok { "✔" } else { "✘" });
+    ok
+}
+
+/// Print the proof lines of one run, read back from the store and the shop's effect log.
+async fn prove(
+    store: &dyn Store,
+    shop: &Shop,
+    run_id: &str,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let journal = store.journal(run_id, None).await?;
+    let history = store.history(run_id).await?;
+    let shop_state = shop.snapshot();
+    let mut ok = true;
+
+    // 1. The cart is typed state; the recommender read it.
+    if let Some(rec) = journal
+        .iter()
+        .find(|e| e.name == "Recommend" && e.status == CallStatus::Succeeded)
+    {
+        let removed: Vec<String> =
+            serde_json::from_value(rec.input["exclude"].clone()).unwrap_or_default();
+        let cart: Vec<String> =
+            serde_json::from_value(rec.input["cart"].clone()).unwrap_or_default();
+        let recs: Vec<Product> = rec
+            .output
+            .clone()
+            .and_then(|o| serde_json::from_value(o).ok())
+            .unwrap_or_default();
+        let rec_skus: Vec<&str> = recs.iter().map(|p| p.sku.as_str()).collect();
+        let clean = removed.iter().all(|r| !rec_skus.contains(&r.as_str()));
+        ok &= check(
+            clean,
+            &format!(
+                "typed cart: removed {removed:?}; the recommender read the cart {cart:?} and proposed {rec_skus:?} — \
+                 the removed item was {}recommended",
+                if clean { "not " } else { "" }
+            ),
+        );
+    }
+
+    // 2. The payment: one effect per key; retries reuse the key; the LLM is not asked again.
+    let decisions = journal
+        .iter()
+        .filter(|e| e.kind == EntryKind::Decision)
+        .count();
+    if let Some(charge) = journal.iter().find(|e| e.name == "ChargePayment") {
+        let key = charge.idempotency_key.clone().unwrap_or_default();
+        let applied = shop_state.effects.iter().filter(|e| e.key == key).count();
+        let requests = shop_state.requests.get(&key).copied().unwrap_or(0);
+        match charge.status {
+            CallStatus::Succeeded => {
+                ok &= check(
+                    applied == 1,
+                    &format!(
+                        "payment: {} attempt(s) with the same idempotency key `{key}` ({requests} request(s) reached \
+                         the gateway); charged exactly {applied} time(s)",
+                        charge.attempts
+                    ),
+                );
+                ok &= check(
+                    decisions == 1,
+                    &format!(
+                        "the LLM was asked {decisions} time(s) in this run: the payment retry did not ask it again"
+                    ),
+                );
+            }
+            _ => {
+                ok &= check(
+                    applied == 0,
+                    &format!(
+                        "payment failed ({}: {}); nothing was charged",
+                        charge.error_code.as_deref().unwrap_or("?"),
+                        charge.error_message.as_deref().unwrap_or("")
+                    ),
+                );
+            }
+        }
+    }
+
+    // 3. The saga: reservations released by compensation, last first.
+    let reserved: Vec<String> = journal
+        .iter()
+        .filter(|e| e.name == "ReserveInventory" && e.status == CallStatus::Succeeded)
+        .filter_map(|e| {
+            e.output
+                .as_ref()?
+                .get("reservation_id")?
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    let compensations: Vec<String> = journal
+        .iter()
+        .filter(|e| e.kind == EntryKind::Compensation && e.status == CallStatus::Succeeded)
+        .filter_map(|e| e.input.get("reservation_id")?.as_str().map(str::to_owned))
+        .collect();
+    if !compensations.is_empty() {
+        let mut last_first = reserved.clone();
+        last_first.reverse();
+        let still_held: Vec<&String> = reserved
+            .iter()
+            .filter(|r| shop_state.reservations.contains_key(*r))
+            .collect();
+        ok &= check(
+            compensations == last_first && still_held.is_empty(),
+            &format!(
+                "compensation released the reservations {compensations:?} (last first); none still held"
+            ),
+        );
+    }
+
+    // 4. Versions form one chain.
+    let chain = history
+        .iter()
+        .enumerate()
+        .all(|(i, t)| t.version == i as u64);
+    ok &= check(
+        chain,
+        &format!(
+            "versions 0..={} form one chain, every transition a declared edge",
+            history.len().saturating_sub(1)
+        ),
+    );
+    let graph = Checkout::graph();
+    let legal = history.iter().all(|t| {
+        t.from_state == t.to_state || t.version == 0 || graph.has_edge(&t.from_state, &t.to_state)
+    });
+    ok &= legal;
+    Ok(ok)
+}

@@ -397,6 +397,10 @@ impl Execute for ChargePayment {
                 if s.gateway_timeouts > 0 {
                     s.gateway_timeouts -= 1;
                     timed_out = true;
+                    // The request reached the gateway; it applies nothing before answering.
+                    *s.requests
+                        .entry(cx.idempotency_key().to_owned())
+                        .or_default() += 1;
                 }
             })
             .map_err(refused)?;

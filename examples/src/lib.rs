@@ -2,6 +2,12 @@
 //!
 //! - [`checkout`]: the checkout agent (`cargo run --example checkout`).
 //! - [`shop`]: the small shop service its tools call, with idempotency keys and an effect log.
+//! - [`triage`]: the support-triage agent (`cargo run --example support-triage`).
+//! - [`stores`]: SQLite by default, PostgreSQL when `DATABASE_URL` is set.
+//! - [`report`]: run timelines read back from the store.
 
 pub mod checkout;
+pub mod report;
 pub mod shop;
+pub mod stores;
+pub mod triage;

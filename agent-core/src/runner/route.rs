@@ -1,7 +1,7 @@
 //! The router loop of a `route = llm` state: ask, validate, execute a chosen tool through
 //! the journaled tool path, repeat until a transition is chosen.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
@@ -17,8 +17,6 @@ use crate::store::{CallStatus, EntryKind};
 
 /// Tool calls the router may make in one visit when the state sets no `max_tool_calls`.
 const DEFAULT_ROUTER_TOOL_CALLS: u32 = 16;
-/// Attempts of one ask when the router's transport fails with a retryable error.
-const TRANSPORT_ATTEMPTS: u32 = 3;
 
 /// The legal options of the state, generated from the graph: transitions, then tools.
 pub(crate) fn options(cx: &StepCx<'_>) -> Vec<RouteOption> {
@@ -155,25 +153,19 @@ async fn ask(
         return Err(interrupted());
     }
     let started = Instant::now();
-    let mut attempt = 0;
-    let reply = loop {
-        attempt += 1;
-        match router.decide(request).await {
-            Ok(reply) => break reply,
-            Err(e) if e.class.is_retryable() && attempt < TRANSPORT_ATTEMPTS => {
-                tracing::warn!(error = %e, "router unavailable; retrying");
-                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-            }
-            Err(e) if e.class.is_retryable() => {
-                // The model is unreachable: not the run's fault. Stop without committing;
-                // the run is resumed later and asks again.
-                cx.set_fatal(RunnerError::Store(crate::store::StoreError::Unavailable(
-                    format!("router unavailable: {e}"),
-                )));
-                return Err(interrupted());
-            }
-            Err(e) => return Err(StepError::Routing(e.to_string())),
+    // Providers retry transient failures themselves (with `retry-after`); retrying here too
+    // would multiply the calls. A router still unavailable stops the step without
+    // committing: the run resumes later and asks again.
+    let attempt = 1;
+    let reply = match router.decide(request).await {
+        Ok(reply) => reply,
+        Err(e) if e.class.is_retryable() => {
+            cx.set_fatal(RunnerError::Store(crate::store::StoreError::Unavailable(
+                format!("router unavailable: {e}"),
+            )));
+            return Err(interrupted());
         }
+        Err(e) => return Err(StepError::Routing(e.to_string())),
     };
     if cx.fault(FaultPoint::LlmAnswered) {
         return Err(interrupted());

@@ -203,15 +203,15 @@ impl<'r> StepCx<'r> {
         }
         let seq = self.next_seq();
         let calls = self.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
-        if let Some(max) = self.state.max_tool_calls {
-            if calls > max {
-                let e = StepError::Budget(format!(
-                    "state `{}` allows at most {max} tool calls per visit",
-                    self.state.name
-                ));
-                self.set_step_error(e.clone());
-                return Err(ToolError::permanent(e.to_string()));
-            }
+        if let Some(max) = self.state.max_tool_calls
+            && calls > max
+        {
+            let e = StepError::Budget(format!(
+                "state `{}` allows at most {max} tool calls per visit",
+                self.state.name
+            ));
+            self.set_step_error(e.clone());
+            return Err(ToolError::permanent(e.to_string()));
         }
         let legal = self.state.tools.iter().any(|t| t == name);
         let Some(tool) = self.inner.tools.get(name).filter(|_| legal) else {
@@ -409,10 +409,9 @@ impl<'r> StepCx<'r> {
         if !self.record(entry).await {
             return Err(Self::interrupted_error());
         }
-        if cacheable {
-            if let (Some(cache), Ok(v)) = (self.read_cache.lock().await.as_mut(), &result) {
-                cache.insert(key, v.clone());
-            }
+        if cacheable && let (Some(cache), Ok(v)) = (self.read_cache.lock().await.as_mut(), &result)
+        {
+            cache.insert(key, v.clone());
         }
         result
     }
@@ -533,11 +532,11 @@ where
             StepOutcome::Committed(record)
         });
     }
-    if let Some(max) = graph.max_steps {
-        if record.version >= max {
-            let e = StepError::Budget(format!("the agent allows at most {max} steps per run"));
-            return fail(runner, lease, &record, desc, &e).await;
-        }
+    if let Some(max) = graph.max_steps
+        && record.version >= max
+    {
+        let e = StepError::Budget(format!("the agent allows at most {max} steps per run"));
+        return fail(runner, lease, &record, desc, &e).await;
     }
 
     // A waiting state runs only once its signal (or its timeout) is there.
@@ -617,13 +616,13 @@ where
         let e = StepError::Handler(format!("`{}` -> `{to}` is not a declared edge", desc.name));
         return fail(runner, lease, &record, desc, &e).await;
     }
-    if let Some(chosen) = cx.route_name.get() {
-        if chosen != to {
-            let e = StepError::Routing(format!(
-                "the router chose `{chosen}` but the handler moved to `{to}`"
-            ));
-            return fail(runner, lease, &record, desc, &e).await;
-        }
+    if let Some(chosen) = cx.route_name.get()
+        && chosen != to
+    {
+        let e = StepError::Routing(format!(
+            "the router chose `{chosen}` but the handler moved to `{to}`"
+        ));
+        return fail(runner, lease, &record, desc, &e).await;
     }
     let value = serde_json::to_value(&next)
         .map_err(|e| StoreError::Backend(format!("state `{to}` does not serialize: {e}")))?;

@@ -106,7 +106,10 @@ mod tests {
         let mut total = 0u64;
         let mut state = json!({ "items": [] });
         for i in 0..steps {
-            state["items"].as_array_mut().unwrap().push(json!(format!("item-{i}")));
+            state["items"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!(format!("item-{i}")));
             let (p, s) = encode(prev.as_ref(), &state, since);
             since = s;
             total += p.byte_len();

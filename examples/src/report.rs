@@ -1,0 +1,110 @@
+//! Plain-text timelines of runs, read back from the store.
+
+use std::fmt::Write as _;
+
+use agent_core::router::DecisionRecord;
+use agent_core::store::{CallStatus, EntryKind, JournalEntry, Store, StoreError};
+
+/// A run's timeline: every version with its state, and under it the calls its step made.
+///
+/// # Errors
+/// Store errors.
+pub async fn timeline(store: &dyn Store, run_id: &str) -> Result<String, StoreError> {
+    let run = store
+        .load_run(run_id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+    let history = store.history(run_id).await?;
+    let journal = store.journal(run_id, None).await?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "run {} · agent {} · {} at v{} in `{}`",
+        run.id, run.agent, run.status, run.version, run.state_name
+    );
+    for t in &history {
+        let _ = writeln!(
+            out,
+            "  v{:<3} {:<10} {}",
+            t.version,
+            t.to_state,
+            match t.kind.as_str() {
+                "start" => "(start)".to_owned(),
+                "status" => format!("(status → {})", t.status),
+                kind => format!("({kind} from {})", t.from_state),
+            }
+        );
+        for e in journal.iter().filter(|e| e.version == t.version) {
+            let _ = writeln!(out, "         {}", entry_line(e));
+        }
+    }
+    if let Some(err) = &run.error {
+        let _ = writeln!(out, "  error: {} — {}", err.code, err.message);
+    }
+    Ok(out)
+}
+
+fn entry_line(e: &JournalEntry) -> String {
+    let status = match e.status {
+        CallStatus::Succeeded => "ok",
+        CallStatus::Failed => "FAILED",
+        CallStatus::Started => "started (no result yet)",
+    };
+    match e.kind {
+        EntryKind::Decision => {
+            let record: Option<DecisionRecord> = e
+                .output
+                .clone()
+                .and_then(|o| serde_json::from_value(o).ok());
+            match record {
+                Some(r) => {
+                    let choice = r
+                        .decision
+                        .map(|d| match d {
+                            agent_core::router::Decision::Transition { to, .. } => {
+                                format!("move to `{to}`")
+                            }
+                            agent_core::router::Decision::Tool { tool, .. } => {
+                                format!("call `{tool}`")
+                            }
+                        })
+                        .or_else(|| r.rejection.map(|x| format!("REJECTED {}", x.code)))
+                        .unwrap_or_default();
+                    format!(
+                        "decision  {choice}  · offered [{}] · model {} · {} ms",
+                        r.options.join(", "),
+                        r.model,
+                        r.latency_ms
+                    )
+                }
+                None => format!("decision   {status}"),
+            }
+        }
+        EntryKind::Tool | EntryKind::Compensation => {
+            let label = if e.kind == EntryKind::Compensation {
+                "compensate"
+            } else {
+                "tool"
+            };
+            let kind = e.tool_kind.map_or("?", agent_core::ToolKind::as_str);
+            let mut line = format!(
+                "{label:<11}{} ({kind}) {status} · {} attempt(s) · {} ms",
+                e.name, e.attempts, e.duration_ms
+            );
+            if e.attempts == 0 && e.status == CallStatus::Succeeded {
+                line.push_str(" · served from the journal");
+            }
+            if let Some(key) = &e.idempotency_key {
+                let _ = write!(line, " · key {key}");
+            }
+            if let Some(code) = &e.error_code {
+                let _ = write!(
+                    line,
+                    " · {code}: {}",
+                    e.error_message.as_deref().unwrap_or("")
+                );
+            }
+            line
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Support triage with a person in the loop.
+//!
+//! ```sh
+//! cargo run --example support-triage
+//! ```
+//!
+//! Two tickets ask for refunds. The small one is refunded at once. The large one waits for
+//! approval — in the store, not in memory: the example drops its runner (a restart) while
+//! the run waits. An approval captured on another run is then replayed against it and
+//! refused, because an approval names the exact refund (run, order, amount) by hash. The
+//! matching approval finally releases the refund.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agent_core::Agent;
+use agent_core::runner::Runner;
+use agent_core::store::{RunStatus, Store};
+use clap::Parser;
+use examples::triage::{self, Desk, Handlers, RefundRequest, Ticket, Triage};
+use examples::{report, stores};
+
+/// Support triage: LLM-routed, with approvals bound to the exact refund.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// SQLite file of runs (the embedded default store). Ignored when DATABASE_URL is set.
+    #[arg(long, env = "AGENT_DB", default_value = stores::DEFAULT_DB)]
+    db: std::path::PathBuf,
+    /// PostgreSQL instead of SQLite.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("some proof failed: see ✘ above");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check(ok: bool, line: &str) -> bool {
+    println!("   {} {line}", if ok { "✔" } else { "✘" });
+    ok
+}
+
+fn runner(
+    store: &Arc<dyn Store>,
+    desk: &Arc<Desk>,
+) -> Result<Runner<Triage, Handlers>, Box<dyn std::error::Error>> {
+    Ok(
+        Runner::new(Arc::clone(store), Handlers, triage::tools(desk))?
+            .with_router(Arc::new(triage::scripted_classifier())),
+    )
+}
+
+async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
+    let opened = stores::open(args.database_url.as_deref(), &args.db).await?;
+    let store = Arc::clone(&opened.store);
+    println!("support-triage example · store: {}", opened.description);
+    println!("router: scripted classifier — an offline stand-in, not an LLM");
+    let desk = Arc::new(Desk::with_orders(&[
+        ("order-17", 2_500),
+        ("order-42", 48_000),
+    ]));
+    let stamp = agent_core::store::now_ms();
+    let small = format!("triage-{stamp}-small");
+    let large = format!("triage-{stamp}-large");
+
+    let first = runner(&store, &desk)?;
+    for (id, order) in [(&small, "order-17"), (&large, "order-42")] {
+        let ticket = Ticket {
+            customer: "carol".into(),
+            order_id: order.into(),
+            text: "The parcel never came, please refund".into(),
+        };
+        first.start(id, Triage::Received { ticket }).await?;
+        let record = first.run(id).await?;
+        println!("\n── {id}: {} in `{}`", record.status, record.state_name);
+    }
+    let mut ok = true;
+    let waiting = store.load_run(&large).await?.ok_or("run vanished")?;
+    ok &= check(
+        waiting.status == RunStatus::Waiting,
+        &format!(
+            "the 48000-cent refund waits for `approval` (threshold {} cents); the 2500-cent one was refunded at once",
+            triage::APPROVAL_THRESHOLD_CENTS
+        ),
+    );
+    let refund: RefundRequest =
+        serde_json::from_value(waiting.state["AwaitApproval"]["refund"].clone())?;
+    drop(first);
+    println!(
+        "\n   (runner dropped: the waiting run lives only in the store — a restart changes nothing)"
+    );
+
+    // An approval captured on the other run, replayed here: it names another refund.
+    let small_refund = RefundRequest {
+        run_id: small.clone(),
+        order_id: "order-17".into(),
+        amount_cents: 2_500,
+    };
+    let second = runner(&store, &desk)?;
+    second
+        .signal(
+            &large,
+            "approval",
+            triage::approve(&small_refund, "mallory"),
+        )
+        .await?;
+    let after_replay = second.run(&large).await?;
+    ok &= check(
+        after_replay.status == RunStatus::Waiting && desk.refunds().len() == 1,
+        "an approval for another run's refund, replayed on this run, is refused: still waiting, nothing refunded",
+    );
+    second
+        .signal(&large, "approval", triage::approve(&refund, "dana"))
+        .await?;
+    let done = second.run(&large).await?;
+    let refunds = desk.refunds();
+    ok &= check(
+        done.status == RunStatus::Completed
+            && refunds.iter().filter(|r| r.1 == "order-42").count() == 1,
+        &format!(
+            "the approval bound to hash {}… releases exactly that refund: {refunds:?}",
+            &refund.binding()[..12]
+        ),
+    );
+    ok &= check(
+        Triage::graph()
+            .state("AwaitApproval")
+            .is_some_and(|s| s.wait.is_some()),
+        "the wait is declared in the graph",
+    );
+    println!("\n{}", report::timeline(store.as_ref(), &large).await?);
+    Ok(ok)
+}

@@ -1,0 +1,195 @@
+//! The checkout and triage agents on a real SQLite file, including a crash mid-run.
+
+use std::sync::Arc;
+
+use agent_core::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use agent_core::store::{CallStatus, EntryKind, RunStatus, Store};
+use examples::checkout::{self, Checkout, Handlers};
+use examples::shop::Shop;
+use examples::stores;
+use examples::triage::{self, Desk, RefundRequest, Ticket, Triage};
+
+async fn sqlite(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+    stores::open(None, &dir.path().join("runs.sqlite3"))
+        .await
+        .expect("open sqlite")
+        .store
+}
+
+fn shop() -> Arc<Shop> {
+    let shop = Arc::new(Shop::demo());
+    shop.configure(|s| {
+        s.gateway_timeouts = 1;
+        s.declined_cards.insert("4000-declined".into());
+    })
+    .unwrap();
+    shop
+}
+
+fn runner(store: &Arc<dyn Store>, shop: &Arc<Shop>, worker: &str) -> Runner<Checkout, Handlers> {
+    Runner::new(Arc::clone(store), Handlers, checkout::tools(shop))
+        .unwrap()
+        .with_router(Arc::new(checkout::scripted_reviewer()))
+        .with_config(RunnerConfig {
+            worker_id: worker.into(),
+            ..RunnerConfig::default()
+        })
+}
+
+#[tokio::test]
+async fn checkout_proves_its_guarantees() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir).await;
+    let shop = shop();
+    let r = runner(&store, &shop, "w");
+    let [alice, bob] = checkout::demo_customers();
+    r.start("alice", checkout::start(alice)).await.unwrap();
+    r.start("bob", checkout::start(bob)).await.unwrap();
+    let paid = r.run("alice").await.unwrap();
+    let failed = r.run("bob").await.unwrap();
+    assert_eq!(
+        (paid.status, paid.state_name.as_str()),
+        (RunStatus::Completed, "Done")
+    );
+    assert_eq!(
+        (failed.status, failed.state_name.as_str()),
+        (RunStatus::Compensated, "Failed")
+    );
+
+    let s = shop.snapshot();
+    // The removed mug is never recommended: the recommender reads the typed cart.
+    let journal = store.journal("alice", None).await.unwrap();
+    let rec = journal.iter().find(|e| e.name == "Recommend").unwrap();
+    let recommended = rec.output.as_ref().unwrap().to_string();
+    assert!(!recommended.contains("\"mug\""), "{recommended}");
+    assert_eq!(rec.input["exclude"], serde_json::json!(["mug"]));
+    // The gateway timed out once; the retry reused the key; charged once; LLM asked once.
+    let charge = journal.iter().find(|e| e.name == "ChargePayment").unwrap();
+    assert_eq!((charge.status, charge.attempts), (CallStatus::Succeeded, 2));
+    let key = charge.idempotency_key.clone().unwrap();
+    assert_eq!(s.effects.iter().filter(|e| e.key == key).count(), 1);
+    assert_eq!(s.requests[&key], 2);
+    assert_eq!(
+        journal
+            .iter()
+            .filter(|e| e.kind == EntryKind::Decision)
+            .count(),
+        1
+    );
+    assert_eq!(s.payments.len(), 1);
+    // Bob's reservations were released, last first; stock is whole again for his items.
+    let bob = store.journal("bob", None).await.unwrap();
+    let released: Vec<_> = bob
+        .iter()
+        .filter(|e| e.kind == EntryKind::Compensation)
+        .map(|e| e.input["reservation_id"].clone())
+        .collect();
+    let reserved: Vec<_> = bob
+        .iter()
+        .filter(|e| e.name == "ReserveInventory")
+        .map(|e| e.output.as_ref().unwrap()["reservation_id"].clone())
+        .collect();
+    assert_eq!(released, reserved.into_iter().rev().collect::<Vec<_>>());
+    assert_eq!(
+        s.stock["tea"], 24,
+        "alice's tea stays reserved-and-sold, bob's is back"
+    );
+}
+
+#[tokio::test]
+async fn checkout_resumes_after_a_crash_at_every_commit() {
+    // Alice's run commits five versions (v1..=v5).
+    for nth in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = sqlite(&dir).await;
+        let shop = shop();
+        let hook = Arc::new(CrashAt::new(FaultPoint::CommitApplied, nth));
+        let crashy = runner(&store, &shop, "same-worker").with_faults(hook.clone());
+        let [alice, _] = checkout::demo_customers();
+        crashy.start("alice", checkout::start(alice)).await.unwrap();
+        match crashy.run("alice").await {
+            Err(RunnerError::Crashed(_)) => assert!(hook.fired()),
+            other => panic!("expected a crash at commit {nth}: {other:?}"),
+        }
+        // The restarted process uses the same worker name and takes its lease back at once.
+        let record = runner(&store, &shop, "same-worker")
+            .run("alice")
+            .await
+            .unwrap();
+        assert_eq!(record.status, RunStatus::Completed, "crash at commit {nth}");
+        let s = shop.snapshot();
+        let mut keys: Vec<_> = s.effects.iter().map(|e| e.key.clone()).collect();
+        keys.dedup();
+        assert_eq!(
+            keys.len(),
+            s.effects.len(),
+            "an effect applied twice after a crash at commit {nth}"
+        );
+        assert_eq!(s.payments.len(), 1);
+        assert_eq!(s.receipts.len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn triage_approval_is_bound_to_the_exact_refund_and_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir).await;
+    let desk = Arc::new(Desk::with_orders(&[("big", 50_000), ("other", 20_000)]));
+    let make = || {
+        Runner::<Triage, triage::Handlers>::new(
+            Arc::clone(&store),
+            triage::Handlers,
+            triage::tools(&desk),
+        )
+        .unwrap()
+        .with_router(Arc::new(triage::scripted_classifier()))
+    };
+    let first = make();
+    for (id, order) in [("a", "big"), ("b", "other")] {
+        let ticket = Ticket {
+            customer: "c".into(),
+            order_id: order.into(),
+            text: "refund please".into(),
+        };
+        first.start(id, Triage::Received { ticket }).await.unwrap();
+        assert_eq!(first.run(id).await.unwrap().status, RunStatus::Waiting);
+    }
+    drop(first);
+    let second = make();
+    // Run b's approval replayed on run a: refused.
+    let b_refund = RefundRequest {
+        run_id: "b".into(),
+        order_id: "other".into(),
+        amount_cents: 20_000,
+    };
+    second
+        .signal("a", "approval", triage::approve(&b_refund, "x"))
+        .await
+        .unwrap();
+    assert_eq!(second.run("a").await.unwrap().status, RunStatus::Waiting);
+    // A wrong amount for the right run: refused.
+    let wrong = RefundRequest {
+        run_id: "a".into(),
+        order_id: "big".into(),
+        amount_cents: 1,
+    };
+    second
+        .signal("a", "approval", triage::approve(&wrong, "x"))
+        .await
+        .unwrap();
+    assert_eq!(second.run("a").await.unwrap().status, RunStatus::Waiting);
+    assert!(desk.refunds().is_empty());
+    // The exact refund: approved once, refunded once.
+    let right = RefundRequest {
+        run_id: "a".into(),
+        order_id: "big".into(),
+        amount_cents: 50_000,
+    };
+    second
+        .signal("a", "approval", triage::approve(&right, "dana"))
+        .await
+        .unwrap();
+    assert_eq!(second.run("a").await.unwrap().status, RunStatus::Completed);
+    assert_eq!(desk.refunds().len(), 1);
+    assert_eq!(second.run("b").await.unwrap().status, RunStatus::Waiting);
+}
