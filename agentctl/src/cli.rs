@@ -12,7 +12,21 @@ pub const DEFAULT_DB: &str = "agent-runs.sqlite3";
 ///
 /// Exit codes: 0 ok, 1 not found / verification failed / store error, 2 usage.
 #[derive(Debug, Parser)]
-#[command(name = "agentctl", version, propagate_version = true)]
+#[command(
+    name = "agentctl",
+    version,
+    propagate_version = true,
+    after_help = "Examples:
+  agentctl runs --status waiting,dead_lettered
+  agentctl show order-42
+  agentctl graph Checkout --run order-42 | dot -Tsvg > run.svg
+  agentctl stats --since 1h
+  agentctl signal order-42 approval '{\"approved\": true}'
+  agentctl tools disable ChargePayment --reason \"gateway incident\"
+  agentctl verify --all
+
+See docs/agentctl.md for every command."
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -84,7 +98,7 @@ pub enum Command {
     /// Re-queue a failed, quarantined or dead-lettered run: its failed step runs again.
     Retry(RunArg),
     /// Recompute a run's hash chain and report the first modified, deleted or reordered row.
-    Verify(RunArg),
+    Verify(VerifyArgs),
     /// List the agents whose graphs the workers registered.
     Agents,
 }
@@ -93,6 +107,16 @@ pub enum Command {
 pub struct RunArg {
     /// The run's id.
     pub run: String,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The run's id.
+    #[arg(required_unless_present = "all")]
+    pub run: Option<String>,
+    /// Verify every run (exit 1 if any fails).
+    #[arg(long, conflicts_with = "run")]
+    pub all: bool,
 }
 
 #[derive(Debug, Args)]

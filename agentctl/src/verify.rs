@@ -65,6 +65,9 @@ pub struct VerifyReport {
     pub run_version: u64,
     /// When the history starts above version 0: its first row is taken as the anchor.
     pub anchored_at: Option<u64>,
+    /// The stored hash of the last version: the head of the chain. Recorded elsewhere, it
+    /// also detects a chain rewritten from scratch.
+    pub head_hash: Option<String>,
     /// The first problem, if any.
     pub problem: Option<Problem>,
 }
@@ -87,6 +90,7 @@ pub fn verify_chain(
         last_version: history.last().map(|t| t.version),
         run_version: run.version,
         anchored_at: None,
+        head_hash: history.last().map(|t| t.hash.clone()),
         problem: None,
     };
     let problem = check(run, history, states, &mut report);
@@ -223,7 +227,7 @@ fn check(
                 kind: ProblemKind::Modified,
                 message: format!(
                     "version {} (`{}` -> `{}`) does not match its hash: stored {}, recomputed {} \
-                     (its states, its state or its hash were changed)",
+                     (its from/to states, its state data or its hash were changed)",
                     row.version,
                     row.from_state,
                     row.to_state,

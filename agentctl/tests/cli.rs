@@ -254,6 +254,29 @@ fn tools_kill_switch() {
     assert_eq!(charge["kind"], "write");
 
     // The runner sees the switch: a new run's charge fails fast with `tool.disabled`.
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let runner = common::runner(&store, &world, "Pay");
+        runner
+            .start(
+                "order-killed",
+                agent_core::conformance::fixture::initial(&["fig"]),
+            )
+            .await
+            .unwrap();
+        runner.run("order-killed").await.unwrap();
+        assert!(
+            world
+                .state()
+                .applied
+                .iter()
+                .all(|(tool, _)| tool != "Charge")
+        );
+    });
+    let killed = db.ok(&["show", "order-killed"]);
+    assert!(killed.contains("error tool.disabled"), "{killed}");
+
     db.ok(&["tools", "enable", "Charge"]);
     let json = db.json(&["tools", "list"]);
     assert!(
@@ -383,8 +406,11 @@ fn verify_passes_on_clean_runs() {
         let out = db.ok(&["verify", id]);
         assert!(out.contains("hash chain intact"), "{id}: {out}");
     }
+    let all = db.ok(&["verify", "--all"]);
+    assert!(all.contains("6 of 6 runs verified intact"), "{all}");
     let json = db.json(&["verify", DONE]);
     assert_eq!(json["ok"], true);
+    assert_eq!(json["head_hash"].as_str().unwrap().len(), 64);
     assert_eq!(json["verified"], json["run_version"].as_u64().unwrap() + 1);
 }
 
@@ -412,8 +438,19 @@ fn verify_detects_a_modified_row() {
         "UPDATE transitions SET to_state = 'Cancelled' WHERE run_id = '{DONE}' AND version = 3"
     )]);
     assert_tampered(&db, DONE, 3, "modified");
-    // Other runs are untouched.
+    // Other runs are untouched; `verify --all` names the one broken run.
     db.ok(&["verify", CANCELLED]);
+    let all = db.agentctl(&["--json", "verify", "--all"]);
+    assert_eq!(code(&all), 1);
+    let reports: Value = serde_json::from_slice(&all.stdout).unwrap();
+    let broken: Vec<&str> = reports
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ok"] == false)
+        .map(|r| r["run"].as_str().unwrap())
+        .collect();
+    assert_eq!(broken, [DONE]);
 
     let db = Db::populated();
     db.sql(&[&format!(

@@ -52,7 +52,10 @@ pub async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
         Command::Prune(args) => prune::run(&cx, &args).await,
         Command::Resume(args) => requeue::run(&cx, &args.run, requeue::Mode::Resume).await,
         Command::Retry(args) => requeue::run(&cx, &args.run, requeue::Mode::Retry).await,
-        Command::Verify(args) => verify::run(&cx, &args.run).await,
+        Command::Verify(args) => match args.run {
+            Some(run) => verify::run(&cx, &run).await,
+            None => verify::all(&cx).await,
+        },
         Command::Agents => agents::run(&cx).await,
     }
 }

@@ -3,23 +3,95 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use agent_core::store::{RunFilter, RunRecord};
+use comfy_table::{Cell, Color};
+use indicatif::{ProgressBar, ProgressStyle};
+
 use super::Ctx;
 use crate::error::Result;
-use crate::verify::verify_chain;
+use crate::verify::{VerifyReport, verify_chain};
 
-pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
-    let run = cx.run(id).await?;
-    let history = cx.store.history(id).await?;
+/// Verify one run from the store.
+async fn check(cx: &Ctx, run: &RunRecord) -> Result<VerifyReport> {
+    let history = cx.store.history(&run.id).await?;
     let mut states = BTreeMap::new();
     for t in &history {
         if states.contains_key(&t.version) {
             continue;
         }
-        if let Some(s) = cx.store.state_at(id, t.version).await? {
+        // A state that no longer replays (a deleted or moved delta) is reported as missing.
+        if let Ok(Some(s)) = cx.store.state_at(&run.id, t.version).await {
             states.insert(t.version, s);
         }
     }
-    let report = verify_chain(&run, &history, &states);
+    Ok(verify_chain(run, &history, &states))
+}
+
+/// `verify --all`: every run, with a progress bar on a terminal.
+pub async fn all(cx: &Ctx) -> Result<ExitCode> {
+    let runs = cx.store.list_runs(&RunFilter::default()).await?;
+    let bar = (cx.out.tty_err && !cx.out.json && runs.len() > 1).then(|| {
+        let pb = ProgressBar::new(runs.len() as u64);
+        pb.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} runs verified ({eta} left)")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        pb
+    });
+    let mut reports = Vec::with_capacity(runs.len());
+    for run in &runs {
+        reports.push(check(cx, run).await?);
+        if let Some(pb) = &bar {
+            pb.inc(1);
+        }
+    }
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    let failed = reports.iter().filter(|r| !r.ok).count();
+    if cx.out.json {
+        cx.out.print_json(&reports);
+    } else if reports.is_empty() {
+        println!("no runs to verify");
+    } else {
+        let mut table = cx.out.table(["RUN", "CHAIN", "VERSIONS", "PROBLEM"]);
+        for r in &reports {
+            let versions = format!(
+                "{}..={}",
+                r.first_version.unwrap_or(0),
+                r.last_version.unwrap_or(0)
+            );
+            let (chain, problem) = match &r.problem {
+                None => (cx.out.cell("intact", Color::Green), String::new()),
+                Some(p) => (
+                    cx.out.cell("BROKEN", Color::Red),
+                    format!("version {} {}: {}", p.version, p.kind.as_str(), p.message),
+                ),
+            };
+            table.add_row(vec![
+                Cell::new(&r.run),
+                chain,
+                Cell::new(versions),
+                Cell::new(problem),
+            ]);
+        }
+        cx.out.print_table(&table);
+        println!(
+            "{} of {} runs verified intact",
+            reports.len() - failed,
+            reports.len()
+        );
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
+    let run = cx.run(id).await?;
+    let report = check(cx, &run).await?;
     if cx.out.json {
         cx.out.print_json(&report);
     } else if let Some(p) = &report.problem {
@@ -33,7 +105,7 @@ pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
         );
         if report.verified > 0 {
             println!(
-                "  versions {}..{} verified before it",
+                "  versions {}..={} verified before it",
                 report.first_version.unwrap_or(0),
                 p.version.saturating_sub(1)
             );
@@ -51,6 +123,9 @@ pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
             report.last_version.unwrap_or(0),
             report.verified
         );
+        if let Some(head) = &report.head_hash {
+            println!("  head hash {head}");
+        }
         if let Some(a) = report.anchored_at {
             cx.out.note(&format!(
                 "versions before {a} are not stored (pruned by retention); the chain is \
