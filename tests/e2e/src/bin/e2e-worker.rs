@@ -1,0 +1,40 @@
+//! A worker process of the reliability battery: drives runs of the shop agent from a
+//! PostgreSQL schema until SIGTERM (or until every run is final), then prints one JSON line,
+//! its [`e2e::procs::WorkerReport`]. Options come as JSON in `E2E_WORKER_OPTS`.
+
+use e2e::procs::{WorkerOpts, run_worker};
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let Ok(json) = std::env::var("E2E_WORKER_OPTS") else {
+        eprintln!("e2e-worker: set E2E_WORKER_OPTS to the worker's options as JSON");
+        std::process::exit(2);
+    };
+    let opts: WorkerOpts = match serde_json::from_str(&json) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("e2e-worker: bad E2E_WORKER_OPTS: {e}");
+            std::process::exit(2);
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let report = run_worker(&opts, term).await;
+    println!(
+        "{}",
+        serde_json::to_string(&report).expect("report serializes")
+    );
+}

@@ -1,0 +1,449 @@
+//! The invariant checker: reads the store's tables and the service's record after a test
+//! and checks the seven invariants of `DESIGN.md`, as far as a black box can see them.
+//!
+//! 1. Every run's versions form one chain `0..=version`: no gap, no duplicate, and the hash
+//!    chain recomputed from the stored states matches (a fork would break it); lease epochs
+//!    never go backwards along the chain.
+//! 2. Every transition is a declared edge (or a status change in place); every journaled
+//!    call was legal in its state.
+//! 3. Every write and hybrid call has exactly one effect: no succeeded keyed call without its
+//!    effect (lost), no effect without its succeeded call (orphan), no logical effect applied
+//!    under two keys (duplicate); compensations release exactly what was reserved.
+//! 4. The router was asked each question once, except where the asker was a crashed (or cut
+//!    off) worker whose answer could not be journaled.
+//! 5. At most one worker executed a step at a time: the calls of a `(run, version)` never
+//!    interleave between workers (A, B, A), and each run reached a final status once.
+//! 6. Runs whose rows a test corrupted are quarantined with no tool call; no other run is.
+//! 7. Storage per version is bounded (bytes per version reported).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use agent_core::Agent;
+use agent_core::store::history::{self, VersionPayload};
+use agent_core::store::transition_hash;
+use serde_json::Value;
+use sqlx::{PgPool, Row};
+
+use crate::shop::{Shop, cancels};
+
+/// What the test knows that the database does not.
+#[derive(Debug, Clone, Default)]
+pub struct Expect {
+    /// How many runs the test created.
+    pub runs: u64,
+    /// Runs whose rows the test corrupted (must be quarantined).
+    pub corrupted: HashSet<String>,
+    /// Worker incarnations that were killed, paused past their lease or cut off: they may
+    /// leave a question asked twice.
+    pub crashed_workers: HashSet<String>,
+}
+
+/// What the checker found.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Runs by status.
+    pub statuses: BTreeMap<String, u64>,
+    /// Committed versions (transitions) in all.
+    pub versions: u64,
+    /// Journal entries in all.
+    pub journal_entries: u64,
+    /// Effects applied.
+    pub effects: u64,
+    /// Tool executions recorded by the service (reads included).
+    pub executions: u64,
+    /// Executions of an already-applied key (deduplicated by the service).
+    pub deduplicated: u64,
+    /// Router answers recorded.
+    pub llm_calls: u64,
+    /// Questions asked more than once (each explained by a crashed asker).
+    pub reasked: u64,
+    /// Steps executed by more than one worker one after the other (takeovers).
+    pub steps_taken_over: u64,
+    /// Bytes per committed version: median and maximum over runs.
+    pub bytes_per_version: (u64, u64),
+    /// Every violation, described.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    /// Panic with every violation when there is one.
+    ///
+    /// # Panics
+    /// When an invariant is violated.
+    pub fn assert_clean(&self) {
+        assert!(
+            self.violations.is_empty(),
+            "{} invariant violation(s):\n  {}",
+            self.violations.len(),
+            self.violations
+                .iter()
+                .take(50)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        );
+    }
+
+    fn violation(&mut self, v: String) {
+        self.violations.push(v);
+    }
+}
+
+const FINAL: [&str; 5] = [
+    "completed",
+    "compensated",
+    "failed",
+    "quarantined",
+    "dead_lettered",
+];
+
+/// Check everything in the schema behind `pool`.
+///
+/// # Panics
+/// When the database cannot be read.
+#[allow(clippy::too_many_lines)]
+pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
+    let mut report = Report::default();
+    let graph = Shop::graph();
+    let q = |e: sqlx::Error| panic!("checker query: {e}");
+
+    // Runs.
+    let runs = sqlx::query("SELECT id, status, version, state_name, error_code FROM runs")
+        .fetch_all(pool)
+        .await
+        .unwrap_or_else(q);
+    let mut run_status: HashMap<String, (String, i64, String)> = HashMap::new();
+    for r in &runs {
+        let id: String = r.get("id");
+        let status: String = r.get("status");
+        *report.statuses.entry(status.clone()).or_default() += 1;
+        run_status.insert(id, (status, r.get("version"), r.get("state_name")));
+    }
+    if run_status.len() as u64 != expect.runs {
+        report.violation(format!(
+            "{} runs in the store, {} created",
+            run_status.len(),
+            expect.runs
+        ));
+    }
+    for (id, (status, _, state)) in &run_status {
+        if expect.corrupted.contains(id) {
+            if status != "quarantined" {
+                report.violation(format!("corrupted run {id} is {status}, not quarantined"));
+            }
+            continue;
+        }
+        let want = if cancels(id) {
+            "compensated"
+        } else {
+            "completed"
+        };
+        if status != want {
+            report.violation(format!(
+                "run {id} ended {status} in state {state}, expected {want}"
+            ));
+        }
+    }
+
+    // (1), (2), (5): the version chain, its edges and epochs.
+    let rows = sqlx::query(
+        "SELECT run_id, version, from_state, to_state, kind, status, epoch, hash, payload_kind, \
+         payload FROM transitions ORDER BY run_id, version",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(q);
+    report.versions = rows.len() as u64;
+    let mut by_run: BTreeMap<String, Vec<&sqlx::postgres::PgRow>> = BTreeMap::new();
+    for r in &rows {
+        by_run.entry(r.get("run_id")).or_default().push(r);
+    }
+    for (id, (_, version, _)) in &run_status {
+        let chain = by_run.get(id).map_or(&[][..], Vec::as_slice);
+        let versions: Vec<i64> = chain.iter().map(|r| r.get("version")).collect();
+        let want: Vec<i64> = (0..=*version).collect();
+        if versions != want {
+            report.violation(format!(
+                "run {id}: versions {versions:?} are not the chain 0..={version}"
+            ));
+            continue;
+        }
+        let mut payloads = Vec::new();
+        let mut snapshot_at = 0;
+        let mut prev_hash = String::new();
+        let mut prev_epoch = 0_i64;
+        let mut finals = 0;
+        for r in chain {
+            let v: i64 = r.get("version");
+            let from: String = r.get("from_state");
+            let to: String = r.get("to_state");
+            let kind: String = r.get("kind");
+            let status: String = r.get("status");
+            let epoch: i64 = r.get("epoch");
+            let hash: String = r.get("hash");
+            let body: Value = r.get("payload");
+            let payload = if r.get::<String, _>("payload_kind") == "snapshot" {
+                snapshot_at = payloads.len();
+                VersionPayload::Snapshot(body)
+            } else {
+                VersionPayload::Patch(body)
+            };
+            payloads.push(payload);
+            let legal = match kind.as_str() {
+                "start" => v == 0 && from == to,
+                "status" => from == to,
+                "step" | "error" => graph.has_edge(&from, &to),
+                _ => false,
+            };
+            if !legal {
+                report.violation(format!(
+                    "run {id} v{v}: `{from}` -> `{to}` ({kind}) is not a declared edge"
+                ));
+            }
+            if epoch < prev_epoch {
+                report.violation(format!(
+                    "run {id} v{v}: committed under epoch {epoch} after epoch {prev_epoch}"
+                ));
+            }
+            prev_epoch = epoch;
+            if FINAL.contains(&status.as_str()) {
+                finals += 1;
+            }
+            if expect.corrupted.contains(id) {
+                continue;
+            }
+            match history::replay(&payloads[snapshot_at..]) {
+                Ok(state) => {
+                    let u = u64::try_from(v).unwrap_or(0);
+                    let want = transition_hash(&prev_hash, id, u, &from, &to, &state);
+                    if want != hash {
+                        report.violation(format!("run {id} v{v}: hash chain broken (fork?)"));
+                    }
+                }
+                Err(e) => report.violation(format!("run {id} v{v}: history does not replay: {e}")),
+            }
+            prev_hash = hash;
+        }
+        if finals != 1 {
+            report.violation(format!(
+                "run {id}: reached a final status {finals} times, not once"
+            ));
+        }
+    }
+
+    // (2), (3): the journal.
+    let journal = sqlx::query(
+        "SELECT run_id, version, seq, kind, state, name, idempotency_key, status FROM journal",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(q);
+    report.journal_entries = journal.len() as u64;
+    let compensations: HashSet<&str> = graph
+        .tools
+        .iter()
+        .filter_map(|t| t.compensation.as_deref())
+        .collect();
+    let mut succeeded_keys: HashSet<String> = HashSet::new();
+    let mut decisions: HashMap<String, u32> = HashMap::new();
+    for j in &journal {
+        let run: String = j.get("run_id");
+        let kind: String = j.get("kind");
+        let state: String = j.get("state");
+        let name: String = j.get("name");
+        let status: String = j.get("status");
+        let legal = match kind.as_str() {
+            "tool" => graph.allows_tool(&state, &name),
+            "decision" => name == "router",
+            "compensation" => compensations.contains(name.as_str()),
+            _ => false,
+        };
+        if !legal {
+            report.violation(format!(
+                "run {run}: journaled {kind} `{name}` in state `{state}`"
+            ));
+        }
+        if expect.corrupted.contains(&run) {
+            report.violation(format!("corrupted run {run} has a journal entry `{name}`"));
+        }
+        if kind == "decision" {
+            *decisions.entry(run.clone()).or_default() += 1;
+        }
+        if let Some(key) = j
+            .get::<Option<String>, _>("idempotency_key")
+            .filter(|_| status == "succeeded")
+        {
+            succeeded_keys.insert(key);
+        }
+    }
+    for id in run_status
+        .keys()
+        .filter(|id| !expect.corrupted.contains(*id))
+    {
+        let n = decisions.get(id).copied().unwrap_or(0);
+        if n != 2 {
+            report.violation(format!("run {id}: {n} journaled decisions, expected 2"));
+        }
+    }
+
+    let effects = sqlx::query("SELECT key, tool, run_id, target, executions FROM e2e_effects")
+        .fetch_all(pool)
+        .await
+        .unwrap_or_else(q);
+    report.effects = effects.len() as u64;
+    let mut effect_keys: HashSet<String> = HashSet::new();
+    let mut logical: HashMap<(String, String, String), u32> = HashMap::new();
+    let mut reserved: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut released: HashMap<String, HashSet<String>> = HashMap::new();
+    for e in &effects {
+        let key: String = e.get("key");
+        let tool: String = e.get("tool");
+        let run: String = e.get("run_id");
+        let target: String = e.get("target");
+        let executions: i32 = e.get("executions");
+        report.deduplicated += u64::try_from(executions - 1).unwrap_or(0);
+        *logical
+            .entry((run.clone(), tool.clone(), target.clone()))
+            .or_default() += 1;
+        match tool.as_str() {
+            "Reserve" => {
+                reserved
+                    .entry(run.clone())
+                    .or_default()
+                    .insert(format!("res:{key}"));
+            }
+            "Release" => {
+                released.entry(run.clone()).or_default().insert(target);
+            }
+            _ => {}
+        }
+        if !succeeded_keys.contains(&key) {
+            report.violation(format!(
+                "orphan effect: {tool} {key} of {run} applied, its call not journaled as succeeded"
+            ));
+        }
+        effect_keys.insert(key);
+    }
+    for ((run, tool, target), n) in &logical {
+        if *n > 1 {
+            report.violation(format!(
+                "duplicate effect: {tool} on {target} of {run} applied under {n} keys"
+            ));
+        }
+    }
+    for key in &succeeded_keys {
+        if !effect_keys.contains(key) {
+            report.violation(format!(
+                "lost effect: call {key} succeeded, no effect applied"
+            ));
+        }
+    }
+    for (id, (status, _, _)) in &run_status {
+        let r = reserved.get(id).cloned().unwrap_or_default();
+        let l = released.get(id).cloned().unwrap_or_default();
+        let want = if status == "compensated" {
+            r.clone()
+        } else {
+            HashSet::new()
+        };
+        if l != want {
+            report.violation(format!(
+                "run {id} ({status}): released {l:?}, reserved {r:?}"
+            ));
+        }
+    }
+
+    // (5) executors per step, (4) questions asked twice.
+    let calls = sqlx::query(
+        "SELECT run_id, version, worker, started_ms FROM e2e_calls ORDER BY run_id, version, \
+         started_ms, id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(q);
+    report.executions = calls.len() as u64;
+    let mut steps: BTreeMap<(String, i64), Vec<String>> = BTreeMap::new();
+    for c in &calls {
+        let run: String = c.get("run_id");
+        if expect.corrupted.contains(&run) {
+            report.violation(format!("corrupted run {run} executed a tool"));
+        }
+        steps
+            .entry((run, c.get("version")))
+            .or_default()
+            .push(c.get("worker"));
+    }
+    for ((run, version), workers) in &steps {
+        let mut blocks: Vec<&String> = Vec::new();
+        for w in workers {
+            if blocks.last() != Some(&w) {
+                blocks.push(w);
+            }
+        }
+        let distinct: HashSet<&&String> = blocks.iter().collect();
+        if distinct.len() > 1 {
+            report.steps_taken_over += 1;
+        }
+        if distinct.len() != blocks.len() {
+            report.violation(format!(
+                "run {run} v{version}: two executors interleaved: {blocks:?}"
+            ));
+        }
+    }
+    let llm = sqlx::query(
+        "SELECT run_id, question, worker FROM e2e_llm_calls ORDER BY run_id, question, at_ms, id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(q);
+    report.llm_calls = llm.len() as u64;
+    let mut asks: BTreeMap<(String, i32), Vec<String>> = BTreeMap::new();
+    for a in &llm {
+        asks.entry((a.get("run_id"), a.get("question")))
+            .or_default()
+            .push(a.get("worker"));
+    }
+    for ((run, question), askers) in &asks {
+        if askers.len() > 1 {
+            report.reasked += askers.len() as u64 - 1;
+            let unexplained: Vec<&String> = askers[..askers.len() - 1]
+                .iter()
+                .filter(|w| !expect.crashed_workers.contains(*w))
+                .collect();
+            if !unexplained.is_empty() {
+                report.violation(format!(
+                    "run {run} question {question} asked {} times (askers {askers:?}); \
+                     {unexplained:?} did not crash",
+                    askers.len()
+                ));
+            }
+        }
+    }
+
+    // (7) bytes per version.
+    let sizes = sqlx::query(
+        "SELECT r.id, r.version, \
+           (SELECT COALESCE(sum(pg_column_size(t.*)), 0) FROM transitions t WHERE t.run_id = r.id) \
+         + (SELECT COALESCE(sum(pg_column_size(j.*)), 0) FROM journal j WHERE j.run_id = r.id) \
+           AS bytes FROM runs r",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(q);
+    let mut per_version: Vec<u64> = sizes
+        .iter()
+        .map(|s| {
+            let bytes: i64 = s.get("bytes");
+            let version: i64 = s.get("version");
+            u64::try_from(bytes / (version + 1)).unwrap_or(0)
+        })
+        .collect();
+    per_version.sort_unstable();
+    if let (Some(mid), Some(max)) = (per_version.get(per_version.len() / 2), per_version.last()) {
+        report.bytes_per_version = (*mid, *max);
+        if *max > 16 * 1024 {
+            report.violation(format!("a run stores {max} bytes per version"));
+        }
+    }
+    report
+}
