@@ -94,8 +94,8 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         Some(r) if !args.offline => (r, "a real LLM configured in the environment".to_owned()),
         _ => (
             Arc::new(checkout::scripted_reviewer()),
-            "scripted reviewer — an offline stand-in, not an LLM (set OPENAI_BASE_URL/OPENAI_API_KEY/OPENAI_MODEL \
-             or ANTHROPIC_API_KEY to use a model)"
+            "scripted reviewer — an offline stand-in, not an LLM (set AGENT_LLM_PROVIDER=openai|ollama|anthropic \
+             and its model to use one: see docs/llm-providers.md)"
                 .to_owned(),
         ),
     };
