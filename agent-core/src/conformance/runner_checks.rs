@@ -1,4 +1,4 @@
-//! Runner-level invariants, checked on a real store: the [fixture](super::fixture) agent
+//! Runner-level invariants, checked on a real store: the [`fixture`] agent
 //! runs through the runner, with crashes injected at every fault point.
 //!
 //! [`runner_conformance!`](crate::runner_conformance) expands to one test per check.
