@@ -3,7 +3,9 @@
 use std::io::{IsTerminal, Write};
 
 use agent_core::store::{CallStatus, Millis, RunStatus};
-use comfy_table::{Cell, Color, ContentArrangement, LineStyle, Table, TableStyle};
+use comfy_table::{
+    Cell, Color, ColumnConstraint, ContentArrangement, LineStyle, Table, TableStyle,
+};
 use owo_colors::OwoColorize;
 use serde::Serialize;
 
@@ -53,11 +55,13 @@ impl Output {
     {
         let mut table = Table::new();
         table.load_style(TableStyle::new().header_separator(LineStyle::none().fill('─')));
-        if self.tty {
-            table.set_content_arrangement(ContentArrangement::Dynamic);
+        // Wrap to the terminal's width only when it is known and usable; in a pipe, never.
+        let usable = self.tty && table.width().is_some_and(|w| w >= 60);
+        table.set_content_arrangement(if usable {
+            ContentArrangement::Dynamic
         } else {
-            table.set_content_arrangement(ContentArrangement::Disabled);
-        }
+            ContentArrangement::Disabled
+        });
         if self.color {
             table.enforce_styling();
         } else {
@@ -76,8 +80,13 @@ impl Output {
             .collect();
         table.set_header(cells);
         // No borders: columns are separated by two spaces, the first starts at the margin.
-        for column in table.column_iter_mut() {
+        // Only the last column (details, errors) wraps on a narrow terminal.
+        let last = table.column_count().saturating_sub(1);
+        for (i, column) in table.column_iter_mut().enumerate() {
             column.set_padding((0, 2));
+            if i < last {
+                column.set_constraint(ColumnConstraint::ContentWidth);
+            }
         }
         table
     }

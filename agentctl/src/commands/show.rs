@@ -297,7 +297,8 @@ fn decision_detail(e: &JournalEntry) -> String {
     if !record.model.is_empty() {
         parts.push(format!("model {}", record.model));
     }
-    if record.input_tokens.is_some() || record.output_tokens.is_some() {
+    // A scripted router reports no usage (or zero); only a real model's tokens are shown.
+    if record.input_tokens.unwrap_or(0) > 0 || record.output_tokens.unwrap_or(0) > 0 {
         let t = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), |n| n.to_string());
         parts.push(format!(
             "tokens {} in / {} out",

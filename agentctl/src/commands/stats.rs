@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use agent_core::store::{RunFilter, compute_tool_stats, now_ms};
+use agent_core::store::{EntryKind, RunFilter, compute_tool_stats, now_ms};
 use comfy_table::{Cell, CellAlignment};
 use serde::Serialize;
 
@@ -39,6 +39,15 @@ pub async fn run(cx: &Ctx, args: StatsArgs) -> Result<ExitCode> {
         }
         None => cx.store.tool_stats(since).await?,
     };
+    // Tool kinds (read, write, hybrid) from the registered graphs.
+    let mut kinds = std::collections::BTreeMap::new();
+    for agent in cx.store.agents().await? {
+        if let Some(g) = cx.store.agent_graph(&agent, None).await? {
+            for t in g.tools {
+                kinds.insert(t.name, t.kind.as_str());
+            }
+        }
+    }
     if cx.out.json {
         cx.out.print_json(&StatsJson {
             since,
@@ -67,7 +76,12 @@ pub async fn run(cx: &Ctx, args: StatsArgs) -> Result<ExitCode> {
         };
         let row = vec![
             Cell::new(&s.tool),
-            Cell::new(s.kind.map_or("", |k| k.as_str())),
+            Cell::new(match s.kind {
+                Some(EntryKind::Tool) => kinds.get(&s.tool).copied().unwrap_or("tool"),
+                Some(EntryKind::Compensation) => "compensation",
+                Some(EntryKind::Decision) => "decision",
+                None => "",
+            }),
             Cell::new(s.calls),
             failed,
             Cell::new(format!("{:.1} ms", s.avg_ms)),
