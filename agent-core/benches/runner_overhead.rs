@@ -27,7 +27,10 @@ impl Tool for Echo {
     type Input = u64;
     type Output = u64;
     fn policy() -> agent_core::ToolPolicy {
-        agent_core::ToolPolicy { cache: false, ..agent_core::ToolPolicy::default() }
+        agent_core::ToolPolicy {
+            cache: false,
+            ..agent_core::ToolPolicy::default()
+        }
     }
 }
 
@@ -50,7 +53,12 @@ enum Counter {
 struct Count;
 
 impl CounterHandlers for Count {
-    async fn counting(&self, ctx: Ctx<'_, counter::Counting>, n: u64, limit: u64) -> StepResult<counter::Counting> {
+    async fn counting(
+        &self,
+        ctx: Ctx<'_, counter::Counting>,
+        n: u64,
+        limit: u64,
+    ) -> StepResult<counter::Counting> {
         let n = ctx.call::<Echo>(n).await? + 1;
         Ok(if n >= limit {
             ctx.to(counter::Done::new(n))
@@ -70,7 +78,11 @@ impl StepIo for Direct {
     fn version(&self) -> u64 {
         0
     }
-    fn call<'a>(&'a self, _: &'static str, input: Value) -> BoxFuture<'a, Result<Value, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        _: &'static str,
+        input: Value,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let cx = ToolContext {
                 run_id: String::new(),
@@ -80,7 +92,8 @@ impl StepIo for Direct {
                 attempt: 1,
                 idempotency_key: None,
             };
-            let n: u64 = serde_json::from_value(input).map_err(|e| ToolError::permanent(e.to_string()))?;
+            let n: u64 =
+                serde_json::from_value(input).map_err(|e| ToolError::permanent(e.to_string()))?;
             Ok(Value::from(Echo.execute(n, &cx).await?))
         })
     }
@@ -108,11 +121,17 @@ async fn framework(steps: u64, runs: u64) -> Duration {
     let store = Arc::new(MemoryStore::new());
     let runner = Runner::<Counter, Count>::new(store, Count, ToolBox::new().with(Echo))
         .expect("tool box matches")
-        .with_config(RunnerConfig { worker_id: "bench".into(), ..RunnerConfig::default() });
+        .with_config(RunnerConfig {
+            worker_id: "bench".into(),
+            ..RunnerConfig::default()
+        });
     let started = Instant::now();
     for r in 0..runs {
         let id = format!("bench-{r}");
-        runner.start(&id, Counter::Counting { n: 0, limit: steps }).await.expect("start");
+        runner
+            .start(&id, Counter::Counting { n: 0, limit: steps })
+            .await
+            .expect("start");
         let done = runner.run(&id).await.expect("run");
         assert_eq!(done.state_name, "Done");
     }
@@ -135,9 +154,16 @@ async fn main() {
     let n = f64::from(u32::try_from(steps * runs).unwrap_or(u32::MAX));
     let direct_us = direct_total.as_secs_f64() * 1e6 / n;
     let framework_us = framework_total.as_secs_f64() * 1e6 / n;
-    println!("runner overhead per step, in-memory store ({runs} runs x {steps} steps, one tool call per step)");
+    println!(
+        "runner overhead per step, in-memory store ({runs} runs x {steps} steps, one tool call per step)"
+    );
     println!("  direct handler call : {direct_us:>9.2} µs/step");
-    println!("  through the runner  : {framework_us:>9.2} µs/step (journal entry, CAS commit, history delta)");
-    println!("  overhead            : {:>9.2} µs/step", framework_us - direct_us);
+    println!(
+        "  through the runner  : {framework_us:>9.2} µs/step (journal entry, CAS commit, history delta)"
+    );
+    println!(
+        "  overhead            : {:>9.2} µs/step",
+        framework_us - direct_us
+    );
     println!("  ratio runner/direct : {:>9.1}x", framework_us / direct_us);
 }

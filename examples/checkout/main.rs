@@ -175,7 +175,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         run_ids[0]
     );
     println!(
-        "  cargo run --example checkout -- --crash-after-steps 4   # crash mid-run, then run again to resume"
+        "  cargo run --example checkout -- --fresh --crash-after-steps 3   # crash mid-run, then run again to resume"
     );
     Ok(all_ok)
 }
