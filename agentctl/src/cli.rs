@@ -148,8 +148,9 @@ pub enum GraphFormat {
 
 #[derive(Debug, Args)]
 pub struct GraphArgs {
-    /// The agent's name (see `agentctl agents`).
-    pub agent: String,
+    /// The agent's name (see `agentctl agents`); optional with `--run`.
+    #[arg(required_unless_present = "run")]
+    pub agent: Option<String>,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = GraphFormat::Dot)]
     pub format: GraphFormat,
@@ -215,7 +216,8 @@ pub struct PruneArgs {
 }
 
 fn parse_status(s: &str) -> Result<agent_core::store::RunStatus, String> {
-    agent_core::store::RunStatus::parse(s).ok_or_else(|| {
+    let normalized = s.trim().to_ascii_lowercase().replace('-', "_");
+    agent_core::store::RunStatus::parse(&normalized).ok_or_else(|| {
         let all: Vec<&str> = agent_core::store::RunStatus::ALL
             .iter()
             .map(|s| s.as_str())
@@ -268,6 +270,18 @@ mod tests {
         assert_eq!(parse_window("30m"), Ok(Duration::from_secs(1800)));
         assert!(parse_window("h").is_err());
         assert!(parse_window("3y").is_err());
+    }
+
+    #[test]
+    fn statuses_parse_leniently() {
+        use agent_core::store::RunStatus;
+        assert_eq!(parse_status("dead-lettered"), Ok(RunStatus::DeadLettered));
+        assert_eq!(parse_status("Waiting"), Ok(RunStatus::Waiting));
+        assert!(
+            parse_status("sleeping")
+                .unwrap_err()
+                .contains("dead_lettered")
+        );
     }
 
     #[test]

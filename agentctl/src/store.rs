@@ -105,6 +105,38 @@ async fn open_sqlite(path: &str) -> Result<Arc<dyn Store>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::ColorChoice;
+
+    fn global(db: Option<&str>, url: Option<&str>) -> Global {
+        Global {
+            db: db.map(str::to_owned),
+            database_url: url.map(str::to_owned),
+            pg_schema: "agents".into(),
+            json: false,
+            color: ColorChoice::Never,
+        }
+    }
+
+    #[test]
+    fn postgres_url_wins_then_db_then_default() {
+        let pg = "postgres://u@h/db";
+        assert_eq!(
+            Location::from_global(&global(Some("x.db"), Some(pg))),
+            Location::Postgres(pg.into())
+        );
+        assert_eq!(
+            Location::from_global(&global(Some("x.db"), Some("sqlite:y.db"))),
+            Location::Sqlite("x.db".into())
+        );
+        assert_eq!(
+            Location::from_global(&global(None, Some("sqlite:y.db"))),
+            Location::Sqlite("y.db".into())
+        );
+        assert_eq!(
+            Location::from_global(&global(None, None)),
+            Location::Sqlite(DEFAULT_DB.into())
+        );
+    }
 
     #[test]
     fn locations_parse() {

@@ -57,6 +57,9 @@ fn runs_lists_and_filters() {
     let none = db.ok(&["runs", "--agent", "Nobody"]);
     assert!(none.contains("no runs of agent `Nobody`"), "{none}");
 
+    let dead = db.json(&["runs", "--status", "dead-lettered"]);
+    assert_eq!(dead.as_array().unwrap().len(), 2);
+
     let bad = db.agentctl(&["runs", "--status", "sleeping"]);
     assert_eq!(code(&bad), 2, "{}", stderr(&bad));
     assert!(stderr(&bad).contains("unknown status `sleeping`"));
@@ -180,6 +183,8 @@ fn graph_exports() {
         <agent_core::conformance::fixture::Order as agent_core::Agent>::graph().fingerprint()
     );
 
+    // The agent is optional with --run.
+    assert_eq!(db.ok(&["graph", "--run", DECLINED]), overlaid);
     let data = db.json(&["graph", "Order", "--run", DECLINED]);
     assert_eq!(data["overlay"]["current"], "Failed");
     assert!(

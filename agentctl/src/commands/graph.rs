@@ -32,21 +32,19 @@ pub async fn run(cx: &Ctx, args: GraphArgs) -> Result<ExitCode> {
         Some(id) => Some(cx.run(id).await?),
         None => None,
     };
-    if let Some(r) = &run
-        && r.agent != args.agent
-    {
-        return Err(CliError::usage(format!(
-            "run `{}` belongs to agent `{}`, not `{}`",
-            r.id, r.agent, args.agent
-        ))
-        .hint(format!("agentctl graph {} --run {}", r.agent, r.id)));
-    }
-    let graph = load_graph(
-        cx,
-        &args.agent,
-        run.as_ref().map(|r| r.fingerprint.as_str()),
-    )
-    .await?;
+    let agent = match (&args.agent, &run) {
+        (Some(a), Some(r)) if *a != r.agent => {
+            return Err(CliError::usage(format!(
+                "run `{}` belongs to agent `{}`, not `{a}`",
+                r.id, r.agent
+            ))
+            .hint(format!("agentctl graph {} --run {}", r.agent, r.id)));
+        }
+        (Some(a), _) => a.clone(),
+        (None, Some(r)) => r.agent.clone(),
+        (None, None) => return Err(CliError::usage("name an agent, or a run with --run")),
+    };
+    let graph = load_graph(cx, &agent, run.as_ref().map(|r| r.fingerprint.as_str())).await?;
     let overlay = match &run {
         Some(r) => Some((r.id.clone(), overlay(cx, r).await?)),
         None => None,
