@@ -532,3 +532,25 @@ fn demo_database() {
     Db::populate_file(std::path::Path::new(&path));
     println!("wrote {path}: try `agentctl --db {path} runs`");
 }
+
+#[test]
+fn colours_only_when_asked_or_on_a_terminal() {
+    let db = Db::populated();
+    // Piped (as here), output is plain.
+    let plain = db.ok(&["runs"]);
+    assert!(!plain.contains('\u{1b}'), "{plain}");
+    let coloured = db.ok(&["--color", "always", "runs"]);
+    assert!(coloured.contains("\u{1b}["), "{coloured}");
+    let json = db.ok(&["--color", "always", "--json", "runs"]);
+    assert!(!json.contains('\u{1b}'));
+}
+
+#[test]
+fn json_errors_are_json() {
+    let db = Db::populated();
+    let out = db.agentctl(&["--json", "show", "no-such-run"]);
+    assert_eq!(code(&out), 1);
+    let err: Value = serde_json::from_slice(&out.stdout).expect("a JSON error on stdout");
+    assert_eq!(err["error"], "run `no-such-run` not found");
+    assert!(err["hint"].as_str().unwrap().contains("agentctl runs"));
+}
