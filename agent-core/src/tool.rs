@@ -398,6 +398,36 @@ pub trait DynTool: Send + Sync {
     ) -> Option<Result<(String, Value), String>>;
 }
 
+/// Reject object fields the input schema does not name. Serde ignores unknown fields by
+/// default, but an argument the model invented is a sign it answered another question, so
+/// it is refused unless the schema allows additional properties.
+fn unknown_fields(schema: &Value, input: &Value) -> Result<(), String> {
+    let (Some(props), Some(obj)) = (
+        schema.get("properties").and_then(Value::as_object),
+        input.as_object(),
+    ) else {
+        return Ok(());
+    };
+    if schema.get("additionalProperties") == Some(&Value::Bool(true))
+        || schema
+            .get("additionalProperties")
+            .is_some_and(Value::is_object)
+    {
+        return Ok(());
+    }
+    match obj.keys().find(|k| !props.contains_key(*k)) {
+        Some(k) => Err(format!(
+            "unknown field `{k}`, expected one of: {}",
+            props
+                .keys()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
 struct Typed<T>(T);
 struct TypedHybrid<T>(T);
 
@@ -433,9 +463,8 @@ macro_rules! dyn_common {
             serde_json::to_value(schemars::schema_for!(T::Input)).unwrap_or(Value::Null)
         }
         fn check_input(&self, input: &Value) -> Result<(), String> {
-            T::Input::deserialize(input)
-                .map(drop)
-                .map_err(|e| e.to_string())
+            T::Input::deserialize(input).map_err(|e| e.to_string())?;
+            unknown_fields(&self.input_schema(), input)
         }
         fn call_json<'a>(
             &'a self,
@@ -545,6 +574,18 @@ mod tests {
             let d = j.backoff(attempt);
             assert!(d <= p.backoff(attempt) && d >= p.backoff(attempt) / 2);
         }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let schema = serde_json::json!({ "properties": { "sku": {}, "qty": {} } });
+        assert!(unknown_fields(&schema, &serde_json::json!({ "sku": "a" })).is_ok());
+        let err =
+            unknown_fields(&schema, &serde_json::json!({ "sku": "a", "admin": true })).unwrap_err();
+        assert!(err.starts_with("unknown field `admin`, expected one of: "), "{err}");
+        let open = serde_json::json!({ "properties": { "sku": {} }, "additionalProperties": true });
+        assert!(unknown_fields(&open, &serde_json::json!({ "x": 1 })).is_ok());
+        assert!(unknown_fields(&schema, &serde_json::json!(5)).is_ok());
     }
 
     #[test]
