@@ -133,6 +133,9 @@ fn show_json_and_missing_run() {
         .map(|t| t["version"].as_u64().unwrap())
         .collect();
     assert_eq!(versions, (0..versions.len() as u64).collect::<Vec<_>>());
+    let states = json["states"].as_array().unwrap();
+    assert_eq!(states.len(), versions.len());
+    assert_eq!(states.last().unwrap()["state_name"], "Done");
     assert!(
         json["journal"]
             .as_array()

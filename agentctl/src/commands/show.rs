@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use agent_core::router::{Decision, DecisionRecord};
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, RunRecord, RunStatus, SignalRecord, TransitionKind,
-    TransitionRecord,
+    CallStatus, EntryKind, JournalEntry, RunRecord, RunStatus, SignalRecord, StateAtVersion,
+    TransitionKind, TransitionRecord,
 };
 use comfy_table::{Cell, Color};
 use serde::Serialize;
@@ -23,6 +23,7 @@ use crate::output::{ellipsize, fmt_duration_ms, fmt_time};
 struct ShowJson<'a> {
     run: &'a RunRecord,
     history: &'a [TransitionRecord],
+    states: Vec<&'a StateAtVersion>,
     journal: &'a [JournalEntry],
     pending_signals: &'a [SignalRecord],
 }
@@ -32,10 +33,18 @@ pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     let history = cx.store.history(id).await?;
     let journal = cx.store.journal(id, None).await?;
     let signals = cx.store.pending_signals(id).await?;
+    let mut states = BTreeMap::new();
+    for t in &history {
+        // A version whose state no longer replays is shown without it (`verify` explains).
+        if let Ok(Some(s)) = cx.store.state_at(id, t.version).await {
+            states.insert(t.version, s);
+        }
+    }
     if cx.out.json {
         cx.out.print_json(&ShowJson {
             run: &run,
             history: &history,
+            states: states.values().collect(),
             journal: &journal,
             pending_signals: &signals,
         });
@@ -44,7 +53,7 @@ pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     print!("{}", header(cx, &run));
     println!();
     println!("{}", cx.out.heading("Timeline"));
-    print_timeline(cx, &run, &history, &journal);
+    print_timeline(cx, &run, &history, &states, &journal);
     if !signals.is_empty() {
         println!();
         println!("{}", cx.out.heading("Pending signals"));
@@ -115,18 +124,23 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
     out
 }
 
-/// The state's name and its data (a serialized enum: `{"Name": data}`, or `"Name"`).
+/// The state's name and its data.
 fn state_line(run: &RunRecord) -> String {
-    let data = match &run.state {
-        serde_json::Value::String(s) if *s == run.state_name => None,
-        serde_json::Value::Object(map) if map.len() == 1 && map.contains_key(&run.state_name) => {
-            Some(map[&run.state_name].to_string())
-        }
-        other => Some(other.to_string()),
-    };
-    match data {
+    match state_data(&run.state_name, &run.state) {
         Some(d) => format!("{}  {}", run.state_name, ellipsize(&d, 100)),
         None => run.state_name.clone(),
+    }
+}
+
+/// A state's data as JSON text, without the variant's name (states are serialized enums:
+/// `{"Name": data}`, or `"Name"` for a variant without data).
+fn state_data(name: &str, state: &serde_json::Value) -> Option<String> {
+    match state {
+        serde_json::Value::String(s) if s == name => None,
+        serde_json::Value::Object(map) if map.len() == 1 && map.contains_key(name) => {
+            Some(map[name].to_string())
+        }
+        other => Some(other.to_string()),
     }
 }
 
@@ -152,6 +166,7 @@ fn print_timeline(
     cx: &Ctx,
     run: &RunRecord,
     history: &[TransitionRecord],
+    states: &BTreeMap<u64, StateAtVersion>,
     journal: &[JournalEntry],
 ) {
     let mut by_version: BTreeMap<u64, Vec<&JournalEntry>> = BTreeMap::new();
@@ -169,7 +184,7 @@ fn print_timeline(
         }
     }
     for t in history {
-        table.add_row(transition_row(cx, t));
+        table.add_row(transition_row(cx, t, states.get(&t.version)));
         if let Some(entries) = by_version.get(&t.version) {
             for e in entries {
                 table.add_row(entry_row(cx, e, None));
@@ -198,7 +213,7 @@ fn clock(ms: i64) -> String {
     fmt_time(ms).get(11..).unwrap_or_default().to_owned()
 }
 
-fn transition_row(cx: &Ctx, t: &TransitionRecord) -> Vec<Cell> {
+fn transition_row(cx: &Ctx, t: &TransitionRecord, state: Option<&StateAtVersion>) -> Vec<Cell> {
     let name = match t.kind {
         TransitionKind::Start => t.to_state.clone(),
         TransitionKind::Status if t.from_state == t.to_state => t.to_state.clone(),
@@ -217,7 +232,12 @@ fn transition_row(cx: &Ctx, t: &TransitionRecord) -> Vec<Cell> {
         cx.out.status_cell(t.status),
         Cell::new(""),
         Cell::new(""),
-        cx.out.dim_cell(format!("epoch {}", t.epoch)),
+        {
+            let data = state
+                .and_then(|s| state_data(&s.state_name, &s.state))
+                .map_or_else(String::new, |d| format!("; state {}", ellipsize(&d, 80)));
+            cx.out.dim_cell(format!("epoch {}{data}", t.epoch))
+        },
     ]
 }
 
