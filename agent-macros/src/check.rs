@@ -39,6 +39,15 @@ fn check_tools(cx: &Ctxt, agent: &Agent) {
             );
         }
         seen.push(&tool.ident);
+        if agent.state(&tool.ident).is_some() {
+            cx.error(
+                tool.ident.span(),
+                format!(
+                    "tool `{0}` has the same name as state `{0}` of agent `{1}`\n= help: rename one of them: the router names transitions and tools by name, so one name cannot mean both",
+                    tool.ident, agent.name
+                ),
+            );
+        }
         if tool.kind != Kind::Hybrid {
             continue;
         }
