@@ -53,6 +53,13 @@ pub struct RunnerConfig {
     pub max_claims_without_progress: u32,
     /// How often a transient store error is retried before the runner gives up on a run.
     pub store_retries: u32,
+    /// Object fields whose values never reach the journal or the router (matched by name,
+    /// case-insensitively, at any depth): replaced by `"[redacted]"` in journaled tool inputs
+    /// and outputs and in the state and tool results sent to the router. Input hashes are
+    /// computed before redaction. A handler resumed after a crash sees the redacted output of
+    /// a journaled call, so keep secrets out of tool outputs the handler needs again (and out
+    /// of the typed state, which is stored as it is).
+    pub redact_fields: Vec<String>,
 }
 
 impl Default for RunnerConfig {
@@ -64,6 +71,16 @@ impl Default for RunnerConfig {
             prompt_token_budget: 8_000,
             max_claims_without_progress: 5,
             store_retries: 5,
+            redact_fields: [
+                "api_key",
+                "apikey",
+                "authorization",
+                "password",
+                "secret",
+                "token",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
         }
     }
 }
@@ -543,7 +560,44 @@ fn short(s: &str) -> &str {
     &s[..s.len().min(12)]
 }
 
+/// Replace the values of object fields named in `fields` (case-insensitively, at any depth)
+/// by `"[redacted]"`.
+pub fn redact(value: &mut Value, fields: &[String]) {
+    if fields.is_empty() {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                if fields.iter().any(|f| f.eq_ignore_ascii_case(k)) {
+                    *v = Value::String("[redacted]".to_owned());
+                } else {
+                    redact(v, fields);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact(v, fields)),
+        _ => {}
+    }
+}
+
 /// Whether a tool of this kind gets an idempotency key.
 pub(crate) fn keyed(kind: ToolKind) -> bool {
     kind.has_effect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn redact_replaces_named_fields_at_any_depth() {
+        let mut v =
+            json!({ "user": "a", "API_KEY": "k", "nested": [{ "password": "p", "ok": 1 }] });
+        super::redact(&mut v, &["api_key".into(), "password".into()]);
+        assert_eq!(
+            v,
+            json!({ "user": "a", "API_KEY": "[redacted]", "nested": [{ "password": "[redacted]", "ok": 1 }] })
+        );
+    }
 }

@@ -104,6 +104,10 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                     .collect(),
                 feedback: feedback.clone(),
             };
+            super::redact(&mut request.state_data, &cx.inner.config.redact_fields);
+            for r in &mut request.tool_results {
+                super::redact(&mut r.output, &cx.inner.config.redact_fields);
+            }
             request.trim_to_budget(cx.inner.config.prompt_token_budget);
             let span = info_span!("decision", run_id = %cx.run_id, state = %cx.state.name, version = cx.version, seq);
             ask(cx, router.as_ref(), &request, &options, &check, seq)

@@ -172,6 +172,9 @@ impl<'r> StepCx<'r> {
         name: &str,
         input: Value,
     ) -> JournalEntry {
+        let hash = input_hash(&input);
+        let mut input = input;
+        super::redact(&mut input, &self.inner.config.redact_fields);
         JournalEntry {
             run_id: self.run_id.clone(),
             version: self.version,
@@ -180,7 +183,7 @@ impl<'r> StepCx<'r> {
             state: self.state.name.clone(),
             name: name.to_owned(),
             tool_kind: None,
-            input_hash: input_hash(&input),
+            input_hash: hash,
             input,
             idempotency_key: None,
             status: CallStatus::Started,
@@ -268,7 +271,9 @@ impl<'r> StepCx<'r> {
                 let mut entry = self.new_entry(seq, kind, name, input);
                 entry.tool_kind = Some(ToolKind::Read);
                 entry.status = CallStatus::Succeeded;
-                entry.output = Some(out.clone());
+                let mut stored = out.clone();
+                super::redact(&mut stored, &self.inner.config.redact_fields);
+                entry.output = Some(stored);
                 entry.finished_at = Some(entry.started_at);
                 if !self.record(entry).await {
                     return Err(Self::interrupted_error());
@@ -394,7 +399,9 @@ impl<'r> StepCx<'r> {
         match &result {
             Ok(v) => {
                 entry.status = CallStatus::Succeeded;
-                entry.output = Some(v.clone());
+                let mut out = v.clone();
+                super::redact(&mut out, &self.inner.config.redact_fields);
+                entry.output = Some(out);
             }
             Err(e) => {
                 entry.status = CallStatus::Failed;
