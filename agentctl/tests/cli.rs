@@ -19,9 +19,8 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-#[test]
-fn runs_lists_and_filters() {
-    let db = Db::populated();
+fn runs_lists_and_filters(new_db: fn() -> Db) {
+    let db = new_db();
     let all = db.ok(&["runs"]);
     for id in [PAID_WAITING, DONE, CANCELLED, DECLINED, STUCK, SAGA_STUCK] {
         assert!(all.contains(id), "{id} missing from:\n{all}");
@@ -65,9 +64,8 @@ fn runs_lists_and_filters() {
     assert!(stderr(&bad).contains("unknown status `sleeping`"));
 }
 
-#[test]
-fn show_prints_the_timeline() {
-    let db = Db::populated();
+fn show_prints_the_timeline(new_db: fn() -> Db) {
+    let db = new_db();
     let out = db.ok(&["show", PAID_WAITING]);
     for needle in [
         "Run order-waiting",
@@ -103,11 +101,12 @@ fn show_prints_the_timeline() {
     assert!(declined.contains("Pay → Failed"), "{declined}");
 }
 
-#[test]
-fn show_snapshot() {
-    let db = Db::populated();
+fn show_snapshot(new_db: fn() -> Db) {
+    let db = new_db();
     let out = db.ok(&["show", CANCELLED]);
     insta::with_settings!({
+        // One snapshot for both backends: their output must be the same.
+        prepend_module_to_snapshot => false,
         // Same-width placeholders keep the columns aligned.
         filters => vec![
             (r"\d{4}-\d{2}-\d{2} ", "YYYY-MM-DD "),
@@ -121,9 +120,8 @@ fn show_snapshot() {
     });
 }
 
-#[test]
-fn show_json_and_missing_run() {
-    let db = Db::populated();
+fn show_json_and_missing_run(new_db: fn() -> Db) {
+    let db = new_db();
     let json = db.json(&["show", DONE]);
     assert_eq!(json["run"]["status"], "completed");
     let versions: Vec<u64> = json["history"]
@@ -151,9 +149,8 @@ fn show_json_and_missing_run() {
     assert!(err.contains("agentctl runs"), "{err}");
 }
 
-#[test]
-fn graph_exports() {
-    let db = Db::populated();
+fn graph_exports(new_db: fn() -> Db) {
+    let db = new_db();
     let dot = db.ok(&["graph", "Order", "--format", "dot"]);
     assert!(dot.starts_with("digraph"), "{dot}");
     let overlaid = db.ok(&["graph", "Order", "--format", "dot", "--run", DECLINED]);
@@ -236,9 +233,8 @@ fn render_with_graphviz(dot: &str) {
     assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
 }
 
-#[test]
-fn tools_kill_switch() {
-    let db = Db::populated();
+fn tools_kill_switch(new_db: fn() -> Db) {
+    let db = new_db();
     let list = db.ok(&["tools", "list"]);
     for tool in ["Lookup", "Reserve", "Release", "Charge"] {
         assert!(list.contains(tool), "{list}");
@@ -297,9 +293,8 @@ fn tools_kill_switch() {
     assert!(stderr(&typo).contains("no registered agent declares a tool `Chrage`"));
 }
 
-#[test]
-fn signal_resumes_a_waiting_run() {
-    let db = Db::populated();
+fn signal_resumes_a_waiting_run(new_db: fn() -> Db) {
+    let db = new_db();
     let out = db.ok(&["signal", PAID_WAITING, "confirm", r#"{"ok": true}"#]);
     assert!(out.contains("a worker will resume it"), "{out}");
     let show = db.ok(&["show", PAID_WAITING]);
@@ -326,9 +321,8 @@ fn signal_resumes_a_waiting_run() {
     assert_eq!(code(&missing), 1);
 }
 
-#[test]
-fn stats_per_tool() {
-    let db = Db::populated();
+fn stats_per_tool(new_db: fn() -> Db) {
+    let db = new_db();
     let out = db.ok(&["stats", "--since", "1h"]);
     for needle in [
         "Lookup",
@@ -352,9 +346,8 @@ fn stats_per_tool() {
     assert_eq!(code(&bad), 2);
 }
 
-#[test]
-fn retry_and_resume_requeue() {
-    let db = Db::populated();
+fn retry_and_resume_requeue(new_db: fn() -> Db) {
+    let db = new_db();
     let out = db.ok(&["resume", STUCK]);
     assert!(
         out.contains("re-queued run order-stuck as running"),
@@ -384,9 +377,8 @@ fn retry_and_resume_requeue() {
     assert!(stderr(&waiting).contains("agentctl signal order-waiting confirm"));
 }
 
-#[test]
-fn prune_keeps_runs_verifiable() {
-    let db = Db::populated();
+fn prune_keeps_runs_verifiable(new_db: fn() -> Db) {
+    let db = new_db();
     let json = db.json(&["prune", "--keep-last", "2", "--only-final"]);
     assert!(json["versions_removed"].as_u64().unwrap() > 0, "{json}");
     let history = db.json(&["show", DONE])["history"]
@@ -407,9 +399,8 @@ fn prune_keeps_runs_verifiable() {
     assert_eq!(code(&zero), 2);
 }
 
-#[test]
-fn verify_passes_on_clean_runs() {
-    let db = Db::populated();
+fn verify_passes_on_clean_runs(new_db: fn() -> Db) {
+    let db = new_db();
     for id in [PAID_WAITING, DONE, CANCELLED, DECLINED, STUCK, SAGA_STUCK] {
         let out = db.ok(&["verify", id]);
         assert!(out.contains("hash chain intact"), "{id}: {out}");
@@ -439,9 +430,8 @@ fn assert_tampered(db: &Db, run: &str, version: u64, kind: &str) {
     assert_eq!(report["problem"]["version"], version, "{report}");
 }
 
-#[test]
-fn verify_detects_a_modified_row() {
-    let db = Db::populated();
+fn verify_detects_a_modified_row(new_db: fn() -> Db) {
+    let db = new_db();
     db.sql(&[&format!(
         "UPDATE transitions SET to_state = 'Cancelled' WHERE run_id = '{DONE}' AND version = 3"
     )]);
@@ -460,28 +450,27 @@ fn verify_detects_a_modified_row() {
         .collect();
     assert_eq!(broken, [DONE]);
 
-    let db = Db::populated();
+    let db = new_db();
     db.sql(&[&format!(
         "UPDATE transitions SET hash = 'deadbeef' WHERE run_id = '{DONE}' AND version = 1"
     )]);
     assert_tampered(&db, DONE, 1, "modified");
 
-    let db = Db::populated();
+    let db = new_db();
     db.sql(&[&format!(
         "UPDATE transitions SET from_state = 'Start' WHERE run_id = '{DONE}' AND version = 2"
     )]);
     assert_tampered(&db, DONE, 2, "modified");
 }
 
-#[test]
-fn verify_detects_a_deleted_row() {
-    let db = Db::populated();
+fn verify_detects_a_deleted_row(new_db: fn() -> Db) {
+    let db = new_db();
     db.sql(&[&format!(
         "DELETE FROM transitions WHERE run_id = '{DONE}' AND version = 2"
     )]);
     assert_tampered(&db, DONE, 2, "deleted");
 
-    let db = Db::populated();
+    let db = new_db();
     let last = db.json(&["show", DONE])["run"]["version"].as_u64().unwrap();
     db.sql(&[&format!(
         "DELETE FROM transitions WHERE run_id = '{DONE}' AND version = {last}"
@@ -489,9 +478,8 @@ fn verify_detects_a_deleted_row() {
     assert_tampered(&db, DONE, last, "deleted");
 }
 
-#[test]
-fn verify_detects_reordered_rows() {
-    let db = Db::populated();
+fn verify_detects_reordered_rows(new_db: fn() -> Db) {
+    let db = new_db();
     // Swap versions 1 and 2 (through a free number: the key is (run_id, version)).
     db.sql(&[
         &format!("UPDATE transitions SET version = 1000 WHERE run_id = '{DONE}' AND version = 1"),
@@ -536,9 +524,8 @@ fn demo_database() {
     println!("wrote {path}: try `agentctl --db {path} runs`");
 }
 
-#[test]
-fn colours_only_when_asked_or_on_a_terminal() {
-    let db = Db::populated();
+fn colours_only_when_asked_or_on_a_terminal(new_db: fn() -> Db) {
+    let db = new_db();
     // Piped (as here), output is plain.
     let plain = db.ok(&["runs"]);
     assert!(!plain.contains('\u{1b}'), "{plain}");
@@ -548,12 +535,58 @@ fn colours_only_when_asked_or_on_a_terminal() {
     assert!(!json.contains('\u{1b}'));
 }
 
-#[test]
-fn json_errors_are_json() {
-    let db = Db::populated();
+fn json_errors_are_json(new_db: fn() -> Db) {
+    let db = new_db();
     let out = db.agentctl(&["--json", "show", "no-such-run"]);
     assert_eq!(code(&out), 1);
     let err: Value = serde_json::from_slice(&out.stdout).expect("a JSON error on stdout");
     assert_eq!(err["error"], "run `no-such-run` not found");
     assert!(err["hint"].as_str().unwrap().contains("agentctl runs"));
 }
+
+/// Every test above runs on SQLite, and on PostgreSQL when one is configured.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::Db::sqlite);
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    if !super::Db::postgres_available() {
+                        println!(
+                            "skipped on PostgreSQL: set DATABASE_URL or AGENTCTL_TEST_PG to a postgres:// URL"
+                        );
+                        return;
+                    }
+                    super::$name(super::Db::postgres);
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    runs_lists_and_filters,
+    show_prints_the_timeline,
+    show_snapshot,
+    show_json_and_missing_run,
+    graph_exports,
+    tools_kill_switch,
+    signal_resumes_a_waiting_run,
+    stats_per_tool,
+    retry_and_resume_requeue,
+    prune_keeps_runs_verifiable,
+    verify_passes_on_clean_runs,
+    verify_detects_a_modified_row,
+    verify_detects_a_deleted_row,
+    verify_detects_reordered_rows,
+    colours_only_when_asked_or_on_a_terminal,
+    json_errors_are_json,
+);

@@ -21,13 +21,6 @@ pub struct Db {
     pub runtime: tokio::runtime::Runtime,
 }
 
-/// The PostgreSQL database of `AGENTCTL_TEST_PG` (a URL), if set.
-fn pg_url() -> Option<String> {
-    std::env::var("AGENTCTL_TEST_PG")
-        .ok()
-        .filter(|s| !s.is_empty())
-}
-
 /// The runs every test database holds.
 pub const PAID_WAITING: &str = "order-waiting";
 pub const DONE: &str = "order-done";
@@ -36,9 +29,32 @@ pub const DECLINED: &str = "order-declined";
 pub const STUCK: &str = "order-stuck";
 pub const SAGA_STUCK: &str = "order-saga-stuck";
 
+/// The PostgreSQL server to test against: `AGENTCTL_TEST_PG`, else a `postgres://`
+/// `DATABASE_URL` (`scripts/test` sets one).
+fn pg_url() -> Option<String> {
+    ["AGENTCTL_TEST_PG", "DATABASE_URL"]
+        .into_iter()
+        .filter_map(|k| std::env::var(k).ok())
+        .find(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
+}
+
 impl Db {
     /// A fresh SQLite file with the fixture's runs.
-    pub fn populated() -> Self {
+    pub fn sqlite() -> Self {
+        Self::new(false)
+    }
+
+    /// A fresh PostgreSQL schema with the fixture's runs (dropped at the end).
+    pub fn postgres() -> Self {
+        Self::new(true)
+    }
+
+    /// Whether a PostgreSQL server is configured for the tests.
+    pub fn postgres_available() -> bool {
+        pg_url().is_some()
+    }
+
+    fn new(postgres: bool) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("agent-runs.sqlite3");
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -47,7 +63,8 @@ impl Db {
             .build()
             .expect("runtime");
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let pg = pg_url().map(|url| {
+        let pg = postgres.then(|| {
+            let url = pg_url().expect("a postgres:// URL in AGENTCTL_TEST_PG or DATABASE_URL");
             let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             (url, format!("agentctl_test_{}_{n}", std::process::id()))
         });
