@@ -582,7 +582,10 @@ mod tests {
         assert!(unknown_fields(&schema, &serde_json::json!({ "sku": "a" })).is_ok());
         let err =
             unknown_fields(&schema, &serde_json::json!({ "sku": "a", "admin": true })).unwrap_err();
-        assert!(err.starts_with("unknown field `admin`, expected one of: "), "{err}");
+        assert!(
+            err.starts_with("unknown field `admin`, expected one of: "),
+            "{err}"
+        );
         let open = serde_json::json!({ "properties": { "sku": {} }, "additionalProperties": true });
         assert!(unknown_fields(&open, &serde_json::json!({ "x": 1 })).is_ok());
         assert!(unknown_fields(&schema, &serde_json::json!(5)).is_ok());

@@ -549,6 +549,69 @@ pub async fn check_read_cache(store: Arc<dyn Store>) -> Result<(), String> {
     Ok(())
 }
 
+/// Fields configured for redaction never reach the journal or the router, while input
+/// hashes still identify the real input.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_redaction(store: Arc<dyn Store>) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen_by_router = Arc::clone(&seen);
+    let router = crate::router::ScriptedRouter::from_fn(move |req| {
+        if let Ok(mut s) = seen_by_router.lock() {
+            s.push(serde_json::to_string(req).unwrap_or_default());
+        }
+        if req.tool_results.iter().any(|r| r.tool == "Lookup") {
+            crate::router::ScriptedRouter::choose("Pay", "{}")
+        } else {
+            crate::router::ScriptedRouter::choose("Lookup", r#"{"sku":"router-check"}"#)
+        }
+    });
+    let r = Runner::<Order, Behaviour>::new(Arc::clone(&store), Behaviour, fixture::tools(&world))
+        .map_err(|e| e.to_string())?
+        .with_router(Arc::new(router))
+        .with_config(RunnerConfig {
+            redact_fields: vec![
+                "cents".into(),
+                "reservation".into(),
+                "reservations".into(),
+                "sku".into(),
+            ],
+            ..config("w")
+        });
+    start(&r, "redacted").await?;
+    let record = r.run("redacted").await.map_err(|e| e.to_string())?;
+    if record.status != RunStatus::Completed {
+        return Err(format!("status {}", record.status));
+    }
+    let journal = store
+        .journal("redacted", None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let charge = journal
+        .iter()
+        .find(|e| e.name == "Charge")
+        .ok_or("no Charge entry")?;
+    if charge.input != json!({ "cents": "[redacted]" }) {
+        return Err(format!("journaled Charge input {}", charge.input));
+    }
+    if charge.input_hash != crate::store::input_hash(&json!({ "cents": 200 })) {
+        return Err("the input hash does not identify the real input".into());
+    }
+    let text = serde_json::to_string(&journal).map_err(|e| e.to_string())?;
+    for secret in ["\"bb\"", "res-"] {
+        if text.contains(secret) {
+            return Err(format!("`{secret}` reached the journal"));
+        }
+    }
+    let asked = seen.lock().map(|s| s.join("\n")).unwrap_or_default();
+    if asked.is_empty() || asked.contains("res-") || asked.contains("router-check") {
+        return Err(format!("a redacted value reached the router: {asked}"));
+    }
+    Ok(())
+}
+
 /// Expand to one `#[tokio::test]` per runner check, each on a fresh store from `setup`
 /// (an `Arc` of a store, or an `Option` of one whose `None` skips the test).
 #[macro_export]
@@ -563,6 +626,7 @@ macro_rules! runner_conformance {
             check_kill_switch,
             check_illegal_router_answers,
             check_read_cache,
+            check_redaction,
         );
     };
     (@each $setup:expr, $($check:ident),* $(,)?) => {

@@ -57,8 +57,9 @@ pub struct RunnerConfig {
     /// case-insensitively, at any depth): replaced by `"[redacted]"` in journaled tool inputs
     /// and outputs and in the state and tool results sent to the router. Input hashes are
     /// computed before redaction. A handler resumed after a crash sees the redacted output of
-    /// a journaled call, so keep secrets out of tool outputs the handler needs again (and out
-    /// of the typed state, which is stored as it is).
+    /// a journaled call, and compensations are computed from the journaled call: keep secrets
+    /// out of tool outputs that a handler or a compensation needs again (and out of the typed
+    /// state, which is stored as it is).
     pub redact_fields: Vec<String>,
 }
 
