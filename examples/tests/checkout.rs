@@ -193,3 +193,61 @@ async fn triage_approval_is_bound_to_the_exact_refund_and_survives_restart() {
     assert_eq!(desk.refunds().len(), 1);
     assert_eq!(second.run("b").await.unwrap().status, RunStatus::Waiting);
 }
+
+#[test]
+fn checkout_graph_exports_render_and_round_trip() {
+    use agent_core::{Agent, GraphDescription};
+    let graph = Checkout::graph();
+    assert_eq!(
+        GraphDescription::from_yaml(&graph.to_yaml()).unwrap(),
+        *graph
+    );
+    assert_eq!(
+        GraphDescription::from_json(&graph.to_json()).unwrap(),
+        *graph
+    );
+    let mermaid = graph.to_mermaid();
+    assert!(
+        mermaid.starts_with("stateDiagram-v2\n")
+            && mermaid.contains("Payment --> Failed : on error")
+    );
+    let dot = graph.to_dot();
+    match std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(mut child) => {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(dot.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "dot rejected the export: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
+        }
+        Err(_) => eprintln!(
+            "graphviz `dot` is not installed: DOT rendering not checked (apt-get install graphviz)"
+        ),
+    }
+}
+
+/// The fingerprint is a pure function of the declared graph: the same on every build and
+/// machine. This golden value changes only when the checkout agent's graph changes (states,
+/// edges, tools, kinds or state data); update it then, on purpose.
+#[test]
+fn checkout_fingerprint_is_stable_across_builds() {
+    use agent_core::Agent;
+    assert_eq!(Checkout::graph().fingerprint(), GOLDEN_FINGERPRINT);
+}
+
+const GOLDEN_FINGERPRINT: &str = "5c193f286eecad18da009e74d78fb0c0563cf421cefc297530ccdc0ef57fb9c9";
