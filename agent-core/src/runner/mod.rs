@@ -357,9 +357,15 @@ where
                 self.release(&lease).await;
                 return Ok(record);
             }
+            // After a commit of our own, nothing can be journaled at the new version yet:
+            // the next step skips reading its journal.
+            let mut fresh = false;
             loop {
-                match self.step(&mut lease, record).await? {
-                    StepOutcome::Committed(next) => record = next,
+                match self.step_inner(&mut lease, record, fresh).await? {
+                    StepOutcome::Committed(next) => {
+                        record = next;
+                        fresh = true;
+                    }
                     StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
                         self.release(&lease).await;
                         return Ok(r);
@@ -385,6 +391,15 @@ where
         &self,
         lease: &mut Lease,
         record: RunRecord,
+    ) -> Result<StepOutcome, RunnerError> {
+        self.step_inner(lease, record, false).await
+    }
+
+    async fn step_inner(
+        &self,
+        lease: &mut Lease,
+        record: RunRecord,
+        fresh: bool,
     ) -> Result<StepOutcome, RunnerError> {
         if record.agent != A::NAME {
             return Err(RunnerError::WrongAgent {
@@ -412,7 +427,7 @@ where
             state = record.state_name.as_str(),
             version = record.version
         );
-        step::execute::<A, H>(self, lease, record, state)
+        step::execute::<A, H>(self, lease, record, state, fresh)
             .instrument(span)
             .await
     }

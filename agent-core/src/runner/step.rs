@@ -33,6 +33,8 @@ pub(crate) struct StepCx<'r> {
     journal: Mutex<BTreeMap<u32, JournalEntry>>,
     /// Successful read results of the whole run, by (tool, input hash); loaded on first use.
     read_cache: tokio::sync::Mutex<Option<HashMap<(String, String), Value>>>,
+    /// Tools switched off in the registry; loaded on the first tool call of the step.
+    switches: tokio::sync::Mutex<Option<std::collections::HashSet<String>>>,
     seq: AtomicU32,
     tool_calls: AtomicU32,
     /// In an LLM-routed state: the transition the router chose, set before the handler runs.
@@ -64,6 +66,7 @@ impl<'r> StepCx<'r> {
             lease: Mutex::new(lease),
             journal: Mutex::new(journal),
             read_cache: tokio::sync::Mutex::new(None),
+            switches: tokio::sync::Mutex::new(None),
             seq: AtomicU32::new(0),
             tool_calls: AtomicU32::new(0),
             route_name: std::sync::OnceLock::new(),
@@ -290,7 +293,7 @@ impl<'r> StepCx<'r> {
         if keyed(tool.kind()) || kind == EntryKind::Compensation {
             entry.idempotency_key = Some(idempotency_key(&self.run_id, self.version, seq));
         }
-        let enabled = match self.inner.store.tool_enabled(name).await {
+        let enabled = match self.tool_enabled(name).await {
             Ok(v) => v,
             Err(e) => {
                 self.set_fatal(e.into());
@@ -423,6 +426,24 @@ impl<'r> StepCx<'r> {
         result
     }
 
+    /// The tool registry, read once per step: a switch takes effect at the next step.
+    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
+        let mut switches = self.switches.lock().await;
+        if switches.is_none() {
+            let off = self
+                .inner
+                .store
+                .tool_switches()
+                .await?
+                .into_iter()
+                .filter(|s| !s.enabled)
+                .map(|s| s.tool)
+                .collect();
+            *switches = Some(off);
+        }
+        Ok(!switches.as_ref().is_some_and(|off| off.contains(tool)))
+    }
+
     async fn cached_read(&self, tool: &str, hash: &str) -> Option<Value> {
         let mut cache = self.read_cache.lock().await;
         if cache.is_none() {
@@ -510,6 +531,7 @@ pub(super) async fn execute<A, H>(
     lease: &mut Lease,
     record: RunRecord,
     state: A,
+    fresh: bool,
 ) -> Result<StepOutcome, RunnerError>
 where
     A: Agent + Handle<H>,
@@ -577,14 +599,18 @@ where
         }
     }
 
-    let journal: BTreeMap<u32, JournalEntry> = inner
-        .store
-        .journal(&record.id, Some(record.version))
-        .await?
-        .into_iter()
-        .filter(|e| e.kind != EntryKind::Compensation)
-        .map(|e| (e.seq, e))
-        .collect();
+    let journal: BTreeMap<u32, JournalEntry> = if fresh {
+        BTreeMap::new()
+    } else {
+        inner
+            .store
+            .journal(&record.id, Some(record.version))
+            .await?
+            .into_iter()
+            .filter(|e| e.kind != EntryKind::Compensation)
+            .map(|e| (e.seq, e))
+            .collect()
+    };
     let cx = StepCx::new(inner, &record, desc, lease.clone(), journal, wake);
 
     let handler = async {
