@@ -83,6 +83,8 @@ pub enum Command {
     Runs(RunsArgs),
     /// Show a run's timeline: versions, tool calls, decisions, compensations, signals.
     Show(RunArg),
+    /// Print a run's state at a version (time travel), as JSON.
+    State(StateArgs),
     /// Draw an agent's graph, optionally with a run's path overlaid.
     Graph(GraphArgs),
     /// Per-tool call statistics: count, latency percentiles, errors by code.
@@ -107,6 +109,15 @@ pub enum Command {
 pub struct RunArg {
     /// The run's id.
     pub run: String,
+}
+
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// The run's id.
+    pub run: String,
+    /// The version (default: the current one).
+    #[arg(long, value_name = "VERSION")]
+    pub at: Option<u64>,
 }
 
 #[derive(Debug, Args)]

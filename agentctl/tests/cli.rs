@@ -149,6 +149,27 @@ fn show_json_and_missing_run(new_db: fn() -> Db) {
     assert!(err.contains("agentctl runs"), "{err}");
 }
 
+fn state_time_travel(new_db: fn() -> Db) {
+    let db = new_db();
+    let v0: Value = serde_json::from_str(&db.ok(&["state", DONE, "--at", "0"])).unwrap();
+    assert_eq!(
+        v0,
+        serde_json::json!({ "Start": { "items": ["apple", "kiwi"] } })
+    );
+    let now: Value = serde_json::from_str(&db.ok(&["state", DONE])).unwrap();
+    assert!(now["Done"]["payment_id"].is_string(), "{now}");
+    let json = db.json(&["state", DONE, "--at", "1"]);
+    assert_eq!(json["state_name"], "Decide");
+    assert_eq!(json["version"], 1);
+    let future = db.agentctl(&["state", DONE, "--at", "99"]);
+    assert_eq!(code(&future), 1);
+    assert!(
+        stderr(&future).contains("it is at version 4"),
+        "{}",
+        stderr(&future)
+    );
+}
+
 fn graph_exports(new_db: fn() -> Db) {
     let db = new_db();
     let dot = db.ok(&["graph", "Order", "--format", "dot"]);
@@ -573,6 +594,7 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    state_time_travel,
     runs_lists_and_filters,
     show_prints_the_timeline,
     show_snapshot,

@@ -17,6 +17,7 @@ mod requeue;
 mod runs;
 mod show;
 mod signal;
+mod state;
 mod stats;
 mod tools;
 mod verify;
@@ -45,6 +46,7 @@ pub async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
     match cli.command {
         Command::Runs(args) => runs::run(&cx, args).await,
         Command::Show(args) => show::run(&cx, &args.run).await,
+        Command::State(args) => state::run(&cx, &args).await,
         Command::Graph(args) => graph::run(&cx, args).await,
         Command::Stats(args) => stats::run(&cx, args).await,
         Command::Signal(args) => signal::run(&cx, args).await,
