@@ -62,8 +62,8 @@ pub const CLAIMABLE: &str = "SELECT r.id FROM runs r \
 pub const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING lease_expires_at";
 
-pub const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL \
-     WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
+pub const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
+     claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
 pub const UPSERT_ENTRY: &str = "INSERT INTO journal (run_id, version, seq, kind, state, name, \
      tool_kind, input_hash, input, idempotency_key, status, output, output_external, \

@@ -401,6 +401,16 @@ pub async fn check_wait_survives_restart(store: Arc<dyn Store>) -> Result<(), St
             record.status, record.waiting_for
         ));
     }
+    // Looking at a waiting run again and again is not a crash loop.
+    for _ in 0..2 * RunnerConfig::default().max_claims_without_progress {
+        let again = first.run("waits").await.map_err(|e| e.to_string())?;
+        if again.status != RunStatus::Waiting {
+            return Err(format!(
+                "a waiting run polled repeatedly became {}",
+                again.status
+            ));
+        }
+    }
     drop(first);
     let second = runner(&store, &world, "Pay", "after-restart")?;
     second

@@ -398,6 +398,8 @@ impl Store for MemoryStore {
             if data.record.epoch == lease.epoch && data.record.lease_owner.is_some() {
                 data.record.lease_owner = None;
                 data.record.lease_expires_at = None;
+                // A worker that releases its lease did not crash in the step.
+                data.record.claims_without_progress = 0;
                 true
             } else {
                 false

@@ -566,6 +566,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;
 
     /// Give the lease up (after a commit that leaves the run waiting or final, or on shutdown).
+    /// Resets `claims_without_progress`: a worker that releases its lease did not crash.
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
 
     /// Durably record (insert or replace) a journal entry, fenced by the lease epoch.
