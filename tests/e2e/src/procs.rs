@@ -149,8 +149,18 @@ pub async fn run_worker(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> WorkerReport {
     let started = std::time::Instant::now();
-    let store = connect_store(opts).await;
-    let svc_pool = connect_service(opts).await;
+    tokio::pin!(shutdown);
+    let connect = async { (connect_store(opts).await, connect_service(opts).await) };
+    let (store, svc_pool) = tokio::select! {
+        c = connect => c,
+        () = &mut shutdown => {
+            return WorkerReport {
+                worker_id: opts.worker_id.clone(),
+                vm_hwm_kb: vm_hwm_kb(),
+                ..WorkerReport::default()
+            };
+        }
+    };
     let svc = Arc::new(Service::new(
         svc_pool.clone(),
         &opts.worker_id,
@@ -184,7 +194,7 @@ pub async fn run_worker(
     };
     let stop = async {
         tokio::select! {
-            () = shutdown => {}
+            () = &mut shutdown => {}
             () = done => {}
         }
     };
@@ -345,11 +355,69 @@ pub async fn create_runs(db: &crate::db::TestDb, from: u64, to: u64) {
 /// Poll until every run in the schema is final, or `timeout`. Returns whether they are.
 pub async fn wait_all_final(db: &crate::db::TestDb, expect: u64, timeout: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + timeout;
-    while tokio::time::Instant::now() < deadline {
+    loop {
         if all_done(&db.pool, expect).await {
             return true;
         }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    false
+}
+
+/// A run a worker held when it was killed, paused or cut off.
+#[derive(Clone, Debug)]
+pub struct Held {
+    /// The run.
+    pub run_id: String,
+    /// Its version then.
+    pub version: i64,
+    /// When its lease was due to expire (ms).
+    pub lease_expires_ms: i64,
+}
+
+/// The unfinished runs `worker` holds a lease on.
+///
+/// # Panics
+/// When the database cannot be read.
+pub async fn held_runs(pool: &sqlx::PgPool, worker: &str) -> Vec<Held> {
+    let rows: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
+        "SELECT id, version, ts_to_ms(lease_expires_at) FROM runs WHERE lease_owner = $1 \
+         AND status NOT IN ('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered')",
+    )
+    .bind(worker)
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(|e| panic!("held runs: {e}"));
+    rows.into_iter()
+        .map(|(run_id, version, exp)| Held {
+            run_id,
+            version,
+            lease_expires_ms: exp.unwrap_or(0),
+        })
+        .collect()
+}
+
+/// For each run held at `at` (ms), how long until another worker committed its next
+/// version: the recovery (takeover) time, ms. Runs never moved again are skipped.
+///
+/// # Panics
+/// When the database cannot be read.
+pub async fn recovery_times(pool: &sqlx::PgPool, at: i64, held: &[Held]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(held.len());
+    for h in held {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT ts_to_ms(created_at) FROM transitions WHERE run_id = $1 AND version = $2",
+        )
+        .bind(&h.run_id)
+        .bind(h.version + 1)
+        .fetch_optional(pool)
+        .await
+        .unwrap_or_else(|e| panic!("recovery time: {e}"));
+        if let Some((t,)) = row {
+            out.push(t - at);
+        }
+    }
+    out
 }

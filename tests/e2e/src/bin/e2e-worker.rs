@@ -24,13 +24,17 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+    // Registered before connecting, so an early SIGTERM is a clean shutdown too.
+    let mut sigterm = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("e2e-worker: cannot handle SIGTERM: {e}");
+            std::process::exit(2);
         }
+    };
+    let term = async move {
+        sigterm.recv().await;
     };
     let report = run_worker(&opts, term).await;
     println!(
