@@ -108,8 +108,7 @@ pub enum PgSetupError {
 /// The head of a run as this process last saw it: what the next commit diffs against.
 #[derive(Debug, Clone)]
 struct Head {
-    version: u64,
-    state: Value,
+    record: RunRecord,
     last_hash: String,
     patch_bytes: u64,
 }
@@ -243,7 +242,10 @@ impl PgStore {
 
     fn cached_head(&self, run_id: &str, version: u64) -> Option<Head> {
         let heads = self.heads.lock().unwrap_or_else(PoisonError::into_inner);
-        heads.get(run_id).filter(|h| h.version == version).cloned()
+        heads
+            .get(run_id)
+            .filter(|h| h.record.version == version)
+            .cloned()
     }
 
     /// Read a run row, remembering its head for the next commit.
@@ -516,8 +518,7 @@ fn row_to_run(row: &PgRow) -> Result<(RunRecord, Head), StoreError> {
         id: id.clone(),
     };
     let head = Head {
-        version: record.version,
-        state: record.state.clone(),
+        record: record.clone(),
         last_hash: row.try_get("last_hash").map_err(c)?,
         patch_bytes: to_u64(row.try_get("patch_bytes")).map_err(c)?,
     };
@@ -801,39 +802,32 @@ impl Store for PgStore {
         let head = match self.cached_head(run_id, commit.expected_version) {
             Some(h) => h,
             None => {
-                let row = sqlx::query(sql::COMMIT_BASE)
+                let row = sqlx::query(sql::LOAD_RUN)
                     .bind(run_id)
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(db_err)?
                     .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
-                let c = |e: sqlx::Error| corrupt(run_id, e);
-                let version = to_u64(row.try_get("version")).map_err(c)?;
-                let epoch = to_u64(row.try_get("epoch")).map_err(c)?;
-                if epoch != lease.epoch {
+                let (record, head) = row_to_run(&row)?;
+                if record.epoch != lease.epoch {
                     return Err(StoreError::LeaseLost {
                         run_id: run_id.to_owned(),
                         epoch: lease.epoch,
                     });
                 }
-                if version != commit.expected_version {
+                if record.version != commit.expected_version {
                     return Err(StoreError::Conflict {
                         run_id: run_id.to_owned(),
                         expected: commit.expected_version,
-                        found: version,
+                        found: record.version,
                     });
                 }
-                Head {
-                    version,
-                    state: row.try_get("state").map_err(c)?,
-                    last_hash: row.try_get("last_hash").map_err(c)?,
-                    patch_bytes: to_u64(row.try_get("patch_bytes")).map_err(c)?,
-                }
+                head
             }
         };
         let version = commit.expected_version + 1;
         let (payload, patch_bytes) =
-            history::encode(Some(&head.state), &commit.state, head.patch_bytes);
+            history::encode(Some(&head.record.state), &commit.state, head.patch_bytes);
         let hash = transition_hash(
             &head.last_hash,
             run_id,
@@ -846,7 +840,12 @@ impl Store for PgStore {
             VersionPayload::Snapshot(v) => ("snapshot", v),
             VersionPayload::Patch(v) => ("patch", v),
         };
-        let row = sqlx::query(sql::COMMIT_STEP)
+        let statement = if commit.consumed_signal.is_some() {
+            sql::COMMIT_STEP_CONSUMING
+        } else {
+            sql::COMMIT_STEP
+        };
+        let mut query = sqlx::query(statement)
             .bind(run_id)
             .bind(to_i64(lease.epoch))
             .bind(to_i64(commit.expected_version))
@@ -860,15 +859,39 @@ impl Store for PgStore {
             .bind(commit.error.as_ref().map(|e| e.message.as_str()))
             .bind(&hash)
             .bind(to_i64(patch_bytes))
-            .bind(commit.consumed_signal)
             .bind(commit.kind.as_str())
             .bind(payload_kind)
-            .bind(&body)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
+            .bind(&body);
+        if let Some(signal) = commit.consumed_signal {
+            query = query.bind(signal);
+        }
+        let row = query.fetch_optional(&self.pool).await.map_err(db_err)?;
         if let Some(row) = row {
-            return self.run_from_row(&row);
+            // The statement returns only what it changed beyond the commit itself; the rest
+            // of the record is the head this commit was based on.
+            let c = |e: sqlx::Error| corrupt(run_id, e);
+            let mut record = head.record;
+            record.version = version;
+            record.state_name.clone_from(&commit.to_state);
+            record.state = commit.state.clone();
+            record.status = commit.status;
+            record.waiting_for.clone_from(&commit.waiting_for);
+            record.wake_at = commit.wake_at;
+            record.error.clone_from(&commit.error);
+            record.epoch = lease.epoch;
+            record.claims_without_progress = 0;
+            record.lease_owner = row.try_get("lease_owner").map_err(c)?;
+            record.lease_expires_at = row.try_get("lease_expires_at").map_err(c)?;
+            record.updated_at = row.try_get("updated_at").map_err(c)?;
+            self.remember(
+                run_id,
+                Head {
+                    record: record.clone(),
+                    last_hash: hash,
+                    patch_bytes,
+                },
+            );
+            return Ok(record);
         }
         // Zero rows: tell the caller why, from the run's head.
         match self.head_of(run_id).await? {

@@ -89,7 +89,7 @@ pub const RENEW_LEASE: &str = "UPDATE runs \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING ts_to_ms(lease_expires_at)";
 
 pub const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner = NULL, \
-     lease_expires_at = NULL WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL \
+     lease_expires_at = NULL, claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL \
      RETURNING id, status) \
      SELECT pg_notify($3, id) AS notified FROM upd";
 
@@ -128,30 +128,38 @@ pub const JOURNAL: &str = concat!(
      WHERE j.run_id = $1 AND ($2::bigint IS NULL OR j.version = $2) ORDER BY j.version, j.seq"
 );
 
-/// The base of a commit when the caller's view is not cached: the run's head.
-pub const COMMIT_BASE: &str =
-    "SELECT version, epoch, state, last_hash, patch_bytes FROM runs WHERE id = $1";
-
 /// One step, one statement: the compare-and-set on version and epoch is the `WHERE` of the
 /// update, and every other write hangs off its `RETURNING`, so a stale writer writes nothing.
-pub const COMMIT_STEP: &str = concat!(
-    "WITH upd AS (UPDATE runs SET version = $3 + 1, state_name = $5, state = $6, status = $7, \
-     waiting_for = $8, wake_at = ms_to_ts($9), error_code = $10, error_message = $11, \
-     claims_without_progress = 0, last_hash = $12, patch_bytes = $13, \
-     updated_at = clock_timestamp() \
-     WHERE id = $1 AND epoch = $2 AND version = $3 \
-     AND ($14::bigint IS NULL OR EXISTS (SELECT 1 FROM signals WHERE id = $14 AND run_id = $1 \
-       AND consumed_at_version IS NULL)) \
-     RETURNING ",
-    run_cols!(),
-    "), tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
-     epoch, created_at, hash, payload_kind, payload) \
-     SELECT id, version, $4::text, $5::text, $15::text, status, epoch, ms_to_ts(updated_at), \
-     $12::text, $16::text, $17::jsonb \
-     FROM upd), \
-     sig AS (UPDATE signals SET consumed_at_version = upd.version FROM upd \
-     WHERE signals.id = $14 AND signals.run_id = upd.id) \
-     SELECT * FROM upd"
+/// Two variants: with and without a consumed signal (so a plain step does not touch
+/// `signals` at all).
+macro_rules! commit_step {
+    ($signal_check:literal, $signal_update:literal) => {
+        concat!(
+            "WITH upd AS (UPDATE runs SET version = $3 + 1, state_name = $5, state = $6, \
+             status = $7, waiting_for = $8, wake_at = ms_to_ts($9), error_code = $10, \
+             error_message = $11, claims_without_progress = 0, last_hash = $12, \
+             patch_bytes = $13, updated_at = clock_timestamp() \
+             WHERE id = $1 AND epoch = $2 AND version = $3",
+            $signal_check,
+            " RETURNING id, version, status, epoch, lease_owner, lease_expires_at, updated_at), \
+             tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, \
+             status, epoch, created_at, hash, payload_kind, payload) \
+             SELECT id, version, $4::text, $5::text, $14::text, status, epoch, updated_at, \
+             $12::text, $15::text, $16::jsonb FROM upd)",
+            $signal_update,
+            " SELECT lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
+             ts_to_ms(updated_at) AS updated_at FROM upd"
+        )
+    };
+}
+
+pub const COMMIT_STEP: &str = commit_step!("", "");
+
+pub const COMMIT_STEP_CONSUMING: &str = commit_step!(
+    " AND EXISTS (SELECT 1 FROM signals WHERE id = $17 AND run_id = $1 \
+     AND consumed_at_version IS NULL)",
+    ", sig AS (UPDATE signals SET consumed_at_version = upd.version FROM upd \
+     WHERE signals.id = $17 AND signals.run_id = upd.id)"
 );
 
 pub const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
