@@ -712,9 +712,9 @@ impl Store for SqliteStore {
             .map_err(db_err)?
             .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
         let c = |e: sqlx::Error| corrupt(run_id, e);
-        let found = to_u64(base.try_get("version")).map_err(c)?;
-        let epoch = to_u64(base.try_get("epoch")).map_err(c)?;
-        if epoch != lease.epoch {
+        let (mut record, _) = row_to_run(&base)?;
+        let found = record.version;
+        if record.epoch != lease.epoch {
             return Err(StoreError::LeaseLost {
                 run_id: run_id.to_owned(),
                 epoch: lease.epoch,
@@ -740,11 +740,10 @@ impl Store for SqliteStore {
                 )));
             }
         }
-        let prev = json_col(run_id, &base, "state")?;
         let last_hash: String = base.try_get("last_hash").map_err(c)?;
         let since = to_u64(base.try_get("patch_bytes")).map_err(c)?;
         let version = found + 1;
-        let (payload, patch_bytes) = history::encode(Some(&prev), &commit.state, since);
+        let (payload, patch_bytes) = history::encode(Some(&record.state), &commit.state, since);
         let hash = transition_hash(
             &last_hash,
             run_id,
@@ -757,7 +756,7 @@ impl Store for SqliteStore {
             VersionPayload::Snapshot(v) => ("snapshot", v),
             VersionPayload::Patch(v) => ("patch", v),
         };
-        let row = sqlx::query(sql::COMMIT_RUN)
+        sqlx::query(sql::COMMIT_RUN)
             .bind(run_id)
             .bind(to_i64(version))
             .bind(&commit.to_state)
@@ -770,7 +769,7 @@ impl Store for SqliteStore {
             .bind(&hash)
             .bind(to_i64(patch_bytes))
             .bind(now)
-            .fetch_one(&mut *tx)
+            .execute(&mut *tx)
             .await
             .map_err(db_err)?;
         sqlx::query(sql::INSERT_TRANSITION)
@@ -796,8 +795,16 @@ impl Store for SqliteStore {
                 .await
                 .map_err(db_err)?;
         }
-        let (record, _) = row_to_run(&row)?;
         tx.commit().await.map_err(db_err)?;
+        record.version = version;
+        record.state_name.clone_from(&commit.to_state);
+        record.state = commit.state.clone();
+        record.status = commit.status;
+        record.waiting_for.clone_from(&commit.waiting_for);
+        record.wake_at = commit.wake_at;
+        record.error.clone_from(&commit.error);
+        record.claims_without_progress = 0;
+        record.updated_at = now;
         Ok(record)
     }
 

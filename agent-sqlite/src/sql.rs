@@ -96,18 +96,15 @@ pub const JOURNAL: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.state, j
      AND o.version = j.version AND o.seq = j.seq \
      WHERE j.run_id = $1 AND ($2 IS NULL OR j.version = $2) ORDER BY j.version, j.seq";
 
-pub const COMMIT_BASE: &str =
-    "SELECT version, epoch, state, last_hash, patch_bytes FROM runs WHERE id = $1";
+pub const COMMIT_BASE: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
 
 pub const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
-pub const COMMIT_RUN: &str = concat!(
-    "UPDATE runs SET version = $2, state_name = $3, state = $4, status = $5, waiting_for = $6, \
-     wake_at = $7, error_code = $8, error_message = $9, claims_without_progress = 0, \
-     last_hash = $10, patch_bytes = $11, updated_at = $12 WHERE id = $1 RETURNING ",
-    run_cols!()
-);
+pub const COMMIT_RUN: &str = "UPDATE runs SET version = $2, state_name = $3, state = $4, \
+     status = $5, waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
+     claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12 \
+     WHERE id = $1";
 
 pub const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version = $2 WHERE id = $1";
 
