@@ -49,7 +49,7 @@
 //! happened. Resolve it by re-reading, never by committing blindly again: call
 //! [`Store::load_run`]; if `version == expected + 1` and `epoch` is the lease's epoch and the
 //! state is the one committed, the commit happened; if `version == expected`, it did not and
-//! may be retried with the same [`StepCommit`](agent_core::store::StepCommit); anything else
+//! may be retried with the same [`StepCommit`]; anything else
 //! means another worker moved the run, so stop.
 //!
 //! ## Feature flags
