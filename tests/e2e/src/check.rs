@@ -13,7 +13,8 @@
 //!    workers whose answer could not be journaled: at most one ask per question comes from a
 //!    worker that did not crash.
 //! 5. At most one worker executed a step at a time: the calls of a `(run, version)` never
-//!    interleave between workers (A, B, A), and each run reached a final status once.
+//!    interleave between workers (A, B, A), no two live workers' executions of a step
+//!    overlap in time, and each run reached a final status once.
 //! 6. Runs whose rows a test corrupted are quarantined with no tool call; no other run is.
 //! 7. Storage per version is bounded (bytes per version reported).
 
@@ -356,23 +357,53 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
 
     // (5) executors per step, (4) questions asked twice.
     let calls = sqlx::query(
-        "SELECT run_id, version, worker, started_ms FROM e2e_calls ORDER BY run_id, version, \
-         started_ms, id",
+        "SELECT run_id, version, worker, started_ms, finished_ms FROM e2e_calls \
+         ORDER BY run_id, version, started_ms, id",
     )
     .fetch_all(pool)
     .await
     .unwrap_or_else(q);
     report.executions = calls.len() as u64;
     let mut steps: BTreeMap<(String, i64), Vec<String>> = BTreeMap::new();
+    // Per step: (worker, started, finished) of each execution.
+    type Span = (String, i64, i64);
+    let mut spans: BTreeMap<(String, i64), Vec<Span>> = BTreeMap::new();
     for c in &calls {
         let run: String = c.get("run_id");
         if expect.corrupted.contains(&run) {
             report.violation(format!("corrupted run {run} executed a tool"));
         }
+        let worker: String = c.get("worker");
+        let start: i64 = c.get("started_ms");
+        // An execution that never finished (its worker was killed) ended at the latest when
+        // it started, as far as another worker can tell.
+        let end = c.get::<Option<i64>, _>("finished_ms").unwrap_or(start);
+        spans
+            .entry((run.clone(), c.get("version")))
+            .or_default()
+            .push((worker.clone(), start, end));
         steps
             .entry((run, c.get("version")))
             .or_default()
-            .push(c.get("worker"));
+            .push(worker);
+    }
+    for ((run, version), calls) in &spans {
+        // Two live workers executing the same step at the same time (crashed, paused and
+        // cut-off workers excepted: their in-flight call may finish late, deduplicated by key).
+        let live: Vec<&Span> = calls
+            .iter()
+            .filter(|c| !expect.crashed_workers.contains(&c.0))
+            .collect();
+        for a in &live {
+            if let Some(b) = live.iter().find(|b| b.0 != a.0 && b.1 >= a.1 && b.1 < a.2) {
+                report.violation(format!(
+                    "run {run} v{version}: {} and {} executed the step at once ({}..{} ms and \
+                     from {} ms)",
+                    a.0, b.0, a.1, a.2, b.1
+                ));
+                break;
+            }
+        }
     }
     for ((run, version), workers) in &steps {
         let mut blocks: Vec<&String> = Vec::new();

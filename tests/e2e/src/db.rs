@@ -145,7 +145,10 @@ pub struct Cluster {
 }
 
 fn find_bin() -> Option<PathBuf> {
-    let mut candidates = vec![PathBuf::from("/usr/local/bin")];
+    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    candidates.push(PathBuf::from("/usr/local/bin"));
     if let Ok(dirs) = std::fs::read_dir("/usr/lib/postgresql") {
         let mut v: Vec<PathBuf> = dirs.flatten().map(|d| d.path().join("bin")).collect();
         v.sort();
@@ -177,7 +180,10 @@ impl Cluster {
     /// # Errors
     /// No PostgreSQL binaries, or `initdb`/`pg_ctl` failed.
     pub fn start(target_dir: &Path) -> Result<Self, String> {
-        let bin = find_bin().ok_or("no initdb/pg_ctl under /usr/local/bin or /usr/lib/postgresql/*/bin (apt-get install postgresql)")?;
+        let bin = find_bin().ok_or(
+            "no initdb/pg_ctl on PATH, under /usr/local/bin or /usr/lib/postgresql/*/bin \
+             (Debian/Ubuntu: apt-get install postgresql)",
+        )?;
         let root = target_dir.join("e2e-pg");
         std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
         let data = root.join(uuid::Uuid::new_v4().simple().to_string());

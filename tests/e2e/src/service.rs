@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS e2e_calls (
     tool       text    NOT NULL,
     key        text,
     worker     text    NOT NULL,
-    started_ms bigint  NOT NULL
+    started_ms bigint  NOT NULL,
+    finished_ms bigint
 );
 CREATE INDEX IF NOT EXISTS e2e_calls_step ON e2e_calls (run_id, version);
 CREATE TABLE IF NOT EXISTS e2e_llm_calls (
@@ -152,11 +153,12 @@ impl Service {
         }
     }
 
-    /// Record that a tool execution starts (the worker's clock, before any await).
+    /// Record that a tool execution starts (the worker's clock, before any await); returns
+    /// the execution's id for [`Self::finish_call`].
     ///
     /// # Errors
     /// The database stayed unreachable for a minute.
-    pub async fn record_call(&self, call: &Call<'_>) -> Result<(), String> {
+    pub async fn record_call(&self, call: &Call<'_>) -> Result<String, String> {
         let started = crate::now_ms();
         let id = uuid::Uuid::new_v4().simple().to_string();
         self.retry("record call", || {
@@ -173,6 +175,22 @@ impl Service {
             .bind(&self.worker)
             .bind(started)
             .execute(&self.pool)
+        })
+        .await?;
+        Ok(id)
+    }
+
+    /// Record that execution `id` finished (the worker's clock).
+    ///
+    /// # Errors
+    /// The database stayed unreachable for a minute.
+    pub async fn finish_call(&self, id: &str) -> Result<(), String> {
+        let finished = crate::now_ms();
+        self.retry("finish call", || {
+            sqlx::query("UPDATE e2e_calls SET finished_ms = $2 WHERE id = $1")
+                .bind(id)
+                .bind(finished)
+                .execute(&self.pool)
         })
         .await
         .map(drop)

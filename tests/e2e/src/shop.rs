@@ -105,7 +105,8 @@ async fn effect(
     tool: &str,
     target: &str,
 ) -> Result<(), ToolError> {
-    svc.record_call(&call(cx, tool))
+    let id = svc
+        .record_call(&call(cx, tool))
         .await
         .map_err(ToolError::retryable)?;
     svc.tool_latency.sleep().await;
@@ -115,7 +116,8 @@ async fn effect(
     }
     svc.apply(key, tool, &cx.run_id, target)
         .await
-        .map_err(ToolError::retryable)
+        .map_err(ToolError::retryable)?;
+    svc.finish_call(&id).await.map_err(ToolError::retryable)
 }
 
 impl Tool for Lookup {
@@ -131,8 +133,13 @@ impl Tool for Lookup {
 
 impl Execute for Lookup {
     async fn execute(&self, input: Sku, cx: &ToolContext) -> Result<Price, ToolError> {
-        self.0
+        let id = self
+            .0
             .record_call(&call(cx, Self::NAME))
+            .await
+            .map_err(ToolError::retryable)?;
+        self.0
+            .finish_call(&id)
             .await
             .map_err(ToolError::retryable)?;
         Ok(Price {

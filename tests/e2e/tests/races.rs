@@ -237,3 +237,57 @@ async fn zombie_round(url: &str, round: u64) {
     );
     db.drop().await;
 }
+
+/// A tool call or an LLM answer that takes longer than the lease. A worker that holds a run
+/// must keep its lease alive while it waits (issue 4: "holds leases with heartbeats");
+/// otherwise a second worker claims the run and executes the same step at the same time (the
+/// key keeps the effect single, but two executors run and the LLM is asked twice without
+/// any crash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: the runner renews leases only between calls, see RELIABILITY.md (Races)"]
+async fn calls_longer_than_the_lease_keep_one_executor() {
+    let Some(url) = database_url("long_calls").await else {
+        return;
+    };
+    let runs = size("E2E_LONG_RUNS", 8, 40);
+    let db = TestDb::create(&url, "long").await;
+    create_runs(&db, 0, runs).await;
+    let mut procs = Vec::new();
+    for name in ["slow-a", "slow-b"] {
+        let mut o = WorkerOpts::new(&url, &db.schema, name);
+        o.lease_ms = 1_000;
+        o.poll_ms = 100;
+        o.concurrency = 4;
+        o.tool_latency = (1_500, 1_800);
+        o.llm_latency = (1_500, 1_800);
+        o.exit_when_done = runs;
+        procs.push(WorkerProc::spawn(Path::new(BIN), &o));
+    }
+    let finished = wait_all_final(&db, runs, Duration::from_secs(180)).await;
+    let mut reports = Vec::new();
+    for p in procs {
+        let (_, r) = p.stop(Duration::from_secs(30));
+        reports.push(r);
+    }
+    assert!(finished, "runs still open");
+    let report = check(
+        &db.pool,
+        &Expect {
+            runs,
+            ..Expect::default()
+        },
+    )
+    .await;
+    println!(
+        "calls longer than the lease (1000 ms lease, 1500-1800 ms calls): steps executed by two \
+         workers {}, questions asked twice {}, executions deduplicated {}; workers {reports:?}",
+        report.steps_taken_over, report.reasked, report.deduplicated
+    );
+    println!("  check: {report:?}");
+    report.assert_clean();
+    assert_eq!(
+        report.steps_taken_over, 0,
+        "a live worker's step was taken over"
+    );
+    db.drop().await;
+}
