@@ -230,6 +230,10 @@ impl<'a, S: State> Ctx<'a, S> {
     /// Call tool `T` through the runner (timeout, retries, journal, idempotency key).
     /// Compiles only when `T` is listed in the state's `tools(...)`.
     ///
+    /// Calls are journaled by their index in the step: a resumed step must make the same
+    /// calls in the same order, so derive a handler's calls from its state and from earlier
+    /// results only (not from the clock or randomness), and await them one after another.
+    ///
     /// # Errors
     /// The tool's error after its retry policy is exhausted, or [`ErrorClass::Disabled`]
     /// when the tool is switched off.
