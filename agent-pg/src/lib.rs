@@ -34,8 +34,10 @@
 //! ## Schema
 //!
 //! [`PgStore::migrate`] applies the embedded migrations (`agent-pg/migrations/`, one
-//! transaction each) inside the store's schema: `runs` (current state, version, status,
-//! lease), `transitions` (one row per version: the transition record, hash-chained, and the
+//! transaction each) inside the store's schema: `runs` (version, status, lease, and the
+//! state at the latest snapshot: the current state adds the later patches, so a step never
+//! rewrites the whole state and WAL per step stays proportional to what changed),
+//! `transitions` (one row per version: the transition record, hash-chained, and the
 //! state as a JSON Patch or snapshot), `journal` (every tool call, decision and compensation;
 //! outputs over [`LARGE_OUTPUT_BYTES`] in `outputs`), `signals`, `tool_switches` and
 //! `agents`. `docs/operator-queries.md` has ready-to-run SQL for operators.
@@ -499,7 +501,7 @@ fn row_to_run(row: &PgRow) -> Result<(RunRecord, Head), StoreError> {
         agent: row.try_get("agent").map_err(c)?,
         fingerprint: row.try_get("fingerprint").map_err(c)?,
         state_name: row.try_get("state_name").map_err(c)?,
-        state: row.try_get("state").map_err(c)?,
+        state: current_state(&id, row)?,
         version: to_u64(row.try_get("version")).map_err(c)?,
         status: parse_status(&id, &status)?,
         waiting_for: row.try_get("waiting_for").map_err(c)?,
@@ -523,6 +525,36 @@ fn row_to_run(row: &PgRow) -> Result<(RunRecord, Head), StoreError> {
         patch_bytes: to_u64(row.try_get("patch_bytes")).map_err(c)?,
     };
     Ok((record, head))
+}
+
+/// The current state of a run row: the state at its snapshot plus the later payloads.
+fn current_state(run_id: &str, row: &PgRow) -> Result<Value, StoreError> {
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let base: Value = row.try_get("state").map_err(c)?;
+    let tail: Option<Value> = row.try_get("tail").map_err(c)?;
+    let Some(Value::Array(tail)) = tail else {
+        return Ok(base);
+    };
+    let mut payloads = vec![VersionPayload::Snapshot(base)];
+    for item in tail {
+        let payload = match item {
+            Value::Array(mut pair) if pair.len() == 2 => {
+                let body = pair.pop().unwrap_or(Value::Null);
+                match pair.pop() {
+                    Some(Value::String(kind)) if kind == "snapshot" => {
+                        VersionPayload::Snapshot(body)
+                    }
+                    Some(Value::String(kind)) if kind == "patch" => VersionPayload::Patch(body),
+                    other => {
+                        return Err(corrupt(run_id, format!("unknown payload kind {other:?}")));
+                    }
+                }
+            }
+            other => return Err(corrupt(run_id, format!("malformed history item {other}"))),
+        };
+        payloads.push(payload);
+    }
+    history::replay(&payloads).map_err(|e| corrupt(run_id, e))
 }
 
 fn row_to_entry(run_id: &str, row: &PgRow) -> Result<JournalEntry, StoreError> {
@@ -671,8 +703,21 @@ impl Store for PgStore {
             .map_err(db_err)?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
-            let r = self.run_from_row(row)?;
-            out.push((lease_of(&r, worker), r));
+            match self.run_from_row(row) {
+                Ok(r) => out.push((lease_of(&r, worker), r)),
+                // A run whose stored data no longer reads must not keep the others from
+                // being claimed: quarantine it for an operator and go on.
+                Err(StoreError::Corrupt { run_id, message }) => {
+                    tracing::error!(run_id, message, "quarantining a run with corrupt data");
+                    sqlx::query(sql::QUARANTINE_CORRUPT)
+                        .bind(&run_id)
+                        .bind(&message)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(db_err)?;
+                }
+                Err(e) => return Err(e),
+            }
         }
         out.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
         Ok(out)
@@ -836,10 +881,13 @@ impl Store for PgStore {
             &commit.to_state,
             &commit.state,
         );
+        let payload_is_snapshot = payload.is_snapshot();
         let (payload_kind, body) = match payload {
             VersionPayload::Snapshot(v) => ("snapshot", v),
             VersionPayload::Patch(v) => ("patch", v),
         };
+        // The run row keeps the state of the latest snapshot only (see the migrations).
+        let snapshot_state = payload_is_snapshot.then_some(&commit.state);
         let statement = if commit.consumed_signal.is_some() {
             sql::COMMIT_STEP_CONSUMING
         } else {
@@ -851,7 +899,7 @@ impl Store for PgStore {
             .bind(to_i64(commit.expected_version))
             .bind(&commit.from_state)
             .bind(&commit.to_state)
-            .bind(&commit.state)
+            .bind(snapshot_state)
             .bind(commit.status.as_str())
             .bind(&commit.waiting_for)
             .bind(commit.wake_at)

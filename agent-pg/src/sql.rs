@@ -9,7 +9,10 @@ macro_rules! run_cols {
          ts_to_ms(wake_at) AS wake_at, error_code, error_message, epoch, lease_owner, \
          ts_to_ms(lease_expires_at) AS lease_expires_at, claims_without_progress, parent_id, \
          parent_version, ts_to_ms(created_at) AS created_at, ts_to_ms(updated_at) AS updated_at, \
-         creation_hash, last_hash, patch_bytes"
+         creation_hash, last_hash, patch_bytes, snapshot_version, \
+         (SELECT jsonb_agg(jsonb_build_array(t.payload_kind, t.payload) ORDER BY t.version) \
+          FROM transitions t WHERE t.run_id = runs.id AND t.version > runs.snapshot_version \
+          AND t.version <= runs.version) AS tail"
     };
 }
 
@@ -84,6 +87,11 @@ pub const CLAIM_NEXT: &str = concat!(
     run_cols!()
 );
 
+/// Take a run whose stored data does not read out of circulation.
+pub const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
+     error_code = 'state.corrupt', error_message = $2, lease_owner = NULL, \
+     lease_expires_at = NULL, updated_at = clock_timestamp() WHERE id = $1";
+
 pub const RENEW_LEASE: &str = "UPDATE runs \
      SET lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond' \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING ts_to_ms(lease_expires_at)";
@@ -135,7 +143,9 @@ pub const JOURNAL: &str = concat!(
 macro_rules! commit_step {
     ($signal_check:literal, $signal_update:literal) => {
         concat!(
-            "WITH upd AS (UPDATE runs SET version = $3 + 1, state_name = $5, state = $6, \
+            "WITH upd AS (UPDATE runs SET version = $3 + 1, state_name = $5, \
+             state = COALESCE($6::jsonb, state), \
+             snapshot_version = CASE WHEN $6::jsonb IS NULL THEN snapshot_version ELSE $3 + 1 END, \
              status = $7, waiting_for = $8, wake_at = ms_to_ts($9), error_code = $10, \
              error_message = $11, claims_without_progress = 0, last_hash = $12, \
              patch_bytes = $13, updated_at = clock_timestamp() \

@@ -9,11 +9,6 @@ use agent_pg::PgStore;
 agent_core::store_conformance!(
     setup = common::fresh_store,
     corrupt = |store: Arc<PgStore>, run_id: String| async move {
-        sqlx::query("UPDATE runs SET status = 'bogus' WHERE id = $1")
-            .bind(&run_id)
-            .execute(store.pool())
-            .await
-            .unwrap();
         sqlx::query(
             "UPDATE transitions SET payload_kind = 'patch', payload = '\"garbage\"' \
              WHERE run_id = $1 AND version = (SELECT max(version) FROM transitions WHERE run_id = $1)",

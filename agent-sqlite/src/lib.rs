@@ -556,8 +556,22 @@ impl Store for SqliteStore {
                 .await
                 .map_err(db_err)?;
             if let Some(row) = row {
-                let (r, _) = row_to_run(&row)?;
-                out.push((lease_of(&r, worker), r));
+                match row_to_run(&row) {
+                    Ok((r, _)) => out.push((lease_of(&r, worker), r)),
+                    // A run whose stored data no longer reads must not keep the others from
+                    // being claimed: quarantine it for an operator and go on.
+                    Err(StoreError::Corrupt { run_id, message }) => {
+                        tracing::error!(run_id, message, "quarantining a run with corrupt data");
+                        sqlx::query(sql::QUARANTINE_CORRUPT)
+                            .bind(&run_id)
+                            .bind(&message)
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(db_err)?;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         tx.commit().await.map_err(db_err)?;

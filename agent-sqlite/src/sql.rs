@@ -59,6 +59,11 @@ pub const CLAIMABLE: &str = "SELECT r.id FROM runs r \
            AND (r.waiting_for IS NULL OR s.name = r.waiting_for))))) \
      ORDER BY r.created_at, r.seq LIMIT $3";
 
+/// Take a run whose stored data does not read out of circulation.
+pub const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
+     error_code = 'state.corrupt', error_message = $2, lease_owner = NULL, \
+     lease_expires_at = NULL, updated_at = $3 WHERE id = $1";
+
 pub const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING lease_expires_at";
 

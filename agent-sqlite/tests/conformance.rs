@@ -26,7 +26,7 @@ async fn remove(store: Arc<SqliteStore>) {
 agent_core::store_conformance!(
     setup = fresh_store,
     corrupt = |store: Arc<SqliteStore>, run_id: String| async move {
-        sqlx::query("UPDATE runs SET status = 'bogus', state = '{not json' WHERE id = $1")
+        sqlx::query("UPDATE runs SET state = '{not json' WHERE id = $1")
             .bind(&run_id)
             .execute(store.pool())
             .await

@@ -1431,6 +1431,8 @@ where
     let bad = create(&store, "corrupt", json!({ "items": [] })).await?;
     let lease = claim(&store, &bad.id, "w").await?;
     grow(&store, &lease, 0, 5).await?;
+    // Claimable again, so a claimer meets it next to the healthy run.
+    store.release_lease(&lease).await.ctx("release_lease")?;
     corrupt(bad.id.clone()).await;
     let store2 = store.clone();
     let bad_id = bad.id.clone();
@@ -1485,5 +1487,11 @@ where
         claimed.iter().any(|(l, _)| l.run_id == healthy.id),
         "a corrupt run kept claim_next from returning a healthy run"
     );
+    if let Ok(Some(r)) = store.load_run(&bad.id).await {
+        ensure!(
+            !claimed.iter().any(|(l, _)| l.run_id == bad.id) || r.state.is_object(),
+            "claim_next handed out a run whose state does not read"
+        );
+    }
     Ok(())
 }
