@@ -388,28 +388,26 @@ async fn main() {
     row("PgStore::commit_step, 64 concurrent", sc);
     ratio("ratio, 64 concurrent", sc, fc);
 
-    let tables_before = pg_table_bytes(&pg).await;
-    let lsn = pg_wal_lsn(&pg).await;
-    let (half, full) = growth(&pg_dyn, "grow", 1000).await;
-    let wal = pg_wal_since(&pg, &lsn).await;
-    let tables_after = pg_table_bytes(&pg).await;
     println!("PostgreSQL storage, a run growing by one item per step:");
-    println!(
-        "  row bytes (storage_bytes): 500 steps {half} B, 1000 steps {full} B \
-         ({:.0} B/step; 1000/500 = {:.2}x)",
-        per_step(full, 1000),
-        per_step(full, 1) / per_step(half.max(1), 1)
-    );
-    println!(
-        "  table growth {} B ({:.0} B/step), WAL {} B ({:.0} B/step)",
-        tables_after - tables_before,
-        per_step(
-            u64::try_from(tables_after - tables_before).unwrap_or(0),
-            1000
-        ),
-        wal,
-        per_step(u64::try_from(wal).unwrap_or(0), 1000)
-    );
+    let mut wal_at = [0_i64; 2];
+    for (i, steps) in [500_u64, 1000].into_iter().enumerate() {
+        let tables_before = pg_table_bytes(&pg).await;
+        let lsn = pg_wal_lsn(&pg).await;
+        let (_, full) = growth(&pg_dyn, &format!("grow{steps}"), steps).await;
+        let wal = pg_wal_since(&pg, &lsn).await;
+        let tables = pg_table_bytes(&pg).await - tables_before;
+        wal_at[i] = wal;
+        println!(
+            "  {steps:>4} steps: rows {full} B ({:.0} B/step), table growth {tables} B \
+             ({:.0} B/step), WAL {wal} B ({:.0} B/step)",
+            per_step(full, steps),
+            per_step(u64::try_from(tables).unwrap_or(0), steps),
+            per_step(u64::try_from(wal).unwrap_or(0), steps)
+        );
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let wal_ratio = wal_at[1] as f64 / wal_at[0].max(1) as f64;
+    println!("  WAL 1000 steps / 500 steps = {wal_ratio:.2}x (linear: 2x, quadratic: 4x)");
     pg.drop_schema().await.expect("drop schema");
 
     // SQLite, same figures.
