@@ -150,6 +150,7 @@ fn valid_schema(schema: &str) -> bool {
 
 impl PgStore {
     /// Connect to `url` with the store's tables in `schema` (created by [`Self::migrate`]).
+    /// Connections show as `agent-pg/<schema>` in `pg_stat_activity`.
     ///
     /// # Errors
     /// [`PgSetupError::InvalidSchema`] for a schema name that is not a plain identifier;
@@ -172,7 +173,8 @@ impl PgStore {
         }
         let options = PgConnectOptions::from_str(url)
             .map_err(PgSetupError::Connect)?
-            .options([("search_path", schema)]);
+            .options([("search_path", schema)])
+            .application_name(&format!("agent-pg/{schema}"));
         let pool = pool
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)

@@ -122,3 +122,74 @@ async fn an_unreachable_server_is_unavailable() {
     assert!(err.is_transient(), "{err:?} is not transient");
     common::drop_store_after_close(store).await;
 }
+
+/// Connections killed under the store (a restart or a dropped link) surface as `Unavailable`
+/// at most, the pool reconnects, and the step is resolved by re-reading, never committed
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_are_transient_and_the_run_continues() {
+    let Some(store) = common::fresh_store().await else {
+        return;
+    };
+    store.create_run(new_run("k")).await.unwrap();
+    let (lease, _) = store
+        .claim_run("k", "w", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let admin = PgStore::connect(&common::database_url().unwrap(), store.schema())
+        .await
+        .unwrap();
+    for v in 0..5u64 {
+        // Kill every connection of the store's pool (named after its schema).
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND application_name = $1",
+        )
+        .bind(format!("agent-pg/{}", store.schema()))
+        .execute(admin.pool())
+        .await
+        .unwrap();
+        let commit = StepCommit {
+            expected_version: v,
+            from_state: "Browsing".into(),
+            to_state: "Browsing".into(),
+            state: json!({ "cart": [v] }),
+            kind: TransitionKind::Step,
+            status: RunStatus::Running,
+            waiting_for: None,
+            wake_at: None,
+            error: None,
+            consumed_signal: None,
+        };
+        // The caller's loop: retry transient errors, resolving each by re-reading.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            assert!(attempts < 20, "the store did not recover");
+            match store.commit_step(&lease, &commit).await {
+                Ok(r) => {
+                    assert_eq!(r.version, v + 1);
+                    break;
+                }
+                Err(e) if e.is_transient() => {
+                    eprintln!("step {v}: transient: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    match store.load_run("k").await {
+                        Ok(Some(r)) if r.version == v + 1 && r.epoch == lease.epoch => break,
+                        Ok(Some(r)) => assert_eq!(r.version, v, "the run moved elsewhere"),
+                        Ok(None) => panic!("run vanished"),
+                        Err(e) => assert!(e.is_transient(), "{e:?}"),
+                    }
+                }
+                Err(e) => panic!("not transient: {e:?}"),
+            }
+        }
+    }
+    let history = store.history("k").await.unwrap();
+    assert_eq!(
+        history.iter().map(|t| t.version).collect::<Vec<_>>(),
+        (0..=5).collect::<Vec<_>>()
+    );
+    common::drop_store(store).await;
+}
