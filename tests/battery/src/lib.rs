@@ -444,11 +444,15 @@ pub mod order {
     ///
     /// # Errors
     /// What the runner or the store said.
-    pub async fn advance(
-        runner: &Runner<Order, Handlers>,
+    pub async fn advance<A, H>(
+        runner: &Runner<A, H>,
         run_id: &str,
         steps: usize,
-    ) -> Result<RunRecord, String> {
+    ) -> Result<RunRecord, String>
+    where
+        A: agent_core::Agent + agent_core::Handle<H>,
+        H: Send + Sync + 'static,
+    {
         let store = runner.store();
         let worker = runner.config().worker_id.clone();
         let claimed = store

@@ -2,3 +2,4 @@
 //! `cargo test -p battery`; full sizes with `BATTERY_FULL=1` (see RELIABILITY.md).
 
 mod corrupt;
+mod saga;
