@@ -2,4 +2,5 @@
 //! `cargo test -p battery`; full sizes with `BATTERY_FULL=1` (see RELIABILITY.md).
 
 mod corrupt;
+mod mediation;
 mod saga;
