@@ -66,9 +66,10 @@ use std::time::Duration;
 use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError,
-    RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError,
-    ToolSwitch, TransitionKind, TransitionRecord, creation_hash, transition_hash,
+    CallStatus, EntryKind, JournalEntry, Lease, Millis, NewRun, PruneReport, RetentionPolicy,
+    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
+    StoreError, ToolStats, ToolSwitch, TransitionKind, TransitionRecord, creation_hash,
+    transition_hash,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -1203,6 +1204,37 @@ impl Store for PgStore {
         row.map_or(Ok(true), |r| {
             r.try_get(0).map_err(|e| StoreError::Backend(e.to_string()))
         })
+    }
+
+    async fn tool_stats(&self, since: Millis) -> Result<Vec<ToolStats>, StoreError> {
+        let rows = sqlx::query(sql::TOOL_STATS)
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.iter()
+            .map(|row| {
+                let c = |e: sqlx::Error| StoreError::Backend(e.to_string());
+                let kind: String = row.try_get("kind").map_err(c)?;
+                let by_code: Option<Value> = row.try_get("by_code").map_err(c)?;
+                let errors_by_code = match by_code {
+                    Some(v) => {
+                        serde_json::from_value(v).map_err(|e| StoreError::Backend(e.to_string()))?
+                    }
+                    None => std::collections::BTreeMap::new(),
+                };
+                Ok(ToolStats {
+                    tool: row.try_get("name").map_err(c)?,
+                    kind: EntryKind::parse(&kind),
+                    calls: to_u64(row.try_get("calls")).map_err(c)?,
+                    failures: to_u64(row.try_get("failures")).map_err(c)?,
+                    avg_ms: row.try_get("avg_ms").map_err(c)?,
+                    p50_ms: to_u64(row.try_get("p50_ms")).map_err(c)?,
+                    p99_ms: to_u64(row.try_get("p99_ms")).map_err(c)?,
+                    errors_by_code,
+                })
+            })
+            .collect()
     }
 
     async fn wait_for_work(&self, timeout: Duration) {

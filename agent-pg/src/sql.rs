@@ -254,3 +254,21 @@ pub const STORAGE_BYTES: &str = "SELECT \
    + (SELECT COALESCE(sum(pg_column_size(j.*)), 0) FROM journal j WHERE j.run_id = $1) \
    + (SELECT COALESCE(sum(pg_column_size(o.*)), 0) FROM outputs o WHERE o.run_id = $1) \
    + (SELECT COALESCE(sum(pg_column_size(r.*)), 0) FROM runs r WHERE r.id = $1)";
+
+/// Per-tool statistics of finished calls started at or after `$1` (ms); percentiles by
+/// nearest rank, like `agent_core::store::compute_tool_stats`.
+pub const TOOL_STATS: &str = "WITH calls AS (SELECT name, kind, status, duration_ms, \
+       COALESCE(error_code, 'unknown') AS code FROM journal \
+       WHERE started_at >= ms_to_ts($1) AND status <> 'started'), \
+     agg AS (SELECT name, kind, count(*) AS calls, \
+       count(*) FILTER (WHERE status = 'failed') AS failures, \
+       avg(duration_ms)::float8 AS avg_ms, \
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_ms, \
+       percentile_disc(0.99) WITHIN GROUP (ORDER BY duration_ms) AS p99_ms \
+       FROM calls GROUP BY name, kind), \
+     errs AS (SELECT name, kind, jsonb_object_agg(code, n) AS by_code FROM ( \
+       SELECT name, kind, code, count(*) AS n FROM calls WHERE status = 'failed' \
+       GROUP BY name, kind, code) x GROUP BY name, kind) \
+     SELECT agg.name, agg.kind, agg.calls, agg.failures, agg.avg_ms, agg.p50_ms, agg.p99_ms, \
+       errs.by_code FROM agg LEFT JOIN errs ON errs.name = agg.name AND errs.kind = agg.kind \
+     ORDER BY agg.name COLLATE \"C\", agg.kind COLLATE \"C\"";

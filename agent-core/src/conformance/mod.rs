@@ -91,6 +91,7 @@ macro_rules! store_conformance {
             check_list_runs,
             check_agent_graphs,
             check_wait_for_work_returns,
+            check_tool_stats_match_the_journal,
         );
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn check_corrupt_data_is_an_error() {

@@ -1495,3 +1495,52 @@ where
     }
     Ok(())
 }
+
+/// `tool_stats` agrees with the statistics computed from the journal itself.
+pub async fn check_tool_stats_match_the_journal(store: Arc<dyn Store>) -> CheckResult {
+    let since = now_ms() - 60_000;
+    let r = create(&store, "stats", json!({})).await?;
+    let lease = claim(&store, &r.id, "w").await?;
+    for seq in 0..12u32 {
+        let mut e = entry(&r.id, 0, seq, CallStatus::Succeeded, Some(json!(seq)));
+        e.duration_ms = u64::from(seq) * 7 + 1;
+        e.name = if seq % 3 == 0 {
+            "search"
+        } else {
+            "charge_payment"
+        }
+        .into();
+        if seq % 4 == 1 {
+            e.status = CallStatus::Failed;
+            e.error_class = Some(ErrorClass::Timeout);
+            e.error_code = Some(
+                if seq == 5 {
+                    "tool.permanent"
+                } else {
+                    "tool.timeout"
+                }
+                .into(),
+            );
+        }
+        if seq == 11 {
+            e.status = CallStatus::Started;
+        }
+        if seq == 10 {
+            e.kind = EntryKind::Decision;
+            e.name = "router".into();
+        }
+        store.record_entry(&lease, &e).await.ctx("record_entry")?;
+    }
+    let mut old = entry(&r.id, 0, 20, CallStatus::Succeeded, None);
+    old.started_at = since - 3_600_000;
+    store.record_entry(&lease, &old).await.ctx("record_entry")?;
+    let journal = store.journal(&r.id, None).await.ctx("journal")?;
+    let want = crate::store::compute_tool_stats(&journal, since);
+    let got = store.tool_stats(since).await.ctx("tool_stats")?;
+    ensure!(
+        got == want,
+        "tool_stats {got:?}\n  differs from the journal's {want:?}"
+    );
+    ensure!(!got.is_empty(), "no statistics");
+    Ok(())
+}
