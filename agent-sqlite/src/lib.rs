@@ -370,7 +370,7 @@ fn row_to_run(row: &SqliteRow) -> Result<(RunRecord, String), StoreError> {
         agent: row.try_get("agent").map_err(c)?,
         fingerprint: row.try_get("fingerprint").map_err(c)?,
         state_name: row.try_get("state_name").map_err(c)?,
-        state: json_col(&id, row, "state")?,
+        state: current_state(&id, row)?,
         version: to_u64(row.try_get("version")).map_err(c)?,
         status: parse_status(&id, &status)?,
         waiting_for: row.try_get("waiting_for").map_err(c)?,
@@ -390,6 +390,37 @@ fn row_to_run(row: &SqliteRow) -> Result<(RunRecord, String), StoreError> {
     };
     let hash: String = row.try_get("creation_hash").map_err(c)?;
     Ok((record, hash))
+}
+
+/// The current state of a run row: the state at its snapshot plus the later payloads.
+fn current_state(run_id: &str, row: &SqliteRow) -> Result<Value, StoreError> {
+    let base = json_col(run_id, row, "state")?;
+    let Some(Value::Array(tail)) = opt_json_col(run_id, row, "tail")? else {
+        return Ok(base);
+    };
+    if tail.is_empty() {
+        return Ok(base);
+    }
+    let mut payloads = vec![VersionPayload::Snapshot(base)];
+    for item in tail {
+        let payload = match item {
+            Value::Array(mut pair) if pair.len() == 2 => {
+                let body = pair.pop().unwrap_or(Value::Null);
+                match pair.pop() {
+                    Some(Value::String(kind)) if kind == "snapshot" => {
+                        VersionPayload::Snapshot(body)
+                    }
+                    Some(Value::String(kind)) if kind == "patch" => VersionPayload::Patch(body),
+                    other => {
+                        return Err(corrupt(run_id, format!("unknown payload kind {other:?}")));
+                    }
+                }
+            }
+            other => return Err(corrupt(run_id, format!("malformed history item {other}"))),
+        };
+        payloads.push(payload);
+    }
+    history::replay(&payloads).map_err(|e| corrupt(run_id, e))
 }
 
 fn row_to_entry(run_id: &str, row: &SqliteRow) -> Result<JournalEntry, StoreError> {
@@ -766,6 +797,7 @@ impl Store for SqliteStore {
             &commit.to_state,
             &commit.state,
         );
+        let snapshot_state = payload.is_snapshot().then(|| commit.state.to_string());
         let (payload_kind, body) = match payload {
             VersionPayload::Snapshot(v) => ("snapshot", v),
             VersionPayload::Patch(v) => ("patch", v),
@@ -774,7 +806,7 @@ impl Store for SqliteStore {
             .bind(run_id)
             .bind(to_i64(version))
             .bind(&commit.to_state)
-            .bind(commit.state.to_string())
+            .bind(snapshot_state)
             .bind(commit.status.as_str())
             .bind(&commit.waiting_for)
             .bind(commit.wake_at)

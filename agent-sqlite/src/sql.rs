@@ -6,7 +6,11 @@ macro_rules! run_cols {
         "id, agent, fingerprint, state_name, state, version, status, waiting_for, wake_at, \
          error_code, error_message, epoch, lease_owner, lease_expires_at, \
          claims_without_progress, parent_id, parent_version, created_at, updated_at, \
-         creation_hash, last_hash, patch_bytes"
+         creation_hash, last_hash, patch_bytes, snapshot_version, \
+         (SELECT json_group_array(json_array(t.payload_kind, json(t.payload))) FROM ( \
+            SELECT payload_kind, payload FROM transitions t WHERE t.run_id = runs.id \
+            AND t.version > runs.snapshot_version AND t.version <= runs.version \
+            ORDER BY t.version) t) AS tail"
     };
 }
 
@@ -106,7 +110,9 @@ pub const COMMIT_BASE: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE 
 pub const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
-pub const COMMIT_RUN: &str = "UPDATE runs SET version = $2, state_name = $3, state = $4, \
+pub const COMMIT_RUN: &str = "UPDATE runs SET version = $2, state_name = $3, \
+     state = COALESCE($4, state), \
+     snapshot_version = CASE WHEN $4 IS NULL THEN snapshot_version ELSE $2 END, \
      status = $5, waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
      claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12 \
      WHERE id = $1";
