@@ -186,6 +186,9 @@ async fn verify_chain(store: &Arc<dyn Store>, run_id: &str) -> CheckResult {
 }
 
 /// Create, load, and the errors for unknown runs.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_store_and_load_runs(store: Arc<dyn Store>) -> CheckResult {
     let state = json!({ "cart": ["apple"], "nested": { "b": 1, "a": [1, 2, { "x": null }] } });
     let r = create(&store, "load", state.clone()).await?;
@@ -236,6 +239,9 @@ pub async fn check_store_and_load_runs(store: Arc<dyn Store>) -> CheckResult {
 }
 
 /// `create_run` is idempotent on the id; other content is `AlreadyExists`.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_create_run_is_idempotent(store: Arc<dyn Store>) -> CheckResult {
     let id = unique("idem");
     let a = store
@@ -280,6 +286,9 @@ pub async fn check_create_run_is_idempotent(store: Arc<dyn Store>) -> CheckResul
 
 /// N committers race the same expected version with the same lease: exactly one wins per
 /// round, and the versions form one chain with a valid hash chain.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_version_chain_single_winner(store: Arc<dyn Store>) -> CheckResult {
     const RACERS: usize = 8;
     const ROUNDS: u64 = 12;
@@ -351,6 +360,9 @@ pub async fn check_version_chain_single_winner(store: Arc<dyn Store>) -> CheckRe
 
 /// After another claim, the old holder's `commit_step`, `record_entry` and `renew_lease`
 /// get `LeaseLost`, and nothing of theirs is written.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_stale_epoch_is_fenced(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "fence", json!({ "n": 0 })).await?;
     let (old, _) = store
@@ -448,6 +460,9 @@ pub async fn check_stale_epoch_is_fenced(store: Arc<dyn Store>) -> CheckResult {
 
 /// A live lease blocks other claimers; the holder may re-claim; an expired lease is taken
 /// over with a higher epoch; claims count until a commit; final runs are not claimed.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
     store: Arc<dyn Store>,
 ) -> CheckResult {
@@ -546,6 +561,9 @@ pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
 
 /// Journal entries are visible once recorded, replaced on the same key, ordered by
 /// `(version, seq)`, filtered by version, and large outputs round-trip.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "journal", json!({})).await?;
     let lease = claim(&store, &r.id, "w").await?;
@@ -633,6 +651,9 @@ pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> Chec
 
 /// Signals sent before the wait are kept; the waiting run becomes claimable; consuming a
 /// signal in a commit marks it exactly once; a second consumption is refused.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "signal", json!({})).await?;
     let early = store
@@ -710,6 +731,9 @@ pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> Chec
 
 /// `claim_next`: runnable runs of the given agents only, waiting runs only once their signal
 /// arrived or `wake_at` passed, never leased or final runs, at most `limit`.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_claim_next_selects_runnable_runs(store: Arc<dyn Store>) -> CheckResult {
     let agent = unique("Sel");
     let mk = |tag: &str| new_run(&unique(tag), &agent, json!({ "tag": tag }));
@@ -821,6 +845,9 @@ pub async fn check_claim_next_selects_runnable_runs(store: Arc<dyn Store>) -> Ch
 }
 
 /// Concurrent `claim_next` calls by several workers never hand the same run to two.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_concurrent_claim_next_is_disjoint(store: Arc<dyn Store>) -> CheckResult {
     let agent = unique("Pool");
     let n = 40;
@@ -872,6 +899,9 @@ pub async fn check_concurrent_claim_next_is_disjoint(store: Arc<dyn Store>) -> C
 
 /// Every version replays (time travel) as the state grows; fork starts a new run from any
 /// version without touching the original.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_history_time_travel_and_fork(store: Arc<dyn Store>) -> CheckResult {
     const STEPS: u64 = 150;
     let r = create(&store, "travel", json!({ "items": [] })).await?;
@@ -974,6 +1004,9 @@ pub async fn check_history_time_travel_and_fork(store: Arc<dyn Store>) -> CheckR
 
 /// Pruning keeps the current state and the last N versions replayable, honours
 /// `only_final_runs`, removes old journal entries, and the run can still be resumed.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "prune", json!({ "items": [] })).await?;
     let lease = claim(&store, &r.id, "w").await?;
@@ -1109,6 +1142,9 @@ pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckRes
 /// Bytes per run grow linearly: 1000 steps of a state gaining one item per step cost less
 /// than 2.5x of 500 steps (full copies per version would cost 4x). Skipped when the
 /// backend cannot measure (`storage_bytes` is `None`).
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_storage_grows_linearly(store: Arc<dyn Store>) -> CheckResult {
     let small = create(&store, "bytes500", json!({ "items": [] })).await?;
     if store
@@ -1145,6 +1181,9 @@ pub async fn check_storage_grows_linearly(store: Arc<dyn Store>) -> CheckResult 
 }
 
 /// The tool registry: tools are enabled until switched off; switches are listed with reason.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_tool_registry(store: Arc<dyn Store>) -> CheckResult {
     ensure!(
         store.tool_enabled("never_seen").await.ctx("tool_enabled")?,
@@ -1194,6 +1233,9 @@ pub async fn check_tool_registry(store: Arc<dyn Store>) -> CheckResult {
 
 /// `set_status` quarantines a run that no live lease holds, refuses one that is held, and
 /// an operator's retry back to running clears the error.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_set_status(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "status", json!({})).await?;
     let err = RunError {
@@ -1254,6 +1296,9 @@ pub async fn check_set_status(store: Arc<dyn Store>) -> CheckResult {
 }
 
 /// `list_runs` filters by agent and status, newest first, with a limit.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_list_runs(store: Arc<dyn Store>) -> CheckResult {
     let agent = unique("List");
     let mut ids = Vec::new();
@@ -1333,6 +1378,9 @@ fn graph(agent: &str, extra_state: &str) -> Result<GraphDescription, String> {
 }
 
 /// Graphs are stored per fingerprint; the latest registered one is returned by default.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_agent_graphs(store: Arc<dyn Store>) -> CheckResult {
     let agent = unique("Graph");
     let g1 = graph(&agent, "Done")?;
@@ -1390,6 +1438,9 @@ pub async fn check_agent_graphs(store: Arc<dyn Store>) -> CheckResult {
 }
 
 /// `wait_for_work` returns by its timeout, and no later than shortly after new work.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_wait_for_work_returns(store: Arc<dyn Store>) -> CheckResult {
     let started = std::time::Instant::now();
     store.wait_for_work(Duration::from_millis(50)).await;
@@ -1419,6 +1470,9 @@ pub async fn check_wait_for_work_returns(store: Arc<dyn Store>) -> CheckResult {
 /// Damaged stored data (an unknown status name, an unparsable history payload) surfaces as
 /// [`StoreError::Corrupt`], never a panic, and other runs are unaffected. `corrupt` damages
 /// the given run's stored data in a backend-specific way.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_corrupt_data_is_an_error<F, Fut>(
     store: Arc<dyn Store>,
     corrupt: F,
@@ -1497,6 +1551,9 @@ where
 }
 
 /// `tool_stats` agrees with the statistics computed from the journal itself.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_tool_stats_match_the_journal(store: Arc<dyn Store>) -> CheckResult {
     let since = now_ms() - 60_000;
     let r = create(&store, "stats", json!({})).await?;
