@@ -19,6 +19,8 @@ use agent_pg::PgStore;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+pub mod replay;
+
 /// Whether the full sizes were asked for (`BATTERY_FULL=1`).
 #[must_use]
 pub fn full() -> bool {

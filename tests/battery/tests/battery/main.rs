@@ -3,4 +3,5 @@
 
 mod corrupt;
 mod mediation;
+mod replay;
 mod saga;
