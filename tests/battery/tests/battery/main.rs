@@ -3,5 +3,6 @@
 
 mod corrupt;
 mod mediation;
+mod poison;
 mod replay;
 mod saga;

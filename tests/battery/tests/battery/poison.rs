@@ -1,0 +1,368 @@
+//! Item 6: poison runs. A tool that panics every time (in process, `MemoryStore`) and one
+//! that aborts its worker process (child processes on PostgreSQL) must end dead-lettered
+//! after `RunnerConfig::max_claims_without_progress` attempts, while healthy runs keep
+//! flowing: their throughput next to poison runs is compared with a baseline measured in
+//! the same test (printed; asserted only against a generous bound).
+
+use std::sync::{Arc, Once};
+use std::time::{Duration, Instant};
+
+use agent_core::conformance::fixture::{self, World};
+use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
+use agent_core::store::memory::MemoryStore;
+use agent_core::store::{RunStatus, Store};
+use battery::order;
+use battery::{Action, Behaviour, CallLog, probe_all, size};
+use serde_json::{Value, json};
+
+/// Attempts before a poison run is dead-lettered.
+const MAX_CLAIMS: u32 = 3;
+const LEASE: Duration = Duration::from_millis(150);
+/// The lease of the child workers (process start and a debug build on busy cores).
+const CHILD_LEASE: Duration = Duration::from_millis(400);
+
+fn poison(action: Action) -> Behaviour {
+    Arc::new(move |tool: &str, input: &Value| {
+        let poisoned = tool == "Lookup"
+            && input
+                .get("sku")
+                .and_then(Value::as_str)
+                .is_some_and(|s| s.starts_with("poison"));
+        if poisoned { action } else { Action::Pass }
+    })
+}
+
+/// Keep the expected panics of poison tools out of the test output.
+fn quiet_poison_panics() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .unwrap_or_default();
+            if !msg.starts_with("poison tool") {
+                default(info);
+            }
+        }));
+    });
+}
+
+fn config(worker: &str) -> RunnerConfig {
+    RunnerConfig {
+        max_claims_without_progress: MAX_CLAIMS,
+        ..order::config(worker, LEASE)
+    }
+}
+
+async fn all_final(store: &dyn Store, ids: &[String]) -> bool {
+    for id in ids {
+        match store.load_run(id).await {
+            Ok(Some(r)) if r.status.is_final() => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// One round: `healthy` runs (and `poisoned` poison runs, created first so they are
+/// claimed first); returns the seconds until every healthy run completed.
+async fn round(healthy: usize, poisoned: usize, tag: &str) -> (f64, Arc<dyn Store>, Arc<CallLog>) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let world = Arc::new(World::default());
+    let log = CallLog::new();
+    let runner = order::runner(
+        &store,
+        probe_all(&order::tools(&world), &log, &poison(Action::Panic)),
+        Arc::new(fixture::router("Pay")),
+        config(&format!("worker-{tag}")),
+    );
+    for i in 0..poisoned {
+        runner
+            .start(&format!("poison-{i}"), fixture::initial(&["poison", "a"]))
+            .await
+            .unwrap();
+    }
+    let mut ids = Vec::new();
+    for i in 0..healthy {
+        let id = format!("healthy-{i}");
+        runner
+            .start(&id, fixture::initial(&["a", "bb"]))
+            .await
+            .unwrap();
+        runner.signal(&id, "confirm", json!({})).await.unwrap();
+        ids.push(id);
+    }
+    let worker = Worker::new(
+        runner,
+        WorkerConfig {
+            concurrency: 8,
+            poll_interval: Duration::from_millis(10),
+        },
+    );
+    let started = Instant::now();
+    let watcher = Arc::clone(&store);
+    let done = async move {
+        while !all_final(watcher.as_ref(), &ids).await {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), worker.run_until(done))
+        .await
+        .expect("healthy runs complete");
+    let elapsed = started.elapsed().as_secs_f64();
+    if poisoned > 0 {
+        // Let the poison runs exhaust their attempts.
+        let poison_ids: Vec<String> = (0..poisoned).map(|i| format!("poison-{i}")).collect();
+        let watcher = Arc::clone(&store);
+        let done = async move {
+            while !all_final(watcher.as_ref(), &poison_ids).await {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), worker.run_until(done))
+            .await
+            .expect("poison runs dead-lettered");
+    }
+    (elapsed, store, log)
+}
+
+/// A tool that panics every time: dead-lettered (`crash_loop`) after exactly
+/// `MAX_CLAIMS` attempts; healthy throughput compared with a baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panicking_tool_is_dead_lettered_and_healthy_runs_flow() {
+    quiet_poison_panics();
+    let healthy = size(300, 3000);
+    let poisoned = healthy / 10;
+    let mut ratios = Vec::new();
+    for rep in 0..3 {
+        let (base, _, _) = round(healthy, 0, &format!("base-{rep}")).await;
+        let (with_poison, store, log) = round(healthy, poisoned, &format!("poison-{rep}")).await;
+        ratios.push(base / with_poison);
+        for i in 0..poisoned {
+            let id = format!("poison-{i}");
+            let r = store.load_run(&id).await.unwrap().unwrap();
+            assert_eq!(r.status, RunStatus::DeadLettered, "{id}: {r:?}");
+            assert_eq!(
+                r.error.as_ref().map(|e| e.code.as_str()),
+                Some("crash_loop")
+            );
+            let attempts = log
+                .calls_of(&id)
+                .iter()
+                .filter(|c| c.tool == "Lookup")
+                .count();
+            assert_eq!(
+                attempts, MAX_CLAIMS as usize,
+                "{id}: the poison tool ran {attempts} times"
+            );
+        }
+        eprintln!(
+            "round {rep}: baseline {base:.3}s, with {poisoned} poison runs {with_poison:.3}s"
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[1];
+    eprintln!(
+        "FIGURE item6 panic: healthy={healthy} poison={poisoned} max_claims={MAX_CLAIMS} \
+         lease={}ms throughput_ratio_median={median:.2} ratios={ratios:.2?}",
+        LEASE.as_millis()
+    );
+    // The target is 0.9; timing on shared CI cores is noisy, so the assertion is generous
+    // and the measured figure goes to RELIABILITY.md.
+    assert!(
+        median >= 0.5,
+        "healthy throughput fell to {median:.2} of the baseline"
+    );
+}
+
+/// The child side of `aborting_tool_is_dead_lettered`: a worker process on the schema in
+/// `BATTERY_SCHEMA` that aborts when the poison tool is called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child process of aborting_tool_is_dead_lettered"]
+async fn child_abort_worker() {
+    if !battery::child::is("abort-worker") {
+        return;
+    }
+    let schema = std::env::var("BATTERY_SCHEMA").expect("BATTERY_SCHEMA");
+    let store = battery::pg::open(&schema).await.expect("PostgreSQL");
+    let store: Arc<dyn Store> = store;
+    let world = Arc::new(World::default());
+    let log = CallLog::new();
+    let runner = order::runner(
+        &store,
+        probe_all(&order::tools(&world), &log, &poison(Action::Abort)),
+        Arc::new(fixture::router("Pay")),
+        RunnerConfig {
+            lease_ttl: CHILD_LEASE,
+            ..config(&format!("child-{}", std::process::id()))
+        },
+    );
+    let worker = Worker::new(
+        runner,
+        WorkerConfig {
+            concurrency: 4,
+            poll_interval: Duration::from_millis(20),
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ids: Vec<String> = store
+        .list_runs(&agent_core::store::RunFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    while Instant::now() < deadline && !all_final(store.as_ref(), &ids).await {
+        worker.run_until_idle().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What an abort round saw.
+struct AbortRound {
+    /// Seconds until every healthy run was final.
+    healthy_secs: f64,
+    /// Children that did not exit cleanly.
+    aborted: u32,
+    /// Poison runs not dead-lettered with `crash_loop`.
+    poison_problems: Vec<String>,
+    /// Healthy runs that did not complete (collateral damage of the aborts).
+    victims: Vec<String>,
+}
+
+/// Spawn abort-worker children one after another until every run is final.
+async fn abort_round(healthy: usize, poisoned: usize) -> Option<AbortRound> {
+    let store = battery::pg::fresh().await?;
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let world = Arc::new(World::default());
+    let starter = order::runner(
+        &dyn_store,
+        order::tools(&world),
+        Arc::new(fixture::router("Pay")),
+        config("starter"),
+    );
+    for i in 0..poisoned {
+        starter
+            .start(&format!("poison-{i}"), fixture::initial(&["poison", "a"]))
+            .await
+            .unwrap();
+    }
+    let mut ids = Vec::new();
+    for i in 0..healthy {
+        let id = format!("healthy-{i}");
+        starter
+            .start(&id, fixture::initial(&["a", "bb"]))
+            .await
+            .unwrap();
+        starter.signal(&id, "confirm", json!({})).await.unwrap();
+        ids.push(id);
+    }
+    let started = Instant::now();
+    let mut healthy_done: Option<f64> = None;
+    let mut aborted = 0;
+    for _ in 0..(MAX_CLAIMS as usize + 2) * poisoned.max(1) + 3 {
+        let mut child = battery::child::command("poison::child_abort_worker")
+            .env("BATTERY_CHILD", "abort-worker")
+            .env("BATTERY_SCHEMA", store.schema())
+            .env("RUST_BACKTRACE", "0")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn child worker");
+        let status = loop {
+            if healthy_done.is_none() && all_final(dyn_store.as_ref(), &ids).await {
+                healthy_done = Some(started.elapsed().as_secs_f64());
+            }
+            if let Some(status) = child.try_wait().expect("child status") {
+                break status;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        if !status.success() {
+            aborted += 1;
+        }
+        let poison_ids: Vec<String> = (0..poisoned).map(|i| format!("poison-{i}")).collect();
+        if all_final(dyn_store.as_ref(), &ids).await
+            && all_final(dyn_store.as_ref(), &poison_ids).await
+        {
+            break;
+        }
+    }
+    let healthy_done = healthy_done.unwrap_or_else(|| started.elapsed().as_secs_f64());
+    let mut victims = Vec::new();
+    for id in &ids {
+        let r = dyn_store.load_run(id).await.unwrap().unwrap();
+        if r.status != RunStatus::Completed {
+            victims.push(format!("{id}: {} {:?}", r.status, r.error));
+        }
+    }
+    let mut problems = Vec::new();
+    for i in 0..poisoned {
+        let id = format!("poison-{i}");
+        let r = dyn_store.load_run(&id).await.unwrap().unwrap();
+        if r.status != RunStatus::DeadLettered
+            || r.error.as_ref().map(|e| e.code.as_str()) != Some("crash_loop")
+        {
+            problems.push(format!("{id}: {} {:?}", r.status, r.error));
+        }
+    }
+    battery::pg::drop(&store).await;
+    Some(AbortRound {
+        healthy_secs: healthy_done,
+        aborted,
+        poison_problems: problems,
+        victims,
+    })
+}
+
+/// A tool that aborts its worker process: the run is dead-lettered (`crash_loop`) after at
+/// most `MAX_CLAIMS` aborted workers (fewer when a slow child lets the lease expire and
+/// claims the run twice); the time of the healthy runs is compared with a baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborting_tool_is_dead_lettered() {
+    let healthy = size(20, 200);
+    let Some(base) = abort_round(healthy, 0).await else {
+        return;
+    };
+    assert!(base.victims.is_empty(), "{:#?}", base.victims);
+    assert_eq!(base.aborted, 0);
+    let round = abort_round(healthy, 1).await.expect("PostgreSQL");
+    eprintln!(
+        "FIGURE item6 abort: healthy={healthy} poison=1 max_claims={MAX_CLAIMS} \
+         child_lease={}ms aborted_children={} baseline={:.2}s with_poison={:.2}s \
+         throughput_ratio={:.2} healthy_runs_dead_lettered={}",
+        CHILD_LEASE.as_millis(),
+        round.aborted,
+        base.healthy_secs,
+        round.healthy_secs,
+        base.healthy_secs / round.healthy_secs,
+        round.victims.len()
+    );
+    assert!(
+        round.poison_problems.is_empty(),
+        "{:#?}",
+        round.poison_problems
+    );
+    assert!(
+        (1..=MAX_CLAIMS).contains(&round.aborted),
+        "{} aborted workers",
+        round.aborted
+    );
+}
+
+/// Healthy runs claimed in the same batch as an aborting poison run die with it; each
+/// abort counts as a claim without progress against them too, so after `MAX_CLAIMS`
+/// aborts a healthy run can be dead-lettered as `crash_loop` although it never crashed
+/// anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: healthy runs co-claimed with an aborting poison run are dead-lettered as \
+            crash_loop; see RELIABILITY.md 6"]
+async fn aborting_tool_spares_healthy_runs() {
+    let Some(round) = abort_round(size(20, 200), 1).await else {
+        return;
+    };
+    assert!(round.victims.is_empty(), "{:#?}", round.victims);
+}
