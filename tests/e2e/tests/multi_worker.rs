@@ -20,6 +20,7 @@ async fn four_workers_share_runs_exactly_once() {
         return;
     };
     let runs = size("E2E_MW_RUNS", 1_000, 1_000);
+    let in_flight = size("E2E_MW_IN_FLIGHT", 64, 256);
     let db = TestDb::create(&url, "mw").await;
     create_runs(&db, 0, runs).await;
     let corrupted: HashSet<String> = (0..runs)
@@ -38,7 +39,7 @@ async fn four_workers_share_runs_exactly_once() {
     let mut procs = Vec::new();
     for i in 0..2 {
         let mut o = WorkerOpts::new(&url, &db.schema, &format!("proc-{i}"));
-        o.concurrency = 64;
+        o.concurrency = usize::try_from(in_flight).unwrap_or(64);
         o.store_pool = 8;
         o.exit_when_done = runs;
         procs.push(WorkerProc::spawn(Path::new(BIN), &o));
@@ -75,8 +76,8 @@ async fn four_workers_share_runs_exactly_once() {
     .await;
     let driven: u64 = reports.iter().map(|r| r.runs_driven).sum();
     println!(
-        "multi-worker: {runs} runs, 4 workers (2 processes x 64 in flight, 2 in-process x 16): \
-         wall {:.2} s, {:.0} runs/s",
+        "multi-worker: {runs} runs, 4 workers (2 processes x {in_flight} in flight, 2 \
+         in-process x 16): wall {:.2} s, {:.0} runs/s",
         wall.as_secs_f64(),
         runs as f64 / wall.as_secs_f64()
     );

@@ -99,8 +99,31 @@ async fn soak(url: &str, lease_ms: u64) {
         lost += report.map_or(0, |r| r.leases_lost);
     }
     assert!(all_final, "runs still open at the deadline");
-    for (at, held) in &kills {
-        recoveries.extend(recovery_times(&db.pool, *at, held).await);
+    // A recovery during which the chaos driver killed the run's next holder too took more
+    // than one lease; the bound applies to the uninterrupted ones. A commit the killed worker
+    // had sent before it died may land just after the kill (negative time): counted apart.
+    let mut uninterrupted = Vec::new();
+    let mut landed_after_kill = 0;
+    for (i, (at, held)) in kills.iter().enumerate() {
+        for h in held {
+            let Some(r) = recovery_times(&db.pool, *at, std::slice::from_ref(h))
+                .await
+                .pop()
+            else {
+                continue;
+            };
+            if r < 0 {
+                landed_after_kill += 1;
+                continue;
+            }
+            recoveries.push(r);
+            let killed_again = kills[i + 1..]
+                .iter()
+                .any(|(t, later)| *t <= at + r && later.iter().any(|l| l.run_id == h.run_id));
+            if !killed_again {
+                uninterrupted.push(r);
+            }
+        }
     }
     let report = check(
         &db.pool,
@@ -112,10 +135,13 @@ async fn soak(url: &str, lease_ms: u64) {
     )
     .await;
     let rec = Summary::of(&recoveries);
+    let clean = Summary::of(&uninterrupted);
     println!(
         "kill -9 soak: {runs} runs, {workers} worker processes, lease {lease_ms} ms, poll \
          {poll_ms} ms: {} kills in {:.1} s; runs held at a kill: {}; recovery (kill -> next \
-         commit by another worker) {rec}; lease left at the kill {}; reasked questions {}, \
+         commit by another worker) {rec}; without a further kill of the run's holder \
+         {clean}; in-flight commits landed after the kill {landed_after_kill}; lease left at \
+         the kill {}; reasked questions {}, \
          steps re-executed after a kill {}, executions deduplicated by key {}, leases lost \
          (survivors) {lost}",
         kills.len(),
@@ -129,11 +155,13 @@ async fn soak(url: &str, lease_ms: u64) {
     println!("  check: {report:?}");
     report.assert_clean();
     assert!(!kills.is_empty(), "the chaos driver killed nobody");
-    let bound = i64::try_from(lease_ms + poll_ms).unwrap_or(i64::MAX) + 5_000;
+    let bound = i64::try_from(lease_ms + poll_ms).unwrap_or(i64::MAX) + 3_000;
+    // p99, not max: a claim in flight when its worker was killed lands after the held runs
+    // were read, so a run can be interrupted without the test seeing it (rare, reported).
     assert!(
-        rec.max <= bound,
-        "recovery took {} ms, more than lease + poll + 5 s ({bound} ms)",
-        rec.max
+        clean.p99 <= bound,
+        "uninterrupted recoveries: p99 {} ms, more than lease + poll + 3 s ({bound} ms)",
+        clean.p99
     );
     db.drop().await;
 }
