@@ -357,6 +357,17 @@ where
                 self.release(&lease).await;
                 return Ok(record);
             }
+            if let Some(error) = self.history_problem(&record).await? {
+                // The run row and its history disagree: a commit would fail or fork. Give
+                // the lease back and quarantine the run without writing a version.
+                self.release(&lease).await;
+                let record = self
+                    .inner
+                    .store
+                    .set_status(&record.id, RunStatus::Quarantined, Some(error))
+                    .await?;
+                return Ok(record);
+            }
             // After a commit of our own, nothing can be journaled at the new version yet:
             // the next step skips reading its journal.
             let mut fresh = false;
@@ -375,6 +386,31 @@ where
         }
         .instrument(span)
         .await
+    }
+
+    /// Whether the stored history of a claimed run contradicts its run row: no versions, a
+    /// last version other than the run's, or a gap.
+    async fn history_problem(&self, record: &RunRecord) -> Result<Option<RunError>, RunnerError> {
+        let problem = match self.inner.store.version_span(&record.id).await {
+            Err(StoreError::Corrupt { message, .. }) => {
+                Some(format!("history unreadable: {message}"))
+            }
+            Err(e) => return Err(e.into()),
+            Ok(None) => Some("the run has no stored versions".to_owned()),
+            Ok(Some(span)) if span.last != record.version => Some(format!(
+                "the run is at version {} but its last stored version is {}",
+                record.version, span.last
+            )),
+            Ok(Some(span)) if span.count != span.last - span.first + 1 => Some(format!(
+                "versions {}..={} have {} rows: the history has a gap",
+                span.first, span.last, span.count
+            )),
+            Ok(Some(_)) => None,
+        };
+        Ok(problem.map(|message| RunError {
+            code: "history.inconsistent".into(),
+            message,
+        }))
     }
 
     async fn release(&self, lease: &Lease) {

@@ -79,7 +79,25 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                     StepError::Handler(format!("journaled decision #{seq} is unreadable"))
                 })?;
             match (record.decision, record.rejection) {
-                (Some(d), _) => Ok(d),
+                (Some(d), _) => {
+                    // The graph may have changed since the decision was journaled.
+                    let (name, kind) = match &d {
+                        Decision::Transition { to, .. } => (to, OptionKind::Transition),
+                        Decision::Tool { tool, .. } => (tool, OptionKind::Tool),
+                    };
+                    if !options.iter().any(|o| &o.name == name && o.kind == kind) {
+                        cx.set_quarantine(crate::store::RunError {
+                            code: "graph.incompatible".into(),
+                            message: format!(
+                                "journaled decision #{seq} in `{}` chose `{name}`, which the current graph no \
+                                 longer offers there",
+                                cx.state.name
+                            ),
+                        });
+                        return Err(interrupted());
+                    }
+                    Ok(d)
+                }
                 (None, Some(r)) => Err(r),
                 (None, None) => {
                     return Err(StepError::Handler(format!(

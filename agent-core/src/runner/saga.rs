@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use tracing::Instrument;
 
-use super::step::{StepCx, outcome};
+use super::step::{StepCx, outcome, with_heartbeat};
 use super::{Runner, RunnerError, StepOutcome};
 use crate::agent::{Agent, Handle};
 use crate::graph::StateDescription;
@@ -100,8 +100,10 @@ where
                 .await
                 .map_err(|e| e.to_string())
         }
-        .instrument(span)
-        .await;
+        .instrument(span);
+        let result = with_heartbeat(&cx, result)
+            .await
+            .unwrap_or_else(|| Err("the lease was lost".to_owned()));
         *lease = cx.lease();
         if let Some(fatal) = cx.take_fatal() {
             return Err(fatal);

@@ -45,6 +45,8 @@ pub(crate) struct StepCx<'r> {
     fatal: Mutex<Option<RunnerError>>,
     /// A failure the handler must not be able to swallow (budget, nondeterminism).
     step_error: Mutex<Option<StepError>>,
+    /// The journal contradicts the current graph: quarantine instead of committing.
+    quarantine: Mutex<Option<RunError>>,
     interrupted: AtomicBool,
 }
 
@@ -74,6 +76,7 @@ impl<'r> StepCx<'r> {
             wake,
             fatal: Mutex::new(None),
             step_error: Mutex::new(None),
+            quarantine: Mutex::new(None),
             interrupted: AtomicBool::new(false),
         }
     }
@@ -105,6 +108,16 @@ impl<'r> StepCx<'r> {
 
     pub(crate) fn is_interrupted(&self) -> bool {
         self.interrupted.load(Ordering::SeqCst)
+    }
+
+    /// Stop the step and quarantine the run: what the journal says cannot be replayed
+    /// under the current graph.
+    pub(crate) fn set_quarantine(&self, e: RunError) {
+        self.interrupted.store(true, Ordering::SeqCst);
+        let mut q = lock(&self.quarantine);
+        if q.is_none() {
+            *q = Some(e);
+        }
     }
 
     pub(crate) fn set_step_error(&self, e: StepError) {
@@ -154,7 +167,7 @@ impl<'r> StepCx<'r> {
         }
     }
 
-    async fn renew(&self) -> bool {
+    pub(crate) async fn renew(&self) -> bool {
         let mut lease = self.lease();
         match renew_if_due(self.inner, &mut lease, &self.run_id, self.version).await {
             Ok(()) => {
@@ -397,6 +410,12 @@ impl<'r> StepCx<'r> {
         result: Result<Value, ToolError>,
         started: Instant,
     ) -> Result<Value, ToolError> {
+        // The error names its tool on every path (live, disabled, replayed), so a failure
+        // reads the same when it is replayed from the journal.
+        let result = result.map_err(|mut e| {
+            e.tool.get_or_insert_with(|| entry.name.clone());
+            e
+        });
         entry.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         entry.finished_at = Some(now_ms());
         match &result {
@@ -512,6 +531,27 @@ impl StepIo for StepCx<'_> {
     }
 }
 
+/// Run `work` while keeping the lease alive (a tool call or an LLM answer may take longer
+/// than the lease). `None` when the lease could not be renewed: the work is dropped at once,
+/// as a crash would drop it, and the step stops without committing.
+pub(crate) async fn with_heartbeat<F: std::future::Future>(
+    cx: &StepCx<'_>,
+    work: F,
+) -> Option<F::Output> {
+    let beat = async {
+        loop {
+            tokio::time::sleep(cx.inner.config.lease_ttl / 4).await;
+            if !cx.renew().await {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        out = work => Some(out),
+        () = beat => None,
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -621,20 +661,32 @@ where
         }
         state.handle(&*runner.handlers, &cx).await
     };
-    let result = match desc.timeout_ms {
-        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), handler)
-            .await
-            .unwrap_or_else(|_| {
-                Err(StepError::Budget(format!(
-                    "state `{}` took longer than its {ms} ms budget",
-                    desc.name
-                )))
-            }),
-        None => handler.await,
+    let budgeted = async {
+        match desc.timeout_ms {
+            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), handler)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(StepError::Budget(format!(
+                        "state `{}` took longer than its {ms} ms budget",
+                        desc.name
+                    )))
+                }),
+            None => handler.await,
+        }
     };
+    let result = with_heartbeat(&cx, budgeted)
+        .await
+        .unwrap_or_else(|| Err(StepError::Interrupted("the lease was lost".into())));
     *lease = cx.lease();
     if let Some(fatal) = cx.take_fatal() {
         return Err(fatal);
+    }
+    let quarantine = lock(&cx.quarantine).take();
+    if let Some(error) = quarantine {
+        let record = runner
+            .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
+            .await?;
+        return Ok(outcome(record));
     }
     let result = match lock(&cx.step_error).take() {
         Some(e) => Err(e),

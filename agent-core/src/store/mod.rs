@@ -649,6 +649,23 @@ pub trait Store: Send + Sync + fmt::Debug {
         tokio::time::sleep(timeout).await;
     }
 
+    /// The first and last stored versions of a run and how many there are, or `None` when
+    /// it has none. A consistent run has `last == run.version` and
+    /// `count == last - first + 1` (`first > 0` only after pruning). The runner checks it
+    /// when it claims a run, so a regressed or gapped history (a restored backup, a manual
+    /// edit) is quarantined before any tool call. The default reads the whole history.
+    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
+        let history = self.history(run_id).await?;
+        Ok(match (history.first(), history.last()) {
+            (Some(first), Some(last)) => Some(VersionSpan {
+                first: first.version,
+                last: last.version,
+                count: history.len() as u64,
+            }),
+            _ => None,
+        })
+    }
+
     /// Per-tool call statistics over the calls started at or after `since`: count,
     /// failures by error code, average, p50 and p99 duration. SQL backends compute it in
     /// SQL; the default reads every run's journal.
@@ -754,6 +771,17 @@ pub fn idempotency_key(run_id: &str, version: u64, seq: u32) -> String {
 #[must_use]
 pub fn creation_hash(run: &NewRun) -> String {
     input_hash(&serde_json::json!([run.agent, run.state_name, run.state]))
+}
+
+/// The stored versions of a run (see [`Store::version_span`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionSpan {
+    /// Oldest stored version.
+    pub first: u64,
+    /// Newest stored version.
+    pub last: u64,
+    /// How many versions are stored.
+    pub count: u64,
 }
 
 /// Call statistics of one tool (see [`Store::tool_stats`]).
