@@ -6,3 +6,4 @@ mod mediation;
 mod poison;
 mod replay;
 mod saga;
+mod secrets;

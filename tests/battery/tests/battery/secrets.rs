@@ -1,0 +1,390 @@
+//! Item 11: secrets. Canary secrets are planted in tool credentials (fields of the tool
+//! values) and in the environment (a child process started with canary variables, whose
+//! tool reads its key from there). Everything the runner produces is captured: every
+//! `RouteRequest` as sent to the router (with the system and user prompts providers
+//! build from it), the journal, the run records, history and states, and all `tracing`
+//! output at TRACE level. No canary may appear in any of it.
+//!
+//! The runner has no redaction of configured fields: a tool that puts its credential in
+//! an error message or an output leaks it. Those two cases are kept as ignored tests (the
+//! finding, with its reproduction, is in RELIABILITY.md 11).
+
+use std::io::Write as _;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_core::router::ScriptedRouter;
+use agent_core::runner::{Runner, RunnerConfig};
+use agent_core::store::Store;
+use agent_core::store::memory::MemoryStore;
+use agent_core::{
+    Agent, Ctx, Execute, RetryPolicy, StepResult, Tool, ToolBox, ToolContext, ToolError,
+    ToolPolicy, kind,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+const CRED_CANARY: &str = "sk-canary-CRED-7f3a9c1e";
+const ENV_VAR: &str = "BATTERY_CANARY_KEY";
+const ENV_CANARY: &str = "canary-ENV-41d2e8b0";
+
+/// How the tools treat their credential.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Use it, never show it.
+    Clean,
+    /// Put it in the error message of a failed call (as many HTTP clients do).
+    InError,
+    /// Echo it in the output (a service that reflects request headers).
+    InOutput,
+}
+
+/// A user to look up.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct User {
+    /// Who.
+    pub user: String,
+}
+
+/// A profile.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ProfileOut {
+    /// The tier.
+    pub tier: String,
+    /// What the service reflected back.
+    pub debug: Option<String>,
+}
+
+/// Look a profile up (read), with an API key.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    api_key: String,
+    mode: Mode,
+}
+
+/// Notify the user (write), with another key.
+#[derive(Clone, Debug)]
+pub struct Notify {
+    api_key: String,
+    mode: Mode,
+}
+
+fn policy() -> ToolPolicy {
+    ToolPolicy {
+        retry: RetryPolicy {
+            max_attempts: 2,
+            initial_backoff: std::time::Duration::from_millis(1),
+            max_backoff: std::time::Duration::from_millis(1),
+            multiplier: 1.0,
+            jitter: false,
+        },
+        ..ToolPolicy::default()
+    }
+}
+
+impl Tool for Profile {
+    const NAME: &'static str = "Profile";
+    const DESCRIPTION: &'static str = "Look a customer's profile up.";
+    type Kind = kind::Read;
+    type Input = User;
+    type Output = ProfileOut;
+    fn policy() -> ToolPolicy {
+        policy()
+    }
+}
+
+impl Execute for Profile {
+    async fn execute(&self, input: User, _: &ToolContext) -> Result<ProfileOut, ToolError> {
+        let auth = format!("Bearer {}", self.api_key);
+        match self.mode {
+            Mode::Clean => Ok(ProfileOut {
+                tier: format!("gold:{}", input.user),
+                debug: None,
+            }),
+            Mode::InError => Err(ToolError::retryable(format!(
+                "503 from profiles (request had authorization: {auth})"
+            ))),
+            Mode::InOutput => Ok(ProfileOut {
+                tier: "gold".into(),
+                debug: Some(format!("request headers: authorization={auth}")),
+            }),
+        }
+    }
+}
+
+impl Tool for Notify {
+    const NAME: &'static str = "Notify";
+    const DESCRIPTION: &'static str = "Send the customer a message.";
+    type Kind = kind::Write;
+    type Input = User;
+    type Output = String;
+    fn policy() -> ToolPolicy {
+        policy()
+    }
+}
+
+impl Execute for Notify {
+    async fn execute(&self, input: User, _: &ToolContext) -> Result<String, ToolError> {
+        match self.mode {
+            Mode::InError => Err(ToolError::auth(format!(
+                "401: key {} is not allowed to notify {}",
+                self.api_key, input.user
+            ))),
+            Mode::InOutput => Ok(format!("sent with key {}", self.api_key)),
+            Mode::Clean => Ok(format!("sent to {}", input.user)),
+        }
+    }
+}
+
+/// A support flow: the router looks the profile up, then replies.
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+#[agent(tools(read(Profile), write(Notify)))]
+pub enum Support {
+    #[agent(initial, to(Triage))]
+    Intake { user: String },
+    #[agent(route = llm, tools(Profile), to(Reply, Closed))]
+    Triage { user: String },
+    #[agent(tools(Notify), to(Closed), on_error = Failed)]
+    Reply { user: String },
+    #[agent(terminal)]
+    Closed,
+    #[agent(terminal)]
+    Failed { reason: String },
+}
+
+/// The flow's handlers.
+#[derive(Debug, Clone, Copy)]
+pub struct Desk;
+
+impl SupportHandlers for Desk {
+    async fn intake(
+        &self,
+        ctx: Ctx<'_, support::Intake>,
+        user: String,
+    ) -> StepResult<support::Intake> {
+        Ok(ctx.to(support::Triage::new(user)))
+    }
+    async fn triage(
+        &self,
+        ctx: Ctx<'_, support::Triage>,
+        route: support::TriageRoute,
+        user: String,
+    ) -> StepResult<support::Triage> {
+        Ok(match route {
+            support::TriageRoute::Reply => ctx.to(support::Reply::new(user)),
+            support::TriageRoute::Closed => ctx.to(support::Closed::new()),
+        })
+    }
+    async fn reply(
+        &self,
+        ctx: Ctx<'_, support::Reply>,
+        user: String,
+    ) -> StepResult<support::Reply> {
+        ctx.call::<Notify>(User { user }).await?;
+        Ok(ctx.to(support::Closed::new()))
+    }
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything the runner produced for one run, by where it went.
+struct Captured {
+    parts: Vec<(&'static str, String)>,
+}
+
+impl Captured {
+    fn leaks(&self, canaries: &[&str]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (place, text) in &self.parts {
+            for c in canaries {
+                if let Some(at) = text.find(c) {
+                    let start = text[..at]
+                        .char_indices()
+                        .rev()
+                        .nth(60)
+                        .map_or(0, |(i, _)| i);
+                    let end = (at + c.len() + 20).min(text.len());
+                    let end = (end..=text.len())
+                        .find(|&i| text.is_char_boundary(i))
+                        .unwrap_or(text.len());
+                    out.push(format!("{place}: …{}…", &text[start..end]));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Run the support flow once with tools in `mode`, capturing prompts, journal, records
+/// and logs. Call from a current-thread runtime: the log subscriber is thread-local.
+async fn run_flow(mode: Mode, env_key: &str) -> Captured {
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let prompts = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = Arc::clone(&prompts);
+    let router = Arc::new(ScriptedRouter::from_fn(move |req| {
+        seen.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(format!(
+                "{}\n{}\n{}",
+                serde_json::to_string(req).unwrap_or_default(),
+                req.system_prompt(),
+                req.user_prompt()
+            ));
+        if req.tool_results.is_empty() && req.feedback.is_empty() {
+            ScriptedRouter::choose("Profile", r#"{"user":"ada"}"#)
+        } else {
+            ScriptedRouter::choose("Reply", "{}")
+        }
+    }));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let tools = ToolBox::new()
+        .with(Profile {
+            api_key: CRED_CANARY.to_owned(),
+            mode,
+        })
+        .with(Notify {
+            api_key: env_key.to_owned(),
+            mode,
+        });
+    let runner = Runner::<Support, Desk>::new(Arc::clone(&store), Desk, tools)
+        .expect("tool box matches")
+        .with_router(router)
+        .with_config(RunnerConfig {
+            worker_id: "secrets".into(),
+            ..RunnerConfig::default()
+        });
+    tracing::info!(?runner, "runner configured");
+    runner
+        .start("support-1", Support::Intake { user: "ada".into() })
+        .await
+        .expect("start");
+    let record = runner.run("support-1").await.expect("run");
+    let journal = store.journal("support-1", None).await.expect("journal");
+    let history = store.history("support-1").await.expect("history");
+    let mut states = Vec::new();
+    for t in &history {
+        states.push(store.state_at("support-1", t.version).await.expect("state"));
+    }
+    let stats = store.tool_stats(0).await.expect("stats");
+    drop(_guard);
+    let logs = String::from_utf8_lossy(&sink.0.lock().unwrap_or_else(PoisonError::into_inner))
+        .into_owned();
+    let prompts = prompts
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .join("\n");
+    Captured {
+        parts: vec![
+            ("prompt", prompts),
+            (
+                "journal",
+                serde_json::to_string(&journal).unwrap_or_default(),
+            ),
+            (
+                "run record",
+                format!(
+                    "{} {record:?}",
+                    serde_json::to_string(&record).unwrap_or_default()
+                ),
+            ),
+            (
+                "history",
+                serde_json::to_string(&history).unwrap_or_default(),
+            ),
+            ("states", serde_json::to_string(&states).unwrap_or_default()),
+            (
+                "tool stats",
+                serde_json::to_string(&stats).unwrap_or_default(),
+            ),
+            ("logs", logs),
+        ],
+    }
+}
+
+/// The child side of `planted_canaries_never_leak`: runs with canary variables in its
+/// environment; the `Notify` tool reads its key from there.
+#[tokio::test]
+#[ignore = "child process of planted_canaries_never_leak"]
+async fn child_secrets() {
+    if !battery::child::is("secrets") {
+        return;
+    }
+    let env_key = std::env::var(ENV_VAR).expect("planted canary");
+    let captured = run_flow(Mode::Clean, &env_key).await;
+    let leaks = captured.leaks(&[CRED_CANARY, ENV_CANARY]);
+    let sizes: Vec<String> = captured
+        .parts
+        .iter()
+        .map(|(p, t)| format!("{p}={}B", t.len()))
+        .collect();
+    println!("FIGURE item11 captured: {}", sizes.join(" "));
+    assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
+}
+
+/// Clean tools holding canary credentials (one of them read from a planted environment
+/// variable, next to other canary variables): no canary anywhere.
+#[test]
+fn planted_canaries_never_leak() {
+    let out = battery::child::command("secrets::child_secrets")
+        .env("BATTERY_CHILD", "secrets")
+        .env(ENV_VAR, ENV_CANARY)
+        .env("OPENAI_API_KEY", ENV_CANARY)
+        .env("ANTHROPIC_API_KEY", ENV_CANARY)
+        .env("DATABASE_PASSWORD", ENV_CANARY)
+        .env("RUST_LOG", "trace")
+        .output()
+        .expect("spawn child");
+    std::io::stderr().write_all(&out.stdout).ok();
+    std::io::stderr().write_all(&out.stderr).ok();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the child found leaks");
+    assert!(
+        stdout.contains("1 passed"),
+        "the child test did not run: {stdout}"
+    );
+}
+
+/// A tool whose error message carries its credential: the message reaches the journal,
+/// the run's error, the `Failed` state, the router's feedback and the logs.
+#[tokio::test]
+#[ignore = "finding: no redaction of configured secrets; a credential in a tool's error \
+            message leaks into journal, state, prompts and logs; see RELIABILITY.md 11"]
+async fn secret_in_tool_error_is_redacted() {
+    let captured = run_flow(Mode::InError, ENV_CANARY).await;
+    let leaks = captured.leaks(&[CRED_CANARY, ENV_CANARY]);
+    assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
+}
+
+/// A tool whose output echoes its credential: the output reaches the journal and the
+/// router's prompt (tool results).
+#[tokio::test]
+#[ignore = "finding: no redaction of configured secrets; a credential echoed in a tool's \
+            output leaks into journal and prompts; see RELIABILITY.md 11"]
+async fn secret_in_tool_output_is_redacted() {
+    let captured = run_flow(Mode::InOutput, ENV_CANARY).await;
+    let leaks = captured.leaks(&[CRED_CANARY, ENV_CANARY]);
+    assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
+}
