@@ -240,11 +240,10 @@ async fn zombie_round(url: &str, round: u64) {
 
 /// A tool call or an LLM answer that takes longer than the lease. A worker that holds a run
 /// must keep its lease alive while it waits (issue 4: "holds leases with heartbeats");
-/// otherwise a second worker claims the run and executes the same step at the same time (the
-/// key keeps the effect single, but two executors run and the LLM is asked twice without
-/// any crash).
+/// otherwise a second worker claims the run and executes the same step at the same time, and
+/// with two workers the step ping-pongs until the run is dead-lettered (found by this test,
+/// fixed by the runner's heartbeat; see RELIABILITY.md, 2.).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the runner renews leases only between calls, see RELIABILITY.md (Races)"]
 async fn calls_longer_than_the_lease_keep_one_executor() {
     let Some(url) = database_url("long_calls").await else {
         return;
