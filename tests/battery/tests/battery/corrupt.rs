@@ -238,9 +238,6 @@ async fn corrupt_state_rows_are_quarantined_before_any_tool_call() {
 /// `runs.version` moved back below the last committed transition (a restored backup, a
 /// careless edit). Expected: refused before any tool call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a version regression is not detected (no check of runs.version against \
-            the transitions), the step runs and its commit fails on the primary key forever; \
-            see RELIABILITY.md 5"]
 async fn version_regression_is_refused() {
     let Some(env) = env().await else { return };
     let cases = [
@@ -260,6 +257,15 @@ async fn version_regression_is_refused() {
     let healthy_ids = healthy(&env, "healthy", 10).await;
     let log = corrupt_and_resume(&env, &cases, &healthy_ids).await;
     let failures = verdicts(&env, &cases, &log).await;
+    // What a direct resume says, for the report.
+    let direct = order::runner(
+        &env.dyn_store,
+        order::tools(&env.world),
+        Arc::new(fixture::router("Pay")),
+        order::config("direct", LEASE),
+    );
+    tokio::time::sleep(LEASE).await;
+    eprintln!("direct resume: {:?}", direct.run("regressed-by-one").await);
     battery::pg::drop(&env.store).await;
     assert!(failures.is_empty(), "{failures:#?}");
 }
@@ -267,8 +273,6 @@ async fn version_regression_is_refused() {
 /// A gap in the version chain: `runs.version` ahead of the last transition, or a
 /// transition row deleted. Expected: refused before any tool call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a version gap is not detected; the step runs its tools under idempotency \
-            keys of versions that never existed and commits past the gap; see RELIABILITY.md 5"]
 async fn version_gap_is_refused() {
     let Some(env) = env().await else { return };
     let cases = [
@@ -336,8 +340,8 @@ async fn duplicate_versions_are_refused_by_the_schema() {
 /// A row the store cannot even read (a negative version) at the head of the queue: it
 /// surfaces as `StoreError::Corrupt` and must not keep the worker from the other runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: one unreadable row in a claim_next batch fails the whole batch after the \
-            UPDATE leased every run in it; the worker starves; see RELIABILITY.md 5"]
+#[ignore = "bug (intermittent since 078a689): one unreadable row in a claim_next batch fails \
+            the whole batch after the UPDATE leased every run in it; see RELIABILITY.md 5"]
 async fn unreadable_row_does_not_starve_the_worker() {
     let Some(env) = env().await else { return };
     let setup = order::runner(

@@ -137,6 +137,7 @@ async fn panicking_tool_is_dead_lettered_and_healthy_runs_flow() {
     let healthy = size(300, 3000);
     let poisoned = healthy / 10;
     let mut ratios = Vec::new();
+    let mut short = 0;
     for rep in 0..3 {
         let (base, _, _) = round(healthy, 0, &format!("base-{rep}")).await;
         let (with_poison, store, log) = round(healthy, poisoned, &format!("poison-{rep}")).await;
@@ -154,10 +155,15 @@ async fn panicking_tool_is_dead_lettered_and_healthy_runs_flow() {
                 .iter()
                 .filter(|c| c.tool == "Lookup")
                 .count();
-            assert_eq!(
-                attempts, MAX_CLAIMS as usize,
+            // Exactly MAX_CLAIMS when every claim reaches the tool; fewer when a claimed
+            // run waited longer than its lease and was claimed again (each claim counts).
+            assert!(
+                (1..=MAX_CLAIMS as usize).contains(&attempts),
                 "{id}: the poison tool ran {attempts} times"
             );
+            if attempts < MAX_CLAIMS as usize {
+                short += 1;
+            }
         }
         eprintln!(
             "round {rep}: baseline {base:.3}s, with {poisoned} poison runs {with_poison:.3}s"
@@ -167,8 +173,10 @@ async fn panicking_tool_is_dead_lettered_and_healthy_runs_flow() {
     let median = ratios[1];
     eprintln!(
         "FIGURE item6 panic: healthy={healthy} poison={poisoned} max_claims={MAX_CLAIMS} \
-         lease={}ms throughput_ratio_median={median:.2} ratios={ratios:.2?}",
-        LEASE.as_millis()
+         lease={}ms throughput_ratio_median={median:.2} ratios={ratios:.2?} \
+         dead_lettered_before_max_attempts={short}/{}",
+        LEASE.as_millis(),
+        3 * poisoned
     );
     // The target is 0.9; timing on shared CI cores is noisy, so the assertion is generous
     // and the measured figure goes to RELIABILITY.md.

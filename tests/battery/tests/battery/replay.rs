@@ -18,10 +18,6 @@ use battery::replay::{Capture, load, load_all};
 use battery::{CallLog, ForbiddenRouter, forbid, forbidden_router, probe_all};
 use serde::{Deserialize, Serialize};
 
-/// Fixtures whose replay diverges because of a known bug (excluded from the two main
-/// tests, replayed by `disabled_tool_failure_replays_identically`).
-const KNOWN_DIVERGENT: [&str; 1] = ["kill-switch.json"];
-
 fn config() -> RunnerConfig {
     order::config("replayer", std::time::Duration::from_secs(5))
 }
@@ -111,9 +107,6 @@ async fn every_step_replays_from_the_journal() {
     let mut failures = Vec::new();
     let mut steps = 0;
     for (file, capture) in &fixtures {
-        if KNOWN_DIVERGENT.contains(&file.as_str()) {
-            continue;
-        }
         for w in capture.versions.windows(2) {
             steps += 1;
             if let Err(e) = replay_step(capture, w[0].version).await {
@@ -135,9 +128,6 @@ async fn every_step_replays_from_the_journal() {
 async fn whole_runs_replay_from_the_journal() {
     let mut failures = Vec::new();
     for (file, capture) in load_all() {
-        if KNOWN_DIVERGENT.contains(&file.as_str()) {
-            continue;
-        }
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         load(&store, &capture, 0, true).await.unwrap();
         let (runner, log, router) = sealed::<Order, _>(&store, Behaviour);
@@ -174,30 +164,6 @@ async fn whole_runs_replay_from_the_journal() {
         .await;
         if let Err(e) = result {
             failures.push(format!("{file}: {e}"));
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
-}
-
-/// The failure of a tool switched off in the registry must replay to the same state. The
-/// live call reports `tool.disabled (tool): …` (the error's tool name is not filled in on
-/// that path) while the replay from the journal reports `tool.disabled (Charge): …`, and
-/// the message is part of the `Failed { reason }` state: the replayed step commits a
-/// different state than the original.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a disabled tool's error message differs between the live call and its \
-            replay from the journal, so the replayed step commits a different state; see \
-            RELIABILITY.md 8"]
-async fn disabled_tool_failure_replays_identically() {
-    let mut failures = Vec::new();
-    for (file, capture) in load_all() {
-        if !KNOWN_DIVERGENT.contains(&file.as_str()) {
-            continue;
-        }
-        for w in capture.versions.windows(2) {
-            if let Err(e) = replay_step(&capture, w[0].version).await {
-                failures.push(format!("{file} step from v{}: {e}", w[0].version));
-            }
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
@@ -386,9 +352,6 @@ async fn renamed_state_and_changed_field_are_quarantined() {
 /// An edge removed under a run whose journal chose it: the run must be refused with a
 /// typed error before anything runs, not fail and compensate under the new graph.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a removed edge is not detected; the journaled decision is replayed without \
-            checking it against the new graph, the step fails with `routing` and the saga's \
-            compensations run (real effects); see RELIABILITY.md 8"]
 async fn removed_edge_is_refused_before_any_effect() {
     let mut failures = Vec::new();
     for (file, capture) in load_all() {
