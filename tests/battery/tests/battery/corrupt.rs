@@ -340,8 +340,6 @@ async fn duplicate_versions_are_refused_by_the_schema() {
 /// A row the store cannot even read (a negative version) at the head of the queue: it
 /// surfaces as `StoreError::Corrupt` and must not keep the worker from the other runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug (intermittent since 078a689): one unreadable row in a claim_next batch fails \
-            the whole batch after the UPDATE leased every run in it; see RELIABILITY.md 5"]
 async fn unreadable_row_does_not_starve_the_worker() {
     let Some(env) = env().await else { return };
     let setup = order::runner(
@@ -367,6 +365,20 @@ async fn unreadable_row_does_not_starve_the_worker() {
         "load of an unreadable row: {load:?}"
     );
     let healthy_ids = healthy(&env, "healthy", 10).await;
+    // One claim of a batch holding the unreadable row (the oldest run).
+    let batch = env
+        .dyn_store
+        .claim_next(&["Order".to_owned()], "prober", LEASE, 4)
+        .await;
+    let batch_ok = batch.is_ok();
+    eprintln!(
+        "claim_next with the unreadable row in the batch: {}",
+        match &batch {
+            Ok(b) => format!("{} runs claimed", b.len()),
+            Err(e) => format!("error {e}"),
+        }
+    );
+    tokio::time::sleep(LEASE).await;
     let runner = order::runner(
         &env.dyn_store,
         order::tools(&env.world),
@@ -389,6 +401,12 @@ async fn unreadable_row_does_not_starve_the_worker() {
         }
     }
     let listing = env.dyn_store.list_runs(&RunFilter::default()).await;
+    let row: (String, Option<String>) =
+        sqlx::query_as("SELECT status, error_code FROM runs WHERE id = 'unreadable'")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+    eprintln!("the unreadable row: status {}, code {:?}", row.0, row.1);
     battery::pg::drop(&env.store).await;
     eprintln!(
         "worker {stats:?}; healthy runs served {served}/{}; list_runs: {}",
@@ -397,6 +415,10 @@ async fn unreadable_row_does_not_starve_the_worker() {
             Ok(l) => format!("{} runs", l.len()),
             Err(e) => format!("error {e}"),
         }
+    );
+    assert!(
+        batch_ok,
+        "one unreadable row failed the whole claim_next batch"
     );
     assert_eq!(served, healthy_ids.len(), "healthy runs starved");
 }
@@ -491,4 +513,23 @@ async fn no_false_positives_over_clean_resumes() {
     );
     assert_eq!(quarantined, 0, "false positives");
     assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// Listing runs with one undecodable row among them: the other runs are listed (the bad
+/// one reported or skipped), not an error for the whole listing (`agentctl` lists break).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: one undecodable row makes list_runs fail as a whole; see RELIABILITY.md 5"]
+async fn listing_survives_an_unreadable_row() {
+    let Some(env) = env().await else { return };
+    healthy(&env, "listed", 3).await;
+    exec(
+        &env.store,
+        "UPDATE runs SET version = -1 WHERE id = $1",
+        "listed-0",
+    )
+    .await;
+    let listing = env.dyn_store.list_runs(&RunFilter::default()).await;
+    battery::pg::drop(&env.store).await;
+    let listed = listing.expect("list_runs with one unreadable row");
+    assert!(listed.len() >= 2, "{listed:?}");
 }
