@@ -146,7 +146,15 @@ async fn verdicts(env: &Env, cases: &[Case], log: &CallLog) -> Vec<String> {
             case.id,
             case.expect,
             match &line {
-                Ok(()) => "detected".to_owned(),
+                Ok(()) => format!(
+                    "detected ({})",
+                    outcome
+                        .as_ref()
+                        .ok()
+                        .and_then(Option::as_ref)
+                        .and_then(|r| r.error.as_ref())
+                        .map_or_else(|| "StoreError::Corrupt".to_owned(), |e| e.code.clone())
+                ),
                 Err(e) => format!("NOT detected: {e}"),
             },
             calls.len()
