@@ -232,6 +232,15 @@ impl Captured {
 /// Run the support flow once with tools in `mode`, capturing prompts, journal, records
 /// and logs. Call from a current-thread runtime: the log subscriber is thread-local.
 async fn run_flow(mode: Mode, env_key: &str) -> Captured {
+    run_flow_with(mode, env_key, None).await
+}
+
+/// [`run_flow`] with another router than the scripted one.
+async fn run_flow_with(
+    mode: Mode,
+    env_key: &str,
+    llm: Option<Arc<dyn agent_core::router::Router>>,
+) -> Captured {
     let sink = Sink::default();
     let writer = sink.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -269,6 +278,7 @@ async fn run_flow(mode: Mode, env_key: &str) -> Captured {
             api_key: env_key.to_owned(),
             mode,
         });
+    let router: Arc<dyn agent_core::router::Router> = llm.unwrap_or(router);
     let runner = Runner::<Support, Desk>::new(Arc::clone(&store), Desk, tools)
         .expect("tool box matches")
         .with_router(router)
@@ -386,5 +396,102 @@ async fn secret_in_tool_error_is_redacted() {
 async fn secret_in_tool_output_is_redacted() {
     let captured = run_flow(Mode::InOutput, ENV_CANARY).await;
     let leaks = captured.leaks(&[CRED_CANARY, ENV_CANARY]);
+    assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
+}
+
+/// A one-route HTTP server answering every request with `status` and `body`; returns its
+/// base URL and the requests it received.
+async fn fake_provider(status: u16, body: String) -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let requests = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = body.clone();
+            let requests = Arc::clone(&requests);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(n) = socket.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .and_then(|v| v.trim().parse::<usize>().ok())
+                            })
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            requests
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .push(text);
+                            break;
+                        }
+                    }
+                }
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(reply.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (format!("http://{addr}/v1"), seen)
+}
+
+fn openai_router(base_url: &str) -> Arc<dyn agent_core::router::Router> {
+    let config = agent_llm::openai::OpenAiConfig::new(base_url, "canary-model")
+        .with_api_key(agent_llm::ApiKey::new(CRED_CANARY));
+    Arc::new(agent_llm::openai::OpenAiRouter::new(config).expect("router"))
+}
+
+/// The real OpenAI-compatible router with a canary API key, against a provider that
+/// rejects the key and echoes it in its error (as OpenAI does, partly masked): the key is
+/// sent (in the request's `Authorization` header) and appears nowhere else.
+#[tokio::test]
+async fn llm_router_key_echoed_in_an_error_never_leaks() {
+    let body = format!(
+        r#"{{"error":{{"message":"Incorrect API key provided: {CRED_CANARY}.","type":"invalid_request_error","code":"invalid_api_key"}}}}"#
+    );
+    let (url, requests) = fake_provider(401, body).await;
+    let captured = run_flow_with(Mode::Clean, ENV_CANARY, Some(openai_router(&url))).await;
+    let sent = requests
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .join("\n");
+    assert!(sent.contains(CRED_CANARY), "the key was not sent: {sent}");
+    let leaks = captured.leaks(&[CRED_CANARY, ENV_CANARY]);
+    assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
+}
+
+/// The same router, against a provider (or proxy) that echoes the key in a successful
+/// answer's text: the raw output is journaled with the decision.
+#[tokio::test]
+#[ignore = "finding: the journaled raw output of a decision is not redacted with the \
+            router's key; see RELIABILITY.md 11"]
+async fn llm_router_key_echoed_in_an_answer_never_leaks() {
+    let body = format!(
+        r#"{{"id":"c1","object":"chat.completion","model":"canary-model","choices":[{{"index":0,"message":{{"role":"assistant","content":"debug: authorization Bearer {CRED_CANARY}","tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"Closed","arguments":"{{}}"}}}}]}},"finish_reason":"tool_calls"}}],"usage":{{"prompt_tokens":1,"completion_tokens":1}}}}"#
+    );
+    let (url, _) = fake_provider(200, body).await;
+    let captured = run_flow_with(Mode::Clean, ENV_CANARY, Some(openai_router(&url))).await;
+    let leaks = captured.leaks(&[CRED_CANARY]);
     assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
 }
