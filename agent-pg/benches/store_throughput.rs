@@ -11,6 +11,9 @@
 //!   (a CTE, one round trip) on PostgreSQL, and as one `BEGIN IMMEDIATE` transaction on SQLite.
 //! - **store**: `Store::commit_step` under a lease (compare-and-set on version and epoch,
 //!   JSON-Patch delta or snapshot, hash-chained transition record).
+//! - **runner**: whole steps through `agent_core::runner::Runner`: load and check the state,
+//!   dispatch to the handler, commit — what an agent without tool calls pays per transition.
+//!   Per-transition latency is the time between two commits of the same run.
 //!
 //! Each is measured for one run stepping sequentially and for 64 runs stepping concurrently
 //! (one task per run), on the same database, with the same state (a small cart that changes
@@ -20,7 +23,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use agent_core::runner::{Crash, FaultHook, FaultPoint, Runner, RunnerConfig};
 use agent_core::store::{Lease, NewRun, RunStatus, StepCommit, Store, TransitionKind};
+use agent_core::{Ctx, StepResult, ToolBox};
 use agent_pg::PgStore;
 use agent_sqlite::SqliteStore;
 use serde_json::{Value, json};
@@ -103,6 +111,118 @@ where
         all.extend(t.await.expect("bench task"));
     }
     figures(all, started.elapsed())
+}
+
+/// The runner's benchmark agent: every step moves to itself with a changed state.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, agent_core::Agent)]
+enum Ticker {
+    #[agent(initial, to(Ticking, Done))]
+    Start { limit: u64 },
+    #[agent(to(Ticking, Done))]
+    Ticking {
+        limit: u64,
+        step: u64,
+        cart: Vec<String>,
+        note: String,
+    },
+    #[agent(terminal)]
+    Done { steps: u64 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tick;
+
+impl TickerHandlers for Tick {
+    async fn start(&self, ctx: Ctx<'_, ticker::Start>, limit: u64) -> StepResult<ticker::Start> {
+        Ok(ctx.to(ticker::Ticking::new(limit, 1, Vec::new(), String::new())))
+    }
+
+    async fn ticking(
+        &self,
+        ctx: Ctx<'_, ticker::Ticking>,
+        limit: u64,
+        step: u64,
+        _cart: Vec<String>,
+        _note: String,
+    ) -> StepResult<ticker::Ticking> {
+        Ok(if step + 1 >= limit {
+            ctx.to(ticker::Done::new(step + 1))
+        } else {
+            let cart = vec!["apple".into(), "pear".into(), "plum".into()];
+            ctx.to(ticker::Ticking::new(
+                limit,
+                step + 1,
+                cart,
+                format!("step {step}"),
+            ))
+        })
+    }
+}
+
+/// Times between two commits of the same run.
+#[derive(Debug, Default)]
+struct CommitClock {
+    last: Mutex<HashMap<String, Instant>>,
+    latencies: Mutex<Vec<Duration>>,
+}
+
+impl CommitClock {
+    fn mark(&self, run: &str) {
+        self.last
+            .lock()
+            .unwrap()
+            .insert(run.to_owned(), Instant::now());
+    }
+}
+
+impl FaultHook for CommitClock {
+    fn check(&self, point: FaultPoint, run_id: &str, _: u64) -> Result<(), Crash> {
+        if point == FaultPoint::CommitApplied {
+            let now = Instant::now();
+            if let Some(prev) = self.last.lock().unwrap().insert(run_id.to_owned(), now) {
+                self.latencies.lock().unwrap().push(now - prev);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `runs` runs of `steps` transitions each, driven concurrently through the runner.
+async fn runner_steps(store: Arc<dyn Store>, runs: u64, steps: u64, tag: &str) -> Figures {
+    let clock = Arc::new(CommitClock::default());
+    let runner = Runner::<Ticker, Tick>::new(store, Tick, ToolBox::new())
+        .expect("no tools to check")
+        .with_config(RunnerConfig {
+            worker_id: format!("bench-{tag}"),
+            ..RunnerConfig::default()
+        })
+        .with_faults(clock.clone());
+    let mut ids = Vec::new();
+    for r in 0..runs {
+        let id = format!("runner-{tag}-{r}");
+        runner
+            .start(&id, Ticker::Start { limit: steps })
+            .await
+            .expect("start");
+        ids.push(id);
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for id in ids {
+        let runner = runner.clone();
+        let clock = clock.clone();
+        tasks.push(tokio::spawn(async move {
+            clock.mark(&id);
+            let done = runner.run(&id).await.expect("run");
+            assert_eq!(done.status, RunStatus::Completed);
+        }));
+    }
+    for t in tasks {
+        t.await.expect("runner task");
+    }
+    let wall = started.elapsed();
+    let latencies = std::mem::take(&mut *clock.latencies.lock().unwrap());
+    figures(latencies, wall)
 }
 
 const PG_FLOOR_SETUP: &str = "CREATE TABLE floor_runs (id text PRIMARY KEY, version bigint NOT NULL, \
@@ -354,7 +474,7 @@ async fn main() {
     );
     // Interleave floor and framework twice and keep the better of each, so a burst of other
     // load on the machine does not land on one side only.
-    let mut best = [None::<Figures>; 4];
+    let mut best = [None::<Figures>; 6];
     for round in 0..2 {
         let figures = [
             pg_floor(&pg, 1, SEQ_STEPS, &format!("fs{round}")).await,
@@ -373,6 +493,14 @@ async fn main() {
                 &format!("sc{round}"),
             )
             .await,
+            runner_steps(pg_dyn.clone(), 1, SEQ_STEPS, &format!("rs{round}")).await,
+            runner_steps(
+                pg_dyn.clone(),
+                CONCURRENT_RUNS,
+                CONCURRENT_STEPS,
+                &format!("rc{round}"),
+            )
+            .await,
         ];
         for (slot, f) in best.iter_mut().zip(figures) {
             if slot.is_none_or(|b| f.per_sec > b.per_sec) {
@@ -380,13 +508,17 @@ async fn main() {
             }
         }
     }
-    let [fs, ss, fc, sc] = best.map(|f| f.expect("measured"));
+    let [fs, ss, fc, sc, rs, rc] = best.map(|f| f.expect("measured"));
     row("floor, sequential", fs);
     row("PgStore::commit_step, sequential", ss);
-    ratio("ratio, sequential", ss, fs);
+    row("Runner step, sequential", rs);
+    ratio("ratio store/floor, sequential", ss, fs);
+    ratio("ratio runner/floor, sequential", rs, fs);
     row("floor, 64 concurrent", fc);
     row("PgStore::commit_step, 64 concurrent", sc);
-    ratio("ratio, 64 concurrent", sc, fc);
+    row("Runner step, 64 concurrent", rc);
+    ratio("ratio store/floor, 64 concurrent", sc, fc);
+    ratio("ratio runner/floor, 64 concurrent", rc, fc);
 
     println!("PostgreSQL storage, a run growing by one item per step:");
     let mut wal_at = [0_i64; 2];
@@ -421,13 +553,19 @@ async fn main() {
     let ss = store_steps(lite_dyn.clone(), 1, SEQ_STEPS, "ss").await;
     let fc = sqlite_floor(&lite, CONCURRENT_RUNS, CONCURRENT_STEPS, "fc").await;
     let sc = store_steps(lite_dyn.clone(), CONCURRENT_RUNS, CONCURRENT_STEPS, "sc").await;
+    let rs = runner_steps(lite_dyn.clone(), 1, SEQ_STEPS, "rs").await;
+    let rc = runner_steps(lite_dyn.clone(), CONCURRENT_RUNS, CONCURRENT_STEPS, "rc").await;
     println!("SQLite (WAL, synchronous=FULL), same workload:");
     row("floor, sequential", fs);
     row("SqliteStore::commit_step, sequential", ss);
-    ratio("ratio, sequential", ss, fs);
+    row("Runner step, sequential", rs);
+    ratio("ratio store/floor, sequential", ss, fs);
+    ratio("ratio runner/floor, sequential", rs, fs);
     row("floor, 64 concurrent", fc);
     row("SqliteStore::commit_step, 64 concurrent", sc);
-    ratio("ratio, 64 concurrent", sc, fc);
+    row("Runner step, 64 concurrent", rc);
+    ratio("ratio store/floor, 64 concurrent", sc, fc);
+    ratio("ratio runner/floor, 64 concurrent", rc, fc);
     let (half, full) = growth(&lite_dyn, "grow", 1000).await;
     println!(
         "SQLite storage: 500 steps {half} B, 1000 steps {full} B ({:.0} B/step; 1000/500 = {:.2}x)",
