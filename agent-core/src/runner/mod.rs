@@ -358,6 +358,12 @@ where
                 return Ok(record);
             }
             if let Some(error) = self.history_problem(&record).await? {
+                // A claim answered late may describe a run another worker has moved on
+                // since: then this worker is the stale one, and the run is left alone.
+                let current = self.inner.store.load_run(&record.id).await?;
+                if current.is_none_or(|c| c.epoch != lease.epoch || c.version != record.version) {
+                    return Err(RunnerError::LeaseLost(record.id.clone()));
+                }
                 // The run row and its history disagree: a commit would fail or fork. Give
                 // the lease back and quarantine the run without writing a version.
                 self.release(&lease).await;
