@@ -68,8 +68,15 @@ async fn all_final(store: &dyn Store, ids: &[String]) -> bool {
 }
 
 /// One round: `healthy` runs (and `poisoned` poison runs, created first so they are
-/// claimed first); returns the seconds until every healthy run completed.
-async fn round(healthy: usize, poisoned: usize, tag: &str) -> (f64, Arc<dyn Store>, Arc<CallLog>) {
+/// claimed first); returns the seconds until every healthy run completed. `inert` runs of
+/// another agent are stored too and never claimed: the baseline holds as many runs as the
+/// poison round, since `MemoryStore::claim_next` scans every run.
+async fn round(
+    healthy: usize,
+    poisoned: usize,
+    inert: usize,
+    tag: &str,
+) -> (f64, Arc<dyn Store>, Arc<CallLog>) {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let world = Arc::new(World::default());
     let log = CallLog::new();
@@ -82,6 +89,18 @@ async fn round(healthy: usize, poisoned: usize, tag: &str) -> (f64, Arc<dyn Stor
     for i in 0..poisoned {
         runner
             .start(&format!("poison-{i}"), fixture::initial(&["poison", "a"]))
+            .await
+            .unwrap();
+    }
+    for i in 0..inert {
+        store
+            .create_run(agent_core::store::NewRun {
+                id: format!("inert-{i}"),
+                agent: "Inert".into(),
+                fingerprint: "inert".into(),
+                state_name: "Start".into(),
+                state: json!({ "Start": { "items": ["poison", "a"] } }),
+            })
             .await
             .unwrap();
     }
@@ -139,8 +158,8 @@ async fn panicking_tool_is_dead_lettered_and_healthy_runs_flow() {
     let mut ratios = Vec::new();
     let mut short = 0;
     for rep in 0..3 {
-        let (base, _, _) = round(healthy, 0, &format!("base-{rep}")).await;
-        let (with_poison, store, log) = round(healthy, poisoned, &format!("poison-{rep}")).await;
+        let (base, _, _) = round(healthy, 0, poisoned, &format!("base-{rep}")).await;
+        let (with_poison, store, log) = round(healthy, poisoned, 0, &format!("poison-{rep}")).await;
         ratios.push(base / with_poison);
         for i in 0..poisoned {
             let id = format!("poison-{i}");
