@@ -61,6 +61,11 @@ pub struct RunnerConfig {
     /// out of tool outputs that a handler or a compensation needs again (and out of the typed
     /// state, which is stored as it is).
     pub redact_fields: Vec<String>,
+    /// Secret values (API keys, passwords, tokens the tools hold) replaced by `"[redacted]"`
+    /// wherever they appear: tool inputs, outputs and error messages as journaled, the run's
+    /// error and `on_error` state, what the router sees, the decision's raw output, and the
+    /// runner's logs. Values shorter than 4 characters are ignored (they would shred text).
+    pub secrets: Vec<String>,
 }
 
 impl Default for RunnerConfig {
@@ -82,6 +87,7 @@ impl Default for RunnerConfig {
             ]
             .map(str::to_owned)
             .to_vec(),
+            secrets: Vec::new(),
         }
     }
 }
@@ -618,6 +624,44 @@ fn short(s: &str) -> &str {
     &s[..s.len().min(12)]
 }
 
+impl RunnerConfig {
+    /// Replace, in `value`, the values of the fields in [`redact_fields`](Self::redact_fields)
+    /// and every occurrence of a [secret](Self::secrets) in its strings.
+    pub fn redact_value(&self, value: &mut Value) {
+        redact(value, &self.redact_fields);
+        self.scrub_strings(value);
+    }
+
+    /// `text` with every occurrence of a [secret](Self::secrets) replaced by `"[redacted]"`.
+    #[must_use]
+    pub fn redact_text(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in self.secrets.iter().filter(|s| s.len() >= 4) {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "[redacted]");
+            }
+        }
+        out
+    }
+
+    fn scrub_strings(&self, value: &mut Value) {
+        if self.secrets.is_empty() {
+            return;
+        }
+        match value {
+            Value::String(s) => {
+                let clean = self.redact_text(s);
+                if clean != *s {
+                    *s = clean;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_strings(v)),
+            Value::Object(map) => map.values_mut().for_each(|v| self.scrub_strings(v)),
+            _ => {}
+        }
+    }
+}
+
 /// Replace the values of object fields named in `fields` (case-insensitively, at any depth)
 /// by `"[redacted]"`.
 pub fn redact(value: &mut Value, fields: &[String]) {
@@ -647,6 +691,21 @@ pub(crate) fn keyed(kind: ToolKind) -> bool {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn secrets_are_scrubbed_from_text_and_values() {
+        let config = super::RunnerConfig {
+            secrets: vec!["sk-canary-123".into(), "ab".into()],
+            ..super::RunnerConfig::default()
+        };
+        assert_eq!(
+            config.redact_text("key sk-canary-123 abab"),
+            "key [redacted] abab"
+        );
+        let mut v = json!({ "note": ["Bearer sk-canary-123"], "n": 1 });
+        config.redact_value(&mut v);
+        assert_eq!(v, json!({ "note": ["Bearer [redacted]"], "n": 1 }));
+    }
 
     #[test]
     fn redact_replaces_named_fields_at_any_depth() {

@@ -122,9 +122,13 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                     .collect(),
                 feedback: feedback.clone(),
             };
-            super::redact(&mut request.state_data, &cx.inner.config.redact_fields);
+            let config = &cx.inner.config;
+            config.redact_value(&mut request.state_data);
             for r in &mut request.tool_results {
-                super::redact(&mut r.output, &cx.inner.config.redact_fields);
+                config.redact_value(&mut r.output);
+            }
+            for f in &mut request.feedback {
+                *f = config.redact_text(f);
             }
             request.trim_to_budget(cx.inner.config.prompt_token_budget);
             let span = info_span!("decision", run_id = %cx.run_id, state = %cx.state.name, version = cx.version, seq);
@@ -194,7 +198,19 @@ async fn ask(
     }
     let outcome = validate(options, &reply, check);
     let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let record = DecisionRecord::new(request, &reply, &outcome, latency);
+    let mut record = DecisionRecord::new(request, &reply, &outcome, latency);
+    // The journaled copy only: the decision executed is the one validated above.
+    let config = &cx.inner.config;
+    record.raw_output = config.redact_text(&record.raw_output);
+    if let Some(
+        Decision::Tool { input, .. }
+        | Decision::Transition {
+            arguments: input, ..
+        },
+    ) = record.decision.as_mut()
+    {
+        config.redact_value(input);
+    }
     let input = json!({
         "prompt_hash": record.prompt_hash,
         "options": record.options,

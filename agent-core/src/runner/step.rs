@@ -190,7 +190,7 @@ impl<'r> StepCx<'r> {
     ) -> JournalEntry {
         let hash = input_hash(&input);
         let mut input = input;
-        super::redact(&mut input, &self.inner.config.redact_fields);
+        self.inner.config.redact_value(&mut input);
         JournalEntry {
             run_id: self.run_id.clone(),
             version: self.version,
@@ -288,7 +288,7 @@ impl<'r> StepCx<'r> {
                 entry.tool_kind = Some(ToolKind::Read);
                 entry.status = CallStatus::Succeeded;
                 let mut stored = out.clone();
-                super::redact(&mut stored, &self.inner.config.redact_fields);
+                self.inner.config.redact_value(&mut stored);
                 entry.output = Some(stored);
                 entry.finished_at = Some(entry.started_at);
                 if !self.record(entry).await {
@@ -389,6 +389,9 @@ impl<'r> StepCx<'r> {
                 Ok(v) => return Ok(v),
                 Err(mut e) => {
                     e.tool = Some(tool.name().to_owned());
+                    // Many clients put credentials in their errors: scrub at the source, so
+                    // neither the journal, the handler, the router nor the logs see them.
+                    e.message = self.inner.config.redact_text(&e.message);
                     if !e.class.is_retryable() || attempt_in_call >= policy.retry.max_attempts {
                         return Err(e);
                     }
@@ -422,7 +425,7 @@ impl<'r> StepCx<'r> {
             Ok(v) => {
                 entry.status = CallStatus::Succeeded;
                 let mut out = v.clone();
-                super::redact(&mut out, &self.inner.config.redact_fields);
+                self.inner.config.redact_value(&mut out);
                 entry.output = Some(out);
             }
             Err(e) => {
@@ -800,11 +803,17 @@ where
     A: Agent + Handle<H>,
     H: Send + Sync + 'static,
 {
-    tracing::warn!(run_id = %record.id, state = %desc.name, code = e.code(), error = %e, "step failed");
     let error = RunError {
         code: e.code().to_owned(),
-        message: e.to_string(),
+        message: runner.inner.config.redact_text(&e.to_string()),
     };
+    tracing::warn!(
+        run_id = %record.id,
+        state = %desc.name,
+        code = %error.code,
+        error = %error.message,
+        "step failed"
+    );
     if let Some(target) = &desc.on_error {
         let failure = Failure {
             state: desc.name.clone(),
