@@ -1042,7 +1042,16 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
-        rows.iter().map(|r| self.run_from_row(r)).collect()
+        rows.iter()
+            .map(|r| match self.run_from_row(r) {
+                Err(StoreError::Corrupt { run_id, message }) => Ok(RunRecord::unreadable(
+                    run_id,
+                    r.try_get("agent").unwrap_or_default(),
+                    message,
+                )),
+                other => other,
+            })
+            .collect()
     }
 
     async fn send_signal(

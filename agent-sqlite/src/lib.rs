@@ -937,7 +937,15 @@ impl Store for SqliteStore {
             .await
             .map_err(db_err)?;
         rows.iter()
-            .map(|r| row_to_run(r).map(|(rec, _)| rec))
+            .map(|r| match row_to_run(r) {
+                Ok((rec, _)) => Ok(rec),
+                Err(StoreError::Corrupt { run_id, message }) => Ok(RunRecord::unreadable(
+                    run_id,
+                    r.try_get("agent").unwrap_or_default(),
+                    message,
+                )),
+                Err(e) => Err(e),
+            })
             .collect()
     }
 

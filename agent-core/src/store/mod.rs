@@ -171,6 +171,36 @@ pub struct RunRecord {
     pub updated_at: Millis,
 }
 
+impl RunRecord {
+    /// A stand-in for a run whose stored row cannot be read, so that listings still show it
+    /// (quarantined, with why) instead of failing as a whole.
+    #[must_use]
+    pub fn unreadable(id: String, agent: String, message: String) -> Self {
+        Self {
+            id,
+            agent,
+            fingerprint: String::new(),
+            state_name: String::new(),
+            state: Value::Null,
+            version: 0,
+            status: RunStatus::Quarantined,
+            waiting_for: None,
+            wake_at: None,
+            error: Some(RunError {
+                code: "row.unreadable".to_owned(),
+                message,
+            }),
+            epoch: 0,
+            lease_owner: None,
+            lease_expires_at: None,
+            claims_without_progress: 0,
+            parent: None,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+}
+
 /// A run to create.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NewRun {
@@ -603,7 +633,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn fork(&self, run_id: &str, version: u64, new_id: &str)
     -> Result<RunRecord, StoreError>;
 
-    /// Runs matching the filter, newest first.
+    /// Runs matching the filter, newest first. A row that cannot be read is listed as
+    /// [`RunRecord::unreadable`], not as an error for the whole listing.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
 
     /// Send a signal; kept until a waiting step consumes it (also when sent early).

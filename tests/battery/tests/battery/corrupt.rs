@@ -526,7 +526,6 @@ async fn no_false_positives_over_clean_resumes() {
 /// Listing runs with one undecodable row among them: the other runs are listed (the bad
 /// one reported or skipped), not an error for the whole listing (`agentctl` lists break).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: one undecodable row makes list_runs fail as a whole; see RELIABILITY.md 5"]
 async fn listing_survives_an_unreadable_row() {
     let Some(env) = env().await else { return };
     healthy(&env, "listed", 3).await;
