@@ -68,8 +68,8 @@ use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
     CallStatus, EntryKind, JournalEntry, Lease, Millis, NewRun, PruneReport, RetentionPolicy,
     RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
-    StoreError, ToolStats, ToolSwitch, TransitionKind, TransitionRecord, creation_hash,
-    transition_hash,
+    StoreError, ToolStats, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
+    creation_hash, transition_hash,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -961,6 +961,28 @@ impl Store for PgStore {
                 commit.consumed_signal.unwrap_or_default()
             ))),
         }
+    }
+
+    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
+        // An index-only aggregate: the runner asks this at every claim.
+        let row = sqlx::query(
+            "SELECT min(version) AS first, max(version) AS last, count(*) AS n \
+             FROM transitions WHERE run_id = $1",
+        )
+        .bind(run_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_err)?;
+        let c = |e: sqlx::Error| corrupt(run_id, e);
+        let n: i64 = row.try_get("n").map_err(c)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(Some(VersionSpan {
+            first: to_u64(row.try_get("first")).map_err(c)?,
+            last: to_u64(row.try_get("last")).map_err(c)?,
+            count: u64::try_from(n).unwrap_or(0),
+        }))
     }
 
     async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {

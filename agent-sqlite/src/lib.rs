@@ -50,7 +50,8 @@ use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
     CallStatus, EntryKind, JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError,
     RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError,
-    ToolSwitch, TransitionKind, TransitionRecord, creation_hash, now_ms, transition_hash,
+    ToolSwitch, TransitionKind, TransitionRecord, VersionSpan, creation_hash, now_ms,
+    transition_hash,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -852,6 +853,28 @@ impl Store for SqliteStore {
         record.claims_without_progress = 0;
         record.updated_at = now;
         Ok(record)
+    }
+
+    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
+        // An index-only aggregate: the runner asks this at every claim.
+        let row = sqlx::query(
+            "SELECT min(version) AS first, max(version) AS last, count(*) AS n \
+             FROM transitions WHERE run_id = $1",
+        )
+        .bind(run_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_err)?;
+        let c = |e: sqlx::Error| corrupt(run_id, e);
+        let n: i64 = row.try_get("n").map_err(c)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(Some(VersionSpan {
+            first: to_u64(row.try_get("first")).map_err(c)?,
+            last: to_u64(row.try_get("last")).map_err(c)?,
+            count: u64::try_from(n).unwrap_or(0),
+        }))
     }
 
     async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
