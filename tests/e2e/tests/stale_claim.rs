@@ -4,7 +4,7 @@
 //!
 //! Found by the network-fault test at full size (a completed run ended `quarantined` in state
 //! `Done`); this test reproduces it deterministically with a store wrapper that delays the
-//! result of one claim. See RELIABILITY.md, 4.
+//! result of one claim (fixed by 18667f2; see RELIABILITY.md, 4.).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -188,7 +188,6 @@ fn worker(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a late claim quarantines a run another worker completed, see RELIABILITY.md (4.)"]
 async fn a_late_claim_leaves_a_completed_run_alone() {
     let Some(url) = database_url("stale_claim").await else {
         return;
