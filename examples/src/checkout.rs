@@ -625,8 +625,3 @@ pub fn start(customer: Customer) -> Checkout {
         cart: Cart::default(),
     }
 }
-
-const _: fn() = || {
-    fn agent<A: Agent>() {}
-    agent::<Checkout>();
-};

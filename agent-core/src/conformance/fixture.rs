@@ -385,8 +385,3 @@ pub fn initial(items: &[&str]) -> Order {
         items: items.iter().map(|s| (*s).to_owned()).collect(),
     }
 }
-
-const _: fn() = || {
-    fn is_agent<A: Agent>() {}
-    is_agent::<Order>();
-};
