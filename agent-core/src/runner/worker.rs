@@ -10,6 +10,11 @@ use tracing::{debug, warn};
 use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
 
+/// A run claimed more often than this without a commit is a suspect: it may be the one that
+/// crashes its worker. One lost claim (an expired lease, a partition) is common and does not
+/// make a run suspect; two in a row do.
+const SUSPECT_AFTER: u32 = 2;
+
 /// Settings of a worker.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -109,9 +114,39 @@ where
                     Ok(batch) => {
                         store_backoff = Duration::from_millis(50);
                         claimed = batch.len();
-                        for (lease, record) in batch {
-                            let runner = self.runner.clone();
-                            tasks.spawn(async move { runner.drive(lease, record).await.map(drop) });
+                        let (suspects, healthy): (Vec<_>, Vec<_>) =
+                            batch.into_iter().partition(|(_, record)| {
+                                record.claims_without_progress > SUSPECT_AFTER
+                            });
+                        if suspects.is_empty() {
+                            for (lease, record) in healthy {
+                                let runner = self.runner.clone();
+                                tasks.spawn(
+                                    async move { runner.drive(lease, record).await.map(drop) },
+                                );
+                            }
+                        } else {
+                            // A run claimed twice before without progress may crash its worker.
+                            // It runs alone, so that a crash is counted against it and not
+                            // against runs that happened to share the process.
+                            for (lease, _) in &healthy {
+                                if let Err(e) = store.release_lease(lease).await {
+                                    warn!(error = %e, "could not release a lease; it will expire");
+                                }
+                            }
+                            while let Some(done) = tasks.join_next().await {
+                                tally(&mut stats, done);
+                            }
+                            for (lease, record) in suspects {
+                                // Still a task of its own: a panic stays inside it.
+                                let runner = self.runner.clone();
+                                tasks.spawn(
+                                    async move { runner.drive(lease, record).await.map(drop) },
+                                );
+                                while let Some(done) = tasks.join_next().await {
+                                    tally(&mut stats, done);
+                                }
+                            }
                         }
                     }
                     Err(e) => {

@@ -385,8 +385,6 @@ async fn aborting_tool_is_dead_lettered() {
 /// aborts a healthy run can be dead-lettered as `crash_loop` although it never crashed
 /// anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: healthy runs co-claimed with an aborting poison run are dead-lettered as \
-            crash_loop; see RELIABILITY.md 6"]
 async fn aborting_tool_spares_healthy_runs() {
     let Some(round) = abort_round(size(20, 200), 1).await else {
         return;
