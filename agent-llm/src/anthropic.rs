@@ -213,17 +213,9 @@ impl Router for AnthropicRouter {
                 .transport
                 .post_json(&self.url, self.headers()?, body)
                 .await?;
-            let mut reply =
-                parse_response(&response.text, &self.config.model).map_err(|e| RouterError {
-                    message: self.transport.redact(&e.message),
-                    ..e
-                })?;
-            // A provider or proxy may echo the key in a successful answer: it is journaled.
-            reply.raw_output = self.transport.redact(&reply.raw_output);
-            for choice in &mut reply.choices {
-                choice.arguments = self.transport.redact(&choice.arguments);
-            }
-            Ok(reply)
+            self.transport.parse_reply(&response.text, |body| {
+                parse_response(body, &self.config.model)
+            })
         }
         .instrument(span)
         .await

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use agent_core::ErrorClass;
-use agent_core::router::RouterError;
+use agent_core::router::{RouterError, RouterReply};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
 
@@ -91,6 +91,24 @@ impl Transport {
     }
 
     /// Replace every occurrence of the key in `text` (a provider may echo it in an error).
+    /// Parse a successful body with `parse`, keeping the key out of what is journaled: the
+    /// error message, the raw output and the arguments (a provider or proxy may echo it).
+    pub(crate) fn parse_reply(
+        &self,
+        body: &str,
+        parse: impl FnOnce(&str) -> Result<RouterReply, RouterError>,
+    ) -> Result<RouterReply, RouterError> {
+        let mut reply = parse(body).map_err(|e| RouterError {
+            message: self.redact(&e.message),
+            ..e
+        })?;
+        reply.raw_output = self.redact(&reply.raw_output);
+        for choice in &mut reply.choices {
+            choice.arguments = self.redact(&choice.arguments);
+        }
+        Ok(reply)
+    }
+
     pub(crate) fn redact(&self, text: &str) -> String {
         match &self.secret {
             Some(key) if key.expose().len() >= 8 => text.replace(key.expose(), "[redacted]"),
