@@ -96,6 +96,11 @@ pub const RENEW_LEASE: &str = "UPDATE runs \
      SET lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond' \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING ts_to_ms(lease_expires_at)";
 
+/// Release without counting the claim (`Store::hand_back`); wakes nobody.
+pub const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
+     claims_without_progress = GREATEST(claims_without_progress - 1, 0) \
+     WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
+
 pub const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner = NULL, \
      lease_expires_at = NULL, claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL \
      RETURNING id, status) \

@@ -649,6 +649,16 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
+        sqlx::query(sql::HAND_BACK)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
         if entry.run_id != lease.run_id {
             return Err(StoreError::Backend(format!(

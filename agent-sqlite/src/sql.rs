@@ -71,6 +71,11 @@ pub const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
 pub const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING lease_expires_at";
 
+/// Release without counting the claim (`Store::hand_back`).
+pub const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
+     claims_without_progress = MAX(claims_without_progress - 1, 0) \
+     WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
+
 pub const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
      claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 

@@ -35,6 +35,8 @@ enum Flaw {
     AppendsJournal,
     /// Claims do not count and do not bump the epoch.
     StaticEpoch,
+    /// `hand_back` is `release_lease`: the claim still counts.
+    HandBackCounts,
 }
 
 #[derive(Debug)]
@@ -159,6 +161,13 @@ impl Store for Broken {
 
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.release_lease(lease).await
+    }
+
+    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
+        if self.flaw == Flaw::HandBackCounts {
+            return self.inner.release_lease(lease).await;
+        }
+        self.inner.hand_back(lease).await
     }
 
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
@@ -382,6 +391,11 @@ catches!(
     claims_must_bump_the_epoch,
     StaticEpoch,
     check_live_lease_blocks_and_expired_lease_is_reclaimed
+);
+catches!(
+    hand_back_must_not_count,
+    HandBackCounts,
+    check_hand_back_does_not_count_the_claim
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

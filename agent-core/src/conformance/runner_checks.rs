@@ -11,7 +11,10 @@ use serde_json::json;
 
 use super::fixture::{self, Behaviour, Order, World};
 use crate::Agent;
-use crate::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use crate::runner::{
+    Crash, CrashAt, FaultHook, FaultPoint, Runner, RunnerConfig, RunnerError, SUSPECT_CLAIMS,
+    Worker, WorkerConfig,
+};
 use crate::store::{CallStatus, EntryKind, NewRun, RunRecord, RunStatus, Store, TransitionKind};
 use crate::tool::ToolKind;
 
@@ -622,6 +625,103 @@ pub async fn check_redaction(store: Arc<dyn Store>) -> Result<(), String> {
     Ok(())
 }
 
+/// Every fault point passed, in order: what ran when, across the runs of a worker. Each
+/// tool call holds its thread for a while, so that runs in flight overlap in time.
+#[derive(Debug, Default)]
+struct Timeline {
+    events: std::sync::Mutex<Vec<(FaultPoint, String)>>,
+}
+
+impl FaultHook for Timeline {
+    fn check(&self, point: FaultPoint, run_id: &str, _: u64) -> Result<(), Crash> {
+        if let Ok(mut events) = self.events.lock() {
+            events.push((point, run_id.to_owned()));
+        }
+        if point == FaultPoint::ToolSent {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+/// A worker runs a suspect (a run claimed `SUSPECT_CLAIMS` times without a commit) alone: no
+/// other run does anything between its claim and its last commit. The runs claimed with it
+/// wait uncounted, and every run (the suspect is healthy after all) completes with its
+/// count reset.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_worker_runs_suspects_alone(store: Arc<dyn Store>) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let timeline = Arc::new(Timeline::default());
+    let r = runner(&store, &world, "Pay", "suspicious")?.with_faults(timeline.clone());
+    // Older runs first: the suspect is claimed while some of them are in flight.
+    let healthy: Vec<String> = (0..6).map(|i| format!("healthy-{i}")).collect();
+    for id in &healthy {
+        start(&r, id).await?;
+    }
+    start(&r, "suspect").await?;
+    // Workers claimed it and vanished without a commit.
+    for n in 0..SUSPECT_CLAIMS {
+        store
+            .claim_run(
+                "suspect",
+                &format!("vanished-{n}"),
+                Duration::from_millis(1),
+            )
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("could not claim the run with an expired lease")?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let worker = Worker::new(
+        r,
+        WorkerConfig {
+            concurrency: 4,
+            poll_interval: Duration::from_millis(10),
+        },
+    );
+    tokio::time::timeout(Duration::from_secs(30), worker.run_until_idle())
+        .await
+        .map_err(|_| "the worker did not finish in 30 s")?;
+    for id in healthy.iter().chain(std::iter::once(&"suspect".to_owned())) {
+        let record = store
+            .load_run(id)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("run vanished")?;
+        if record.status != RunStatus::Completed || record.claims_without_progress != 0 {
+            return Err(format!(
+                "{id} ended {} with claims_without_progress {}",
+                record.status, record.claims_without_progress
+            ));
+        }
+    }
+    let events = timeline.events.lock().map_err(|e| e.to_string())?.clone();
+    let mine = |e: &(FaultPoint, String)| e.1 == "suspect";
+    let first = events
+        .iter()
+        .position(mine)
+        .ok_or("the suspect never ran")?;
+    let last = events
+        .iter()
+        .rposition(mine)
+        .ok_or("the suspect never ran")?;
+    if events[first].0 != FaultPoint::RunClaimed {
+        return Err(format!(
+            "the suspect's first event is {:?}",
+            events[first].0
+        ));
+    }
+    if let Some(other) = events[first..=last].iter().find(|e| !mine(e)) {
+        return Err(format!(
+            "{} ran ({:?}) while the suspect was running",
+            other.1, other.0
+        ));
+    }
+    Ok(())
+}
+
 /// Expand to one `#[tokio::test]` per runner check, each on a fresh store from `setup`
 /// (an `Arc` of a store, or an `Option` of one whose `None` skips the test).
 #[macro_export]
@@ -637,6 +737,7 @@ macro_rules! runner_conformance {
             check_illegal_router_answers,
             check_read_cache,
             check_redaction,
+            check_worker_runs_suspects_alone,
         );
     };
     (@each $setup:expr, $($check:ident),* $(,)?) => {

@@ -729,6 +729,69 @@ pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> Chec
     Ok(())
 }
 
+/// `hand_back` frees the lease without counting the claim, and does nothing with a stale
+/// epoch.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> CheckResult {
+    let run = create(&store, "hand-back", json!({})).await?;
+    // Claimed once by a worker that vanished without a commit.
+    store
+        .claim_run(&run.id, "vanished", Duration::from_millis(1))
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a free run returned None")?;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (lease, rec) = store
+        .claim_run(&run.id, "w", LONG)
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a run with an expired lease returned None")?;
+    ensure!(
+        rec.claims_without_progress == 2,
+        "claims_without_progress is {}, want 2",
+        rec.claims_without_progress
+    );
+    store.hand_back(&lease).await.ctx("hand_back")?;
+    let back = store
+        .load_run(&run.id)
+        .await
+        .ctx("load_run")?
+        .ok_or("run vanished")?;
+    ensure!(
+        back.lease_owner.is_none(),
+        "hand_back left the lease with {:?}",
+        back.lease_owner
+    );
+    ensure!(
+        back.claims_without_progress == 1,
+        "hand_back left claims_without_progress at {}, want 1 (the claim not counted)",
+        back.claims_without_progress
+    );
+    let (again, _) = store
+        .claim_run(&run.id, "w2", LONG)
+        .await
+        .ctx("claim_run")?
+        .ok_or("a handed-back run could not be claimed")?;
+    store.hand_back(&lease).await.ctx("hand_back (stale)")?;
+    let held = store
+        .load_run(&run.id)
+        .await
+        .ctx("load_run")?
+        .ok_or("run vanished")?;
+    ensure!(
+        held.lease_owner.as_deref() == Some("w2") && held.epoch == again.epoch,
+        "hand_back with a stale epoch released the current holder's lease"
+    );
+    ensure!(
+        held.claims_without_progress == 2,
+        "hand_back with a stale epoch changed claims_without_progress to {}",
+        held.claims_without_progress
+    );
+    Ok(())
+}
+
 /// `claim_next`: runnable runs of the given agents only, waiting runs only once their signal
 /// arrived or `wake_at` passed, never leased or final runs, at most `limit`.
 ///

@@ -28,7 +28,7 @@ use serde_json::Value;
 use tracing::{Instrument, info_span, warn};
 
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
-pub use worker::{Worker, WorkerConfig};
+pub use worker::{SUSPECT_CLAIMS, Worker, WorkerConfig};
 
 use crate::agent::{Agent, Handle};
 use crate::graph::GraphDescription;

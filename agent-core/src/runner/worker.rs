@@ -1,19 +1,23 @@
 //! A worker: claims runnable runs from the store and drives them, many at once.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
+use crate::store::{Lease, RunRecord};
 
-/// A run claimed more often than this without a commit is a suspect: it may be the one that
-/// crashes its worker. One lost claim (an expired lease, a partition) is common and does not
-/// make a run suspect; two in a row do.
-const SUSPECT_AFTER: u32 = 2;
+/// A run claimed more than this many times in a row without a commit is a *suspect*: its
+/// step may be what crashes its workers, so a [`Worker`] runs it alone. One lost claim (a
+/// killed worker, an expired lease) is common and does not make a run a suspect; two in a
+/// row do.
+pub const SUSPECT_CLAIMS: u32 = 2;
 
 /// Settings of a worker.
 #[derive(Clone, Debug)]
@@ -89,6 +93,29 @@ where
             .await
     }
 
+    /// Drive a claimed run in a task of its own, where a panic stays.
+    fn spawn(&self, tasks: &mut JoinSet<Driven>, lease: Lease, record: RunRecord) {
+        let runner = self.runner.clone();
+        tasks.spawn(async move {
+            let run_id = record.id.clone();
+            match AssertUnwindSafe(runner.drive(lease, record))
+                .catch_unwind()
+                .await
+            {
+                Ok(result) => Driven::Returned(result.map(drop)),
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("(no message)")
+                        .to_owned();
+                    Driven::Panicked { run_id, message }
+                }
+            }
+        });
+    }
+
     async fn work<F: Future<Output = ()> + ?Sized>(
         &self,
         mut shutdown: Option<std::pin::Pin<&mut F>>,
@@ -98,11 +125,24 @@ where
         let cfg = self.runner.config().clone();
         let agents = vec![A::NAME.to_owned()];
         let mut stats = WorkerStats::default();
-        let mut tasks: JoinSet<Result<(), RunnerError>> = JoinSet::new();
+        let mut tasks: JoinSet<Driven> = JoinSet::new();
+        // Runs whose step panicked in this process: the panic is theirs, so they are tried
+        // again at once (each try counted) and not suspected of crashing the process.
+        let mut panicked: Vec<String> = Vec::new();
         let mut store_backoff = Duration::from_millis(50);
         loop {
             while let Some(done) = tasks.try_join_next() {
-                tally(&mut stats, done);
+                tally(&mut stats, done, &mut panicked);
+            }
+            for run_id in std::mem::take(&mut panicked) {
+                match store
+                    .claim_run(&run_id, &cfg.worker_id, cfg.lease_ttl)
+                    .await
+                {
+                    Ok(Some((lease, record))) => self.spawn(&mut tasks, lease, record),
+                    Ok(None) => {}
+                    Err(e) => warn!(error = %e, run_id = %run_id, "could not claim a run again"),
+                }
             }
             let free = self.config.concurrency.saturating_sub(tasks.len());
             let mut claimed = 0;
@@ -114,38 +154,34 @@ where
                     Ok(batch) => {
                         store_backoff = Duration::from_millis(50);
                         claimed = batch.len();
+                        // The claim counted once more: more than SUSPECT_CLAIMS means the run
+                        // was a suspect before this claim.
                         let (suspects, healthy): (Vec<_>, Vec<_>) =
                             batch.into_iter().partition(|(_, record)| {
-                                record.claims_without_progress > SUSPECT_AFTER
+                                record.claims_without_progress > SUSPECT_CLAIMS
                             });
-                        if suspects.is_empty() {
-                            for (lease, record) in healthy {
-                                let runner = self.runner.clone();
-                                tasks.spawn(
-                                    async move { runner.drive(lease, record).await.map(drop) },
-                                );
-                            }
-                        } else {
-                            // A run claimed twice before without progress may crash its worker.
-                            // It runs alone, so that a crash is counted against it and not
-                            // against runs that happened to share the process.
-                            for (lease, _) in &healthy {
-                                if let Err(e) = store.release_lease(lease).await {
-                                    warn!(error = %e, "could not release a lease; it will expire");
+                        let mut suspects = suspects.into_iter();
+                        if let Some((lease, record)) = suspects.next() {
+                            // A suspect may be what crashes its workers: it runs alone, so that
+                            // a crash counts against it and not against runs sharing the process.
+                            // The rest of the batch goes back uncounted (it is claimed again
+                            // next, oldest first); the runs in flight finish first.
+                            for (other, _) in healthy.iter().chain(suspects.as_slice()) {
+                                if let Err(e) = store.hand_back(other).await {
+                                    warn!(error = %e, run_id = %other.run_id,
+                                    "could not hand a run back; its lease will expire");
                                 }
                             }
                             while let Some(done) = tasks.join_next().await {
-                                tally(&mut stats, done);
+                                tally(&mut stats, done, &mut panicked);
                             }
-                            for (lease, record) in suspects {
-                                // Still a task of its own: a panic stays inside it.
-                                let runner = self.runner.clone();
-                                tasks.spawn(
-                                    async move { runner.drive(lease, record).await.map(drop) },
-                                );
-                                while let Some(done) = tasks.join_next().await {
-                                    tally(&mut stats, done);
-                                }
+                            self.spawn(&mut tasks, lease, record);
+                            while let Some(done) = tasks.join_next().await {
+                                tally(&mut stats, done, &mut panicked);
+                            }
+                        } else {
+                            for (lease, record) in healthy {
+                                self.spawn(&mut tasks, lease, record);
                             }
                         }
                     }
@@ -179,7 +215,7 @@ where
                     d = wait => d,
                     () = s.as_mut() => {
                         while let Some(done) = tasks.join_next().await {
-                            tally(&mut stats, done);
+                            tally(&mut stats, done, &mut panicked);
                         }
                         return stats;
                     }
@@ -187,25 +223,42 @@ where
                 None => wait.await,
             };
             if let Some(done) = done {
-                tally(&mut stats, done);
+                tally(&mut stats, done, &mut panicked);
             }
         }
     }
 }
 
-fn tally(stats: &mut WorkerStats, done: Result<Result<(), RunnerError>, tokio::task::JoinError>) {
+/// How the task driving one run ended.
+enum Driven {
+    /// `Runner::drive` returned.
+    Returned(Result<(), RunnerError>),
+    /// The run's step panicked.
+    Panicked { run_id: String, message: String },
+}
+
+fn tally(
+    stats: &mut WorkerStats,
+    done: Result<Driven, tokio::task::JoinError>,
+    panicked: &mut Vec<String>,
+) {
     match done {
-        Ok(Ok(())) => stats.runs_driven += 1,
-        Ok(Err(RunnerError::LeaseLost(run))) => {
+        Ok(Driven::Returned(Ok(()))) => stats.runs_driven += 1,
+        Ok(Driven::Returned(Err(RunnerError::LeaseLost(run)))) => {
             debug!(run_id = %run, "lease lost; another worker has the run");
             stats.leases_lost += 1;
         }
-        Ok(Err(e)) => {
+        Ok(Driven::Returned(Err(e))) => {
             warn!(error = %e, "run stopped; it resumes on a later claim");
             stats.errors += 1;
         }
+        Ok(Driven::Panicked { run_id, message }) => {
+            warn!(run_id = %run_id, panic = %message, "run step panicked; trying it again");
+            stats.errors += 1;
+            panicked.push(run_id);
+        }
         Err(e) => {
-            warn!(error = %e, "run task panicked; it resumes on a later claim");
+            warn!(error = %e, "run task failed; it resumes on a later claim");
             stats.errors += 1;
         }
     }

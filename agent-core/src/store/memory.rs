@@ -411,6 +411,18 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        let data = g.run_mut(&lease.run_id)?;
+        let r = &mut data.record;
+        if r.epoch == lease.epoch && r.lease_owner.is_some() {
+            r.lease_owner = None;
+            r.lease_expires_at = None;
+            r.claims_without_progress = r.claims_without_progress.saturating_sub(1);
+        }
+        Ok(())
+    }
+
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
         let mut g = self.lock();
         let data = g.run_mut(&lease.run_id)?;

@@ -583,7 +583,8 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Claim up to `limit` runnable runs of these agents (running or compensating; waiting
     /// runs whose signal has arrived or whose `wake_at` passed) whose lease is free or
-    /// expired, oldest first, skipping runs locked by other claimers.
+    /// expired, oldest first, skipping runs locked by other claimers. Each claim counts as in
+    /// [`claim_run`](Self::claim_run).
     async fn claim_next(
         &self,
         agents: &[String],
@@ -598,6 +599,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Give the lease up (after a commit that leaves the run waiting or final, or on shutdown).
     /// Resets `claims_without_progress`: a worker that releases its lease did not crash.
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Give a claimed run back without having executed anything for it: the lease is
+    /// released and this claim is not counted (`claims_without_progress` goes back down by
+    /// one). A [`Worker`](crate::runner::Worker) hands back the runs it claimed together
+    /// with a suspect it must run alone, so that waiting for their turn never pushes them
+    /// towards dead-lettering. Like `release_lease`, nothing happens when the epoch is no
+    /// longer current; unlike it, other workers are not woken (the run was runnable before
+    /// and is no more runnable now).
+    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError>;
 
     /// Durably record (insert or replace) a journal entry, fenced by the lease epoch.
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError>;

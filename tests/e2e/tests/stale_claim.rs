@@ -82,6 +82,9 @@ impl Store for LateClaim {
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.release_lease(lease).await
     }
+    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.hand_back(lease).await
+    }
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
         self.inner.record_entry(lease, entry).await
     }
