@@ -475,7 +475,10 @@ where
             state = record.state_name.as_str(),
             version = record.version
         );
-        step::execute::<A, H>(self, lease, record, state, fresh)
+        // Boxed: the step's future is large (~13 KB: handler, router, saga paths), and
+        // moving it through every layer of every step cost more than one allocation
+        // (about a fifth of a worker's CPU per step with 64 runs in flight on PostgreSQL).
+        Box::pin(step::execute::<A, H>(self, lease, record, state, fresh))
             .instrument(span)
             .await
     }
@@ -498,7 +501,7 @@ where
                 ),
             });
         }
-        let state: A = serde_json::from_value(record.state.clone()).map_err(|e| RunError {
+        let state = A::deserialize(&record.state).map_err(|e| RunError {
             code: "state.corrupt".into(),
             message: format!(
                 "stored state of `{}` does not deserialize: {e}",

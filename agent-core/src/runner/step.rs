@@ -27,7 +27,8 @@ pub(crate) struct StepCx<'r> {
     pub(crate) run_id: String,
     pub(crate) version: u64,
     pub(crate) state: &'r StateDescription,
-    pub(crate) state_data: Value,
+    /// The typed state as stored (for the router's prompt).
+    pub(crate) state_data: &'r Value,
     lease: Mutex<Lease>,
     /// Entries already journaled at this version (a resumed step replays them).
     journal: Mutex<BTreeMap<u32, JournalEntry>>,
@@ -53,7 +54,7 @@ pub(crate) struct StepCx<'r> {
 impl<'r> StepCx<'r> {
     pub(crate) fn new(
         inner: &'r Inner,
-        record: &RunRecord,
+        record: &'r RunRecord,
         state: &'r StateDescription,
         lease: Lease,
         journal: BTreeMap<u32, JournalEntry>,
@@ -64,7 +65,7 @@ impl<'r> StepCx<'r> {
             run_id: record.id.clone(),
             version: record.version,
             state,
-            state_data: record.state.clone(),
+            state_data: &record.state,
             lease: Mutex::new(lease),
             journal: Mutex::new(journal),
             read_cache: tokio::sync::Mutex::new(None),
@@ -550,6 +551,8 @@ pub(crate) async fn with_heartbeat<F: std::future::Future>(
         }
     };
     tokio::select! {
+        // The step first: one that finishes without waiting never arms the timer.
+        biased;
         out = work => Some(out),
         () = beat => None,
     }
