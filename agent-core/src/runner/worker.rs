@@ -49,6 +49,20 @@ pub struct WorkerStats {
 }
 
 /// Claims runnable runs of one agent (leases, fencing) and drives them.
+///
+/// # Runs that crash their worker
+///
+/// Every claim counts against a run until it commits or its lease is released; a run claimed
+/// more than [`RunnerConfig::max_claims_without_progress`](super::RunnerConfig) times is
+/// dead-lettered (`crash_loop`) before anything of it runs again. So that the count lands on
+/// the run that causes the crashes:
+/// - a step that **panics** is attributable: the worker catches the panic in the run's task
+///   and claims that run again at once;
+/// - a step that **kills the process** is not: every run in flight is charged. A run claimed
+///   more than [`SUSPECT_CLAIMS`] times without a commit is a suspect and runs alone: the
+///   worker hands the rest of its batch back with
+///   [`Store::hand_back`](crate::store::Store::hand_back) (not counted), lets the runs in
+///   flight finish, then drives the suspect with nothing else in the process.
 pub struct Worker<A, H> {
     runner: Runner<A, H>,
     config: WorkerConfig,

@@ -605,8 +605,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// one). A [`Worker`](crate::runner::Worker) hands back the runs it claimed together
     /// with a suspect it must run alone, so that waiting for their turn never pushes them
     /// towards dead-lettering. Like `release_lease`, nothing happens when the epoch is no
-    /// longer current; unlike it, other workers are not woken (the run was runnable before
-    /// and is no more runnable now).
+    /// longer current; unlike it, other workers are not woken (the run is no more runnable
+    /// than before it was claimed).
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError>;
 
     /// Durably record (insert or replace) a journal entry, fenced by the lease epoch.
