@@ -466,6 +466,23 @@ async fn fake_provider(status: u16, body: String) -> (String, Arc<Mutex<Vec<Stri
     (format!("http://{addr}/v1"), seen)
 }
 
+/// The flow with the router `make_router` builds for a fake provider answering `status`
+/// and `body`: what was captured, and every request the provider received.
+async fn flow_against_provider(
+    make_router: fn(&str) -> Arc<dyn agent_core::router::Router>,
+    status: u16,
+    body: String,
+) -> (Captured, String) {
+    let (url, requests) = fake_provider(status, body).await;
+    let captured =
+        run_flow_with(Mode::Clean, ENV_CANARY, Some(make_router(&url)), Vec::new()).await;
+    let sent = requests
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .join("\n");
+    (captured, sent)
+}
+
 fn openai_router(base_url: &str) -> Arc<dyn agent_core::router::Router> {
     let config = agent_llm::openai::OpenAiConfig::new(base_url, "canary-model")
         .with_api_key(agent_llm::ApiKey::new(CRED_CANARY));
@@ -480,18 +497,7 @@ async fn llm_router_key_echoed_in_an_error_never_leaks() {
     let body = format!(
         r#"{{"error":{{"message":"Incorrect API key provided: {CRED_CANARY}.","type":"invalid_request_error","code":"invalid_api_key"}}}}"#
     );
-    let (url, requests) = fake_provider(401, body).await;
-    let captured = run_flow_with(
-        Mode::Clean,
-        ENV_CANARY,
-        Some(openai_router(&url)),
-        Vec::new(),
-    )
-    .await;
-    let sent = requests
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .join("\n");
+    let (captured, sent) = flow_against_provider(openai_router, 401, body).await;
     assert!(sent.contains(CRED_CANARY), "the key was not sent: {sent}");
     let leaks = captured.leaks(&[CRED_CANARY, ENV_CANARY]);
     assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
@@ -504,14 +510,55 @@ async fn llm_router_key_echoed_in_an_answer_never_leaks() {
     let body = format!(
         r#"{{"id":"c1","object":"chat.completion","model":"canary-model","choices":[{{"index":0,"message":{{"role":"assistant","content":"debug: authorization Bearer {CRED_CANARY}","tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"Closed","arguments":"{{}}"}}}}]}},"finish_reason":"tool_calls"}}],"usage":{{"prompt_tokens":1,"completion_tokens":1}}}}"#
     );
-    let (url, _) = fake_provider(200, body).await;
-    let captured = run_flow_with(
-        Mode::Clean,
-        ENV_CANARY,
-        Some(openai_router(&url)),
-        Vec::new(),
+    let (captured, _) = flow_against_provider(openai_router, 200, body).await;
+    let leaks = captured.leaks(&[CRED_CANARY]);
+    assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
+}
+
+fn anthropic_router(base_url: &str) -> Arc<dyn agent_core::router::Router> {
+    // The router adds `v1/messages` to the base URL itself.
+    let config = agent_llm::anthropic::AnthropicConfig::new(
+        agent_llm::ApiKey::new(CRED_CANARY),
+        "canary-model",
     )
-    .await;
+    .with_base_url(base_url.trim_end_matches("/v1"));
+    Arc::new(agent_llm::anthropic::AnthropicRouter::new(config).expect("router"))
+}
+
+/// The real Anthropic router with a canary API key, against a provider (or proxy) that
+/// rejects the key and echoes it in an error of Anthropic's shape: the key is sent (in the
+/// `x-api-key` header) and appears nowhere else.
+#[tokio::test]
+async fn anthropic_key_echoed_in_an_error_never_leaks() {
+    let body = format!(
+        r#"{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key: {CRED_CANARY}"}}}}"#
+    );
+    let (captured, sent) = flow_against_provider(anthropic_router, 401, body).await;
+    assert!(
+        sent.contains("/v1/messages"),
+        "not the messages API: {sent}"
+    );
+    assert!(sent.contains(CRED_CANARY), "the key was not sent: {sent}");
+    let leaks = captured.leaks(&[CRED_CANARY, ENV_CANARY]);
+    assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
+}
+
+/// The same router, against a provider that echoes the key in a successful answer's text
+/// block next to its `tool_use` block: the raw output is journaled with the decision.
+#[tokio::test]
+async fn anthropic_key_echoed_in_an_answer_never_leaks() {
+    let body = format!(
+        r#"{{"id":"msg_1","type":"message","role":"assistant","model":"canary-model","content":[{{"type":"text","text":"debug: x-api-key {CRED_CANARY}"}},{{"type":"tool_use","id":"toolu_1","name":"Closed","input":{{}}}}],"stop_reason":"tool_use","usage":{{"input_tokens":1,"output_tokens":1}}}}"#
+    );
+    let (captured, _) = flow_against_provider(anthropic_router, 200, body).await;
+    // The answer was parsed and journaled (with the key scrubbed), not lost on the way.
+    assert!(
+        captured
+            .parts
+            .iter()
+            .any(|(_, text)| text.contains("debug: x-api-key")),
+        "the answer's text reached no capture"
+    );
     let leaks = captured.leaks(&[CRED_CANARY]);
     assert!(leaks.is_empty(), "canaries leaked:\n{}", leaks.join("\n"));
 }
