@@ -85,6 +85,8 @@ pub enum Command {
     Show(RunArg),
     /// Print a run's state at a version (time travel), as JSON.
     State(StateArgs),
+    /// Start a new run from a run's state at a version (what-if, or redo after a fix).
+    Fork(ForkArgs),
     /// Draw an agent's graph, optionally with a run's path overlaid.
     Graph(GraphArgs),
     /// Per-tool call statistics: count, latency percentiles, errors by code.
@@ -116,6 +118,17 @@ pub struct StateArgs {
     /// The run's id.
     pub run: String,
     /// The version (default: the current one).
+    #[arg(long, value_name = "VERSION")]
+    pub at: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The run to fork.
+    pub run: String,
+    /// The id of the new run.
+    pub new_run: String,
+    /// The version whose state the new run starts from (default: the current one).
     #[arg(long, value_name = "VERSION")]
     pub at: Option<u64>,
 }

@@ -170,6 +170,45 @@ fn state_time_travel(new_db: fn() -> Db) {
     );
 }
 
+fn fork_starts_a_run_from_a_version(new_db: fn() -> Db) {
+    let db = new_db();
+    let out = db.ok(&["fork", DONE, "what-if", "--at", "1"]);
+    assert!(out.contains("into run what-if"), "{out}");
+    let forked = db.json(&["state", "what-if"]);
+    let original = db.json(&["state", DONE, "--at", "1"]);
+    assert_eq!(forked["state"], original["state"]);
+    assert_eq!(forked["state_name"], "Decide");
+    assert_eq!(forked["version"], 0);
+    let record: Value = db.json(&["show", "what-if"]);
+    assert_eq!(record["run"]["status"], "running", "{record}");
+    assert_eq!(
+        record["run"]["parent"],
+        serde_json::json!([DONE, 1]),
+        "{record}"
+    );
+    // The same fork again is the same run; a different one under that id is refused.
+    db.ok(&["fork", DONE, "what-if", "--at", "1"]);
+    let clash = db.agentctl(&["fork", DONE, "what-if", "--at", "0"]);
+    assert_eq!(code(&clash), 1);
+    assert!(
+        stderr(&clash).contains("already exists"),
+        "{}",
+        stderr(&clash)
+    );
+    let future = db.agentctl(&["fork", DONE, "later", "--at", "99"]);
+    assert_eq!(code(&future), 1);
+    assert!(
+        stderr(&future).contains("it is at version 4"),
+        "{}",
+        stderr(&future)
+    );
+    let json = db.json(&["fork", DONE, "from-now"]);
+    // Forked from its final state: a worker's first step marks it completed.
+    assert_eq!(json["forked_from"]["version"], 4, "{json}");
+    assert_eq!(json["state"], "Done", "{json}");
+    assert_eq!(json["status"], "running", "{json}");
+}
+
 fn graph_exports(new_db: fn() -> Db) {
     let db = new_db();
     let dot = db.ok(&["graph", "Order", "--format", "dot"]);
@@ -595,6 +634,7 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     state_time_travel,
+    fork_starts_a_run_from_a_version,
     runs_lists_and_filters,
     show_prints_the_timeline,
     show_snapshot,

@@ -11,6 +11,7 @@ use crate::output::Output;
 use crate::store;
 
 mod agents;
+mod fork;
 mod graph;
 mod prune;
 mod requeue;
@@ -39,6 +40,22 @@ impl Ctx {
     }
 }
 
+/// The version `at` asks for (default: the run's current one), if the run has it.
+fn version_of(run: &RunRecord, at: Option<u64>) -> Result<u64> {
+    let version = at.unwrap_or(run.version);
+    if version > run.version {
+        return Err(CliError::not_found(format!(
+            "run `{}` has no version {version}: it is at version {}",
+            run.id, run.version
+        ))
+        .hint(format!(
+            "versions 0..={} exist (unless pruned); `agentctl show {}` lists them",
+            run.version, run.id
+        )));
+    }
+    Ok(version)
+}
+
 /// Run the command line.
 pub async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
     let store = store::open_store(&cli.global).await?;
@@ -47,6 +64,7 @@ pub async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
         Command::Runs(args) => runs::run(&cx, args).await,
         Command::Show(args) => show::run(&cx, &args.run).await,
         Command::State(args) => state::run(&cx, &args).await,
+        Command::Fork(args) => fork::run(&cx, &args).await,
         Command::Graph(args) => graph::run(&cx, args).await,
         Command::Stats(args) => stats::run(&cx, args).await,
         Command::Signal(args) => signal::run(&cx, args).await,

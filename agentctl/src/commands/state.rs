@@ -8,17 +8,7 @@ use crate::error::{CliError, Result};
 
 pub async fn run(cx: &Ctx, args: &StateArgs) -> Result<ExitCode> {
     let run = cx.run(&args.run).await?;
-    let version = args.at.unwrap_or(run.version);
-    if version > run.version {
-        return Err(CliError::not_found(format!(
-            "run `{}` has no version {version}: it is at version {}",
-            run.id, run.version
-        ))
-        .hint(format!(
-            "versions 0..={} exist (unless pruned)",
-            run.version
-        )));
-    }
+    let version = super::version_of(&run, args.at)?;
     let Some(state) = cx.store.state_at(&run.id, version).await? else {
         let first = cx
             .store
