@@ -260,8 +260,9 @@ struct AbortRound {
     victims: Vec<String>,
 }
 
-/// Spawn abort-worker children one after another until every run is final.
-async fn abort_round(healthy: usize, poisoned: usize) -> Option<AbortRound> {
+/// Keep `workers` abort-worker children running (a supervisor restarting each one that
+/// exits) until every run is final.
+async fn abort_round(healthy: usize, poisoned: usize, workers: usize) -> Option<AbortRound> {
     let store = battery::pg::fresh().await?;
     let dyn_store: Arc<dyn Store> = store.clone();
     let world = Arc::new(World::default());
@@ -287,36 +288,44 @@ async fn abort_round(healthy: usize, poisoned: usize) -> Option<AbortRound> {
         starter.signal(&id, "confirm", json!({})).await.unwrap();
         ids.push(id);
     }
-    let started = Instant::now();
-    let mut healthy_done: Option<f64> = None;
-    let mut aborted = 0;
-    for _ in 0..(MAX_CLAIMS as usize + 2) * poisoned.max(1) + 3 {
-        let mut child = battery::child::command("poison::child_abort_worker")
+    let poison_ids: Vec<String> = (0..poisoned).map(|i| format!("poison-{i}")).collect();
+    let spawn = || {
+        battery::child::command("poison::child_abort_worker")
             .env("BATTERY_CHILD", "abort-worker")
             .env("BATTERY_SCHEMA", store.schema())
             .env("RUST_BACKTRACE", "0")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("spawn child worker");
-        let status = loop {
-            if healthy_done.is_none() && all_final(dyn_store.as_ref(), &ids).await {
-                healthy_done = Some(started.elapsed().as_secs_f64());
-            }
-            if let Some(status) = child.try_wait().expect("child status") {
-                break status;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        if !status.success() {
-            aborted += 1;
+            .expect("spawn child worker")
+    };
+    let started = Instant::now();
+    let mut healthy_done: Option<f64> = None;
+    let mut aborted = 0;
+    let budget = (MAX_CLAIMS as usize + 2) * poisoned.max(1) + 3 + workers;
+    let mut spawned = workers;
+    let mut children: Vec<Option<std::process::Child>> =
+        (0..workers).map(|_| Some(spawn())).collect();
+    while children.iter().any(Option::is_some) {
+        if healthy_done.is_none() && all_final(dyn_store.as_ref(), &ids).await {
+            healthy_done = Some(started.elapsed().as_secs_f64());
         }
-        let poison_ids: Vec<String> = (0..poisoned).map(|i| format!("poison-{i}")).collect();
-        if all_final(dyn_store.as_ref(), &ids).await
-            && all_final(dyn_store.as_ref(), &poison_ids).await
-        {
-            break;
+        for slot in &mut children {
+            let Some(child) = slot else { continue };
+            let Some(status) = child.try_wait().expect("child status") else {
+                continue;
+            };
+            if !status.success() {
+                aborted += 1;
+            }
+            let everything_final = all_final(dyn_store.as_ref(), &ids).await
+                && all_final(dyn_store.as_ref(), &poison_ids).await;
+            *slot = (!everything_final && spawned < budget).then(|| {
+                spawned += 1;
+                spawn()
+            });
         }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let healthy_done = healthy_done.unwrap_or_else(|| started.elapsed().as_secs_f64());
     let mut victims = Vec::new();
@@ -351,15 +360,26 @@ async fn abort_round(healthy: usize, poisoned: usize) -> Option<AbortRound> {
 /// compared with a baseline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborting_tool_is_dead_lettered() {
+    abort_rounds(1).await;
+}
+
+/// The same with two worker processes, each restarted when it exits (as a supervisor
+/// would): the other keeps serving while one restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborting_tool_with_two_worker_processes() {
+    abort_rounds(2).await;
+}
+
+async fn abort_rounds(workers: usize) {
     let healthy = size(20, 200);
-    let Some(base) = abort_round(healthy, 0).await else {
+    let Some(base) = abort_round(healthy, 0, workers).await else {
         return;
     };
     assert!(base.victims.is_empty(), "{:#?}", base.victims);
     assert_eq!(base.aborted, 0);
-    let round = abort_round(healthy, 1).await.expect("PostgreSQL");
+    let round = abort_round(healthy, 1, workers).await.expect("PostgreSQL");
     eprintln!(
-        "FIGURE item6 abort: healthy={healthy} poison=1 max_claims={MAX_CLAIMS} \
+        "FIGURE item6 abort: workers={workers} healthy={healthy} poison=1 max_claims={MAX_CLAIMS} \
          child_lease={}ms aborted_children={} baseline={:.2}s with_poison={:.2}s \
          throughput_ratio={:.2} healthy_runs_dead_lettered={}",
         CHILD_LEASE.as_millis(),
