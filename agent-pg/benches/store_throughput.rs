@@ -81,20 +81,12 @@ fn process_cpu() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-/// `measure` with the process CPU it used per transition attached.
-async fn with_cpu<T>(
-    transitions: u64,
-    measure: impl AsyncFnOnce() -> T,
-    figures_of: impl Fn(&mut T) -> &mut Figures,
-) -> T {
-    let before = process_cpu();
-    let mut out = measure().await;
+/// Process CPU per transition since `before` (from [`process_cpu`]).
+fn cpu_per_transition(before: Option<Duration>, transitions: u64) -> Option<f64> {
     #[allow(clippy::cast_precision_loss)]
-    let cpu = before
+    before
         .zip(process_cpu())
-        .map(|(b, a)| (a - b).as_secs_f64() * 1e6 / transitions as f64);
-    figures_of(&mut out).cpu_us = cpu;
-    out
+        .map(|(b, a)| (a - b).as_secs_f64() * 1e6 / transitions as f64)
 }
 
 fn figures(mut lat: Vec<Duration>, wall: Duration) -> Figures {
@@ -436,22 +428,21 @@ async fn best_of_rotations(
     };
     for round in 0..ROUNDS {
         for which in 0..3 {
+            let before = process_cpu();
             match (round + which) % 3 {
-                0 => keep(
-                    &mut best.0,
-                    with_cpu(transitions, async || floor(round).await, |f| f).await,
-                ),
-                1 => keep(
-                    &mut best.1,
-                    with_cpu(transitions, async || store(round).await, |f| f).await,
-                ),
+                0 => {
+                    let mut f = floor(round).await;
+                    f.cpu_us = cpu_per_transition(before, transitions);
+                    keep(&mut best.0, f);
+                }
+                1 => {
+                    let mut f = store(round).await;
+                    f.cpu_us = cpu_per_transition(before, transitions);
+                    keep(&mut best.1, f);
+                }
                 _ => {
-                    let r = with_cpu(
-                        transitions,
-                        async || runner(round).await,
-                        |r: &mut RunnerFigures| &mut r.steps,
-                    )
-                    .await;
+                    let mut r = runner(round).await;
+                    r.steps.cpu_us = cpu_per_transition(before, transitions);
                     if best.2.is_none_or(|b| r.steps.per_sec > b.steps.per_sec) {
                         best.2 = Some(r);
                     }
