@@ -276,7 +276,7 @@ impl PgStore {
         new: &NewRun,
         parent: Option<(&str, u64)>,
     ) -> Result<Option<RunRecord>, StoreError> {
-        let hash = transition_hash("", &new.id, 0, &new.state_name, &new.state_name, &new.state);
+        let hash = transition_hash("", &new.link());
         let row = sqlx::query(sql::INSERT_RUN)
             .bind(&new.id)
             .bind(&new.agent)
@@ -886,14 +886,7 @@ impl Store for PgStore {
         let version = commit.expected_version + 1;
         let (payload, patch_bytes) =
             history::encode(Some(&head.record.state), &commit.state, head.patch_bytes);
-        let hash = transition_hash(
-            &head.last_hash,
-            run_id,
-            version,
-            &commit.from_state,
-            &commit.to_state,
-            &commit.state,
-        );
+        let hash = transition_hash(&head.last_hash, &commit.link(lease));
         let payload_is_snapshot = payload.is_snapshot();
         let (payload_kind, body) = match payload {
             VersionPayload::Snapshot(v) => ("snapshot", v),

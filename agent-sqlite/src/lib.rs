@@ -177,7 +177,7 @@ impl SqliteStore {
         parent: Option<(&str, u64)>,
     ) -> Result<RunRecord, StoreError> {
         let now = now_ms();
-        let hash = transition_hash("", &new.id, 0, &new.state_name, &new.state_name, &new.state);
+        let hash = transition_hash("", &new.link());
         let mut tx = self.write_tx().await?;
         let inserted = sqlx::query(sql::INSERT_RUN)
             .bind(&new.id)
@@ -800,14 +800,7 @@ impl Store for SqliteStore {
         let since = to_u64(base.try_get("patch_bytes")).map_err(c)?;
         let version = found + 1;
         let (payload, patch_bytes) = history::encode(Some(&record.state), &commit.state, since);
-        let hash = transition_hash(
-            &last_hash,
-            run_id,
-            version,
-            &commit.from_state,
-            &commit.to_state,
-            &commit.state,
-        );
+        let hash = transition_hash(&last_hash, &commit.link(lease));
         let snapshot_state = payload.is_snapshot().then(|| commit.state.to_string());
         let (payload_kind, body) = match payload {
             VersionPayload::Snapshot(v) => ("snapshot", v),

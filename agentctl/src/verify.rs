@@ -1,15 +1,19 @@
 //! Tamper evidence: recompute a run's hash chain and find the first row that does not fit.
 //!
-//! Every transition record carries `hash = transition_hash(prev_hash, run, version, from, to,
-//! state_at(version))`, with `prev_hash = ""` for version 0. Recomputing the chain from the
-//! stored rows detects a modified row (its content no longer hashes to its stored hash, or
-//! its stored hash no longer chains), a deleted row (a gap in the versions, or a history
-//! shorter than the run), a duplicated one, and a reordered one (a row whose content hashes
-//! correctly, but only at another position).
+//! Every transition record carries `hash = transition_hash(prev_hash, record.link(state))`:
+//! the run, version, from and to states, kind, status, writer's epoch and the state at that
+//! version, with `prev_hash = ""` for version 0. Recomputing the chain from the stored rows
+//! detects a modified row (its content no longer hashes to its stored hash, or its stored
+//! hash no longer chains), a deleted row (a gap in the versions, or a history shorter than
+//! the run), a duplicated one, and a reordered one (a row whose content hashes correctly, but
+//! only at another position). Rows written before kind, status and epoch were chained carry
+//! the legacy hash; they are accepted and counted (`legacy`).
 
 use std::collections::BTreeMap;
 
-use agent_core::store::{RunRecord, StateAtVersion, TransitionRecord, transition_hash};
+use agent_core::store::{
+    ChainLink, RunRecord, StateAtVersion, TransitionRecord, legacy_transition_hash, transition_hash,
+};
 use serde::Serialize;
 
 /// What is wrong with a row.
@@ -57,6 +61,9 @@ pub struct VerifyReport {
     pub ok: bool,
     /// Versions whose hash was recomputed and matched.
     pub verified: u64,
+    /// Of those, versions carrying the legacy hash, written by builds that did not chain
+    /// kind, status and epoch: a change to those three fields of these rows goes unseen.
+    pub legacy: u64,
     /// The first stored version (above 0 when retention pruned older ones).
     pub first_version: Option<u64>,
     /// The last stored version.
@@ -86,6 +93,7 @@ pub fn verify_chain(
         run: run.id.clone(),
         ok: false,
         verified: 0,
+        legacy: 0,
         first_version: history.first().map(|t| t.version),
         last_version: history.last().map(|t| t.version),
         run_version: run.version,
@@ -213,21 +221,21 @@ fn check(
             prev = Some(row);
             continue;
         };
-        let recomputed = transition_hash(
-            prev_hash,
-            &run.id,
-            row.version,
-            &row.from_state,
-            &row.to_state,
-            &state.state,
-        );
+        let link = row.link(&state.state);
+        let recomputed = transition_hash(prev_hash, &link);
         if recomputed != row.hash {
+            if legacy_transition_hash(prev_hash, &link) == row.hash {
+                report.legacy += 1;
+                report.verified += 1;
+                prev = Some(row);
+                continue;
+            }
             let problem = Problem {
                 version: row.version,
                 kind: ProblemKind::Modified,
                 message: format!(
                     "version {} (`{}` -> `{}`) does not match its hash: stored {}, recomputed {} \
-                     (its from/to states, its state data or its hash were changed)",
+                     (its from/to states, kind, status, epoch, state data or hash were changed)",
                     row.version,
                     row.from_state,
                     row.to_state,
@@ -312,15 +320,14 @@ fn classify(
         for other in history.iter().filter(|t| t.version != row.version) {
             let candidates = [states.get(&other.version), states.get(&row.version)];
             for state in candidates.into_iter().flatten() {
+                let link = ChainLink {
+                    run_id: &run.id,
+                    version: other.version,
+                    ..row.link(&state.state)
+                };
                 let fits = prevs.iter().any(|p| {
-                    transition_hash(
-                        p,
-                        &run.id,
-                        other.version,
-                        &row.from_state,
-                        &row.to_state,
-                        &state.state,
-                    ) == row.hash
+                    transition_hash(p, &link) == row.hash
+                        || legacy_transition_hash(p, &link) == row.hash
                 });
                 if fits {
                     return reordered(other.version);
@@ -363,13 +370,13 @@ mod tests {
     use agent_core::store::{RunStatus, TransitionKind};
     use serde_json::json;
 
-    fn chain(
-        n: u64,
-    ) -> (
+    type Chain = (
         RunRecord,
         Vec<TransitionRecord>,
         BTreeMap<u64, StateAtVersion>,
-    ) {
+    );
+
+    fn chain(n: u64) -> Chain {
         let names = ["A", "B", "C", "D", "E", "F"];
         let mut history = Vec::new();
         let mut states = BTreeMap::new();
@@ -379,8 +386,7 @@ mod tests {
             let to = names[v as usize % names.len()];
             let from = if v == 0 { to } else { from };
             let state = json!({ "step": v, "name": to });
-            let hash = transition_hash(&prev, "r", v, from, to, &state);
-            history.push(TransitionRecord {
+            let mut record = TransitionRecord {
                 run_id: "r".into(),
                 version: v,
                 from_state: from.into(),
@@ -393,8 +399,11 @@ mod tests {
                 status: RunStatus::Running,
                 epoch: 1,
                 created_at: 0,
-                hash: hash.clone(),
-            });
+                hash: String::new(),
+            };
+            record.hash = transition_hash(&prev, &record.link(&state));
+            let hash = record.hash.clone();
+            history.push(record);
             states.insert(
                 v,
                 StateAtVersion {
@@ -442,6 +451,54 @@ mod tests {
         s.get_mut(&2).unwrap().state = json!({ "step": 2, "name": "C", "evil": true });
         let p = verify_chain(&run, &h, &s).problem.unwrap();
         assert_eq!((p.version, p.kind), (2, ProblemKind::Modified));
+    }
+
+    #[test]
+    fn modified_kind_status_and_epoch_are_found() {
+        let edits: [fn(&mut TransitionRecord); 3] = [
+            |t| t.kind = TransitionKind::Error,
+            |t| t.status = RunStatus::Completed,
+            |t| t.epoch = 7,
+        ];
+        for edit in edits {
+            let (run, mut h, s) = chain(5);
+            edit(&mut h[2]);
+            let p = verify_chain(&run, &h, &s).problem.unwrap();
+            assert_eq!((p.version, p.kind), (2, ProblemKind::Modified), "{p:?}");
+        }
+    }
+
+    /// A chain as builds before kind, status and epoch were chained wrote it.
+    fn legacy_chain(n: u64) -> Chain {
+        let (run, mut h, s) = chain(n);
+        let mut prev = String::new();
+        for t in &mut h {
+            t.hash = legacy_transition_hash(&prev, &t.link(&s[&t.version].state));
+            prev.clone_from(&t.hash);
+        }
+        (run, h, s)
+    }
+
+    #[test]
+    fn legacy_rows_verify_and_are_counted() {
+        let (run, h, s) = legacy_chain(5);
+        let r = verify_chain(&run, &h, &s);
+        assert!(r.ok, "{r:?}");
+        assert_eq!((r.verified, r.legacy), (5, 5));
+        let (run, h, s) = chain(5);
+        assert_eq!(verify_chain(&run, &h, &s).legacy, 0);
+    }
+
+    #[test]
+    fn legacy_rows_still_detect_what_they_chained() {
+        let (run, mut h, s) = legacy_chain(5);
+        h[2].to_state = "Z".into();
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (2, ProblemKind::Modified), "{p:?}");
+        let (run, h, mut s) = legacy_chain(5);
+        s.get_mut(&3).unwrap().state = json!({ "step": 3, "name": "D", "evil": true });
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (3, ProblemKind::Modified), "{p:?}");
     }
 
     #[test]
@@ -502,6 +559,15 @@ mod tests {
         assert!(r.ok, "{r:?}");
         assert_eq!(r.anchored_at, Some(3));
         assert_eq!(r.verified, 2);
+    }
+
+    #[test]
+    fn duplicated_version_is_found() {
+        let (run, mut h, s) = chain(5);
+        let copy = h[2].clone();
+        h.insert(3, copy);
+        let p = verify_chain(&run, &h, &s).problem.unwrap();
+        assert_eq!((p.version, p.kind), (2, ProblemKind::Duplicated), "{p:?}");
     }
 
     #[test]

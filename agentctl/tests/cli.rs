@@ -471,6 +471,7 @@ fn verify_passes_on_clean_runs(new_db: fn() -> Db) {
     assert_eq!(json["ok"], true);
     assert_eq!(json["head_hash"].as_str().unwrap().len(), 64);
     assert_eq!(json["verified"], json["run_version"].as_u64().unwrap() + 1);
+    assert_eq!(json["legacy"], 0, "this build writes the full hash: {json}");
 }
 
 /// `verify RUN` must fail with this problem.
@@ -521,6 +522,15 @@ fn verify_detects_a_modified_row(new_db: fn() -> Db) {
         "UPDATE transitions SET from_state = 'Start' WHERE run_id = '{DONE}' AND version = 2"
     )]);
     assert_tampered(&db, DONE, 2, "modified");
+
+    // What the chain covers besides the states: kind, status after the step, writer's epoch.
+    for edit in ["kind = 'error'", "status = 'failed'", "epoch = epoch + 1"] {
+        let db = new_db();
+        db.sql(&[&format!(
+            "UPDATE transitions SET {edit} WHERE run_id = '{DONE}' AND version = 2"
+        )]);
+        assert_tampered(&db, DONE, 2, "modified");
+    }
 }
 
 fn verify_detects_a_deleted_row(new_db: fn() -> Db) {

@@ -168,14 +168,7 @@ async fn verify_chain(store: &Arc<dyn Store>, run_id: &str) -> CheckResult {
             .await
             .ctx("state_at")?
             .ok_or_else(|| format!("state_at({}) is None for a version in history", t.version))?;
-        let want = transition_hash(
-            &prev.hash,
-            run_id,
-            t.version,
-            &t.from_state,
-            &t.to_state,
-            &at.state,
-        );
+        let want = transition_hash(&prev.hash, &t.link(&at.state));
         ensure!(
             want == t.hash,
             "hash chain broken at version {} of `{run_id}`",

@@ -136,7 +136,7 @@ impl Inner {
 
     fn insert_run(&mut self, new: NewRun, parent: Option<(String, u64)>) -> RunRecord {
         let now = now_ms();
-        let hash = transition_hash("", &new.id, 0, &new.state_name, &new.state_name, &new.state);
+        let hash = transition_hash("", &new.link());
         let transition = TransitionRecord {
             run_id: new.id.clone(),
             version: 0,
@@ -499,14 +499,7 @@ impl Store for MemoryStore {
                 &commit.state,
                 data.patch_bytes_since_snapshot,
             );
-            let hash = transition_hash(
-                &data.last_hash,
-                &lease.run_id,
-                version,
-                &commit.from_state,
-                &commit.to_state,
-                &commit.state,
-            );
+            let hash = transition_hash(&data.last_hash, &commit.link(lease));
             data.versions.insert(
                 version,
                 StoredVersion {

@@ -126,6 +126,13 @@ pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
         if let Some(head) = &report.head_hash {
             println!("  head hash {head}");
         }
+        if report.legacy > 0 {
+            cx.out.note(&format!(
+                "{} versions carry the legacy hash of builds that did not chain kind, status \
+                 and epoch: a change to those fields of these versions would not show",
+                report.legacy
+            ));
+        }
         if let Some(a) = report.anchored_at {
             cx.out.note(&format!(
                 "versions before {a} are not stored (pruned by retention); the chain is \

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use agent_core::Agent;
 use agent_core::store::history::{self, VersionPayload};
-use agent_core::store::transition_hash;
+use agent_core::store::{ChainLink, RunStatus, TransitionKind, transition_hash};
 use serde_json::Value;
 use sqlx::{PgPool, Row};
 
@@ -217,8 +217,19 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
             match history::replay(&payloads[snapshot_at..]) {
                 Ok(state) => {
                     let u = u64::try_from(v).unwrap_or(0);
-                    let want = transition_hash(&prev_hash, id, u, &from, &to, &state);
-                    if want != hash {
+                    let link = TransitionKind::parse(&kind)
+                        .zip(RunStatus::parse(&status))
+                        .map(|(kind, status)| ChainLink {
+                            run_id: id,
+                            version: u,
+                            from_state: &from,
+                            to_state: &to,
+                            kind,
+                            status,
+                            epoch: u64::try_from(epoch).unwrap_or(0),
+                            state: &state,
+                        });
+                    if link.is_none_or(|link| transition_hash(&prev_hash, &link) != hash) {
                         report.violation(format!("run {id} v{v}: hash chain broken (fork?)"));
                     }
                 }
