@@ -18,9 +18,9 @@
 //! Each is measured for one run stepping sequentially and for 64 runs stepping concurrently
 //! (one task per run), on the same database, with the same state (a small cart that changes
 //! every step): three times, in an order rotated every round, keeping the best of each. Each
-//! row also gives the CPU time of this process per transition (the worker's side: framework,
-//! sqlx, TLS; the server's CPU is not in it), which is steadier than throughput on a busy
-//! machine. Then bytes per step as a run grows to 1,000 steps with a state that gains
+//! row also gives the CPU time per transition of this process (the worker's side: framework,
+//! sqlx, TLS) and of the PostgreSQL server's processes when the server runs on this machine,
+//! which is steadier than throughput on a busy machine and says where the time goes. Then bytes per step as a run grows to 1,000 steps with a state that gains
 //! one item per step.
 
 use std::sync::Arc;
@@ -66,27 +66,63 @@ struct Figures {
     per_sec: f64,
     p50_us: f64,
     p99_us: f64,
-    /// CPU time of this process (the worker side: framework, sqlx, TLS) per transition,
-    /// over the whole measurement including its setup; `None` where it cannot be read.
-    cpu_us: Option<f64>,
+    /// CPU time per transition, over the whole measurement including its setup; `None`
+    /// where it cannot be read.
+    cpu: Option<CpuPerTransition>,
 }
 
-/// User + system CPU time of this process so far, from `/proc/self/stat` (Linux), in
-/// clock ticks of 10 ms.
-fn process_cpu() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+/// CPU time per transition, in microseconds.
+#[derive(Debug, Clone, Copy)]
+struct CpuPerTransition {
+    /// This process: the worker's side (framework, sqlx, TLS).
+    worker: f64,
+    /// Every process named `postgres` on this machine: the server's side, when the server
+    /// runs here (0 when it does not).
+    server: f64,
+}
+
+/// User + system CPU time so far of this process and of the PostgreSQL server's processes,
+/// from `/proc` (Linux).
+#[derive(Debug, Clone, Copy)]
+struct CpuClock {
+    worker: Duration,
+    server: Duration,
+}
+
+impl CpuClock {
+    fn now() -> Option<Self> {
+        let worker = stat_cpu(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+        let mut server = Duration::ZERO;
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            // Processes come and go while we read: skip what vanished.
+            if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat"))
+                && stat.contains("(postgres)")
+            {
+                server += stat_cpu(&stat).unwrap_or_default();
+            }
+        }
+        Some(Self { worker, server })
+    }
+
+    /// CPU per transition since `before`. A server process that exited in between takes
+    /// its time with it; the pool keeps its connections, so their backends stay.
+    fn since(before: Option<Self>, transitions: u64) -> Option<CpuPerTransition> {
+        let (b, a) = before.zip(Self::now())?;
+        #[allow(clippy::cast_precision_loss)]
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / transitions as f64;
+        Some(CpuPerTransition {
+            worker: per(a.worker.saturating_sub(b.worker)),
+            server: per(a.server.saturating_sub(b.server)),
+        })
+    }
+}
+
+/// User + system CPU time in a `/proc/PID/stat` line, in clock ticks of 10 ms.
+fn stat_cpu(stat: &str) -> Option<Duration> {
     // Fields after the command name (which may contain spaces) in parentheses.
     let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
     let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     Some(Duration::from_millis(ticks * 10))
-}
-
-/// Process CPU per transition since `before` (from [`process_cpu`]).
-fn cpu_per_transition(before: Option<Duration>, transitions: u64) -> Option<f64> {
-    #[allow(clippy::cast_precision_loss)]
-    before
-        .zip(process_cpu())
-        .map(|(b, a)| (a - b).as_secs_f64() * 1e6 / transitions as f64)
 }
 
 fn figures(mut lat: Vec<Duration>, wall: Duration) -> Figures {
@@ -106,7 +142,7 @@ fn figures(mut lat: Vec<Duration>, wall: Duration) -> Figures {
         per_sec,
         p50_us: pick(0.5),
         p99_us: pick(0.99),
-        cpu_us: None,
+        cpu: None,
     }
 }
 
@@ -428,21 +464,21 @@ async fn best_of_rotations(
     };
     for round in 0..ROUNDS {
         for which in 0..3 {
-            let before = process_cpu();
+            let before = CpuClock::now();
             match (round + which) % 3 {
                 0 => {
                     let mut f = floor(round).await;
-                    f.cpu_us = cpu_per_transition(before, transitions);
+                    f.cpu = CpuClock::since(before, transitions);
                     keep(&mut best.0, f);
                 }
                 1 => {
                     let mut f = store(round).await;
-                    f.cpu_us = cpu_per_transition(before, transitions);
+                    f.cpu = CpuClock::since(before, transitions);
                     keep(&mut best.1, f);
                 }
                 _ => {
                     let mut r = runner(round).await;
-                    r.steps.cpu_us = cpu_per_transition(before, transitions);
+                    r.steps.cpu = CpuClock::since(before, transitions);
                     if best.2.is_none_or(|b| r.steps.per_sec > b.steps.per_sec) {
                         best.2 = Some(r);
                     }
@@ -458,8 +494,11 @@ async fn best_of_rotations(
 }
 
 fn row(label: &str, f: Figures) {
-    let cpu = f.cpu_us.map_or_else(String::new, |c| {
-        format!("   worker CPU {c:>4.0} µs/transition")
+    let cpu = f.cpu.map_or_else(String::new, |c| {
+        format!(
+            "   CPU µs/transition: worker {:>4.0}, server {:>4.0}",
+            c.worker, c.server
+        )
     });
     println!(
         "  {label:<34} {:>9.0} transitions/s   p50 {:>8.0} µs   p99 {:>8.0} µs{cpu}",

@@ -887,13 +887,12 @@ impl Store for PgStore {
         let (payload, patch_bytes) =
             history::encode(Some(&head.record.state), &commit.state, head.patch_bytes);
         let hash = transition_hash(&head.last_hash, &commit.link(lease));
-        let payload_is_snapshot = payload.is_snapshot();
-        let (payload_kind, body) = match payload {
-            VersionPayload::Snapshot(v) => ("snapshot", v),
-            VersionPayload::Patch(v) => ("patch", v),
+        // The run row keeps the state of the latest snapshot only (see the migrations); a
+        // snapshot's payload is that same state, bound once (`$6`).
+        let (payload_kind, snapshot_state, patch) = match payload {
+            VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
+            VersionPayload::Patch(v) => ("patch", None, Some(v)),
         };
-        // The run row keeps the state of the latest snapshot only (see the migrations).
-        let snapshot_state = payload_is_snapshot.then_some(&commit.state);
         let statement = if commit.consumed_signal.is_some() {
             sql::COMMIT_STEP_CONSUMING
         } else {
@@ -915,7 +914,7 @@ impl Store for PgStore {
             .bind(to_i64(patch_bytes))
             .bind(commit.kind.as_str())
             .bind(payload_kind)
-            .bind(&body);
+            .bind(&patch);
         if let Some(signal) = commit.consumed_signal {
             query = query.bind(signal);
         }

@@ -144,7 +144,8 @@ pub const JOURNAL: &str = concat!(
 /// One step, one statement: the compare-and-set on version and epoch is the `WHERE` of the
 /// update, and every other write hangs off its `RETURNING`, so a stale writer writes nothing.
 /// Two variants: with and without a consumed signal (so a plain step does not touch
-/// `signals` at all).
+/// `signals` at all). A snapshot's state is bound once, as `$6`, for both the run row and
+/// the transition's payload (`$16` is then `NULL`): serialized and parsed once.
 macro_rules! commit_step {
     ($signal_check:literal, $signal_update:literal) => {
         concat!(
@@ -160,7 +161,7 @@ macro_rules! commit_step {
              tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, \
              status, epoch, created_at, hash, payload_kind, payload) \
              SELECT id, version, $4::text, $5::text, $14::text, status, epoch, updated_at, \
-             $12::text, $15::text, $16::jsonb FROM upd)",
+             $12::text, $15::text, COALESCE($16::jsonb, $6::jsonb) FROM upd)",
             $signal_update,
             " SELECT lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
              ts_to_ms(updated_at) AS updated_at FROM upd"

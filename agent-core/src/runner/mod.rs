@@ -171,6 +171,9 @@ pub(crate) struct Inner {
     pub(crate) faults: Arc<dyn FaultHook>,
     pub(crate) graph: &'static GraphDescription,
     pub(crate) fingerprint: String,
+    /// Set once the graph is stored: a runner registers it at its first start, not at
+    /// every one (a failed registration is tried again at the next start).
+    pub(crate) registered: tokio::sync::OnceCell<()>,
 }
 
 /// How a call to [`Runner::step`] ended.
@@ -223,6 +226,7 @@ where
                 faults: Arc::new(NoFaults),
                 graph,
                 fingerprint: graph.fingerprint(),
+                registered: tokio::sync::OnceCell::new(),
             }),
             handlers: Arc::new(handlers),
             agent: PhantomData,
@@ -267,7 +271,7 @@ where
     }
 
     /// Create run `run_id` in `initial` (idempotent: starting the same run twice returns it),
-    /// and store the agent's graph for `agentctl`.
+    /// and, at this runner's first start, store the agent's graph for `agentctl`.
     ///
     /// # Errors
     /// [`RunnerError::NotInitial`] when `initial` is not in the initial state; store errors.
@@ -276,7 +280,10 @@ where
         if !self.inner.graph.state(name).is_some_and(|s| s.initial) {
             return Err(RunnerError::NotInitial(name.to_owned()));
         }
-        self.inner.store.register_agent(self.inner.graph).await?;
+        self.inner
+            .registered
+            .get_or_try_init(|| self.inner.store.register_agent(self.inner.graph))
+            .await?;
         let state = serde_json::to_value(&initial)
             .map_err(|e| StoreError::Backend(format!("initial state does not serialize: {e}")))?;
         let record = self
