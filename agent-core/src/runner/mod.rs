@@ -378,8 +378,13 @@ where
                     return Err(RunnerError::LeaseLost(record.id.clone()));
                 }
                 // The run row and its history disagree: a commit would fail or fork. Give
-                // the lease back and quarantine the run without writing a version.
-                self.release(&lease).await;
+                // the lease back and quarantine the run without writing a version. Handed
+                // back, not released: a release wakes the workers, and one of them would
+                // claim the run again before the quarantine lands (which needs the run
+                // unleased), over and over.
+                if let Err(e) = self.inner.store.hand_back(&lease).await {
+                    warn!(error = %e, "could not give the lease back; it will expire");
+                }
                 let record = self
                     .inner
                     .store

@@ -1,8 +1,10 @@
-//! Item 5: corrupted rows on PostgreSQL. Runs are advanced to a mid-run version by the real
-//! runner, their rows are edited with SQL in the test's schema, then a worker resumes them
-//! next to healthy runs. Expected: detection before any tool call, a final status with a
-//! typed error code (or a `StoreError::Corrupt`), the healthy runs served, and no false
-//! positive over many clean resumes.
+//! Item 5: corrupted rows, on PostgreSQL and on SQLite (the embedded default). Runs are
+//! advanced to a mid-run version by the real runner, their rows are edited with SQL in the
+//! test's own schema or file, then a worker resumes them next to healthy runs. Expected:
+//! detection before any tool call, a final status with a typed error code (or a
+//! `StoreError::Corrupt`), the healthy runs served, and no false positive over many clean
+//! resumes. Each test runs once per backend (`postgres` and `sqlite` in its module); the
+//! SQL edits are written to mean the same on both.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +13,7 @@ use agent_core::conformance::fixture::{self, World};
 use agent_core::runner::{Worker, WorkerConfig};
 use agent_core::store::{RunFilter, RunRecord, RunStatus, Store, StoreError};
 use agent_pg::PgStore;
+use agent_sqlite::SqliteStore;
 use battery::order::{self, advance};
 use battery::{CallLog, RandomCrash, pass, probe_all, size};
 use serde_json::json;
@@ -33,29 +36,127 @@ enum Expect {
     Refused,
 }
 
+/// The store under test, with raw SQL access to its tables.
+enum Db {
+    /// A fresh schema, dropped at the end.
+    Postgres(Arc<PgStore>),
+    /// A fresh file in a temporary directory, removed with it.
+    Sqlite(Arc<SqliteStore>, tempfile::TempDir),
+}
+
+impl Db {
+    /// Run `sql` with `run_id` as `$1`; panics with the statement on error.
+    async fn exec(&self, sql: &str, run_id: &str) {
+        self.try_exec(sql, run_id)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Run `sql` with `run_id` as `$1`, returning the database's error if any.
+    async fn try_exec(&self, sql: &str, run_id: &str) -> Result<(), sqlx::Error> {
+        let q = sqlx::AssertSqlSafe(sql);
+        match self {
+            Self::Postgres(s) => sqlx::query(q)
+                .bind(run_id)
+                .execute(s.pool())
+                .await
+                .map(drop),
+            Self::Sqlite(s, _) => sqlx::query(q)
+                .bind(run_id)
+                .execute(s.pool())
+                .await
+                .map(drop),
+        }
+    }
+
+    /// A run row's status and error code, read with SQL (bypassing the store's decoding).
+    async fn status_row(&self, run_id: &str) -> (String, Option<String>) {
+        let sql = "SELECT status, error_code FROM runs WHERE id = $1";
+        match self {
+            Self::Postgres(s) => sqlx::query_as(sql).bind(run_id).fetch_one(s.pool()).await,
+            Self::Sqlite(s, _) => sqlx::query_as(sql).bind(run_id).fetch_one(s.pool()).await,
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn finish(self) {
+        match self {
+            Self::Postgres(s) => battery::pg::drop(&s).await,
+            Self::Sqlite(s, dir) => {
+                s.close().await;
+                drop(dir);
+            }
+        }
+    }
+}
+
 struct Env {
-    store: Arc<PgStore>,
+    db: Db,
     dyn_store: Arc<dyn Store>,
     world: Arc<World>,
 }
 
-async fn env() -> Option<Env> {
-    let store = battery::pg::fresh().await?;
-    let dyn_store: Arc<dyn Store> = store.clone();
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// A fresh store of `backend`; `None` (the test returns) when PostgreSQL is not available
+/// outside CI (see `battery::pg`).
+async fn env(backend: Backend) -> Option<Env> {
+    let (db, dyn_store): (Db, Arc<dyn Store>) = match backend {
+        Backend::Postgres => {
+            let store = battery::pg::fresh().await?;
+            (Db::Postgres(store.clone()), store)
+        }
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = Arc::new(
+                SqliteStore::open(dir.path().join("runs.sqlite3"))
+                    .await
+                    .expect("open SQLite store"),
+            );
+            (Db::Sqlite(store.clone(), dir), store)
+        }
+    };
     Some(Env {
-        store,
+        db,
         dyn_store,
         world: Arc::new(World::default()),
     })
 }
 
-async fn exec(store: &PgStore, sql: &'static str, run_id: &str) {
-    sqlx::query(sql)
-        .bind(run_id)
-        .execute(store.pool())
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+/// Each test body once per backend: `name::postgres` and `name::sqlite`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::{Backend, env};
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                if let Some(env) = env(Backend::Postgres).await {
+                    super::$name(env).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(env(Backend::Sqlite).await.expect("SQLite needs no setup")).await;
+            }
+        }
+    )*};
 }
+
+on_both_backends!(
+    corrupt_state_rows_are_quarantined_before_any_tool_call,
+    version_regression_is_refused,
+    version_gap_is_refused,
+    duplicate_versions_are_refused_by_the_schema,
+    unreadable_row_does_not_starve_the_worker,
+    no_false_positives_over_clean_resumes,
+    listing_survives_an_unreadable_row,
+);
 
 /// Start `n` healthy runs whose confirmation is already sent (they complete).
 async fn healthy(env: &Env, prefix: &str, n: usize) -> Vec<String> {
@@ -91,7 +192,7 @@ async fn corrupt_and_resume(env: &Env, cases: &[Case], healthy_ids: &[String]) -
             .unwrap();
         let r = advance(&setup, case.id, case.steps).await.unwrap();
         assert_eq!(r.status, RunStatus::Running, "{}: {r:?}", case.id);
-        exec(&env.store, case.sql, case.id).await;
+        env.db.exec(case.sql, case.id).await;
     }
     let log = CallLog::new();
     let runner = order::runner(
@@ -183,9 +284,7 @@ fn describe(r: &RunRecord) -> String {
 
 /// Garbage state JSON and unknown state names: quarantined with `state.corrupt` or
 /// `graph.incompatible` before any tool call; healthy runs next to them complete.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn corrupt_state_rows_are_quarantined_before_any_tool_call() {
-    let Some(env) = env().await else { return };
+async fn corrupt_state_rows_are_quarantined_before_any_tool_call(env: Env) {
     let cases = [
         Case {
             id: "wrong-shape",
@@ -239,15 +338,13 @@ async fn corrupt_state_rows_are_quarantined_before_any_tool_call() {
     let healthy_ids = healthy(&env, "healthy", size(20, 200)).await;
     let log = corrupt_and_resume(&env, &cases, &healthy_ids).await;
     let failures = verdicts(&env, &cases, &log).await;
-    battery::pg::drop(&env.store).await;
+    env.db.finish().await;
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// `runs.version` moved back below the last committed transition (a restored backup, a
 /// careless edit). Expected: refused before any tool call.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn version_regression_is_refused() {
-    let Some(env) = env().await else { return };
+async fn version_regression_is_refused(env: Env) {
     let cases = [
         Case {
             id: "regressed-by-one",
@@ -274,15 +371,13 @@ async fn version_regression_is_refused() {
     );
     tokio::time::sleep(LEASE).await;
     eprintln!("direct resume: {:?}", direct.run("regressed-by-one").await);
-    battery::pg::drop(&env.store).await;
+    env.db.finish().await;
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// A gap in the version chain: `runs.version` ahead of the last transition, or a
 /// transition row deleted. Expected: refused before any tool call.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn version_gap_is_refused() {
-    let Some(env) = env().await else { return };
+async fn version_gap_is_refused(env: Env) {
     let cases = [
         Case {
             id: "version-jumped",
@@ -300,15 +395,13 @@ async fn version_gap_is_refused() {
     let healthy_ids = healthy(&env, "healthy", 10).await;
     let log = corrupt_and_resume(&env, &cases, &healthy_ids).await;
     let failures = verdicts(&env, &cases, &log).await;
-    battery::pg::drop(&env.store).await;
+    env.db.finish().await;
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// A duplicate version cannot be written: the primary keys of `transitions` and `journal`
 /// refuse it (unique violation), whatever the writer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicate_versions_are_refused_by_the_schema() {
-    let Some(env) = env().await else { return };
+async fn duplicate_versions_are_refused_by_the_schema(env: Env) {
     let r = order::runner(
         &env.dyn_store,
         order::tools(&env.world),
@@ -317,39 +410,42 @@ async fn duplicate_versions_are_refused_by_the_schema() {
     );
     r.start("dup", fixture::initial(&["a"])).await.unwrap();
     advance(&r, "dup", 2).await.unwrap();
-    let dup_transition = sqlx::query(
-        "INSERT INTO transitions SELECT * FROM transitions WHERE run_id = $1 AND version = 1",
-    )
-    .bind("dup")
-    .execute(env.store.pool())
-    .await;
-    let dup_entry = sqlx::query(
-        "INSERT INTO journal (run_id, version, seq, kind, state, name, tool_kind, input_hash, \
+    let dup_transition = env
+        .db
+        .try_exec(
+            "INSERT INTO transitions SELECT * FROM transitions WHERE run_id = $1 AND version = 1",
+            "dup",
+        )
+        .await;
+    let dup_entry = env
+        .db
+        .try_exec(
+            "INSERT INTO journal (run_id, version, seq, kind, state, name, tool_kind, input_hash, \
          input, idempotency_key, status, output, output_external, output_summary, output_bytes, \
          error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at) \
          SELECT run_id, version, seq, kind, state, name, tool_kind, input_hash, input, \
          idempotency_key, status, output, output_external, output_summary, output_bytes, \
          error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at \
          FROM journal WHERE run_id = $1 AND version = 0 AND seq = 0",
-    )
-    .bind("dup")
-    .execute(env.store.pool())
-    .await;
-    battery::pg::drop(&env.store).await;
+            "dup",
+        )
+        .await;
+    env.db.finish().await;
     for (what, result) in [("transition", dup_transition), ("journal entry", dup_entry)] {
-        let code = match result {
-            Err(sqlx::Error::Database(db)) => db.code().map(|c| c.into_owned()),
+        match result {
+            Err(sqlx::Error::Database(db)) => assert_eq!(
+                db.kind(),
+                sqlx::error::ErrorKind::UniqueViolation,
+                "duplicate {what}: {db}"
+            ),
             other => panic!("duplicate {what} was not refused: {other:?}"),
-        };
-        assert_eq!(code.as_deref(), Some("23505"), "duplicate {what}");
+        }
     }
 }
 
 /// A row the store cannot even read (a negative version) at the head of the queue: it
 /// surfaces as `StoreError::Corrupt` and must not keep the worker from the other runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreadable_row_does_not_starve_the_worker() {
-    let Some(env) = env().await else { return };
+async fn unreadable_row_does_not_starve_the_worker(env: Env) {
     let setup = order::runner(
         &env.dyn_store,
         order::tools(&env.world),
@@ -361,12 +457,9 @@ async fn unreadable_row_does_not_starve_the_worker() {
         .await
         .unwrap();
     advance(&setup, "unreadable", 1).await.unwrap();
-    exec(
-        &env.store,
-        "UPDATE runs SET version = -1 WHERE id = $1",
-        "unreadable",
-    )
-    .await;
+    env.db
+        .exec("UPDATE runs SET version = -1 WHERE id = $1", "unreadable")
+        .await;
     let load = env.dyn_store.load_run("unreadable").await;
     assert!(
         matches!(load, Err(StoreError::Corrupt { .. })),
@@ -409,13 +502,9 @@ async fn unreadable_row_does_not_starve_the_worker() {
         }
     }
     let listing = env.dyn_store.list_runs(&RunFilter::default()).await;
-    let row: (String, Option<String>) =
-        sqlx::query_as("SELECT status, error_code FROM runs WHERE id = 'unreadable'")
-            .fetch_one(env.store.pool())
-            .await
-            .unwrap();
+    let row = env.db.status_row("unreadable").await;
     eprintln!("the unreadable row: status {}, code {:?}", row.0, row.1);
-    battery::pg::drop(&env.store).await;
+    env.db.finish().await;
     eprintln!(
         "worker {stats:?}; healthy runs served {served}/{}; list_runs: {}",
         healthy_ids.len(),
@@ -434,9 +523,7 @@ async fn unreadable_row_does_not_starve_the_worker() {
 /// Zero false positives: many runs of the three scenarios resumed step by step (a claim,
 /// one step, a release), with crashes injected at random fault points so resumes also
 /// replay half-done steps. No run may end quarantined or dead-lettered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_false_positives_over_clean_resumes() {
-    let Some(env) = env().await else { return };
+async fn no_false_positives_over_clean_resumes(env: Env) {
     let runs = size(120, 1500);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -512,7 +599,7 @@ async fn no_false_positives_over_clean_resumes() {
         .await
         .unwrap()
         .len();
-    battery::pg::drop(&env.store).await;
+    env.db.finish().await;
     eprintln!(
         "FIGURE item5 clean resumes: runs={runs} resumes={resumes} injected_crashes={crashes} \
          false_positives={quarantined} wrong_outcomes={} elapsed={:.1}s",
@@ -525,18 +612,13 @@ async fn no_false_positives_over_clean_resumes() {
 
 /// Listing runs with one undecodable row among them: the other runs are listed (the bad
 /// one reported or skipped), not an error for the whole listing (`agentctl` lists break).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn listing_survives_an_unreadable_row() {
-    let Some(env) = env().await else { return };
+async fn listing_survives_an_unreadable_row(env: Env) {
     healthy(&env, "listed", 3).await;
-    exec(
-        &env.store,
-        "UPDATE runs SET version = -1 WHERE id = $1",
-        "listed-0",
-    )
-    .await;
+    env.db
+        .exec("UPDATE runs SET version = -1 WHERE id = $1", "listed-0")
+        .await;
     let listing = env.dyn_store.list_runs(&RunFilter::default()).await;
-    battery::pg::drop(&env.store).await;
+    env.db.finish().await;
     let listed = listing.expect("list_runs with one unreadable row");
     assert!(listed.len() >= 2, "{listed:?}");
 }
