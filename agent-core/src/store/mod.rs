@@ -843,42 +843,49 @@ fn chain_head(h: &mut sha2::Sha256, prev_hash: &str, link: &ChainLink<'_>) {
     h.update([0]);
 }
 
-/// Canonical JSON: object keys sorted at every depth, no whitespace. Used for input hashes,
-/// so the hash does not depend on how a map happened to be ordered.
+/// Canonical JSON: object keys sorted at every depth, no whitespace. Used for input hashes
+/// and the transition hash, so a hash does not depend on how a map happened to be ordered.
+/// Strings and numbers are written exactly as `serde_json` writes them; stored hashes depend
+/// on these bytes, so they must never change.
 #[must_use]
 pub fn canonical_json(value: &Value) -> String {
-    fn write(v: &Value, out: &mut String) {
+    fn write(v: &Value, out: &mut Vec<u8>) {
         match v {
             Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                out.push('{');
-                for (i, k) in keys.into_iter().enumerate() {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                out.push(b'{');
+                for (i, (key, item)) in entries.into_iter().enumerate() {
                     if i > 0 {
-                        out.push(',');
+                        out.push(b',');
                     }
-                    out.push_str(&Value::String(k.clone()).to_string());
-                    out.push(':');
-                    write(&map[k], out);
+                    leaf(key, out);
+                    out.push(b':');
+                    write(item, out);
                 }
-                out.push('}');
+                out.push(b'}');
             }
             Value::Array(items) => {
-                out.push('[');
+                out.push(b'[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
-                        out.push(',');
+                        out.push(b',');
                     }
                     write(item, out);
                 }
-                out.push(']');
+                out.push(b']');
             }
-            other => out.push_str(&other.to_string()),
+            other => leaf(other, out),
         }
     }
-    let mut out = String::new();
+    // Written in place: this runs on every commit and every journaled call, and a
+    // temporary string per key and per value was most of its cost.
+    fn leaf<T: Serialize + ?Sized>(v: &T, out: &mut Vec<u8>) {
+        serde_json::to_writer(out, v).expect("writing JSON into memory cannot fail");
+    }
+    let mut out = Vec::with_capacity(256);
     write(value, &mut out);
-    out
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 /// SHA-256 of the canonical JSON of `value`, hex.
