@@ -801,11 +801,13 @@ impl Store for SqliteStore {
         let version = found + 1;
         let (payload, patch_bytes) = history::encode(Some(&record.state), &commit.state, since);
         let hash = transition_hash(&last_hash, &commit.link(lease));
-        let snapshot_state = payload.is_snapshot().then(|| commit.state.to_string());
-        let (payload_kind, body) = match payload {
-            VersionPayload::Snapshot(v) => ("snapshot", v),
-            VersionPayload::Patch(v) => ("patch", v),
+        let (payload_kind, body) = match &payload {
+            VersionPayload::Snapshot(v) => ("snapshot", v.to_string()),
+            VersionPayload::Patch(v) => ("patch", v.to_string()),
         };
+        // The run row keeps the state of the latest snapshot only; a snapshot's payload is
+        // that same state, serialized once for both rows.
+        let snapshot_state = payload.is_snapshot().then_some(body.as_str());
         sqlx::query(sql::COMMIT_RUN)
             .bind(run_id)
             .bind(to_i64(version))
@@ -833,7 +835,7 @@ impl Store for SqliteStore {
             .bind(now)
             .bind(&hash)
             .bind(payload_kind)
-            .bind(body.to_string())
+            .bind(&body)
             .execute(&mut *tx)
             .await
             .map_err(db_err)?;

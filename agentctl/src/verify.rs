@@ -185,7 +185,6 @@ fn check(
         };
         let Some(state) = states.get(&row.version) else {
             return Some(classify(
-                run,
                 history,
                 states,
                 index,
@@ -202,7 +201,6 @@ fn check(
         };
         if state.state_name != row.to_state {
             return Some(classify(
-                run,
                 history,
                 states,
                 index,
@@ -243,7 +241,7 @@ fn check(
                     short(&recomputed)
                 ),
             };
-            return Some(classify(run, history, states, index, problem));
+            return Some(classify(history, states, index, problem));
         }
         report.verified += 1;
         prev = Some(row);
@@ -299,7 +297,6 @@ fn check(
 /// position of the chain (its content hashes correctly there, its states connect after
 /// swapping it with another row, or its commit time is out of order), else `fallback`.
 fn classify(
-    run: &RunRecord,
     history: &[TransitionRecord],
     states: &BTreeMap<u64, StateAtVersion>,
     index: usize,
@@ -321,7 +318,6 @@ fn classify(
             let candidates = [states.get(&other.version), states.get(&row.version)];
             for state in candidates.into_iter().flatten() {
                 let link = ChainLink {
-                    run_id: &run.id,
                     version: other.version,
                     ..row.link(&state.state)
                 };
