@@ -771,6 +771,16 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+        let expired = sqlx::query(sql::EXPIRE_LEASES_OF)
+            .bind(worker)
+            .bind(&self.channel)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(expired.len() as u64)
+    }
+
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
         if entry.run_id != lease.run_id {
             return Err(StoreError::Backend(format!(

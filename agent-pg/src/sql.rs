@@ -101,6 +101,13 @@ pub const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_a
      claims_without_progress = GREATEST(claims_without_progress - 1, 0) \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
+/// `Store::expire_leases_of`: the leases of a worker's previous process end now; one
+/// notification per run wakes the workers. The status filter keeps to `runs_claimable`.
+pub const EXPIRE_LEASES_OF: &str = "WITH upd AS (UPDATE runs SET lease_expires_at = clock_timestamp() \
+     WHERE status IN ('running', 'compensating', 'waiting') AND lease_owner = $1 \
+     AND lease_expires_at > clock_timestamp() RETURNING id) \
+     SELECT pg_notify($2, id) AS notified FROM upd";
+
 pub const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner = NULL, \
      lease_expires_at = NULL, claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL \
      RETURNING id, status) \

@@ -659,6 +659,20 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+        let expired = sqlx::query(sql::EXPIRE_LEASES_OF)
+            .bind(worker)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        if expired > 0 {
+            self.work.notify_waiters();
+        }
+        Ok(expired)
+    }
+
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
         if entry.run_id != lease.run_id {
             return Err(StoreError::Backend(format!(

@@ -76,6 +76,11 @@ pub const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_a
      claims_without_progress = MAX(claims_without_progress - 1, 0) \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
+/// `Store::expire_leases_of`: the leases of a worker's previous process end now (`$2`).
+pub const EXPIRE_LEASES_OF: &str = "UPDATE runs SET lease_expires_at = $2 \
+     WHERE status IN ('running', 'compensating', 'waiting') AND lease_owner = $1 \
+     AND lease_expires_at > $2";
+
 pub const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
      claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 

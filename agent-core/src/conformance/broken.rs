@@ -37,6 +37,8 @@ enum Flaw {
     StaticEpoch,
     /// `hand_back` is `release_lease`: the claim still counts.
     HandBackCounts,
+    /// `expire_leases_of` expires every worker's leases.
+    ExpiresEveryone,
 }
 
 #[derive(Debug)]
@@ -168,6 +170,19 @@ impl Store for Broken {
             return self.inner.release_lease(lease).await;
         }
         self.inner.hand_back(lease).await
+    }
+
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+        if self.flaw != Flaw::ExpiresEveryone {
+            return self.inner.expire_leases_of(worker).await;
+        }
+        let mut expired = 0;
+        for run in self.inner.list_runs(&RunFilter::default()).await? {
+            if let Some(owner) = &run.lease_owner {
+                expired += self.inner.expire_leases_of(owner).await?;
+            }
+        }
+        Ok(expired)
     }
 
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
@@ -391,6 +406,11 @@ catches!(
     claims_must_bump_the_epoch,
     StaticEpoch,
     check_live_lease_blocks_and_expired_lease_is_reclaimed
+);
+catches!(
+    expiring_must_keep_to_one_worker,
+    ExpiresEveryone,
+    check_expire_leases_of_frees_one_workers_runs
 );
 catches!(
     hand_back_must_not_count,

@@ -679,6 +679,7 @@ pub async fn check_worker_runs_suspects_alone(store: Arc<dyn Store>) -> Result<(
         WorkerConfig {
             concurrency: 4,
             poll_interval: Duration::from_millis(10),
+            ..WorkerConfig::default()
         },
     );
     tokio::time::timeout(Duration::from_secs(30), worker.run_until_idle())
@@ -722,6 +723,73 @@ pub async fn check_worker_runs_suspects_alone(store: Arc<dyn Store>) -> Result<(
     Ok(())
 }
 
+/// A worker restarting under a stable id with `expire_own_leases_at_start` takes over at once
+/// the runs its previous process held, and only those; without the setting they wait for
+/// their leases.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_worker_expires_its_old_leases_at_start(
+    store: Arc<dyn Store>,
+) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let worker_config = |expire: bool| WorkerConfig {
+        concurrency: 4,
+        poll_interval: Duration::from_millis(10),
+        expire_own_leases_at_start: expire,
+    };
+    let r = runner(&store, &world, "Pay", "slot-1")?;
+    start(&r, "orphaned").await?;
+    start(&r, "foreign").await?;
+    // The previous process of `slot-1` died holding a long lease; another worker is alive.
+    for (run, holder) in [("orphaned", "slot-1"), ("foreign", "slot-2")] {
+        store
+            .claim_run(run, holder, Duration::from_secs(600))
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("could not claim a free run")?;
+    }
+    let status = |run: &'static str| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .load_run(run)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("{run} vanished"))
+        }
+    };
+    let idle = |worker: Worker<Order, Behaviour>| async move {
+        tokio::time::timeout(Duration::from_secs(30), worker.run_until_idle())
+            .await
+            .map_err(|_| "the worker did not finish in 30 s".to_owned())
+    };
+    idle(Worker::new(r.clone(), worker_config(false))).await?;
+    let waited = status("orphaned").await?;
+    if waited.status.is_final() || waited.lease_owner.as_deref() != Some("slot-1") {
+        return Err(format!(
+            "without the setting, a run under a live lease of the same id was taken: {} {:?}",
+            waited.status, waited.lease_owner
+        ));
+    }
+    idle(Worker::new(r, worker_config(true))).await?;
+    let orphaned = status("orphaned").await?;
+    if orphaned.status != RunStatus::Completed {
+        return Err(format!(
+            "the run of the previous process ended {} (want completed at once)",
+            orphaned.status
+        ));
+    }
+    let foreign = status("foreign").await?;
+    if foreign.version != 0 || foreign.lease_owner.as_deref() != Some("slot-2") {
+        return Err(format!(
+            "another worker's run was taken: version {}, lease {:?}",
+            foreign.version, foreign.lease_owner
+        ));
+    }
+    Ok(())
+}
+
 /// Expand to one `#[tokio::test]` per runner check, each on a fresh store from `setup`
 /// (an `Arc` of a store, or an `Option` of one whose `None` skips the test).
 #[macro_export]
@@ -738,6 +806,7 @@ macro_rules! runner_conformance {
             check_read_cache,
             check_redaction,
             check_worker_runs_suspects_alone,
+            check_worker_expires_its_old_leases_at_start,
         );
     };
     (@each $setup:expr, $($check:ident),* $(,)?) => {

@@ -785,6 +785,100 @@ pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> 
     Ok(())
 }
 
+/// `expire_leases_of` ends the live leases of one worker only, at once, keeping epochs and
+/// claim counts: the next claim takes the runs, counts, and fences the old holder out.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Expire");
+    let restarted = unique("restarted");
+    let other = unique("other");
+    let mut runs = Vec::new();
+    for tag in ["held", "other", "expired"] {
+        runs.push(
+            store
+                .create_run(new_run(&unique(tag), &agent, json!({ "tag": tag })))
+                .await
+                .ctx("create_run")?,
+        );
+    }
+    let (held, other_run, expired) = (&runs[0], &runs[1], &runs[2]);
+    let old = claim(&store, &held.id, &restarted).await?;
+    let others = claim(&store, &other_run.id, &other).await?;
+    // A lease of the same worker that has run out already is not counted again.
+    store
+        .claim_run(&expired.id, &restarted, Duration::from_millis(1))
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a free run returned None")?;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    let none = store
+        .expire_leases_of(&unique("nobody"))
+        .await
+        .ctx("expire_leases_of")?;
+    ensure!(none == 0, "a worker without leases had {none} expired");
+    let n = store
+        .expire_leases_of(&restarted)
+        .await
+        .ctx("expire_leases_of")?;
+    ensure!(n == 1, "expire_leases_of reported {n} leases, want 1");
+    let after = store
+        .load_run(&held.id)
+        .await
+        .ctx("load_run")?
+        .ok_or("run vanished")?;
+    ensure!(
+        after.epoch == old.epoch && after.claims_without_progress == 1,
+        "expiring changed the epoch ({} -> {}) or the claim count ({}, want 1)",
+        old.epoch,
+        after.epoch,
+        after.claims_without_progress
+    );
+
+    let taker = unique("taker");
+    let taken = store
+        .claim_next(std::slice::from_ref(&agent), &taker, LONG, 10)
+        .await
+        .ctx("claim_next")?;
+    let mut ids: Vec<&str> = taken.iter().map(|(l, _)| l.run_id.as_str()).collect();
+    ids.sort_unstable();
+    let mut want = vec![held.id.as_str(), expired.id.as_str()];
+    want.sort_unstable();
+    ensure!(
+        ids == want,
+        "claim_next after expire_leases_of took {ids:?}, want {want:?} (not the other worker's run)"
+    );
+    let (new, rec) = taken
+        .iter()
+        .find(|(l, _)| l.run_id == held.id)
+        .ok_or("the expired run was not taken")?;
+    ensure!(
+        new.epoch == old.epoch + 1 && rec.claims_without_progress == 2,
+        "the takeover has epoch {} (want {}) and claim count {} (want 2)",
+        new.epoch,
+        old.epoch + 1,
+        rec.claims_without_progress
+    );
+    ensure!(
+        store.commit_step(&old, &step(0, json!({}))).await.is_err(),
+        "the old holder committed after its lease was expired and taken over"
+    );
+    let still = store
+        .load_run(&other_run.id)
+        .await
+        .ctx("load_run")?
+        .ok_or("run vanished")?;
+    ensure!(
+        still.lease_owner.as_deref() == Some(other.as_str()) && still.epoch == others.epoch,
+        "expire_leases_of touched another worker's lease: {:?} epoch {}",
+        still.lease_owner,
+        still.epoch
+    );
+    Ok(())
+}
+
 /// `claim_next`: runnable runs of the given agents only, waiting runs only once their signal
 /// arrived or `wake_at` passed, never leased or final runs, at most `limit`.
 ///

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::task::JoinSet;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
-use crate::store::{Lease, RunRecord};
+use crate::store::{Lease, RunRecord, Store};
 
 /// A run claimed more than this many times in a row without a commit is a *suspect*: its
 /// step may be what crashes its workers, so a [`Worker`] runs it alone. One lost claim (a
@@ -26,6 +26,18 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Longest wait for work between claims when the store sends no notification.
     pub poll_interval: Duration,
+    /// At its first start, expire the leases still held under this worker's id
+    /// ([`RunnerConfig::worker_id`](super::RunnerConfig)) so that the runs its previous
+    /// process was driving are claimed at once instead of when their leases run out
+    /// ([`Store::expire_leases_of`](crate::store::Store::expire_leases_of)).
+    ///
+    /// Only for an id that is **stable across restarts and held by one process at a time**
+    /// (a supervisor's slot, a StatefulSet pod name): with an id another live process
+    /// also uses, that process loses its runs to a takeover. Its stale commits are fenced
+    /// out and its in-flight writes deduplicated by key, as after any takeover, but its
+    /// work is wasted. Off by default, and useless with the default id, which is new in
+    /// every process.
+    pub expire_own_leases_at_start: bool,
 }
 
 impl Default for WorkerConfig {
@@ -33,6 +45,7 @@ impl Default for WorkerConfig {
         Self {
             concurrency: 16,
             poll_interval: Duration::from_millis(500),
+            expire_own_leases_at_start: false,
         }
     }
 }
@@ -63,9 +76,20 @@ pub struct WorkerStats {
 ///   worker hands the rest of its batch back with
 ///   [`Store::hand_back`](crate::store::Store::hand_back) (not counted), lets the runs in
 ///   flight finish, then drives the suspect with nothing else in the process.
+///
+/// # Restarts
+///
+/// A worker process that dies leaves its runs under leases nobody renews; other workers
+/// take them when the leases run out. A supervisor that restarts the process under the same
+/// [`worker_id`](super::RunnerConfig::worker_id) (a slot number, a StatefulSet pod name) can
+/// set [`WorkerConfig::expire_own_leases_at_start`]: the new process then takes those runs
+/// back at once, which matters most when the only worker is the one that crashed.
 pub struct Worker<A, H> {
     runner: Runner<A, H>,
     config: WorkerConfig,
+    /// Whether `expire_own_leases_at_start` has been done (once per worker, not per call
+    /// of `run_until*`: later calls would expire this worker's own live leases).
+    own_leases_expired: tokio::sync::OnceCell<()>,
 }
 
 impl<A, H> std::fmt::Debug for Worker<A, H>
@@ -88,7 +112,11 @@ where
     /// A worker driving runs with `runner`.
     #[must_use]
     pub fn new(runner: Runner<A, H>, config: WorkerConfig) -> Self {
-        Self { runner, config }
+        Self {
+            runner,
+            config,
+            own_leases_expired: tokio::sync::OnceCell::new(),
+        }
     }
 
     /// Work until `shutdown` completes, then finish the runs in flight.
@@ -130,6 +158,22 @@ where
         });
     }
 
+    /// Expire what this worker's id held in a previous process, once. If the store cannot
+    /// be reached, those runs wait for their leases to run out, as without the setting.
+    async fn expire_own_leases(&self, store: &Arc<dyn Store>, worker_id: &str) {
+        self.own_leases_expired
+            .get_or_init(|| async {
+                match store.expire_leases_of(worker_id).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(worker = %worker_id, runs = n,
+                        "expired the leases of this worker's previous process"),
+                    Err(e) => warn!(error = %e,
+                        "could not expire this worker's old leases; they run out instead"),
+                }
+            })
+            .await;
+    }
+
     async fn work<F: Future<Output = ()> + ?Sized>(
         &self,
         mut shutdown: Option<std::pin::Pin<&mut F>>,
@@ -144,6 +188,9 @@ where
         // again at once (each try counted) and not suspected of crashing the process.
         let mut panicked: Vec<String> = Vec::new();
         let mut store_backoff = Duration::from_millis(50);
+        if self.config.expire_own_leases_at_start {
+            self.expire_own_leases(&store, &cfg.worker_id).await;
+        }
         loop {
             while let Some(done) = tasks.try_join_next() {
                 tally(&mut stats, done, &mut panicked);

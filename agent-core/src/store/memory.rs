@@ -423,6 +423,29 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+        let now = now_ms();
+        let expired = {
+            let mut g = self.lock();
+            let mut n = 0;
+            for data in g.runs.values_mut() {
+                let r = &mut data.record;
+                if !r.status.is_final()
+                    && r.lease_owner.as_deref() == Some(worker)
+                    && lease_alive(r, now)
+                {
+                    r.lease_expires_at = Some(now);
+                    n += 1;
+                }
+            }
+            n
+        };
+        if expired > 0 {
+            self.work.notify_waiters();
+        }
+        Ok(expired)
+    }
+
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
         let mut g = self.lock();
         let data = g.run_mut(&lease.run_id)?;

@@ -609,6 +609,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// than before it was claimed).
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError>;
 
+    /// Expire every live lease that `worker` holds on a run that is not final, and wake the
+    /// workers; returns how many. The runs become claimable at once, by any worker, instead
+    /// of when their leases run out. Epochs and claim counts are kept: the next claim fences
+    /// the old holder out and counts against the run as any takeover does.
+    ///
+    /// For a worker that restarts under the same, stable id
+    /// ([`WorkerConfig::expire_own_leases_at_start`](crate::runner::WorkerConfig)): what its
+    /// previous process held, nobody is running any more.
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError>;
+
     /// Durably record (insert or replace) a journal entry, fenced by the lease epoch.
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError>;
 

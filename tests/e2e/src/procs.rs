@@ -181,6 +181,7 @@ pub async fn run_worker(
         WorkerConfig {
             concurrency: opts.concurrency,
             poll_interval: Duration::from_millis(opts.poll_ms),
+            ..WorkerConfig::default()
         },
     );
     let expect = opts.exit_when_done;

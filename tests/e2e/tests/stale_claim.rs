@@ -85,6 +85,9 @@ impl Store for LateClaim {
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.hand_back(lease).await
     }
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+        self.inner.expire_leases_of(worker).await
+    }
     async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
         self.inner.record_entry(lease, entry).await
     }
@@ -186,6 +189,7 @@ fn worker(
         WorkerConfig {
             concurrency: 1,
             poll_interval: Duration::from_millis(100),
+            ..WorkerConfig::default()
         },
     )
 }

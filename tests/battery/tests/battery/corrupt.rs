@@ -206,6 +206,7 @@ async fn corrupt_and_resume(env: &Env, cases: &[Case], healthy_ids: &[String]) -
         WorkerConfig {
             concurrency: 8,
             poll_interval: Duration::from_millis(50),
+            ..WorkerConfig::default()
         },
     );
     let stats = tokio::time::timeout(Duration::from_secs(60), worker.run_until_idle())
@@ -491,6 +492,7 @@ async fn unreadable_row_does_not_starve_the_worker(env: Env) {
         WorkerConfig {
             concurrency: 8,
             poll_interval: Duration::from_millis(50),
+            ..WorkerConfig::default()
         },
     );
     let shutdown = tokio::time::sleep(Duration::from_secs(5));
