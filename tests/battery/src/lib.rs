@@ -2,6 +2,8 @@
 //!
 //! - [`size`]: reduced sizes by default, full sizes with `BATTERY_FULL=1`;
 //! - [`pg`]: a migrated [`PgStore`] in a schema of its own per test;
+//! - [`backends`]: a fresh store of each kind (memory, PostgreSQL, SQLite) for a test that
+//!   runs on all three;
 //! - [`Probe`]: a tool wrapper that counts executions and can panic, abort the process or
 //!   fail the test when called;
 //! - [`forbidden_router`]: a router that fails the test when asked;
@@ -82,6 +84,129 @@ pub mod pg {
             eprintln!("could not drop schema {}: {e}", store.schema());
         }
     }
+}
+
+/// A fresh store of each kind, for tests that run once per backend.
+pub mod backends {
+    use std::sync::Arc;
+
+    use agent_core::store::Store;
+    use agent_core::store::memory::MemoryStore;
+    use agent_pg::PgStore;
+    use agent_sqlite::SqliteStore;
+
+    /// Which store.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Backend {
+        /// `MemoryStore`.
+        Memory,
+        /// A fresh PostgreSQL schema (see [`crate::pg`]).
+        Postgres,
+        /// A fresh SQLite file in a temporary directory.
+        Sqlite,
+    }
+
+    /// A store of one test; [`Fresh::finish`] drops its schema or file.
+    pub struct Fresh {
+        /// The store.
+        pub store: Arc<dyn Store>,
+        pg: Option<Arc<PgStore>>,
+        sqlite: Option<(Arc<SqliteStore>, tempfile::TempDir)>,
+    }
+
+    impl std::fmt::Debug for Fresh {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Fresh").field("store", &self.store).finish()
+        }
+    }
+
+    impl Fresh {
+        /// A fresh store of `backend`; `None` when PostgreSQL is not available outside CI
+        /// (the test then returns, as [`crate::pg::fresh`] explains).
+        ///
+        /// # Panics
+        /// When a SQLite file cannot be created.
+        pub async fn open(backend: Backend) -> Option<Self> {
+            Some(match backend {
+                Backend::Memory => Self {
+                    store: Arc::new(MemoryStore::new()),
+                    pg: None,
+                    sqlite: None,
+                },
+                Backend::Postgres => {
+                    let pg = crate::pg::fresh().await?;
+                    Self {
+                        store: pg.clone(),
+                        pg: Some(pg),
+                        sqlite: None,
+                    }
+                }
+                Backend::Sqlite => {
+                    let dir = tempfile::tempdir().expect("tempdir");
+                    let store = Arc::new(
+                        SqliteStore::open(dir.path().join("runs.sqlite3"))
+                            .await
+                            .expect("open SQLite store"),
+                    );
+                    Self {
+                        store: store.clone(),
+                        pg: None,
+                        sqlite: Some((store, dir)),
+                    }
+                }
+            })
+        }
+
+        /// Whether a store of `backend` can be had here (PostgreSQL may be missing outside
+        /// CI); tests that open a store per case ask once, first.
+        pub async fn available(backend: Backend) -> bool {
+            match Self::open(backend).await {
+                Some(fresh) => {
+                    fresh.finish().await;
+                    true
+                }
+                None => false,
+            }
+        }
+
+        /// Drop the schema, or close and remove the file.
+        pub async fn finish(self) {
+            if let Some(pg) = self.pg {
+                crate::pg::drop(&pg).await;
+            }
+            if let Some((store, dir)) = self.sqlite {
+                store.close().await;
+                drop(dir);
+            }
+        }
+    }
+}
+
+/// Each test body once per backend: for `async fn name(backend: Backend)` in the calling
+/// module, the tests `name::memory`, `name::postgres` and `name::sqlite`. The body opens
+/// its stores with [`backends::Fresh::open`].
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use $crate::backends::Backend;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                super::$name(Backend::Memory).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(Backend::Postgres).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(Backend::Sqlite).await;
+            }
+        }
+    )*};
 }
 
 /// What a [`Probe`] does when its tool is called.

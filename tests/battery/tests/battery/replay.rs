@@ -1,6 +1,7 @@
 //! Item 8: replay regression. Each fixture under `fixtures/replay/` (journals of real runs
 //! of the fixture agent, see `src/bin/gen-replay-fixtures.rs`) is loaded into a fresh
-//! `MemoryStore` through the public `Store` API and driven by the current build with
+//! store (each test once per backend: `MemoryStore`, PostgreSQL, SQLite; a fresh schema or
+//! file per replay) through the public `Store` API and driven by the current build with
 //! tools and a router that fail the test when called: the journal must serve every call
 //! and the run must reach the same states, statuses and versions. A graph changed
 //! incompatibly must be refused with a typed error, never diverge silently.
@@ -10,9 +11,9 @@ use std::sync::Arc;
 use agent_core::conformance::fixture::{Behaviour, Charge, Lookup, Order, Release, Reserve, World};
 use agent_core::router::Router;
 use agent_core::runner::{Runner, RunnerConfig};
-use agent_core::store::memory::MemoryStore;
 use agent_core::store::{RunRecord, RunStatus, Store};
 use agent_core::{Agent, Ctx, Handle, StepError, StepResult, Wake};
+use battery::backends::{Backend, Fresh};
 use battery::order::{self, advance};
 use battery::replay::{Capture, load, load_all};
 use battery::{CallLog, ForbiddenRouter, forbid, forbidden_router, probe_all};
@@ -87,21 +88,29 @@ fn same(expected: &battery::replay::Version, got: &RunRecord) -> Result<(), Stri
 }
 
 /// Replay one step: the store as it stood at version `at`, one step by the current build.
-async fn replay_step(capture: &Capture, at: u64) -> Result<(), String> {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    load(&store, capture, at, false).await?;
-    let (runner, log, router) = sealed::<Order, _>(&store, Behaviour);
-    let got = advance(&runner, &capture.run_id, 1).await?;
-    sealed_calls(&log, &router)?;
-    same(
-        &capture.versions[usize::try_from(at).unwrap_or(usize::MAX) + 1],
-        &got,
-    )
+async fn replay_step(backend: Backend, capture: &Capture, at: u64) -> Result<(), String> {
+    let fresh = Fresh::open(backend).await.ok_or("no store")?;
+    let store = &fresh.store;
+    let result = async {
+        load(store, capture, at, false).await?;
+        let (runner, log, router) = sealed::<Order, _>(store, Behaviour);
+        let got = advance(&runner, &capture.run_id, 1).await?;
+        sealed_calls(&log, &router)?;
+        same(
+            &capture.versions[usize::try_from(at).unwrap_or(usize::MAX) + 1],
+            &got,
+        )
+    }
+    .await;
+    fresh.finish().await;
+    result
 }
 
 /// Every step of every fixture, each from a store loaded at the version before it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_step_replays_from_the_journal() {
+async fn every_step_replays_from_the_journal(backend: Backend) {
+    if !Fresh::available(backend).await {
+        return;
+    }
     let fixtures = load_all();
     assert!(fixtures.len() >= 5, "fixtures are committed");
     let mut failures = Vec::new();
@@ -109,28 +118,38 @@ async fn every_step_replays_from_the_journal() {
     for (file, capture) in &fixtures {
         for w in capture.versions.windows(2) {
             steps += 1;
-            if let Err(e) = replay_step(capture, w[0].version).await {
+            if let Err(e) = replay_step(backend, capture, w[0].version).await {
                 failures.push(format!("{file} step from v{}: {e}", w[0].version));
             }
         }
     }
     eprintln!(
-        "FIGURE item8 per-step replay: fixtures={} steps={steps} failures={}",
+        "FIGURE item8 per-step replay: backend={backend:?} fixtures={} steps={steps} failures={}",
         fixtures.len(),
         failures.len()
     );
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+battery::on_every_backend!(
+    every_step_replays_from_the_journal,
+    whole_runs_replay_from_the_journal,
+    renamed_state_and_changed_field_are_quarantined,
+    removed_edge_is_refused_before_any_effect,
+);
+
 /// Every fixture as a whole: version 0 and the whole journal loaded, then driven to its
 /// end; every committed version must match.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn whole_runs_replay_from_the_journal() {
+async fn whole_runs_replay_from_the_journal(backend: Backend) {
+    if !Fresh::available(backend).await {
+        return;
+    }
     let mut failures = Vec::new();
     for (file, capture) in load_all() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        load(&store, &capture, 0, true).await.unwrap();
-        let (runner, log, router) = sealed::<Order, _>(&store, Behaviour);
+        let fresh = Fresh::open(backend).await.expect("a store");
+        let store = &fresh.store;
+        load(store, &capture, 0, true).await.unwrap();
+        let (runner, log, router) = sealed::<Order, _>(store, Behaviour);
         let result = async {
             let last = advance(&runner, &capture.run_id, 1_000).await?;
             sealed_calls(&log, &router)?;
@@ -162,6 +181,7 @@ async fn whole_runs_replay_from_the_journal() {
             same(capture.versions.last().expect("versions"), &last)
         }
         .await;
+        fresh.finish().await;
         if let Err(e) = result {
             failures.push(format!("{file}: {e}"));
         }
@@ -294,7 +314,11 @@ impl NarrowedHandlers for Unreached {
 
 /// Replay `capture` at the first version in `state` with agent `A`: the outcome and the
 /// sealed calls.
-async fn replay_changed<A>(capture: &Capture, state: &str) -> Option<Result<RunRecord, String>>
+async fn replay_changed<A>(
+    backend: Backend,
+    capture: &Capture,
+    state: &str,
+) -> Option<Result<RunRecord, String>>
 where
     A: Agent + Handle<Unreached>,
 {
@@ -303,18 +327,19 @@ where
         .iter()
         .find(|v| v.state_name == state)?
         .version;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    load(&store, capture, at, false).await.ok()?;
-    let (runner, log, router) = sealed::<A, Unreached>(&store, Unreached);
-    Some(
-        async {
-            // Several steps: a refusal is final at once; a divergence shows its effects.
-            let got = advance(&runner, &capture.run_id, 10).await?;
-            sealed_calls(&log, &router)?;
-            Ok(got)
-        }
-        .await,
-    )
+    let fresh = Fresh::open(backend).await?;
+    let store = &fresh.store;
+    let outcome = async {
+        load(store, capture, at, false).await?;
+        let (runner, log, router) = sealed::<A, Unreached>(store, Unreached);
+        // Several steps: a refusal is final at once; a divergence shows its effects.
+        let got = advance(&runner, &capture.run_id, 10).await?;
+        sealed_calls(&log, &router)?;
+        Ok(got)
+    }
+    .await;
+    fresh.finish().await;
+    Some(outcome)
 }
 
 fn expect_quarantine(got: Result<RunRecord, String>, code: &str) -> Result<(), String> {
@@ -331,13 +356,15 @@ fn expect_quarantine(got: Result<RunRecord, String>, code: &str) -> Result<(), S
 
 /// A removed state and a changed field type: quarantined with `graph.incompatible` and
 /// `state.corrupt`, before any tool call or question.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renamed_state_and_changed_field_are_quarantined() {
+async fn renamed_state_and_changed_field_are_quarantined(backend: Backend) {
+    if !Fresh::available(backend).await {
+        return;
+    }
     let mut failures = Vec::new();
     let mut checked = 0;
     for (file, capture) in load_all() {
         for (state, code) in [("Decide", "graph.incompatible"), ("Pay", "state.corrupt")] {
-            if let Some(got) = replay_changed::<Renamed>(&capture, state).await {
+            if let Some(got) = replay_changed::<Renamed>(backend, &capture, state).await {
                 checked += 1;
                 if let Err(e) = expect_quarantine(got, code) {
                     failures.push(format!("{file} at `{state}`: {e}"));
@@ -351,8 +378,10 @@ async fn renamed_state_and_changed_field_are_quarantined() {
 
 /// An edge removed under a run whose journal chose it: the run must be refused with a
 /// typed error before anything runs, not fail and compensate under the new graph.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn removed_edge_is_refused_before_any_effect() {
+async fn removed_edge_is_refused_before_any_effect(backend: Backend) {
+    if !Fresh::available(backend).await {
+        return;
+    }
     let mut failures = Vec::new();
     for (file, capture) in load_all() {
         let chose_pay = capture
@@ -362,7 +391,7 @@ async fn removed_edge_is_refused_before_any_effect() {
         if !chose_pay {
             continue;
         }
-        let Some(got) = replay_changed::<Narrowed>(&capture, "Decide").await else {
+        let Some(got) = replay_changed::<Narrowed>(backend, &capture, "Decide").await else {
             continue;
         };
         let outcome = got.and_then(|r| {

@@ -1,4 +1,5 @@
-//! Item 7: the saga matrix, on `MemoryStore`. A chain of `n` steps, each booking `per`
+//! Item 7: the saga matrix, on every store: `MemoryStore`, PostgreSQL and SQLite (each
+//! test once per backend, `memory` / `postgres` / `sqlite` in its module). A chain of `n` steps, each booking `per`
 //! slots with a hybrid tool (`Book`, undone by `Unbook`). For every booking index `k` the
 //! booking fails permanently (before applying), the run takes `on_error` into a
 //! `compensate` state, and the runner undoes what was booked; for every compensation `j`
@@ -11,12 +12,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_core::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
-use agent_core::store::memory::MemoryStore;
 use agent_core::store::{EntryKind, RunRecord, RunStatus, Store};
 use agent_core::{
     Agent, Compensate, Ctx, Execute, RetryPolicy, StepResult, Tool, ToolBox, ToolContext,
     ToolError, ToolPolicy, kind,
 };
+use battery::backends::{Backend, Fresh};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -248,14 +249,13 @@ struct Cell {
     unbook_fails: Option<(u32, bool)>,
 }
 
-/// Drive the cell's run, resuming after the injected crash; check the saga's invariants.
-async fn run_cell(cell: Cell) -> Result<RunRecord, String> {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+/// Drive the cell's run `id` in `store`, resuming after the injected crash; check the
+/// saga's invariants.
+async fn run_cell(store: &Arc<dyn Store>, id: &str, cell: Cell) -> Result<RunRecord, String> {
     let ledger = Arc::new(Ledger::default());
     ledger.lock().fail_book_at = Some(cell.k);
     ledger.lock().unbook_fails = cell.unbook_fails.map(|(b, r)| (format!("b{b}"), r));
-    let first = runner(&store, &ledger, "first");
-    let id = "chain";
+    let first = runner(store, &ledger, "first");
     first
         .start(
             id,
@@ -281,7 +281,7 @@ async fn run_cell(cell: Cell) -> Result<RunRecord, String> {
             }
             // The crashed worker never releases its lease: the next one waits it out.
             tokio::time::sleep(LEASE + Duration::from_millis(10)).await;
-            runner(&store, &ledger, "second")
+            runner(store, &ledger, "second")
                 .run(id)
                 .await
                 .map_err(|e| e.to_string())?
@@ -414,10 +414,15 @@ fn cells(n: u32, per: u32) -> Vec<Cell> {
     out
 }
 
+battery::on_every_backend!(saga_matrix, crash_around_the_compensation_round_commits);
+
 /// The whole matrix: every failing booking, every crash during compensation, every
-/// failing compensation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn saga_matrix() {
+/// failing compensation. Each cell is a run of its own in the one store.
+async fn saga_matrix(backend: Backend) {
+    let Some(fresh) = Fresh::open(backend).await else {
+        return;
+    };
+    let store = &fresh.store;
     let n = u32::try_from(battery::size(3, 6)).unwrap_or(3);
     let mut failures = Vec::new();
     let mut total = 0;
@@ -426,7 +431,8 @@ async fn saga_matrix() {
     for per in [1, 2] {
         for cell in cells(n, per) {
             total += 1;
-            let outcome = tokio::time::timeout(Duration::from_secs(10), run_cell(cell))
+            let id = format!("chain-{total}");
+            let outcome = tokio::time::timeout(Duration::from_secs(10), run_cell(store, &id, cell))
                 .await
                 .unwrap_or_else(|_| Err("did not finish within 10 s".into()));
             match outcome {
@@ -436,8 +442,8 @@ async fn saga_matrix() {
         }
     }
     eprintln!(
-        "FIGURE item7 saga matrix: n={n} per=1,2 cells={total} outcomes={by_outcome:?} \
-         failures={} elapsed={:.1}s",
+        "FIGURE item7 saga matrix: backend={backend:?} n={n} per=1,2 cells={total} \
+         outcomes={by_outcome:?} failures={} elapsed={:.1}s",
         failures.len(),
         started.elapsed().as_secs_f64()
     );
@@ -446,14 +452,17 @@ async fn saga_matrix() {
         "{} of {total} cells failed:\n{failures:#?}",
         failures.len()
     );
+    fresh.finish().await;
 }
 
 /// Crashes at the commits around the compensation round: before the commit into the
 /// `compensate` state (#3 of `CommitSent` for 3 legs booked) and before the commit that
 /// closes the round after every compensation was applied (#4). Each undo still happens
 /// once, in reverse order.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_around_the_compensation_round_commits() {
+async fn crash_around_the_compensation_round_commits(backend: Backend) {
+    let Some(fresh) = Fresh::open(backend).await else {
+        return;
+    };
     for nth in [3, 4] {
         let cell = Cell {
             n: 4,
@@ -462,8 +471,9 @@ async fn crash_around_the_compensation_round_commits() {
             crash: Some((FaultPoint::CommitSent, nth)),
             unbook_fails: None,
         };
-        if let Err(e) = run_cell(cell).await {
+        if let Err(e) = run_cell(&fresh.store, &format!("round-{nth}"), cell).await {
             panic!("{cell:?}: {e}");
         }
     }
+    fresh.finish().await;
 }
