@@ -157,6 +157,18 @@ pub mod backends {
             })
         }
 
+        /// The PostgreSQL store, for tests that edit its tables with SQL.
+        #[must_use]
+        pub fn postgres(&self) -> Option<&Arc<PgStore>> {
+            self.pg.as_ref()
+        }
+
+        /// The SQLite store, for tests that edit its tables with SQL.
+        #[must_use]
+        pub fn sqlite(&self) -> Option<&Arc<SqliteStore>> {
+            self.sqlite.as_ref().map(|(store, _)| store)
+        }
+
         /// Whether a store of `backend` can be had here (PostgreSQL may be missing outside
         /// CI); tests that open a store per case ask once, first.
         pub async fn available(backend: Backend) -> bool {

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use agent_core::conformance::fixture::{self, World};
 use agent_core::runner::{Worker, WorkerConfig};
 use agent_core::store::{RunFilter, RunRecord, RunStatus, Store, StoreError};
-use agent_pg::PgStore;
-use agent_sqlite::SqliteStore;
+use battery::backends::{Backend, Fresh};
 use battery::order::{self, advance};
 use battery::{CallLog, RandomCrash, pass, probe_all, size};
 use serde_json::json;
@@ -37,12 +36,7 @@ enum Expect {
 }
 
 /// The store under test, with raw SQL access to its tables.
-enum Db {
-    /// A fresh schema, dropped at the end.
-    Postgres(Arc<PgStore>),
-    /// A fresh file in a temporary directory, removed with it.
-    Sqlite(Arc<SqliteStore>, tempfile::TempDir),
-}
+struct Db(Fresh);
 
 impl Db {
     /// Run `sql` with `run_id` as `$1`; panics with the statement on error.
@@ -55,38 +49,34 @@ impl Db {
     /// Run `sql` with `run_id` as `$1`, returning the database's error if any.
     async fn try_exec(&self, sql: &str, run_id: &str) -> Result<(), sqlx::Error> {
         let q = sqlx::AssertSqlSafe(sql);
-        match self {
-            Self::Postgres(s) => sqlx::query(q)
+        match (self.0.postgres(), self.0.sqlite()) {
+            (Some(s), _) => sqlx::query(q)
                 .bind(run_id)
                 .execute(s.pool())
                 .await
                 .map(drop),
-            Self::Sqlite(s, _) => sqlx::query(q)
+            (_, Some(s)) => sqlx::query(q)
                 .bind(run_id)
                 .execute(s.pool())
                 .await
                 .map(drop),
+            _ => unreachable!("a corrupted-row test runs on a SQL store"),
         }
     }
 
     /// A run row's status and error code, read with SQL (bypassing the store's decoding).
     async fn status_row(&self, run_id: &str) -> (String, Option<String>) {
         let sql = "SELECT status, error_code FROM runs WHERE id = $1";
-        match self {
-            Self::Postgres(s) => sqlx::query_as(sql).bind(run_id).fetch_one(s.pool()).await,
-            Self::Sqlite(s, _) => sqlx::query_as(sql).bind(run_id).fetch_one(s.pool()).await,
+        match (self.0.postgres(), self.0.sqlite()) {
+            (Some(s), _) => sqlx::query_as(sql).bind(run_id).fetch_one(s.pool()).await,
+            (_, Some(s)) => sqlx::query_as(sql).bind(run_id).fetch_one(s.pool()).await,
+            _ => unreachable!("a corrupted-row test runs on a SQL store"),
         }
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     async fn finish(self) {
-        match self {
-            Self::Postgres(s) => battery::pg::drop(&s).await,
-            Self::Sqlite(s, dir) => {
-                s.close().await;
-                drop(dir);
-            }
-        }
+        self.0.finish().await;
     }
 }
 
@@ -96,33 +86,13 @@ struct Env {
     world: Arc<World>,
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Backend {
-    Postgres,
-    Sqlite,
-}
-
-/// A fresh store of `backend`; `None` (the test returns) when PostgreSQL is not available
-/// outside CI (see `battery::pg`).
+/// A fresh store of `backend` (PostgreSQL or SQLite); `None` (the test returns) when
+/// PostgreSQL is not available outside CI (see `battery::pg`).
 async fn env(backend: Backend) -> Option<Env> {
-    let (db, dyn_store): (Db, Arc<dyn Store>) = match backend {
-        Backend::Postgres => {
-            let store = battery::pg::fresh().await?;
-            (Db::Postgres(store.clone()), store)
-        }
-        Backend::Sqlite => {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let store = Arc::new(
-                SqliteStore::open(dir.path().join("runs.sqlite3"))
-                    .await
-                    .expect("open SQLite store"),
-            );
-            (Db::Sqlite(store.clone(), dir), store)
-        }
-    };
+    let fresh = Fresh::open(backend).await?;
     Some(Env {
-        db,
-        dyn_store,
+        dyn_store: Arc::clone(&fresh.store),
+        db: Db(fresh),
         world: Arc::new(World::default()),
     })
 }
