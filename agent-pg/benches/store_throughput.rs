@@ -9,6 +9,10 @@
 //! - **floor**: one transition as bare SQL through sqlx, no framework: the update of the run
 //!   row with the version check plus the insert of the transition record, as one statement
 //!   (a CTE, one round trip) on PostgreSQL, and as one `BEGIN IMMEDIATE` transaction on SQLite.
+//!   On PostgreSQL also a **floor keeping state**: the same, with the transition record
+//!   holding the version's state as well, which is what the store must write (every version
+//!   of a run's state is kept), so the ratios against it show the framework's own cost.
+//!   All of them write the state the runner writes, byte for byte (see [`state`]).
 //! - **store**: `Store::commit_step` under a lease (compare-and-set on version and epoch,
 //!   JSON-Patch delta or snapshot, hash-chained transition record).
 //! - **runner**: whole steps through `agent_core::runner::Runner`: load and check the state,
@@ -42,15 +46,23 @@ const CONCURRENT_RUNS: u64 = 64;
 const CONCURRENT_STEPS: u64 = 60;
 const POOL: u32 = 32;
 
-fn state(i: u64) -> Value {
-    json!({ "cart": ["apple", "pear", "plum"], "step": i, "note": format!("step {i}") })
+/// The state after `i` steps of a run of `limit` steps: the same JSON, byte for byte but the
+/// first and last step, as the runner commits for the `Ticker` agent below, so that floor,
+/// store and runner write the same rows.
+fn state(i: u64, limit: u64) -> Value {
+    json!({ "Ticking": {
+        "cart": ["apple", "pear", "plum"],
+        "limit": limit,
+        "note": format!("step {}", i.saturating_sub(1)),
+        "step": i,
+    } })
 }
 
 fn commit(expected: u64, state: Value) -> StepCommit {
     StepCommit {
         expected_version: expected,
-        from_state: "Browsing".into(),
-        to_state: "Browsing".into(),
+        from_state: "Ticking".into(),
+        to_state: "Ticking".into(),
         state,
         kind: TransitionKind::Step,
         status: RunStatus::Running,
@@ -313,19 +325,34 @@ const PG_FLOOR_SETUP: &str = "CREATE TABLE floor_runs (id text PRIMARY KEY, vers
      state jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT clock_timestamp()); \
      CREATE TABLE floor_transitions (run_id text NOT NULL, version bigint NOT NULL, \
      from_state text NOT NULL, to_state text NOT NULL, created_at timestamptz NOT NULL, \
-     PRIMARY KEY (run_id, version))";
+     state jsonb, PRIMARY KEY (run_id, version))";
 
 const PG_FLOOR_STEP: &str = "WITH upd AS (UPDATE floor_runs SET version = $2 + 1, state = $3, \
      updated_at = clock_timestamp() WHERE id = $1 AND version = $2 RETURNING id, version, updated_at) \
      INSERT INTO floor_transitions (run_id, version, from_state, to_state, created_at) \
-     SELECT id, version, 'Browsing', 'Browsing', updated_at FROM upd";
+     SELECT id, version, 'Ticking', 'Ticking', updated_at FROM upd";
 
-async fn pg_floor(store: &PgStore, runs: u64, steps: u64, tag: &str) -> Figures {
+/// The floor with the transition record keeping the version's state too, as the store must
+/// (every version of a run's state is kept): the state is bound once, written twice.
+const PG_FLOOR_STEP_KEEPING_STATE: &str = "WITH upd AS (UPDATE floor_runs SET version = $2 + 1, \
+     state = $3, updated_at = clock_timestamp() WHERE id = $1 AND version = $2 \
+     RETURNING id, version, updated_at) \
+     INSERT INTO floor_transitions (run_id, version, from_state, to_state, created_at, state) \
+     SELECT id, version, 'Ticking', 'Ticking', updated_at, $3 FROM upd";
+
+/// Which floor: the bare transition of the issue, or one that also keeps each version's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Floor {
+    Bare,
+    KeepingState,
+}
+
+async fn pg_floor(store: &PgStore, runs: u64, steps: u64, tag: &str, floor: Floor) -> Figures {
     let pool = store.pool().clone();
     for r in 0..runs {
         sqlx::query("INSERT INTO floor_runs (id, version, state) VALUES ($1, 0, $2)")
             .bind(format!("{tag}-{r}"))
-            .bind(state(0))
+            .bind(state(0, steps))
             .execute(&pool)
             .await
             .expect("floor insert");
@@ -335,10 +362,14 @@ async fn pg_floor(store: &PgStore, runs: u64, steps: u64, tag: &str) -> Figures 
         let pool = pool.clone();
         let id = format!("{tag}-{r}");
         async move {
-            let done = sqlx::query(PG_FLOOR_STEP)
+            let statement = match floor {
+                Floor::Bare => PG_FLOOR_STEP,
+                Floor::KeepingState => PG_FLOOR_STEP_KEEPING_STATE,
+            };
+            let done = sqlx::query(statement)
                 .bind(&id)
                 .bind(i64::try_from(v).unwrap_or(0))
-                .bind(state(v + 1))
+                .bind(state(v + 1, steps))
                 .execute(&pool)
                 .await
                 .expect("floor step");
@@ -348,7 +379,7 @@ async fn pg_floor(store: &PgStore, runs: u64, steps: u64, tag: &str) -> Figures 
     .await
 }
 
-async fn store_runs(store: &Arc<dyn Store>, runs: u64, tag: &str) -> Vec<Lease> {
+async fn store_runs(store: &Arc<dyn Store>, runs: u64, steps: u64, tag: &str) -> Vec<Lease> {
     let mut leases = Vec::new();
     for r in 0..runs {
         let id = format!("{tag}-{r}");
@@ -357,8 +388,8 @@ async fn store_runs(store: &Arc<dyn Store>, runs: u64, tag: &str) -> Vec<Lease> 
                 id: id.clone(),
                 agent: "Bench".into(),
                 fingerprint: "fp".into(),
-                state_name: "Browsing".into(),
-                state: state(0),
+                state_name: "Ticking".into(),
+                state: state(0, steps),
             })
             .await
             .expect("create");
@@ -373,14 +404,14 @@ async fn store_runs(store: &Arc<dyn Store>, runs: u64, tag: &str) -> Vec<Lease> 
 }
 
 async fn store_steps(store: Arc<dyn Store>, runs: u64, steps: u64, tag: &str) -> Figures {
-    let leases = Arc::new(store_runs(&store, runs, tag).await);
+    let leases = Arc::new(store_runs(&store, runs, steps, tag).await);
     drive(runs, steps, move |r, v| {
         let store = store.clone();
         let leases = leases.clone();
         async move {
             let lease = &leases[usize::try_from(r).unwrap_or(0)];
             store
-                .commit_step(lease, &commit(v, state(v + 1)))
+                .commit_step(lease, &commit(v, state(v + 1, steps)))
                 .await
                 .expect("commit");
         }
@@ -405,7 +436,7 @@ async fn sqlite_floor(store: &SqliteStore, runs: u64, steps: u64, tag: &str) -> 
             "INSERT INTO floor_runs (id, version, state, updated_at) VALUES ($1, 0, $2, 0)",
         )
         .bind(format!("{tag}-{r}"))
-        .bind(state(0).to_string())
+        .bind(state(0, steps).to_string())
         .execute(&pool)
         .await
         .expect("floor insert");
@@ -424,7 +455,7 @@ async fn sqlite_floor(store: &SqliteStore, runs: u64, steps: u64, tag: &str) -> 
             )
             .bind(&id)
             .bind(version)
-            .bind(state(v + 1).to_string())
+            .bind(state(v + 1, steps).to_string())
             .bind(now)
             .execute(&mut *tx)
             .await
@@ -432,7 +463,7 @@ async fn sqlite_floor(store: &SqliteStore, runs: u64, steps: u64, tag: &str) -> 
             assert_eq!(done.rows_affected(), 1, "floor step lost its version");
             sqlx::query(
                 "INSERT INTO floor_transitions (run_id, version, from_state, to_state, created_at) \
-                 VALUES ($1, $2 + 1, 'Browsing', 'Browsing', $3)",
+                 VALUES ($1, $2 + 1, 'Ticking', 'Ticking', $3)",
             )
             .bind(&id)
             .bind(version)
@@ -448,49 +479,57 @@ async fn sqlite_floor(store: &SqliteStore, runs: u64, steps: u64, tag: &str) -> 
 
 const ROUNDS: usize = 3;
 
-/// Run floor, store and runner `ROUNDS` times, rotating which goes first; the best
+/// The best of each measurement of one workload.
+struct Best {
+    floor: Figures,
+    floor_keeping_state: Figures,
+    store: Figures,
+    runner: RunnerFigures,
+}
+
+/// Run both floors, store and runner `ROUNDS` times, rotating which goes first; the best
 /// throughput of each.
 async fn best_of_rotations(
     transitions: u64,
-    floor: impl AsyncFn(usize) -> Figures,
+    floor: impl AsyncFn(usize, Floor) -> Figures,
     store: impl AsyncFn(usize) -> Figures,
     runner: impl AsyncFn(usize) -> RunnerFigures,
-) -> (Figures, Figures, RunnerFigures) {
-    let mut best: (Option<Figures>, Option<Figures>, Option<RunnerFigures>) = (None, None, None);
-    let keep = |slot: &mut Option<Figures>, f: Figures| {
-        if slot.is_none_or(|b| f.per_sec > b.per_sec) {
-            *slot = Some(f);
-        }
-    };
+) -> Best {
+    let mut best: [Option<Figures>; 3] = [None; 3];
+    let mut best_runner: Option<RunnerFigures> = None;
     for round in 0..ROUNDS {
-        for which in 0..3 {
+        for which in 0..4 {
             let before = CpuClock::now();
-            match (round + which) % 3 {
-                0 => {
-                    let mut f = floor(round).await;
-                    f.cpu = CpuClock::since(before, transitions);
-                    keep(&mut best.0, f);
-                }
-                1 => {
-                    let mut f = store(round).await;
-                    f.cpu = CpuClock::since(before, transitions);
-                    keep(&mut best.1, f);
-                }
+            let slot = (round + which) % 4;
+            let measured = match slot {
+                0 => floor(round, Floor::Bare).await,
+                1 => floor(round, Floor::KeepingState).await,
+                2 => store(round).await,
                 _ => {
                     let mut r = runner(round).await;
                     r.steps.cpu = CpuClock::since(before, transitions);
-                    if best.2.is_none_or(|b| r.steps.per_sec > b.steps.per_sec) {
-                        best.2 = Some(r);
+                    if best_runner.is_none_or(|b| r.steps.per_sec > b.steps.per_sec) {
+                        best_runner = Some(r);
                     }
+                    continue;
                 }
+            };
+            let f = Figures {
+                cpu: CpuClock::since(before, transitions),
+                ..measured
+            };
+            if best[slot].is_none_or(|b| f.per_sec > b.per_sec) {
+                best[slot] = Some(f);
             }
         }
     }
-    (
-        best.0.expect("measured"),
-        best.1.expect("measured"),
-        best.2.expect("measured"),
-    )
+    let [floor, floor_keeping_state, store] = best.map(|b| b.expect("measured"));
+    Best {
+        floor,
+        floor_keeping_state,
+        store,
+        runner: best_runner.expect("measured"),
+    }
 }
 
 fn row(label: &str, f: Figures) {
@@ -516,7 +555,7 @@ fn ratio(label: &str, framework: Figures, floor: Figures) {
 
 /// Bytes per step for a run growing to `steps` with one item added per step.
 async fn growth(store: &Arc<dyn Store>, tag: &str, steps: u64) -> (u64, u64) {
-    let leases = store_runs(store, 1, tag).await;
+    let leases = store_runs(store, 1, steps, tag).await;
     let lease = &leases[0];
     let mut s = json!({ "items": [] });
     let mut at_half = 0;
@@ -602,36 +641,38 @@ async fn main() {
     let pg_dyn: Arc<dyn Store> = pg.clone();
 
     // Warm-up: connections, plans, caches.
-    pg_floor(&pg, 4, 50, "warm").await;
+    pg_floor(&pg, 4, 50, "warm", Floor::Bare).await;
+    pg_floor(&pg, 4, 50, "warm-kept", Floor::KeepingState).await;
     store_steps(pg_dyn.clone(), 4, 50, "warm").await;
 
     println!(
         "PostgreSQL {server}, pool of {POOL}, one run x {SEQ_STEPS} steps; \
          {CONCURRENT_RUNS} runs x {CONCURRENT_STEPS} steps"
     );
-    // Floor, store and runner are measured three times each, sequential ones together and
+    // Floors, store and runner are measured three times each, sequential ones together and
     // concurrent ones together, in an order rotated every round (so none always follows the
     // heaviest, whose vacuum and checkpoint work lands on the next), keeping the best of each:
     // bursts of other load on the machine then do not land on one side only.
-    let (fs, ss, rs) = best_of_rotations(
+    let floor_tag = |prefix: &str, round: usize, floor: Floor| match floor {
+        Floor::Bare => format!("{prefix}{round}"),
+        Floor::KeepingState => format!("{prefix}k{round}"),
+    };
+    let sequential = best_of_rotations(
         SEQ_STEPS,
-        async |round: usize| pg_floor(&pg, 1, SEQ_STEPS, &format!("fs{round}")).await,
+        async |round: usize, floor: Floor| {
+            pg_floor(&pg, 1, SEQ_STEPS, &floor_tag("fs", round, floor), floor).await
+        },
         async |round: usize| store_steps(pg_dyn.clone(), 1, SEQ_STEPS, &format!("ss{round}")).await,
         async |round: usize| {
             runner_steps(pg_dyn.clone(), 1, SEQ_STEPS, &format!("rs{round}")).await
         },
     )
     .await;
-    let (fc, sc, rc) = best_of_rotations(
+    let concurrent = best_of_rotations(
         CONCURRENT_RUNS * CONCURRENT_STEPS,
-        async |round: usize| {
-            pg_floor(
-                &pg,
-                CONCURRENT_RUNS,
-                CONCURRENT_STEPS,
-                &format!("fc{round}"),
-            )
-            .await
+        async |round: usize, floor: Floor| {
+            let tag = floor_tag("fc", round, floor);
+            pg_floor(&pg, CONCURRENT_RUNS, CONCURRENT_STEPS, &tag, floor).await
         },
         async |round: usize| {
             store_steps(
@@ -653,18 +694,32 @@ async fn main() {
         },
     )
     .await;
-    row("floor, sequential", fs);
-    row("PgStore::commit_step, sequential", ss);
-    row("Runner step, sequential", rs.steps);
-    row("  of which commit_step", rs.commits);
-    ratio("ratio store/floor, sequential", ss, fs);
-    ratio("ratio runner/floor, sequential", rs.steps, fs);
-    row("floor, 64 concurrent", fc);
-    row("PgStore::commit_step, 64 concurrent", sc);
-    row("Runner step, 64 concurrent", rc.steps);
-    row("  of which commit_step", rc.commits);
-    ratio("ratio store/floor, 64 concurrent", sc, fc);
-    ratio("ratio runner/floor, 64 concurrent", rc.steps, fc);
+    for (label, b) in [("sequential", &sequential), ("64 concurrent", &concurrent)] {
+        row(&format!("floor, {label}"), b.floor);
+        row(
+            &format!("floor keeping state, {label}"),
+            b.floor_keeping_state,
+        );
+        row(&format!("PgStore::commit_step, {label}"), b.store);
+        row(&format!("Runner step, {label}"), b.runner.steps);
+        row("  of which commit_step", b.runner.commits);
+        ratio(&format!("ratio store/floor, {label}"), b.store, b.floor);
+        ratio(
+            &format!("ratio runner/floor, {label}"),
+            b.runner.steps,
+            b.floor,
+        );
+        ratio(
+            "  vs floor keeping state: store",
+            b.store,
+            b.floor_keeping_state,
+        );
+        ratio(
+            "  vs floor keeping state: runner",
+            b.runner.steps,
+            b.floor_keeping_state,
+        );
+    }
 
     println!("PostgreSQL storage, a run growing by one item per step:");
     let mut wal_at = [0_i64; 2];

@@ -150,6 +150,7 @@ pub const JOURNAL: &str = concat!(
 
 /// One step, one statement: the compare-and-set on version and epoch is the `WHERE` of the
 /// update, and every other write hangs off its `RETURNING`, so a stale writer writes nothing.
+/// A commit to a final status also ends the lease (no release round trip after it).
 /// Two variants: with and without a consumed signal (so a plain step does not touch
 /// `signals` at all). A snapshot's state is bound once, as `$6`, for both the run row and
 /// the transition's payload (`$16` is then `NULL`): serialized and parsed once.
@@ -161,7 +162,13 @@ macro_rules! commit_step {
              snapshot_version = CASE WHEN $6::jsonb IS NULL THEN snapshot_version ELSE $3 + 1 END, \
              status = $7, waiting_for = $8, wake_at = ms_to_ts($9), error_code = $10, \
              error_message = $11, claims_without_progress = 0, last_hash = $12, \
-             patch_bytes = $13, updated_at = clock_timestamp() \
+             patch_bytes = $13, updated_at = clock_timestamp(), \
+             lease_owner = CASE WHEN $7 IN ",
+            final_statuses!(),
+            " THEN NULL ELSE lease_owner END, \
+             lease_expires_at = CASE WHEN $7 IN ",
+            final_statuses!(),
+            " THEN NULL ELSE lease_expires_at END \
              WHERE id = $1 AND epoch = $2 AND version = $3",
             $signal_check,
             " RETURNING id, version, status, epoch, lease_owner, lease_expires_at, updated_at), \

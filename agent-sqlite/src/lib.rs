@@ -870,6 +870,10 @@ impl Store for SqliteStore {
         record.wake_at = commit.wake_at;
         record.error.clone_from(&commit.error);
         record.claims_without_progress = 0;
+        if commit.status.is_final() {
+            record.lease_owner = None;
+            record.lease_expires_at = None;
+        }
         record.updated_at = now;
         Ok(record)
     }

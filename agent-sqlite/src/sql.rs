@@ -120,12 +120,21 @@ pub const COMMIT_BASE: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE 
 pub const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
-pub const COMMIT_RUN: &str = "UPDATE runs SET version = $2, state_name = $3, \
+/// A commit to a final status also ends the lease (`Store::commit_step`).
+pub const COMMIT_RUN: &str = concat!(
+    "UPDATE runs SET version = $2, state_name = $3, \
      state = COALESCE($4, state), \
      snapshot_version = CASE WHEN $4 IS NULL THEN snapshot_version ELSE $2 END, \
      status = $5, waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
-     claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12 \
-     WHERE id = $1";
+     claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12, \
+     lease_owner = CASE WHEN $5 IN ",
+    final_statuses!(),
+    " THEN NULL ELSE lease_owner END, \
+     lease_expires_at = CASE WHEN $5 IN ",
+    final_statuses!(),
+    " THEN NULL ELSE lease_expires_at END \
+     WHERE id = $1"
+);
 
 pub const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version = $2 WHERE id = $1";
 

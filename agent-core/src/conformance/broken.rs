@@ -39,6 +39,8 @@ enum Flaw {
     HandBackCounts,
     /// `expire_leases_of` expires every worker's leases.
     ExpiresEveryone,
+    /// A commit to a final status leaves the lease held.
+    FinalCommitKeepsLease,
 }
 
 #[derive(Debug)]
@@ -233,6 +235,12 @@ impl Store for Broken {
                     .commit_step(&self.current_epoch(lease).await, commit)
                     .await
             }
+            Flaw::FinalCommitKeepsLease => {
+                let mut record = self.inner.commit_step(lease, commit).await?;
+                record.lease_owner = Some(lease.worker.clone());
+                record.lease_expires_at = Some(lease.expires_at);
+                Ok(record)
+            }
             _ => self.inner.commit_step(lease, commit).await,
         }
     }
@@ -406,6 +414,11 @@ catches!(
     claims_must_bump_the_epoch,
     StaticEpoch,
     check_live_lease_blocks_and_expired_lease_is_reclaimed
+);
+catches!(
+    final_commit_must_end_the_lease,
+    FinalCommitKeepsLease,
+    check_final_commit_ends_the_lease
 );
 catches!(
     expiring_must_keep_to_one_worker,

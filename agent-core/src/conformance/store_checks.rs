@@ -785,6 +785,55 @@ pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> 
     Ok(())
 }
 
+/// A commit to a final status ends the lease in the same write; a commit that leaves the
+/// run running or waiting keeps it.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_final_commit_ends_the_lease(store: Arc<dyn Store>) -> CheckResult {
+    let run = create(&store, "final-commit", json!({})).await?;
+    let lease = claim(&store, &run.id, "w").await?;
+    let mut waiting = step(0, json!({ "n": 1 }));
+    waiting.status = RunStatus::Waiting;
+    waiting.waiting_for = Some("go".to_owned());
+    let rec = store
+        .commit_step(&lease, &waiting)
+        .await
+        .ctx("commit_step (waiting)")?;
+    ensure!(
+        rec.lease_owner.as_deref() == Some("w"),
+        "a commit to `waiting` ended the lease (owner {:?})",
+        rec.lease_owner
+    );
+    let mut done = step(1, json!({ "n": 2 }));
+    done.status = RunStatus::Completed;
+    let rec = store
+        .commit_step(&lease, &done)
+        .await
+        .ctx("commit_step (completed)")?;
+    let stored = store
+        .load_run(&run.id)
+        .await
+        .ctx("load_run")?
+        .ok_or("run vanished")?;
+    for (what, r) in [("returned", &rec), ("stored", &stored)] {
+        ensure!(
+            r.lease_owner.is_none() && r.lease_expires_at.is_none(),
+            "after a commit to `completed` the {what} record still has the lease: {:?} until {:?}",
+            r.lease_owner,
+            r.lease_expires_at
+        );
+    }
+    ensure!(
+        stored.version == 2 && stored.status == RunStatus::Completed && stored.epoch == lease.epoch,
+        "the final commit stored version {} status {} epoch {}",
+        stored.version,
+        stored.status,
+        stored.epoch
+    );
+    Ok(())
+}
+
 /// `expire_leases_of` ends the live leases of one worker only, at once, keeping epochs and
 /// claim counts: the next claim takes the runs, counts, and fences the old holder out.
 ///

@@ -367,7 +367,7 @@ where
                 record = self
                     .commit_status(&lease, &record, RunStatus::DeadLettered, Some(error))
                     .await?;
-                self.release(&lease).await;
+                self.release_if_held(&lease, &record).await;
                 return Ok(record);
             }
             if let Some(error) = self.history_problem(&record).await? {
@@ -402,7 +402,7 @@ where
                         fresh = true;
                     }
                     StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
-                        self.release(&lease).await;
+                        self.release_if_held(&lease, &r).await;
                         return Ok(r);
                     }
                 }
@@ -437,7 +437,12 @@ where
         }))
     }
 
-    async fn release(&self, lease: &Lease) {
+    /// Release the lease unless `record` shows it ended already: a commit to a final
+    /// status ends it in the same write (`Store::commit_step`).
+    async fn release_if_held(&self, lease: &Lease, record: &RunRecord) {
+        if record.lease_owner.is_none() {
+            return;
+        }
         if let Err(e) = self.inner.store.release_lease(lease).await {
             warn!(error = %e, "could not release lease; it will expire");
         }

@@ -552,6 +552,11 @@ impl Store for MemoryStore {
             r.wake_at = commit.wake_at;
             r.error = commit.error.clone();
             r.claims_without_progress = 0;
+            if commit.status.is_final() {
+                // Nothing is left to do under the lease: it ends with the commit.
+                r.lease_owner = None;
+                r.lease_expires_at = None;
+            }
             r.updated_at = now;
             let record = r.clone();
             if let Some(id) = commit.consumed_signal

@@ -633,6 +633,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// new version (+1), its transition record (hash-chained), the run row, and mark the
     /// consumed signal. A stale writer gets [`StoreError::LeaseLost`] or
     /// [`StoreError::Conflict`] and nothing is written. Resets `claims_without_progress`.
+    ///
+    /// A commit to a final status also ends the lease (owner and expiry cleared in the same
+    /// write), which saves every finished run a release; nobody needs waking for a final
+    /// run. The returned record shows it, and the runner releases only a lease that is
+    /// still held.
     async fn commit_step(
         &self,
         lease: &Lease,
