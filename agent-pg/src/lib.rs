@@ -1140,6 +1140,27 @@ impl Store for PgStore {
             .collect()
     }
 
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .bind(&error.code)
+            .bind(&error.message)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => self.run_from_row(&row),
+            None if self.head_of(&lease.run_id).await?.is_none() => {
+                Err(StoreError::NotFound(lease.run_id.clone()))
+            }
+            None => Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            }),
+        }
+    }
+
     async fn set_status(
         &self,
         run_id: &str,

@@ -1039,6 +1039,28 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .bind(&error.code)
+            .bind(&error.message)
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => row_to_run(&row).map(|(r, _)| r),
+            None if self.load_run(&lease.run_id).await?.is_none() => {
+                Err(StoreError::NotFound(lease.run_id.clone()))
+            }
+            None => Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            }),
+        }
+    }
+
     async fn set_status(
         &self,
         run_id: &str,

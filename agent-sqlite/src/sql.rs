@@ -164,6 +164,14 @@ pub const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, created_at,
      consumed_at_version FROM signals WHERE run_id = $1 AND consumed_at_version IS NULL \
      ORDER BY id";
 
+/// `Store::quarantine`: fenced by the epoch, no version written, the lease ended.
+pub const QUARANTINE_UNDER_LEASE: &str = concat!(
+    "UPDATE runs SET status = 'quarantined', error_code = $3, error_message = $4, \
+     lease_owner = NULL, lease_expires_at = NULL, updated_at = $5 \
+     WHERE id = $1 AND epoch = $2 RETURNING ",
+    run_cols!()
+);
+
 pub const SET_STATUS: &str = concat!(
     "UPDATE runs SET status = $2, \
      error_code = CASE WHEN $2 = 'running' THEN NULL ELSE $3 END, \

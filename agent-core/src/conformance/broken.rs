@@ -304,6 +304,16 @@ impl Store for Broken {
         Ok(pending)
     }
 
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        if self.flaw == Flaw::IgnoresEpoch {
+            return self
+                .inner
+                .quarantine(&self.current_epoch(lease).await, error)
+                .await;
+        }
+        self.inner.quarantine(lease, error).await
+    }
+
     async fn set_status(
         &self,
         run_id: &str,
@@ -379,6 +389,11 @@ catches!(
     epoch_fencing_is_needed,
     IgnoresEpoch,
     check_stale_epoch_is_fenced
+);
+catches!(
+    quarantine_must_be_fenced,
+    IgnoresEpoch,
+    check_quarantine_is_fenced
 );
 catches!(
     live_leases_must_block,

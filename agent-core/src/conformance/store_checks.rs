@@ -785,6 +785,77 @@ pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> 
     Ok(())
 }
 
+/// `quarantine` under a lease: refused with a stale epoch (the current holder keeps the
+/// run), done with the current one, without writing a version, leaving the run unleased.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_quarantine_is_fenced(store: Arc<dyn Store>) -> CheckResult {
+    let run = create(&store, "quarantine", json!({})).await?;
+    let (stale, _) = store
+        .claim_run(&run.id, "a", Duration::from_millis(1))
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a free run returned None")?;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let current = claim(&store, &run.id, "b").await?;
+    let error = RunError {
+        code: "history.inconsistent".into(),
+        message: "conformance".into(),
+    };
+    ensure!(
+        matches!(
+            store.quarantine(&stale, error.clone()).await,
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "a quarantine under a stale epoch was not refused with LeaseLost"
+    );
+    let held = store
+        .load_run(&run.id)
+        .await
+        .ctx("load_run")?
+        .ok_or("run vanished")?;
+    ensure!(
+        held.status == RunStatus::Running && held.lease_owner.as_deref() == Some("b"),
+        "a stale quarantine changed the run: {} held by {:?}",
+        held.status,
+        held.lease_owner
+    );
+    let done = store
+        .quarantine(&current, error.clone())
+        .await
+        .ctx("quarantine")?;
+    let stored = store
+        .load_run(&run.id)
+        .await
+        .ctx("load_run")?
+        .ok_or("run vanished")?;
+    for (what, r) in [("returned", &done), ("stored", &stored)] {
+        ensure!(
+            r.status == RunStatus::Quarantined
+                && r.error.as_ref() == Some(&error)
+                && r.lease_owner.is_none()
+                && r.version == run.version,
+            "the {what} record after quarantine: {} {:?}, lease {:?}, version {} (want {})",
+            r.status,
+            r.error,
+            r.lease_owner,
+            r.version,
+            run.version
+        );
+    }
+    ensure!(
+        store
+            .claim_next(&["Agent".into()], "c", LONG, 100)
+            .await
+            .ctx("claim_next")?
+            .iter()
+            .all(|(l, _)| l.run_id != run.id),
+        "a quarantined run was claimed again"
+    );
+    Ok(())
+}
+
 /// A commit to a final status ends the lease in the same write; a commit that leaves the
 /// run running or waiting keeps it.
 ///

@@ -371,26 +371,15 @@ where
                 return Ok(record);
             }
             if let Some(error) = self.history_problem(&record).await? {
-                // A claim answered late may describe a run another worker has moved on
-                // since: then this worker is the stale one, and the run is left alone.
-                let current = self.inner.store.load_run(&record.id).await?;
-                if current.is_none_or(|c| c.epoch != lease.epoch || c.version != record.version) {
-                    return Err(RunnerError::LeaseLost(record.id.clone()));
-                }
-                // The run row and its history disagree: a commit would fail or fork. Give
-                // the lease back and quarantine the run without writing a version. Handed
-                // back, not released: a release wakes the workers, and one of them would
-                // claim the run again before the quarantine lands (which needs the run
-                // unleased), over and over.
-                if let Err(e) = self.inner.store.hand_back(&lease).await {
-                    warn!(error = %e, "could not give the lease back; it will expire");
-                }
-                let record = self
-                    .inner
-                    .store
-                    .set_status(&record.id, RunStatus::Quarantined, Some(error))
-                    .await?;
-                return Ok(record);
+                // The run row and its history disagree: a commit would fail or fork. The
+                // run is quarantined without writing a version, fenced by this lease: no
+                // other worker claims it in between, and a claim answered late (another
+                // worker has taken the run on since, so its history moved) is refused
+                // with `LeaseLost`, leaving that worker's run alone.
+                return match self.inner.store.quarantine(&lease, error).await {
+                    Err(StoreError::LeaseLost { .. }) => Err(RunnerError::LeaseLost(record.id)),
+                    quarantined => Ok(quarantined?),
+                };
             }
             // After a commit of our own, nothing can be journaled at the new version yet:
             // the next step skips reading its journal.

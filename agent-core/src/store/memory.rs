@@ -680,6 +680,19 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        let mut g = self.lock();
+        let data = g.run_mut(&lease.run_id)?;
+        data.fenced(lease)?;
+        let r = &mut data.record;
+        r.status = RunStatus::Quarantined;
+        r.error = Some(error);
+        r.lease_owner = None;
+        r.lease_expires_at = None;
+        r.updated_at = now_ms();
+        Ok(r.clone())
+    }
+
     async fn set_status(
         &self,
         run_id: &str,

@@ -673,6 +673,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Signals of a run not yet consumed, oldest first.
     async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError>;
 
+    /// Quarantine the run this lease holds, without writing a version (for a run whose
+    /// stored history does not allow one), and end the lease, in one write fenced by the
+    /// epoch: no other worker can claim the run in between. [`StoreError::LeaseLost`] when
+    /// the epoch moved.
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError>;
+
     /// Put a run that is not held by a live lease into `status` with `error` (quarantine,
     /// dead-letter), or back to running for an operator's retry (clearing the error).
     async fn set_status(

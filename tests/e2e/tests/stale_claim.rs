@@ -85,6 +85,9 @@ impl Store for LateClaim {
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.hand_back(lease).await
     }
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        self.inner.quarantine(lease, error).await
+    }
     async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
         self.inner.expire_leases_of(worker).await
     }

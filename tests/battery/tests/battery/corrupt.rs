@@ -183,6 +183,9 @@ async fn corrupt_and_resume(env: &Env, cases: &[Case], healthy_ids: &[String]) -
         .await
         .expect("the worker went idle");
     eprintln!("worker: {stats:?}");
+    // A detected corruption ends in a quarantine under the worker's lease, at the first
+    // claim: no failed round, no run claimed again.
+    assert_eq!(stats.errors, 0, "worker errors while resuming: {stats:?}");
     for id in healthy_ids {
         let r = env.dyn_store.load_run(id).await.unwrap().unwrap();
         assert_eq!(
