@@ -111,6 +111,15 @@ async fn create(store: &Arc<dyn Store>, prefix: &str, state: Value) -> Result<Ru
         .ctx("create_run")
 }
 
+/// The stored record of a run that must exist.
+async fn stored(store: &Arc<dyn Store>, run_id: &str) -> Result<RunRecord, String> {
+    store
+        .load_run(run_id)
+        .await
+        .ctx("load_run")?
+        .ok_or_else(|| format!("run `{run_id}` vanished"))
+}
+
 async fn claim(store: &Arc<dyn Store>, run_id: &str, worker: &str) -> Result<Lease, String> {
     store
         .claim_run(run_id, worker, LONG)
@@ -122,12 +131,7 @@ async fn claim(store: &Arc<dyn Store>, run_id: &str, worker: &str) -> Result<Lea
 
 /// Commit `n` steps, the state gaining one item per step; returns the final state.
 async fn grow(store: &Arc<dyn Store>, lease: &Lease, from: u64, n: u64) -> Result<Value, String> {
-    let mut state = store
-        .load_run(&lease.run_id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?
-        .state;
+    let mut state = stored(store, &lease.run_id).await?.state;
     for v in from..from + n {
         if !state["items"].is_array() {
             state["items"] = json!([]);
@@ -319,11 +323,7 @@ pub async fn check_version_chain_single_winner(store: Arc<dyn Store>) -> CheckRe
             "round {v}: {} committers won the same expected version",
             winners.len()
         );
-        let cur = store
-            .load_run(&r.id)
-            .await
-            .ctx("load_run")?
-            .ok_or("run vanished")?;
+        let cur = stored(&store, &r.id).await?;
         ensure!(
             cur.version == v + 1 && cur.state["winner"] == json!(winners[0]),
             "stored run does not match the winner in round {v}"
@@ -410,11 +410,7 @@ pub async fn check_stale_epoch_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         ),
         "stale renew_lease must be LeaseLost"
     );
-    let cur = store
-        .load_run(&r.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let cur = stored(&store, &r.id).await?;
     ensure!(
         cur.version == 0,
         "a stale commit moved the run to {}",
@@ -431,11 +427,7 @@ pub async fn check_stale_epoch_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         .release_lease(&old)
         .await
         .ctx("release of a stale lease")?;
-    let cur = store
-        .load_run(&r.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let cur = stored(&store, &r.id).await?;
     ensure!(
         cur.lease_owner.as_deref() == Some("new"),
         "releasing a stale lease freed the current holder's lease"
@@ -526,11 +518,7 @@ pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
         "commit did not reset claims_without_progress"
     );
     store.release_lease(&b).await.ctx("release_lease")?;
-    let cur = store
-        .load_run(&r.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let cur = stored(&store, &r.id).await?;
     ensure!(cur.lease_owner.is_none(), "released run still has an owner");
     let (c, _) = store
         .claim_run(&r.id, "c", LONG)
@@ -706,11 +694,7 @@ pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> Chec
         store.commit_step(&lease2, &again).await.is_err(),
         "a signal was consumed twice"
     );
-    let cur = store
-        .load_run(&r.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let cur = stored(&store, &r.id).await?;
     ensure!(cur.version == 2, "a refused consumption still committed");
     ensure!(
         matches!(
@@ -747,11 +731,7 @@ pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> 
         rec.claims_without_progress
     );
     store.hand_back(&lease).await.ctx("hand_back")?;
-    let back = store
-        .load_run(&run.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let back = stored(&store, &run.id).await?;
     ensure!(
         back.lease_owner.is_none(),
         "hand_back left the lease with {:?}",
@@ -768,11 +748,7 @@ pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> 
         .ctx("claim_run")?
         .ok_or("a handed-back run could not be claimed")?;
     store.hand_back(&lease).await.ctx("hand_back (stale)")?;
-    let held = store
-        .load_run(&run.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let held = stored(&store, &run.id).await?;
     ensure!(
         held.lease_owner.as_deref() == Some("w2") && held.epoch == again.epoch,
         "hand_back with a stale epoch released the current holder's lease"
@@ -810,11 +786,7 @@ pub async fn check_quarantine_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         ),
         "a quarantine under a stale epoch was not refused with LeaseLost"
     );
-    let held = store
-        .load_run(&run.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let held = stored(&store, &run.id).await?;
     ensure!(
         held.status == RunStatus::Running && held.lease_owner.as_deref() == Some("b"),
         "a stale quarantine changed the run: {} held by {:?}",
@@ -825,11 +797,7 @@ pub async fn check_quarantine_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         .quarantine(&current, error.clone())
         .await
         .ctx("quarantine")?;
-    let stored = store
-        .load_run(&run.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let stored = stored(&store, &run.id).await?;
     for (what, r) in [("returned", &done), ("stored", &stored)] {
         ensure!(
             r.status == RunStatus::Quarantined
@@ -882,11 +850,7 @@ pub async fn check_final_commit_ends_the_lease(store: Arc<dyn Store>) -> CheckRe
         .commit_step(&lease, &done)
         .await
         .ctx("commit_step (completed)")?;
-    let stored = store
-        .load_run(&run.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let stored = stored(&store, &run.id).await?;
     for (what, r) in [("returned", &rec), ("stored", &stored)] {
         ensure!(
             r.lease_owner.is_none() && r.lease_expires_at.is_none(),
@@ -944,11 +908,7 @@ pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>
         .await
         .ctx("expire_leases_of")?;
     ensure!(n == 1, "expire_leases_of reported {n} leases, want 1");
-    let after = store
-        .load_run(&held.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let after = stored(&store, &held.id).await?;
     ensure!(
         after.epoch == old.epoch && after.claims_without_progress == 1,
         "expiring changed the epoch ({} -> {}) or the claim count ({}, want 1)",
@@ -985,11 +945,7 @@ pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>
         store.commit_step(&old, &step(0, json!({}))).await.is_err(),
         "the old holder committed after its lease was expired and taken over"
     );
-    let still = store
-        .load_run(&other_run.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let still = stored(&store, &other_run.id).await?;
     ensure!(
         still.lease_owner.as_deref() == Some(other.as_str()) && still.epoch == others.epoch,
         "expire_leases_of touched another worker's lease: {:?} epoch {}",
@@ -1256,11 +1212,7 @@ pub async fn check_history_time_travel_and_fork(store: Arc<dyn Store>) -> CheckR
         .commit_step(&fl, &step(0, json!({ "forked": true })))
         .await
         .ctx("commit on fork")?;
-    let orig = store
-        .load_run(&r.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let orig = stored(&store, &r.id).await?;
     ensure!(
         orig.version == STEPS && orig.state == state,
         "committing on a fork changed the original"
@@ -1373,11 +1325,7 @@ pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckRes
         "journal of pruned versions kept"
     );
     // Resume: load, a new claim, more commits, time travel over the new versions.
-    let cur = store
-        .load_run(&r.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let cur = stored(&store, &r.id).await?;
     ensure!(
         cur.version == 60 && cur.state == states[60],
         "prune changed the current run"
@@ -1520,11 +1468,7 @@ pub async fn check_set_status(store: Arc<dyn Store>) -> CheckResult {
         q.status == RunStatus::Quarantined && q.error == Some(err.clone()),
         "quarantine not stored"
     );
-    let loaded = store
-        .load_run(&r.id)
-        .await
-        .ctx("load_run")?
-        .ok_or("run vanished")?;
+    let loaded = stored(&store, &r.id).await?;
     ensure!(
         loaded.status == RunStatus::Quarantined && loaded.error == Some(err),
         "quarantine not durable"
