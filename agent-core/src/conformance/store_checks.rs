@@ -797,8 +797,8 @@ pub async fn check_quarantine_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         .quarantine(&current, error.clone())
         .await
         .ctx("quarantine")?;
-    let stored = stored(&store, &run.id).await?;
-    for (what, r) in [("returned", &done), ("stored", &stored)] {
+    let after = stored(&store, &run.id).await?;
+    for (what, r) in [("returned", &done), ("stored", &after)] {
         ensure!(
             r.status == RunStatus::Quarantined
                 && r.error.as_ref() == Some(&error)
@@ -850,8 +850,8 @@ pub async fn check_final_commit_ends_the_lease(store: Arc<dyn Store>) -> CheckRe
         .commit_step(&lease, &done)
         .await
         .ctx("commit_step (completed)")?;
-    let stored = stored(&store, &run.id).await?;
-    for (what, r) in [("returned", &rec), ("stored", &stored)] {
+    let after = stored(&store, &run.id).await?;
+    for (what, r) in [("returned", &rec), ("stored", &after)] {
         ensure!(
             r.lease_owner.is_none() && r.lease_expires_at.is_none(),
             "after a commit to `completed` the {what} record still has the lease: {:?} until {:?}",
@@ -860,11 +860,11 @@ pub async fn check_final_commit_ends_the_lease(store: Arc<dyn Store>) -> CheckRe
         );
     }
     ensure!(
-        stored.version == 2 && stored.status == RunStatus::Completed && stored.epoch == lease.epoch,
+        after.version == 2 && after.status == RunStatus::Completed && after.epoch == lease.epoch,
         "the final commit stored version {} status {} epoch {}",
-        stored.version,
-        stored.status,
-        stored.epoch
+        after.version,
+        after.status,
+        after.epoch
     );
     Ok(())
 }
