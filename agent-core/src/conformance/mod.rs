@@ -82,6 +82,7 @@ macro_rules! store_conformance {
             check_journal_is_durable_and_ordered,
             check_signals_kept_and_consumed_once,
             check_claim_next_selects_runnable_runs,
+            check_claim_next_takes_the_oldest_first,
             check_hand_back_does_not_count_the_claim,
             check_expire_leases_of_frees_one_workers_runs,
             check_final_commit_ends_the_lease,

@@ -955,6 +955,39 @@ pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>
     Ok(())
 }
 
+/// `claim_next` takes the oldest runnable runs first, in creation order, `limit` at a time.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_claim_next_takes_the_oldest_first(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Order");
+    let mut created = Vec::new();
+    for i in 0..7 {
+        let run = store
+            .create_run(new_run(
+                &unique(&format!("run{i}")),
+                &agent,
+                json!({ "i": i }),
+            ))
+            .await
+            .ctx("create_run")?;
+        created.push(run.id);
+    }
+    let mut taken = Vec::new();
+    for limit in [2, 3, 10] {
+        let batch = store
+            .claim_next(std::slice::from_ref(&agent), "w", LONG, limit)
+            .await
+            .ctx("claim_next")?;
+        taken.extend(batch.into_iter().map(|(l, _)| l.run_id));
+    }
+    ensure!(
+        taken == created,
+        "claim_next in batches of 2, 3 and 10 took {taken:?}, want the creation order {created:?}"
+    );
+    Ok(())
+}
+
 /// `claim_next`: runnable runs of the given agents only, waiting runs only once their signal
 /// arrived or `wake_at` passed, never leased or final runs, at most `limit`.
 ///

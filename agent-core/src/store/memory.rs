@@ -346,7 +346,9 @@ impl Store for MemoryStore {
     ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
         let now = now_ms();
         let mut g = self.lock();
-        let mut ready: Vec<(i64, u64, String)> = g
+        // Every run is looked at (there is no index), but only the `limit` oldest are
+        // sorted and only their ids copied: a worker claims after every run it finishes.
+        let mut ready: Vec<(i64, u64, &str)> = g
             .runs
             .values()
             .filter(|d| {
@@ -361,11 +363,16 @@ impl Store for MemoryStore {
                 };
                 runnable && !lease_alive(r, now) && (agents.is_empty() || agents.contains(&r.agent))
             })
-            .map(|d| (d.record.created_at, d.created_seq, d.record.id.clone()))
+            .map(|d| (d.record.created_at, d.created_seq, d.record.id.as_str()))
             .collect();
-        ready.sort();
-        let mut out = Vec::new();
-        for (_, _, id) in ready.into_iter().take(limit) {
+        if ready.len() > limit && limit > 0 {
+            ready.select_nth_unstable(limit - 1);
+        }
+        ready.truncate(limit);
+        ready.sort_unstable();
+        let oldest: Vec<String> = ready.into_iter().map(|(_, _, id)| id.to_owned()).collect();
+        let mut out = Vec::with_capacity(oldest.len());
+        for id in oldest {
             let data = g.run_mut(&id)?;
             out.push(Inner::claim(data, worker, ttl, now));
         }
