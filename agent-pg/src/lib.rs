@@ -269,6 +269,18 @@ impl PgStore {
         Ok(record)
     }
 
+    /// Why a write fenced by `lease` matched no row: the run is gone, or the epoch moved.
+    async fn fenced_out(&self, lease: &Lease) -> Result<StoreError, StoreError> {
+        Ok(if self.head_of(&lease.run_id).await?.is_none() {
+            StoreError::NotFound(lease.run_id.clone())
+        } else {
+            StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            }
+        })
+    }
+
     async fn head_of(&self, run_id: &str) -> Result<Option<(u64, u64)>, StoreError> {
         let row = sqlx::query(sql::RUN_HEAD)
             .bind(run_id)
@@ -749,13 +761,7 @@ impl Store for PgStore {
                 expires_at: row.try_get(0).map_err(|e| corrupt(&lease.run_id, e))?,
                 ..lease.clone()
             }),
-            None if self.head_of(&lease.run_id).await?.is_none() => {
-                Err(StoreError::NotFound(lease.run_id.clone()))
-            }
-            None => Err(StoreError::LeaseLost {
-                run_id: lease.run_id.clone(),
-                epoch: lease.epoch,
-            }),
+            None => Err(self.fenced_out(lease).await?),
         }
     }
 
@@ -1151,13 +1157,7 @@ impl Store for PgStore {
             .map_err(db_err)?;
         match row {
             Some(row) => self.run_from_row(&row),
-            None if self.head_of(&lease.run_id).await?.is_none() => {
-                Err(StoreError::NotFound(lease.run_id.clone()))
-            }
-            None => Err(StoreError::LeaseLost {
-                run_id: lease.run_id.clone(),
-                epoch: lease.epoch,
-            }),
+            None => Err(self.fenced_out(lease).await?),
         }
     }
 

@@ -162,6 +162,18 @@ impl SqliteStore {
             .map_err(db_err)
     }
 
+    /// Why a write fenced by `lease` matched no row: the run is gone, or the epoch moved.
+    async fn fenced_out(&self, lease: &Lease) -> Result<StoreError, StoreError> {
+        Ok(if self.exists(&lease.run_id).await? {
+            StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            }
+        } else {
+            StoreError::NotFound(lease.run_id.clone())
+        })
+    }
+
     async fn exists(&self, run_id: &str) -> Result<bool, StoreError> {
         Ok(sqlx::query(sql::RUN_HEAD)
             .bind(run_id)
@@ -625,13 +637,7 @@ impl Store for SqliteStore {
                 expires_at,
                 ..lease.clone()
             }),
-            None if !self.exists(&lease.run_id).await? => {
-                Err(StoreError::NotFound(lease.run_id.clone()))
-            }
-            None => Err(StoreError::LeaseLost {
-                run_id: lease.run_id.clone(),
-                epoch: lease.epoch,
-            }),
+            None => Err(self.fenced_out(lease).await?),
         }
     }
 
@@ -1051,13 +1057,7 @@ impl Store for SqliteStore {
             .map_err(db_err)?;
         match row {
             Some(row) => row_to_run(&row).map(|(r, _)| r),
-            None if self.load_run(&lease.run_id).await?.is_none() => {
-                Err(StoreError::NotFound(lease.run_id.clone()))
-            }
-            None => Err(StoreError::LeaseLost {
-                run_id: lease.run_id.clone(),
-                epoch: lease.epoch,
-            }),
+            None => Err(self.fenced_out(lease).await?),
         }
     }
 
