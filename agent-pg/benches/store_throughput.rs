@@ -625,9 +625,19 @@ async fn main() {
         std::process::exit(2);
     };
     let schema = format!("bench_{}", std::process::id());
-    let pg = PgStore::connect_with(&url, &schema, PgPoolOptions::new().max_connections(POOL))
+    let mut pg = PgStore::connect_with(&url, &schema, PgPoolOptions::new().max_connections(POOL))
         .await
         .expect("connect");
+    if let Ok(group) = std::env::var("BENCH_GROUP_COMMIT") {
+        // `in_flight,per_statement`, to compare settings of the group commit.
+        let (a, b) = group
+            .split_once(',')
+            .expect("BENCH_GROUP_COMMIT=in_flight,per_statement");
+        pg = pg.with_group_commit(
+            a.parse().expect("in_flight"),
+            b.parse().expect("per_statement"),
+        );
+    }
     pg.migrate().await.expect("migrate");
     sqlx::raw_sql(PG_FLOOR_SETUP)
         .execute(pg.pool())
@@ -668,6 +678,7 @@ async fn main() {
         },
     )
     .await;
+    let grouped_before = pg.group_commit_stats();
     let concurrent = best_of_rotations(
         CONCURRENT_RUNS * CONCURRENT_STEPS,
         async |round: usize, floor: Floor| {
@@ -694,6 +705,7 @@ async fn main() {
         },
     )
     .await;
+    let grouped = pg.group_commit_stats();
     for (label, b) in [("sequential", &sequential), ("64 concurrent", &concurrent)] {
         row(&format!("floor, {label}"), b.floor);
         row(
@@ -721,6 +733,14 @@ async fn main() {
         );
     }
 
+    #[allow(clippy::cast_precision_loss)]
+    let per_statement = (grouped.commits - grouped_before.commits) as f64
+        / (grouped.statements - grouped_before.statements).max(1) as f64;
+    println!(
+        "  group commit, 64 concurrent (store and runner): {per_statement:.1} commits per \
+         statement; {} refused grouped statements in all",
+        grouped.regrouped
+    );
     println!("PostgreSQL storage, a run growing by one item per step:");
     let mut wal_at = [0_i64; 2];
     for (i, steps) in [500_u64, 1000].into_iter().enumerate() {

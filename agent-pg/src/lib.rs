@@ -86,7 +86,11 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow}
 use sqlx::{AssertSqlSafe, Row};
 use tokio::sync::Notify;
 
+mod group_commit;
 mod sql;
+
+pub use group_commit::GroupCommitStats;
+use group_commit::{CommitRow, GroupCommit};
 
 /// Tool outputs whose JSON is larger than this many bytes are stored in the `outputs` side
 /// table; the journal row keeps a summary.
@@ -97,6 +101,12 @@ const SUMMARY_CHARS: usize = 200;
 
 /// Bound of the per-store cache of run heads (the base of the next commit's delta).
 const HEAD_CACHE_MAX: usize = 16 * 1024;
+
+/// Default of [`PgStore::with_group_commit`]: commit statements in flight at once.
+pub const COMMITS_IN_FLIGHT: usize = 4;
+
+/// Default of [`PgStore::with_group_commit`]: commits in one grouped statement at most.
+pub const COMMITS_PER_STATEMENT: usize = 64;
 
 /// Errors of setting a [`PgStore`] up (connecting, migrating).
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +144,7 @@ pub struct PgStore {
     heads: Mutex<HashMap<String, Head>>,
     work: Arc<Notify>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    group: Arc<GroupCommit>,
 }
 
 impl Drop for PgStore {
@@ -191,6 +202,11 @@ impl PgStore {
             .await
             .map_err(PgSetupError::Connect)?;
         Ok(Self {
+            group: Arc::new(GroupCommit::new(
+                pool.clone(),
+                COMMITS_IN_FLIGHT,
+                COMMITS_PER_STATEMENT,
+            )),
             pool,
             schema: schema.to_owned(),
             channel: format!("agent_work_{schema}"),
@@ -226,6 +242,27 @@ impl PgStore {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// Set how step commits share statements (see "Group commit" in the crate docs): at
+    /// most `in_flight` commit statements at once (at least 1), each carrying at most
+    /// `per_statement` commits (at least 1). `per_statement = 1` turns grouping off: every
+    /// commit is a statement of its own, queued while `in_flight` are running.
+    #[must_use]
+    pub fn with_group_commit(mut self, in_flight: usize, per_statement: usize) -> Self {
+        self.group = Arc::new(GroupCommit::new(
+            self.pool.clone(),
+            in_flight,
+            per_statement,
+        ));
+        self
+    }
+
+    /// How many commits went to the database in how many statements, since the store
+    /// was opened.
+    #[must_use]
+    pub fn group_commit_stats(&self) -> GroupCommitStats {
+        self.group.stats()
     }
 
     /// The connection pool, for callers that add their own tables or measure (benchmarks).
@@ -918,36 +955,66 @@ impl Store for PgStore {
             VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
             VersionPayload::Patch(v) => ("patch", None, Some(v)),
         };
-        let statement = if commit.consumed_signal.is_some() {
-            sql::COMMIT_STEP_CONSUMING
-        } else {
-            sql::COMMIT_STEP
+        let applied = match commit.consumed_signal {
+            // Consuming a signal is rare and touches `signals` too: a statement of its own.
+            Some(signal) => {
+                let row = sqlx::query(sql::COMMIT_STEP_CONSUMING)
+                    .bind(run_id)
+                    .bind(to_i64(lease.epoch))
+                    .bind(to_i64(commit.expected_version))
+                    .bind(&commit.from_state)
+                    .bind(&commit.to_state)
+                    .bind(snapshot_state)
+                    .bind(commit.status.as_str())
+                    .bind(&commit.waiting_for)
+                    .bind(commit.wake_at)
+                    .bind(commit.error.as_ref().map(|e| e.code.as_str()))
+                    .bind(commit.error.as_ref().map(|e| e.message.as_str()))
+                    .bind(&hash)
+                    .bind(to_i64(patch_bytes))
+                    .bind(commit.kind.as_str())
+                    .bind(payload_kind)
+                    .bind(&patch)
+                    .bind(signal)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(db_err)?;
+                let c = |e: sqlx::Error| corrupt(run_id, e);
+                row.map(|r| -> Result<_, StoreError> {
+                    Ok(group_commit::Applied {
+                        lease_owner: r.try_get("lease_owner").map_err(c)?,
+                        lease_expires_at: r.try_get("lease_expires_at").map_err(c)?,
+                        updated_at: r.try_get("updated_at").map_err(c)?,
+                    })
+                })
+                .transpose()?
+            }
+            None => {
+                self.group
+                    .commit(CommitRow {
+                        run_id: run_id.to_owned(),
+                        epoch: to_i64(lease.epoch),
+                        expected: to_i64(commit.expected_version),
+                        from_state: commit.from_state.clone(),
+                        to_state: commit.to_state.clone(),
+                        snapshot: snapshot_state.cloned(),
+                        status: commit.status.as_str(),
+                        waiting_for: commit.waiting_for.clone(),
+                        wake_at: commit.wake_at,
+                        error_code: commit.error.as_ref().map(|e| e.code.clone()),
+                        error_message: commit.error.as_ref().map(|e| e.message.clone()),
+                        hash: hash.clone(),
+                        patch_bytes: to_i64(patch_bytes),
+                        kind: commit.kind.as_str(),
+                        payload_kind,
+                        patch,
+                    })
+                    .await?
+            }
         };
-        let mut query = sqlx::query(statement)
-            .bind(run_id)
-            .bind(to_i64(lease.epoch))
-            .bind(to_i64(commit.expected_version))
-            .bind(&commit.from_state)
-            .bind(&commit.to_state)
-            .bind(snapshot_state)
-            .bind(commit.status.as_str())
-            .bind(&commit.waiting_for)
-            .bind(commit.wake_at)
-            .bind(commit.error.as_ref().map(|e| e.code.as_str()))
-            .bind(commit.error.as_ref().map(|e| e.message.as_str()))
-            .bind(&hash)
-            .bind(to_i64(patch_bytes))
-            .bind(commit.kind.as_str())
-            .bind(payload_kind)
-            .bind(&patch);
-        if let Some(signal) = commit.consumed_signal {
-            query = query.bind(signal);
-        }
-        let row = query.fetch_optional(&self.pool).await.map_err(db_err)?;
-        if let Some(row) = row {
+        if let Some(applied) = applied {
             // The statement returns only what it changed beyond the commit itself; the rest
             // of the record is the head this commit was based on.
-            let c = |e: sqlx::Error| corrupt(run_id, e);
             let mut record = head.record;
             record.version = version;
             record.state_name.clone_from(&commit.to_state);
@@ -958,9 +1025,9 @@ impl Store for PgStore {
             record.error.clone_from(&commit.error);
             record.epoch = lease.epoch;
             record.claims_without_progress = 0;
-            record.lease_owner = row.try_get("lease_owner").map_err(c)?;
-            record.lease_expires_at = row.try_get("lease_expires_at").map_err(c)?;
-            record.updated_at = row.try_get("updated_at").map_err(c)?;
+            record.lease_owner = applied.lease_owner;
+            record.lease_expires_at = applied.lease_expires_at;
+            record.updated_at = applied.updated_at;
             self.remember(
                 run_id,
                 Head {

@@ -192,6 +192,41 @@ pub const COMMIT_STEP_CONSUMING: &str = commit_step!(
      WHERE signals.id = $17 AND signals.run_id = upd.id)"
 );
 
+/// Several runs' steps in one statement (group commit, `group_commit.rs`): the same writes as
+/// [`COMMIT_STEP`], one row of parameter arrays per commit, each row fenced by its own
+/// compare-and-set on version and epoch. A row that matches nothing writes nothing and
+/// returns nothing; `n` (the commit's place in the arrays, from 1) says which rows applied.
+pub const COMMIT_STEPS: &str = concat!(
+    "WITH i AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], \
+     $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], \
+     $12::text[], $13::bigint[], $14::text[], $15::text[], $16::jsonb[]) WITH ORDINALITY \
+     AS i(id, epoch, expected, from_state, to_state, snapshot, status, waiting_for, wake_at, \
+     error_code, error_message, hash, patch_bytes, kind, payload_kind, patch, n)), \
+     upd AS (UPDATE runs SET version = i.expected + 1, state_name = i.to_state, \
+     state = COALESCE(i.snapshot, runs.state), \
+     snapshot_version = CASE WHEN i.snapshot IS NULL THEN runs.snapshot_version \
+     ELSE i.expected + 1 END, \
+     status = i.status, waiting_for = i.waiting_for, wake_at = ms_to_ts(i.wake_at), \
+     error_code = i.error_code, error_message = i.error_message, claims_without_progress = 0, \
+     last_hash = i.hash, patch_bytes = i.patch_bytes, updated_at = clock_timestamp(), \
+     lease_owner = CASE WHEN i.status IN ",
+    final_statuses!(),
+    " THEN NULL ELSE runs.lease_owner END, \
+     lease_expires_at = CASE WHEN i.status IN ",
+    final_statuses!(),
+    " THEN NULL ELSE runs.lease_expires_at END \
+     FROM i WHERE runs.id = i.id AND runs.epoch = i.epoch AND runs.version = i.expected \
+     RETURNING i.n, runs.id, runs.version, runs.status, runs.epoch, runs.lease_owner, \
+     runs.lease_expires_at, runs.updated_at, i.from_state, i.to_state, i.kind, i.hash, \
+     i.payload_kind, COALESCE(i.patch, i.snapshot) AS payload), \
+     tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
+     epoch, created_at, hash, payload_kind, payload) \
+     SELECT id, version, from_state, to_state, kind, status, epoch, updated_at, hash, \
+     payload_kind, payload FROM upd) \
+     SELECT n, lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
+     ts_to_ms(updated_at) AS updated_at FROM upd"
+);
+
 pub const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
      ts_to_ms(created_at) AS created_at, hash FROM transitions WHERE run_id = $1 ORDER BY version";
 

@@ -1,0 +1,380 @@
+//! Group commit: step commits of different runs that arrive while the store already has
+//! as many commit statements in flight as it allows go to the database together, as one
+//! statement ([`sql::COMMIT_STEPS`]).
+//!
+//! Why: with many runs stepping at once, a worker and its database spend most of their
+//! CPU on what every statement costs whatever it writes (a round trip, parse and bind,
+//! executor start, a transaction and its WAL flush), not on the rows. One statement for
+//! thirty commits pays that once.
+//!
+//! How, and what it keeps:
+//! - **No waiting when there is room.** A commit that finds fewer than
+//!   [`GroupCommit::max_in_flight`] commit statements in flight and nobody queued runs its
+//!   own statement at once, in its caller's task: one run stepping alone pays nothing for
+//!   the grouping. Otherwise it queues, and the statement in flight that finishes first
+//!   takes everything queued (up to [`GroupCommit::max_batch`]) as its next statement.
+//! - **Each commit keeps its own fence.** Every row of the grouped statement carries its
+//!   own compare-and-set on version and epoch; a row that fails it writes nothing, and its
+//!   caller learns why exactly as after a commit of its own. A run appears at most once in
+//!   a statement; a second commit of the same run waits for the next one.
+//! - **One bad row does not fail the others.** When the server rejects a grouped statement
+//!   (nothing of it was written), its commits are sent again one statement each, so each
+//!   gets its own answer. When the connection fails instead, the outcome is unknown for
+//!   all of them, and each caller gets [`StoreError::Unavailable`], the same answer as a
+//!   commit of its own whose acknowledgement was lost, resolved the same way (re-read).
+//! - **Cancelled callers.** A queued commit whose caller stopped waiting is dropped
+//!   unsent. The statements run in tasks of their own, so a caller that stops waiting
+//!   does not cancel the others' commits.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_core::store::{Millis, StoreError};
+use serde_json::Value;
+use sqlx::postgres::PgPool;
+use sqlx::{Postgres, Row};
+use tokio::sync::oneshot;
+
+use crate::{db_err, sql};
+
+/// The parameters of one step commit, owned (the statement may run in another task).
+#[derive(Debug)]
+pub(crate) struct CommitRow {
+    pub run_id: String,
+    pub epoch: i64,
+    pub expected: i64,
+    pub from_state: String,
+    pub to_state: String,
+    /// The whole state, when this version is a snapshot.
+    pub snapshot: Option<Value>,
+    pub status: &'static str,
+    pub waiting_for: Option<String>,
+    pub wake_at: Option<Millis>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub hash: String,
+    pub patch_bytes: i64,
+    pub kind: &'static str,
+    pub payload_kind: &'static str,
+    /// The JSON Patch from the previous version, when this version is not a snapshot.
+    pub patch: Option<Value>,
+}
+
+/// What a commit that applied changed beyond the commit itself.
+#[derive(Debug)]
+pub(crate) struct Applied {
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<Millis>,
+    pub updated_at: Millis,
+}
+
+/// `Ok(None)`: the compare-and-set matched no row; the caller finds out why.
+pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
+
+/// How many commits went to the database in how many statements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupCommitStats {
+    /// Commit statements sent (single and grouped).
+    pub statements: u64,
+    /// Commits they carried.
+    pub commits: u64,
+    /// Grouped statements the server rejected, whose commits were then sent one by one.
+    pub regrouped: u64,
+    /// Commits waiting for a statement now.
+    pub queued: usize,
+}
+
+/// A commit's turn: its own statement now, or a place in the queue.
+// One short-lived value per commit, on the stack: boxing the row would cost more.
+#[allow(clippy::large_enum_variant)]
+enum Turn {
+    Now(CommitRow),
+    Queued(oneshot::Receiver<Outcome>),
+}
+
+struct Queued {
+    row: CommitRow,
+    reply: oneshot::Sender<Outcome>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Queued>,
+    /// Commit statements in flight, each holding one slot.
+    in_flight: usize,
+}
+
+/// The group-commit state of one store.
+pub(crate) struct GroupCommit {
+    pool: PgPool,
+    queue: Mutex<Queue>,
+    /// Commit statements allowed in flight at once.
+    pub max_in_flight: usize,
+    /// Commits in one grouped statement at most.
+    pub max_batch: usize,
+    statements: AtomicU64,
+    commits: AtomicU64,
+    regrouped: AtomicU64,
+}
+
+impl std::fmt::Debug for GroupCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit")
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_batch", &self.max_batch)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupCommit {
+    pub(crate) fn new(pool: PgPool, max_in_flight: usize, max_batch: usize) -> Self {
+        Self {
+            pool,
+            queue: Mutex::new(Queue::default()),
+            max_in_flight: max_in_flight.max(1),
+            max_batch: max_batch.max(1),
+            statements: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            regrouped: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> GroupCommitStats {
+        GroupCommitStats {
+            statements: self.statements.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            regrouped: self.regrouped.load(Ordering::Relaxed),
+            queued: self.lock().waiting.len(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Commit `row`: at once when a slot is free and nobody waits, else with the next
+    /// grouped statement.
+    pub(crate) async fn commit(self: &Arc<Self>, row: CommitRow) -> Outcome {
+        let turn = {
+            let mut queue = self.lock();
+            if queue.in_flight < self.max_in_flight && queue.waiting.is_empty() {
+                queue.in_flight += 1;
+                Turn::Now(row)
+            } else {
+                let (reply, receiver) = oneshot::channel();
+                queue.waiting.push_back(Queued { row, reply });
+                let start = queue.in_flight < self.max_in_flight;
+                if start {
+                    queue.in_flight += 1;
+                }
+                drop(queue);
+                if start {
+                    self.spawn_flusher();
+                }
+                Turn::Queued(receiver)
+            }
+        };
+        match turn {
+            Turn::Now(row) => {
+                // The slot passes to the queue when this statement ends, even if this
+                // future is dropped before.
+                let _slot = Slot(self);
+                self.one(&row).await
+            }
+            Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "the grouped commit statement was interrupted; whether it applied is \
+                     unknown"
+                        .into(),
+                ))
+            }),
+        }
+    }
+
+    fn spawn_flusher(self: &Arc<Self>) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.flush().await });
+    }
+
+    /// Send what is queued, a statement at a time, until nothing is; then free the slot.
+    async fn flush(self: Arc<Self>) {
+        loop {
+            let batch = {
+                let mut queue = self.lock();
+                let batch = self.take_batch(&mut queue);
+                if batch.is_empty() {
+                    queue.in_flight -= 1;
+                    return;
+                }
+                batch
+            };
+            self.send(batch).await;
+        }
+    }
+
+    /// Up to `max_batch` queued commits, oldest first, one per run; callers that stopped
+    /// waiting are dropped unsent.
+    fn take_batch(&self, queue: &mut Queue) -> Vec<Queued> {
+        let mut batch = Vec::new();
+        let mut runs = HashSet::new();
+        let mut later = VecDeque::new();
+        while batch.len() < self.max_batch {
+            let Some(next) = queue.waiting.pop_front() else {
+                break;
+            };
+            if next.reply.is_closed() {
+                continue;
+            }
+            if runs.insert(next.row.run_id.clone()) {
+                batch.push(next);
+            } else {
+                later.push_back(next);
+            }
+        }
+        // Second commits of a run already in the batch keep their place at the front.
+        while let Some(q) = later.pop_back() {
+            queue.waiting.push_front(q);
+        }
+        batch
+    }
+
+    async fn send(&self, batch: Vec<Queued>) {
+        if batch.len() == 1 {
+            for q in batch {
+                let outcome = self.one(&q.row).await;
+                let _ = q.reply.send(outcome);
+            }
+            return;
+        }
+        match self.many(&batch).await {
+            Ok(mut applied) => {
+                for (q, outcome) in batch.into_iter().zip(applied.drain(..)) {
+                    let _ = q.reply.send(Ok(outcome));
+                }
+            }
+            // The server refused the statement: nothing of it was written. One row's
+            // problem must not be every row's answer, so each goes again alone.
+            Err(sqlx::Error::Database(e)) => {
+                tracing::debug!(error = %e, commits = batch.len(),
+                    "grouped commit refused; sending its commits one by one");
+                self.regrouped.fetch_add(1, Ordering::Relaxed);
+                for q in batch {
+                    let outcome = self.one(&q.row).await;
+                    let _ = q.reply.send(outcome);
+                }
+            }
+            // The connection failed: the statement may or may not have been applied.
+            Err(e) => {
+                let error = db_err(e);
+                for q in batch {
+                    let _ = q.reply.send(Err(same_error(&error)));
+                }
+            }
+        }
+    }
+
+    /// One commit, one statement ([`sql::COMMIT_STEP`]).
+    async fn one(&self, row: &CommitRow) -> Outcome {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        let returned = sqlx::query(sql::COMMIT_STEP)
+            .bind(&row.run_id)
+            .bind(row.epoch)
+            .bind(row.expected)
+            .bind(&row.from_state)
+            .bind(&row.to_state)
+            .bind(&row.snapshot)
+            .bind(row.status)
+            .bind(&row.waiting_for)
+            .bind(row.wake_at)
+            .bind(&row.error_code)
+            .bind(&row.error_message)
+            .bind(&row.hash)
+            .bind(row.patch_bytes)
+            .bind(row.kind)
+            .bind(row.payload_kind)
+            .bind(&row.patch)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        returned
+            .map(|r| applied(&r))
+            .transpose()
+            .map_err(|e| crate::corrupt(&row.run_id, e))
+    }
+
+    /// Several commits, one statement ([`sql::COMMIT_STEPS`]); what each one did, in order.
+    async fn many(&self, batch: &[Queued]) -> Result<Vec<Option<Applied>>, sqlx::Error> {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.commits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let rows = || batch.iter().map(|q| &q.row);
+        let returned = sqlx::query::<Postgres>(sql::COMMIT_STEPS)
+            .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.epoch).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.expected).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.from_state.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.to_state.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.snapshot.as_ref()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.status).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.waiting_for.as_deref()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.wake_at).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.error_code.as_deref()).collect::<Vec<_>>())
+            .bind(
+                rows()
+                    .map(|r| r.error_message.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows().map(|r| r.hash.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.patch_bytes).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.kind).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.payload_kind).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.patch.as_ref()).collect::<Vec<_>>())
+            .fetch_all(&self.pool)
+            .await?;
+        let mut outcomes: Vec<Option<Applied>> = batch.iter().map(|_| None).collect();
+        for r in &returned {
+            let n: i64 = r.try_get("n")?;
+            let slot = usize::try_from(n - 1)
+                .ok()
+                .and_then(|i| outcomes.get_mut(i))
+                .ok_or_else(|| sqlx::Error::Protocol(format!("grouped commit returned row {n}")))?;
+            *slot = Some(applied(r)?);
+        }
+        Ok(outcomes)
+    }
+}
+
+fn applied(row: &sqlx::postgres::PgRow) -> Result<Applied, sqlx::Error> {
+    Ok(Applied {
+        lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at: row.try_get("lease_expires_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+/// The same answer for each caller of a failed grouped statement.
+fn same_error(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        other => StoreError::Backend(other.to_string()),
+    }
+}
+
+/// A commit statement's slot, held by a caller running its own statement. When it ends
+/// (or the caller's future is dropped), the slot goes to the queue if anyone waits.
+struct Slot<'a>(&'a Arc<GroupCommit>);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut queue = self.0.lock();
+        if queue.waiting.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            queue.in_flight -= 1;
+        } else {
+            drop(queue);
+            self.0.spawn_flusher();
+        }
+    }
+}

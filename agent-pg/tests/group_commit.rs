@@ -1,0 +1,315 @@
+//! Group commit: commits queued behind a statement in flight go to the database together,
+//! and each keeps its own answer. Every test holds one run's row lock from another
+//! transaction, so that run's commit stays in flight (the store allows one at a time here)
+//! while the commits under test queue behind it; releasing the lock lets them go as one
+//! grouped statement.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_core::store::{
+    Lease, NewRun, RunRecord, RunStatus, StepCommit, Store, StoreError, TransitionKind,
+};
+use agent_pg::{GroupCommitStats, PgStore};
+use serde_json::{Value, json};
+use sqlx::{Postgres, Transaction};
+use tokio::task::JoinHandle;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A migrated store in a schema of its own that allows one commit statement in flight.
+async fn store() -> Option<Arc<PgStore>> {
+    let url = common::database_url()?;
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let store = PgStore::connect(&url, &schema)
+        .await
+        .expect("connect")
+        .with_group_commit(1, 64);
+    store.migrate().await.expect("migrate");
+    Some(Arc::new(store))
+}
+
+/// Create and claim `id`.
+async fn claimed(store: &PgStore, id: &str) -> Lease {
+    store
+        .create_run(NewRun {
+            id: id.into(),
+            agent: "Checkout".into(),
+            fingerprint: "fp".into(),
+            state_name: "Browsing".into(),
+            state: json!({ "cart": [] }),
+        })
+        .await
+        .expect("create");
+    store
+        .claim_run(id, "w", HOUR)
+        .await
+        .expect("claim")
+        .expect("free run")
+        .0
+}
+
+fn step(expected: u64, cart: &str) -> StepCommit {
+    StepCommit {
+        expected_version: expected,
+        from_state: "Browsing".into(),
+        to_state: "Browsing".into(),
+        state: json!({ "cart": [cart] }),
+        kind: TransitionKind::Step,
+        status: RunStatus::Running,
+        waiting_for: None,
+        wake_at: None,
+        error: None,
+        consumed_signal: None,
+    }
+}
+
+fn spawn_commit(
+    store: &Arc<PgStore>,
+    lease: &Lease,
+    commit: StepCommit,
+) -> JoinHandle<Result<RunRecord, StoreError>> {
+    let (store, lease) = (store.clone(), lease.clone());
+    tokio::spawn(async move { store.commit_step(&lease, &commit).await })
+}
+
+async fn until(store: &PgStore, what: &str, done: impl Fn(GroupCommitStats) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(store.group_commit_stats()) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            store.group_commit_stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Hold the row lock of run `held` and start its commit, which waits for the lock while
+/// holding the store's only commit slot. Returns the lock's transaction and the commit.
+async fn stall_commits(
+    store: &Arc<PgStore>,
+) -> (
+    Transaction<'static, Postgres>,
+    JoinHandle<Result<RunRecord, StoreError>>,
+) {
+    let lease = claimed(store, "held").await;
+    let mut lock = store.pool().begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM runs WHERE id = 'held' FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let held = spawn_commit(store, &lease, step(0, "held"));
+    until(store, "the held commit to be sent", |s| s.statements == 1).await;
+    (lock, held)
+}
+
+async fn state_of(store: &PgStore, id: &str) -> (u64, Value) {
+    let run = store.load_run(id).await.expect("load").expect("run");
+    (run.version, run.state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_commits_keep_each_runs_fence() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let url = common::database_url().unwrap();
+    // A second store instance plays another worker process moving two runs behind this
+    // store's back, so this store's commits of them reach the statement with stale
+    // versions or epochs.
+    let other = PgStore::connect(&url, store.schema())
+        .await
+        .expect("connect");
+    let goods: Vec<Lease> = {
+        let mut v = Vec::new();
+        for i in 0..10 {
+            v.push(claimed(&store, &format!("good-{i}")).await);
+        }
+        v
+    };
+    let moved = claimed(&store, "moved").await;
+    other
+        .commit_step(&moved, &step(0, "other"))
+        .await
+        .expect("other worker commits");
+    let taken = claimed(&store, "taken").await;
+    other
+        .claim_run("taken", "w", HOUR)
+        .await
+        .expect("claim")
+        .expect("same owner may claim again");
+
+    let (lock, held) = stall_commits(&store).await;
+    let good_commits: Vec<_> = goods
+        .iter()
+        .enumerate()
+        .map(|(i, l)| spawn_commit(&store, l, step(0, &format!("item {i}"))))
+        .collect();
+    let moved_commit = spawn_commit(&store, &moved, step(0, "stale version"));
+    let taken_commit = spawn_commit(&store, &taken, step(0, "stale epoch"));
+    until(&store, "12 queued commits", |s| s.queued == 12).await;
+    lock.commit().await.expect("release the lock");
+
+    assert_eq!(held.await.unwrap().expect("held commit").version, 1);
+    for (i, c) in good_commits.into_iter().enumerate() {
+        let record = c.await.unwrap().expect("good commit");
+        assert_eq!(record.version, 1);
+        assert_eq!(record.lease_owner.as_deref(), Some("w"));
+        assert_eq!(
+            state_of(&store, &format!("good-{i}")).await,
+            (1, json!({ "cart": [format!("item {i}")] }))
+        );
+        assert_eq!(
+            store
+                .history(&format!("good-{i}"))
+                .await
+                .expect("history")
+                .len(),
+            2
+        );
+    }
+    assert!(
+        matches!(
+            moved_commit.await.unwrap(),
+            Err(StoreError::Conflict {
+                expected: 0,
+                found: 1,
+                ..
+            })
+        ),
+        "a stale version in a grouped statement is a conflict"
+    );
+    assert_eq!(
+        state_of(&store, "moved").await.1,
+        json!({ "cart": ["other"] })
+    );
+    assert!(
+        matches!(
+            taken_commit.await.unwrap(),
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "a stale epoch in a grouped statement loses the lease"
+    );
+    assert_eq!(state_of(&store, "taken").await.0, 0);
+    let stats = store.group_commit_stats();
+    assert_eq!(
+        (stats.statements, stats.commits, stats.regrouped),
+        (2, 13, 0),
+        "the held commit alone, then the 12 queued ones in one statement"
+    );
+    common::drop_store(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_grouped_statement_is_sent_again_one_commit_at_a_time() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let mut goods = Vec::new();
+    for i in 0..5 {
+        goods.push(claimed(&store, &format!("good-{i}")).await);
+    }
+    // A history with a row at the version this run's commit will write: its insert
+    // violates the primary key, and the server refuses the whole grouped statement.
+    let forked = claimed(&store, "forked").await;
+    sqlx::query(
+        "INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, epoch, \
+         hash, payload_kind, payload) \
+         VALUES ('forked', 1, 'Browsing', 'Browsing', 'step', 'running', 1, 'x', 'patch', '[]')",
+    )
+    .execute(store.pool())
+    .await
+    .expect("plant a row");
+
+    let (lock, held) = stall_commits(&store).await;
+    let good_commits: Vec<_> = goods
+        .iter()
+        .map(|l| spawn_commit(&store, l, step(0, "x")))
+        .collect();
+    let forked_commit = spawn_commit(&store, &forked, step(0, "x"));
+    until(&store, "6 queued commits", |s| s.queued == 6).await;
+    lock.commit().await.expect("release the lock");
+
+    held.await.unwrap().expect("held commit");
+    for c in good_commits {
+        assert_eq!(c.await.unwrap().expect("good commit").version, 1);
+    }
+    match forked_commit.await.unwrap() {
+        Err(StoreError::Backend(message)) => {
+            assert!(message.contains("duplicate key"), "{message}");
+        }
+        other => panic!("expected the forked run's own error, got {other:?}"),
+    }
+    assert_eq!(state_of(&store, "forked").await.0, 0);
+    let stats = store.group_commit_stats();
+    assert_eq!(
+        (stats.statements, stats.commits, stats.regrouped),
+        (8, 13, 1),
+        "held alone, the refused group of 6, then the 6 again one by one"
+    );
+    common::drop_store(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_commit_whose_caller_stopped_waiting_is_not_sent() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let dropped = claimed(&store, "dropped").await;
+    let kept = claimed(&store, "kept").await;
+    let (lock, held) = stall_commits(&store).await;
+    let dropped_commit = spawn_commit(&store, &dropped, step(0, "never"));
+    until(&store, "1 queued commit", |s| s.queued == 1).await;
+    dropped_commit.abort();
+    assert!(dropped_commit.await.unwrap_err().is_cancelled());
+    let kept_commit = spawn_commit(&store, &kept, step(0, "kept"));
+    until(&store, "2 queued commits", |s| s.queued == 2).await;
+    lock.commit().await.expect("release the lock");
+
+    held.await.unwrap().expect("held commit");
+    assert_eq!(kept_commit.await.unwrap().expect("kept commit").version, 1);
+    assert_eq!(state_of(&store, "dropped").await.0, 0);
+    assert_eq!(store.history("dropped").await.expect("history").len(), 1);
+    let stats = store.group_commit_stats();
+    assert_eq!((stats.statements, stats.commits, stats.queued), (2, 2, 0));
+    common::drop_store(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_queued_commits_of_one_run_at_one_version_apply_once() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let lease = claimed(&store, "twice").await;
+    let (lock, held) = stall_commits(&store).await;
+    let first = spawn_commit(&store, &lease, step(0, "first"));
+    until(&store, "1 queued commit", |s| s.queued == 1).await;
+    let second = spawn_commit(&store, &lease, step(0, "second"));
+    until(&store, "2 queued commits", |s| s.queued == 2).await;
+    lock.commit().await.expect("release the lock");
+
+    held.await.unwrap().expect("held commit");
+    assert_eq!(first.await.unwrap().expect("first commit").version, 1);
+    assert!(
+        matches!(
+            second.await.unwrap(),
+            Err(StoreError::Conflict {
+                expected: 0,
+                found: 1,
+                ..
+            })
+        ),
+        "the second commit at version 0 goes in a later statement and finds version 1"
+    );
+    assert_eq!(
+        state_of(&store, "twice").await,
+        (1, json!({ "cart": ["first"] }))
+    );
+    assert_eq!(store.history("twice").await.expect("history").len(), 2);
+    let stats = store.group_commit_stats();
+    assert_eq!((stats.statements, stats.commits), (3, 3));
+    common::drop_store(store).await;
+}
