@@ -419,14 +419,20 @@ async fn store_steps(store: Arc<dyn Store>, runs: u64, steps: u64, tag: &str) ->
     .await
 }
 
-async fn sqlite_floor(store: &SqliteStore, runs: u64, steps: u64, tag: &str) -> Figures {
+async fn sqlite_floor(
+    store: &SqliteStore,
+    runs: u64,
+    steps: u64,
+    tag: &str,
+    floor: Floor,
+) -> Figures {
     let pool = store.pool().clone();
     sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS floor_runs (id TEXT PRIMARY KEY, version INTEGER NOT NULL, \
          state TEXT NOT NULL, updated_at INTEGER NOT NULL); \
          CREATE TABLE IF NOT EXISTS floor_transitions (run_id TEXT NOT NULL, \
          version INTEGER NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL, \
-         created_at INTEGER NOT NULL, PRIMARY KEY (run_id, version))",
+         created_at INTEGER NOT NULL, state TEXT, PRIMARY KEY (run_id, version))",
     )
     .execute(&pool)
     .await
@@ -448,6 +454,7 @@ async fn sqlite_floor(store: &SqliteStore, runs: u64, steps: u64, tag: &str) -> 
         async move {
             let now = agent_core::store::now_ms();
             let version = i64::try_from(v).unwrap_or(0);
+            let state = state(v + 1, steps).to_string();
             let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.expect("begin");
             let done = sqlx::query(
                 "UPDATE floor_runs SET version = $2 + 1, state = $3, updated_at = $4 \
@@ -455,19 +462,21 @@ async fn sqlite_floor(store: &SqliteStore, runs: u64, steps: u64, tag: &str) -> 
             )
             .bind(&id)
             .bind(version)
-            .bind(state(v + 1, steps).to_string())
+            .bind(&state)
             .bind(now)
             .execute(&mut *tx)
             .await
             .expect("floor update");
             assert_eq!(done.rows_affected(), 1, "floor step lost its version");
             sqlx::query(
-                "INSERT INTO floor_transitions (run_id, version, from_state, to_state, created_at) \
-                 VALUES ($1, $2 + 1, 'Ticking', 'Ticking', $3)",
+                "INSERT INTO floor_transitions \
+                 (run_id, version, from_state, to_state, created_at, state) \
+                 VALUES ($1, $2 + 1, 'Ticking', 'Ticking', $3, $4)",
             )
             .bind(&id)
             .bind(version)
             .bind(now)
+            .bind((floor == Floor::KeepingState).then_some(&state))
             .execute(&mut *tx)
             .await
             .expect("floor insert");
@@ -532,6 +541,34 @@ async fn best_of_rotations(
     }
 }
 
+/// Both floors, store and runner on one backend, `runs` runs of `steps` steps each, in
+/// rotated rounds (see [`best_of_rotations`]). `prefix` keeps the run ids of the phases apart.
+async fn measure(
+    store: &Arc<dyn Store>,
+    runs: u64,
+    steps: u64,
+    prefix: &str,
+    floor: impl AsyncFn(u64, u64, &str, Floor) -> Figures,
+) -> Best {
+    best_of_rotations(
+        runs * steps,
+        async |round: usize, kind: Floor| {
+            let tag = match kind {
+                Floor::Bare => format!("f{prefix}{round}"),
+                Floor::KeepingState => format!("f{prefix}k{round}"),
+            };
+            floor(runs, steps, &tag, kind).await
+        },
+        async |round: usize| {
+            store_steps(store.clone(), runs, steps, &format!("s{prefix}{round}")).await
+        },
+        async |round: usize| {
+            runner_steps(store.clone(), runs, steps, &format!("r{prefix}{round}")).await
+        },
+    )
+    .await
+}
+
 fn row(label: &str, f: Figures) {
     let cpu = f.cpu.map_or_else(String::new, |c| {
         format!(
@@ -543,6 +580,36 @@ fn row(label: &str, f: Figures) {
         "  {label:<34} {:>9.0} transitions/s   p50 {:>8.0} µs   p99 {:>8.0} µs{cpu}",
         f.per_sec, f.p50_us, f.p99_us
     );
+}
+
+/// The rows and ratios of one backend.
+fn report(store: &str, sequential: &Best, concurrent: &Best) {
+    for (label, b) in [("sequential", sequential), ("64 concurrent", concurrent)] {
+        row(&format!("floor, {label}"), b.floor);
+        row(
+            &format!("floor keeping state, {label}"),
+            b.floor_keeping_state,
+        );
+        row(&format!("{store}, {label}"), b.store);
+        row(&format!("Runner step, {label}"), b.runner.steps);
+        row("  of which commit_step", b.runner.commits);
+        ratio(&format!("ratio store/floor, {label}"), b.store, b.floor);
+        ratio(
+            &format!("ratio runner/floor, {label}"),
+            b.runner.steps,
+            b.floor,
+        );
+        ratio(
+            "  vs floor keeping state: store",
+            b.store,
+            b.floor_keeping_state,
+        );
+        ratio(
+            "  vs floor keeping state: runner",
+            b.runner.steps,
+            b.floor_keeping_state,
+        );
+    }
 }
 
 fn ratio(label: &str, framework: Figures, floor: Figures) {
@@ -663,75 +730,14 @@ async fn main() {
     // concurrent ones together, in an order rotated every round (so none always follows the
     // heaviest, whose vacuum and checkpoint work lands on the next), keeping the best of each:
     // bursts of other load on the machine then do not land on one side only.
-    let floor_tag = |prefix: &str, round: usize, floor: Floor| match floor {
-        Floor::Bare => format!("{prefix}{round}"),
-        Floor::KeepingState => format!("{prefix}k{round}"),
+    let pg_floor = async |runs: u64, steps: u64, tag: &str, floor: Floor| {
+        pg_floor(&pg, runs, steps, tag, floor).await
     };
-    let sequential = best_of_rotations(
-        SEQ_STEPS,
-        async |round: usize, floor: Floor| {
-            pg_floor(&pg, 1, SEQ_STEPS, &floor_tag("fs", round, floor), floor).await
-        },
-        async |round: usize| store_steps(pg_dyn.clone(), 1, SEQ_STEPS, &format!("ss{round}")).await,
-        async |round: usize| {
-            runner_steps(pg_dyn.clone(), 1, SEQ_STEPS, &format!("rs{round}")).await
-        },
-    )
-    .await;
+    let sequential = measure(&pg_dyn, 1, SEQ_STEPS, "s", pg_floor).await;
     let grouped_before = pg.group_commit_stats();
-    let concurrent = best_of_rotations(
-        CONCURRENT_RUNS * CONCURRENT_STEPS,
-        async |round: usize, floor: Floor| {
-            let tag = floor_tag("fc", round, floor);
-            pg_floor(&pg, CONCURRENT_RUNS, CONCURRENT_STEPS, &tag, floor).await
-        },
-        async |round: usize| {
-            store_steps(
-                pg_dyn.clone(),
-                CONCURRENT_RUNS,
-                CONCURRENT_STEPS,
-                &format!("sc{round}"),
-            )
-            .await
-        },
-        async |round: usize| {
-            runner_steps(
-                pg_dyn.clone(),
-                CONCURRENT_RUNS,
-                CONCURRENT_STEPS,
-                &format!("rc{round}"),
-            )
-            .await
-        },
-    )
-    .await;
+    let concurrent = measure(&pg_dyn, CONCURRENT_RUNS, CONCURRENT_STEPS, "c", pg_floor).await;
     let grouped = pg.group_commit_stats();
-    for (label, b) in [("sequential", &sequential), ("64 concurrent", &concurrent)] {
-        row(&format!("floor, {label}"), b.floor);
-        row(
-            &format!("floor keeping state, {label}"),
-            b.floor_keeping_state,
-        );
-        row(&format!("PgStore::commit_step, {label}"), b.store);
-        row(&format!("Runner step, {label}"), b.runner.steps);
-        row("  of which commit_step", b.runner.commits);
-        ratio(&format!("ratio store/floor, {label}"), b.store, b.floor);
-        ratio(
-            &format!("ratio runner/floor, {label}"),
-            b.runner.steps,
-            b.floor,
-        );
-        ratio(
-            "  vs floor keeping state: store",
-            b.store,
-            b.floor_keeping_state,
-        );
-        ratio(
-            "  vs floor keeping state: runner",
-            b.runner.steps,
-            b.floor_keeping_state,
-        );
-    }
+    report("PgStore::commit_step", &sequential, &concurrent);
 
     #[allow(clippy::cast_precision_loss)]
     let per_statement = (grouped.commits - grouped_before.commits) as f64
@@ -768,29 +774,22 @@ async fn main() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let lite = Arc::new(SqliteStore::open(dir.join("bench.db")).await.expect("open"));
     let lite_dyn: Arc<dyn Store> = lite.clone();
-    sqlite_floor(&lite, 2, 50, "warm").await;
+    sqlite_floor(&lite, 2, 50, "warm", Floor::Bare).await;
     store_steps(lite_dyn.clone(), 2, 50, "warm").await;
-    let fs = sqlite_floor(&lite, 1, SEQ_STEPS, "fs").await;
-    let ss = store_steps(lite_dyn.clone(), 1, SEQ_STEPS, "ss").await;
-    let fc = sqlite_floor(&lite, CONCURRENT_RUNS, CONCURRENT_STEPS, "fc").await;
-    let sc = store_steps(lite_dyn.clone(), CONCURRENT_RUNS, CONCURRENT_STEPS, "sc").await;
-    let rs = runner_steps(lite_dyn.clone(), 1, SEQ_STEPS, "rs")
-        .await
-        .steps;
-    let rc = runner_steps(lite_dyn.clone(), CONCURRENT_RUNS, CONCURRENT_STEPS, "rc")
-        .await
-        .steps;
-    println!("SQLite (WAL, synchronous=FULL), same workload:");
-    row("floor, sequential", fs);
-    row("SqliteStore::commit_step, sequential", ss);
-    row("Runner step, sequential", rs);
-    ratio("ratio store/floor, sequential", ss, fs);
-    ratio("ratio runner/floor, sequential", rs, fs);
-    row("floor, 64 concurrent", fc);
-    row("SqliteStore::commit_step, 64 concurrent", sc);
-    row("Runner step, 64 concurrent", rc);
-    ratio("ratio store/floor, 64 concurrent", sc, fc);
-    ratio("ratio runner/floor, 64 concurrent", rc, fc);
+    let lite_floor = async |runs: u64, steps: u64, tag: &str, floor: Floor| {
+        sqlite_floor(&lite, runs, steps, tag, floor).await
+    };
+    let sequential = measure(&lite_dyn, 1, SEQ_STEPS, "s", lite_floor).await;
+    let concurrent = measure(
+        &lite_dyn,
+        CONCURRENT_RUNS,
+        CONCURRENT_STEPS,
+        "c",
+        lite_floor,
+    )
+    .await;
+    println!("SQLite (WAL, synchronous=FULL), same workload, measured the same way:");
+    report("SqliteStore::commit_step", &sequential, &concurrent);
     let (half, full) = growth(&lite_dyn, "grow", 1000).await;
     println!(
         "SQLite storage: 500 steps {half} B, 1000 steps {full} B ({:.0} B/step; 1000/500 = {:.2}x)",

@@ -92,12 +92,12 @@
 //! it opens a connection to migrate, then one per run in flight. On one host, a Unix socket
 //! (`postgres://user@localhost/db?host=/var/run/postgresql`) or `sslmode=disable` avoids it.
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
+use agent_core::store::heads::{HeadCache, RunHead, commit_refusal};
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
     CallStatus, EntryKind, JournalEntry, Lease, Millis, NewRun, PruneReport, RetentionPolicy,
@@ -124,9 +124,6 @@ pub const LARGE_OUTPUT_BYTES: usize = 8 * 1024;
 /// How many characters of an output the journal keeps as its summary.
 const SUMMARY_CHARS: usize = 200;
 
-/// Bound of the per-store cache of run heads (the base of the next commit's delta).
-const HEAD_CACHE_MAX: usize = 16 * 1024;
-
 /// Default of [`PgStore::with_group_commit`]: commit statements in flight at once.
 pub const COMMITS_IN_FLIGHT: usize = 4;
 
@@ -152,21 +149,13 @@ pub enum PgSetupError {
     Database(#[from] sqlx::Error),
 }
 
-/// The head of a run as this process last saw it: what the next commit diffs against.
-#[derive(Debug, Clone)]
-struct Head {
-    record: RunRecord,
-    last_hash: String,
-    patch_bytes: u64,
-}
-
 /// A [`Store`] on PostgreSQL. Cheap to clone the pool inside; share the store with `Arc`.
 #[derive(Debug)]
 pub struct PgStore {
     pool: PgPool,
     schema: String,
     channel: String,
-    heads: Mutex<HashMap<String, Head>>,
+    heads: HeadCache,
     work: Arc<Notify>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
     group: Arc<GroupCommit>,
@@ -235,7 +224,7 @@ impl PgStore {
             pool,
             schema: schema.to_owned(),
             channel: format!("agent_work_{schema}"),
-            heads: Mutex::new(HashMap::new()),
+            heads: HeadCache::default(),
             work: Arc::new(Notify::new()),
             listener: Mutex::new(None),
         })
@@ -308,26 +297,10 @@ impl PgStore {
         &self.channel
     }
 
-    fn remember(&self, run_id: &str, head: Head) {
-        let mut heads = self.heads.lock().unwrap_or_else(PoisonError::into_inner);
-        if heads.len() >= HEAD_CACHE_MAX && !heads.contains_key(run_id) {
-            heads.clear();
-        }
-        heads.insert(run_id.to_owned(), head);
-    }
-
-    fn cached_head(&self, run_id: &str, version: u64) -> Option<Head> {
-        let heads = self.heads.lock().unwrap_or_else(PoisonError::into_inner);
-        heads
-            .get(run_id)
-            .filter(|h| h.record.version == version)
-            .cloned()
-    }
-
     /// Read a run row, remembering its head for the next commit.
     fn run_from_row(&self, row: &PgRow) -> Result<RunRecord, StoreError> {
         let (record, head) = row_to_run(row)?;
-        self.remember(&record.id, head);
+        self.heads.remember(head);
         Ok(record)
     }
 
@@ -572,7 +545,7 @@ fn serde_name<T: serde::Serialize>(v: &T) -> Option<String> {
     }
 }
 
-fn row_to_run(row: &PgRow) -> Result<(RunRecord, Head), StoreError> {
+fn row_to_run(row: &PgRow) -> Result<(RunRecord, RunHead), StoreError> {
     let id: String = row
         .try_get("id")
         .map_err(|e| corrupt("?", format!("unreadable run id: {e}")))?;
@@ -605,7 +578,7 @@ fn row_to_run(row: &PgRow) -> Result<(RunRecord, Head), StoreError> {
         updated_at: row.try_get("updated_at").map_err(c)?,
         id: id.clone(),
     };
-    let head = Head {
+    let head = RunHead {
         record: record.clone(),
         last_hash: row.try_get("last_hash").map_err(c)?,
         patch_bytes: to_u64(row.try_get("patch_bytes")).map_err(c)?,
@@ -944,7 +917,7 @@ impl Store for PgStore {
         commit: &StepCommit,
     ) -> Result<RunRecord, StoreError> {
         let run_id = lease.run_id.as_str();
-        let head = match self.cached_head(run_id, commit.expected_version) {
+        let head = match self.heads.at(run_id, commit.expected_version) {
             Some(h) => h,
             None => {
                 let row = sqlx::query(sql::LOAD_RUN)
@@ -1053,33 +1026,23 @@ impl Store for PgStore {
             record.lease_owner = applied.lease_owner;
             record.lease_expires_at = applied.lease_expires_at;
             record.updated_at = applied.updated_at;
-            self.remember(
-                run_id,
-                Head {
-                    record: record.clone(),
-                    last_hash: hash,
-                    patch_bytes,
-                },
-            );
+            self.heads.remember(RunHead {
+                record: record.clone(),
+                last_hash: hash,
+                patch_bytes,
+            });
             return Ok(record);
         }
         // Zero rows: tell the caller why, from the run's head.
-        match self.head_of(run_id).await? {
-            None => Err(StoreError::NotFound(run_id.to_owned())),
-            Some((_, epoch)) if epoch != lease.epoch => Err(StoreError::LeaseLost {
-                run_id: run_id.to_owned(),
-                epoch: lease.epoch,
+        let stored = self.head_of(run_id).await?;
+        Err(
+            commit_refusal(lease, commit.expected_version, stored).unwrap_or_else(|| {
+                StoreError::Backend(format!(
+                    "signal {} is not pending for run `{run_id}`",
+                    commit.consumed_signal.unwrap_or_default()
+                ))
             }),
-            Some((found, _)) if found != commit.expected_version => Err(StoreError::Conflict {
-                run_id: run_id.to_owned(),
-                expected: commit.expected_version,
-                found,
-            }),
-            Some(_) => Err(StoreError::Backend(format!(
-                "signal {} is not pending for run `{run_id}`",
-                commit.consumed_signal.unwrap_or_default()
-            ))),
-        }
+        )
     }
 
     async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {

@@ -46,6 +46,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
+use agent_core::store::heads::{HeadCache, RunHead, commit_refusal};
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
     CallStatus, EntryKind, JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError,
@@ -87,6 +88,10 @@ pub struct SqliteStore {
     pool: SqlitePool,
     path: Option<PathBuf>,
     work: Notify,
+    /// The head of each run as this store last committed it: with it, a commit writes
+    /// without first reading the run back (and replaying its patches) inside the write
+    /// transaction.
+    heads: HeadCache,
 }
 
 impl SqliteStore {
@@ -135,6 +140,7 @@ impl SqliteStore {
             pool,
             path: None,
             work: Notify::new(),
+            heads: HeadCache::default(),
         })
     }
 
@@ -175,12 +181,19 @@ impl SqliteStore {
     }
 
     async fn exists(&self, run_id: &str) -> Result<bool, StoreError> {
-        Ok(sqlx::query(sql::RUN_HEAD)
+        Ok(self.head_of(run_id).await?.is_some())
+    }
+
+    /// The run's version and epoch, as stored.
+    async fn head_of(&self, run_id: &str) -> Result<Option<(u64, u64)>, StoreError> {
+        let row = sqlx::query(sql::RUN_HEAD)
             .bind(run_id)
             .fetch_optional(&self.pool)
             .await
-            .map_err(db_err)?
-            .is_some())
+            .map_err(db_err)?;
+        row.map(|r| Ok((to_u64(r.try_get("version"))?, to_u64(r.try_get("epoch"))?)))
+            .transpose()
+            .map_err(|e: sqlx::Error| corrupt(run_id, e))
     }
 
     async fn insert_run(
@@ -780,29 +793,41 @@ impl Store for SqliteStore {
     ) -> Result<RunRecord, StoreError> {
         let run_id = lease.run_id.as_str();
         let now = now_ms();
+        let cached = self.heads.at(run_id, commit.expected_version);
         let mut tx = self.write_tx().await?;
-        let base = sqlx::query(sql::COMMIT_BASE)
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?
-            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
-        let c = |e: sqlx::Error| corrupt(run_id, e);
-        let (mut record, _) = row_to_run(&base)?;
-        let found = record.version;
-        if record.epoch != lease.epoch {
-            return Err(StoreError::LeaseLost {
-                run_id: run_id.to_owned(),
-                epoch: lease.epoch,
-            });
-        }
-        if found != commit.expected_version {
-            return Err(StoreError::Conflict {
-                run_id: run_id.to_owned(),
-                expected: commit.expected_version,
-                found,
-            });
-        }
+        let head = match cached {
+            Some(head) => head,
+            None => {
+                let base = sqlx::query(sql::COMMIT_BASE)
+                    .bind(run_id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_err)?
+                    .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+                let c = |e: sqlx::Error| corrupt(run_id, e);
+                let (record, _) = row_to_run(&base)?;
+                // The update's compare-and-set decides; read here, the head can say no
+                // before any work.
+                if record.epoch != lease.epoch {
+                    return Err(StoreError::LeaseLost {
+                        run_id: run_id.to_owned(),
+                        epoch: lease.epoch,
+                    });
+                }
+                if record.version != commit.expected_version {
+                    return Err(StoreError::Conflict {
+                        run_id: run_id.to_owned(),
+                        expected: commit.expected_version,
+                        found: record.version,
+                    });
+                }
+                RunHead {
+                    record,
+                    last_hash: base.try_get("last_hash").map_err(c)?,
+                    patch_bytes: to_u64(base.try_get("patch_bytes")).map_err(c)?,
+                }
+            }
+        };
         if let Some(signal) = commit.consumed_signal {
             let pending = sqlx::query(sql::SIGNAL_PENDING)
                 .bind(signal)
@@ -816,11 +841,10 @@ impl Store for SqliteStore {
                 )));
             }
         }
-        let last_hash: String = base.try_get("last_hash").map_err(c)?;
-        let since = to_u64(base.try_get("patch_bytes")).map_err(c)?;
-        let version = found + 1;
-        let (payload, patch_bytes) = history::encode(Some(&record.state), &commit.state, since);
-        let hash = transition_hash(&last_hash, &commit.link(lease));
+        let version = commit.expected_version + 1;
+        let (payload, patch_bytes) =
+            history::encode(Some(&head.record.state), &commit.state, head.patch_bytes);
+        let hash = transition_hash(&head.last_hash, &commit.link(lease));
         let (payload_kind, body) = match &payload {
             VersionPayload::Snapshot(v) => ("snapshot", v.to_string()),
             VersionPayload::Patch(v) => ("patch", v.to_string()),
@@ -828,7 +852,7 @@ impl Store for SqliteStore {
         // The run row keeps the state of the latest snapshot only; a snapshot's payload is
         // that same state, serialized once for both rows.
         let snapshot_state = payload.is_snapshot().then_some(body.as_str());
-        sqlx::query(sql::COMMIT_RUN)
+        let updated = sqlx::query(sql::COMMIT_RUN)
             .bind(run_id)
             .bind(to_i64(version))
             .bind(&commit.to_state)
@@ -841,9 +865,25 @@ impl Store for SqliteStore {
             .bind(&hash)
             .bind(to_i64(patch_bytes))
             .bind(now)
-            .execute(&mut *tx)
+            .bind(to_i64(lease.epoch))
+            .bind(to_i64(commit.expected_version))
+            .fetch_optional(&mut *tx)
             .await
             .map_err(db_err)?;
+        let Some(updated) = updated else {
+            // The cached head is one the run has moved past (another store on the same
+            // file wrote since): nothing was written. Say why from the stored head.
+            drop(tx);
+            let stored = self.head_of(run_id).await?;
+            return Err(
+                commit_refusal(lease, commit.expected_version, stored).unwrap_or_else(|| {
+                    StoreError::Backend(format!("run `{run_id}` refused a commit it matches"))
+                }),
+            );
+        };
+        let c = |e: sqlx::Error| corrupt(run_id, e);
+        let lease_owner: Option<String> = updated.try_get("lease_owner").map_err(c)?;
+        let lease_expires_at: Option<i64> = updated.try_get("lease_expires_at").map_err(c)?;
         sqlx::query(sql::INSERT_TRANSITION)
             .bind(run_id)
             .bind(to_i64(version))
@@ -868,6 +908,7 @@ impl Store for SqliteStore {
                 .map_err(db_err)?;
         }
         tx.commit().await.map_err(db_err)?;
+        let mut record = head.record;
         record.version = version;
         record.state_name.clone_from(&commit.to_state);
         record.state = commit.state.clone();
@@ -875,12 +916,16 @@ impl Store for SqliteStore {
         record.waiting_for.clone_from(&commit.waiting_for);
         record.wake_at = commit.wake_at;
         record.error.clone_from(&commit.error);
+        record.epoch = lease.epoch;
         record.claims_without_progress = 0;
-        if commit.status.is_final() {
-            record.lease_owner = None;
-            record.lease_expires_at = None;
-        }
+        record.lease_owner = lease_owner;
+        record.lease_expires_at = lease_expires_at;
         record.updated_at = now;
+        self.heads.remember(RunHead {
+            record: record.clone(),
+            last_hash: hash,
+            patch_bytes,
+        });
         Ok(record)
     }
 

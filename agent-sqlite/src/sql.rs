@@ -120,7 +120,9 @@ pub const COMMIT_BASE: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE 
 pub const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
-/// A commit to a final status also ends the lease (`Store::commit_step`).
+/// A commit to a final status also ends the lease (`Store::commit_step`). The
+/// compare-and-set on epoch (`$13`) and version (`$14`) is in the `WHERE`: a commit based on
+/// a head the run has moved past updates nothing and returns no row.
 pub const COMMIT_RUN: &str = concat!(
     "UPDATE runs SET version = $2, state_name = $3, \
      state = COALESCE($4, state), \
@@ -133,7 +135,7 @@ pub const COMMIT_RUN: &str = concat!(
      lease_expires_at = CASE WHEN $5 IN ",
     final_statuses!(),
     " THEN NULL ELSE lease_expires_at END \
-     WHERE id = $1"
+     WHERE id = $1 AND epoch = $13 AND version = $14 RETURNING lease_owner, lease_expires_at"
 );
 
 pub const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version = $2 WHERE id = $1";

@@ -391,6 +391,11 @@ catches!(
     check_stale_epoch_is_fenced
 );
 catches!(
+    reclaim_fencing_is_needed,
+    IgnoresEpoch,
+    check_commits_across_a_reclaim
+);
+catches!(
     quarantine_must_be_fenced,
     IgnoresEpoch,
     check_quarantine_is_fenced

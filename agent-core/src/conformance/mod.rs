@@ -78,6 +78,7 @@ macro_rules! store_conformance {
             check_create_run_is_idempotent,
             check_version_chain_single_winner,
             check_stale_epoch_is_fenced,
+            check_commits_across_a_reclaim,
             check_live_lease_blocks_and_expired_lease_is_reclaimed,
             check_journal_is_durable_and_ordered,
             check_signals_kept_and_consumed_once,

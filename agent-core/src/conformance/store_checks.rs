@@ -351,6 +351,59 @@ pub async fn check_version_chain_single_winner(store: Arc<dyn Store>) -> CheckRe
     verify_chain(&store, &r.id).await
 }
 
+/// What a store remembers of a run's last commit does not outlive the lease it was made
+/// under: after the same worker claims the run again (a new epoch), a commit under the old
+/// lease is refused, and one under the new lease goes on from the same version.
+pub async fn check_commits_across_a_reclaim(store: Arc<dyn Store>) -> CheckResult {
+    let r = create(&store, "reclaim", json!({ "n": 0 })).await?;
+    let first = claim(&store, &r.id, "w").await?;
+    store
+        .commit_step(&first, &step(0, json!({ "n": 1 })))
+        .await
+        .ctx("commit under the first lease")?;
+    store.release_lease(&first).await.ctx("release_lease")?;
+    let second = claim(&store, &r.id, "w").await?;
+    ensure!(
+        second.epoch > first.epoch,
+        "claiming again did not increase the epoch"
+    );
+    match store
+        .commit_step(&first, &step(1, json!({ "n": "stale" })))
+        .await
+    {
+        Err(StoreError::LeaseLost { .. }) => {}
+        other => {
+            return Err(format!(
+                "a commit under the released lease must be LeaseLost, got {other:?}"
+            ));
+        }
+    }
+    let committed = store
+        .commit_step(&second, &step(1, json!({ "n": 2 })))
+        .await
+        .ctx("commit under the second lease")?;
+    ensure!(
+        committed.version == 2 && committed.epoch == second.epoch,
+        "the commit returned version {} at epoch {}, not 2 at {}",
+        committed.version,
+        committed.epoch,
+        second.epoch
+    );
+    ensure!(
+        committed.lease_owner.as_deref() == Some("w"),
+        "the commit returned lease owner {:?}",
+        committed.lease_owner
+    );
+    let run = stored(&store, &r.id).await?;
+    ensure!(
+        run.version == 2 && run.state == json!({ "n": 2 }),
+        "stored run at version {} with state {}",
+        run.version,
+        run.state
+    );
+    Ok(())
+}
+
 /// After another claim, the old holder's `commit_step`, `record_entry` and `renew_lease`
 /// get `LeaseLost`, and nothing of theirs is written.
 ///

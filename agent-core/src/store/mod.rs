@@ -15,6 +15,7 @@
 //! 4. Storage grows linearly with the number of steps: versions are stored as deltas with
 //!    snapshots spaced by size (see [`history`]), and [`Store::prune`] removes old ones.
 
+pub mod heads;
 pub mod history;
 pub mod memory;
 

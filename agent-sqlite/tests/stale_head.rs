@@ -1,0 +1,83 @@
+//! A store remembers the head of each run it committed, so that its next commit need not
+//! read the run back. When another store on the same file has moved the run since, the
+//! commit's compare-and-set on version and epoch refuses it: nothing is written, and the
+//! answer says why.
+
+use std::time::Duration;
+
+use agent_core::conformance::store_checks::step;
+use agent_core::store::{NewRun, Store, StoreError};
+use agent_sqlite::SqliteStore;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
+    let dir = std::env::temp_dir().join("agent-sqlite-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
+    let a = SqliteStore::open(&path).await.unwrap();
+    let b = SqliteStore::open(&path).await.unwrap();
+    a.create_run(NewRun {
+        id: "r".into(),
+        agent: "A".into(),
+        fingerprint: "fp".into(),
+        state_name: "Start".into(),
+        state: json!({ "n": 0 }),
+    })
+    .await
+    .unwrap();
+    let hour = Duration::from_secs(3600);
+    let (lease, _) = a.claim_run("r", "w", hour).await.unwrap().unwrap();
+
+    // `a` remembers version 1; `b` moves the run to version 2 behind its back.
+    a.commit_step(&lease, &step(0, json!({ "n": 1 })))
+        .await
+        .unwrap();
+    b.commit_step(&lease, &step(1, json!({ "n": 2 })))
+        .await
+        .unwrap();
+    match a
+        .commit_step(&lease, &step(1, json!({ "n": "stale" })))
+        .await
+    {
+        Err(StoreError::Conflict {
+            expected: 1,
+            found: 2,
+            ..
+        }) => {}
+        other => panic!("a stale remembered version must be a conflict, got {other:?}"),
+    }
+
+    // `a` catches up to version 3 and remembers it; `b` claims the run again (a new
+    // epoch), so `a`'s lease is stale though its remembered version is current.
+    a.commit_step(&lease, &step(2, json!({ "n": 3 })))
+        .await
+        .unwrap();
+    let (new_lease, _) = b.claim_run("r", "w", hour).await.unwrap().unwrap();
+    assert!(new_lease.epoch > lease.epoch);
+    match a
+        .commit_step(&lease, &step(3, json!({ "n": "stale" })))
+        .await
+    {
+        Err(StoreError::LeaseLost { .. }) => {}
+        other => panic!("a stale epoch must lose the lease, got {other:?}"),
+    }
+
+    let run = b.load_run("r").await.unwrap().unwrap();
+    assert_eq!((run.version, run.state), (3, json!({ "n": 3 })));
+    let versions: Vec<u64> = b
+        .history("r")
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.version)
+        .collect();
+    assert_eq!(versions, [0, 1, 2, 3]);
+    a.close().await;
+    b.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+}
