@@ -927,18 +927,9 @@ impl Store for PgStore {
                     .map_err(db_err)?
                     .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
                 let (record, head) = row_to_run(&row)?;
-                if record.epoch != lease.epoch {
-                    return Err(StoreError::LeaseLost {
-                        run_id: run_id.to_owned(),
-                        epoch: lease.epoch,
-                    });
-                }
-                if record.version != commit.expected_version {
-                    return Err(StoreError::Conflict {
-                        run_id: run_id.to_owned(),
-                        expected: commit.expected_version,
-                        found: record.version,
-                    });
+                let stored = Some((record.version, record.epoch));
+                if let Some(refused) = commit_refusal(lease, commit.expected_version, stored) {
+                    return Err(refused);
                 }
                 head
             }

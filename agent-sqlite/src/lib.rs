@@ -808,18 +808,9 @@ impl Store for SqliteStore {
                 let (record, _) = row_to_run(&base)?;
                 // The update's compare-and-set decides; read here, the head can say no
                 // before any work.
-                if record.epoch != lease.epoch {
-                    return Err(StoreError::LeaseLost {
-                        run_id: run_id.to_owned(),
-                        epoch: lease.epoch,
-                    });
-                }
-                if record.version != commit.expected_version {
-                    return Err(StoreError::Conflict {
-                        run_id: run_id.to_owned(),
-                        expected: commit.expected_version,
-                        found: record.version,
-                    });
+                let stored = Some((record.version, record.epoch));
+                if let Some(refused) = commit_refusal(lease, commit.expected_version, stored) {
+                    return Err(refused);
                 }
                 RunHead {
                     record,
