@@ -486,14 +486,18 @@ async fn sqlite_floor(
     .await
 }
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
-/// The best of each measurement of one workload.
+/// The best of each measurement of one workload, and the ratios of each round.
 struct Best {
     floor: Figures,
     floor_keeping_state: Figures,
     store: Figures,
     runner: RunnerFigures,
+    /// Per round, throughput of store and runner over the bare floor's of the same round:
+    /// paired measurements minutes apart at most, so a slow spell of the machine weighs on
+    /// both sides of a ratio.
+    rounds: Vec<(f64, f64)>,
 }
 
 /// Run both floors, store and runner `ROUNDS` times, rotating which goes first; the best
@@ -506,7 +510,9 @@ async fn best_of_rotations(
 ) -> Best {
     let mut best: [Option<Figures>; 3] = [None; 3];
     let mut best_runner: Option<RunnerFigures> = None;
+    let mut rounds = Vec::new();
     for round in 0..ROUNDS {
+        let mut this_round = [0.0_f64; 4];
         for which in 0..4 {
             let before = CpuClock::now();
             let slot = (round + which) % 4;
@@ -517,6 +523,7 @@ async fn best_of_rotations(
                 _ => {
                     let mut r = runner(round).await;
                     r.steps.cpu = CpuClock::since(before, transitions);
+                    this_round[3] = r.steps.per_sec;
                     if best_runner.is_none_or(|b| r.steps.per_sec > b.steps.per_sec) {
                         best_runner = Some(r);
                     }
@@ -527,10 +534,12 @@ async fn best_of_rotations(
                 cpu: CpuClock::since(before, transitions),
                 ..measured
             };
+            this_round[slot] = f.per_sec;
             if best[slot].is_none_or(|b| f.per_sec > b.per_sec) {
                 best[slot] = Some(f);
             }
         }
+        rounds.push((this_round[2] / this_round[0], this_round[3] / this_round[0]));
     }
     let [floor, floor_keeping_state, store] = best.map(|b| b.expect("measured"));
     Best {
@@ -538,6 +547,7 @@ async fn best_of_rotations(
         floor_keeping_state,
         store,
         runner: best_runner.expect("measured"),
+        rounds,
     }
 }
 
@@ -609,7 +619,25 @@ fn report(store: &str, sequential: &Best, concurrent: &Best) {
             b.runner.steps,
             b.floor_keeping_state,
         );
+        let (store, runner): (Vec<f64>, Vec<f64>) = b.rounds.iter().copied().unzip();
+        println!(
+            "  {:<34} store {} · runner {}",
+            format!("per-round ratios, {label}"),
+            spread(store),
+            spread(runner)
+        );
     }
+}
+
+/// The median of per-round ratios, with their range.
+fn spread(mut ratios: Vec<f64>) -> String {
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    format!(
+        "median {median:.2} ({:.2}–{:.2})",
+        ratios[0],
+        ratios[ratios.len() - 1]
+    )
 }
 
 fn ratio(label: &str, framework: Figures, floor: Figures) {
@@ -735,6 +763,7 @@ async fn main() {
     };
     let sequential = measure(&pg_dyn, 1, SEQ_STEPS, "s", pg_floor).await;
     let grouped_before = pg.group_commit_stats();
+    let waited_sequential = grouped_before.waited;
     let concurrent = measure(&pg_dyn, CONCURRENT_RUNS, CONCURRENT_STEPS, "c", pg_floor).await;
     let grouped = pg.group_commit_stats();
     report("PgStore::commit_step", &sequential, &concurrent);
@@ -744,7 +773,8 @@ async fn main() {
         / (grouped.statements - grouped_before.statements).max(1) as f64;
     println!(
         "  group commit, 64 concurrent (store and runner): {per_statement:.1} commits per \
-         statement; {} refused grouped statements in all",
+         statement; {} refused grouped statements in all; {waited_sequential} commits waited \
+         for a statement sequentially (warm-up included)",
         grouped.regrouped
     );
     println!("PostgreSQL storage, a run growing by one item per step:");

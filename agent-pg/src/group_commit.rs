@@ -81,6 +81,8 @@ pub struct GroupCommitStats {
     pub commits: u64,
     /// Grouped statements the server rejected, whose commits were then sent one by one.
     pub regrouped: u64,
+    /// Commits that waited in the queue (the others found a free slot).
+    pub waited: u64,
     /// Commits waiting for a statement now.
     pub queued: usize,
 }
@@ -116,6 +118,7 @@ pub(crate) struct GroupCommit {
     statements: AtomicU64,
     commits: AtomicU64,
     regrouped: AtomicU64,
+    waited: AtomicU64,
 }
 
 impl std::fmt::Debug for GroupCommit {
@@ -138,6 +141,7 @@ impl GroupCommit {
             statements: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             regrouped: AtomicU64::new(0),
+            waited: AtomicU64::new(0),
         }
     }
 
@@ -146,6 +150,7 @@ impl GroupCommit {
             statements: self.statements.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             regrouped: self.regrouped.load(Ordering::Relaxed),
+            waited: self.waited.load(Ordering::Relaxed),
             queued: self.lock().waiting.len(),
         }
     }
@@ -165,6 +170,7 @@ impl GroupCommit {
             } else {
                 let (reply, receiver) = oneshot::channel();
                 queue.waiting.push_back(Queued { row, reply });
+                self.waited.fetch_add(1, Ordering::Relaxed);
                 let start = queue.in_flight < self.max_in_flight;
                 if start {
                     queue.in_flight += 1;
