@@ -340,11 +340,35 @@ const PG_FLOOR_STEP_KEEPING_STATE: &str = "WITH upd AS (UPDATE floor_runs SET ve
      INSERT INTO floor_transitions (run_id, version, from_state, to_state, created_at, state) \
      SELECT id, version, 'Ticking', 'Ticking', updated_at, $3 FROM upd";
 
-/// Which floor: the bare transition of the issue, or one that also keeps each version's state.
+/// Which floor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Floor {
+    /// The bare transition of the issue, a pool statement each.
     Bare,
+    /// The same, the transition row keeping the version's state too.
     KeepingState,
+    /// The bare transition on one connection held for the whole run (PostgreSQL, one run):
+    /// what the statement costs without the pool's ping when a connection is handed out
+    /// and when it is given back, which the store's own commit connections avoid too.
+    HeldConnection,
+}
+
+impl Floor {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Bare => "floor",
+            Self::KeepingState => "floor keeping state",
+            Self::HeldConnection => "floor on a held connection",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Bare => "",
+            Self::KeepingState => "k",
+            Self::HeldConnection => "h",
+        }
+    }
 }
 
 async fn pg_floor(store: &PgStore, runs: u64, steps: u64, tag: &str, floor: Floor) -> Figures {
@@ -358,21 +382,32 @@ async fn pg_floor(store: &PgStore, runs: u64, steps: u64, tag: &str, floor: Floo
             .expect("floor insert");
     }
     let tag = tag.to_owned();
+    let held = if floor == Floor::HeldConnection {
+        assert_eq!(runs, 1, "the held-connection floor is for one run");
+        Some(Arc::new(tokio::sync::Mutex::new(
+            pool.acquire().await.expect("a connection to hold"),
+        )))
+    } else {
+        None
+    };
     drive(runs, steps, move |r, v| {
         let pool = pool.clone();
+        let held = held.clone();
         let id = format!("{tag}-{r}");
         async move {
             let statement = match floor {
-                Floor::Bare => PG_FLOOR_STEP,
+                Floor::Bare | Floor::HeldConnection => PG_FLOOR_STEP,
                 Floor::KeepingState => PG_FLOOR_STEP_KEEPING_STATE,
             };
-            let done = sqlx::query(statement)
+            let query = sqlx::query(statement)
                 .bind(&id)
                 .bind(i64::try_from(v).unwrap_or(0))
-                .bind(state(v + 1, steps))
-                .execute(&pool)
-                .await
-                .expect("floor step");
+                .bind(state(v + 1, steps));
+            let done = match held {
+                Some(conn) => query.execute(&mut **conn.lock().await).await,
+                None => query.execute(&pool).await,
+            }
+            .expect("floor step");
             assert_eq!(done.rows_affected(), 1, "floor step lost its version");
         }
     })
@@ -490,83 +525,90 @@ const ROUNDS: usize = 5;
 
 /// The best of each measurement of one workload, and the ratios of each round.
 struct Best {
-    floor: Figures,
-    floor_keeping_state: Figures,
+    /// Each floor measured, the bare one first.
+    floors: Vec<(Floor, Figures)>,
     store: Figures,
     runner: RunnerFigures,
     /// Per round, throughput of store and runner over the bare floor's of the same round:
-    /// paired measurements minutes apart at most, so a slow spell of the machine weighs on
-    /// both sides of a ratio.
+    /// paired measurements seconds apart, so a slow spell of the machine weighs on both
+    /// sides of a ratio.
     rounds: Vec<(f64, f64)>,
 }
 
-/// Run both floors, store and runner `ROUNDS` times, rotating which goes first; the best
-/// throughput of each.
+/// Run the `floors` (the bare one first), store and runner `ROUNDS` times, rotating which
+/// goes first; the best throughput of each.
 async fn best_of_rotations(
     transitions: u64,
+    floors: &[Floor],
     floor: impl AsyncFn(usize, Floor) -> Figures,
     store: impl AsyncFn(usize) -> Figures,
     runner: impl AsyncFn(usize) -> RunnerFigures,
 ) -> Best {
-    let mut best: [Option<Figures>; 3] = [None; 3];
+    let sides = floors.len() + 2;
+    let (store_side, runner_side) = (floors.len(), floors.len() + 1);
+    let mut best: Vec<Option<Figures>> = vec![None; sides];
     let mut best_runner: Option<RunnerFigures> = None;
     let mut rounds = Vec::new();
     for round in 0..ROUNDS {
-        let mut this_round = [0.0_f64; 4];
-        for which in 0..4 {
+        let mut this_round = vec![0.0_f64; sides];
+        for which in 0..sides {
             let before = CpuClock::now();
-            let slot = (round + which) % 4;
-            let measured = match slot {
-                0 => floor(round, Floor::Bare).await,
-                1 => floor(round, Floor::KeepingState).await,
-                2 => store(round).await,
-                _ => {
-                    let mut r = runner(round).await;
-                    r.steps.cpu = CpuClock::since(before, transitions);
-                    this_round[3] = r.steps.per_sec;
-                    if best_runner.is_none_or(|b| r.steps.per_sec > b.steps.per_sec) {
-                        best_runner = Some(r);
-                    }
-                    continue;
+            let side = (round + which) % sides;
+            let measured = if side == runner_side {
+                let mut r = runner(round).await;
+                r.steps.cpu = CpuClock::since(before, transitions);
+                this_round[side] = r.steps.per_sec;
+                if best_runner.is_none_or(|b| r.steps.per_sec > b.steps.per_sec) {
+                    best_runner = Some(r);
                 }
+                continue;
+            } else if side == store_side {
+                store(round).await
+            } else {
+                floor(round, floors[side]).await
             };
             let f = Figures {
                 cpu: CpuClock::since(before, transitions),
                 ..measured
             };
-            this_round[slot] = f.per_sec;
-            if best[slot].is_none_or(|b| f.per_sec > b.per_sec) {
-                best[slot] = Some(f);
+            this_round[side] = f.per_sec;
+            if best[side].is_none_or(|b| f.per_sec > b.per_sec) {
+                best[side] = Some(f);
             }
         }
-        rounds.push((this_round[2] / this_round[0], this_round[3] / this_round[0]));
+        rounds.push((
+            this_round[store_side] / this_round[0],
+            this_round[runner_side] / this_round[0],
+        ));
     }
-    let [floor, floor_keeping_state, store] = best.map(|b| b.expect("measured"));
+    // The runner's side keeps its own best (with its commit figures).
+    let best: Vec<Figures> = best[..=store_side]
+        .iter()
+        .map(|b| b.expect("measured"))
+        .collect();
     Best {
-        floor,
-        floor_keeping_state,
-        store,
+        floors: floors.iter().copied().zip(best.iter().copied()).collect(),
+        store: best[store_side],
         runner: best_runner.expect("measured"),
         rounds,
     }
 }
 
-/// Both floors, store and runner on one backend, `runs` runs of `steps` steps each, in
+/// The `floors`, store and runner on one backend, `runs` runs of `steps` steps each, in
 /// rotated rounds (see [`best_of_rotations`]). `prefix` keeps the run ids of the phases apart.
 async fn measure(
     store: &Arc<dyn Store>,
     runs: u64,
     steps: u64,
     prefix: &str,
+    floors: &[Floor],
     floor: impl AsyncFn(u64, u64, &str, Floor) -> Figures,
 ) -> Best {
     best_of_rotations(
         runs * steps,
+        floors,
         async |round: usize, kind: Floor| {
-            let tag = match kind {
-                Floor::Bare => format!("f{prefix}{round}"),
-                Floor::KeepingState => format!("f{prefix}k{round}"),
-            };
+            let tag = format!("f{prefix}{}{round}", kind.tag());
             floor(runs, steps, &tag, kind).await
         },
         async |round: usize| {
@@ -595,30 +637,27 @@ fn row(label: &str, f: Figures) {
 /// The rows and ratios of one backend.
 fn report(store: &str, sequential: &Best, concurrent: &Best) {
     for (label, b) in [("sequential", sequential), ("64 concurrent", concurrent)] {
-        row(&format!("floor, {label}"), b.floor);
-        row(
-            &format!("floor keeping state, {label}"),
-            b.floor_keeping_state,
-        );
+        for (floor, f) in &b.floors {
+            row(&format!("{}, {label}", floor.label()), *f);
+        }
         row(&format!("{store}, {label}"), b.store);
         row(&format!("Runner step, {label}"), b.runner.steps);
         row("  of which commit_step", b.runner.commits);
-        ratio(&format!("ratio store/floor, {label}"), b.store, b.floor);
+        let bare = b.floors[0].1;
+        ratio(&format!("ratio store/floor, {label}"), b.store, bare);
         ratio(
             &format!("ratio runner/floor, {label}"),
             b.runner.steps,
-            b.floor,
+            bare,
         );
-        ratio(
-            "  vs floor keeping state: store",
-            b.store,
-            b.floor_keeping_state,
-        );
-        ratio(
-            "  vs floor keeping state: runner",
-            b.runner.steps,
-            b.floor_keeping_state,
-        );
+        for (floor, f) in &b.floors[1..] {
+            ratio(&format!("  vs {}: store", floor.label()), b.store, *f);
+            ratio(
+                &format!("  vs {}: runner", floor.label()),
+                b.runner.steps,
+                *f,
+            );
+        }
         let (store, runner): (Vec<f64>, Vec<f64>) = b.rounds.iter().copied().unzip();
         println!(
             "  {:<34} store {} · runner {}",
@@ -761,10 +800,26 @@ async fn main() {
     let pg_floor = async |runs: u64, steps: u64, tag: &str, floor: Floor| {
         pg_floor(&pg, runs, steps, tag, floor).await
     };
-    let sequential = measure(&pg_dyn, 1, SEQ_STEPS, "s", pg_floor).await;
+    let sequential = measure(
+        &pg_dyn,
+        1,
+        SEQ_STEPS,
+        "s",
+        &[Floor::Bare, Floor::KeepingState, Floor::HeldConnection],
+        pg_floor,
+    )
+    .await;
     let grouped_before = pg.group_commit_stats();
     let waited_sequential = grouped_before.waited;
-    let concurrent = measure(&pg_dyn, CONCURRENT_RUNS, CONCURRENT_STEPS, "c", pg_floor).await;
+    let concurrent = measure(
+        &pg_dyn,
+        CONCURRENT_RUNS,
+        CONCURRENT_STEPS,
+        "c",
+        &[Floor::Bare, Floor::KeepingState],
+        pg_floor,
+    )
+    .await;
     let grouped = pg.group_commit_stats();
     report("PgStore::commit_step", &sequential, &concurrent);
 
@@ -809,12 +864,14 @@ async fn main() {
     let lite_floor = async |runs: u64, steps: u64, tag: &str, floor: Floor| {
         sqlite_floor(&lite, runs, steps, tag, floor).await
     };
-    let sequential = measure(&lite_dyn, 1, SEQ_STEPS, "s", lite_floor).await;
+    let floors = [Floor::Bare, Floor::KeepingState];
+    let sequential = measure(&lite_dyn, 1, SEQ_STEPS, "s", &floors, lite_floor).await;
     let concurrent = measure(
         &lite_dyn,
         CONCURRENT_RUNS,
         CONCURRENT_STEPS,
         "c",
+        &floors,
         lite_floor,
     )
     .await;

@@ -25,15 +25,21 @@
 //! - **Cancelled callers.** A queued commit whose caller stopped waiting is dropped
 //!   unsent. The statements run in tasks of their own, so a caller that stops waiting
 //!   does not cancel the others' commits.
+//!
+//! Commit statements run on connections of their own, outside the pool, one per slot at
+//! most ([`CommitConnections`]): sqlx pings a pooled connection when it is handed out and
+//! again when it is given back, which would make each commit three round trips instead
+//! of one.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use agent_core::store::{Millis, StoreError};
 use serde_json::Value;
-use sqlx::postgres::PgPool;
-use sqlx::{Postgres, Row};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use sqlx::{Connection, Postgres, Row};
 use tokio::sync::oneshot;
 
 use crate::{db_err, sql};
@@ -107,9 +113,73 @@ struct Queue {
     in_flight: usize,
 }
 
+/// A commit connection idle longer than this is pinged before its next statement (the
+/// server may have restarted or dropped it meanwhile); one in use more often is not.
+const CHECK_AFTER_IDLE: Duration = Duration::from_secs(2);
+
+/// A commit connection is closed and replaced after this long, as the pool does with its
+/// own (`max_lifetime`), so that the server side does not grow without end.
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
+
+/// The connections commit statements run on, outside the pool: at most one per commit
+/// slot, opened when first needed, kept between statements. A connection whose statement
+/// failed other than by the server's refusal is dropped, not reused; so is every one of
+/// them once the pool is closed (the store is shutting down).
+pub(crate) struct CommitConnections {
+    options: PgConnectOptions,
+    /// The idle ones: the connection, when it was opened, when it was last used.
+    idle: Mutex<Vec<(PgConnection, Instant, Instant)>>,
+}
+
+impl CommitConnections {
+    pub(crate) fn new(options: PgConnectOptions) -> Self {
+        Self {
+            options,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An idle connection that is still good, or a new one.
+    async fn take(&self, pool: &PgPool) -> Result<(PgConnection, Instant), sqlx::Error> {
+        if pool.is_closed() {
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+            return Err(sqlx::Error::PoolClosed);
+        }
+        let kept = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        if let Some((mut conn, opened, used)) = kept
+            && opened.elapsed() < MAX_CONNECTION_AGE
+            && (used.elapsed() < CHECK_AFTER_IDLE || conn.ping().await.is_ok())
+        {
+            return Ok((conn, opened));
+        }
+        Ok((
+            PgConnection::connect_with(&self.options).await?,
+            Instant::now(),
+        ))
+    }
+
+    /// Keep `conn` for the next statement, unless `outcome` says it may be broken.
+    fn give_back<T>(&self, conn: PgConnection, opened: Instant, outcome: &Result<T, sqlx::Error>) {
+        if matches!(outcome, Ok(_) | Err(sqlx::Error::Database(_))) {
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((conn, opened, Instant::now()));
+        }
+    }
+}
+
 /// The group-commit state of one store.
 pub(crate) struct GroupCommit {
     pool: PgPool,
+    connections: CommitConnections,
     queue: Mutex<Queue>,
     /// Commit statements allowed in flight at once.
     pub max_in_flight: usize,
@@ -132,9 +202,15 @@ impl std::fmt::Debug for GroupCommit {
 }
 
 impl GroupCommit {
-    pub(crate) fn new(pool: PgPool, max_in_flight: usize, max_batch: usize) -> Self {
+    pub(crate) fn new(
+        pool: PgPool,
+        options: PgConnectOptions,
+        max_in_flight: usize,
+        max_batch: usize,
+    ) -> Self {
         Self {
             pool,
+            connections: CommitConnections::new(options),
             queue: Mutex::new(Queue::default()),
             max_in_flight: max_in_flight.max(1),
             max_batch: max_batch.max(1),
@@ -285,7 +361,7 @@ impl GroupCommit {
     async fn one(&self, row: &CommitRow) -> Outcome {
         self.statements.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let returned = sqlx::query(sql::COMMIT_STEP)
+        let query = sqlx::query(sql::COMMIT_STEP)
             .bind(&row.run_id)
             .bind(row.epoch)
             .bind(row.expected)
@@ -301,11 +377,12 @@ impl GroupCommit {
             .bind(row.patch_bytes)
             .bind(row.kind)
             .bind(row.payload_kind)
-            .bind(&row.patch)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
+            .bind(&row.patch);
+        let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
+        let returned = query.fetch_optional(&mut conn).await;
+        self.connections.give_back(conn, opened, &returned);
         returned
+            .map_err(db_err)?
             .map(|r| applied(&r))
             .transpose()
             .map_err(|e| crate::corrupt(&row.run_id, e))
@@ -317,7 +394,7 @@ impl GroupCommit {
         self.commits
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let rows = || batch.iter().map(|q| &q.row);
-        let returned = sqlx::query::<Postgres>(sql::COMMIT_STEPS)
+        let query = sqlx::query::<Postgres>(sql::COMMIT_STEPS)
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.epoch).collect::<Vec<_>>())
             .bind(rows().map(|r| r.expected).collect::<Vec<_>>())
@@ -337,9 +414,11 @@ impl GroupCommit {
             .bind(rows().map(|r| r.patch_bytes).collect::<Vec<_>>())
             .bind(rows().map(|r| r.kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.payload_kind).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.patch.as_ref()).collect::<Vec<_>>())
-            .fetch_all(&self.pool)
-            .await?;
+            .bind(rows().map(|r| r.patch.as_ref()).collect::<Vec<_>>());
+        let (mut conn, opened) = self.connections.take(&self.pool).await?;
+        let returned = query.fetch_all(&mut conn).await;
+        self.connections.give_back(conn, opened, &returned);
+        let returned = returned?;
         let mut outcomes: Vec<Option<Applied>> = batch.iter().map(|_| None).collect();
         for r in &returned {
             let n: i64 = r.try_get("n")?;

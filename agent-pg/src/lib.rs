@@ -75,9 +75,19 @@
 //!
 //! [`PgStore::with_group_commit`] sets both bounds (`per_statement = 1` turns grouping off);
 //! [`PgStore::group_commit_stats`] says how many commits went in how many statements.
-//! Commits that consume a signal are always a statement of their own. With 64 runs in
-//! flight on a 2-core machine, grouping carried about 10 commits per statement and doubled
-//! the commits per second (BENCHMARKS.md, "Group commit").
+//! Commits that consume a signal are always a statement of their own.
+//!
+//! Commit statements run on connections of the store's own, outside the pool: one per
+//! slot at most, opened when first needed and kept. Through the pool, sqlx pings a
+//! connection when it hands it out and again when it is given back, so every commit would
+//! cost three round trips. A kept connection idle for over two seconds is pinged before
+//! use; one whose statement failed for any reason but the server's refusal is dropped and
+//! replaced; all of them are dropped, and commits refused as
+//! [`StoreError::Unavailable`], once the pool is closed.
+//!
+//! On a 2-core machine with 64 runs in flight, grouping carried about 10 commits per
+//! statement, and commits per second were about 2.5 times the bare SQL's through the pool;
+//! one run stepping alone committed as fast as the bare SQL (BENCHMARKS.md, "Group commit").
 //!
 //! ## Feature flags
 //!
@@ -89,7 +99,11 @@
 //! longer sets `TCP_NODELAY`, and the handshake's small writes wait for delayed ACKs
 //! (transact-rs/sqlx#4335, fixed upstream but not released). The pool keeps its
 //! connections, so a running worker does not notice. A worker process that restarts does:
-//! it opens a connection to migrate, then one per run in flight. On one host, a Unix socket
+//! it opens a connection to migrate, then one per run in flight.
+//!
+//! Besides its pool, a store opens up to [`COMMITS_IN_FLIGHT`] connections of its own for
+//! commit statements (see "Group commit"); count them when sizing the server's
+//! `max_connections`. On one host, a Unix socket
 //! (`postgres://user@localhost/db?host=/var/run/postgresql`) or `sslmode=disable` avoids it.
 
 use std::str::FromStr;
@@ -159,6 +173,8 @@ pub struct PgStore {
     work: Arc<Notify>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
     group: Arc<GroupCommit>,
+    /// How the pool connects; the group commit opens its connections the same way.
+    options: PgConnectOptions,
 }
 
 impl Drop for PgStore {
@@ -212,15 +228,17 @@ impl PgStore {
             .application_name(&format!("agent-pg/{schema}"));
         let pool = pool
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(PgSetupError::Connect)?;
         Ok(Self {
             group: Arc::new(GroupCommit::new(
                 pool.clone(),
+                options.clone(),
                 COMMITS_IN_FLIGHT,
                 COMMITS_PER_STATEMENT,
             )),
+            options,
             pool,
             schema: schema.to_owned(),
             channel: format!("agent_work_{schema}"),
@@ -266,6 +284,7 @@ impl PgStore {
     pub fn with_group_commit(mut self, in_flight: usize, per_statement: usize) -> Self {
         self.group = Arc::new(GroupCommit::new(
             self.pool.clone(),
+            self.options.clone(),
             in_flight,
             per_statement,
         ));

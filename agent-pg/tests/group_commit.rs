@@ -313,3 +313,25 @@ async fn two_queued_commits_of_one_run_at_one_version_apply_once() {
     assert_eq!((stats.statements, stats.commits), (3, 3));
     common::drop_store(store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_stop_when_the_pool_is_closed() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let lease = claimed(&store, "closing").await;
+    store
+        .commit_step(&lease, &step(0, "before"))
+        .await
+        .expect("a commit opens the store's commit connection");
+    store.pool().close().await;
+    let refused = store.commit_step(&lease, &step(1, "after")).await;
+    assert!(
+        matches!(refused, Err(StoreError::Unavailable(_))),
+        "a closed store must not commit on its own connections: {refused:?}"
+    );
+    let url = common::database_url().unwrap();
+    let other = PgStore::connect(&url, store.schema()).await.expect("connect");
+    assert_eq!(state_of(&other, "closing").await.0, 1);
+    common::drop_store(Arc::new(other)).await;
+}
