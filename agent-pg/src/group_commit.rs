@@ -432,7 +432,8 @@ impl GroupCommit {
     }
 }
 
-fn applied(row: &sqlx::postgres::PgRow) -> Result<Applied, sqlx::Error> {
+/// What a commit statement returned for one applied commit.
+pub(crate) fn applied(row: &sqlx::postgres::PgRow) -> Result<Applied, sqlx::Error> {
     Ok(Applied {
         lease_owner: row.try_get("lease_owner")?,
         lease_expires_at: row.try_get("lease_expires_at")?,

@@ -99,12 +99,12 @@
 //! longer sets `TCP_NODELAY`, and the handshake's small writes wait for delayed ACKs
 //! (transact-rs/sqlx#4335, fixed upstream but not released). The pool keeps its
 //! connections, so a running worker does not notice. A worker process that restarts does:
-//! it opens a connection to migrate, then one per run in flight.
+//! it opens a connection to migrate, then one per run in flight. On one host, a Unix socket
+//! (`postgres://user@localhost/db?host=/var/run/postgresql`) or `sslmode=disable` avoids it.
 //!
 //! Besides its pool, a store opens up to [`COMMITS_IN_FLIGHT`] connections of its own for
 //! commit statements (see "Group commit"); count them when sizing the server's
-//! `max_connections`. On one host, a Unix socket
-//! (`postgres://user@localhost/db?host=/var/run/postgresql`) or `sslmode=disable` avoids it.
+//! `max_connections`.
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -987,15 +987,9 @@ impl Store for PgStore {
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(db_err)?;
-                let c = |e: sqlx::Error| corrupt(run_id, e);
-                row.map(|r| -> Result<_, StoreError> {
-                    Ok(group_commit::Applied {
-                        lease_owner: r.try_get("lease_owner").map_err(c)?,
-                        lease_expires_at: r.try_get("lease_expires_at").map_err(c)?,
-                        updated_at: r.try_get("updated_at").map_err(c)?,
-                    })
-                })
-                .transpose()?
+                row.map(|r| group_commit::applied(&r))
+                    .transpose()
+                    .map_err(|e| corrupt(run_id, e))?
             }
             None => {
                 self.group

@@ -331,7 +331,9 @@ async fn commits_stop_when_the_pool_is_closed() {
         "a closed store must not commit on its own connections: {refused:?}"
     );
     let url = common::database_url().unwrap();
-    let other = PgStore::connect(&url, store.schema()).await.expect("connect");
+    let other = PgStore::connect(&url, store.schema())
+        .await
+        .expect("connect");
     assert_eq!(state_of(&other, "closing").await.0, 1);
     common::drop_store(Arc::new(other)).await;
 }
