@@ -843,24 +843,38 @@ impl Store for SqliteStore {
         // The run row keeps the state of the latest snapshot only; a snapshot's payload is
         // that same state, serialized once for both rows.
         let snapshot_state = payload.is_snapshot().then_some(body.as_str());
-        let updated = sqlx::query(sql::COMMIT_RUN)
-            .bind(run_id)
-            .bind(to_i64(version))
-            .bind(&commit.to_state)
-            .bind(snapshot_state)
-            .bind(commit.status.as_str())
-            .bind(&commit.waiting_for)
-            .bind(commit.wake_at)
-            .bind(commit.error.as_ref().map(|e| e.code.as_str()))
-            .bind(commit.error.as_ref().map(|e| e.message.as_str()))
-            .bind(&hash)
-            .bind(to_i64(patch_bytes))
-            .bind(now)
-            .bind(to_i64(lease.epoch))
-            .bind(to_i64(commit.expected_version))
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?;
+        let update = |statement| {
+            sqlx::query(statement)
+                .bind(run_id)
+                .bind(to_i64(version))
+                .bind(&commit.to_state)
+                .bind(snapshot_state)
+                .bind(commit.status.as_str())
+                .bind(&commit.waiting_for)
+                .bind(commit.wake_at)
+                .bind(commit.error.as_ref().map(|e| e.code.as_str()))
+                .bind(commit.error.as_ref().map(|e| e.message.as_str()))
+                .bind(&hash)
+                .bind(to_i64(patch_bytes))
+                .bind(now)
+                .bind(to_i64(lease.epoch))
+                .bind(to_i64(commit.expected_version))
+        };
+        // Most steps keep the run's status: a statement that leaves the indexed status
+        // and lease columns alone, then the full one if the stored status differs.
+        let mut updated = None;
+        if commit.status == head.record.status && !commit.status.is_final() {
+            updated = update(sql::COMMIT_RUN_SAME_STATUS)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        if updated.is_none() {
+            updated = update(sql::COMMIT_RUN)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
         let Some(updated) = updated else {
             // The cached head is one the run has moved past (another store on the same
             // file wrote since): nothing was written. Say why from the stored head.

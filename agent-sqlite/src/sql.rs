@@ -138,6 +138,20 @@ pub const COMMIT_RUN: &str = concat!(
      WHERE id = $1 AND epoch = $13 AND version = $14 RETURNING lease_owner, lease_expires_at"
 );
 
+/// [`COMMIT_RUN`] for a commit that keeps the run's status (not a final one), the common
+/// step: it leaves `status` and the lease columns out of the `SET`, because SQLite updates
+/// an index whenever a column it covers is assigned, even to the same value (`runs_status`,
+/// `runs_claimable`, `runs_lease_owner`). `status = $5` joins the compare-and-set: when the
+/// stored status is not the one the commit keeps, nothing is written and [`COMMIT_RUN`]
+/// decides.
+pub const COMMIT_RUN_SAME_STATUS: &str = "UPDATE runs SET version = $2, state_name = $3, \
+     state = COALESCE($4, state), \
+     snapshot_version = CASE WHEN $4 IS NULL THEN snapshot_version ELSE $2 END, \
+     waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
+     claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12 \
+     WHERE id = $1 AND epoch = $13 AND version = $14 AND status = $5 \
+     RETURNING lease_owner, lease_expires_at";
+
 pub const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version = $2 WHERE id = $1";
 
 pub const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \

@@ -3,15 +3,16 @@
 //! commit's compare-and-set on version and epoch refuses it: nothing is written, and the
 //! answer says why.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_core::conformance::store_checks::step;
-use agent_core::store::{NewRun, Store, StoreError};
+use agent_core::store::{NewRun, RunStatus, Store, StoreError};
 use agent_sqlite::SqliteStore;
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
+/// Two stores on one new file, holding run `r` at version 0.
+async fn two_stores() -> (SqliteStore, SqliteStore, PathBuf) {
     let dir = std::env::temp_dir().join("agent-sqlite-tests");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
@@ -26,6 +27,22 @@ async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
     })
     .await
     .unwrap();
+    (a, b, path)
+}
+
+async fn close(a: SqliteStore, b: SqliteStore, path: &Path) {
+    a.close().await;
+    b.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.to_path_buf().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
+    let (a, b, path) = two_stores().await;
     let hour = Duration::from_secs(3600);
     let (lease, _) = a.claim_run("r", "w", hour).await.unwrap().unwrap();
 
@@ -73,11 +90,36 @@ async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
         .map(|t| t.version)
         .collect();
     assert_eq!(versions, [0, 1, 2, 3]);
-    a.close().await;
-    b.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.clone().into_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(p);
-    }
+    close(a, b, &path).await;
+}
+
+/// The common step leaves the run's status alone (a cheaper statement); when the stored
+/// status is no longer the remembered one, the commit still writes the status it carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_writes_its_status_when_the_stored_one_moved() {
+    let (a, b, path) = two_stores().await;
+    // A short lease, so that another store may change the status once it ran out.
+    let (lease, _) = a
+        .claim_run("r", "w", Duration::from_millis(100))
+        .await
+        .unwrap()
+        .unwrap();
+    a.commit_step(&lease, &step(0, json!({ "n": 1 })))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.set_status("r", RunStatus::Waiting, None).await.unwrap();
+    // `a` remembers `Running` at version 1; nobody claimed the run since, so its lease's
+    // epoch is still current.
+    let committed = a
+        .commit_step(&lease, &step(1, json!({ "n": 2 })))
+        .await
+        .unwrap();
+    assert_eq!(committed.status, RunStatus::Running);
+    let run = b.load_run("r").await.unwrap().unwrap();
+    assert_eq!(
+        (run.version, run.status, run.state),
+        (2, RunStatus::Running, json!({ "n": 2 }))
+    );
+    close(a, b, &path).await;
 }
