@@ -7,12 +7,13 @@
 //! ```
 //!
 //! - **floor**: one transition as bare SQL through sqlx, no framework: the update of the run
-//!   row with the version check plus the insert of the transition record, as one statement
-//!   (a CTE, one round trip) on PostgreSQL, and as one `BEGIN IMMEDIATE` transaction on SQLite.
-//!   On PostgreSQL also a **floor keeping state**: the same, with the transition record
-//!   holding the version's state as well, which is what the store must write (every version
-//!   of a run's state is kept), so the ratios against it show the framework's own cost.
-//!   All of them write the state the runner writes, byte for byte (see [`state`]).
+//!   row with the version check plus the insert of the transition record, as one pool
+//!   statement (a CTE, one round trip) on PostgreSQL, and as one `BEGIN IMMEDIATE`
+//!   transaction on SQLite. Also a **floor keeping state**: the same, with the transition
+//!   record holding the version's state as well, as the store must (every version of a
+//!   run's state is kept). On PostgreSQL, sequentially, also a **floor on a held
+//!   connection**: the bare statement without the pool's pings (see [`Floor`]). All of them
+//!   write the state the runner writes, byte for byte (see [`state`]).
 //! - **store**: `Store::commit_step` under a lease (compare-and-set on version and epoch,
 //!   JSON-Patch delta or snapshot, hash-chained transition record).
 //! - **runner**: whole steps through `agent_core::runner::Runner`: load and check the state,
@@ -21,11 +22,16 @@
 //!
 //! Each is measured for one run stepping sequentially and for 64 runs stepping concurrently
 //! (one task per run), on the same database, with the same state (a small cart that changes
-//! every step): three times, in an order rotated every round, keeping the best of each. Each
-//! row also gives the CPU time per transition of this process (the worker's side: framework,
-//! sqlx, TLS) and of the PostgreSQL server's processes when the server runs on this machine,
-//! which is steadier than throughput on a busy machine and says where the time goes. Then bytes per step as a run grows to 1,000 steps with a state that gains
-//! one item per step.
+//! every step): five times, in an order rotated every round. Printed: the best of each, the
+//! ratios of the bests, and the median and range of the per-round ratios (each round's
+//! store or runner over the same round's floor). Each row also gives the CPU time per
+//! transition of this process (the worker's side: framework, sqlx, TLS) and of the
+//! PostgreSQL server's processes when the server runs on this machine, which is steadier
+//! than throughput on a busy machine and says where the time goes. Then bytes per step as
+//! a run grows to 1,000 steps with a state that gains one item per step.
+//!
+//! `BENCH_GROUP_COMMIT=in_flight,per_statement` sets the store's group commit
+//! (`PgStore::with_group_commit`) to compare settings.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
