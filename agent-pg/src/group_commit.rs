@@ -347,7 +347,8 @@ impl GroupCommit {
                     let _ = q.reply.send(outcome);
                 }
             }
-            // The connection failed: the statement may or may not have been applied.
+            // The connection failed, or the answer did not read: the statement may or may
+            // not have been applied, so each caller resolves it by re-reading.
             Err(e) => {
                 let error = db_err(e);
                 for q in batch {
