@@ -9,9 +9,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::store::{
-    Lease, NewRun, RunRecord, RunStatus, StepCommit, Store, StoreError, TransitionKind,
-};
+use agent_core::conformance::store_checks;
+use agent_core::store::{Lease, NewRun, RunRecord, StepCommit, Store, StoreError};
 use agent_pg::{GroupCommitStats, PgStore};
 use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
@@ -51,19 +50,9 @@ async fn claimed(store: &PgStore, id: &str) -> Lease {
         .0
 }
 
+/// A step to version `expected + 1` whose state holds `cart`.
 fn step(expected: u64, cart: &str) -> StepCommit {
-    StepCommit {
-        expected_version: expected,
-        from_state: "Browsing".into(),
-        to_state: "Browsing".into(),
-        state: json!({ "cart": [cart] }),
-        kind: TransitionKind::Step,
-        status: RunStatus::Running,
-        waiting_for: None,
-        wake_at: None,
-        error: None,
-        consumed_signal: None,
-    }
+    store_checks::step(expected, json!({ "cart": [cart] }))
 }
 
 fn spawn_commit(
