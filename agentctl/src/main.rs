@@ -9,7 +9,6 @@ mod commands;
 mod error;
 mod output;
 mod store;
-mod verify;
 
 use std::process::ExitCode;
 

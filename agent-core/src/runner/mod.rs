@@ -13,6 +13,7 @@
 //!        ─► commit (CAS version+epoch) ─► next step … ─► terminal / waiting / compensating
 //! ```
 
+mod cx;
 mod faults;
 mod route;
 mod saga;
@@ -185,6 +186,18 @@ pub enum StepOutcome {
     Waiting(RunRecord),
     /// The run is final (completed, compensated, failed, quarantined, dead-lettered).
     Finished(RunRecord),
+}
+
+impl StepOutcome {
+    /// The outcome of a committed step. A run that just entered a waiting state is reported
+    /// as committed, so the next step looks for a signal that may already be there.
+    pub(crate) fn after_commit(record: RunRecord) -> Self {
+        if record.status.is_final() {
+            Self::Finished(record)
+        } else {
+            Self::Committed(record)
+        }
+    }
 }
 
 impl<A, H> Runner<A, H>

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
 
-use super::step::StepCx;
+use super::cx::StepCx;
 use super::{FaultPoint, RunnerError};
 use crate::agent::StepError;
 use crate::router::{

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use tracing::Instrument;
 
-use super::step::{StepCx, outcome, with_heartbeat};
+use super::cx::{StepCx, with_heartbeat};
 use super::{Runner, RunnerError, StepOutcome};
 use crate::agent::{Agent, Handle};
 use crate::graph::StateDescription;
@@ -116,7 +116,7 @@ where
             let record = runner
                 .commit_status(lease, &record, RunStatus::DeadLettered, Some(error))
                 .await?;
-            return Ok(outcome(record));
+            return Ok(StepOutcome::after_commit(record));
         }
     }
     let status = if desc.terminal || record.error.is_some() {
@@ -126,5 +126,5 @@ where
     };
     let error = record.error.clone();
     let record = runner.commit_status(lease, &record, status, error).await?;
-    Ok(outcome(record))
+    Ok(StepOutcome::after_commit(record))
 }

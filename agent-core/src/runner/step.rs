@@ -1,575 +1,19 @@
-//! One step: the journaled tool path, the handler call, and the commit.
+//! One step: run the handler (after the router loop in a `route = llm` state, or the
+//! saga in a compensating run), then commit the transition it returned.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::Value;
-use tracing::{Instrument, info_span};
 
-use super::{
-    FaultPoint, Inner, Runner, RunnerError, StepOutcome, keyed, renew_if_due, route, saga,
-};
-use crate::agent::{Agent, Failure, Handle, StepError, StepIo, Wake};
+use super::cx::{StepCx, with_heartbeat};
+use super::{Runner, RunnerError, StepOutcome, route, saga};
+use crate::agent::{Agent, Failure, Handle, StepError, Wake};
 use crate::graph::{Routing, StateDescription};
 use crate::store::{
-    CallStatus, EntryKind, JournalEntry, Lease, Millis, RunError, RunRecord, RunStatus, StepCommit,
-    StoreError, TransitionKind, idempotency_key, input_hash, now_ms,
+    EntryKind, JournalEntry, Lease, Millis, RunError, RunRecord, RunStatus, StepCommit, StoreError,
+    TransitionKind, now_ms,
 };
-use crate::tool::{DynTool, ErrorClass, ToolContext, ToolError, ToolKind};
-
-/// The runner's side of one step, shared by the handler (through `Ctx`), the router loop
-/// and the journal.
-pub(crate) struct StepCx<'r> {
-    pub(crate) inner: &'r Inner,
-    pub(crate) run_id: String,
-    pub(crate) version: u64,
-    pub(crate) state: &'r StateDescription,
-    /// The typed state as stored (for the router's prompt).
-    pub(crate) state_data: &'r Value,
-    lease: Mutex<Lease>,
-    /// Entries already journaled at this version (a resumed step replays them).
-    journal: Mutex<BTreeMap<u32, JournalEntry>>,
-    /// Successful read results of the whole run, by (tool, input hash); loaded on first use.
-    read_cache: tokio::sync::Mutex<Option<HashMap<(String, String), Value>>>,
-    /// Tools switched off in the registry; loaded on the first tool call of the step.
-    switches: tokio::sync::Mutex<Option<std::collections::HashSet<String>>>,
-    seq: AtomicU32,
-    tool_calls: AtomicU32,
-    /// In an LLM-routed state: the transition the router chose, set before the handler runs.
-    pub(crate) route_name: std::sync::OnceLock<String>,
-    pub(crate) route_args: std::sync::OnceLock<Value>,
-    wake: Option<Wake>,
-    /// A condition that must stop the step without committing (crash, lease lost, store down).
-    fatal: Mutex<Option<RunnerError>>,
-    /// A failure the handler must not be able to swallow (budget, nondeterminism).
-    step_error: Mutex<Option<StepError>>,
-    /// The journal contradicts the current graph: quarantine instead of committing.
-    quarantine: Mutex<Option<RunError>>,
-    interrupted: AtomicBool,
-}
-
-impl<'r> StepCx<'r> {
-    pub(crate) fn new(
-        inner: &'r Inner,
-        record: &'r RunRecord,
-        state: &'r StateDescription,
-        lease: Lease,
-        journal: BTreeMap<u32, JournalEntry>,
-        wake: Option<Wake>,
-    ) -> Self {
-        Self {
-            inner,
-            run_id: record.id.clone(),
-            version: record.version,
-            state,
-            state_data: &record.state,
-            lease: Mutex::new(lease),
-            journal: Mutex::new(journal),
-            read_cache: tokio::sync::Mutex::new(None),
-            switches: tokio::sync::Mutex::new(None),
-            seq: AtomicU32::new(0),
-            tool_calls: AtomicU32::new(0),
-            route_name: std::sync::OnceLock::new(),
-            route_args: std::sync::OnceLock::new(),
-            wake,
-            fatal: Mutex::new(None),
-            step_error: Mutex::new(None),
-            quarantine: Mutex::new(None),
-            interrupted: AtomicBool::new(false),
-        }
-    }
-
-    /// The fatal condition, if any: the step must stop without committing.
-    pub(crate) fn take_fatal(&self) -> Option<RunnerError> {
-        lock(&self.fatal).take()
-    }
-
-    pub(crate) fn next_seq(&self) -> u32 {
-        self.seq.fetch_add(1, Ordering::SeqCst)
-    }
-
-    pub(crate) fn journaled(&self, seq: u32) -> Option<JournalEntry> {
-        lock(&self.journal).get(&seq).cloned()
-    }
-
-    pub(crate) fn lease(&self) -> Lease {
-        lock(&self.lease).clone()
-    }
-
-    pub(crate) fn set_fatal(&self, e: RunnerError) {
-        self.interrupted.store(true, Ordering::SeqCst);
-        let mut f = lock(&self.fatal);
-        if f.is_none() {
-            *f = Some(e);
-        }
-    }
-
-    pub(crate) fn is_interrupted(&self) -> bool {
-        self.interrupted.load(Ordering::SeqCst)
-    }
-
-    /// Stop the step and quarantine the run: what the journal says cannot be replayed
-    /// under the current graph.
-    pub(crate) fn set_quarantine(&self, e: RunError) {
-        self.interrupted.store(true, Ordering::SeqCst);
-        let mut q = lock(&self.quarantine);
-        if q.is_none() {
-            *q = Some(e);
-        }
-    }
-
-    pub(crate) fn set_step_error(&self, e: StepError) {
-        let mut s = lock(&self.step_error);
-        if s.is_none() {
-            *s = Some(e);
-        }
-    }
-
-    fn interrupted_error() -> ToolError {
-        ToolError::permanent("the step was interrupted")
-    }
-
-    pub(crate) fn fault(&self, point: FaultPoint) -> bool {
-        match self.inner.faults.check(point, &self.run_id, self.version) {
-            Ok(()) => false,
-            Err(crash) => {
-                self.set_fatal(RunnerError::Crashed(crash));
-                true
-            }
-        }
-    }
-
-    /// Durably record an entry, fenced by the lease. A failure is fatal for the step.
-    pub(crate) async fn record(&self, entry: JournalEntry) -> bool {
-        let lease = self.lease();
-        let mut attempt = 0;
-        loop {
-            match self.inner.store.record_entry(&lease, &entry).await {
-                Ok(()) => {
-                    lock(&self.journal).insert(entry.seq, entry);
-                    return true;
-                }
-                Err(e) if e.is_transient() && attempt < self.inner.config.store_retries => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
-                }
-                Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
-                    self.set_fatal(RunnerError::LeaseLost(self.run_id.clone()));
-                    return false;
-                }
-                Err(e) => {
-                    self.set_fatal(e.into());
-                    return false;
-                }
-            }
-        }
-    }
-
-    pub(crate) async fn renew(&self) -> bool {
-        let mut lease = self.lease();
-        match renew_if_due(self.inner, &mut lease, &self.run_id, self.version).await {
-            Ok(()) => {
-                *lock(&self.lease) = lease;
-                true
-            }
-            Err(e) => {
-                self.set_fatal(e);
-                false
-            }
-        }
-    }
-
-    pub(crate) fn new_entry(
-        &self,
-        seq: u32,
-        kind: EntryKind,
-        name: &str,
-        input: Value,
-    ) -> JournalEntry {
-        let hash = input_hash(&input);
-        let mut input = input;
-        self.inner.config.redact_value(&mut input);
-        JournalEntry {
-            run_id: self.run_id.clone(),
-            version: self.version,
-            seq,
-            kind,
-            state: self.state.name.clone(),
-            name: name.to_owned(),
-            tool_kind: None,
-            input_hash: hash,
-            input,
-            idempotency_key: None,
-            status: CallStatus::Started,
-            output: None,
-            error_class: None,
-            error_code: None,
-            error_message: None,
-            attempts: 0,
-            duration_ms: 0,
-            started_at: now_ms(),
-            finished_at: None,
-        }
-    }
-
-    /// A tool call through the journal: replayed if journaled, else executed under its
-    /// policy with the deterministic idempotency key.
-    pub(crate) async fn call_tool(&self, name: &str, input: Value) -> Result<Value, ToolError> {
-        if self.is_interrupted() {
-            return Err(Self::interrupted_error());
-        }
-        let seq = self.next_seq();
-        let calls = self.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
-        if let Some(max) = self.state.max_tool_calls
-            && calls > max
-        {
-            let e = StepError::Budget(format!(
-                "state `{}` allows at most {max} tool calls per visit",
-                self.state.name
-            ));
-            self.set_step_error(e.clone());
-            return Err(ToolError::permanent(e.to_string()));
-        }
-        let legal = self.state.tools.iter().any(|t| t == name);
-        let Some(tool) = self.inner.tools.get(name).filter(|_| legal) else {
-            // Unreachable through the typed API and the validated router; refused anyway.
-            return Err(ToolError::permanent(format!(
-                "tool `{name}` is not allowed in state `{}`",
-                self.state.name
-            )));
-        };
-        let span = info_span!("tool", run_id = %self.run_id, state = %self.state.name, version = self.version, tool = name, seq);
-        self.call_at(seq, EntryKind::Tool, tool.as_ref(), input)
-            .instrument(span)
-            .await
-    }
-
-    /// Execute (or replay) `tool` as journal entry `seq`.
-    pub(crate) async fn call_at(
-        &self,
-        seq: u32,
-        kind: EntryKind,
-        tool: &dyn DynTool,
-        input: Value,
-    ) -> Result<Value, ToolError> {
-        let name = tool.name();
-        let hash = input_hash(&input);
-        let mut prior_attempts = 0;
-        if let Some(e) = self.journaled(seq) {
-            if e.name != name || e.input_hash != hash {
-                let err = StepError::Handler(format!(
-                    "nondeterministic step: call #{seq} was `{}` with input {}, now `{name}` with input {}; \
-                     handlers must make the same calls in the same order when resumed",
-                    e.name,
-                    &e.input_hash[..12],
-                    &hash[..12]
-                ));
-                self.set_step_error(err.clone());
-                return Err(ToolError::permanent(err.to_string()));
-            }
-            match e.status {
-                CallStatus::Succeeded => return Ok(e.output.unwrap_or(Value::Null)),
-                // A failed compensation is retried on resume (same key); a failed tool call is
-                // a recorded outcome that replays as it was.
-                CallStatus::Failed if kind != EntryKind::Compensation => {
-                    return Err(entry_error(&e));
-                }
-                CallStatus::Failed | CallStatus::Started => prior_attempts = e.attempts,
-            }
-        }
-        let policy = tool.policy();
-        if tool.kind() == ToolKind::Read && policy.cache && kind == EntryKind::Tool {
-            if let Some(out) = self.cached_read(name, &hash).await {
-                // Journaled as a call served from the cache (no attempt), so the audit trail
-                // and the router's view of this visit are the same on every replay.
-                let mut entry = self.new_entry(seq, kind, name, input);
-                entry.tool_kind = Some(ToolKind::Read);
-                entry.status = CallStatus::Succeeded;
-                let mut stored = out.clone();
-                self.inner.config.redact_value(&mut stored);
-                entry.output = Some(stored);
-                entry.finished_at = Some(entry.started_at);
-                if !self.record(entry).await {
-                    return Err(Self::interrupted_error());
-                }
-                return Ok(out);
-            }
-            if self.is_interrupted() {
-                return Err(Self::interrupted_error());
-            }
-        }
-        let mut entry = self.new_entry(seq, kind, name, input.clone());
-        entry.tool_kind = Some(tool.kind());
-        entry.attempts = prior_attempts;
-        if keyed(tool.kind()) || kind == EntryKind::Compensation {
-            entry.idempotency_key = Some(idempotency_key(&self.run_id, self.version, seq));
-        }
-        let enabled = match self.tool_enabled(name).await {
-            Ok(v) => v,
-            Err(e) => {
-                self.set_fatal(e.into());
-                return Err(Self::interrupted_error());
-            }
-        };
-        if !enabled {
-            let err = ToolError::disabled(format!(
-                "tool `{name}` is switched off in the tool registry"
-            ));
-            return self.finish(entry, Err(err), Instant::now()).await;
-        }
-        if entry.idempotency_key.is_some() {
-            // The audit trail shows an effect may have happened before its result is known.
-            if !self.record(entry.clone()).await {
-                return Err(Self::interrupted_error());
-            }
-            let point = if kind == EntryKind::Compensation {
-                FaultPoint::CompensationRegistered
-            } else {
-                FaultPoint::ToolSent
-            };
-            if self.fault(point) {
-                return Err(Self::interrupted_error());
-            }
-        }
-        let started = Instant::now();
-        let cx = ToolContext {
-            run_id: self.run_id.clone(),
-            state: self.state.name.clone(),
-            version: self.version,
-            call_index: seq,
-            attempt: prior_attempts + 1,
-            idempotency_key: entry.idempotency_key.clone(),
-        };
-        let result = self.attempts(tool, &input, cx, &mut entry).await;
-        if self.is_interrupted() {
-            return Err(Self::interrupted_error());
-        }
-        let point = if kind == EntryKind::Compensation {
-            FaultPoint::CompensationSent
-        } else {
-            FaultPoint::ToolAnswered
-        };
-        if self.fault(point) {
-            return Err(Self::interrupted_error());
-        }
-        self.finish(entry, result, started).await
-    }
-
-    /// Attempts under the policy: timeout per attempt, backoff with jitter, `retry-after`.
-    async fn attempts(
-        &self,
-        tool: &dyn DynTool,
-        input: &Value,
-        mut cx: ToolContext,
-        entry: &mut JournalEntry,
-    ) -> Result<Value, ToolError> {
-        let policy = tool.policy();
-        let mut attempt_in_call = 0;
-        loop {
-            attempt_in_call += 1;
-            entry.attempts += 1;
-            if !self.renew().await {
-                return Err(Self::interrupted_error());
-            }
-            let result = match tokio::time::timeout(
-                policy.timeout,
-                tool.call_json(input.clone(), &cx),
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(_) => Err(ToolError::timeout(format!(
-                    "no answer within {} ms",
-                    policy.timeout.as_millis()
-                ))),
-            };
-            match result {
-                Ok(v) => return Ok(v),
-                Err(mut e) => {
-                    e.tool = Some(tool.name().to_owned());
-                    // Many clients put credentials in their errors: scrub at the source, so
-                    // neither the journal, the handler, the router nor the logs see them.
-                    e.message = self.inner.config.redact_text(&e.message);
-                    if !e.class.is_retryable() || attempt_in_call >= policy.retry.max_attempts {
-                        return Err(e);
-                    }
-                    let wait = e.retry_after_ms.map_or_else(
-                        || policy.retry.backoff(attempt_in_call),
-                        Duration::from_millis,
-                    );
-                    tracing::debug!(error = %e, ?wait, "tool attempt failed; retrying");
-                    tokio::time::sleep(wait).await;
-                    cx.attempt += 1;
-                }
-            }
-        }
-    }
-
-    async fn finish(
-        &self,
-        mut entry: JournalEntry,
-        result: Result<Value, ToolError>,
-        started: Instant,
-    ) -> Result<Value, ToolError> {
-        // The error names its tool on every path (live, disabled, replayed), so a failure
-        // reads the same when it is replayed from the journal.
-        let result = result.map_err(|mut e| {
-            e.tool.get_or_insert_with(|| entry.name.clone());
-            e
-        });
-        entry.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        entry.finished_at = Some(now_ms());
-        match &result {
-            Ok(v) => {
-                entry.status = CallStatus::Succeeded;
-                let mut out = v.clone();
-                self.inner.config.redact_value(&mut out);
-                entry.output = Some(out);
-            }
-            Err(e) => {
-                entry.status = CallStatus::Failed;
-                entry.error_class = Some(e.class);
-                entry.error_code = Some(e.class.code().to_owned());
-                entry.error_message = Some(e.message.clone());
-            }
-        }
-        let cacheable =
-            entry.tool_kind == Some(ToolKind::Read) && entry.status == CallStatus::Succeeded;
-        let key = (entry.name.clone(), entry.input_hash.clone());
-        if !self.record(entry).await {
-            return Err(Self::interrupted_error());
-        }
-        if cacheable && let (Some(cache), Ok(v)) = (self.read_cache.lock().await.as_mut(), &result)
-        {
-            cache.insert(key, v.clone());
-        }
-        result
-    }
-
-    /// The tool registry, read once per step: a switch takes effect at the next step.
-    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
-        let mut switches = self.switches.lock().await;
-        if switches.is_none() {
-            let off = self
-                .inner
-                .store
-                .tool_switches()
-                .await?
-                .into_iter()
-                .filter(|s| !s.enabled)
-                .map(|s| s.tool)
-                .collect();
-            *switches = Some(off);
-        }
-        Ok(!switches.as_ref().is_some_and(|off| off.contains(tool)))
-    }
-
-    async fn cached_read(&self, tool: &str, hash: &str) -> Option<Value> {
-        let mut cache = self.read_cache.lock().await;
-        if cache.is_none() {
-            match self.inner.store.journal(&self.run_id, None).await {
-                Ok(entries) => {
-                    *cache = Some(
-                        entries
-                            .into_iter()
-                            .filter(|e| {
-                                e.tool_kind == Some(ToolKind::Read)
-                                    && e.status == CallStatus::Succeeded
-                                    && e.kind == EntryKind::Tool
-                            })
-                            .map(|e| ((e.name, e.input_hash), e.output.unwrap_or(Value::Null)))
-                            .collect(),
-                    );
-                }
-                Err(e) => {
-                    self.set_fatal(e.into());
-                    return None;
-                }
-            }
-        }
-        cache
-            .as_ref()
-            .and_then(|c| c.get(&(tool.to_owned(), hash.to_owned())).cloned())
-    }
-
-    /// Results of successful tool calls in this visit, oldest first, for the router's prompt.
-    pub(crate) fn results_so_far(&self) -> Vec<(u32, JournalEntry)> {
-        lock(&self.journal)
-            .iter()
-            .filter(|(_, e)| e.kind == EntryKind::Tool && e.status == CallStatus::Succeeded)
-            .map(|(s, e)| (*s, e.clone()))
-            .collect()
-    }
-}
-
-impl StepIo for StepCx<'_> {
-    fn run_id(&self) -> &str {
-        &self.run_id
-    }
-
-    fn version(&self) -> u64 {
-        self.version
-    }
-
-    fn call<'a>(
-        &'a self,
-        tool: &'static str,
-        input: Value,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(self.call_tool(tool, input))
-    }
-
-    fn route(&self) -> Option<&str> {
-        self.route_name.get().map(String::as_str)
-    }
-
-    fn route_arguments(&self) -> Option<&Value> {
-        self.route_args.get()
-    }
-
-    fn wake(&self) -> Option<Wake> {
-        self.wake.clone()
-    }
-}
-
-/// Run `work` while keeping the lease alive (a tool call or an LLM answer may take longer
-/// than the lease). `None` when the lease could not be renewed: the work is dropped at once,
-/// as a crash would drop it, and the step stops without committing.
-pub(crate) async fn with_heartbeat<F: std::future::Future>(
-    cx: &StepCx<'_>,
-    work: F,
-) -> Option<F::Output> {
-    let beat = async {
-        loop {
-            tokio::time::sleep(cx.inner.config.lease_ttl / 4).await;
-            if !cx.renew().await {
-                return;
-            }
-        }
-    };
-    tokio::select! {
-        // The step first: one that finishes without waiting never arms the timer.
-        biased;
-        out = work => Some(out),
-        () = beat => None,
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn entry_error(e: &JournalEntry) -> ToolError {
-    ToolError {
-        class: e.error_class.unwrap_or(ErrorClass::Permanent),
-        message: e.error_message.clone().unwrap_or_default(),
-        tool: Some(e.name.clone()),
-        retry_after_ms: None,
-    }
-}
 
 /// Execute one step of a claimed, checked run.
 pub(super) async fn execute<A, H>(
@@ -687,14 +131,14 @@ where
     if let Some(fatal) = cx.take_fatal() {
         return Err(fatal);
     }
-    let quarantine = lock(&cx.quarantine).take();
+    let quarantine = cx.take_quarantine();
     if let Some(error) = quarantine {
         let record = runner
             .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
             .await?;
-        return Ok(outcome(record));
+        return Ok(StepOutcome::after_commit(record));
     }
-    let result = match lock(&cx.step_error).take() {
+    let result = match cx.take_step_error() {
         Some(e) => Err(e),
         None => result,
     };
@@ -728,7 +172,7 @@ where
         consumed,
     )
     .await?;
-    Ok(outcome(record))
+    Ok(StepOutcome::after_commit(record))
 }
 
 fn wake_at(desc: &StateDescription) -> Option<Millis> {
@@ -736,16 +180,6 @@ fn wake_at(desc: &StateDescription) -> Option<Millis> {
         .as_ref()
         .and_then(|w| w.timeout_ms)
         .map(|ms| now_ms() + i64::try_from(ms).unwrap_or(i64::MAX / 4))
-}
-
-/// The outcome of a committed step. A run that just entered a waiting state is reported as
-/// committed, so the next step looks for a signal that may already be there.
-pub(super) fn outcome(record: RunRecord) -> StepOutcome {
-    if record.status.is_final() {
-        StepOutcome::Finished(record)
-    } else {
-        StepOutcome::Committed(record)
-    }
 }
 
 /// Commit the move into state `to`, with the status its role gives.
@@ -835,7 +269,7 @@ where
                 None,
             )
             .await?;
-            return Ok(outcome(record));
+            return Ok(StepOutcome::after_commit(record));
         }
         tracing::error!(target = %target, "the on_error target cannot be built from a failure; failing the run");
     }
@@ -848,7 +282,7 @@ where
     let record = runner
         .commit_status(lease, record, status, Some(error))
         .await?;
-    Ok(outcome(record))
+    Ok(StepOutcome::after_commit(record))
 }
 
 /// Build the `on_error` target's value from a failure: a unit variant, or a variant with

@@ -1,6 +1,5 @@
-//! `agentctl verify RUN`: recompute the hash chain (see [`crate::verify`]).
+//! `agentctl verify RUN`: recompute the hash chain (see `agent_core::store::verify`).
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use agent_core::store::{RunFilter, RunRecord};
@@ -9,22 +8,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Ctx;
 use crate::error::Result;
-use crate::verify::{VerifyReport, verify_chain};
+use agent_core::store::verify::{VerifyReport, verify_run};
 
 /// Verify one run from the store.
 async fn check(cx: &Ctx, run: &RunRecord) -> Result<VerifyReport> {
-    let history = cx.store.history(&run.id).await?;
-    let mut states = BTreeMap::new();
-    for t in &history {
-        if states.contains_key(&t.version) {
-            continue;
-        }
-        // A state that no longer replays (a deleted or moved delta) is reported as missing.
-        if let Ok(Some(s)) = cx.store.state_at(&run.id, t.version).await {
-            states.insert(t.version, s);
-        }
-    }
-    Ok(verify_chain(run, &history, &states))
+    Ok(verify_run(cx.store.as_ref(), run).await?)
 }
 
 /// `verify --all`: every run, with a progress bar on a terminal.

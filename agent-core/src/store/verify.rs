@@ -11,8 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use agent_core::store::{
-    ChainLink, RunRecord, StateAtVersion, TransitionRecord, legacy_transition_hash, transition_hash,
+use super::{
+    ChainLink, RunRecord, StateAtVersion, Store, StoreError, TransitionRecord,
+    legacy_transition_hash, transition_hash,
 };
 use serde::Serialize;
 
@@ -105,6 +106,26 @@ pub fn verify_chain(
     report.ok = problem.is_none();
     report.problem = problem;
     report
+}
+
+/// Read a run's history and the state at each of its versions from `store`, and check the
+/// chain. A state that no longer replays (a deleted or moved delta) is reported as missing,
+/// not as an error.
+///
+/// # Errors
+/// When the store cannot be read.
+pub async fn verify_run(store: &dyn Store, run: &RunRecord) -> Result<VerifyReport, StoreError> {
+    let history = store.history(&run.id).await?;
+    let mut states = BTreeMap::new();
+    for t in &history {
+        if states.contains_key(&t.version) {
+            continue;
+        }
+        if let Ok(Some(s)) = store.state_at(&run.id, t.version).await {
+            states.insert(t.version, s);
+        }
+    }
+    Ok(verify_chain(run, &history, &states))
 }
 
 fn check(
@@ -363,7 +384,7 @@ fn short(hash: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_core::store::{RunStatus, TransitionKind};
+    use crate::store::{RunStatus, TransitionKind};
     use serde_json::json;
 
     type Chain = (

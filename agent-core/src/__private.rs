@@ -1,0 +1,158 @@
+//! Items the derives expand to. Not public API: may change in any release.
+//!
+//! Generated code names only `::agent_core::__private::…`, so everything else can move.
+
+pub use crate::agent::{RouteChoice, StepIo};
+pub use ::core;
+pub use ::futures::future::BoxFuture;
+pub use ::serde_json;
+pub use ::std::borrow::ToOwned;
+pub use ::std::boxed::Box;
+pub use ::std::option::Option;
+pub use ::std::string::String;
+pub use ::std::sync::OnceLock;
+pub use ::std::vec;
+pub use ::std::vec::Vec;
+
+use crate::agent::{StepError, Wake};
+use crate::graph::{GraphDescription, Routing, StateDescription, ToolDescription, WaitDescription};
+use crate::tool::ToolKind;
+
+/// A state as the derive writes it: literals only, turned into a
+/// [`StateDescription`] once per process.
+#[derive(Debug)]
+pub struct StateSpec {
+    pub name: &'static str,
+    pub initial: bool,
+    pub terminal: bool,
+    pub compensate: bool,
+    pub llm: bool,
+    pub wait: Option<&'static str>,
+    pub wait_timeout_ms: Option<u64>,
+    pub to: &'static [&'static str],
+    pub on_error: Option<&'static str>,
+    pub tools: &'static [&'static str],
+    pub max_tool_calls: Option<u32>,
+    pub timeout_ms: Option<u64>,
+    pub data: &'static str,
+}
+
+/// A declared tool as the derive writes it.
+#[derive(Debug)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub kind: ToolKind,
+    pub compensation: Option<&'static str>,
+}
+
+/// An agent as the derive writes it.
+#[derive(Debug)]
+pub struct AgentSpec {
+    pub name: &'static str,
+    pub dag: bool,
+    pub max_steps: Option<u64>,
+    pub states: &'static [StateSpec],
+    pub tools: &'static [ToolSpec],
+}
+
+fn strings(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+/// The [`GraphDescription`] of a derived agent.
+#[must_use]
+pub fn graph(spec: &AgentSpec) -> GraphDescription {
+    GraphDescription {
+        agent: spec.name.to_owned(),
+        dag: spec.dag,
+        max_steps: spec.max_steps,
+        states: spec
+            .states
+            .iter()
+            .map(|s| StateDescription {
+                name: s.name.to_owned(),
+                initial: s.initial,
+                terminal: s.terminal,
+                compensate: s.compensate,
+                route: if s.llm {
+                    Routing::Llm
+                } else {
+                    Routing::Handler
+                },
+                wait: s.wait.map(|signal| WaitDescription {
+                    signal: signal.to_owned(),
+                    timeout_ms: s.wait_timeout_ms,
+                }),
+                to: strings(s.to),
+                on_error: s.on_error.map(str::to_owned),
+                tools: strings(s.tools),
+                max_tool_calls: s.max_tool_calls,
+                timeout_ms: s.timeout_ms,
+                data: s.data.to_owned(),
+            })
+            .collect(),
+        tools: spec
+            .tools
+            .iter()
+            .map(|t| ToolDescription {
+                name: t.name.to_owned(),
+                kind: t.kind,
+                compensation: t.compensation.map(str::to_owned),
+            })
+            .collect(),
+    }
+}
+
+/// The route the runner chose for an LLM-routed state, as the state's route enum.
+///
+/// # Errors
+/// [`StepError::Routing`] when there is no route or it is not a successor.
+pub fn route<R: RouteChoice>(io: &dyn StepIo, state: &'static str) -> Result<R, StepError> {
+    let Some(name) = io.route() else {
+        return Err(StepError::Routing(format!(
+            "state `{state}` is LLM-routed but the runner gave no route"
+        )));
+    };
+    R::from_name(name).ok_or_else(|| {
+        StepError::Routing(format!("`{name}` is not a successor of state `{state}`"))
+    })
+}
+
+/// What woke a waiting state.
+///
+/// # Errors
+/// [`StepError::Handler`] when the runner gave no wake-up.
+pub fn wake(io: &dyn StepIo, state: &'static str) -> Result<Wake, StepError> {
+    io.wake().ok_or_else(|| {
+        StepError::Handler(format!(
+            "state `{state}` waits for a signal but the runner gave no wake-up"
+        ))
+    })
+}
+
+/// The error of dispatching a terminal state.
+#[must_use]
+pub fn terminal(state: &'static str) -> StepError {
+    StepError::Handler(format!("terminal state `{state}` has no handler"))
+}
+
+/// A type no tool or state is: the second impl of the generated per-state traits.
+#[derive(Debug)]
+pub enum Unreachable {}
+
+/// `a == b`, in const context (the derive checks `Tool::NAME` at compile time).
+#[must_use]
+pub const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}

@@ -1,0 +1,278 @@
+//! The journal, signals, the tool registry and the statistics computed from the journal.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored};
+use crate::store::{CallStatus, EntryKind, RunStatus, Store, StoreError, now_ms};
+use crate::tool::ErrorClass;
+
+/// Journal entries are visible once recorded, replaced on the same key, ordered by
+/// `(version, seq)`, filtered by version, and large outputs round-trip.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> CheckResult {
+    let r = create(&store, "journal", json!({})).await?;
+    let lease = claim(&store, &r.id, "w").await?;
+    let big: String = "x".repeat(200 * 1024);
+    let mut failed = entry(&r.id, 0, 2, CallStatus::Failed, None);
+    failed.error_class = Some(ErrorClass::Timeout);
+    failed.error_code = Some("tool.timeout".into());
+    failed.error_message = Some("timed out after 5s".into());
+    failed.attempts = 3;
+    failed.kind = EntryKind::Decision;
+    failed.tool_kind = None;
+    failed.idempotency_key = None;
+    failed.name = "router".into();
+    for e in [
+        entry(&r.id, 0, 1, CallStatus::Started, None),
+        failed.clone(),
+        entry(
+            &r.id,
+            0,
+            0,
+            CallStatus::Succeeded,
+            Some(json!({ "big": big })),
+        ),
+    ] {
+        store.record_entry(&lease, &e).await.ctx("record_entry")?;
+    }
+    let j = store.journal(&r.id, None).await.ctx("journal")?;
+    let keys: Vec<(u64, u32)> = j.iter().map(|e| (e.version, e.seq)).collect();
+    ensure!(keys == [(0, 0), (0, 1), (0, 2)], "journal order {keys:?}");
+    ensure!(
+        j[2] == failed,
+        "entry did not round-trip: {:?} vs {failed:?}",
+        j[2]
+    );
+    ensure!(
+        j[0].output
+            .as_ref()
+            .and_then(|o| o["big"].as_str())
+            .map(str::len)
+            == Some(200 * 1024),
+        "a large output did not round-trip"
+    );
+    // Replace: started → succeeded on the same key.
+    let done = entry(
+        &r.id,
+        0,
+        1,
+        CallStatus::Succeeded,
+        Some(json!({ "charged": 42 })),
+    );
+    store
+        .record_entry(&lease, &done)
+        .await
+        .ctx("record_entry replace")?;
+    let j = store.journal(&r.id, Some(0)).await.ctx("journal")?;
+    ensure!(
+        j.len() == 3,
+        "replacing an entry changed the count to {}",
+        j.len()
+    );
+    ensure!(j[1] == done, "replaced entry reads back as {:?}", j[1]);
+    // Entries survive the commit and stay ordered across versions.
+    store
+        .commit_step(&lease, &step(0, json!({ "a": 1 })))
+        .await
+        .ctx("commit_step")?;
+    store
+        .record_entry(&lease, &entry(&r.id, 1, 0, CallStatus::Started, None))
+        .await
+        .ctx("record_entry")?;
+    let all = store.journal(&r.id, None).await.ctx("journal")?;
+    let keys: Vec<(u64, u32)> = all.iter().map(|e| (e.version, e.seq)).collect();
+    ensure!(
+        keys == [(0, 0), (0, 1), (0, 2), (1, 0)],
+        "journal order {keys:?}"
+    );
+    let v1 = store.journal(&r.id, Some(1)).await.ctx("journal")?;
+    ensure!(
+        v1.len() == 1,
+        "journal filtered by version has {} entries",
+        v1.len()
+    );
+    Ok(())
+}
+
+/// Signals sent before the wait are kept; the waiting run becomes claimable; consuming a
+/// signal in a commit marks it exactly once; a second consumption is refused.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> CheckResult {
+    let r = create(&store, "signal", json!({})).await?;
+    let early = store
+        .send_signal(&r.id, "approval", &json!({ "ok": true }))
+        .await
+        .ctx("send_signal")?;
+    let other = store
+        .send_signal(&r.id, "comment", &json!("hi"))
+        .await
+        .ctx("send_signal")?;
+    ensure!(other > early, "signal ids must increase");
+    let lease = claim(&store, &r.id, "w").await?;
+    let mut wait = step(0, json!({ "waiting": true }));
+    wait.status = RunStatus::Waiting;
+    wait.waiting_for = Some("approval".into());
+    let rec = store.commit_step(&lease, &wait).await.ctx("commit wait")?;
+    ensure!(rec.status == RunStatus::Waiting, "run is not waiting");
+    ensure!(
+        rec.waiting_for.as_deref() == Some("approval"),
+        "waiting_for not stored"
+    );
+    store.release_lease(&lease).await.ctx("release_lease")?;
+    let pending = store.pending_signals(&r.id).await.ctx("pending_signals")?;
+    ensure!(
+        pending.iter().map(|s| s.id).collect::<Vec<_>>() == [early, other],
+        "pending signals, oldest first, must be [{early}, {other}]: {pending:?}"
+    );
+    ensure!(
+        pending[0].payload == json!({ "ok": true }) && pending[0].name == "approval",
+        "signal payload did not round-trip"
+    );
+    let claimed = store
+        .claim_next(&["Agent".into()], "w2", LONG, 10)
+        .await
+        .ctx("claim_next")?;
+    let Some((lease2, _)) = claimed.into_iter().find(|(l, _)| l.run_id == r.id) else {
+        return Err("a waiting run whose signal arrived early was not claimed".into());
+    };
+    let mut resume = step(1, json!({ "approved": true }));
+    resume.consumed_signal = Some(early);
+    let rec = store
+        .commit_step(&lease2, &resume)
+        .await
+        .ctx("commit consuming")?;
+    ensure!(
+        rec.status == RunStatus::Running && rec.waiting_for.is_none(),
+        "run did not resume"
+    );
+    let pending = store.pending_signals(&r.id).await.ctx("pending_signals")?;
+    ensure!(
+        pending.iter().map(|s| s.id).collect::<Vec<_>>() == [other],
+        "a consumed signal is still pending, or another vanished: {pending:?}"
+    );
+    let mut again = step(2, json!({ "approved": "twice" }));
+    again.consumed_signal = Some(early);
+    ensure!(
+        store.commit_step(&lease2, &again).await.is_err(),
+        "a signal was consumed twice"
+    );
+    let cur = stored(&store, &r.id).await?;
+    ensure!(cur.version == 2, "a refused consumption still committed");
+    ensure!(
+        matches!(
+            store.send_signal("no-such-run", "x", &json!(null)).await,
+            Err(StoreError::NotFound(_))
+        ),
+        "a signal to an unknown run must be NotFound"
+    );
+    Ok(())
+}
+
+/// The tool registry: tools are enabled until switched off; switches are listed with reason.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_tool_registry(store: Arc<dyn Store>) -> CheckResult {
+    ensure!(
+        store.tool_enabled("never_seen").await.ctx("tool_enabled")?,
+        "unknown tools must be enabled"
+    );
+    store
+        .set_tool_enabled("charge_payment", false, Some("provider outage"))
+        .await
+        .ctx("set_tool_enabled")?;
+    ensure!(
+        !store
+            .tool_enabled("charge_payment")
+            .await
+            .ctx("tool_enabled")?,
+        "a disabled tool is still enabled"
+    );
+    store
+        .set_tool_enabled("search", true, None)
+        .await
+        .ctx("set_tool_enabled")?;
+    let switches = store.tool_switches().await.ctx("tool_switches")?;
+    let pay = switches
+        .iter()
+        .find(|s| s.tool == "charge_payment")
+        .ok_or("tool_switches misses a switched tool")?;
+    ensure!(
+        !pay.enabled && pay.reason.as_deref() == Some("provider outage"),
+        "switch not stored with its reason: {pay:?}"
+    );
+    ensure!(
+        switches.iter().any(|s| s.tool == "search" && s.enabled),
+        "enabled switch missing"
+    );
+    store
+        .set_tool_enabled("charge_payment", true, None)
+        .await
+        .ctx("set_tool_enabled")?;
+    ensure!(
+        store
+            .tool_enabled("charge_payment")
+            .await
+            .ctx("tool_enabled")?,
+        "a re-enabled tool is still disabled"
+    );
+    Ok(())
+}
+
+/// `tool_stats` agrees with the statistics computed from the journal itself.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_tool_stats_match_the_journal(store: Arc<dyn Store>) -> CheckResult {
+    let since = now_ms() - 60_000;
+    let r = create(&store, "stats", json!({})).await?;
+    let lease = claim(&store, &r.id, "w").await?;
+    for seq in 0..12u32 {
+        let mut e = entry(&r.id, 0, seq, CallStatus::Succeeded, Some(json!(seq)));
+        e.duration_ms = u64::from(seq) * 7 + 1;
+        e.name = if seq % 3 == 0 {
+            "search"
+        } else {
+            "charge_payment"
+        }
+        .into();
+        if seq % 4 == 1 {
+            e.status = CallStatus::Failed;
+            e.error_class = Some(ErrorClass::Timeout);
+            e.error_code = Some(
+                if seq == 5 {
+                    "tool.permanent"
+                } else {
+                    "tool.timeout"
+                }
+                .into(),
+            );
+        }
+        if seq == 11 {
+            e.status = CallStatus::Started;
+        }
+        if seq == 10 {
+            e.kind = EntryKind::Decision;
+            e.name = "router".into();
+        }
+        store.record_entry(&lease, &e).await.ctx("record_entry")?;
+    }
+    let mut old = entry(&r.id, 0, 20, CallStatus::Succeeded, None);
+    old.started_at = since - 3_600_000;
+    store.record_entry(&lease, &old).await.ctx("record_entry")?;
+    let journal = store.journal(&r.id, None).await.ctx("journal")?;
+    let want = crate::store::compute_tool_stats(&journal, since);
+    let got = store.tool_stats(since).await.ctx("tool_stats")?;
+    ensure!(
+        got == want,
+        "tool_stats {got:?}\n  differs from the journal's {want:?}"
+    );
+    ensure!(!got.is_empty(), "no statistics");
+    Ok(())
+}

@@ -1,0 +1,479 @@
+//! Leases and claims: who may take which run, in which order, and when.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{CheckResult, Ctx, LONG, claim, create, new_run, step, stored, unique};
+use crate::store::{RunStatus, Store, StoreError, now_ms};
+
+/// A live lease blocks other claimers; the holder may re-claim; an expired lease is taken
+/// over with a higher epoch; claims count until a commit; final runs are not claimed.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
+    store: Arc<dyn Store>,
+) -> CheckResult {
+    let r = create(&store, "lease", json!({})).await?;
+    let (a, rec) = store
+        .claim_run(&r.id, "a", LONG)
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a free run returned None")?;
+    ensure!(a.epoch == 1, "first claim has epoch {}, want 1", a.epoch);
+    ensure!(
+        rec.lease_owner.as_deref() == Some("a"),
+        "claimed record has no owner"
+    );
+    ensure!(
+        rec.claims_without_progress == 1,
+        "claims_without_progress not counted"
+    );
+    ensure!(a.expires_at > now_ms(), "lease already expired");
+    ensure!(
+        store
+            .claim_run(&r.id, "b", LONG)
+            .await
+            .ctx("claim_run")?
+            .is_none(),
+        "a live lease did not block another worker"
+    );
+    let b_next = store
+        .claim_next(&["Agent".into()], "b", LONG, 10)
+        .await
+        .ctx("claim_next")?;
+    ensure!(
+        b_next.iter().all(|(l, _)| l.run_id != r.id),
+        "claim_next returned a run under a live lease"
+    );
+    let (a2, rec) = store
+        .claim_run(&r.id, "a", Duration::from_millis(100))
+        .await
+        .ctx("claim_run")?
+        .ok_or("the holder could not re-claim its own run")?;
+    ensure!(a2.epoch == a.epoch + 1, "re-claim must bump the epoch");
+    ensure!(
+        rec.claims_without_progress == 2,
+        "claims_without_progress not counted"
+    );
+    let renewed = store
+        .renew_lease(&a2, Duration::from_millis(100))
+        .await
+        .ctx("renew_lease")?;
+    ensure!(renewed.epoch == a2.epoch, "renewal changed the epoch");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let (b, rec) = store
+        .claim_run(&r.id, "b", LONG)
+        .await
+        .ctx("claim_run")?
+        .ok_or("an expired lease was not reclaimable")?;
+    ensure!(b.epoch == a2.epoch + 1, "reclaim must bump the epoch");
+    ensure!(
+        rec.claims_without_progress == 3,
+        "claims_without_progress not counted"
+    );
+    let after = store
+        .commit_step(&b, &step(0, json!({ "done": true })))
+        .await
+        .ctx("commit_step")?;
+    ensure!(
+        after.claims_without_progress == 0,
+        "commit did not reset claims_without_progress"
+    );
+    store.release_lease(&b).await.ctx("release_lease")?;
+    let cur = stored(&store, &r.id).await?;
+    ensure!(cur.lease_owner.is_none(), "released run still has an owner");
+    let (c, _) = store
+        .claim_run(&r.id, "c", LONG)
+        .await
+        .ctx("claim_run")?
+        .ok_or("a released run was not claimable")?;
+    let mut fin = step(1, json!({ "done": true }));
+    fin.status = RunStatus::Completed;
+    store.commit_step(&c, &fin).await.ctx("commit_step")?;
+    store.release_lease(&c).await.ctx("release_lease")?;
+    ensure!(
+        store
+            .claim_run(&r.id, "d", LONG)
+            .await
+            .ctx("claim_run")?
+            .is_none(),
+        "a completed run was claimable"
+    );
+    Ok(())
+}
+
+/// `hand_back` frees the lease without counting the claim, and does nothing with a stale
+/// epoch.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> CheckResult {
+    let run = create(&store, "hand-back", json!({})).await?;
+    // Claimed once by a worker that vanished without a commit.
+    store
+        .claim_run(&run.id, "vanished", Duration::from_millis(1))
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a free run returned None")?;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (lease, rec) = store
+        .claim_run(&run.id, "w", LONG)
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a run with an expired lease returned None")?;
+    ensure!(
+        rec.claims_without_progress == 2,
+        "claims_without_progress is {}, want 2",
+        rec.claims_without_progress
+    );
+    store.hand_back(&lease).await.ctx("hand_back")?;
+    let back = stored(&store, &run.id).await?;
+    ensure!(
+        back.lease_owner.is_none(),
+        "hand_back left the lease with {:?}",
+        back.lease_owner
+    );
+    ensure!(
+        back.claims_without_progress == 1,
+        "hand_back left claims_without_progress at {}, want 1 (the claim not counted)",
+        back.claims_without_progress
+    );
+    let (again, _) = store
+        .claim_run(&run.id, "w2", LONG)
+        .await
+        .ctx("claim_run")?
+        .ok_or("a handed-back run could not be claimed")?;
+    store.hand_back(&lease).await.ctx("hand_back (stale)")?;
+    let held = stored(&store, &run.id).await?;
+    ensure!(
+        held.lease_owner.as_deref() == Some("w2") && held.epoch == again.epoch,
+        "hand_back with a stale epoch released the current holder's lease"
+    );
+    ensure!(
+        held.claims_without_progress == 2,
+        "hand_back with a stale epoch changed claims_without_progress to {}",
+        held.claims_without_progress
+    );
+    Ok(())
+}
+
+/// `expire_leases_of` ends the live leases of one worker only, at once, keeping epochs and
+/// claim counts: the next claim takes the runs, counts, and fences the old holder out.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Expire");
+    let restarted = unique("restarted");
+    let other = unique("other");
+    let mut runs = Vec::new();
+    for tag in ["held", "other", "expired"] {
+        runs.push(
+            store
+                .create_run(new_run(&unique(tag), &agent, json!({ "tag": tag })))
+                .await
+                .ctx("create_run")?,
+        );
+    }
+    let (held, other_run, expired) = (&runs[0], &runs[1], &runs[2]);
+    let old = claim(&store, &held.id, &restarted).await?;
+    let others = claim(&store, &other_run.id, &other).await?;
+    // A lease of the same worker that has run out already is not counted again.
+    store
+        .claim_run(&expired.id, &restarted, Duration::from_millis(1))
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a free run returned None")?;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    let none = store
+        .expire_leases_of(&unique("nobody"))
+        .await
+        .ctx("expire_leases_of")?;
+    ensure!(none == 0, "a worker without leases had {none} expired");
+    let n = store
+        .expire_leases_of(&restarted)
+        .await
+        .ctx("expire_leases_of")?;
+    ensure!(n == 1, "expire_leases_of reported {n} leases, want 1");
+    let after = stored(&store, &held.id).await?;
+    ensure!(
+        after.epoch == old.epoch && after.claims_without_progress == 1,
+        "expiring changed the epoch ({} -> {}) or the claim count ({}, want 1)",
+        old.epoch,
+        after.epoch,
+        after.claims_without_progress
+    );
+
+    let taker = unique("taker");
+    let taken = store
+        .claim_next(std::slice::from_ref(&agent), &taker, LONG, 10)
+        .await
+        .ctx("claim_next")?;
+    let mut ids: Vec<&str> = taken.iter().map(|(l, _)| l.run_id.as_str()).collect();
+    ids.sort_unstable();
+    let mut want = vec![held.id.as_str(), expired.id.as_str()];
+    want.sort_unstable();
+    ensure!(
+        ids == want,
+        "claim_next after expire_leases_of took {ids:?}, want {want:?} (not the other worker's run)"
+    );
+    let (new, rec) = taken
+        .iter()
+        .find(|(l, _)| l.run_id == held.id)
+        .ok_or("the expired run was not taken")?;
+    ensure!(
+        new.epoch == old.epoch + 1 && rec.claims_without_progress == 2,
+        "the takeover has epoch {} (want {}) and claim count {} (want 2)",
+        new.epoch,
+        old.epoch + 1,
+        rec.claims_without_progress
+    );
+    ensure!(
+        store.commit_step(&old, &step(0, json!({}))).await.is_err(),
+        "the old holder committed after its lease was expired and taken over"
+    );
+    let still = stored(&store, &other_run.id).await?;
+    ensure!(
+        still.lease_owner.as_deref() == Some(other.as_str()) && still.epoch == others.epoch,
+        "expire_leases_of touched another worker's lease: {:?} epoch {}",
+        still.lease_owner,
+        still.epoch
+    );
+    Ok(())
+}
+
+/// `claim_next` takes the oldest runnable runs first, in creation order, `limit` at a time.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_claim_next_takes_the_oldest_first(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Order");
+    let mut created = Vec::new();
+    for i in 0..7 {
+        let run = store
+            .create_run(new_run(
+                &unique(&format!("run{i}")),
+                &agent,
+                json!({ "i": i }),
+            ))
+            .await
+            .ctx("create_run")?;
+        created.push(run.id);
+    }
+    let mut taken = Vec::new();
+    for limit in [2, 3, 10] {
+        let batch = store
+            .claim_next(std::slice::from_ref(&agent), "w", LONG, limit)
+            .await
+            .ctx("claim_next")?;
+        taken.extend(batch.into_iter().map(|(l, _)| l.run_id));
+    }
+    ensure!(
+        taken == created,
+        "claim_next in batches of 2, 3 and 10 took {taken:?}, want the creation order {created:?}"
+    );
+    Ok(())
+}
+
+/// `claim_next`: runnable runs of the given agents only, waiting runs only once their signal
+/// arrived or `wake_at` passed, never leased or final runs, at most `limit`.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_claim_next_selects_runnable_runs(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Sel");
+    let mk = |tag: &str| new_run(&unique(tag), &agent, json!({ "tag": tag }));
+    let running = store.create_run(mk("running")).await.ctx("create_run")?;
+    let other_agent = store
+        .create_run(new_run(&unique("other"), &unique("Other"), json!({})))
+        .await
+        .ctx("create_run")?;
+    let leased = store.create_run(mk("leased")).await.ctx("create_run")?;
+    let _held = claim(&store, &leased.id, "holder").await?;
+    let mut waiting = Vec::new();
+    for (tag, wake_at, signal) in [
+        ("wait-nothing", None, false),
+        ("wait-future", Some(now_ms() + 3_600_000), false),
+        ("wait-past", Some(now_ms() - 1000), false),
+        ("wait-signal", None, true),
+        ("wait-wrong-signal", None, false),
+    ] {
+        let r = store.create_run(mk(tag)).await.ctx("create_run")?;
+        let l = claim(&store, &r.id, "setup").await?;
+        let mut c = step(0, json!({ "tag": tag }));
+        c.status = RunStatus::Waiting;
+        c.waiting_for = Some("go".into());
+        c.wake_at = wake_at;
+        store.commit_step(&l, &c).await.ctx("commit wait")?;
+        store.release_lease(&l).await.ctx("release_lease")?;
+        if signal {
+            store
+                .send_signal(&r.id, "go", &json!(1))
+                .await
+                .ctx("send_signal")?;
+        }
+        if tag == "wait-wrong-signal" {
+            store
+                .send_signal(&r.id, "other", &json!(1))
+                .await
+                .ctx("send_signal")?;
+        }
+        waiting.push((tag, r.id));
+    }
+    let done = store.create_run(mk("done")).await.ctx("create_run")?;
+    let l = claim(&store, &done.id, "setup").await?;
+    let mut fin = step(0, json!({}));
+    fin.status = RunStatus::Completed;
+    store.commit_step(&l, &fin).await.ctx("commit")?;
+    store.release_lease(&l).await.ctx("release_lease")?;
+    let backing_off = store.create_run(mk("backoff")).await.ctx("create_run")?;
+    let l = claim(&store, &backing_off.id, "setup").await?;
+    let mut later = step(0, json!({}));
+    later.wake_at = Some(now_ms() + 3_600_000);
+    store.commit_step(&l, &later).await.ctx("commit")?;
+    store.release_lease(&l).await.ctx("release_lease")?;
+
+    let one = store
+        .claim_next(std::slice::from_ref(&agent), "w", LONG, 1)
+        .await
+        .ctx("claim_next")?;
+    ensure!(
+        one.len() == 1,
+        "claim_next with limit 1 returned {}",
+        one.len()
+    );
+    let rest = store
+        .claim_next(std::slice::from_ref(&agent), "w", LONG, 100)
+        .await
+        .ctx("claim_next")?;
+    let got: BTreeSet<String> = one
+        .iter()
+        .chain(&rest)
+        .map(|(l, _)| l.run_id.clone())
+        .collect();
+    let id_of = |tag: &str| {
+        waiting
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map(|(_, id)| id.clone())
+    };
+    let want: BTreeSet<String> = [
+        Some(running.id.clone()),
+        id_of("wait-past"),
+        id_of("wait-signal"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    ensure!(
+        got == want,
+        "claim_next claimed {got:?}, want exactly {want:?} (running, wake_at passed, signal arrived)"
+    );
+    ensure!(
+        !got.contains(&other_agent.id),
+        "claim_next ignored the agent filter"
+    );
+    for (l, rec) in one.iter().chain(&rest) {
+        ensure!(
+            l.worker == "w" && rec.lease_owner.as_deref() == Some("w") && rec.epoch == l.epoch,
+            "claim_next returned an inconsistent lease/record"
+        );
+    }
+    let again = store
+        .claim_next(std::slice::from_ref(&agent), "w2", LONG, 100)
+        .await
+        .ctx("claim_next")?;
+    ensure!(
+        again.is_empty(),
+        "claim_next returned runs leased to another worker"
+    );
+    Ok(())
+}
+
+/// Concurrent `claim_next` calls by several workers never hand the same run to two.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_concurrent_claim_next_is_disjoint(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Pool");
+    let n = 40;
+    for i in 0..n {
+        store
+            .create_run(new_run(
+                &unique(&format!("pool{i}")),
+                &agent,
+                json!({ "i": i }),
+            ))
+            .await
+            .ctx("create_run")?;
+    }
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let store = store.clone();
+        let agent = agent.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = store
+                    .claim_next(std::slice::from_ref(&agent), &format!("w{w}"), LONG, 3)
+                    .await?;
+                if got.is_empty() {
+                    return Ok::<_, StoreError>(mine);
+                }
+                mine.extend(got.into_iter().map(|(l, _)| l.run_id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(
+            t.await
+                .map_err(|e| format!("worker panicked: {e}"))?
+                .ctx("claim_next")?,
+        );
+    }
+    let distinct: BTreeSet<&String> = all.iter().collect();
+    ensure!(
+        distinct.len() == all.len(),
+        "{} claims for {} distinct runs: a run was handed to two workers",
+        all.len(),
+        distinct.len()
+    );
+    ensure!(all.len() == n, "{} of {n} runs claimed", all.len());
+    Ok(())
+}
+
+/// `wait_for_work` returns by its timeout, and no later than shortly after new work.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_wait_for_work_returns(store: Arc<dyn Store>) -> CheckResult {
+    let started = std::time::Instant::now();
+    store.wait_for_work(Duration::from_millis(50)).await;
+    ensure!(
+        started.elapsed() < Duration::from_secs(5),
+        "wait_for_work(50ms) took {:?}",
+        started.elapsed()
+    );
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let t = std::time::Instant::now();
+            store.wait_for_work(Duration::from_secs(2)).await;
+            t.elapsed()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    create(&store, "work", json!({})).await?;
+    let waited = waiter.await.map_err(|e| format!("waiter panicked: {e}"))?;
+    ensure!(
+        waited < Duration::from_secs(5),
+        "wait_for_work(2s) took {waited:?}"
+    );
+    Ok(())
+}

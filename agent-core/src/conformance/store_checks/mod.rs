@@ -1,0 +1,192 @@
+//! Checks of the [`Store`] contract itself, one `pub async fn` per guarantee, in a module
+//! per group.
+//!
+//! Each returns `Err` with a description of the violation; none panics on a misbehaving
+//! store (a panic inside the store itself still fails the test).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::store::verify::verify_run;
+use crate::store::{
+    CallStatus, EntryKind, JournalEntry, Lease, NewRun, RunRecord, RunStatus, StepCommit, Store,
+    StoreError, TransitionKind, input_hash, now_ms,
+};
+use crate::tool::ToolKind;
+
+/// The result of one check.
+pub type CheckResult = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+/// `?` for store calls inside checks: any error becomes the check's failure.
+trait Ctx<T> {
+    fn ctx(self, what: &str) -> Result<T, String>;
+}
+
+impl<T> Ctx<T> for Result<T, StoreError> {
+    fn ctx(self, what: &str) -> Result<T, String> {
+        self.map_err(|e| format!("{what}: unexpected error: {e}"))
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn new_run(id: &str, agent: &str, state: Value) -> NewRun {
+    NewRun {
+        id: id.to_owned(),
+        agent: agent.to_owned(),
+        fingerprint: "fp-1".to_owned(),
+        state_name: "Start".to_owned(),
+        state,
+    }
+}
+
+/// A step from `expected` to `expected + 1` staying running.
+#[must_use]
+pub fn step(expected: u64, state: Value) -> StepCommit {
+    StepCommit {
+        expected_version: expected,
+        from_state: "Start".to_owned(),
+        to_state: "Start".to_owned(),
+        state,
+        kind: TransitionKind::Step,
+        status: RunStatus::Running,
+        waiting_for: None,
+        wake_at: None,
+        error: None,
+        consumed_signal: None,
+    }
+}
+
+fn entry(
+    run_id: &str,
+    version: u64,
+    seq: u32,
+    status: CallStatus,
+    output: Option<Value>,
+) -> JournalEntry {
+    let input = json!({ "seq": seq, "version": version });
+    JournalEntry {
+        run_id: run_id.to_owned(),
+        version,
+        seq,
+        kind: EntryKind::Tool,
+        state: "Start".to_owned(),
+        name: "charge_payment".to_owned(),
+        tool_kind: Some(ToolKind::Write),
+        input_hash: input_hash(&input),
+        input,
+        idempotency_key: Some(crate::store::idempotency_key(run_id, version, seq)),
+        status,
+        output,
+        error_class: None,
+        error_code: None,
+        error_message: None,
+        attempts: 1,
+        duration_ms: 12,
+        started_at: now_ms(),
+        finished_at: (status != CallStatus::Started).then(now_ms),
+    }
+}
+
+async fn create(store: &Arc<dyn Store>, prefix: &str, state: Value) -> Result<RunRecord, String> {
+    store
+        .create_run(new_run(&unique(prefix), "Agent", state))
+        .await
+        .ctx("create_run")
+}
+
+/// The stored record of a run that must exist.
+async fn stored(store: &Arc<dyn Store>, run_id: &str) -> Result<RunRecord, String> {
+    store
+        .load_run(run_id)
+        .await
+        .ctx("load_run")?
+        .ok_or_else(|| format!("run `{run_id}` vanished"))
+}
+
+async fn claim(store: &Arc<dyn Store>, run_id: &str, worker: &str) -> Result<Lease, String> {
+    store
+        .claim_run(run_id, worker, LONG)
+        .await
+        .ctx("claim_run")?
+        .map(|(l, _)| l)
+        .ok_or_else(|| format!("claim_run of free run `{run_id}` by `{worker}` returned None"))
+}
+
+/// Commit `n` steps, the state gaining one item per step; returns the final state.
+async fn grow(store: &Arc<dyn Store>, lease: &Lease, from: u64, n: u64) -> Result<Value, String> {
+    let mut state = stored(store, &lease.run_id).await?.state;
+    for v in from..from + n {
+        if !state["items"].is_array() {
+            state["items"] = json!([]);
+        }
+        if let Some(items) = state["items"].as_array_mut() {
+            items.push(json!(format!("item number {v} with some payload text")));
+        }
+        let r = store
+            .commit_step(lease, &step(v, state.clone()))
+            .await
+            .ctx("commit_step")?;
+        ensure!(
+            r.version == v + 1,
+            "commit from {v} gave version {}",
+            r.version
+        );
+    }
+    Ok(state)
+}
+
+/// The run's hash chain verifies with the same verifier `agentctl verify` uses.
+async fn verify_chain(store: &Arc<dyn Store>, run_id: &str) -> CheckResult {
+    let run = stored(store, run_id).await?;
+    let report = verify_run(store.as_ref(), &run).await.ctx("verify")?;
+    ensure!(
+        report.ok,
+        "hash chain of `{run_id}` does not verify: {:?}",
+        report.problem
+    );
+    Ok(())
+}
+
+mod commits;
+mod history;
+mod journal;
+mod leases;
+mod runs;
+
+pub use commits::{
+    check_commits_across_a_reclaim, check_final_commit_ends_the_lease, check_quarantine_is_fenced,
+    check_stale_epoch_is_fenced, check_version_chain_single_winner,
+};
+pub use history::{
+    check_history_time_travel_and_fork, check_prune_keeps_resume_working,
+    check_storage_grows_linearly,
+};
+pub use journal::{
+    check_journal_is_durable_and_ordered, check_signals_kept_and_consumed_once,
+    check_tool_registry, check_tool_stats_match_the_journal,
+};
+pub use leases::{
+    check_claim_next_selects_runnable_runs, check_claim_next_takes_the_oldest_first,
+    check_concurrent_claim_next_is_disjoint, check_expire_leases_of_frees_one_workers_runs,
+    check_hand_back_does_not_count_the_claim,
+    check_live_lease_blocks_and_expired_lease_is_reclaimed, check_wait_for_work_returns,
+};
+pub use runs::{
+    check_agent_graphs, check_corrupt_data_is_an_error, check_create_run_is_idempotent,
+    check_list_runs, check_set_status, check_store_and_load_runs,
+};

@@ -1,0 +1,218 @@
+//! The [`Store`] trait: what every backend guarantees (see the [module docs](super)).
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::{
+    JournalEntry, Lease, Millis, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter,
+    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats,
+    ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
+};
+use crate::graph::GraphDescription;
+
+/// The durable storage of runs. Every method documents what it guarantees; the
+/// [conformance suite](crate::conformance) checks each guarantee for every backend.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug {
+    /// Store an agent's graph under `(agent, fingerprint)`; idempotent. Lets tools without
+    /// the agent's code (`agentctl`) draw it.
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError>;
+
+    /// The most recently registered graph of an agent, or the one with this fingerprint.
+    async fn agent_graph(
+        &self,
+        agent: &str,
+        fingerprint: Option<&str>,
+    ) -> Result<Option<GraphDescription>, StoreError>;
+
+    /// Names of the registered agents, sorted.
+    async fn agents(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Create a run at version 0 (status running), recording the `start` transition.
+    /// Idempotent on `id`: creating an existing run with the same agent and initial state
+    /// returns it unchanged; with other content, [`StoreError::AlreadyExists`].
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError>;
+
+    /// The run, or `None`.
+    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+
+    /// Take the run's lease for `worker` if it is free, expired, or already `worker`'s.
+    /// Every successful claim increments the epoch (fencing any earlier holder) and
+    /// `claims_without_progress`. Returns `None` while another worker holds a live lease,
+    /// or when the run is final.
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<(Lease, RunRecord)>, StoreError>;
+
+    /// Claim up to `limit` runnable runs of these agents (running or compensating; waiting
+    /// runs whose signal has arrived or whose `wake_at` passed) whose lease is free or
+    /// expired, oldest first, skipping runs locked by other claimers. Each claim counts as in
+    /// [`claim_run`](Self::claim_run).
+    async fn claim_next(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<(Lease, RunRecord)>, StoreError>;
+
+    /// Extend a held lease. [`StoreError::LeaseLost`] if the epoch is no longer current.
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;
+
+    /// Give the lease up (after a commit that leaves the run waiting or final, or on shutdown).
+    /// Resets `claims_without_progress`: a worker that releases its lease did not crash.
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Give a claimed run back without having executed anything for it: the lease is
+    /// released and this claim is not counted (`claims_without_progress` goes back down by
+    /// one). A [`Worker`](crate::runner::Worker) hands back the runs it claimed together
+    /// with a suspect it must run alone, so that waiting for their turn never pushes them
+    /// towards dead-lettering. Like `release_lease`, nothing happens when the epoch is no
+    /// longer current; unlike it, other workers are not woken (the run is no more runnable
+    /// than before it was claimed).
+    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Expire every live lease that `worker` holds on a run that is not final, and wake the
+    /// workers; returns how many. The runs become claimable at once, by any worker, instead
+    /// of when their leases run out. Epochs and claim counts are kept: the next claim fences
+    /// the old holder out and counts against the run as any takeover does.
+    ///
+    /// For a worker that restarts under the same, stable id
+    /// ([`WorkerConfig::expire_own_leases_at_start`](crate::runner::WorkerConfig)): what its
+    /// previous process held, nobody is running any more.
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError>;
+
+    /// Durably record (insert or replace) a journal entry, fenced by the lease epoch.
+    async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError>;
+
+    /// The journal of a run, ordered by `(version, seq)`; only `version` when given.
+    async fn journal(
+        &self,
+        run_id: &str,
+        version: Option<u64>,
+    ) -> Result<Vec<JournalEntry>, StoreError>;
+
+    /// Commit one step atomically: check `expected_version` and the lease epoch, write the
+    /// new version (+1), its transition record (hash-chained), the run row, and mark the
+    /// consumed signal. A stale writer gets [`StoreError::LeaseLost`] or
+    /// [`StoreError::Conflict`] and nothing is written. Resets `claims_without_progress`.
+    ///
+    /// A commit to a final status also ends the lease (owner and expiry cleared in the same
+    /// write), which saves every finished run a release; nobody needs waking for a final
+    /// run. The returned record shows it, and the runner releases only a lease that is
+    /// still held.
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError>;
+
+    /// Every committed transition of a run, by version.
+    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError>;
+
+    /// The state at `version` (time travel); `None` if never committed or pruned.
+    async fn state_at(
+        &self,
+        run_id: &str,
+        version: u64,
+    ) -> Result<Option<StateAtVersion>, StoreError>;
+
+    /// A new run `new_id` starting at version 0 from `run_id`'s state at `version`.
+    async fn fork(&self, run_id: &str, version: u64, new_id: &str)
+    -> Result<RunRecord, StoreError>;
+
+    /// Runs matching the filter, newest first. A row that cannot be read is listed as
+    /// [`RunRecord::unreadable`], not as an error for the whole listing.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// Send a signal; kept until a waiting step consumes it (also when sent early).
+    async fn send_signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: &Value,
+    ) -> Result<i64, StoreError>;
+
+    /// Signals of a run not yet consumed, oldest first.
+    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError>;
+
+    /// Quarantine the run this lease holds, without writing a version (for a run whose
+    /// stored history does not allow one), and end the lease, in one write fenced by the
+    /// epoch: no other worker can claim the run in between. [`StoreError::LeaseLost`] when
+    /// the epoch moved.
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError>;
+
+    /// Put a run that is not held by a live lease into `status` with `error` (quarantine,
+    /// dead-letter), or back to running for an operator's retry (clearing the error).
+    async fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        error: Option<RunError>,
+    ) -> Result<RunRecord, StoreError>;
+
+    /// Remove old versions and their journal by policy; resume keeps working.
+    async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError>;
+
+    /// Switch a tool on or off for every run.
+    async fn set_tool_enabled(
+        &self,
+        tool: &str,
+        enabled: bool,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError>;
+
+    /// The tool registry.
+    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError>;
+
+    /// Whether a tool may be called (tools never switched are enabled).
+    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError>;
+
+    /// Wait until there may be work (a notification), or `timeout`. Backends without
+    /// notifications sleep.
+    async fn wait_for_work(&self, timeout: Duration) {
+        tokio::time::sleep(timeout).await;
+    }
+
+    /// The first and last stored versions of a run and how many there are, or `None` when
+    /// it has none. A consistent run has `last == run.version` and
+    /// `count == last - first + 1` (`first > 0` only after pruning). The runner checks it
+    /// when it claims a run, so a regressed or gapped history (a restored backup, a manual
+    /// edit) is quarantined before any tool call. The default reads the whole history.
+    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
+        let history = self.history(run_id).await?;
+        Ok(match (history.first(), history.last()) {
+            (Some(first), Some(last)) => Some(VersionSpan {
+                first: first.version,
+                last: last.version,
+                count: history.len() as u64,
+            }),
+            _ => None,
+        })
+    }
+
+    /// Per-tool call statistics over the calls started at or after `since`: count,
+    /// failures by error code, average, p50 and p99 duration. SQL backends compute it in
+    /// SQL; the default reads every run's journal.
+    async fn tool_stats(&self, since: Millis) -> Result<Vec<ToolStats>, StoreError> {
+        let runs = self.list_runs(&RunFilter::default()).await?;
+        let mut entries = Vec::new();
+        for run in runs {
+            entries.extend(self.journal(&run.id, None).await?);
+        }
+        Ok(compute_tool_stats(&entries, since))
+    }
+
+    /// Bytes used by this run's rows (state versions, journal, outputs), for the
+    /// storage-growth check; `None` when the backend cannot tell.
+    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+        let _ = run_id;
+        Ok(None)
+    }
+}

@@ -1,0 +1,492 @@
+//! The records a store keeps: runs, leases, journal entries, transitions, signals, and
+//! the settings and reports of its operations.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tool::{ErrorClass, ToolKind};
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = i64;
+
+/// The current time in [`Millis`].
+#[must_use]
+pub fn now_ms() -> Millis {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Where a run is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Has a next step to execute.
+    Running,
+    /// Waits for a signal (or its timeout).
+    Waiting,
+    /// Reached a terminal state.
+    Completed,
+    /// Running the compensations of its saga.
+    Compensating,
+    /// Failed and its compensations completed.
+    Compensated,
+    /// Failed; nothing to compensate.
+    Failed,
+    /// Its stored state or graph can no longer be executed; needs an operator.
+    Quarantined,
+    /// Gave up after repeated crashes or failing compensations; needs an operator.
+    DeadLettered,
+}
+
+impl RunStatus {
+    /// All statuses, for parsing and listing.
+    pub const ALL: [Self; 8] = [
+        Self::Running,
+        Self::Waiting,
+        Self::Completed,
+        Self::Compensating,
+        Self::Compensated,
+        Self::Failed,
+        Self::Quarantined,
+        Self::DeadLettered,
+    ];
+
+    /// The stored name (`running`, `dead_lettered`, ...).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Completed => "completed",
+            Self::Compensating => "compensating",
+            Self::Compensated => "compensated",
+            Self::Failed => "failed",
+            Self::Quarantined => "quarantined",
+            Self::DeadLettered => "dead_lettered",
+        }
+    }
+
+    /// Parse a stored name.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+
+    /// Whether the run will not move again on its own.
+    #[must_use]
+    pub const fn is_final(self) -> bool {
+        matches!(
+            self,
+            Self::Completed
+                | Self::Compensated
+                | Self::Failed
+                | Self::Quarantined
+                | Self::DeadLettered
+        )
+    }
+
+    /// Whether a worker may pick the run up (running or compensating).
+    #[must_use]
+    pub const fn is_runnable(self) -> bool {
+        matches!(self, Self::Running | Self::Compensating)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A run's failure, stored with the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunError {
+    /// Stable code: `tool.timeout`, `handler`, `budget`, `routing`, `state.corrupt`,
+    /// `graph.incompatible`, `compensation.failed`, `crash_loop`, ...
+    pub code: String,
+    /// What happened, for a person.
+    pub message: String,
+}
+
+/// One run, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Caller-chosen or generated id.
+    pub id: String,
+    /// The agent's name.
+    pub agent: String,
+    /// The fingerprint of the graph the run was started with.
+    pub fingerprint: String,
+    /// The current state's name.
+    pub state_name: String,
+    /// The current state, serialized.
+    pub state: Value,
+    /// The current version (0 at creation, +1 per committed step).
+    pub version: u64,
+    /// Where the run is in its life.
+    pub status: RunStatus,
+    /// For waiting runs: the signal name.
+    pub waiting_for: Option<String>,
+    /// For waiting runs with a timeout, and for runs backing off: when to wake.
+    pub wake_at: Option<Millis>,
+    /// The failure, if any.
+    pub error: Option<RunError>,
+    /// The current lease epoch (0 before the first claim).
+    pub epoch: u64,
+    /// The worker holding the lease, while it is held.
+    pub lease_owner: Option<String>,
+    /// When the lease expires.
+    pub lease_expires_at: Option<Millis>,
+    /// How many times a worker claimed the run without committing (crash-loop detection).
+    pub claims_without_progress: u32,
+    /// For forks: the run and version it was forked from.
+    pub parent: Option<(String, u64)>,
+    /// Creation time.
+    pub created_at: Millis,
+    /// Last change.
+    pub updated_at: Millis,
+}
+
+impl RunRecord {
+    /// A stand-in for a run whose stored row cannot be read, so that listings still show it
+    /// (quarantined, with why) instead of failing as a whole.
+    #[must_use]
+    pub fn unreadable(id: String, agent: String, message: String) -> Self {
+        Self {
+            id,
+            agent,
+            fingerprint: String::new(),
+            state_name: String::new(),
+            state: Value::Null,
+            version: 0,
+            status: RunStatus::Quarantined,
+            waiting_for: None,
+            wake_at: None,
+            error: Some(RunError {
+                code: "row.unreadable".to_owned(),
+                message,
+            }),
+            epoch: 0,
+            lease_owner: None,
+            lease_expires_at: None,
+            claims_without_progress: 0,
+            parent: None,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+}
+
+/// A run to create.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewRun {
+    /// The run's id; creating the same id twice returns the existing run.
+    pub id: String,
+    /// The agent's name.
+    pub agent: String,
+    /// The graph's fingerprint.
+    pub fingerprint: String,
+    /// The initial state's name.
+    pub state_name: String,
+    /// The initial state, serialized.
+    pub state: Value,
+}
+
+/// A held lease: the right to write the run's next version, fenced by `epoch`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The run.
+    pub run_id: String,
+    /// The holder.
+    pub worker: String,
+    /// Strictly increasing per run; every fenced write checks it.
+    pub epoch: u64,
+    /// Expiry.
+    pub expires_at: Millis,
+}
+
+/// What a journal entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A tool call made by a handler or chosen by the router.
+    Tool,
+    /// A decision of the router.
+    Decision,
+    /// A compensating call of the saga.
+    Compensation,
+}
+
+impl EntryKind {
+    /// Stored name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Tool => "tool",
+            Self::Decision => "decision",
+            Self::Compensation => "compensation",
+        }
+    }
+
+    /// Parse a stored name.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Tool, Self::Decision, Self::Compensation]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+}
+
+/// The state of a journaled call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// Sent, no result committed yet (a crash here means: retry with the same key).
+    Started,
+    /// Completed; its output is final and is never recomputed.
+    Succeeded,
+    /// Failed after its retries (or rejected, for decisions).
+    Failed,
+}
+
+impl CallStatus {
+    /// Stored name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Started => "started",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parse a stored name.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Started, Self::Succeeded, Self::Failed]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+}
+
+/// One journaled call: a tool call, a router decision or a compensation.
+///
+/// Keyed by `(run_id, version, seq)`: `version` is the state version the step started from
+/// and `seq` the call's index within the step; recording the same key again replaces the
+/// entry (a `started` entry becomes `succeeded`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The run.
+    pub run_id: String,
+    /// The state version the step started from.
+    pub version: u64,
+    /// Index within the step.
+    pub seq: u32,
+    /// Tool, decision or compensation.
+    pub kind: EntryKind,
+    /// The state the call was made in.
+    pub state: String,
+    /// The tool's name (`router` for decisions).
+    pub name: String,
+    /// For tool calls and compensations: the tool's kind.
+    pub tool_kind: Option<ToolKind>,
+    /// SHA-256 of the canonical JSON input, hex.
+    pub input_hash: String,
+    /// The input.
+    pub input: Value,
+    /// For write and hybrid calls and compensations.
+    pub idempotency_key: Option<String>,
+    /// Started, succeeded or failed.
+    pub status: CallStatus,
+    /// The output (for decisions: the [`crate::router::DecisionRecord`]).
+    pub output: Option<Value>,
+    /// The error class, when failed.
+    pub error_class: Option<ErrorClass>,
+    /// A stable error code, when failed.
+    pub error_code: Option<String>,
+    /// The error message, when failed.
+    pub error_message: Option<String>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Wall time of all attempts.
+    pub duration_ms: u64,
+    /// When the call started.
+    pub started_at: Millis,
+    /// When it finished.
+    pub finished_at: Option<Millis>,
+}
+
+/// The idempotency key of a write, hybrid or compensating call: derived from the run, the
+/// state version and the call index, never from the attempt.
+#[must_use]
+pub fn idempotency_key(run_id: &str, version: u64, seq: u32) -> String {
+    format!("{run_id}:{version}:{seq}")
+}
+
+/// Why a step moved the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionKind {
+    /// The first version.
+    Start,
+    /// A declared edge taken by a handler or the router.
+    Step,
+    /// The state's `on_error` edge.
+    Error,
+    /// The status changed without a state change (wait, failure, compensation done).
+    Status,
+}
+
+impl TransitionKind {
+    /// Stored name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Step => "step",
+            Self::Error => "error",
+            Self::Status => "status",
+        }
+    }
+
+    /// Parse a stored name.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Start, Self::Step, Self::Error, Self::Status]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+}
+
+/// One step to commit atomically.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepCommit {
+    /// The version the step started from; the commit succeeds only if it is still current.
+    pub expected_version: u64,
+    /// The state left.
+    pub from_state: String,
+    /// The state entered (equal to `from_state` for status-only changes).
+    pub to_state: String,
+    /// The new state, serialized.
+    pub state: Value,
+    /// Why.
+    pub kind: TransitionKind,
+    /// The run's status after the commit.
+    pub status: RunStatus,
+    /// For `Waiting`: the signal waited for.
+    pub waiting_for: Option<String>,
+    /// For `Waiting` with a timeout: when to wake.
+    pub wake_at: Option<Millis>,
+    /// The failure, for failed, compensating and quarantined runs.
+    pub error: Option<RunError>,
+    /// A signal consumed by this step, marked delivered in the same transaction.
+    pub consumed_signal: Option<i64>,
+}
+
+/// One committed version, as history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransitionRecord {
+    /// The run.
+    pub run_id: String,
+    /// The version this transition created.
+    pub version: u64,
+    /// Left.
+    pub from_state: String,
+    /// Entered.
+    pub to_state: String,
+    /// Why.
+    pub kind: TransitionKind,
+    /// The status after it.
+    pub status: RunStatus,
+    /// The lease epoch of the writer.
+    pub epoch: u64,
+    /// When it was committed.
+    pub created_at: Millis,
+    /// SHA-256 chaining this record to the previous one (tamper evidence), hex.
+    pub hash: String,
+}
+
+/// A signal sent to a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignalRecord {
+    /// Store-assigned id, increasing.
+    pub id: i64,
+    /// The run.
+    pub run_id: String,
+    /// The signal's name.
+    pub name: String,
+    /// The payload.
+    pub payload: Value,
+    /// When sent.
+    pub created_at: Millis,
+    /// The version whose step consumed it.
+    pub consumed_at_version: Option<u64>,
+}
+
+/// Which runs to list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only this agent.
+    pub agent: Option<String>,
+    /// Only these statuses (all when empty).
+    pub statuses: Vec<RunStatus>,
+    /// At most this many, newest first (all when `None`).
+    pub limit: Option<usize>,
+}
+
+/// A tool's switch in the tool registry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolSwitch {
+    /// The tool's name.
+    pub tool: String,
+    /// Whether calls are allowed.
+    pub enabled: bool,
+    /// Why it was switched.
+    pub reason: Option<String>,
+    /// When.
+    pub updated_at: Millis,
+}
+
+/// What to prune.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    /// Keep at least this many most recent versions of every run (the current one always).
+    pub keep_last_versions: u64,
+    /// Only prune runs in a final status (completed, compensated, failed...) when true.
+    pub only_final_runs: bool,
+}
+
+/// What [`Store::prune`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneReport {
+    /// Versions removed.
+    pub versions_removed: u64,
+    /// Journal entries removed.
+    pub entries_removed: u64,
+}
+
+/// The state of one version, for time travel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StateAtVersion {
+    /// The version.
+    pub version: u64,
+    /// The state's name.
+    pub state_name: String,
+    /// The state.
+    pub state: Value,
+}
+
+/// The stored versions of a run (see [`Store::version_span`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionSpan {
+    /// Oldest stored version.
+    pub first: u64,
+    /// Newest stored version.
+    pub last: u64,
+    /// How many versions are stored.
+    pub count: u64,
+}
