@@ -72,7 +72,7 @@ impl CounterHandlers for Count {
 struct Direct;
 
 impl StepIo for Direct {
-    fn run_id(&self) -> &str {
+    fn run_id(&self) -> &'static str {
         "direct"
     }
     fn version(&self) -> u64 {

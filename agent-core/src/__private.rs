@@ -20,6 +20,8 @@ use crate::tool::ToolKind;
 
 /// A state as the derive writes it: literals only, turned into a
 /// [`StateDescription`] once per process.
+// Each flag is a role the attribute gives the state, written as a literal by the derive.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug)]
 pub struct StateSpec {
     pub name: &'static str,

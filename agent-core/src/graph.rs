@@ -198,6 +198,9 @@ impl GraphDescription {
     /// Identical for identical graphs on every build and machine (the description holds
     /// only names in declaration order, never hash-map order); different when any state,
     /// edge, tool set, tool kind or state data type changes.
+    ///
+    /// # Panics
+    /// Never: a description holds only strings, numbers and booleans.
     #[must_use]
     pub fn fingerprint(&self) -> String {
         let json = serde_json::to_vec(self).expect("a graph description always serializes");
@@ -205,6 +208,9 @@ impl GraphDescription {
     }
 
     /// Pretty JSON.
+    ///
+    /// # Panics
+    /// Never: a description holds only strings, numbers and booleans.
     #[must_use]
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a graph description always serializes")
@@ -219,6 +225,9 @@ impl GraphDescription {
     }
 
     /// YAML, written with `serde_yaml_ng` (the maintained successor of `serde_yaml`).
+    ///
+    /// # Panics
+    /// Never: a description holds only strings, numbers and booleans.
     #[must_use]
     pub fn to_yaml(&self) -> String {
         serde_yaml_ng::to_string(self).expect("a graph description always serializes")

@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// The default SQLite file, relative to the current directory (the examples write it).
-pub const DEFAULT_DB: &str = "agent-runs.sqlite3";
+pub(crate) const DEFAULT_DB: &str = "agent-runs.sqlite3";
 
 /// Inspect and operate durable agent runs: the same database the workers use.
 ///
@@ -27,7 +27,7 @@ pub const DEFAULT_DB: &str = "agent-runs.sqlite3";
 
 See docs/agentctl.md for every command."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: Global,
     #[command(subcommand)]
@@ -36,7 +36,7 @@ pub struct Cli {
 
 /// Options every command takes.
 #[derive(Debug, Args)]
-pub struct Global {
+pub(crate) struct Global {
     /// SQLite database file.
     #[arg(long, global = true, env = "AGENT_DB", value_name = "PATH")]
     pub db: Option<String>,
@@ -68,7 +68,7 @@ pub struct Global {
 
 /// When to colour output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
+pub(crate) enum ColorChoice {
     /// On a terminal, unless `NO_COLOR` is set.
     Auto,
     /// Always.
@@ -78,7 +78,7 @@ pub enum ColorChoice {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// List runs, newest first.
     Runs(RunsArgs),
     /// Show a run's timeline: versions, tool calls, decisions, compensations, signals.
@@ -108,13 +108,13 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct RunArg {
+pub(crate) struct RunArg {
     /// The run's id.
     pub run: String,
 }
 
 #[derive(Debug, Args)]
-pub struct StateArgs {
+pub(crate) struct StateArgs {
     /// The run's id.
     pub run: String,
     /// The version (default: the current one).
@@ -123,7 +123,7 @@ pub struct StateArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ForkArgs {
+pub(crate) struct ForkArgs {
     /// The run to fork.
     pub run: String,
     /// The id of the new run.
@@ -134,7 +134,7 @@ pub struct ForkArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The run's id.
     #[arg(required_unless_present = "all")]
     pub run: Option<String>,
@@ -144,12 +144,12 @@ pub struct VerifyArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct RunsArgs {
+pub(crate) struct RunsArgs {
     /// Only runs of this agent.
     #[arg(long)]
     pub agent: Option<String>,
     /// Only runs in these statuses (comma-separated: running, waiting, completed,
-    /// compensating, compensated, failed, quarantined, dead_lettered).
+    /// compensating, compensated, failed, quarantined, `dead_lettered`).
     #[arg(long, value_delimiter = ',', value_parser = parse_status)]
     pub status: Vec<agent_core::store::RunStatus>,
     /// At most this many runs.
@@ -159,7 +159,7 @@ pub struct RunsArgs {
 
 /// Output formats of `graph`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GraphFormat {
+pub(crate) enum GraphFormat {
     /// Graphviz DOT (`| dot -Tsvg > graph.svg`).
     Dot,
     /// Mermaid `stateDiagram-v2`.
@@ -171,7 +171,7 @@ pub enum GraphFormat {
 }
 
 #[derive(Debug, Args)]
-pub struct GraphArgs {
+pub(crate) struct GraphArgs {
     /// The agent's name (see `agentctl agents`); optional with `--run`.
     #[arg(required_unless_present = "run")]
     pub agent: Option<String>,
@@ -184,7 +184,7 @@ pub struct GraphArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// The window: calls started this long ago or later (`30m`, `1h`, `24h`, `7d`).
     #[arg(long, default_value = "24h", value_parser = parse_window)]
     pub since: std::time::Duration,
@@ -194,7 +194,7 @@ pub struct StatsArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct SignalArgs {
+pub(crate) struct SignalArgs {
     /// The run's id.
     pub run: String,
     /// The signal's name (the one the waiting state names).
@@ -205,13 +205,13 @@ pub struct SignalArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ToolsArgs {
+pub(crate) struct ToolsArgs {
     #[command(subcommand)]
     pub action: ToolsAction,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ToolsAction {
+pub(crate) enum ToolsAction {
     /// Every tool the registered agents declare, and every switched tool.
     List,
     /// Allow calls to a tool again.
@@ -221,7 +221,7 @@ pub enum ToolsAction {
 }
 
 #[derive(Debug, Args)]
-pub struct ToolSwitchArgs {
+pub(crate) struct ToolSwitchArgs {
     /// The tool's name.
     pub tool: String,
     /// Why (stored with the switch and shown by `tools list`).
@@ -230,7 +230,7 @@ pub struct ToolSwitchArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct PruneArgs {
+pub(crate) struct PruneArgs {
     /// Keep this many most recent versions of every run (the current one always).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub keep_last: u64,
@@ -251,7 +251,7 @@ fn parse_status(s: &str) -> Result<agent_core::store::RunStatus, String> {
 }
 
 /// `90s`, `30m`, `1h`, `24h`, `7d`, `2w`.
-pub fn parse_window(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_window(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (n, unit) = s.split_at(split);
@@ -288,10 +288,10 @@ mod tests {
 
     #[test]
     fn windows_parse() {
-        assert_eq!(parse_window("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_window("24h"), Ok(Duration::from_secs(86_400)));
-        assert_eq!(parse_window("7d"), Ok(Duration::from_secs(604_800)));
-        assert_eq!(parse_window("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_window("1h"), Ok(Duration::from_hours(1)));
+        assert_eq!(parse_window("24h"), Ok(Duration::from_hours(24)));
+        assert_eq!(parse_window("7d"), Ok(Duration::from_hours(168)));
+        assert_eq!(parse_window("30m"), Ok(Duration::from_mins(30)));
         assert!(parse_window("h").is_err());
         assert!(parse_window("3y").is_err());
     }

@@ -7,7 +7,7 @@ use agent_core::store::StoreError;
 
 /// What kind of failure, which decides the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A run, agent or database that does not exist (exit 1).
     NotFound,
     /// The command cannot work with these arguments (exit 2).
@@ -18,7 +18,7 @@ pub enum Kind {
 
 /// A failed command.
 #[derive(Debug)]
-pub struct CliError {
+pub(crate) struct CliError {
     /// Decides the exit code.
     pub kind: Kind,
     /// What went wrong.
@@ -28,7 +28,7 @@ pub struct CliError {
 }
 
 impl CliError {
-    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
@@ -36,25 +36,25 @@ impl CliError {
         }
     }
 
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(Kind::NotFound, message)
     }
 
-    pub fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Self::new(Kind::Usage, message)
     }
 
-    pub fn failed(message: impl Into<String>) -> Self {
+    pub(crate) fn failed(message: impl Into<String>) -> Self {
         Self::new(Kind::Failed, message)
     }
 
     #[must_use]
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+    pub(crate) fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self
     }
 
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         match self.kind {
             Kind::NotFound | Kind::Failed => ExitCode::from(1),
             Kind::Usage => ExitCode::from(2),
@@ -62,7 +62,7 @@ impl CliError {
     }
 
     /// A missing run, with the hint to list runs.
-    pub fn no_run(run: &str) -> Self {
+    pub(crate) fn no_run(run: &str) -> Self {
         Self::not_found(format!("run `{run}` not found"))
             .hint("list runs with `agentctl runs` (and check --db / DATABASE_URL)")
     }
@@ -94,4 +94,4 @@ impl From<StoreError> for CliError {
     }
 }
 
-pub type Result<T, E = CliError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = CliError> = std::result::Result<T, E>;

@@ -13,8 +13,10 @@ use crate::cli::{ColorChoice, Global};
 use crate::error::CliError;
 
 /// Where and how to print.
+// Five independent switches read off the terminal and the flags, not states of one thing.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Clone, Copy, Debug)]
-pub struct Output {
+pub(crate) struct Output {
     /// Print JSON.
     pub json: bool,
     /// Colour stdout.
@@ -28,7 +30,7 @@ pub struct Output {
 }
 
 impl Output {
-    pub fn new(global: &Global) -> Self {
+    pub(crate) fn new(global: &Global) -> Self {
         let tty = std::io::stdout().is_terminal();
         let tty_err = std::io::stderr().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
@@ -48,7 +50,7 @@ impl Output {
 
     /// A table in the house style: no borders, a rule under the header, bold header on a
     /// terminal; wrapped to the terminal's width only on a terminal.
-    pub fn table<I, S>(&self, header: I) -> Table
+    pub(crate) fn table<I, S>(self, header: I) -> Table
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -92,7 +94,9 @@ impl Output {
     }
 
     /// Print a table, trimming trailing blanks of every line (stable snapshots, clean pipes).
-    pub fn print_table(&self, table: &Table) {
+    // A method like the others, so that every print goes through `cx.out`.
+    #[allow(clippy::unused_self)]
+    pub(crate) fn print_table(self, table: &Table) {
         let text = table.to_string();
         let mut out = std::io::stdout().lock();
         for line in text.lines() {
@@ -100,7 +104,8 @@ impl Output {
         }
     }
 
-    pub fn print_json<T: Serialize + ?Sized>(&self, value: &T) {
+    #[allow(clippy::unused_self)]
+    pub(crate) fn print_json<T: Serialize + ?Sized>(self, value: &T) {
         let text = serde_json::to_string_pretty(value).unwrap_or_else(|e| {
             serde_json::json!({ "error": format!("could not serialize output: {e}") }).to_string()
         });
@@ -108,7 +113,7 @@ impl Output {
     }
 
     /// A status cell, coloured by what it means.
-    pub fn status_cell(&self, status: RunStatus) -> Cell {
+    pub(crate) fn status_cell(self, status: RunStatus) -> Cell {
         let color = match status {
             RunStatus::Completed => Color::Green,
             RunStatus::Running => Color::Cyan,
@@ -119,7 +124,7 @@ impl Output {
         self.cell(status.as_str(), color)
     }
 
-    pub fn call_status_cell(&self, status: CallStatus) -> Cell {
+    pub(crate) fn call_status_cell(self, status: CallStatus) -> Cell {
         let color = match status {
             CallStatus::Succeeded => Color::Green,
             CallStatus::Started => Color::Yellow,
@@ -128,17 +133,17 @@ impl Output {
         self.cell(status.as_str(), color)
     }
 
-    pub fn cell(&self, text: impl Into<String>, color: Color) -> Cell {
+    pub(crate) fn cell(self, text: impl Into<String>, color: Color) -> Cell {
         let c = Cell::new(text.into());
         if self.color { c.fg(color) } else { c }
     }
 
-    pub fn dim_cell(&self, text: impl Into<String>) -> Cell {
+    pub(crate) fn dim_cell(self, text: impl Into<String>) -> Cell {
         self.cell(text, Color::DarkGrey)
     }
 
     /// A heading line.
-    pub fn heading(&self, text: &str) -> String {
+    pub(crate) fn heading(self, text: &str) -> String {
         if self.color {
             text.bold().to_string()
         } else {
@@ -146,7 +151,7 @@ impl Output {
         }
     }
 
-    pub fn green(&self, text: &str) -> String {
+    pub(crate) fn green(self, text: &str) -> String {
         if self.color {
             text.green().to_string()
         } else {
@@ -154,7 +159,7 @@ impl Output {
         }
     }
 
-    pub fn red(&self, text: &str) -> String {
+    pub(crate) fn red(self, text: &str) -> String {
         if self.color {
             text.red().to_string()
         } else {
@@ -162,7 +167,7 @@ impl Output {
         }
     }
 
-    pub fn yellow(&self, text: &str) -> String {
+    pub(crate) fn yellow(self, text: &str) -> String {
         if self.color {
             text.yellow().to_string()
         } else {
@@ -170,7 +175,7 @@ impl Output {
         }
     }
 
-    pub fn dim(&self, text: &str) -> String {
+    pub(crate) fn dim(self, text: &str) -> String {
         if self.color {
             text.dimmed().to_string()
         } else {
@@ -179,7 +184,7 @@ impl Output {
     }
 
     /// A note on stderr (so stdout stays clean for pipes).
-    pub fn note(&self, text: &str) {
+    pub(crate) fn note(self, text: &str) {
         if self.color_err {
             eprintln!("{} {text}", "note:".cyan().bold());
         } else {
@@ -187,7 +192,7 @@ impl Output {
         }
     }
 
-    pub fn warn(&self, text: &str) {
+    pub(crate) fn warn(self, text: &str) {
         if self.color_err {
             eprintln!("{} {text}", "warning:".yellow().bold());
         } else {
@@ -196,7 +201,7 @@ impl Output {
     }
 
     /// Print an error the way `main` reports it; in JSON mode, as a JSON object on stdout too.
-    pub fn error(&self, e: &CliError) {
+    pub(crate) fn error(self, e: &CliError) {
         if self.json {
             self.print_json(&serde_json::json!({
                 "error": e.message,
@@ -218,7 +223,7 @@ impl Output {
 }
 
 /// `2026-11-30 04:50:01.123Z` (UTC).
-pub fn fmt_time(ms: Millis) -> String {
+pub(crate) fn fmt_time(ms: Millis) -> String {
     let secs = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);
@@ -233,7 +238,7 @@ pub fn fmt_time(ms: Millis) -> String {
 }
 
 /// `3s ago`, `5m ago`, `2h ago`, `4d ago`.
-pub fn fmt_age(ms: Millis, now: Millis) -> String {
+pub(crate) fn fmt_age(ms: Millis, now: Millis) -> String {
     let secs = (now - ms).max(0) / 1000;
     if secs < 60 {
         format!("{secs}s ago")
@@ -247,7 +252,7 @@ pub fn fmt_age(ms: Millis, now: Millis) -> String {
 }
 
 /// `850 ms`, `1.25 s`, `2m 05s`.
-pub fn fmt_duration_ms(ms: u64) -> String {
+pub(crate) fn fmt_duration_ms(ms: u64) -> String {
     if ms < 1000 {
         format!("{ms} ms")
     } else if ms < 60_000 {
@@ -260,7 +265,7 @@ pub fn fmt_duration_ms(ms: u64) -> String {
 }
 
 /// Shorten `text` to at most `max` characters, with an ellipsis.
-pub fn ellipsize(text: &str, max: usize) -> String {
+pub(crate) fn ellipsize(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_owned();
     }

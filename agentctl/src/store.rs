@@ -10,7 +10,7 @@ use crate::error::{CliError, Result};
 
 /// Where the store is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Location {
+pub(crate) enum Location {
     /// A PostgreSQL URL.
     Postgres(String),
     /// A SQLite file.
@@ -20,7 +20,7 @@ pub enum Location {
 impl Location {
     /// From the options: `--database-url`/`DATABASE_URL` when it is a PostgreSQL URL, then
     /// `--db`/`AGENT_DB`, then a `sqlite:` URL in `DATABASE_URL`, then the default file.
-    pub fn from_global(global: &Global) -> Self {
+    pub(crate) fn from_global(global: &Global) -> Self {
         if let Some(url) = &global.database_url
             && is_postgres(url)
         {
@@ -36,7 +36,7 @@ impl Location {
     }
 
     /// A URL or a path.
-    pub fn parse(s: &str) -> Self {
+    pub(crate) fn parse(s: &str) -> Self {
         if is_postgres(s) {
             return Self::Postgres(s.to_owned());
         }
@@ -55,12 +55,12 @@ fn is_postgres(s: &str) -> bool {
 
 /// Open the store named by the options. A SQLite file must exist: `agentctl` never creates
 /// an empty database by accident.
-pub async fn open_store(global: &Global) -> Result<Arc<dyn Store>> {
+pub(crate) async fn open_store(global: &Global) -> Result<Arc<dyn Store>> {
     open_location(&Location::from_global(global), &global.pg_schema).await
 }
 
 /// Open `location`.
-pub async fn open_location(location: &Location, pg_schema: &str) -> Result<Arc<dyn Store>> {
+pub(crate) async fn open_location(location: &Location, pg_schema: &str) -> Result<Arc<dyn Store>> {
     match location {
         Location::Postgres(url) => {
             let store = agent_pg::PgStore::connect(url, pg_schema)

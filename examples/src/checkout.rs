@@ -587,7 +587,7 @@ pub fn scripted_reviewer() -> ScriptedRouter {
             .as_array()
             .is_none_or(Vec::is_empty);
         let mut reply = ScriptedRouter::choose(if empty { "Browsing" } else { "Reserving" }, "{}");
-        reply.model = "scripted-reviewer (offline stand-in, not an LLM)".to_owned();
+        "scripted-reviewer (offline stand-in, not an LLM)".clone_into(&mut reply.model);
         reply
     })
 }

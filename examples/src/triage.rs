@@ -386,7 +386,7 @@ pub fn scripted_classifier() -> ScriptedRouter {
             },
             "{}",
         );
-        reply.model = "scripted-classifier (offline stand-in, not an LLM)".to_owned();
+        "scripted-classifier (offline stand-in, not an LLM)".clone_into(&mut reply.model);
         reply
     })
 }

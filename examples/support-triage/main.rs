@@ -24,7 +24,7 @@ use examples::{report, stores};
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// SQLite file of runs (the embedded default store). Ignored when DATABASE_URL is set.
+    /// SQLite file of runs (the embedded default store). Ignored when `DATABASE_URL` is set.
     #[arg(long, env = "AGENT_DB", default_value = stores::DEFAULT_DB)]
     db: std::path::PathBuf,
     /// PostgreSQL instead of SQLite.

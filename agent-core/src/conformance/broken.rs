@@ -363,7 +363,7 @@ impl Store for Broken {
     }
 }
 
-async fn fails(flaw: Flaw, check: &str, result: checks::CheckResult) {
+fn fails(flaw: Flaw, check: &str, result: checks::CheckResult) {
     match result {
         Err(e) => eprintln!("{flaw:?} caught by {check}: {e}"),
         Ok(()) => panic!("{check} did not catch a store with flaw {flaw:?}"),
@@ -375,7 +375,7 @@ macro_rules! catches {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             let store = Broken::new(Flaw::$flaw);
-            fails(Flaw::$flaw, stringify!($check), checks::$check(store).await).await;
+            fails(Flaw::$flaw, stringify!($check), checks::$check(store).await);
         }
     };
 }
@@ -463,6 +463,5 @@ async fn corrupt_data_must_not_panic() {
         Flaw::PanicsOnCorrupt,
         "check_corrupt_data_is_an_error",
         result,
-    )
-    .await;
+    );
 }

@@ -744,7 +744,7 @@ pub async fn check_worker_expires_its_old_leases_at_start(
     // The previous process of `slot-1` died holding a long lease; another worker is alive.
     for (run, holder) in [("orphaned", "slot-1"), ("foreign", "slot-2")] {
         store
-            .claim_run(run, holder, Duration::from_secs(600))
+            .claim_run(run, holder, Duration::from_mins(10))
             .await
             .map_err(|e| e.to_string())?
             .ok_or("could not claim a free run")?;

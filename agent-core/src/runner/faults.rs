@@ -107,7 +107,7 @@ impl CrashAt {
     /// Whether the crash happened.
     #[must_use]
     pub fn fired(&self) -> bool {
-        self.state.lock().map(|s| s.1).unwrap_or(false)
+        self.state.lock().is_ok_and(|s| s.1)
     }
 }
 

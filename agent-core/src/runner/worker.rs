@@ -100,7 +100,7 @@ where
         f.debug_struct("Worker")
             .field("runner", &self.runner)
             .field("config", &self.config)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

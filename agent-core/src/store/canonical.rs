@@ -9,6 +9,9 @@ use super::NewRun;
 /// and the transition hash, so a hash does not depend on how a map happened to be ordered.
 /// Strings and numbers are written exactly as `serde_json` writes them; stored hashes depend
 /// on these bytes, so they must never change.
+///
+/// # Panics
+/// Never: writing JSON into memory cannot fail.
 #[must_use]
 pub fn canonical_json(value: &Value) -> String {
     fn write(v: &Value, out: &mut Vec<u8>) {

@@ -124,6 +124,7 @@ mod tests {
         let (half, _, _) = grow(500);
         let (total, payloads, state) = grow(1000);
         // Linear: doubling the steps about doubles the bytes (full snapshots would quadruple).
+        #[allow(clippy::cast_precision_loss)] // byte counts of a test, far below 2^52
         let ratio = total as f64 / half as f64;
         assert!(ratio < 2.5, "1000 steps cost {ratio:.2}x of 500 steps");
         assert_eq!(replay(&payloads).unwrap(), state);

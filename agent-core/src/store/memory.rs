@@ -134,7 +134,7 @@ impl Inner {
         })
     }
 
-    fn insert_run(&mut self, new: NewRun, parent: Option<(String, u64)>) -> RunRecord {
+    fn insert_run(&mut self, new: &NewRun, parent: Option<(String, u64)>) -> RunRecord {
         let now = now_ms();
         let hash = transition_hash("", &new.link());
         let transition = TransitionRecord {
@@ -183,7 +183,7 @@ impl Inner {
             RunData {
                 record: record.clone(),
                 created_seq: self.run_seq,
-                creation_hash: creation_hash(&new),
+                creation_hash: creation_hash(new),
                 versions,
                 patch_bytes_since_snapshot: since,
                 last_hash: hash,
@@ -310,7 +310,7 @@ impl Store for MemoryStore {
                     Err(StoreError::AlreadyExists(run.id))
                 };
             }
-            g.insert_run(run, None)
+            g.insert_run(&run, None)
         };
         self.work.notify_waiters();
         Ok(record)
@@ -552,12 +552,12 @@ impl Store for MemoryStore {
             data.last_hash = hash;
             let r = &mut data.record;
             r.version = version;
-            r.state_name = commit.to_state.clone();
-            r.state = commit.state.clone();
+            r.state_name.clone_from(&commit.to_state);
+            r.state.clone_from(&commit.state);
             r.status = commit.status;
-            r.waiting_for = commit.waiting_for.clone();
+            r.waiting_for.clone_from(&commit.waiting_for);
             r.wake_at = commit.wake_at;
-            r.error = commit.error.clone();
+            r.error.clone_from(&commit.error);
             r.claims_without_progress = 0;
             if commit.status.is_final() {
                 // Nothing is left to do under the lease: it ends with the commit.
@@ -623,7 +623,7 @@ impl Store for MemoryStore {
                     Err(StoreError::AlreadyExists(new_id.to_owned()))
                 };
             }
-            g.insert_run(new, Some((run_id.to_owned(), version)))
+            g.insert_run(&new, Some((run_id.to_owned(), version)))
         };
         self.work.notify_waiters();
         Ok(record)

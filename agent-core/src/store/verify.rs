@@ -32,6 +32,7 @@ pub enum ProblemKind {
 }
 
 impl ProblemKind {
+    #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Modified => "modified",
@@ -85,6 +86,7 @@ const REORDER_SEARCH_LIMIT: usize = 400;
 
 /// Check `history` (as the store returned it) against the states of each version and the
 /// run row.
+#[must_use]
 pub fn verify_chain(
     run: &RunRecord,
     history: &[TransitionRecord],
@@ -399,8 +401,9 @@ mod tests {
         let mut states = BTreeMap::new();
         let mut prev = String::new();
         for v in 0..n {
-            let from = names[v.saturating_sub(1) as usize % names.len()];
-            let to = names[v as usize % names.len()];
+            let at = |v: u64| names[usize::try_from(v).expect("a test-sized chain") % names.len()];
+            let from = at(v.saturating_sub(1));
+            let to = at(v);
             let from = if v == 0 { to } else { from };
             let state = json!({ "step": v, "name": to });
             let mut record = TransitionRecord {
@@ -542,9 +545,9 @@ mod tests {
     fn reordered_rows_are_found() {
         let (run, mut h, s) = chain(5);
         // Swap the contents of versions 1 and 2, keeping the version numbers in place.
-        let (a, b) = (h[1].clone(), h[2].clone());
-        h[1] = TransitionRecord { version: 1, ..b };
-        h[2] = TransitionRecord { version: 2, ..a };
+        let (one, two) = (h[1].clone(), h[2].clone());
+        h[1] = TransitionRecord { version: 1, ..two };
+        h[2] = TransitionRecord { version: 2, ..one };
         let p = verify_chain(&run, &h, &s).problem.unwrap();
         assert_eq!((p.version, p.kind), (1, ProblemKind::Reordered), "{p:?}");
         let (run, mut h, s) = chain(5);
@@ -558,9 +561,9 @@ mod tests {
         // Swapping the version numbers of two rows moves their (delta) states with them, so
         // neither state replays: the rows' states no longer connect.
         let (run, mut h, mut s) = chain(5);
-        let (a, b) = (h[1].clone(), h[2].clone());
-        h[1] = TransitionRecord { version: 1, ..b };
-        h[2] = TransitionRecord { version: 2, ..a };
+        let (one, two) = (h[1].clone(), h[2].clone());
+        h[1] = TransitionRecord { version: 1, ..two };
+        h[2] = TransitionRecord { version: 2, ..one };
         s.remove(&1);
         s.remove(&2);
         let p = verify_chain(&run, &h, &s).problem.unwrap();

@@ -17,7 +17,7 @@ struct AgentRow {
     initial: Option<String>,
 }
 
-pub async fn run(cx: &Ctx) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx) -> Result<ExitCode> {
     let mut rows = Vec::new();
     for agent in cx.store.agents().await? {
         if let Some(g) = cx.store.agent_graph(&agent, None).await? {

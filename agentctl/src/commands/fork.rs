@@ -9,7 +9,7 @@ use super::Ctx;
 use crate::cli::ForkArgs;
 use crate::error::{CliError, Result};
 
-pub async fn run(cx: &Ctx, args: &ForkArgs) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, args: &ForkArgs) -> Result<ExitCode> {
     let run = cx.run(&args.run).await?;
     let version = super::version_of(&run, args.at)?;
     let forked = match cx.store.fork(&run.id, version, &args.new_run).await {

@@ -27,7 +27,7 @@ struct GraphJson<'a> {
     overlay: Option<OverlayJson>,
 }
 
-pub async fn run(cx: &Ctx, args: GraphArgs) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, args: GraphArgs) -> Result<ExitCode> {
     let run = match &args.run {
         Some(id) => Some(cx.run(id).await?),
         None => None,

@@ -25,14 +25,14 @@ mod verify;
 
 /// What every command gets.
 #[derive(Debug)]
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub store: Arc<dyn Store>,
     pub out: Output,
 }
 
 impl Ctx {
     /// The run, or a not-found error that says how to list runs.
-    pub async fn run(&self, id: &str) -> Result<RunRecord> {
+    pub(crate) async fn run(&self, id: &str) -> Result<RunRecord> {
         self.store
             .load_run(id)
             .await?
@@ -57,7 +57,7 @@ fn version_of(run: &RunRecord, at: Option<u64>) -> Result<u64> {
 }
 
 /// Run the command line.
-pub async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
+pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
     let store = store::open_store(&cli.global).await?;
     let cx = Ctx { store, out };
     match cli.command {

@@ -10,7 +10,7 @@ use super::Ctx;
 use crate::cli::PruneArgs;
 use crate::error::Result;
 
-pub async fn run(cx: &Ctx, args: &PruneArgs) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, args: &PruneArgs) -> Result<ExitCode> {
     let policy = RetentionPolicy {
         keep_last_versions: args.keep_last,
         only_final_runs: args.only_final,

@@ -9,7 +9,7 @@ use crate::error::{CliError, Result};
 
 /// Which command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(super) enum Mode {
     /// Quarantined or dead-lettered runs.
     Resume,
     /// Those, and failed runs.
@@ -19,7 +19,7 @@ pub enum Mode {
 /// The error code of a saga whose compensations kept failing: it goes back to compensating.
 const COMPENSATION_FAILED: &str = "compensation.failed";
 
-pub async fn run(cx: &Ctx, id: &str, mode: Mode) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, id: &str, mode: Mode) -> Result<ExitCode> {
     let run = cx.run(id).await?;
     match run.status {
         RunStatus::Running | RunStatus::Compensating => {

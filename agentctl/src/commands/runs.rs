@@ -10,7 +10,7 @@ use crate::cli::RunsArgs;
 use crate::error::Result;
 use crate::output::{ellipsize, fmt_age};
 
-pub async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
     let filter = RunFilter {
         agent: args.agent.clone(),
         statuses: args.status.clone(),

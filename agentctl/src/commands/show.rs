@@ -28,7 +28,7 @@ struct ShowJson<'a> {
     pending_signals: &'a [SignalRecord],
 }
 
-pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     let run = cx.run(id).await?;
     let history = cx.store.history(id).await?;
     let journal = cx.store.journal(id, None).await?;

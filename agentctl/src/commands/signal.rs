@@ -9,7 +9,7 @@ use super::Ctx;
 use crate::cli::SignalArgs;
 use crate::error::{CliError, Result};
 
-pub async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
     let run = cx.run(&args.run).await?;
     if run.status.is_final() {
         return Err(CliError::failed(format!(

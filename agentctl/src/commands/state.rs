@@ -6,7 +6,7 @@ use super::Ctx;
 use crate::cli::StateArgs;
 use crate::error::{CliError, Result};
 
-pub async fn run(cx: &Ctx, args: &StateArgs) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, args: &StateArgs) -> Result<ExitCode> {
     let run = cx.run(&args.run).await?;
     let version = super::version_of(&run, args.at)?;
     let Some(state) = cx.store.state_at(&run.id, version).await? else {

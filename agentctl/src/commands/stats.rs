@@ -18,7 +18,7 @@ struct StatsJson {
     tools: Vec<agent_core::store::ToolStats>,
 }
 
-pub async fn run(cx: &Ctx, args: StatsArgs) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, args: StatsArgs) -> Result<ExitCode> {
     let window = i64::try_from(args.since.as_millis()).unwrap_or(i64::MAX);
     let since = now_ms().saturating_sub(window);
     let stats = match &args.agent {

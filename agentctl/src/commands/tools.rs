@@ -22,7 +22,7 @@ struct ToolRow {
     updated_at: Option<Millis>,
 }
 
-pub async fn run(cx: &Ctx, action: ToolsAction) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, action: ToolsAction) -> Result<ExitCode> {
     match action {
         ToolsAction::List => list(cx).await,
         ToolsAction::Enable(args) => switch(cx, args, true).await,

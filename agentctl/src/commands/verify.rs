@@ -16,7 +16,7 @@ async fn check(cx: &Ctx, run: &RunRecord) -> Result<VerifyReport> {
 }
 
 /// `verify --all`: every run, with a progress bar on a terminal.
-pub async fn all(cx: &Ctx) -> Result<ExitCode> {
+pub(super) async fn all(cx: &Ctx) -> Result<ExitCode> {
     let runs = cx.store.list_runs(&RunFilter::default()).await?;
     let bar = (cx.out.tty_err && !cx.out.json && runs.len() > 1).then(|| {
         let pb = ProgressBar::new(runs.len() as u64);
@@ -77,7 +77,7 @@ pub async fn all(cx: &Ctx) -> Result<ExitCode> {
     })
 }
 
-pub async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
+pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     let run = cx.run(id).await?;
     let report = check(cx, &run).await?;
     if cx.out.json {

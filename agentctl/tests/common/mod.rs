@@ -13,7 +13,7 @@ use agent_core::store::{RunError, RunStatus, Store};
 use serde_json::json;
 
 /// A database for one test, with the fixture's runs in it.
-pub struct Db {
+pub(crate) struct Db {
     _dir: tempfile::TempDir,
     pub path: PathBuf,
     /// When set, the PostgreSQL URL and schema used instead of the SQLite file.
@@ -22,12 +22,12 @@ pub struct Db {
 }
 
 /// The runs every test database holds.
-pub const PAID_WAITING: &str = "order-waiting";
-pub const DONE: &str = "order-done";
-pub const CANCELLED: &str = "order-cancelled";
-pub const DECLINED: &str = "order-declined";
-pub const STUCK: &str = "order-stuck";
-pub const SAGA_STUCK: &str = "order-saga-stuck";
+pub(crate) const PAID_WAITING: &str = "order-waiting";
+pub(crate) const DONE: &str = "order-done";
+pub(crate) const CANCELLED: &str = "order-cancelled";
+pub(crate) const DECLINED: &str = "order-declined";
+pub(crate) const STUCK: &str = "order-stuck";
+pub(crate) const SAGA_STUCK: &str = "order-saga-stuck";
 
 /// The PostgreSQL server to test against: `AGENTCTL_TEST_PG`, else a `postgres://`
 /// `DATABASE_URL` (`scripts/test` sets one).
@@ -40,21 +40,22 @@ fn pg_url() -> Option<String> {
 
 impl Db {
     /// A fresh SQLite file with the fixture's runs.
-    pub fn sqlite() -> Self {
+    pub(crate) fn sqlite() -> Self {
         Self::new(false)
     }
 
     /// A fresh PostgreSQL schema with the fixture's runs (dropped at the end).
-    pub fn postgres() -> Self {
+    pub(crate) fn postgres() -> Self {
         Self::new(true)
     }
 
     /// Whether a PostgreSQL server is configured for the tests.
-    pub fn postgres_available() -> bool {
+    pub(crate) fn postgres_available() -> bool {
         pg_url().is_some()
     }
 
     fn new(postgres: bool) -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("agent-runs.sqlite3");
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -62,7 +63,6 @@ impl Db {
             .enable_all()
             .build()
             .expect("runtime");
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let pg = postgres.then(|| {
             let url = pg_url().expect("a postgres:// URL in AGENTCTL_TEST_PG or DATABASE_URL");
             let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -79,7 +79,7 @@ impl Db {
     }
 
     /// Write the fixture's runs to the SQLite file `path` (kept), for trying commands by hand.
-    pub fn populate_file(path: &std::path::Path) {
+    pub(crate) fn populate_file(path: &std::path::Path) {
         let db = Self {
             _dir: tempfile::tempdir().expect("tempdir"),
             path: path.to_owned(),
@@ -89,7 +89,7 @@ impl Db {
         db.runtime.block_on(db.populate());
     }
 
-    pub async fn store(&self) -> Arc<dyn Store> {
+    pub(crate) async fn store(&self) -> Arc<dyn Store> {
         if let Some((url, schema)) = &self.pg {
             let store = agent_pg::PgStore::connect(url, schema)
                 .await
@@ -149,7 +149,7 @@ impl Db {
     }
 
     /// Run `agentctl ARGS --db PATH`.
-    pub fn agentctl(&self, args: &[&str]) -> Output {
+    pub(crate) fn agentctl(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
         cmd.args(args)
             .env_remove("DATABASE_URL")
@@ -168,7 +168,7 @@ impl Db {
     }
 
     /// `agentctl ARGS`, which must succeed; its stdout.
-    pub fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.agentctl(args);
         assert!(
             out.status.success(),
@@ -181,7 +181,7 @@ impl Db {
     }
 
     /// `agentctl --json ARGS`, parsed.
-    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+    pub(crate) fn json(&self, args: &[&str]) -> serde_json::Value {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let text = self.ok(&all);
@@ -189,7 +189,7 @@ impl Db {
     }
 
     /// Run SQL against the file, as an attacker with write access would.
-    pub fn sql(&self, statements: &[&str]) {
+    pub(crate) fn sql(&self, statements: &[&str]) {
         self.runtime.block_on(async {
             use sqlx::Connection;
             if let Some((url, schema)) = &self.pg {
@@ -234,7 +234,7 @@ impl Drop for Db {
     }
 }
 
-pub fn runner(
+pub(crate) fn runner(
     store: &Arc<dyn Store>,
     world: &Arc<World>,
     choice: &'static str,

@@ -10,6 +10,10 @@
 //! - [`child`]: re-running one test of this binary in a child process (aborting workers,
 //!   planted environment variables).
 
+// A test harness: its functions panic to fail the test that called them, so a `# Panics`
+// section on each would say the same thing everywhere.
+#![allow(clippy::missing_panics_doc)]
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -116,7 +120,9 @@ pub mod backends {
 
     impl std::fmt::Debug for Fresh {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.debug_struct("Fresh").field("store", &self.store).finish()
+            f.debug_struct("Fresh")
+                .field("store", &self.store)
+                .finish_non_exhaustive()
         }
     }
 

@@ -99,6 +99,9 @@ const FINAL: [&str; 5] = [
     "dead_lettered",
 ];
 
+/// Per step: (worker, started, finished) of each execution.
+type Span = (String, i64, i64);
+
 /// Check everything in the schema behind `pool`.
 ///
 /// # Panics
@@ -376,8 +379,6 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
     .unwrap_or_else(q);
     report.executions = calls.len() as u64;
     let mut steps: BTreeMap<(String, i64), Vec<String>> = BTreeMap::new();
-    // Per step: (worker, started, finished) of each execution.
-    type Span = (String, i64, i64);
     let mut spans: BTreeMap<(String, i64), Vec<Span>> = BTreeMap::new();
     for c in &calls {
         let run: String = c.get("run_id");

@@ -163,8 +163,7 @@ fn find_bin() -> Option<PathBuf> {
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(55_432)
+        .map_or(55_432, |a| a.port())
 }
 
 fn is_root() -> bool {

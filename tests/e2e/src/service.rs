@@ -138,7 +138,7 @@ impl Service {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
     {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + Duration::from_mins(1);
         let mut wait = Duration::from_millis(20);
         loop {
             match f().await {

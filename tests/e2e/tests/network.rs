@@ -94,7 +94,7 @@ async fn network_faults_between_worker_and_database() {
     proxy.set_cut_every(0);
     let cuts = proxy.cuts.load(std::sync::atomic::Ordering::SeqCst);
 
-    let finished = wait_all_final(&db, runs, Duration::from_secs(300)).await;
+    let finished = wait_all_final(&db, runs, Duration::from_mins(5)).await;
     let wall = started.elapsed();
     let alive = (w1.alive(), w2.alive());
     let (c1, r1) = w1.stop(Duration::from_secs(30));

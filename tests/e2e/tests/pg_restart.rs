@@ -74,7 +74,7 @@ async fn postgres_restarts_under_load() {
         let t1 = now_ms();
         windows.push((mode, t0, t1, open.0, took));
     }
-    let finished = wait_all_final(&db, runs, Duration::from_secs(300)).await;
+    let finished = wait_all_final(&db, runs, Duration::from_mins(5)).await;
     let wall = started.elapsed();
     let mut exited = Vec::new();
     for p in &mut procs {

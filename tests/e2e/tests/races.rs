@@ -95,7 +95,7 @@ async fn same_run_on_several_workers_at_once() {
         let _ = runners[0].run(&id).await;
     }
     assert!(
-        wait_all_final(&db, runs, Duration::from_secs(60)).await,
+        wait_all_final(&db, runs, Duration::from_mins(1)).await,
         "runs still open"
     );
     let report = check(
@@ -172,7 +172,7 @@ async fn zombie_round(url: &str, round: u64) {
     t.exit_when_done = runs;
     let taker = WorkerProc::spawn(Path::new(BIN), &t);
     assert!(
-        wait_all_final(&db, runs, Duration::from_secs(120)).await,
+        wait_all_final(&db, runs, Duration::from_mins(2)).await,
         "the taker did not finish the runs"
     );
     let (code, taker_report) = taker.wait_report(Duration::from_secs(30));
@@ -262,7 +262,7 @@ async fn calls_longer_than_the_lease_keep_one_executor() {
         o.exit_when_done = runs;
         procs.push(WorkerProc::spawn(Path::new(BIN), &o));
     }
-    let finished = wait_all_final(&db, runs, Duration::from_secs(180)).await;
+    let finished = wait_all_final(&db, runs, Duration::from_mins(3)).await;
     let mut reports = Vec::new();
     for p in procs {
         let (_, r) = p.stop(Duration::from_secs(30));

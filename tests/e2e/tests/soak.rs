@@ -89,7 +89,7 @@ async fn soak(url: &str, lease_ms: u64) {
         procs[slot] = WorkerProc::spawn(Path::new(BIN), &opts(slot, gens[slot]));
     }
     if !all_final {
-        all_final = wait_all_final(&db, runs, Duration::from_secs(60)).await;
+        all_final = wait_all_final(&db, runs, Duration::from_mins(1)).await;
     }
     let wall = started.elapsed();
     let mut lost = 0;

@@ -81,6 +81,9 @@ pub async fn check_version_chain_single_winner(store: Arc<dyn Store>) -> CheckRe
 /// What a store remembers of a run's last commit does not outlive the lease it was made
 /// under: after the same worker claims the run again (a new epoch), a commit under the old
 /// lease is refused, and one under the new lease goes on from the same version.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
 pub async fn check_commits_across_a_reclaim(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "reclaim", json!({ "n": 0 })).await?;
     let first = claim(&store, &r.id, "w").await?;

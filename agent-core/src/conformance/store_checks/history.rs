@@ -190,7 +190,7 @@ pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckRes
         } else {
             let at = at.ok_or_else(|| format!("kept version {v} no longer readable"))?;
             ensure!(
-                at.state == states[v as usize],
+                usize::try_from(v).is_ok_and(|i| at.state == states[i]),
                 "kept version {v} replays wrong after prune"
             );
         }

@@ -210,11 +210,11 @@ pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>
     );
 
     let taker = unique("taker");
-    let taken = store
+    let claimed = store
         .claim_next(std::slice::from_ref(&agent), &taker, LONG, 10)
         .await
         .ctx("claim_next")?;
-    let mut ids: Vec<&str> = taken.iter().map(|(l, _)| l.run_id.as_str()).collect();
+    let mut ids: Vec<&str> = claimed.iter().map(|(l, _)| l.run_id.as_str()).collect();
     ids.sort_unstable();
     let mut want = vec![held.id.as_str(), expired.id.as_str()];
     want.sort_unstable();
@@ -222,7 +222,7 @@ pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>
         ids == want,
         "claim_next after expire_leases_of took {ids:?}, want {want:?} (not the other worker's run)"
     );
-    let (new, rec) = taken
+    let (new, rec) = claimed
         .iter()
         .find(|(l, _)| l.run_id == held.id)
         .ok_or("the expired run was not taken")?;
@@ -265,17 +265,17 @@ pub async fn check_claim_next_takes_the_oldest_first(store: Arc<dyn Store>) -> C
             .ctx("create_run")?;
         created.push(run.id);
     }
-    let mut taken = Vec::new();
+    let mut claimed = Vec::new();
     for limit in [2, 3, 10] {
         let batch = store
             .claim_next(std::slice::from_ref(&agent), "w", LONG, limit)
             .await
             .ctx("claim_next")?;
-        taken.extend(batch.into_iter().map(|(l, _)| l.run_id));
+        claimed.extend(batch.into_iter().map(|(l, _)| l.run_id));
     }
     ensure!(
-        taken == created,
-        "claim_next in batches of 2, 3 and 10 took {taken:?}, want the creation order {created:?}"
+        claimed == created,
+        "claim_next in batches of 2, 3 and 10 took {claimed:?}, want the creation order {created:?}"
     );
     Ok(())
 }
@@ -460,7 +460,7 @@ pub async fn check_wait_for_work_returns(store: Arc<dyn Store>) -> CheckResult {
         "wait_for_work(50ms) took {:?}",
         started.elapsed()
     );
-    let waiter = {
+    let sleeper = {
         let store = store.clone();
         tokio::spawn(async move {
             let t = std::time::Instant::now();
@@ -470,7 +470,7 @@ pub async fn check_wait_for_work_returns(store: Arc<dyn Store>) -> CheckResult {
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     create(&store, "work", json!({})).await?;
-    let waited = waiter.await.map_err(|e| format!("waiter panicked: {e}"))?;
+    let waited = sleeper.await.map_err(|e| format!("waiter panicked: {e}"))?;
     ensure!(
         waited < Duration::from_secs(5),
         "wait_for_work(2s) took {waited:?}"

@@ -38,7 +38,7 @@ impl<T> Ctx<T> for Result<T, StoreError> {
     }
 }
 
-const LONG: Duration = Duration::from_secs(60);
+const LONG: Duration = Duration::from_mins(1);
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())

@@ -179,7 +179,7 @@ async fn corrupt_and_resume(env: &Env, cases: &[Case], healthy_ids: &[String]) -
             ..WorkerConfig::default()
         },
     );
-    let stats = tokio::time::timeout(Duration::from_secs(60), worker.run_until_idle())
+    let stats = tokio::time::timeout(Duration::from_mins(1), worker.run_until_idle())
         .await
         .expect("the worker went idle");
     eprintln!("worker: {stats:?}");

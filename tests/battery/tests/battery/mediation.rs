@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 /// Every state LLM-routed, with different tool sets.
 #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
 #[agent(tools(read(Lookup), write(Charge, Release), hybrid(Reserve(compensate = Release))))]
-pub enum Mediated {
+pub(crate) enum Mediated {
     /// No tool at all.
     #[agent(initial, route = llm, to(Reads))]
     Bare,
@@ -41,7 +41,7 @@ pub enum Mediated {
 
 /// Handlers following the router's choice.
 #[derive(Debug, Clone, Copy)]
-pub struct Follow;
+pub(crate) struct Follow;
 
 impl MediatedHandlers for Follow {
     async fn bare(

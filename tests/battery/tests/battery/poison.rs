@@ -137,7 +137,7 @@ async fn round(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(120), worker.run_until(done))
+    tokio::time::timeout(Duration::from_mins(2), worker.run_until(done))
         .await
         .expect("healthy runs complete");
     let elapsed = started.elapsed().as_secs_f64();
@@ -150,7 +150,7 @@ async fn round(
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
-        tokio::time::timeout(Duration::from_secs(60), worker.run_until(done))
+        tokio::time::timeout(Duration::from_mins(1), worker.run_until(done))
             .await
             .expect("poison runs dead-lettered");
     }
@@ -293,14 +293,14 @@ async fn abort_round(healthy: usize, poisoned: usize, workers: usize) -> Option<
     let store = battery::pg::fresh().await?;
     let dyn_store: Arc<dyn Store> = store.clone();
     let world = Arc::new(World::default());
-    let starter = order::runner(
+    let first_worker = order::runner(
         &dyn_store,
         order::tools(&world),
         Arc::new(fixture::router("Pay")),
-        config("starter"),
+        config("first_worker"),
     );
     for i in 0..poisoned {
-        starter
+        first_worker
             .start(&format!("poison-{i}"), fixture::initial(&["poison", "a"]))
             .await
             .unwrap();
@@ -308,11 +308,14 @@ async fn abort_round(healthy: usize, poisoned: usize, workers: usize) -> Option<
     let mut ids = Vec::new();
     for i in 0..healthy {
         let id = format!("healthy-{i}");
-        starter
+        first_worker
             .start(&id, fixture::initial(&["a", "bb"]))
             .await
             .unwrap();
-        starter.signal(&id, "confirm", json!({})).await.unwrap();
+        first_worker
+            .signal(&id, "confirm", json!({}))
+            .await
+            .unwrap();
         ids.push(id);
     }
     let poison_ids: Vec<String> = (0..poisoned).map(|i| format!("poison-{i}")).collect();

@@ -195,7 +195,7 @@ async fn whole_runs_replay_from_the_journal(backend: Backend) {
     name = "Order",
     tools(read(Lookup), write(Charge, Release), hybrid(Reserve(compensate = Release)))
 )]
-pub enum Renamed {
+pub(crate) enum Renamed {
     #[agent(initial, tools(Lookup, Reserve), to(Review))]
     Start { items: Vec<String> },
     #[agent(route = llm, tools(Lookup), to(Pay, Cancelled))]
@@ -222,7 +222,7 @@ pub enum Renamed {
     name = "Order",
     tools(read(Lookup), write(Charge, Release), hybrid(Reserve(compensate = Release)))
 )]
-pub enum Narrowed {
+pub(crate) enum Narrowed {
     #[agent(initial, tools(Lookup, Reserve), to(Decide, Pay))]
     Start { items: Vec<String> },
     #[agent(route = llm, tools(Lookup), to(Cancelled))]
@@ -244,7 +244,7 @@ pub enum Narrowed {
 
 /// Handlers of the changed agents: they must never be reached for an old run.
 #[derive(Debug, Clone, Copy)]
-pub struct Unreached;
+pub(crate) struct Unreached;
 
 fn unreached() -> StepError {
     StepError::handler("a handler of the changed graph ran for a run of the old graph")

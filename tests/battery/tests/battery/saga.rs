@@ -23,12 +23,12 @@ use serde::{Deserialize, Serialize};
 
 /// What the booking service saw: every effect by idempotency key.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     inner: Mutex<LedgerState>,
 }
 
 #[derive(Debug, Default, Clone)]
-pub struct LedgerState {
+pub(crate) struct LedgerState {
     /// Effects applied, in order: (tool, key).
     applied: Vec<(String, String)>,
     /// Executions per key (repeats deduplicated by the key included).
@@ -69,25 +69,25 @@ impl Ledger {
 
 /// A slot to book.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// Its index in the chain.
     pub i: u32,
 }
 
 /// A booking.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Booking {
+pub(crate) struct Booking {
     /// Its id.
     pub id: String,
 }
 
 /// Book a slot (hybrid, undone by [`Unbook`]).
 #[derive(Debug, Clone)]
-pub struct Book(Arc<Ledger>);
+pub(crate) struct Book(Arc<Ledger>);
 
 /// Undo a booking (write).
 #[derive(Debug, Clone)]
-pub struct Unbook(Arc<Ledger>);
+pub(crate) struct Unbook(Arc<Ledger>);
 
 fn policy() -> ToolPolicy {
     ToolPolicy {
@@ -176,7 +176,7 @@ impl Execute for Unbook {
 /// A chain of bookings, `per` per step, `n` steps.
 #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
 #[agent(tools(write(Unbook), hybrid(Book(compensate = Unbook))))]
-pub enum Chain {
+pub(crate) enum Chain {
     /// Book slots `i*per .. (i+1)*per`, then the next leg or done.
     #[agent(initial, tools(Book), to(Leg, Done), on_error = Failed)]
     Leg {
@@ -200,7 +200,7 @@ pub enum Chain {
 
 /// The chain's handlers.
 #[derive(Debug, Clone, Copy)]
-pub struct Legs;
+pub(crate) struct Legs;
 
 impl ChainHandlers for Legs {
     async fn leg(

@@ -40,14 +40,14 @@ enum Mode {
 
 /// A user to look up.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct User {
+pub(crate) struct User {
     /// Who.
     pub user: String,
 }
 
 /// A profile.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct ProfileOut {
+pub(crate) struct ProfileOut {
     /// The tier.
     pub tier: String,
     /// What the service reflected back.
@@ -56,14 +56,14 @@ pub struct ProfileOut {
 
 /// Look a profile up (read), with an API key.
 #[derive(Clone, Debug)]
-pub struct Profile {
+pub(crate) struct Profile {
     api_key: String,
     mode: Mode,
 }
 
 /// Notify the user (write), with another key.
 #[derive(Clone, Debug)]
-pub struct Notify {
+pub(crate) struct Notify {
     api_key: String,
     mode: Mode,
 }
@@ -138,7 +138,7 @@ impl Execute for Notify {
 /// A support flow: the router looks the profile up, then replies.
 #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
 #[agent(tools(read(Profile), write(Notify)))]
-pub enum Support {
+pub(crate) enum Support {
     #[agent(initial, to(Triage))]
     Intake { user: String },
     #[agent(route = llm, tools(Profile), to(Reply, Closed))]
@@ -153,7 +153,7 @@ pub enum Support {
 
 /// The flow's handlers.
 #[derive(Debug, Clone, Copy)]
-pub struct Desk;
+pub(crate) struct Desk;
 
 impl SupportHandlers for Desk {
     async fn intake(
