@@ -2,17 +2,17 @@
 //! directly (no journal, no store, no commit), measured in the same run.
 //!
 //! ```sh
-//! cargo bench -p agent-core --bench runner_overhead
+//! cargo bench -p durable-agents-core --bench runner_overhead
 //! ```
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::__private::StepIo;
-use agent_core::runner::{Runner, RunnerConfig};
-use agent_core::store::memory::MemoryStore;
-use agent_core::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, kind};
-use agent_core::{Agent, Ctx, Handle, StepResult, Wake};
+use durable_agents::__private::StepIo;
+use durable_agents::runner::{Runner, RunnerConfig};
+use durable_agents::store::memory::MemoryStore;
+use durable_agents::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, kind};
+use durable_agents::{Agent, Ctx, Handle, StepResult, Wake};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,10 +26,10 @@ impl Tool for Echo {
     type Kind = kind::Read;
     type Input = u64;
     type Output = u64;
-    fn policy() -> agent_core::ToolPolicy {
-        agent_core::ToolPolicy {
+    fn policy() -> durable_agents::ToolPolicy {
+        durable_agents::ToolPolicy {
             cache: false,
-            ..agent_core::ToolPolicy::default()
+            ..durable_agents::ToolPolicy::default()
         }
     }
 }
@@ -40,7 +40,7 @@ impl Execute for Echo {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, agent_core::Agent)]
+#[derive(Clone, Debug, Serialize, Deserialize, durable_agents::Agent)]
 #[agent(tools(read(Echo)))]
 enum Counter {
     #[agent(initial, tools(Echo), to(Counting, Done))]

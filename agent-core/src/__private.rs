@@ -1,6 +1,6 @@
 //! Items the derives expand to. Not public API: may change in any release.
 //!
-//! Generated code names only `::agent_core::__private::…`, so everything else can move.
+//! Generated code names only `::durable_agents::__private::…`, so everything else can move.
 
 pub use crate::agent::{RouteChoice, StepIo};
 pub use ::core;

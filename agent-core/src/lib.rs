@@ -1,91 +1,12 @@
-//! # agent-core
+//! # durable-agents-core
 //!
-//! LLM agents as compile-time-checked, durable state machines.
+//! The core of [durable-agents](https://docs.rs/durable-agents): the graph model, tools, the
+//! `Store` contract, the runner and the router contract. No database driver, no HTTP.
 //!
-//! An agent is an enum of states. [`#[derive(Agent)]`](macro@Agent) turns it into a graph
-//! checked at compile time: which state may follow which, and which tools are legal in each.
-//! A [`Runner`](runner::Runner) executes it one durable step at a time over a
-//! [`Store`](store::Store): every tool call and every LLM decision is journaled as it
-//! completes, every transition is a compare-and-set commit, and a crash resumes from the last
-//! committed version without repeating a committed effect or re-asking a committed question.
-//!
-//! ## A complete agent
-//!
-//! ```
-//! use std::sync::Arc;
-//! use agent_core::runner::Runner;
-//! use agent_core::store::{memory::MemoryStore, RunStatus};
-//! use agent_core::{Agent, Ctx, Execute, StepResult, Tool, ToolBox, ToolContext, ToolError};
-//! use serde::{Deserialize, Serialize};
-//!
-//! /// Look a word up (a read tool: no side effect, journaled, served from the journal on resume).
-//! #[derive(Tool)]
-//! #[tool(kind = read, input = String, output = usize)]
-//! struct CountLetters;
-//!
-//! impl Execute for CountLetters {
-//!     async fn execute(&self, word: String, _: &ToolContext) -> Result<usize, ToolError> {
-//!         Ok(word.len())
-//!     }
-//! }
-//!
-//! #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
-//! #[agent(tools(read(CountLetters)))]
-//! enum Speller {
-//!     #[agent(initial, tools(CountLetters), to(Done))]
-//!     Start { word: String },
-//!     #[agent(terminal)]
-//!     Done { letters: usize },
-//! }
-//!
-//! struct Behaviour;
-//!
-//! impl SpellerHandlers for Behaviour {
-//!     async fn start(&self, ctx: Ctx<'_, speller::Start>, word: String) -> StepResult<speller::Start> {
-//!         let letters = ctx.call::<CountLetters>(word).await?; // only tools listed in `Start` compile
-//!         Ok(ctx.to(speller::Done::new(letters)))               // only declared successors compile
-//!     }
-//! }
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Arc::new(MemoryStore::new()); // or agent_sqlite::SqliteStore, agent_pg::PgStore
-//! let runner = Runner::new(store, Behaviour, ToolBox::new().with(CountLetters))?;
-//! runner.start("run-1", Speller::Start { word: "durable".into() }).await?;
-//! let done = runner.run("run-1").await?;
-//! assert_eq!(done.status, RunStatus::Completed);
-//! assert_eq!(done.state["Done"]["letters"], 7);
-//! println!("{}", Speller::graph().to_mermaid());
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! What does not compile is part of the contract: calling a tool the state does not list,
-//!
-//! ```compile_fail,E0277
-//! # use agent_core::{Agent, Ctx, StepResult, Tool};
-//! # use serde::{Deserialize, Serialize};
-//! # #[derive(Tool)] #[tool(kind = read, input = String, output = usize)] struct CountLetters;
-//! # #[derive(Tool)] #[tool(kind = write, input = String, output = ())] struct Publish;
-//! # #[derive(Clone, Serialize, Deserialize, Agent)]
-//! # #[agent(tools(read(CountLetters), write(Publish)))]
-//! # enum Speller {
-//! #     #[agent(initial, tools(CountLetters), to(Done))] Start { word: String },
-//! #     #[agent(terminal)] Done { letters: usize },
-//! # }
-//! # struct Behaviour;
-//! impl SpellerHandlers for Behaviour {
-//!     async fn start(&self, ctx: Ctx<'_, speller::Start>, word: String) -> StepResult<speller::Start> {
-//!         ctx.call::<Publish>(word).await?; // error: tool `Publish` is not allowed in state `Start`
-//!         Ok(ctx.to(speller::Done::new(0)))
-//!     }
-//! }
-//! ```
-//!
-//! or moving to a state that is not a declared successor, or a graph with an unreachable
-//! state, a trap cycle, an unknown state in `to(...)` — see [`compile_errors`] for each.
-//!
-//! ## The pieces
+//! Users depend on the facade, `durable-agents`, which re-exports everything here together
+//! with the stores and providers its features select; its documentation is the tutorial.
+//! Depend on this crate directly only to write a store backend or a router without the
+//! facade (and then give the derives `#[agent(crate = ::your_name_for_it)]` if you rename it).
 //!
 //! | module | what |
 //! |---|---|
@@ -93,27 +14,8 @@
 //! | [`tool`] | [`Tool`] (derivable), [`Execute`], [`Compensate`]; kinds read, write, hybrid; policies |
 //! | [`runner`] | [`Runner`](runner::Runner) and [`Worker`](runner::Worker): steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
-//! | [`store`] | the [`Store`](store::Store) contract, records, delta history, an in-memory store |
+//! | [`store`] | the [`Store`](store::Store) contract, records, delta history, the hash chain and its verifier, an in-memory store |
 //! | `conformance` | the suite every store backend runs (feature `conformance`) |
-//!
-//! Backends: `agent-sqlite` (the embedded default) and `agent-pg` (PostgreSQL, many workers).
-//! Providers: `agent-llm` (OpenAI-compatible and Anthropic).
-//!
-//! ## Features
-//!
-//! | feature | default | what |
-//! |---|---|---|
-//! | `conformance` | no | [`store_conformance!`] and [`runner_conformance!`]: the store and runner checks every backend runs, and the fixture agent they use |
-//!
-//! ## Guarantees
-//!
-//! For every run: versions form one chain `0, 1, 2, …`; every committed transition is a
-//! declared edge and every journaled tool call was legal in its state; a committed write is
-//! never executed again and an interrupted one is retried with the same idempotency key; a
-//! committed decision is never asked again; at most one worker commits each version (the
-//! lease's fencing epoch is checked in the commit); a run whose stored state no longer
-//! deserializes, or whose graph changed incompatibly, is quarantined before any tool call;
-//! storage grows linearly with the number of steps. Each is a test in the conformance suite.
 
 // Lets the derives' `::agent_core::…` paths resolve inside this crate (the conformance fixture).
 #[allow(unused_extern_crates)]
@@ -154,7 +56,7 @@ pub use tool::{
 /// | `name = "..."` | the agent's name (default: the enum's name) |
 /// | `module = ident` | the generated module of state markers (default: the enum's name in snake case) |
 /// | `handlers = Ident` | the generated handler trait (default: `{Enum}Handlers`) |
-/// | `crate = path` | where `agent_core` is (default: `::agent_core`), for re-exports |
+/// | `crate = path` | where the framework is (default: the `durable-agents` dependency, under the name the manifest gives it), for re-exports |
 /// | `max_steps = N` | budget: at most `N` steps per run |
 ///
 /// On a variant:
@@ -197,7 +99,7 @@ pub use tool::{
 /// # Example
 ///
 /// ```
-/// use agent_core::{Agent, Ctx, Handle, StepResult, Tool};
+/// use durable_agents::{Agent, Ctx, Handle, StepResult, Tool};
 /// use serde::{Deserialize, Serialize};
 ///
 /// /// Search the catalogue.

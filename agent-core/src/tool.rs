@@ -104,7 +104,7 @@ pub mod kind {
 /// Usually derived:
 ///
 /// ```
-/// use agent_core::Tool;
+/// use durable_agents::Tool;
 /// # use serde::{Deserialize, Serialize};
 /// # #[derive(Serialize, Deserialize, schemars::JsonSchema)] pub struct Query { text: String }
 /// # #[derive(Serialize, Deserialize, schemars::JsonSchema)] pub struct Product { sku: String }
@@ -117,7 +117,7 @@ pub mod kind {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tool",
     label = "not a tool",
-    note = "derive it: `#[derive(Tool)] #[tool(kind = read, input = ..., output = ...)]`, or implement `agent_core::Tool`"
+    note = "derive it: `#[derive(Tool)] #[tool(kind = read, input = ..., output = ...)]`, or implement `durable_agents::Tool`"
 )]
 pub trait Tool: Send + Sync + 'static {
     /// The tool's name: the type's name, as the agent's attribute writes it.
@@ -153,7 +153,7 @@ pub trait Execute: Tool {
 #[diagnostic::on_unimplemented(
     message = "hybrid tool `{Self}` does not say how it is undone",
     label = "missing `Compensate` impl",
-    note = "implement `agent_core::Compensate for {Self}` with `type With = <a write tool>;`"
+    note = "implement `durable_agents::Compensate for {Self}` with `type With = <a write tool>;`"
 )]
 pub trait Compensate: Tool<Kind = kind::Hybrid> {
     /// The write tool that undoes this one.

@@ -1,7 +1,7 @@
 //! `canonical_json` feeds every stored hash (input hashes, the transition chain): its bytes
 //! must not change. Pinned by an example and by a property against its first definition.
 
-use agent_core::store::canonical_json;
+use durable_agents::store::canonical_json;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

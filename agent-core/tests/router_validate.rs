@@ -5,7 +5,7 @@
 //! zero-width characters), names legal elsewhere and junk, with random JSON or junk
 //! arguments, refusals and truncations.
 
-use agent_core::router::{Decision, OptionKind, RawChoice, RouteOption, RouterReply, validate};
+use durable_agents::router::{Decision, OptionKind, RawChoice, RouteOption, RouterReply, validate};
 use proptest::prelude::*;
 use serde_json::Value;
 

@@ -156,7 +156,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         .krate
         .get()
         .cloned()
-        .unwrap_or_else(|| syn::parse_quote!(::agent_core));
+        .unwrap_or_else(crate::krate::default_path);
     Some(Agent {
         vis: input.vis.clone(),
         name: ea.name.get().cloned().unwrap_or(name_text),

@@ -1,4 +1,4 @@
-//! Derive macros for `agent-core`. Depend on `agent-core`, which re-exports them and
+//! Derive macros of `durable-agents`. Depend on `durable-agents`, which re-exports them and
 //! documents the grammar.
 //!
 //! Stages, one per module: `attr` (syntax of `#[agent(...)]`) -> `ast` (the model, with
@@ -11,19 +11,20 @@ mod check;
 mod ctxt;
 mod expand;
 mod fallback;
+mod krate;
 mod names;
 mod tool;
 
 use proc_macro::TokenStream;
 
-/// See `agent_core::Agent`.
+/// See `durable_agents::Agent`.
 #[proc_macro_derive(Agent, attributes(agent))]
 pub fn derive_agent(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
     derive_agent_impl(&input).into()
 }
 
-/// See `agent_core::Tool`.
+/// See `durable_agents::Tool`.
 #[proc_macro_derive(Tool, attributes(tool))]
 pub fn derive_tool(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);

@@ -162,9 +162,7 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     if let Some(errors) = cx.into_compile_errors() {
         return errors;
     }
-    let krate = attrs
-        .krate
-        .unwrap_or_else(|| syn::parse_quote!(::agent_core));
+    let krate = attrs.krate.unwrap_or_else(crate::krate::default_path);
     let name = ident.to_string();
     let name = name.strip_prefix("r#").unwrap_or(&name);
     let desc = description(input);

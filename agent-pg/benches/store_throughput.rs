@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
-//!     cargo bench -p agent-pg --bench store_throughput
+//!     cargo bench -p durable-agents-pg --bench store_throughput
 //! ```
 //!
 //! - **floor**: one transition as bare SQL through sqlx, no framework: the update of the run
@@ -760,7 +760,7 @@ async fn main() {
     let Ok(url) = std::env::var("DATABASE_URL") else {
         eprintln!(
             "store_throughput needs DATABASE_URL (postgres://...), e.g. \
-             DATABASE_URL=$(scripts/pg start) cargo bench -p agent-pg --bench store_throughput"
+             DATABASE_URL=$(scripts/pg start) cargo bench -p durable-agents-pg --bench store_throughput"
         );
         std::process::exit(2);
     };

@@ -585,7 +585,7 @@ fn missing_database_says_what_to_do() {
 }
 
 /// Writes the fixture's runs to `$AGENTCTL_DEMO_DB`, to try the commands by hand:
-/// `AGENTCTL_DEMO_DB=/tmp/demo.sqlite3 cargo test -p agentctl --test cli -- --ignored demo`.
+/// `AGENTCTL_DEMO_DB=/tmp/demo.sqlite3 cargo test -p durable-agents-cli --test cli -- --ignored demo`.
 #[test]
 #[ignore = "writes a demo database for trying agentctl by hand"]
 fn demo_database() {

@@ -16,10 +16,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use agent_core::runner::{Crash, FaultHook, FaultPoint, Runner, RunnerConfig};
-use agent_core::store::{CallStatus, EntryKind, RunFilter, RunStatus, Store};
-use agent_core::{Agent, router::Router};
 use clap::Parser;
+use durable_agents::runner::{Crash, FaultHook, FaultPoint, Runner, RunnerConfig};
+use durable_agents::store::{CallStatus, EntryKind, RunFilter, RunStatus, Store};
+use durable_agents::{Agent, router::Router};
 use examples::checkout::{self, Checkout, Handlers};
 use examples::shop::{Product, Shop};
 
@@ -90,7 +90,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let opened = stores::open(args.database_url.as_deref(), &args.db).await?;
     println!("checkout example · store: {}", opened.description);
     let shop = Arc::new(Shop::open(opened.shop_path.clone())?);
-    let (router, router_note): (Arc<dyn Router>, String) = match agent_llm::router_from_env()? {
+    let (router, router_note): (Arc<dyn Router>, String) = match durable_agents::llm::router_from_env()? {
         Some(r) if !args.offline => (r, "a real LLM configured in the environment".to_owned()),
         _ => (
             Arc::new(checkout::scripted_reviewer()),
@@ -138,7 +138,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             s.gateway_timeouts = 1;
             s.declined_cards.insert("4000-declined".to_owned());
         })?;
-        let stamp = agent_core::store::now_ms();
+        let stamp = durable_agents::store::now_ms();
         let mut ids = Vec::new();
         for customer in checkout::demo_customers() {
             let id = format!("checkout-{stamp}-{}", customer.user);
@@ -163,15 +163,15 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     }
     println!("where to look next:");
     println!(
-        "  cargo run -p agentctl -- runs                      # every run in {}",
+        "  cargo run --bin agentctl -- runs                      # every run in {}",
         opened.short
     );
     println!(
-        "  cargo run -p agentctl -- show {}   # the timeline, with tool calls and decisions",
+        "  cargo run --bin agentctl -- show {}   # the timeline, with tool calls and decisions",
         run_ids[0]
     );
     println!(
-        "  cargo run -p agentctl -- graph Checkout --format dot --run {} | dot -Tsvg > checkout.svg",
+        "  cargo run --bin agentctl -- graph Checkout --format dot --run {} | dot -Tsvg > checkout.svg",
         run_ids[0]
     );
     println!(

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::router::{RouterReply, ScriptedRouter};
-use agent_core::{
+use durable_agents::router::{RouterReply, ScriptedRouter};
+use durable_agents::{
     Agent, Compensate, Ctx, Execute, Failure, StepError, StepResult, Tool, ToolBox, ToolContext,
     ToolError,
 };

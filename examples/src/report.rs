@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use agent_core::router::DecisionRecord;
-use agent_core::store::{CallStatus, EntryKind, JournalEntry, Store, StoreError};
+use durable_agents::router::DecisionRecord;
+use durable_agents::store::{CallStatus, EntryKind, JournalEntry, Store, StoreError};
 
 /// A run's timeline: every version with its state, and under it the calls its step made.
 ///
@@ -61,10 +61,10 @@ fn entry_line(e: &JournalEntry) -> String {
                     let choice = r
                         .decision
                         .map(|d| match d {
-                            agent_core::router::Decision::Transition { to, .. } => {
+                            durable_agents::router::Decision::Transition { to, .. } => {
                                 format!("move to `{to}`")
                             }
-                            agent_core::router::Decision::Tool { tool, .. } => {
+                            durable_agents::router::Decision::Tool { tool, .. } => {
                                 format!("call `{tool}`")
                             }
                         })
@@ -86,7 +86,7 @@ fn entry_line(e: &JournalEntry) -> String {
             } else {
                 "tool"
             };
-            let kind = e.tool_kind.map_or("?", agent_core::ToolKind::as_str);
+            let kind = e.tool_kind.map_or("?", durable_agents::ToolKind::as_str);
             let mut line = format!(
                 "{label:<11}{} ({kind}) {status} · {} attempt(s) · {} ms",
                 e.name, e.attempts, e.duration_ms

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_core::store::Store;
+use durable_agents::store::Store;
 
 /// The SQLite file the examples and `agentctl` use when nothing else is said.
 pub const DEFAULT_DB: &str = "agent-runs.sqlite3";
@@ -49,7 +49,7 @@ pub enum OpenError {
 /// [`OpenError`] saying what to do.
 pub async fn open(database_url: Option<&str>, db: &Path) -> Result<Opened, OpenError> {
     if let Some(url) = database_url.filter(|u| !u.is_empty()) {
-        let store = agent_pg::PgStore::connect(url, PG_SCHEMA)
+        let store = durable_agents::postgres::PgStore::connect(url, PG_SCHEMA)
             .await
             .map_err(|e| OpenError::Postgres(e.to_string()))?;
         store
@@ -63,7 +63,7 @@ pub async fn open(database_url: Option<&str>, db: &Path) -> Result<Opened, OpenE
             shop_path: PathBuf::from("checkout-shop.json"),
         });
     }
-    let store = agent_sqlite::SqliteStore::open(db)
+    let store = durable_agents::sqlite::SqliteStore::open(db)
         .await
         .map_err(|e| OpenError::Sqlite {
             path: db.display().to_string(),

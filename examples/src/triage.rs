@@ -8,9 +8,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use agent_core::router::{RouterReply, ScriptedRouter};
-use agent_core::store::input_hash;
-use agent_core::{Ctx, Execute, Failure, StepResult, ToolBox, ToolContext, ToolError, Wake};
+use durable_agents::router::{RouterReply, ScriptedRouter};
+use durable_agents::store::input_hash;
+use durable_agents::{Ctx, Execute, Failure, StepResult, ToolBox, ToolContext, ToolError, Wake};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -68,7 +68,7 @@ pub struct Approval {
 }
 
 /// The triage agent.
-#[derive(Clone, Debug, Serialize, Deserialize, agent_core::Agent)]
+#[derive(Clone, Debug, Serialize, Deserialize, durable_agents::Agent)]
 #[agent(
     tools(read(LookupOrder), write(IssueRefund, SendReply)),
     max_steps = 30
@@ -184,17 +184,17 @@ pub struct Reply {
 }
 
 /// Look an order up.
-#[derive(Debug, Clone, agent_core::Tool)]
+#[derive(Debug, Clone, durable_agents::Tool)]
 #[tool(kind = read, input = OrderId, output = OrderInfo)]
 pub struct LookupOrder(pub Arc<Desk>);
 
 /// Refund an order (exactly once per idempotency key).
-#[derive(Debug, Clone, agent_core::Tool)]
+#[derive(Debug, Clone, durable_agents::Tool)]
 #[tool(kind = write, input = RefundRequest, output = (), retries = 5)]
 pub struct IssueRefund(pub Arc<Desk>);
 
 /// Email the customer.
-#[derive(Debug, Clone, agent_core::Tool)]
+#[derive(Debug, Clone, durable_agents::Tool)]
 #[tool(kind = write, input = Reply, output = ())]
 pub struct SendReply(pub Arc<Desk>);
 

@@ -13,10 +13,10 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agent_core::Agent;
-use agent_core::runner::Runner;
-use agent_core::store::{RunStatus, Store};
 use clap::Parser;
+use durable_agents::Agent;
+use durable_agents::runner::Runner;
+use durable_agents::store::{RunStatus, Store};
 use examples::triage::{self, Desk, Handlers, RefundRequest, Ticket, Triage};
 use examples::{report, stores};
 
@@ -71,7 +71,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         ("order-17", 2_500),
         ("order-42", 48_000),
     ]));
-    let stamp = agent_core::store::now_ms();
+    let stamp = durable_agents::store::now_ms();
     let small = format!("triage-{stamp}-small");
     let large = format!("triage-{stamp}-large");
 

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use agent_core::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
-use agent_core::store::{CallStatus, EntryKind, RunStatus, Store};
+use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use durable_agents::store::{CallStatus, EntryKind, RunStatus, Store};
 use examples::checkout::{self, Checkout, Handlers};
 use examples::shop::Shop;
 use examples::stores;
@@ -196,7 +196,7 @@ async fn triage_approval_is_bound_to_the_exact_refund_and_survives_restart() {
 
 #[test]
 fn checkout_graph_exports_render_and_round_trip() {
-    use agent_core::{Agent, GraphDescription};
+    use durable_agents::{Agent, GraphDescription};
     let graph = Checkout::graph();
     assert_eq!(
         GraphDescription::from_yaml(&graph.to_yaml()).unwrap(),
@@ -246,7 +246,7 @@ fn checkout_graph_exports_render_and_round_trip() {
 /// edges, tools, kinds or state data); update it then, on purpose.
 #[test]
 fn checkout_fingerprint_is_stable_across_builds() {
-    use agent_core::Agent;
+    use durable_agents::Agent;
     assert_eq!(Checkout::graph().fingerprint(), GOLDEN_FINGERPRINT);
 }
 

@@ -259,6 +259,7 @@ impl Execute for Charge {
 /// The fixture agent.
 #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
 #[agent(
+    crate = ::agent_core,
     tools(read(Lookup), write(Charge, Release), hybrid(Reserve(compensate = Release))),
 )]
 pub enum Order {

@@ -9,9 +9,9 @@
 //!
 //! ```ignore
 //! use std::sync::Arc;
-//! use agent_core::store::memory::MemoryStore;
+//! use durable_agents::store::memory::MemoryStore;
 //!
-//! agent_core::store_conformance!(
+//! durable_agents::store_conformance!(
 //!     setup = async || Arc::new(MemoryStore::new()),
 //!     corrupt = |store: Arc<MemoryStore>, run_id: String| async move {
 //!         store.corrupt_for_tests(&run_id);

@@ -60,7 +60,7 @@ pub fn input_hash(value: &Value) -> String {
     hex::encode(Sha256::digest(canonical_json(value).as_bytes()))
 }
 
-/// What makes two [`Store::create_run`] calls with the same id "the same run": SHA-256 over
+/// What makes two [`Store::create_run`](super::Store::create_run) calls with the same id "the same run": SHA-256 over
 /// the agent's name, the initial state's name and the canonical JSON of the initial state,
 /// hex. Backends store it with the run to answer idempotent creation without the initial
 /// version (which retention may prune).

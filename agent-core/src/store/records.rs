@@ -460,7 +460,7 @@ pub struct RetentionPolicy {
     pub only_final_runs: bool,
 }
 
-/// What [`Store::prune`] removed.
+/// What [`Store::prune`](super::Store::prune) removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PruneReport {
     /// Versions removed.
@@ -480,7 +480,7 @@ pub struct StateAtVersion {
     pub state: Value,
 }
 
-/// The stored versions of a run (see [`Store::version_span`]).
+/// The stored versions of a run (see [`Store::version_span`](super::Store::version_span)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionSpan {
     /// Oldest stored version.
