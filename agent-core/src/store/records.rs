@@ -1,8 +1,6 @@
 //! The records a store keeps: runs, leases, journal entries, transitions, signals, and
 //! the settings and reports of its operations.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -21,8 +19,23 @@ pub fn now_ms() -> Millis {
 }
 
 /// Where a run is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum RunStatus {
     /// Has a next step to execute.
     Running,
@@ -57,23 +70,14 @@ impl RunStatus {
 
     /// The stored name (`running`, `dead_lettered`, ...).
     #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Waiting => "waiting",
-            Self::Completed => "completed",
-            Self::Compensating => "compensating",
-            Self::Compensated => "compensated",
-            Self::Failed => "failed",
-            Self::Quarantined => "quarantined",
-            Self::DeadLettered => "dead_lettered",
-        }
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 
     /// Parse a stored name.
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|x| x.as_str() == s)
+        s.parse().ok()
     }
 
     /// Whether the run will not move again on its own.
@@ -93,12 +97,6 @@ impl RunStatus {
     #[must_use]
     pub const fn is_runnable(self) -> bool {
         matches!(self, Self::Running | Self::Compensating)
-    }
-}
-
-impl fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -210,8 +208,20 @@ pub struct Lease {
 }
 
 /// What a journal entry records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum EntryKind {
     /// A tool call made by a handler or chosen by the router.
     Tool,
@@ -224,26 +234,32 @@ pub enum EntryKind {
 impl EntryKind {
     /// Stored name.
     #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Tool => "tool",
-            Self::Decision => "decision",
-            Self::Compensation => "compensation",
-        }
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 
     /// Parse a stored name.
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Tool, Self::Decision, Self::Compensation]
-            .into_iter()
-            .find(|x| x.as_str() == s)
+        s.parse().ok()
     }
 }
 
 /// The state of a journaled call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum CallStatus {
     /// Sent, no result committed yet (a crash here means: retry with the same key).
     Started,
@@ -256,20 +272,14 @@ pub enum CallStatus {
 impl CallStatus {
     /// Stored name.
     #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Started => "started",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-        }
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 
     /// Parse a stored name.
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Started, Self::Succeeded, Self::Failed]
-            .into_iter()
-            .find(|x| x.as_str() == s)
+        s.parse().ok()
     }
 }
 
@@ -328,8 +338,20 @@ pub fn idempotency_key(run_id: &str, version: u64, seq: u32) -> String {
 }
 
 /// Why a step moved the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum TransitionKind {
     /// The first version.
     Start,
@@ -344,21 +366,14 @@ pub enum TransitionKind {
 impl TransitionKind {
     /// Stored name.
     #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Start => "start",
-            Self::Step => "step",
-            Self::Error => "error",
-            Self::Status => "status",
-        }
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 
     /// Parse a stored name.
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Start, Self::Step, Self::Error, Self::Status]
-            .into_iter()
-            .find(|x| x.as_str() == s)
+        s.parse().ok()
     }
 }
 
@@ -489,4 +504,77 @@ pub struct VersionSpan {
     pub last: u64,
     /// How many versions are stored.
     pub count: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CallStatus, EntryKind, RunStatus, TransitionKind};
+
+    /// The stored names are a storage format: they are the serde names, and they never change.
+    #[test]
+    fn stored_names_are_the_serde_names_and_stay_put() {
+        fn pinned<T>(
+            all: &[T],
+            names: &[&str],
+            as_str: fn(&T) -> &'static str,
+            parse: fn(&str) -> Option<T>,
+        ) where
+            T: serde::Serialize + PartialEq + std::fmt::Debug,
+        {
+            for (value, name) in all.iter().zip(names) {
+                assert_eq!(as_str(value), *name);
+                assert_eq!(serde_json::to_value(value).unwrap(), *name);
+                assert_eq!(parse(name).as_ref(), Some(value));
+            }
+            assert_eq!(all.len(), names.len());
+        }
+        pinned(
+            &RunStatus::ALL,
+            &[
+                "running",
+                "waiting",
+                "completed",
+                "compensating",
+                "compensated",
+                "failed",
+                "quarantined",
+                "dead_lettered",
+            ],
+            |s| s.as_str(),
+            RunStatus::parse,
+        );
+        pinned(
+            &[
+                EntryKind::Tool,
+                EntryKind::Decision,
+                EntryKind::Compensation,
+            ],
+            &["tool", "decision", "compensation"],
+            |s| s.as_str(),
+            EntryKind::parse,
+        );
+        pinned(
+            &[
+                CallStatus::Started,
+                CallStatus::Succeeded,
+                CallStatus::Failed,
+            ],
+            &["started", "succeeded", "failed"],
+            |s| s.as_str(),
+            CallStatus::parse,
+        );
+        pinned(
+            &[
+                TransitionKind::Start,
+                TransitionKind::Step,
+                TransitionKind::Error,
+                TransitionKind::Status,
+            ],
+            &["start", "step", "error", "status"],
+            |s| s.as_str(),
+            TransitionKind::parse,
+        );
+        assert_eq!(RunStatus::parse("Running"), None);
+        assert_eq!(RunStatus::DeadLettered.to_string(), "dead_lettered");
+    }
 }
