@@ -1,4 +1,4 @@
-//! Shared harness of the in-process reliability battery (items 5–8, 10 and 11 of issue 7).
+//! Shared harness of the in-process reliability battery (RELIABILITY.md says what each part proves).
 //!
 //! - [`size`]: reduced sizes by default, full sizes with `BATTERY_FULL=1`;
 //! - [`pg`]: a migrated [`PgStore`] in a schema of its own per test;

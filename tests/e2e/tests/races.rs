@@ -239,7 +239,7 @@ async fn zombie_round(url: &str, round: u64) {
 }
 
 /// A tool call or an LLM answer that takes longer than the lease. A worker that holds a run
-/// must keep its lease alive while it waits (issue 4: "holds leases with heartbeats");
+/// must keep its lease alive while it waits (a heartbeat renews it);
 /// otherwise a second worker claims the run and executes the same step at the same time, and
 /// with two workers the step ping-pongs until the run is dead-lettered (found by this test,
 /// fixed by the runner's heartbeat; see RELIABILITY.md, 2.).
