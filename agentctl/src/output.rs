@@ -98,9 +98,8 @@ impl Output {
     #[allow(clippy::unused_self)]
     pub(crate) fn print_table(self, table: &Table) {
         let text = table.to_string();
-        let mut out = std::io::stdout().lock();
         for line in text.lines() {
-            let _ = writeln!(out, "{}", line.trim_end());
+            stdout_line(format_args!("{}", line.trim_end()));
         }
     }
 
@@ -109,7 +108,7 @@ impl Output {
         let text = serde_json::to_string_pretty(value).unwrap_or_else(|e| {
             serde_json::json!({ "error": format!("could not serialize output: {e}") }).to_string()
         });
-        println!("{text}");
+        stdout_line(format_args!("{text}"));
     }
 
     /// A status cell, coloured by what it means.
@@ -311,3 +310,34 @@ mod tests {
         assert_eq!(ellipsize("abc", 4), "abc");
     }
 }
+
+/// Write one line to stdout (see [`stdout_text`]).
+pub(crate) fn stdout_line(line: std::fmt::Arguments<'_>) {
+    stdout_text(&format!("{line}\n"));
+}
+
+/// Write text to stdout. A reader that closed the pipe (`agentctl runs | head`, or
+/// `agentctl graph … | dot` where `dot` is missing) is not a failure of ours: the process
+/// ends quietly with status 0, as `cat` and `ls` do, instead of panicking.
+pub(crate) fn stdout_text(text: &str) {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("error: cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// `println!` through [`stdout_line`].
+macro_rules! outln {
+    () => {
+        $crate::output::stdout_line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::stdout_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use outln;

@@ -559,6 +559,35 @@ fn verify_detects_reordered_rows(new_db: fn() -> Db) {
     assert_tampered(&db, DONE, 1, "reordered");
 }
 
+/// A reader that closes the pipe (`agentctl runs | head`, `graph … | dot` without Graphviz)
+/// ends `agentctl` quietly, with status 0, not with a panic about a broken pipe.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let db = Db::sqlite();
+    for args in [
+        &["runs"][..],
+        &["show", DONE],
+        &["graph", "Order", "--format", "dot"],
+        &["--json", "runs"],
+    ] {
+        let mut child = db
+            .command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn agentctl");
+        // The reader goes away before agentctl has written anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait for agentctl");
+        let err = stderr(&out);
+        assert!(
+            out.status.success() && !err.contains("panicked") && !err.contains("Broken pipe"),
+            "agentctl {args:?} with a closed pipe: {} {err}",
+            out.status
+        );
+    }
+}
+
 #[test]
 fn missing_database_says_what_to_do() {
     let dir = tempfile::tempdir().unwrap();

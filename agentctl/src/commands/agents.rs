@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::Ctx;
 use crate::error::Result;
+use crate::output::outln;
 
 #[derive(Serialize)]
 struct AgentRow {
@@ -35,7 +36,7 @@ pub(super) async fn run(cx: &Ctx) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        println!("no agents registered yet: a runner registers its agent when it starts a run");
+        outln!("no agents registered yet: a runner registers its agent when it starts a run");
         return Ok(ExitCode::SUCCESS);
     }
     let mut table = cx

@@ -8,6 +8,7 @@ use serde_json::json;
 use super::Ctx;
 use crate::cli::ForkArgs;
 use crate::error::{CliError, Result};
+use crate::output::outln;
 
 pub(super) async fn run(cx: &Ctx, args: &ForkArgs) -> Result<ExitCode> {
     let run = cx.run(&args.run).await?;
@@ -38,9 +39,12 @@ pub(super) async fn run(cx: &Ctx, args: &ForkArgs) -> Result<ExitCode> {
             "forked_from": { "run": run.id, "version": version },
         }));
     } else {
-        println!(
+        outln!(
             "forked run {} at version {version} into run {} (in `{}`, {}): a worker will pick it up",
-            run.id, forked.id, forked.state_name, forked.status
+            run.id,
+            forked.id,
+            forked.state_name,
+            forked.status
         );
     }
     Ok(ExitCode::SUCCESS)

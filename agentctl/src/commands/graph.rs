@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::Ctx;
 use crate::cli::{GraphArgs, GraphFormat};
 use crate::error::{CliError, Result};
+use crate::output::outln;
 
 #[derive(Serialize)]
 struct OverlayJson {
@@ -70,9 +71,9 @@ pub(super) async fn run(cx: &Ctx, args: GraphArgs) -> Result<ExitCode> {
         GraphFormat::Json => graph.to_json(),
         GraphFormat::Yaml => graph.to_yaml(),
     };
-    print!("{text}");
+    crate::output::stdout_text(&text);
     if !text.ends_with('\n') {
-        println!();
+        outln!();
     }
     if args.run.is_some() && matches!(args.format, GraphFormat::Json | GraphFormat::Yaml) {
         cx.out

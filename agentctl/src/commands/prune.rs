@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::Ctx;
 use crate::cli::PruneArgs;
 use crate::error::Result;
+use crate::output::outln;
 
 pub(super) async fn run(cx: &Ctx, args: &PruneArgs) -> Result<ExitCode> {
     let policy = RetentionPolicy {
@@ -38,7 +39,7 @@ pub(super) async fn run(cx: &Ctx, args: &PruneArgs) -> Result<ExitCode> {
     if cx.out.json {
         cx.out.print_json(&report);
     } else {
-        println!(
+        outln!(
             "pruned {} versions and {} journal entries (kept the last {} of each {}run)",
             report.versions_removed,
             report.entries_removed,

@@ -6,6 +6,7 @@ use agent_core::store::{RunError, RunStatus};
 
 use super::Ctx;
 use crate::error::{CliError, Result};
+use crate::output::outln;
 
 /// Which command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +33,7 @@ pub(super) async fn run(cx: &Ctx, id: &str, mode: Mode) -> Result<ExitCode> {
                     "run": run.id, "status": run.status, "changed": false,
                 }));
             } else {
-                println!("{msg}");
+                outln!("{msg}");
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -91,9 +92,10 @@ pub(super) async fn run(cx: &Ctx, id: &str, mode: Mode) -> Result<ExitCode> {
         || run.status.to_string(),
         |e| format!("{}: {} — {}", run.status, e.code, e.message),
     );
-    println!(
+    outln!(
         "re-queued run {} as {} (was {was}); a worker will pick it up",
-        updated.id, updated.status
+        updated.id,
+        updated.status
     );
     if let Some(e) = &run.error
         && matches!(e.code.as_str(), "state.corrupt" | "graph.incompatible")

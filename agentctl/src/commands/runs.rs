@@ -8,6 +8,7 @@ use comfy_table::Cell;
 use super::Ctx;
 use crate::cli::RunsArgs;
 use crate::error::Result;
+use crate::output::outln;
 use crate::output::{ellipsize, fmt_age};
 
 pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
@@ -27,7 +28,7 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
             (None, false) => "no runs match".to_owned(),
             (None, true) => "no runs yet".to_owned(),
         };
-        println!("{what}");
+        outln!("{what}");
         if args.agent.is_some() {
             cx.out
                 .note("the registered agents are listed by `agentctl agents`");

@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use super::Ctx;
 use crate::error::Result;
+use crate::output::outln;
 use crate::output::{ellipsize, fmt_duration_ms, fmt_time};
 
 #[derive(Serialize)]
@@ -50,13 +51,13 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
         });
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", header(cx, &run));
-    println!();
-    println!("{}", cx.out.heading("Timeline"));
+    crate::output::stdout_text(&header(cx, &run));
+    outln!();
+    outln!("{}", cx.out.heading("Timeline"));
     print_timeline(cx, &run, &history, &states, &journal);
     if !signals.is_empty() {
-        println!();
-        println!("{}", cx.out.heading("Pending signals"));
+        outln!();
+        outln!("{}", cx.out.heading("Pending signals"));
         let mut table = cx.out.table(["ID", "NAME", "SENT", "PAYLOAD"]);
         for s in &signals {
             table.add_row(vec![
@@ -70,8 +71,8 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     }
     let next = next_step(&run);
     if !next.is_empty() {
-        println!();
-        println!("{}", cx.out.dim(&next));
+        outln!();
+        outln!("{}", cx.out.dim(&next));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -197,7 +198,7 @@ fn print_timeline(
         }
     }
     if history.is_empty() && journal.is_empty() {
-        println!("(no history stored)");
+        outln!("(no history stored)");
         return;
     }
     cx.out.print_table(&table);

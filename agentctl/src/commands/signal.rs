@@ -8,6 +8,7 @@ use serde_json::json;
 use super::Ctx;
 use crate::cli::SignalArgs;
 use crate::error::{CliError, Result};
+use crate::output::outln;
 
 pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
     let run = cx.run(&args.run).await?;
@@ -46,9 +47,10 @@ pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
             "waiting_for": run.waiting_for,
         }));
     } else {
-        println!(
+        outln!(
             "sent signal `{}` (#{id}) to run {}: {effect}",
-            args.name, run.id
+            args.name,
+            run.id
         );
     }
     Ok(ExitCode::SUCCESS)

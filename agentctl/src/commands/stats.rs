@@ -10,6 +10,7 @@ use super::Ctx;
 use crate::cli::StatsArgs;
 use crate::error::Result;
 use crate::output::fmt_time;
+use crate::output::outln;
 
 #[derive(Serialize)]
 struct StatsJson {
@@ -57,7 +58,7 @@ pub(super) async fn run(cx: &Ctx, args: StatsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if stats.is_empty() {
-        println!("no calls since {}", fmt_time(since));
+        outln!("no calls since {}", fmt_time(since));
         return Ok(ExitCode::SUCCESS);
     }
     let mut table = cx.out.table([

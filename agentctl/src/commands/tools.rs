@@ -11,6 +11,7 @@ use super::Ctx;
 use crate::cli::{ToolSwitchArgs, ToolsAction};
 use crate::error::Result;
 use crate::output::fmt_age;
+use crate::output::outln;
 
 #[derive(Default, Serialize)]
 struct ToolRow {
@@ -65,7 +66,7 @@ async fn list(cx: &Ctx) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        println!("no tools known: no agent registered and no tool switched");
+        outln!("no tools known: no agent registered and no tool switched");
         return Ok(ExitCode::SUCCESS);
     }
     let now = now_ms();
@@ -114,9 +115,9 @@ async fn switch(cx: &Ctx, args: ToolSwitchArgs, enabled: bool) -> Result<ExitCod
             "reason": args.reason,
         }));
     } else if enabled {
-        println!("enabled tool `{}`: calls are allowed again", args.tool);
+        outln!("enabled tool `{}`: calls are allowed again", args.tool);
     } else {
-        println!(
+        outln!(
             "disabled tool `{}`: calls now fail fast with `tool.disabled`{}",
             args.tool,
             args.reason

@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Ctx;
 use crate::error::Result;
+use crate::output::outln;
 use agent_core::store::verify::{VerifyReport, verify_run};
 
 /// Verify one run from the store.
@@ -40,7 +41,7 @@ pub(super) async fn all(cx: &Ctx) -> Result<ExitCode> {
     if cx.out.json {
         cx.out.print_json(&reports);
     } else if reports.is_empty() {
-        println!("no runs to verify");
+        outln!("no runs to verify");
     } else {
         let mut table = cx.out.table(["RUN", "CHAIN", "VERSIONS", "PROBLEM"]);
         for r in &reports {
@@ -64,7 +65,7 @@ pub(super) async fn all(cx: &Ctx) -> Result<ExitCode> {
             ]);
         }
         cx.out.print_table(&table);
-        println!(
+        outln!(
             "{} of {} runs verified intact",
             reports.len() - failed,
             reports.len()
@@ -83,7 +84,7 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     if cx.out.json {
         cx.out.print_json(&report);
     } else if let Some(p) = &report.problem {
-        println!(
+        outln!(
             "{} run {}: version {} {}: {}",
             cx.out.red("✗"),
             run.id,
@@ -92,19 +93,19 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
             p.message
         );
         if report.verified > 0 {
-            println!(
+            outln!(
                 "  versions {}..={} verified before it",
                 report.first_version.unwrap_or(0),
                 p.version.saturating_sub(1)
             );
         }
-        println!(
+        outln!(
             "  {}",
             cx.out.dim("the stored history was changed outside the store; do not resume the run before you know why")
         );
     } else {
         let first = report.first_version.unwrap_or(0);
-        println!(
+        outln!(
             "{} run {}: hash chain intact, versions {first}..={} ({} verified)",
             cx.out.green("✓"),
             run.id,
@@ -112,7 +113,7 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
             report.verified
         );
         if let Some(head) = &report.head_hash {
-            println!("  head hash {head}");
+            outln!("  head hash {head}");
         }
         if report.legacy > 0 {
             cx.out.note(&format!(

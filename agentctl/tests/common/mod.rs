@@ -150,6 +150,11 @@ impl Db {
 
     /// Run `agentctl ARGS --db PATH`.
     pub(crate) fn agentctl(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run agentctl")
+    }
+
+    /// `agentctl ARGS --db PATH`, to spawn.
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
         cmd.args(args)
             .env_remove("DATABASE_URL")
@@ -164,7 +169,7 @@ impl Db {
                 .arg(schema),
             None => cmd.arg("--db").arg(&self.path),
         };
-        cmd.output().expect("run agentctl")
+        cmd
     }
 
     /// `agentctl ARGS`, which must succeed; its stdout.
