@@ -5,13 +5,15 @@ use proc_macro2::{Span, TokenTree};
 use syn::meta::ParseNestedMeta;
 use syn::parse::ParseStream;
 use syn::spanned::Spanned;
-use syn::{Attribute, Ident, LitInt, LitStr, Path, Token};
+use syn::{Attribute, Ident, LitBool, LitInt, LitStr, Path, Token, Type};
 
 use crate::ctxt::Ctxt;
 use crate::names;
 
-/// The one attribute namespace.
+/// The attribute namespace of `#[derive(Agent)]`.
 pub const AGENT: &str = "agent";
+/// The attribute namespace of `#[derive(Tool)]`.
+pub const TOOL: &str = "tool";
 
 pub const TOOLS: &str = "tools";
 pub const DAG: &str = "dag";
@@ -32,6 +34,12 @@ pub const ON_ERROR: &str = "on_error";
 pub const MAX_TOOL_CALLS: &str = "max_tool_calls";
 pub const TIMEOUT_MS: &str = "timeout_ms";
 
+pub const KIND: &str = "kind";
+pub const INPUT: &str = "input";
+pub const OUTPUT: &str = "output";
+pub const RETRIES: &str = "retries";
+pub const CACHE: &str = "cache";
+
 const ENUM_KEYS: &[&str] = &[TOOLS, DAG, NAME, MODULE, HANDLERS, CRATE, MAX_STEPS];
 const VARIANT_KEYS: &[&str] = &[
     INITIAL,
@@ -46,30 +54,54 @@ const VARIANT_KEYS: &[&str] = &[
     MAX_TOOL_CALLS,
     TIMEOUT_MS,
 ];
+const TOOL_KEYS: &[&str] = &[KIND, INPUT, OUTPUT, TIMEOUT_MS, RETRIES, CACHE, CRATE];
 
 /// One key's value, with the span of the key that set it.
 pub struct Attr<T> {
+    /// The attribute namespace, `agent` or `tool`.
+    ns: &'static str,
     name: &'static str,
     value: Option<(Span, T)>,
+    /// The key was written, even if its value was malformed (and reported).
+    given: bool,
 }
 
 impl<T> Attr<T> {
     const fn none(name: &'static str) -> Self {
-        Self { name, value: None }
+        Self::in_ns(AGENT, name)
+    }
+
+    const fn in_ns(ns: &'static str, name: &'static str) -> Self {
+        Self {
+            ns,
+            name,
+            value: None,
+            given: false,
+        }
     }
 
     fn set(&mut self, cx: &Ctxt, span: Span, value: T) {
+        self.given = true;
         if self.value.is_some() {
             cx.error(
                 span,
                 format!(
-                    "duplicate key `{}` in `#[agent(...)]`\n= help: remove this `{}`; each key may appear once",
-                    self.name, self.name
+                    "duplicate key `{}` in `#[{}(...)]`\n= help: remove this `{}`; each key may appear once",
+                    self.name, self.ns, self.name
                 ),
             );
         } else {
             self.value = Some((span, value));
         }
+    }
+
+    /// Record that the key was written, before its value is parsed.
+    fn mark(&mut self) {
+        self.given = true;
+    }
+
+    pub const fn is_given(&self) -> bool {
+        self.given
     }
 
     pub fn get(&self) -> Option<&T> {
@@ -105,7 +137,9 @@ impl Kind {
         }
     }
 
-    fn from_name(name: &str) -> Option<Self> {
+    pub const ALL: [Self; 3] = [Self::Read, Self::Write, Self::Hybrid];
+
+    pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "read" => Some(Self::Read),
             "write" => Some(Self::Write),
@@ -167,18 +201,21 @@ fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
     Ok(())
 }
 
+/// `place` is where the attribute is (`a variant`), when the namespace has several.
 fn unknown_key(
     cx: &Ctxt,
     meta: &ParseNestedMeta<'_>,
+    ns: &str,
     keys: &[&str],
-    place: &str,
+    place: Option<&str>,
 ) -> syn::Result<()> {
     let key = key_of(meta);
-    let mut msg = format!("unknown key `{key}` in `#[agent(...)]` on {place}");
+    let on = place.map(|p| format!(" on {p}")).unwrap_or_default();
+    let mut msg = format!("unknown key `{key}` in `#[{ns}(...)]`{on}");
     let hint = names::did_you_mean(&key, keys.iter().copied());
     if hint.is_empty() {
         msg.push_str(&format!(
-            "\n= note: keys allowed on {place}: {}",
+            "\n= note: keys allowed{on}: {}",
             names::list(keys.iter().copied())
         ));
     } else {
@@ -294,16 +331,17 @@ fn name_list(cx: &Ctxt, meta: &ParseNestedMeta<'_>, what: &str) -> syn::Result<O
     Ok(Some(out))
 }
 
-fn agent_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
-    attrs.iter().filter(|a| a.path().is_ident(AGENT))
+fn attrs_in<'a>(ns: &'a str, attrs: &'a [Attribute]) -> impl Iterator<Item = &'a Attribute> {
+    attrs.iter().filter(move |a| a.path().is_ident(ns))
 }
 
 fn parse_each(
     cx: &Ctxt,
+    ns: &str,
     attrs: &[Attribute],
     mut logic: impl FnMut(ParseNestedMeta<'_>) -> syn::Result<()>,
 ) {
-    for attr in agent_attrs(attrs) {
+    for attr in attrs_in(ns, attrs) {
         if let Err(e) = attr.meta.require_list() {
             cx.syn_error(e);
             continue;
@@ -324,7 +362,7 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
         krate: Attr::none(CRATE),
         max_steps: Attr::none(MAX_STEPS),
     };
-    parse_each(cx, attrs, |meta| {
+    parse_each(cx, AGENT, attrs, |meta| {
         let span = meta.path.span();
         match key_of(&meta).as_str() {
             TOOLS => {
@@ -353,14 +391,7 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
                 }
             }
             CRATE => {
-                let parsed = value(cx, &meta, "path::to::agent_core", |i| {
-                    if i.peek(LitStr) {
-                        i.parse::<LitStr>()?.parse::<Path>()
-                    } else {
-                        Path::parse_mod_style(i)
-                    }
-                })?;
-                if let Some(v) = parsed {
+                if let Some(v) = crate_path(cx, &meta)? {
                     out.krate.set(cx, span, v);
                 }
             }
@@ -379,7 +410,7 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
                     );
                     skip_value(meta.input)?;
                 } else {
-                    unknown_key(cx, &meta, ENUM_KEYS, place)?;
+                    unknown_key(cx, &meta, AGENT, ENUM_KEYS, Some(place))?;
                 }
             }
         }
@@ -439,7 +470,7 @@ fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<T
                             }
                             Ok(())
                         } else {
-                            unknown_key(cx, &c, &[COMPENSATE], "a hybrid tool")
+                            unknown_key(cx, &c, AGENT, &[COMPENSATE], Some("a hybrid tool"))
                         }
                     })?;
                 } else {
@@ -485,7 +516,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
         max_tool_calls: Attr::none(MAX_TOOL_CALLS),
         timeout_ms: Attr::none(TIMEOUT_MS),
     };
-    parse_each(cx, attrs, |meta| {
+    parse_each(cx, AGENT, attrs, |meta| {
         let span = meta.path.span();
         match key_of(&meta).as_str() {
             INITIAL => flag(cx, &meta, &mut out.initial)?,
@@ -568,7 +599,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                     );
                     skip_value(meta.input)?;
                 } else {
-                    unknown_key(cx, &meta, VARIANT_KEYS, "a variant")?;
+                    unknown_key(cx, &meta, AGENT, VARIANT_KEYS, Some("a variant"))?;
                 }
             }
         }
@@ -579,10 +610,114 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
 
 /// `#[agent]` where it has no meaning (fields).
 pub fn reject(cx: &Ctxt, attrs: &[Attribute], place: &str) {
-    for attr in agent_attrs(attrs) {
+    for attr in attrs_in(AGENT, attrs) {
         cx.error(
             attr.path().span(),
             format!("`#[agent(...)]` is not allowed on {place}\n= help: put it on the enum or on a variant"),
         );
     }
+}
+
+/// `crate = path::to::agent_core` or `crate = "path::to::agent_core"`.
+fn crate_path(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Path>> {
+    value(cx, meta, "path::to::agent_core", |i| {
+        if i.peek(LitStr) {
+            i.parse::<LitStr>()?.parse::<Path>()
+        } else {
+            Path::parse_mod_style(i)
+        }
+    })
+}
+
+/// `#[tool(kind = ..., input = ..., output = ..., timeout_ms = ..., retries = ..., cache = ...)]`
+pub struct ToolAttrs {
+    pub kind: Attr<Kind>,
+    pub input: Attr<Type>,
+    pub output: Attr<Type>,
+    pub timeout_ms: Attr<u64>,
+    pub retries: Attr<u32>,
+    pub cache: Attr<bool>,
+    pub krate: Attr<Path>,
+    /// The kind to assume in the stub impl when `kind` is misspelled: the closest one.
+    pub kind_guess: Option<Kind>,
+}
+
+pub fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
+    let mut out = ToolAttrs {
+        kind: Attr::in_ns(TOOL, KIND),
+        input: Attr::in_ns(TOOL, INPUT),
+        output: Attr::in_ns(TOOL, OUTPUT),
+        timeout_ms: Attr::in_ns(TOOL, TIMEOUT_MS),
+        retries: Attr::in_ns(TOOL, RETRIES),
+        cache: Attr::in_ns(TOOL, CACHE),
+        krate: Attr::in_ns(TOOL, CRATE),
+        kind_guess: None,
+    };
+    parse_each(cx, TOOL, attrs, |meta| {
+        let span = meta.path.span();
+        match key_of(&meta).as_str() {
+            KIND => {
+                out.kind.mark();
+                if let Some(v) = value(cx, &meta, "read", |i| i.parse::<Ident>())? {
+                    let name = names::unraw(&v);
+                    if let Some(kind) = Kind::from_name(&name) {
+                        out.kind.set(cx, span, kind);
+                    } else {
+                        let kinds = Kind::ALL.map(Kind::as_str);
+                        out.kind_guess = names::closest(&name, kinds).and_then(Kind::from_name);
+                        cx.error(
+                            v.span(),
+                            format!("unknown tool kind `{name}`\n= help: expected `read`, `write` or `hybrid`"),
+                        );
+                    }
+                }
+            }
+            INPUT => {
+                out.input.mark();
+                if let Some(v) = value(cx, &meta, "InputType", |i| i.parse::<Type>())? {
+                    out.input.set(cx, span, v);
+                }
+            }
+            OUTPUT => {
+                out.output.mark();
+                if let Some(v) = value(cx, &meta, "OutputType", |i| i.parse::<Type>())? {
+                    out.output.set(cx, span, v);
+                }
+            }
+            TIMEOUT_MS => {
+                out.timeout_ms.mark();
+                if let Some(v) = value(cx, &meta, "N (milliseconds)", number::<u64>)? {
+                    out.timeout_ms.set(cx, span, v);
+                }
+            }
+            RETRIES => {
+                out.retries.mark();
+                if let Some(v) = value(cx, &meta, "N (attempts in all)", |i| i.parse::<LitInt>())? {
+                    match v.base10_parse::<u32>() {
+                        Ok(0) => cx.error(
+                            v.span(),
+                            "`retries` counts attempts in all and must be at least 1\n= help: `retries = 1` means a single attempt",
+                        ),
+                        Ok(n) => out.retries.set(cx, span, n),
+                        Err(e) => cx.syn_error(e),
+                    }
+                }
+            }
+            CACHE => {
+                out.cache.mark();
+                if let Some(v) = value(cx, &meta, "true", |i| i.parse::<LitBool>())? {
+                    out.cache.set(cx, span, v.value);
+                }
+            }
+            CRATE => {
+                out.krate.mark();
+                if let Some(v) = crate_path(cx, &meta)? {
+                    out.krate.set(cx, span, v);
+                }
+            }
+            _ => unknown_key(cx, &meta, TOOL, TOOL_KEYS, None)?,
+        }
+        Ok(())
+    });
+    out
 }

@@ -141,8 +141,7 @@ fn kind_value(agent: &Agent, kind: Kind) -> TokenStream {
     }
 }
 
-fn kind_type(agent: &Agent, kind: Kind) -> TokenStream {
-    let krate = &agent.krate;
+pub fn kind_type(krate: &syn::Path, kind: Kind) -> TokenStream {
     match kind {
         Kind::Read => quote!(#krate::kind::Read),
         Kind::Write => quote!(#krate::kind::Write),
@@ -533,10 +532,10 @@ pub fn tool_checks(agent: &Agent) -> TokenStream {
     }
     let krate = &agent.krate;
     let agent_name = &agent.name;
-    let kinds = [Kind::Read, Kind::Write, Kind::Hybrid].map(|k| {
+    let kinds = Kind::ALL.map(|k| {
         let tr = format_ident!("__AgentDeclared{}", capitalize(k.as_str()));
         let f = format_ident!("__agent_declared_{}", k.as_str());
-        let ty = kind_type(agent, k);
+        let ty = kind_type(krate, k);
         let msg = format!(
             "tool `{{T}}` is declared `{}` on agent `{agent_name}` but its `Tool` impl has `Kind = {{Self}}`",
             k.as_str()
