@@ -5,7 +5,7 @@ use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, Ident, Path, Visibility};
 
 use crate::attr::{self, Kind, ToolDecl};
-use crate::ctxt::Ctxt;
+use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
 pub struct Agent {
@@ -93,7 +93,11 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         };
         cx.error(
             input.ident.span(),
-            format!("`#[derive(Agent)]` only supports enums, and `{}` is {what}\n= help: declare the states of an agent as the variants of an enum", input.ident),
+            Message::new(format!(
+                "`#[derive(Agent)]` only supports enums, and `{}` is {what}",
+                input.ident
+            ))
+            .help("declare the states of an agent as the variants of an enum"),
         );
         return None;
     };
@@ -105,7 +109,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
             .map_or_else(|| input.generics.span(), Spanned::span);
         cx.error(
             span,
-            format!("`#[derive(Agent)]` does not support generic enums\n= help: an agent's states must be concrete types so the graph can be stored and resumed; remove the generics from `{}`", input.ident),
+            Message::new("`#[derive(Agent)]` does not support generic enums").help(format!(
+                "an agent's states must be concrete types so the graph can be stored and resumed; remove the generics from `{}`",
+                input.ident
+            )),
         );
         return None;
     }

@@ -7,7 +7,7 @@ use syn::parse::ParseStream;
 use syn::spanned::Spanned;
 use syn::{Attribute, Ident, LitBool, LitInt, LitStr, Path, Token, Type};
 
-use crate::ctxt::Ctxt;
+use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
 /// The attribute namespace of `#[derive(Agent)]`.
@@ -85,10 +85,14 @@ impl<T> Attr<T> {
         if self.value.is_some() {
             cx.error(
                 span,
-                format!(
-                    "duplicate key `{}` in `#[{}(...)]`\n= help: remove this `{}`; each key may appear once",
-                    self.name, self.ns, self.name
-                ),
+                Message::new(format!(
+                    "duplicate key `{}` in `#[{}(...)]`",
+                    self.name, self.ns
+                ))
+                .help(format!(
+                    "remove this `{}`; each key may appear once",
+                    self.name
+                )),
             );
         } else {
             self.value = Some((span, value));
@@ -211,16 +215,14 @@ fn unknown_key(
 ) -> syn::Result<()> {
     let key = key_of(meta);
     let on = place.map(|p| format!(" on {p}")).unwrap_or_default();
-    let mut msg = format!("unknown key `{key}` in `#[{ns}(...)]`{on}");
-    let hint = names::did_you_mean(&key, keys.iter().copied());
-    if hint.is_empty() {
-        msg.push_str(&format!(
-            "\n= note: keys allowed{on}: {}",
+    let msg = Message::new(format!("unknown key `{key}` in `#[{ns}(...)]`{on}"));
+    let msg = match names::did_you_mean(&key, keys.iter().copied()) {
+        Some(hint) => msg.help(hint),
+        None => msg.note(format!(
+            "keys allowed{on}: {}",
             names::list(keys.iter().copied())
-        ));
-    } else {
-        msg.push_str(&hint);
-    }
+        )),
+    };
     cx.error(meta.path.span(), msg);
     skip_value(meta.input)
 }
@@ -292,7 +294,8 @@ fn flag(cx: &Ctxt, meta: &ParseNestedMeta<'_>, attr: &mut Attr<()>) -> syn::Resu
         let key = key_of(meta);
         cx.error(
             meta.path.span(),
-            format!("`{key}` takes no value\n= help: write `#[agent({key})]`"),
+            Message::new(format!("`{key}` takes no value"))
+                .help(format!("write `#[agent({key})]`")),
         );
         skip_value(meta.input)
     }
@@ -406,7 +409,8 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
                     let key = key_of(&meta);
                     cx.error(
                         span,
-                        format!("`{key}` belongs on a variant, not on the enum\n= help: move it to the `#[agent(...)]` of a state"),
+                        Message::new(format!("`{key}` belongs on a variant, not on the enum"))
+                            .help("move it to the `#[agent(...)]` of a state"),
                     );
                     skip_value(meta.input)?;
                 } else {
@@ -433,13 +437,9 @@ fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<T
     let nested = meta.parse_nested_meta(|group| {
         let kind_name = key_of(&group);
         let Some(kind) = Kind::from_name(&kind_name) else {
-            let mut msg = format!(
-                "unknown tool kind `{kind_name}`\n= help: declare tools as `read(...)`, `write(...)` or `hybrid(...)`"
-            );
+            let mut msg = Message::new(format!("unknown tool kind `{kind_name}`")).help("declare tools as `read(...)`, `write(...)` or `hybrid(...)`");
             if !group.input.peek(syn::token::Paren) {
-                msg = format!(
-                    "`{kind_name}` has no kind\n= help: declare tools by kind: `tools(read({kind_name}))`, `tools(write({kind_name}))` or `tools(hybrid({kind_name}(compensate = ...)))`"
-                );
+                msg = Message::new(format!("`{kind_name}` has no kind")).help(format!("declare tools by kind: `tools(read({kind_name}))`, `tools(write({kind_name}))` or `tools(hybrid({kind_name}(compensate = ...)))`"));
             }
             cx.error(group.path.span(), msg);
             return skip_value(group.input);
@@ -476,9 +476,7 @@ fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<T
                 } else {
                     cx.error(
                         tool.path.span(),
-                        format!(
-                            "only hybrid tools name a compensation; `{ident}` is declared `{kind_name}`\n= help: declare it as `hybrid({ident}(compensate = ...))`, or remove the parentheses"
-                        ),
+                        Message::new(format!("only hybrid tools name a compensation; `{ident}` is declared `{kind_name}`")).help(format!("declare it as `hybrid({ident}(compensate = ...))`, or remove the parentheses")),
                     );
                     skip_value(tool.input)?;
                 }
@@ -538,7 +536,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                         if Kind::from_name(&kind).is_some() && content.peek2(syn::token::Paren) {
                             cx.error(
                                 first.span(),
-                                format!("tool kinds are declared on the enum, not on a state\n= help: move `{kind}(...)` to the enum's `#[agent(tools(...))]` and list the tools here by name"),
+                                Message::new("tool kinds are declared on the enum, not on a state").help(format!("move `{kind}(...)` to the enum's `#[agent(tools(...))]` and list the tools here by name")),
                             );
                             skip_value(meta.input)?;
                             return Ok(());
@@ -556,7 +554,9 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                     } else {
                         cx.error(
                             v.span(),
-                            format!("unknown route `{v}`\n= help: the only route is `route = llm`; without it the handler decides"),
+                            Message::new(format!("unknown route `{v}`")).help(
+                                "the only route is `route = llm`; without it the handler decides",
+                            ),
                         );
                     }
                 }
@@ -595,7 +595,8 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                 if ENUM_KEYS.contains(&key.as_str()) {
                     cx.error(
                         span,
-                        format!("`{key}` belongs on the enum, not on a variant\n= help: move it to the enum's `#[agent(...)]`"),
+                        Message::new(format!("`{key}` belongs on the enum, not on a variant"))
+                            .help("move it to the enum's `#[agent(...)]`"),
                     );
                     skip_value(meta.input)?;
                 } else {
@@ -613,7 +614,8 @@ pub fn reject(cx: &Ctxt, attrs: &[Attribute], place: &str) {
     for attr in attrs_in(AGENT, attrs) {
         cx.error(
             attr.path().span(),
-            format!("`#[agent(...)]` is not allowed on {place}\n= help: put it on the enum or on a variant"),
+            Message::new(format!("`#[agent(...)]` is not allowed on {place}"))
+                .help("put it on the enum or on a variant"),
         );
     }
 }
@@ -665,9 +667,11 @@ pub fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
                     } else {
                         let kinds = Kind::ALL.map(Kind::as_str);
                         out.kind_guess = names::closest(&name, kinds).and_then(Kind::from_name);
+                        let help = names::did_you_mean(&name, kinds)
+                            .unwrap_or_else(|| "expected `read`, `write` or `hybrid`".to_owned());
                         cx.error(
                             v.span(),
-                            format!("unknown tool kind `{name}`\n= help: expected `read`, `write` or `hybrid`"),
+                            Message::new(format!("unknown tool kind `{name}`")).help(help),
                         );
                     }
                 }
@@ -696,7 +700,8 @@ pub fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
                     match v.base10_parse::<u32>() {
                         Ok(0) => cx.error(
                             v.span(),
-                            "`retries` counts attempts in all and must be at least 1\n= help: `retries = 1` means a single attempt",
+                            Message::new("`retries` counts attempts in all and must be at least 1")
+                                .help("`retries = 1` means a single attempt"),
                         ),
                         Ok(n) => out.retries.set(cx, span, n),
                         Err(e) => cx.syn_error(e),

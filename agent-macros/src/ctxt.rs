@@ -44,3 +44,43 @@ impl Ctxt {
         Some(errors.iter().map(syn::Error::to_compile_error).collect())
     }
 }
+
+/// An error message in rustc's shape: the problem on the first line, then the `= help:` and
+/// `= note:` lines under it. The one place that decides how they are laid out.
+pub struct Message {
+    problem: String,
+    lines: Vec<(&'static str, String)>,
+}
+
+impl Message {
+    pub fn new(problem: impl Into<String>) -> Self {
+        Self {
+            problem: problem.into(),
+            lines: Vec::new(),
+        }
+    }
+
+    /// How to fix it.
+    #[must_use]
+    pub fn help(mut self, text: impl Into<String>) -> Self {
+        self.lines.push(("help", text.into()));
+        self
+    }
+
+    /// What else the user needs to know.
+    #[must_use]
+    pub fn note(mut self, text: impl Into<String>) -> Self {
+        self.lines.push(("note", text.into()));
+        self
+    }
+}
+
+impl Display for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.problem)?;
+        for (kind, text) in &self.lines {
+            write!(f, "\n= {kind}: {text}")?;
+        }
+        Ok(())
+    }
+}

@@ -98,9 +98,12 @@ pub fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
         .join(", ")
 }
 
-/// `\n= help: did you mean `X`?` or nothing.
-pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
-    closest(name, candidates).map_or_else(String::new, |c| format!("\n= help: did you mean `{c}`?"))
+/// The help ``did you mean `X`?``, if a candidate is close to `name`.
+pub fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    closest(name, candidates).map(|c| format!("did you mean `{c}`?"))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use quote::quote;
 use syn::{DeriveInput, Expr, Generics, Ident, Lit, Path, Type};
 
 use crate::attr::{self, INPUT, KIND, Kind, OUTPUT, TOOL, ToolAttrs};
-use crate::ctxt::Ctxt;
+use crate::ctxt::{Ctxt, Message};
 use crate::{expand, fallback, names};
 
 /// A tool type and what its attribute declares.
@@ -61,10 +61,8 @@ fn check(cx: &Ctxt, input: &DeriveInput, attrs: &ToolAttrs) {
     };
     cx.error(
         input.ident.span(),
-        format!(
-            "{what} {}\n= help: `#[tool(kind = read, input = MyInput, output = MyOutput)]`",
-            names::list(missing)
-        ),
+        Message::new(format!("{what} {}", names::list(missing)))
+            .help("`#[tool(kind = read, input = MyInput, output = MyOutput)]`"),
     );
 }
 
