@@ -61,7 +61,7 @@ impl State {
     pub fn successors(&self) -> Vec<&Ident> {
         let mut out: Vec<&Ident> = Vec::new();
         for t in self.to.iter().chain(self.on_error.iter()) {
-            if !out.contains(&t) {
+            if !out.iter().any(|o| names::same(o, t)) {
                 out.push(t);
             }
         }
@@ -71,11 +71,11 @@ impl State {
 
 impl Agent {
     pub fn state(&self, name: &Ident) -> Option<&State> {
-        self.states.iter().find(|s| s.ident == *name)
+        self.states.iter().find(|s| names::same(&s.ident, name))
     }
 
     pub fn tool(&self, name: &Ident) -> Option<&ToolDecl> {
-        self.tools.iter().find(|t| t.ident == *name)
+        self.tools.iter().find(|t| names::same(&t.ident, name))
     }
 
     pub fn tool_kind(&self, name: &Ident) -> Option<Kind> {

@@ -8,9 +8,10 @@ use petgraph::visit::{Bfs, Reversed};
 use proc_macro2::Span;
 use syn::Ident;
 
-use crate::ast::Agent;
+use crate::ast::{Agent, State};
 use crate::attr::Kind;
 use crate::ctxt::{Ctxt, Message};
+use crate::expand;
 use crate::names;
 
 /// Check the agent, reporting every finding into `cx`.
@@ -29,12 +30,13 @@ fn check_tools(cx: &Ctxt, agent: &Agent) {
     let tool_names: Vec<String> = agent.tools.iter().map(|t| names::unraw(&t.ident)).collect();
     let mut seen: Vec<&Ident> = Vec::new();
     for tool in &agent.tools {
-        if seen.contains(&&tool.ident) {
+        if seen.iter().any(|x| names::same(x, &tool.ident)) {
             cx.error(
                 tool.ident.span(),
                 Message::new(format!(
                     "tool `{}` is declared twice on agent `{}`",
-                    tool.ident, agent.name
+                    names::unraw(&tool.ident),
+                    agent.name
                 ))
                 .help("remove this declaration"),
             );
@@ -43,7 +45,7 @@ fn check_tools(cx: &Ctxt, agent: &Agent) {
         if agent.state(&tool.ident).is_some() {
             cx.error(
                 tool.ident.span(),
-                Message::new(format!("tool `{}` has the same name as state `{}` of agent `{}`", tool.ident, tool.ident, agent.name)).help("rename one of them: the router names transitions and tools by name, so one name cannot mean both"),
+                Message::new(format!("tool `{0}` has the same name as state `{0}` of agent `{1}`", names::unraw(&tool.ident), agent.name)).help("rename one of them: the router names transitions and tools by name, so one name cannot mean both"),
             );
         }
         if tool.kind != Kind::Hybrid {
@@ -52,7 +54,7 @@ fn check_tools(cx: &Ctxt, agent: &Agent) {
         let Some(comp) = &tool.compensate else {
             cx.error(
                 tool.ident.span(),
-                Message::new(format!("hybrid tool `{}` has no compensation", tool.ident)).help(format!("name the write tool that undoes it: `hybrid({}(compensate = UndoTool))`, or declare `{}` as `write` if it needs no undo", tool.ident, tool.ident)),
+                Message::new(format!("hybrid tool `{}` has no compensation", names::unraw(&tool.ident))).help(format!("name the write tool that undoes it: `hybrid({}(compensate = UndoTool))`, or declare `{}` as `write` if it needs no undo", tool.ident, tool.ident)),
             );
             continue;
         };
@@ -77,8 +79,9 @@ fn check_tools(cx: &Ctxt, agent: &Agent) {
             Some(kind) => cx.error(
                 comp.span(),
                 Message::new(format!(
-                    "compensation `{comp}` of hybrid tool `{}` is a `{}` tool, not a `write` tool",
-                    tool.ident,
+                    "compensation `{}` of hybrid tool `{}` is a `{}` tool, not a `write` tool",
+                    names::unraw(comp),
+                    names::unraw(&tool.ident),
                     kind.as_str()
                 ))
                 .help("a compensation undoes an effect, so it must be declared in `write(...)`"),
@@ -185,11 +188,12 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             if agent.state(target).is_none() {
                 ok = false;
                 unknown_state(cx, target, "to(...)", &state_names);
-            } else if seen.contains(&target) {
+            } else if seen.iter().any(|x| names::same(x, target)) {
                 cx.error(
                     target.span(),
                     Message::new(format!(
-                        "`{target}` is listed twice in `to(...)` of state `{name}`"
+                        "`{}` is listed twice in `to(...)` of state `{name}`",
+                        names::unraw(target)
                     ))
                     .help("remove one"),
                 );
@@ -217,11 +221,12 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                     ))
                     .help(hint.unwrap_or_else(|| format!("declare it with its kind on the enum: `#[agent(tools(read({tool})))]` (or `write`, `hybrid`)"))),
                 );
-            } else if seen.contains(&tool) {
+            } else if seen.iter().any(|x| names::same(x, tool)) {
                 cx.error(
                     tool.span(),
                     Message::new(format!(
-                        "tool `{tool}` is listed twice in `tools(...)` of state `{name}`"
+                        "tool `{}` is listed twice in `tools(...)` of state `{name}`",
+                        names::unraw(tool)
                     ))
                     .help("remove one"),
                 );
@@ -247,6 +252,20 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                     ),
                 );
             }
+        } else if let (Some(llm), [only], true, None, true) = (
+            s.llm,
+            s.to.as_slice(),
+            s.tools.is_empty(),
+            s.terminal,
+            attrs_ok,
+        ) {
+            let only = names::unraw(only);
+            cx.error(
+                llm,
+                Message::new(format!("LLM-routed state `{name}` has only one option, `{only}`"))
+                    .note("the model would be asked a question with one answer")
+                    .help(format!("remove `route = llm` and move to `{only}` in the handler, or give the model a choice: more states in `to(...)`, or tools in `tools(...)`")),
+            );
         } else if attrs_ok && s.terminal.is_none() && s.successors().is_empty() {
             cx.error(
                 s.ident.span(),
@@ -254,7 +273,34 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             );
         }
     }
+    check_handler_names(cx, agent);
     ok
+}
+
+/// The handler trait has one method per state that is not terminal, named in snake case:
+/// two states must not share one (`HTTPCall` and `HttpCall` are both `http_call`).
+fn check_handler_names(cx: &Ctxt, agent: &Agent) {
+    let mut seen: Vec<(String, &State)> = Vec::new();
+    for s in agent.states.iter().filter(|s| s.terminal.is_none()) {
+        let method = expand::method_name(s);
+        if let Some((_, first)) = seen.iter().find(|(m, _)| *m == method) {
+            cx.error(
+                s.ident.span(),
+                Message::new(format!(
+                    "states `{}` and `{}` have the same handler method `{method}`",
+                    first.name(),
+                    s.name()
+                ))
+                .note(format!(
+                    "`{}` has one method per state that is not terminal, named after the state in snake case",
+                    agent.handlers
+                ))
+                .help("rename one of the two states"),
+            );
+        } else {
+            seen.push((method, s));
+        }
+    }
 }
 
 fn unknown_state(cx: &Ctxt, target: &Ident, place: &str, states: &[String]) {
@@ -281,7 +327,7 @@ fn build(agent: &Agent) -> DiGraph<usize, Span> {
     }
     for (i, s) in agent.states.iter().enumerate() {
         for t in s.successors() {
-            if let Some(j) = agent.states.iter().position(|x| x.ident == *t) {
+            if let Some(j) = agent.states.iter().position(|x| names::same(&x.ident, t)) {
                 g.add_edge(NodeIndex::new(i), NodeIndex::new(j), t.span());
             }
         }

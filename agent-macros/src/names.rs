@@ -32,6 +32,11 @@ pub fn unraw(ident: &Ident) -> String {
     ident.unraw().to_string()
 }
 
+/// Whether two identifiers are one name (`r#Match` is `Match`).
+pub fn same(a: &Ident, b: &Ident) -> bool {
+    a.unraw() == b.unraw()
+}
+
 /// The closest candidate to `name`, if one is close enough to be a likely typo.
 pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let lower = name.to_lowercase();

@@ -261,3 +261,49 @@ fn expansion_snapshot() {
     let file: syn::File = syn::parse2(tokens).expect("the expansion parses as a file");
     insta::assert_snapshot!(prettyplease::unparse(&file));
 }
+
+#[test]
+fn raw_and_plain_identifiers_are_one_name() {
+    let input = parse_quote! {
+        #[agent(tools(read(Search, r#Search)))]
+        enum A {
+            #[agent(initial, tools(r#Search), to(Match))]
+            Start,
+            #[agent(to(r#Done, Done))]
+            r#Match,
+            #[agent(terminal)]
+            Done,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "tool `Search` is declared twice on agent `A`",
+            "`Done` is listed twice in `to(...)` of state `Match`",
+        ]
+    );
+}
+
+#[test]
+fn one_option_for_the_model_and_colliding_handlers() {
+    let input = parse_quote! {
+        #[agent(tools(read(Search)))]
+        enum A {
+            #[agent(initial, route = llm, to(HttpCall))]
+            Start,
+            #[agent(route = llm, tools(Search), to(HTTPCall))]
+            HttpCall,
+            #[agent(to(Done))]
+            HTTPCall,
+            #[agent(terminal)]
+            Done,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "LLM-routed state `Start` has only one option, `HttpCall`",
+            "states `HttpCall` and `HTTPCall` have the same handler method `http_call`",
+        ]
+    );
+}
