@@ -3,7 +3,7 @@
 
 use proc_macro2::{Span, TokenTree};
 use syn::meta::ParseNestedMeta;
-use syn::parse::ParseStream;
+use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{Attribute, Ident, LitBool, LitInt, LitStr, Path, Token, Type};
 
@@ -11,34 +11,34 @@ use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
 /// The attribute namespace of `#[derive(Agent)]`.
-pub const AGENT: &str = "agent";
+pub(crate) const AGENT: &str = "agent";
 /// The attribute namespace of `#[derive(Tool)]`.
-pub const TOOL: &str = "tool";
+pub(crate) const TOOL: &str = "tool";
 
-pub const TOOLS: &str = "tools";
-pub const DAG: &str = "dag";
-pub const NAME: &str = "name";
-pub const MODULE: &str = "module";
-pub const HANDLERS: &str = "handlers";
-pub const CRATE: &str = "crate";
-pub const MAX_STEPS: &str = "max_steps";
+pub(crate) const TOOLS: &str = "tools";
+pub(crate) const DAG: &str = "dag";
+pub(crate) const NAME: &str = "name";
+pub(crate) const MODULE: &str = "module";
+pub(crate) const HANDLERS: &str = "handlers";
+pub(crate) const CRATE: &str = "crate";
+pub(crate) const MAX_STEPS: &str = "max_steps";
 
-pub const INITIAL: &str = "initial";
-pub const TERMINAL: &str = "terminal";
-pub const COMPENSATE: &str = "compensate";
-pub const TO: &str = "to";
-pub const ROUTE: &str = "route";
-pub const WAIT: &str = "wait";
-pub const WAIT_TIMEOUT_MS: &str = "wait_timeout_ms";
-pub const ON_ERROR: &str = "on_error";
-pub const MAX_TOOL_CALLS: &str = "max_tool_calls";
-pub const TIMEOUT_MS: &str = "timeout_ms";
+pub(crate) const INITIAL: &str = "initial";
+pub(crate) const TERMINAL: &str = "terminal";
+pub(crate) const COMPENSATE: &str = "compensate";
+pub(crate) const TO: &str = "to";
+pub(crate) const ROUTE: &str = "route";
+pub(crate) const WAIT: &str = "wait";
+pub(crate) const WAIT_TIMEOUT_MS: &str = "wait_timeout_ms";
+pub(crate) const ON_ERROR: &str = "on_error";
+pub(crate) const MAX_TOOL_CALLS: &str = "max_tool_calls";
+pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 
-pub const KIND: &str = "kind";
-pub const INPUT: &str = "input";
-pub const OUTPUT: &str = "output";
-pub const RETRIES: &str = "retries";
-pub const CACHE: &str = "cache";
+pub(crate) const KIND: &str = "kind";
+pub(crate) const INPUT: &str = "input";
+pub(crate) const OUTPUT: &str = "output";
+pub(crate) const RETRIES: &str = "retries";
+pub(crate) const CACHE: &str = "cache";
 
 const ENUM_KEYS: &[&str] = &[TOOLS, DAG, NAME, MODULE, HANDLERS, CRATE, MAX_STEPS];
 const VARIANT_KEYS: &[&str] = &[
@@ -57,7 +57,7 @@ const VARIANT_KEYS: &[&str] = &[
 const TOOL_KEYS: &[&str] = &[KIND, INPUT, OUTPUT, TIMEOUT_MS, RETRIES, CACHE, CRATE];
 
 /// One key's value, with the span of the key that set it.
-pub struct Attr<T> {
+pub(crate) struct Attr<T> {
     /// The attribute namespace, `agent` or `tool`.
     ns: &'static str,
     name: &'static str,
@@ -104,36 +104,36 @@ impl<T> Attr<T> {
         self.given = true;
     }
 
-    pub const fn is_given(&self) -> bool {
+    pub(crate) const fn is_given(&self) -> bool {
         self.given
     }
 
-    pub fn get(&self) -> Option<&T> {
+    pub(crate) fn get(&self) -> Option<&T> {
         self.value.as_ref().map(|(_, v)| v)
     }
 
-    pub fn span(&self) -> Option<Span> {
+    pub(crate) fn span(&self) -> Option<Span> {
         self.value.as_ref().map(|(s, _)| *s)
     }
 
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.value.is_some()
     }
 
-    pub fn take(self) -> Option<T> {
+    pub(crate) fn take(self) -> Option<T> {
         self.value.map(|(_, v)| v)
     }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
+pub(crate) enum Kind {
     Read,
     Write,
     Hybrid,
 }
 
 impl Kind {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Write => "write",
@@ -141,9 +141,9 @@ impl Kind {
         }
     }
 
-    pub const ALL: [Self; 3] = [Self::Read, Self::Write, Self::Hybrid];
+    pub(crate) const ALL: [Self; 3] = [Self::Read, Self::Write, Self::Hybrid];
 
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         match name {
             "read" => Some(Self::Read),
             "write" => Some(Self::Write),
@@ -154,35 +154,35 @@ impl Kind {
 }
 
 /// `read(A)`, `write(B)` or `hybrid(C(compensate = B))` inside the enum's `tools(...)`.
-pub struct ToolDecl {
-    pub path: Path,
-    pub ident: Ident,
-    pub kind: Kind,
-    pub compensate: Option<Ident>,
+pub(crate) struct ToolDecl {
+    pub(crate) path: Path,
+    pub(crate) ident: Ident,
+    pub(crate) kind: Kind,
+    pub(crate) compensate: Option<Ident>,
 }
 
-pub struct EnumAttrs {
-    pub tools: Attr<Vec<ToolDecl>>,
-    pub dag: Attr<()>,
-    pub name: Attr<String>,
-    pub module: Attr<Ident>,
-    pub handlers: Attr<Ident>,
-    pub krate: Attr<Path>,
-    pub max_steps: Attr<u64>,
+pub(crate) struct EnumAttrs {
+    pub(crate) tools: Attr<Vec<ToolDecl>>,
+    pub(crate) dag: Attr<()>,
+    pub(crate) name: Attr<String>,
+    pub(crate) module: Attr<Ident>,
+    pub(crate) handlers: Attr<Ident>,
+    pub(crate) krate: Attr<Path>,
+    pub(crate) max_steps: Attr<u64>,
 }
 
-pub struct VariantAttrs {
-    pub initial: Attr<()>,
-    pub terminal: Attr<()>,
-    pub compensate: Attr<()>,
-    pub to: Attr<Vec<Ident>>,
-    pub tools: Attr<Vec<Ident>>,
-    pub route_llm: Attr<()>,
-    pub wait: Attr<String>,
-    pub wait_timeout_ms: Attr<u64>,
-    pub on_error: Attr<Ident>,
-    pub max_tool_calls: Attr<u32>,
-    pub timeout_ms: Attr<u64>,
+pub(crate) struct VariantAttrs {
+    pub(crate) initial: Attr<()>,
+    pub(crate) terminal: Attr<()>,
+    pub(crate) compensate: Attr<()>,
+    pub(crate) to: Attr<Vec<Ident>>,
+    pub(crate) tools: Attr<Vec<Ident>>,
+    pub(crate) route_llm: Attr<()>,
+    pub(crate) wait: Attr<String>,
+    pub(crate) wait_timeout_ms: Attr<u64>,
+    pub(crate) on_error: Attr<Ident>,
+    pub(crate) max_tool_calls: Attr<u32>,
+    pub(crate) timeout_ms: Attr<u64>,
 }
 
 fn key_of(meta: &ParseNestedMeta<'_>) -> String {
@@ -191,7 +191,7 @@ fn key_of(meta: &ParseNestedMeta<'_>) -> String {
         .map_or_else(|| path_text(&meta.path), names::unraw)
 }
 
-pub fn path_text(path: &Path) -> String {
+pub(crate) fn path_text(path: &Path) -> String {
     quote::ToTokens::to_token_stream(path)
         .to_string()
         .replace(' ', "")
@@ -355,7 +355,7 @@ fn parse_each(
     }
 }
 
-pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
+pub(crate) fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
     let mut out = EnumAttrs {
         tools: Attr::none(TOOLS),
         dag: Attr::none(DAG),
@@ -375,7 +375,7 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
             }
             DAG => flag(cx, &meta, &mut out.dag)?,
             NAME => {
-                if let Some(v) = value(cx, &meta, "\"agent name\"", |i| i.parse::<LitStr>())? {
+                if let Some(v) = value(cx, &meta, "\"agent name\"", <LitStr as Parse>::parse)? {
                     if v.value().is_empty() {
                         cx.error(v.span(), "the agent name must not be empty");
                     } else {
@@ -384,12 +384,12 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
                 }
             }
             MODULE => {
-                if let Some(v) = value(cx, &meta, "module_name", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "module_name", Ident::parse)? {
                     out.module.set(cx, span, v);
                 }
             }
             HANDLERS => {
-                if let Some(v) = value(cx, &meta, "TraitName", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "TraitName", Ident::parse)? {
                     out.handlers.set(cx, span, v);
                 }
             }
@@ -465,7 +465,7 @@ fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<T
                                 cx.error(c.path.span(), "duplicate key `compensate`");
                             }
                             seen = true;
-                            if let Some(v) = value(cx, &c, "WriteTool", |i| i.parse::<Ident>())? {
+                            if let Some(v) = value(cx, &c, "WriteTool", Ident::parse)? {
                                 compensate = Some(v);
                             }
                             Ok(())
@@ -500,7 +500,7 @@ fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<T
     Ok(Some(out))
 }
 
-pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
+pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
     let mut out = VariantAttrs {
         initial: Attr::none(INITIAL),
         terminal: Attr::none(TERMINAL),
@@ -548,7 +548,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                 }
             }
             ROUTE => {
-                if let Some(v) = value(cx, &meta, "llm", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "llm", Ident::parse)? {
                     if v == "llm" {
                         out.route_llm.set(cx, span, ());
                     } else {
@@ -562,7 +562,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                 }
             }
             WAIT => {
-                if let Some(v) = value(cx, &meta, "\"signal_name\"", |i| i.parse::<LitStr>())? {
+                if let Some(v) = value(cx, &meta, "\"signal_name\"", <LitStr as Parse>::parse)? {
                     if v.value().is_empty() {
                         cx.error(v.span(), "the signal name must not be empty");
                     } else {
@@ -576,7 +576,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                 }
             }
             ON_ERROR => {
-                if let Some(v) = value(cx, &meta, "State", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "State", Ident::parse)? {
                     out.on_error.set(cx, span, v);
                 }
             }
@@ -610,7 +610,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
 }
 
 /// `#[agent]` where it has no meaning (fields).
-pub fn reject(cx: &Ctxt, attrs: &[Attribute], place: &str) {
+pub(crate) fn reject(cx: &Ctxt, attrs: &[Attribute], place: &str) {
     for attr in attrs_in(AGENT, attrs) {
         cx.error(
             attr.path().span(),
@@ -632,19 +632,19 @@ fn crate_path(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Path>
 }
 
 /// `#[tool(kind = ..., input = ..., output = ..., timeout_ms = ..., retries = ..., cache = ...)]`
-pub struct ToolAttrs {
-    pub kind: Attr<Kind>,
-    pub input: Attr<Type>,
-    pub output: Attr<Type>,
-    pub timeout_ms: Attr<u64>,
-    pub retries: Attr<u32>,
-    pub cache: Attr<bool>,
-    pub krate: Attr<Path>,
+pub(crate) struct ToolAttrs {
+    pub(crate) kind: Attr<Kind>,
+    pub(crate) input: Attr<Type>,
+    pub(crate) output: Attr<Type>,
+    pub(crate) timeout_ms: Attr<u64>,
+    pub(crate) retries: Attr<u32>,
+    pub(crate) cache: Attr<bool>,
+    pub(crate) krate: Attr<Path>,
     /// The kind to assume in the stub impl when `kind` is misspelled: the closest one.
-    pub kind_guess: Option<Kind>,
+    pub(crate) kind_guess: Option<Kind>,
 }
 
-pub fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
+pub(crate) fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
     let mut out = ToolAttrs {
         kind: Attr::in_ns(TOOL, KIND),
         input: Attr::in_ns(TOOL, INPUT),
@@ -660,7 +660,7 @@ pub fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
         match key_of(&meta).as_str() {
             KIND => {
                 out.kind.mark();
-                if let Some(v) = value(cx, &meta, "read", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "read", Ident::parse)? {
                     let name = names::unraw(&v);
                     if let Some(kind) = Kind::from_name(&name) {
                         out.kind.set(cx, span, kind);
@@ -678,13 +678,13 @@ pub fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
             }
             INPUT => {
                 out.input.mark();
-                if let Some(v) = value(cx, &meta, "InputType", |i| i.parse::<Type>())? {
+                if let Some(v) = value(cx, &meta, "InputType", Type::parse)? {
                     out.input.set(cx, span, v);
                 }
             }
             OUTPUT => {
                 out.output.mark();
-                if let Some(v) = value(cx, &meta, "OutputType", |i| i.parse::<Type>())? {
+                if let Some(v) = value(cx, &meta, "OutputType", Type::parse)? {
                     out.output.set(cx, span, v);
                 }
             }
@@ -696,7 +696,7 @@ pub fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
             }
             RETRIES => {
                 out.retries.mark();
-                if let Some(v) = value(cx, &meta, "N (attempts in all)", |i| i.parse::<LitInt>())? {
+                if let Some(v) = value(cx, &meta, "N (attempts in all)", LitInt::parse)? {
                     match v.base10_parse::<u32>() {
                         Ok(0) => cx.error(
                             v.span(),
@@ -710,7 +710,7 @@ pub fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
             }
             CACHE => {
                 out.cache.mark();
-                if let Some(v) = value(cx, &meta, "true", |i| i.parse::<LitBool>())? {
+                if let Some(v) = value(cx, &meta, "true", LitBool::parse)? {
                     out.cache.set(cx, span, v.value);
                 }
             }

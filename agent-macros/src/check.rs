@@ -15,7 +15,7 @@ use crate::expand;
 use crate::names;
 
 /// Check the agent, reporting every finding into `cx`.
-pub fn check(cx: &Ctxt, agent: &Agent) {
+pub(crate) fn check(cx: &Ctxt, agent: &Agent) {
     // A malformed or misspelled key (say `inital`) would otherwise also be reported as the
     // graph mistake it causes (no initial state): with attribute errors, only local checks run.
     let attrs_ok = !cx.has_errors();
@@ -368,13 +368,7 @@ fn check_graph(cx: &Ctxt, agent: &Agent) {
         let s = &agent.states[i];
         s.terminal.is_none() && s.successors().is_empty()
     };
-    if !agent.states.iter().any(|s| s.terminal.is_some()) {
-        cx.error(
-            agent.ident.span(),
-            Message::new(format!("agent `{}` has no terminal state", agent.name))
-                .help("mark the states where a run ends with `#[agent(terminal)]`"),
-        );
-    } else {
+    if agent.states.iter().any(|s| s.terminal.is_some()) {
         // Dead ends were reported already; count them as exits so their predecessors are
         // not reported again as traps.
         let mut coreach = vec![false; n];
@@ -422,6 +416,12 @@ fn check_graph(cx: &Ctxt, agent: &Agent) {
                 .help("add a transition out of the loop, towards a terminal state"),
             );
         }
+    } else {
+        cx.error(
+            agent.ident.span(),
+            Message::new(format!("agent `{}` has no terminal state", agent.name))
+                .help("mark the states where a run ends with `#[agent(terminal)]`"),
+        );
     }
 
     if agent.dag {

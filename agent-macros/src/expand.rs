@@ -11,7 +11,7 @@ use crate::attr::Kind;
 use crate::names;
 
 /// The whole expansion of a checked agent.
-pub fn expand(agent: &Agent) -> TokenStream {
+pub(crate) fn expand(agent: &Agent) -> TokenStream {
     let agent_impl = agent_impl(agent, false);
     let markers = markers(agent);
     let constructors = constructors(agent);
@@ -32,22 +32,22 @@ pub fn expand(agent: &Agent) -> TokenStream {
     }
 }
 
-pub fn marker(agent: &Agent, state: &State) -> TokenStream {
+pub(crate) fn marker(agent: &Agent, state: &State) -> TokenStream {
     let module = &agent.module;
     let ident = &state.ident;
     quote!(#module::#ident)
 }
 
-pub fn route_ident(state: &State) -> Ident {
+pub(crate) fn route_ident(state: &State) -> Ident {
     format_ident!("{}Route", names::unraw(&state.ident))
 }
 
 /// The name of the state's handler method, without `r#`.
-pub fn method_name(state: &State) -> String {
+pub(crate) fn method_name(state: &State) -> String {
     names::snake_case(&state.name())
 }
 
-pub fn method_ident(state: &State) -> Ident {
+pub(crate) fn method_ident(state: &State) -> Ident {
     names::ident(&method_name(state), state.ident.span())
 }
 
@@ -57,14 +57,14 @@ fn lit(s: &str) -> syn::LitStr {
 
 fn option<T: quote::ToTokens>(agent: &Agent, v: Option<T>) -> TokenStream {
     let krate = &agent.krate;
-    match v {
-        Some(v) => quote!(#krate::__private::Option::Some(#v)),
-        None => quote!(#krate::__private::Option::None),
-    }
+    v.map_or_else(
+        || quote!(#krate::__private::Option::None),
+        |v| quote!(#krate::__private::Option::Some(#v)),
+    )
 }
 
 /// `impl Agent`. With `stub`, `graph()` is never reached (the build already failed).
-pub fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
+pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
     let krate = &agent.krate;
     let ident = &agent.ident;
     let name = lit(&agent.name);
@@ -152,7 +152,7 @@ fn kind_value(agent: &Agent, kind: Kind) -> TokenStream {
     }
 }
 
-pub fn kind_type(krate: &syn::Path, kind: Kind) -> TokenStream {
+pub(crate) fn kind_type(krate: &syn::Path, kind: Kind) -> TokenStream {
     match kind {
         Kind::Read => quote!(#krate::kind::Read),
         Kind::Write => quote!(#krate::kind::Write),
@@ -184,7 +184,7 @@ fn inner_vis(vis: &Visibility) -> TokenStream {
 }
 
 /// The module of state markers and route enums, and the `State` impls.
-pub fn markers(agent: &Agent) -> TokenStream {
+pub(crate) fn markers(agent: &Agent) -> TokenStream {
     let krate = &agent.krate;
     let vis = &agent.vis;
     let module = &agent.module;
@@ -264,7 +264,7 @@ pub fn markers(agent: &Agent) -> TokenStream {
 }
 
 /// Parameters of a state's data: field names, or `f0, f1, ...` for tuple variants.
-pub fn field_params(state: &State) -> Vec<(Ident, Type)> {
+pub(crate) fn field_params(state: &State) -> Vec<(Ident, Type)> {
     match &state.fields {
         Fields::Named(named) => named
             .named
@@ -294,7 +294,7 @@ fn construct(agent: &Agent, state: &State, params: &[(Ident, Type)]) -> TokenStr
 }
 
 /// `impl checkout::Review { fn new(cart: Cart) -> Target<checkout::Review> }`
-pub fn constructors(agent: &Agent) -> TokenStream {
+pub(crate) fn constructors(agent: &Agent) -> TokenStream {
     let krate = &agent.krate;
     let vis = &agent.vis;
     let impls = agent.states.iter().map(|s| {
@@ -332,7 +332,7 @@ fn fresh(base: &str, params: &[(Ident, Type)]) -> Ident {
 }
 
 /// The handler trait: one method per non-terminal state.
-pub fn handler_trait(agent: &Agent) -> TokenStream {
+pub(crate) fn handler_trait(agent: &Agent) -> TokenStream {
     let krate = &agent.krate;
     let vis = &agent.vis;
     let trait_ident = &agent.handlers;
@@ -392,12 +392,12 @@ pub fn handler_trait(agent: &Agent) -> TokenStream {
 }
 
 /// `impl<H: CheckoutHandlers> Handle<H> for Checkout`.
-pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
+pub(crate) fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
     let krate = &agent.krate;
     let ident = &agent.ident;
     let trait_ident = &agent.handlers;
     let module = &agent.module;
-    let p = quote!(#krate::__private);
+    let private = quote!(#krate::__private);
     // Locals of the generated fn, invisible to (and unaffected by) names in the user's scope.
     let handlers = Ident::new("handlers", Span::mixed_site());
     let io = Ident::new("io", Span::mixed_site());
@@ -405,14 +405,14 @@ pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
     let body = if stub {
         quote! {
             let _ = (#handlers, #io);
-            #p::core::unreachable!()
+            #private::core::unreachable!()
         }
     } else {
         let arms = agent.states.iter().map(|s| {
             let v = &s.ident;
             let n = lit(&s.name());
             if s.terminal.is_some() {
-                return quote!(Self::#v { .. } => #p::core::result::Result::Err(#p::terminal(#n)),);
+                return quote!(Self::#v { .. } => #private::core::result::Result::Err(#private::terminal(#n)),);
             }
             let method = method_ident(s);
             let m = marker(agent, s);
@@ -429,9 +429,9 @@ pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
             };
             let route = s.llm.map(|_| {
                 let r = route_ident(s);
-                quote!(#p::route::<#module::#r>(#io, #n)?,)
+                quote!(#private::route::<#module::#r>(#io, #n)?,)
             });
-            let wake = s.wait.as_ref().map(|_| quote!(#p::wake(#io, #n)?,));
+            let wake = s.wait.as_ref().map(|_| quote!(#private::wake(#io, #n)?,));
             quote! {
                 #pattern => {
                     let #next = <H as #trait_ident>::#method(
@@ -442,12 +442,12 @@ pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
                         #(#bindings,)*
                     )
                     .await?;
-                    #p::core::result::Result::Ok(#next.__into_state())
+                    #private::core::result::Result::Ok(#next.__into_state())
                 }
             }
         });
         quote! {
-            #p::Box::pin(async move {
+            #private::Box::pin(async move {
                 match self {
                     #(#arms)*
                 }
@@ -460,8 +460,8 @@ pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
             fn handle<'a>(
                 self,
                 #handlers: &'a H,
-                #io: &'a dyn #p::StepIo,
-            ) -> #p::BoxFuture<'a, #p::core::result::Result<Self, #krate::StepError>> {
+                #io: &'a dyn #private::StepIo,
+            ) -> #private::BoxFuture<'a, #private::core::result::Result<Self, #krate::StepError>> {
                 #body
             }
         }
@@ -470,7 +470,7 @@ pub fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
 
 /// `AllowsTool` and `AllowsTransition`, each through a per-state trait whose diagnostic
 /// names the state, the agent and what is legal there.
-pub fn allows(agent: &Agent) -> TokenStream {
+pub(crate) fn allows(agent: &Agent) -> TokenStream {
     let krate = &agent.krate;
     let agent_name = &agent.name;
     let per_state = agent.states.iter().map(|s| {
@@ -545,7 +545,7 @@ pub fn allows(agent: &Agent) -> TokenStream {
 
 /// Spanned checks that each declared tool is a `Tool` of the declared kind, named as
 /// declared, and that each hybrid tool's `Compensate` impl names the declared compensation.
-pub fn tool_checks(agent: &Agent) -> TokenStream {
+pub(crate) fn tool_checks(agent: &Agent) -> TokenStream {
     if agent.tools.is_empty() {
         return TokenStream::new();
     }

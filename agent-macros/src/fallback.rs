@@ -10,7 +10,7 @@ use crate::ast::Agent;
 use crate::expand;
 use crate::tool::{self, Tool};
 
-pub fn fallback(agent: &Agent) -> TokenStream {
+pub(crate) fn fallback(agent: &Agent) -> TokenStream {
     let krate = &agent.krate;
     let agent_impl = expand::agent_impl(agent, true);
     let markers = expand::markers(agent);
@@ -42,7 +42,7 @@ pub fn fallback(agent: &Agent) -> TokenStream {
 /// `impl Tool` with what the attribute got right: the types given, the kind given (or the
 /// one a misspelled kind is closest to) and `()` for a missing type, so that the user's
 /// `impl Execute` and the agents listing the tool see a tool.
-pub fn tool_fallback(t: &Tool) -> TokenStream {
+pub(crate) fn tool_fallback(t: &Tool) -> TokenStream {
     let unit = quote!(());
     let input = t
         .input

@@ -6,7 +6,7 @@ use syn::Ident;
 use syn::ext::IdentExt;
 
 /// `ReviewOrder` -> `review_order`, `HTTPCall` -> `http_call`.
-pub fn snake_case(name: &str) -> String {
+pub(crate) fn snake_case(name: &str) -> String {
     name.strip_prefix("r#").unwrap_or(name).to_snake_case()
 }
 
@@ -19,7 +19,7 @@ const KEYWORDS: &[&str] = &[
 ];
 
 /// An identifier for `name`, raw when `name` is a keyword.
-pub fn ident(name: &str, span: Span) -> Ident {
+pub(crate) fn ident(name: &str, span: Span) -> Ident {
     if KEYWORDS.contains(&name) {
         Ident::new_raw(name, span)
     } else {
@@ -28,17 +28,20 @@ pub fn ident(name: &str, span: Span) -> Ident {
 }
 
 /// The identifier's text without `r#`: `r#Match` and `Match` are one name to Rust.
-pub fn unraw(ident: &Ident) -> String {
+pub(crate) fn unraw(ident: &Ident) -> String {
     ident.unraw().to_string()
 }
 
 /// Whether two identifiers are one name (`r#Match` is `Match`).
-pub fn same(a: &Ident, b: &Ident) -> bool {
+pub(crate) fn same(a: &Ident, b: &Ident) -> bool {
     a.unraw() == b.unraw()
 }
 
 /// The closest candidate to `name`, if one is close enough to be a likely typo.
-pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn closest<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let lower = name.to_lowercase();
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
@@ -56,7 +59,7 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// `` `A`, `B`, `C` `` in the given order.
-pub fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     names
         .into_iter()
         .map(|n| format!("`{n}`"))
@@ -65,7 +68,7 @@ pub fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// The help ``did you mean `X`?``, if a candidate is close to `name`.
-pub fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {

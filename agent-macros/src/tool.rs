@@ -12,22 +12,22 @@ use crate::ctxt::{Ctxt, Message};
 use crate::{expand, fallback, names};
 
 /// A tool type and what its attribute declares.
-pub struct Tool {
-    pub ident: Ident,
-    pub generics: Generics,
-    pub krate: Path,
+pub(crate) struct Tool {
+    pub(crate) ident: Ident,
+    pub(crate) generics: Generics,
+    pub(crate) krate: Path,
     /// The type's name without `r#`: the name agents list it by.
-    pub name: String,
-    pub description: String,
-    pub kind: Kind,
-    pub input: Option<Type>,
-    pub output: Option<Type>,
-    pub timeout_ms: Option<u64>,
-    pub retries: Option<u32>,
-    pub cache: Option<bool>,
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) kind: Kind,
+    pub(crate) input: Option<Type>,
+    pub(crate) output: Option<Type>,
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) retries: Option<u32>,
+    pub(crate) cache: Option<bool>,
 }
 
-pub fn derive(input: &DeriveInput) -> TokenStream {
+pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
     let cx = Ctxt::new();
     let attrs = attr::tool_attrs(&cx, &input.attrs);
     check(&cx, input, &attrs);
@@ -109,7 +109,7 @@ fn description(input: &DeriveInput) -> String {
 }
 
 /// `impl Tool`, with `body` after the name, description and kind.
-pub fn tool_impl(tool: &Tool, body: &TokenStream) -> TokenStream {
+pub(crate) fn tool_impl(tool: &Tool, body: &TokenStream) -> TokenStream {
     let krate = &tool.krate;
     let ident = &tool.ident;
     let name = &tool.name;
