@@ -83,25 +83,35 @@ impl<T> Attr<T> {
     fn set(&mut self, cx: &Ctxt, span: Span, value: T) {
         self.given = true;
         if self.value.is_some() {
-            cx.error(
-                span,
-                Message::new(format!(
-                    "duplicate key `{}` in `#[{}(...)]`",
-                    self.name, self.ns
-                ))
-                .help(format!(
-                    "remove this `{}`; each key may appear once",
-                    self.name
-                )),
-            );
+            self.duplicate(cx, span);
         } else {
             self.value = Some((span, value));
         }
     }
 
-    /// Record that the key was written, before its value is parsed.
-    fn mark(&mut self) {
+    /// Record that the key was written, before its value is parsed. A key written before,
+    /// even with a malformed value, is reported here, and `false` says to skip this one.
+    fn first(&mut self, cx: &Ctxt, span: Span) -> bool {
+        if self.given {
+            self.duplicate(cx, span);
+            return false;
+        }
         self.given = true;
+        true
+    }
+
+    fn duplicate(&self, cx: &Ctxt, span: Span) {
+        cx.error(
+            span,
+            Message::new(format!(
+                "duplicate key `{}` in `#[{}(...)]`",
+                self.name, self.ns
+            ))
+            .help(format!(
+                "remove this `{}`; each key may appear once",
+                self.name
+            )),
+        );
     }
 
     pub(crate) const fn is_given(&self) -> bool {
@@ -659,7 +669,9 @@ pub(crate) fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
         let span = meta.path.span();
         match key_of(&meta).as_str() {
             KIND => {
-                out.kind.mark();
+                if !out.kind.first(cx, span) {
+                    return skip_value(meta.input);
+                }
                 if let Some(v) = value(cx, &meta, "read", Ident::parse)? {
                     let name = names::unraw(&v);
                     if let Some(kind) = Kind::from_name(&name) {
@@ -677,25 +689,33 @@ pub(crate) fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
                 }
             }
             INPUT => {
-                out.input.mark();
+                if !out.input.first(cx, span) {
+                    return skip_value(meta.input);
+                }
                 if let Some(v) = value(cx, &meta, "InputType", Type::parse)? {
                     out.input.set(cx, span, v);
                 }
             }
             OUTPUT => {
-                out.output.mark();
+                if !out.output.first(cx, span) {
+                    return skip_value(meta.input);
+                }
                 if let Some(v) = value(cx, &meta, "OutputType", Type::parse)? {
                     out.output.set(cx, span, v);
                 }
             }
             TIMEOUT_MS => {
-                out.timeout_ms.mark();
+                if !out.timeout_ms.first(cx, span) {
+                    return skip_value(meta.input);
+                }
                 if let Some(v) = value(cx, &meta, "N (milliseconds)", number::<u64>)? {
                     out.timeout_ms.set(cx, span, v);
                 }
             }
             RETRIES => {
-                out.retries.mark();
+                if !out.retries.first(cx, span) {
+                    return skip_value(meta.input);
+                }
                 if let Some(v) = value(cx, &meta, "N (attempts in all)", LitInt::parse)? {
                     match v.base10_parse::<u32>() {
                         Ok(0) => cx.error(
@@ -709,13 +729,17 @@ pub(crate) fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
                 }
             }
             CACHE => {
-                out.cache.mark();
+                if !out.cache.first(cx, span) {
+                    return skip_value(meta.input);
+                }
                 if let Some(v) = value(cx, &meta, "true", LitBool::parse)? {
                     out.cache.set(cx, span, v.value);
                 }
             }
             CRATE => {
-                out.krate.mark();
+                if !out.krate.first(cx, span) {
+                    return skip_value(meta.input);
+                }
                 if let Some(v) = crate_path(cx, &meta)? {
                     out.krate.set(cx, span, v);
                 }

@@ -307,3 +307,32 @@ fn one_option_for_the_model_and_colliding_handlers() {
         ]
     );
 }
+
+#[test]
+fn tool_attribute_mistakes_are_each_reported_and_a_stub_is_emitted() {
+    let input: DeriveInput = parse_quote! {
+        #[tool(kind = 3, kind = read, input = String, output = u8, retries = 0, timout_ms = 5)]
+        struct Count;
+    };
+    let cx = Ctxt::new();
+    let attrs = crate::attr::tool_attrs(&cx, &input.attrs);
+    assert!(attrs.input.is_given() && attrs.output.is_given());
+    let messages: Vec<String> = cx
+        .into_errors()
+        .iter()
+        .map(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "expected `kind = read`",
+            "duplicate key `kind` in `#[tool(...)]`",
+            "`retries` counts attempts in all and must be at least 1",
+            "unknown key `timout_ms` in `#[tool(...)]`",
+        ]
+    );
+    let out = crate::tool::derive(&input).to_string();
+    assert_eq!(out.matches("compile_error").count(), 4);
+    assert!(out.contains("impl :: agent_core :: Tool for Count"));
+    assert!(out.contains("type Input = String"));
+}
