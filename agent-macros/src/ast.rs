@@ -5,48 +5,48 @@ use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, Ident, Path, Visibility};
 
 use crate::attr::{self, Kind, ToolDecl};
-use crate::ctxt::Ctxt;
+use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
-pub struct Agent {
-    pub ident: Ident,
-    pub vis: Visibility,
+pub(crate) struct Agent {
+    pub(crate) ident: Ident,
+    pub(crate) vis: Visibility,
     /// `NAME` and the graph's agent name.
-    pub name: String,
-    pub module: Ident,
-    pub handlers: Ident,
-    pub krate: Path,
-    pub dag: bool,
-    pub max_steps: Option<u64>,
-    pub tools: Vec<ToolDecl>,
-    pub states: Vec<State>,
+    pub(crate) name: String,
+    pub(crate) module: Ident,
+    pub(crate) handlers: Ident,
+    pub(crate) krate: Path,
+    pub(crate) dag: bool,
+    pub(crate) max_steps: Option<u64>,
+    pub(crate) tools: Vec<ToolDecl>,
+    pub(crate) states: Vec<State>,
 }
 
-pub struct State {
-    pub ident: Ident,
-    pub fields: Fields,
-    pub initial: Option<Span>,
-    pub terminal: Option<Span>,
-    pub compensate: Option<Span>,
-    pub llm: Option<Span>,
-    pub wait: Option<(Span, String)>,
-    pub wait_timeout_ms: Option<(Span, u64)>,
-    pub to: Vec<Ident>,
-    pub to_span: Option<Span>,
-    pub on_error: Option<Ident>,
-    pub tools: Vec<Ident>,
-    pub tools_span: Option<Span>,
-    pub max_tool_calls: Option<(Span, u32)>,
-    pub timeout_ms: Option<(Span, u64)>,
+pub(crate) struct State {
+    pub(crate) ident: Ident,
+    pub(crate) fields: Fields,
+    pub(crate) initial: Option<Span>,
+    pub(crate) terminal: Option<Span>,
+    pub(crate) compensate: Option<Span>,
+    pub(crate) llm: Option<Span>,
+    pub(crate) wait: Option<(Span, String)>,
+    pub(crate) wait_timeout_ms: Option<(Span, u64)>,
+    pub(crate) to: Vec<Ident>,
+    pub(crate) to_span: Option<Span>,
+    pub(crate) on_error: Option<Ident>,
+    pub(crate) tools: Vec<Ident>,
+    pub(crate) tools_span: Option<Span>,
+    pub(crate) max_tool_calls: Option<(Span, u32)>,
+    pub(crate) timeout_ms: Option<(Span, u64)>,
 }
 
 impl State {
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         names::unraw(&self.ident)
     }
 
     /// The variant's data as written (`{ cart : Cart }`, `(u32)` or empty), without attributes.
-    pub fn data(&self) -> String {
+    pub(crate) fn data(&self) -> String {
         let mut fields = self.fields.clone();
         for f in &mut fields {
             f.attrs.clear();
@@ -58,10 +58,10 @@ impl State {
     }
 
     /// The declared successors: `to(...)` in order, then `on_error` unless already listed.
-    pub fn successors(&self) -> Vec<&Ident> {
+    pub(crate) fn successors(&self) -> Vec<&Ident> {
         let mut out: Vec<&Ident> = Vec::new();
         for t in self.to.iter().chain(self.on_error.iter()) {
-            if !out.contains(&t) {
+            if !out.iter().any(|o| names::same(o, t)) {
                 out.push(t);
             }
         }
@@ -70,22 +70,22 @@ impl State {
 }
 
 impl Agent {
-    pub fn state(&self, name: &Ident) -> Option<&State> {
-        self.states.iter().find(|s| s.ident == *name)
+    pub(crate) fn state(&self, name: &Ident) -> Option<&State> {
+        self.states.iter().find(|s| names::same(&s.ident, name))
     }
 
-    pub fn tool(&self, name: &Ident) -> Option<&ToolDecl> {
-        self.tools.iter().find(|t| t.ident == *name)
+    pub(crate) fn tool(&self, name: &Ident) -> Option<&ToolDecl> {
+        self.tools.iter().find(|t| names::same(&t.ident, name))
     }
 
-    pub fn tool_kind(&self, name: &Ident) -> Option<Kind> {
+    pub(crate) fn tool_kind(&self, name: &Ident) -> Option<Kind> {
         self.tool(name).map(|t| t.kind)
     }
 }
 
 /// Build the model. Returns `None` only when the input cannot be an agent at all (not an
 /// enum, generic); attribute mistakes are reported into `cx` and the model is still built.
-pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
+pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
     let Data::Enum(data) = &input.data else {
         let what = match &input.data {
             Data::Struct(_) => "a struct",
@@ -93,7 +93,11 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         };
         cx.error(
             input.ident.span(),
-            format!("`#[derive(Agent)]` only supports enums, and `{}` is {what}\n= help: declare the states of an agent as the variants of an enum", input.ident),
+            Message::new(format!(
+                "`#[derive(Agent)]` only supports enums, and `{}` is {what}",
+                input.ident
+            ))
+            .help("declare the states of an agent as the variants of an enum"),
         );
         return None;
     };
@@ -105,7 +109,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
             .map_or_else(|| input.generics.span(), Spanned::span);
         cx.error(
             span,
-            format!("`#[derive(Agent)]` does not support generic enums\n= help: an agent's states must be concrete types so the graph can be stored and resumed; remove the generics from `{}`", input.ident),
+            Message::new("`#[derive(Agent)]` does not support generic enums").help(format!(
+                "an agent's states must be concrete types so the graph can be stored and resumed; remove the generics from `{}`",
+                input.ident
+            )),
         );
         return None;
     }

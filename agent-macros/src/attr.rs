@@ -3,34 +3,42 @@
 
 use proc_macro2::{Span, TokenTree};
 use syn::meta::ParseNestedMeta;
-use syn::parse::ParseStream;
+use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
-use syn::{Attribute, Ident, LitInt, LitStr, Path, Token};
+use syn::{Attribute, Ident, LitBool, LitInt, LitStr, Path, Token, Type};
 
-use crate::ctxt::Ctxt;
+use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
-/// The one attribute namespace.
-pub const AGENT: &str = "agent";
+/// The attribute namespace of `#[derive(Agent)]`.
+pub(crate) const AGENT: &str = "agent";
+/// The attribute namespace of `#[derive(Tool)]`.
+pub(crate) const TOOL: &str = "tool";
 
-pub const TOOLS: &str = "tools";
-pub const DAG: &str = "dag";
-pub const NAME: &str = "name";
-pub const MODULE: &str = "module";
-pub const HANDLERS: &str = "handlers";
-pub const CRATE: &str = "crate";
-pub const MAX_STEPS: &str = "max_steps";
+pub(crate) const TOOLS: &str = "tools";
+pub(crate) const DAG: &str = "dag";
+pub(crate) const NAME: &str = "name";
+pub(crate) const MODULE: &str = "module";
+pub(crate) const HANDLERS: &str = "handlers";
+pub(crate) const CRATE: &str = "crate";
+pub(crate) const MAX_STEPS: &str = "max_steps";
 
-pub const INITIAL: &str = "initial";
-pub const TERMINAL: &str = "terminal";
-pub const COMPENSATE: &str = "compensate";
-pub const TO: &str = "to";
-pub const ROUTE: &str = "route";
-pub const WAIT: &str = "wait";
-pub const WAIT_TIMEOUT_MS: &str = "wait_timeout_ms";
-pub const ON_ERROR: &str = "on_error";
-pub const MAX_TOOL_CALLS: &str = "max_tool_calls";
-pub const TIMEOUT_MS: &str = "timeout_ms";
+pub(crate) const INITIAL: &str = "initial";
+pub(crate) const TERMINAL: &str = "terminal";
+pub(crate) const COMPENSATE: &str = "compensate";
+pub(crate) const TO: &str = "to";
+pub(crate) const ROUTE: &str = "route";
+pub(crate) const WAIT: &str = "wait";
+pub(crate) const WAIT_TIMEOUT_MS: &str = "wait_timeout_ms";
+pub(crate) const ON_ERROR: &str = "on_error";
+pub(crate) const MAX_TOOL_CALLS: &str = "max_tool_calls";
+pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
+
+pub(crate) const KIND: &str = "kind";
+pub(crate) const INPUT: &str = "input";
+pub(crate) const OUTPUT: &str = "output";
+pub(crate) const RETRIES: &str = "retries";
+pub(crate) const CACHE: &str = "cache";
 
 const ENUM_KEYS: &[&str] = &[TOOLS, DAG, NAME, MODULE, HANDLERS, CRATE, MAX_STEPS];
 const VARIANT_KEYS: &[&str] = &[
@@ -46,58 +54,96 @@ const VARIANT_KEYS: &[&str] = &[
     MAX_TOOL_CALLS,
     TIMEOUT_MS,
 ];
+const TOOL_KEYS: &[&str] = &[KIND, INPUT, OUTPUT, TIMEOUT_MS, RETRIES, CACHE, CRATE];
 
 /// One key's value, with the span of the key that set it.
-pub struct Attr<T> {
+pub(crate) struct Attr<T> {
+    /// The attribute namespace, `agent` or `tool`.
+    ns: &'static str,
     name: &'static str,
     value: Option<(Span, T)>,
+    /// The key was written, even if its value was malformed (and reported).
+    given: bool,
 }
 
 impl<T> Attr<T> {
     const fn none(name: &'static str) -> Self {
-        Self { name, value: None }
+        Self::in_ns(AGENT, name)
+    }
+
+    const fn in_ns(ns: &'static str, name: &'static str) -> Self {
+        Self {
+            ns,
+            name,
+            value: None,
+            given: false,
+        }
     }
 
     fn set(&mut self, cx: &Ctxt, span: Span, value: T) {
+        self.given = true;
         if self.value.is_some() {
-            cx.error(
-                span,
-                format!(
-                    "duplicate key `{}` in `#[agent(...)]`\n= help: remove this `{}`; each key may appear once",
-                    self.name, self.name
-                ),
-            );
+            self.duplicate(cx, span);
         } else {
             self.value = Some((span, value));
         }
     }
 
-    pub fn get(&self) -> Option<&T> {
+    /// Record that the key was written, before its value is parsed. A key written before,
+    /// even with a malformed value, is reported here, and `false` says to skip this one.
+    fn first(&mut self, cx: &Ctxt, span: Span) -> bool {
+        if self.given {
+            self.duplicate(cx, span);
+            return false;
+        }
+        self.given = true;
+        true
+    }
+
+    fn duplicate(&self, cx: &Ctxt, span: Span) {
+        cx.error(
+            span,
+            Message::new(format!(
+                "duplicate key `{}` in `#[{}(...)]`",
+                self.name, self.ns
+            ))
+            .help(format!(
+                "remove this `{}`; each key may appear once",
+                self.name
+            )),
+        );
+    }
+
+    pub(crate) const fn is_given(&self) -> bool {
+        self.given
+    }
+
+    pub(crate) fn get(&self) -> Option<&T> {
         self.value.as_ref().map(|(_, v)| v)
     }
 
-    pub fn span(&self) -> Option<Span> {
+    pub(crate) fn span(&self) -> Option<Span> {
         self.value.as_ref().map(|(s, _)| *s)
     }
 
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.value.is_some()
     }
 
-    pub fn take(self) -> Option<T> {
+    pub(crate) fn take(self) -> Option<T> {
         self.value.map(|(_, v)| v)
     }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
+pub(crate) enum Kind {
     Read,
     Write,
     Hybrid,
 }
 
 impl Kind {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Write => "write",
@@ -105,7 +151,9 @@ impl Kind {
         }
     }
 
-    fn from_name(name: &str) -> Option<Self> {
+    pub(crate) const ALL: [Self; 3] = [Self::Read, Self::Write, Self::Hybrid];
+
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         match name {
             "read" => Some(Self::Read),
             "write" => Some(Self::Write),
@@ -116,35 +164,35 @@ impl Kind {
 }
 
 /// `read(A)`, `write(B)` or `hybrid(C(compensate = B))` inside the enum's `tools(...)`.
-pub struct ToolDecl {
-    pub path: Path,
-    pub ident: Ident,
-    pub kind: Kind,
-    pub compensate: Option<Ident>,
+pub(crate) struct ToolDecl {
+    pub(crate) path: Path,
+    pub(crate) ident: Ident,
+    pub(crate) kind: Kind,
+    pub(crate) compensate: Option<Ident>,
 }
 
-pub struct EnumAttrs {
-    pub tools: Attr<Vec<ToolDecl>>,
-    pub dag: Attr<()>,
-    pub name: Attr<String>,
-    pub module: Attr<Ident>,
-    pub handlers: Attr<Ident>,
-    pub krate: Attr<Path>,
-    pub max_steps: Attr<u64>,
+pub(crate) struct EnumAttrs {
+    pub(crate) tools: Attr<Vec<ToolDecl>>,
+    pub(crate) dag: Attr<()>,
+    pub(crate) name: Attr<String>,
+    pub(crate) module: Attr<Ident>,
+    pub(crate) handlers: Attr<Ident>,
+    pub(crate) krate: Attr<Path>,
+    pub(crate) max_steps: Attr<u64>,
 }
 
-pub struct VariantAttrs {
-    pub initial: Attr<()>,
-    pub terminal: Attr<()>,
-    pub compensate: Attr<()>,
-    pub to: Attr<Vec<Ident>>,
-    pub tools: Attr<Vec<Ident>>,
-    pub route_llm: Attr<()>,
-    pub wait: Attr<String>,
-    pub wait_timeout_ms: Attr<u64>,
-    pub on_error: Attr<Ident>,
-    pub max_tool_calls: Attr<u32>,
-    pub timeout_ms: Attr<u64>,
+pub(crate) struct VariantAttrs {
+    pub(crate) initial: Attr<()>,
+    pub(crate) terminal: Attr<()>,
+    pub(crate) compensate: Attr<()>,
+    pub(crate) to: Attr<Vec<Ident>>,
+    pub(crate) tools: Attr<Vec<Ident>>,
+    pub(crate) route_llm: Attr<()>,
+    pub(crate) wait: Attr<String>,
+    pub(crate) wait_timeout_ms: Attr<u64>,
+    pub(crate) on_error: Attr<Ident>,
+    pub(crate) max_tool_calls: Attr<u32>,
+    pub(crate) timeout_ms: Attr<u64>,
 }
 
 fn key_of(meta: &ParseNestedMeta<'_>) -> String {
@@ -153,7 +201,7 @@ fn key_of(meta: &ParseNestedMeta<'_>) -> String {
         .map_or_else(|| path_text(&meta.path), names::unraw)
 }
 
-pub fn path_text(path: &Path) -> String {
+pub(crate) fn path_text(path: &Path) -> String {
     quote::ToTokens::to_token_stream(path)
         .to_string()
         .replace(' ', "")
@@ -167,23 +215,24 @@ fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
     Ok(())
 }
 
+/// `place` is where the attribute is (`a variant`), when the namespace has several.
 fn unknown_key(
     cx: &Ctxt,
     meta: &ParseNestedMeta<'_>,
+    ns: &str,
     keys: &[&str],
-    place: &str,
+    place: Option<&str>,
 ) -> syn::Result<()> {
     let key = key_of(meta);
-    let mut msg = format!("unknown key `{key}` in `#[agent(...)]` on {place}");
-    let hint = names::did_you_mean(&key, keys.iter().copied());
-    if hint.is_empty() {
-        msg.push_str(&format!(
-            "\n= note: keys allowed on {place}: {}",
+    let on = place.map(|p| format!(" on {p}")).unwrap_or_default();
+    let msg = Message::new(format!("unknown key `{key}` in `#[{ns}(...)]`{on}"));
+    let msg = match names::did_you_mean(&key, keys.iter().copied()) {
+        Some(hint) => msg.help(hint),
+        None => msg.note(format!(
+            "keys allowed{on}: {}",
             names::list(keys.iter().copied())
-        ));
-    } else {
-        msg.push_str(&hint);
-    }
+        )),
+    };
     cx.error(meta.path.span(), msg);
     skip_value(meta.input)
 }
@@ -255,7 +304,8 @@ fn flag(cx: &Ctxt, meta: &ParseNestedMeta<'_>, attr: &mut Attr<()>) -> syn::Resu
         let key = key_of(meta);
         cx.error(
             meta.path.span(),
-            format!("`{key}` takes no value\n= help: write `#[agent({key})]`"),
+            Message::new(format!("`{key}` takes no value"))
+                .help(format!("write `#[agent({key})]`")),
         );
         skip_value(meta.input)
     }
@@ -294,16 +344,17 @@ fn name_list(cx: &Ctxt, meta: &ParseNestedMeta<'_>, what: &str) -> syn::Result<O
     Ok(Some(out))
 }
 
-fn agent_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
-    attrs.iter().filter(|a| a.path().is_ident(AGENT))
+fn attrs_in<'a>(ns: &'a str, attrs: &'a [Attribute]) -> impl Iterator<Item = &'a Attribute> {
+    attrs.iter().filter(move |a| a.path().is_ident(ns))
 }
 
 fn parse_each(
     cx: &Ctxt,
+    ns: &str,
     attrs: &[Attribute],
     mut logic: impl FnMut(ParseNestedMeta<'_>) -> syn::Result<()>,
 ) {
-    for attr in agent_attrs(attrs) {
+    for attr in attrs_in(ns, attrs) {
         if let Err(e) = attr.meta.require_list() {
             cx.syn_error(e);
             continue;
@@ -314,7 +365,7 @@ fn parse_each(
     }
 }
 
-pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
+pub(crate) fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
     let mut out = EnumAttrs {
         tools: Attr::none(TOOLS),
         dag: Attr::none(DAG),
@@ -324,7 +375,7 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
         krate: Attr::none(CRATE),
         max_steps: Attr::none(MAX_STEPS),
     };
-    parse_each(cx, attrs, |meta| {
+    parse_each(cx, AGENT, attrs, |meta| {
         let span = meta.path.span();
         match key_of(&meta).as_str() {
             TOOLS => {
@@ -334,7 +385,7 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
             }
             DAG => flag(cx, &meta, &mut out.dag)?,
             NAME => {
-                if let Some(v) = value(cx, &meta, "\"agent name\"", |i| i.parse::<LitStr>())? {
+                if let Some(v) = value(cx, &meta, "\"agent name\"", <LitStr as Parse>::parse)? {
                     if v.value().is_empty() {
                         cx.error(v.span(), "the agent name must not be empty");
                     } else {
@@ -343,24 +394,17 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
                 }
             }
             MODULE => {
-                if let Some(v) = value(cx, &meta, "module_name", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "module_name", Ident::parse)? {
                     out.module.set(cx, span, v);
                 }
             }
             HANDLERS => {
-                if let Some(v) = value(cx, &meta, "TraitName", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "TraitName", Ident::parse)? {
                     out.handlers.set(cx, span, v);
                 }
             }
             CRATE => {
-                let parsed = value(cx, &meta, "path::to::agent_core", |i| {
-                    if i.peek(LitStr) {
-                        i.parse::<LitStr>()?.parse::<Path>()
-                    } else {
-                        Path::parse_mod_style(i)
-                    }
-                })?;
-                if let Some(v) = parsed {
+                if let Some(v) = crate_path(cx, &meta)? {
                     out.krate.set(cx, span, v);
                 }
             }
@@ -375,11 +419,12 @@ pub fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
                     let key = key_of(&meta);
                     cx.error(
                         span,
-                        format!("`{key}` belongs on a variant, not on the enum\n= help: move it to the `#[agent(...)]` of a state"),
+                        Message::new(format!("`{key}` belongs on a variant, not on the enum"))
+                            .help("move it to the `#[agent(...)]` of a state"),
                     );
                     skip_value(meta.input)?;
                 } else {
-                    unknown_key(cx, &meta, ENUM_KEYS, place)?;
+                    unknown_key(cx, &meta, AGENT, ENUM_KEYS, Some(place))?;
                 }
             }
         }
@@ -402,13 +447,9 @@ fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<T
     let nested = meta.parse_nested_meta(|group| {
         let kind_name = key_of(&group);
         let Some(kind) = Kind::from_name(&kind_name) else {
-            let mut msg = format!(
-                "unknown tool kind `{kind_name}`\n= help: declare tools as `read(...)`, `write(...)` or `hybrid(...)`"
-            );
+            let mut msg = Message::new(format!("unknown tool kind `{kind_name}`")).help("declare tools as `read(...)`, `write(...)` or `hybrid(...)`");
             if !group.input.peek(syn::token::Paren) {
-                msg = format!(
-                    "`{kind_name}` has no kind\n= help: declare tools by kind: `tools(read({kind_name}))`, `tools(write({kind_name}))` or `tools(hybrid({kind_name}(compensate = ...)))`"
-                );
+                msg = Message::new(format!("`{kind_name}` has no kind")).help(format!("declare tools by kind: `tools(read({kind_name}))`, `tools(write({kind_name}))` or `tools(hybrid({kind_name}(compensate = ...)))`"));
             }
             cx.error(group.path.span(), msg);
             return skip_value(group.input);
@@ -434,20 +475,18 @@ fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<T
                                 cx.error(c.path.span(), "duplicate key `compensate`");
                             }
                             seen = true;
-                            if let Some(v) = value(cx, &c, "WriteTool", |i| i.parse::<Ident>())? {
+                            if let Some(v) = value(cx, &c, "WriteTool", Ident::parse)? {
                                 compensate = Some(v);
                             }
                             Ok(())
                         } else {
-                            unknown_key(cx, &c, &[COMPENSATE], "a hybrid tool")
+                            unknown_key(cx, &c, AGENT, &[COMPENSATE], Some("a hybrid tool"))
                         }
                     })?;
                 } else {
                     cx.error(
                         tool.path.span(),
-                        format!(
-                            "only hybrid tools name a compensation; `{ident}` is declared `{kind_name}`\n= help: declare it as `hybrid({ident}(compensate = ...))`, or remove the parentheses"
-                        ),
+                        Message::new(format!("only hybrid tools name a compensation; `{ident}` is declared `{kind_name}`")).help(format!("declare it as `hybrid({ident}(compensate = ...))`, or remove the parentheses")),
                     );
                     skip_value(tool.input)?;
                 }
@@ -471,7 +510,7 @@ fn tool_decls(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<T
     Ok(Some(out))
 }
 
-pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
+pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
     let mut out = VariantAttrs {
         initial: Attr::none(INITIAL),
         terminal: Attr::none(TERMINAL),
@@ -485,7 +524,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
         max_tool_calls: Attr::none(MAX_TOOL_CALLS),
         timeout_ms: Attr::none(TIMEOUT_MS),
     };
-    parse_each(cx, attrs, |meta| {
+    parse_each(cx, AGENT, attrs, |meta| {
         let span = meta.path.span();
         match key_of(&meta).as_str() {
             INITIAL => flag(cx, &meta, &mut out.initial)?,
@@ -507,7 +546,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                         if Kind::from_name(&kind).is_some() && content.peek2(syn::token::Paren) {
                             cx.error(
                                 first.span(),
-                                format!("tool kinds are declared on the enum, not on a state\n= help: move `{kind}(...)` to the enum's `#[agent(tools(...))]` and list the tools here by name"),
+                                Message::new("tool kinds are declared on the enum, not on a state").help(format!("move `{kind}(...)` to the enum's `#[agent(tools(...))]` and list the tools here by name")),
                             );
                             skip_value(meta.input)?;
                             return Ok(());
@@ -519,19 +558,21 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                 }
             }
             ROUTE => {
-                if let Some(v) = value(cx, &meta, "llm", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "llm", Ident::parse)? {
                     if v == "llm" {
                         out.route_llm.set(cx, span, ());
                     } else {
                         cx.error(
                             v.span(),
-                            format!("unknown route `{v}`\n= help: the only route is `route = llm`; without it the handler decides"),
+                            Message::new(format!("unknown route `{v}`")).help(
+                                "the only route is `route = llm`; without it the handler decides",
+                            ),
                         );
                     }
                 }
             }
             WAIT => {
-                if let Some(v) = value(cx, &meta, "\"signal_name\"", |i| i.parse::<LitStr>())? {
+                if let Some(v) = value(cx, &meta, "\"signal_name\"", <LitStr as Parse>::parse)? {
                     if v.value().is_empty() {
                         cx.error(v.span(), "the signal name must not be empty");
                     } else {
@@ -545,7 +586,7 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                 }
             }
             ON_ERROR => {
-                if let Some(v) = value(cx, &meta, "State", |i| i.parse::<Ident>())? {
+                if let Some(v) = value(cx, &meta, "State", Ident::parse)? {
                     out.on_error.set(cx, span, v);
                 }
             }
@@ -564,11 +605,12 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                 if ENUM_KEYS.contains(&key.as_str()) {
                     cx.error(
                         span,
-                        format!("`{key}` belongs on the enum, not on a variant\n= help: move it to the enum's `#[agent(...)]`"),
+                        Message::new(format!("`{key}` belongs on the enum, not on a variant"))
+                            .help("move it to the enum's `#[agent(...)]`"),
                     );
                     skip_value(meta.input)?;
                 } else {
-                    unknown_key(cx, &meta, VARIANT_KEYS, "a variant")?;
+                    unknown_key(cx, &meta, AGENT, VARIANT_KEYS, Some("a variant"))?;
                 }
             }
         }
@@ -578,11 +620,133 @@ pub fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
 }
 
 /// `#[agent]` where it has no meaning (fields).
-pub fn reject(cx: &Ctxt, attrs: &[Attribute], place: &str) {
-    for attr in agent_attrs(attrs) {
+pub(crate) fn reject(cx: &Ctxt, attrs: &[Attribute], place: &str) {
+    for attr in attrs_in(AGENT, attrs) {
         cx.error(
             attr.path().span(),
-            format!("`#[agent(...)]` is not allowed on {place}\n= help: put it on the enum or on a variant"),
+            Message::new(format!("`#[agent(...)]` is not allowed on {place}"))
+                .help("put it on the enum or on a variant"),
         );
     }
+}
+
+/// `crate = path::to::agent_core` or `crate = "path::to::agent_core"`.
+fn crate_path(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Path>> {
+    value(cx, meta, "path::to::agent_core", |i| {
+        if i.peek(LitStr) {
+            i.parse::<LitStr>()?.parse::<Path>()
+        } else {
+            Path::parse_mod_style(i)
+        }
+    })
+}
+
+/// `#[tool(kind = ..., input = ..., output = ..., timeout_ms = ..., retries = ..., cache = ...)]`
+pub(crate) struct ToolAttrs {
+    pub(crate) kind: Attr<Kind>,
+    pub(crate) input: Attr<Type>,
+    pub(crate) output: Attr<Type>,
+    pub(crate) timeout_ms: Attr<u64>,
+    pub(crate) retries: Attr<u32>,
+    pub(crate) cache: Attr<bool>,
+    pub(crate) krate: Attr<Path>,
+    /// The kind to assume in the stub impl when `kind` is misspelled: the closest one.
+    pub(crate) kind_guess: Option<Kind>,
+}
+
+pub(crate) fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
+    let mut out = ToolAttrs {
+        kind: Attr::in_ns(TOOL, KIND),
+        input: Attr::in_ns(TOOL, INPUT),
+        output: Attr::in_ns(TOOL, OUTPUT),
+        timeout_ms: Attr::in_ns(TOOL, TIMEOUT_MS),
+        retries: Attr::in_ns(TOOL, RETRIES),
+        cache: Attr::in_ns(TOOL, CACHE),
+        krate: Attr::in_ns(TOOL, CRATE),
+        kind_guess: None,
+    };
+    parse_each(cx, TOOL, attrs, |meta| {
+        let span = meta.path.span();
+        match key_of(&meta).as_str() {
+            KIND => {
+                if !out.kind.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = value(cx, &meta, "read", Ident::parse)? {
+                    let name = names::unraw(&v);
+                    if let Some(kind) = Kind::from_name(&name) {
+                        out.kind.set(cx, span, kind);
+                    } else {
+                        let kinds = Kind::ALL.map(Kind::as_str);
+                        out.kind_guess = names::closest(&name, kinds).and_then(Kind::from_name);
+                        let help = names::did_you_mean(&name, kinds)
+                            .unwrap_or_else(|| "expected `read`, `write` or `hybrid`".to_owned());
+                        cx.error(
+                            v.span(),
+                            Message::new(format!("unknown tool kind `{name}`")).help(help),
+                        );
+                    }
+                }
+            }
+            INPUT => {
+                if !out.input.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = value(cx, &meta, "InputType", Type::parse)? {
+                    out.input.set(cx, span, v);
+                }
+            }
+            OUTPUT => {
+                if !out.output.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = value(cx, &meta, "OutputType", Type::parse)? {
+                    out.output.set(cx, span, v);
+                }
+            }
+            TIMEOUT_MS => {
+                if !out.timeout_ms.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = value(cx, &meta, "N (milliseconds)", number::<u64>)? {
+                    out.timeout_ms.set(cx, span, v);
+                }
+            }
+            RETRIES => {
+                if !out.retries.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = value(cx, &meta, "N (attempts in all)", LitInt::parse)? {
+                    match v.base10_parse::<u32>() {
+                        Ok(0) => cx.error(
+                            v.span(),
+                            Message::new("`retries` counts attempts in all and must be at least 1")
+                                .help("`retries = 1` means a single attempt"),
+                        ),
+                        Ok(n) => out.retries.set(cx, span, n),
+                        Err(e) => cx.syn_error(e),
+                    }
+                }
+            }
+            CACHE => {
+                if !out.cache.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = value(cx, &meta, "true", LitBool::parse)? {
+                    out.cache.set(cx, span, v.value);
+                }
+            }
+            CRATE => {
+                if !out.krate.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = crate_path(cx, &meta)? {
+                    out.krate.set(cx, span, v);
+                }
+            }
+            _ => unknown_key(cx, &meta, TOOL, TOOL_KEYS, None)?,
+        }
+        Ok(())
+    });
+    out
 }

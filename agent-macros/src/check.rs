@@ -8,13 +8,14 @@ use petgraph::visit::{Bfs, Reversed};
 use proc_macro2::Span;
 use syn::Ident;
 
-use crate::ast::Agent;
+use crate::ast::{Agent, State};
 use crate::attr::Kind;
-use crate::ctxt::Ctxt;
+use crate::ctxt::{Ctxt, Message};
+use crate::expand;
 use crate::names;
 
 /// Check the agent, reporting every finding into `cx`.
-pub fn check(cx: &Ctxt, agent: &Agent) {
+pub(crate) fn check(cx: &Ctxt, agent: &Agent) {
     // A malformed or misspelled key (say `inital`) would otherwise also be reported as the
     // graph mistake it causes (no initial state): with attribute errors, only local checks run.
     let attrs_ok = !cx.has_errors();
@@ -29,23 +30,22 @@ fn check_tools(cx: &Ctxt, agent: &Agent) {
     let tool_names: Vec<String> = agent.tools.iter().map(|t| names::unraw(&t.ident)).collect();
     let mut seen: Vec<&Ident> = Vec::new();
     for tool in &agent.tools {
-        if seen.contains(&&tool.ident) {
+        if seen.iter().any(|x| names::same(x, &tool.ident)) {
             cx.error(
                 tool.ident.span(),
-                format!(
-                    "tool `{}` is declared twice on agent `{}`\n= help: remove this declaration",
-                    tool.ident, agent.name
-                ),
+                Message::new(format!(
+                    "tool `{}` is declared twice on agent `{}`",
+                    names::unraw(&tool.ident),
+                    agent.name
+                ))
+                .help("remove this declaration"),
             );
         }
         seen.push(&tool.ident);
         if agent.state(&tool.ident).is_some() {
             cx.error(
                 tool.ident.span(),
-                format!(
-                    "tool `{0}` has the same name as state `{0}` of agent `{1}`\n= help: rename one of them: the router names transitions and tools by name, so one name cannot mean both",
-                    tool.ident, agent.name
-                ),
+                Message::new(format!("tool `{0}` has the same name as state `{0}` of agent `{1}`", names::unraw(&tool.ident), agent.name)).help("rename one of them: the router names transitions and tools by name, so one name cannot mean both"),
             );
         }
         if tool.kind != Kind::Hybrid {
@@ -54,40 +54,40 @@ fn check_tools(cx: &Ctxt, agent: &Agent) {
         let Some(comp) = &tool.compensate else {
             cx.error(
                 tool.ident.span(),
-                format!(
-                    "hybrid tool `{0}` has no compensation\n= help: name the write tool that undoes it: `hybrid({0}(compensate = UndoTool))`, or declare `{0}` as `write` if it needs no undo",
-                    tool.ident
-                ),
+                Message::new(format!("hybrid tool `{}` has no compensation", names::unraw(&tool.ident))).help(format!("name the write tool that undoes it: `hybrid({}(compensate = UndoTool))`, or declare `{}` as `write` if it needs no undo", tool.ident, tool.ident)),
             );
             continue;
         };
         match agent.tool_kind(comp) {
             None => cx.error(
                 comp.span(),
-                format!(
-                    "unknown tool `{comp}` in `compensate = ...` of hybrid tool `{}`{}",
-                    tool.ident,
-                    hint_or(
-                        names::did_you_mean(&comp.to_string(), tool_names.iter().map(String::as_str)),
-                        format!("\n= help: declare it on the enum as a write tool: `tools(write({comp}))`"),
-                    )
+                Message::new(format!(
+                    "unknown tool `{}` in `compensate = ...` of hybrid tool `{}`",
+                    names::unraw(comp),
+                    names::unraw(&tool.ident)
+                ))
+                .help(
+                    names::did_you_mean(&names::unraw(comp), tool_names.iter().map(String::as_str))
+                        .unwrap_or_else(|| {
+                            format!(
+                                "declare it on the enum as a write tool: `tools(write({comp}))`"
+                            )
+                        }),
                 ),
             ),
             Some(Kind::Write) => {}
             Some(kind) => cx.error(
                 comp.span(),
-                format!(
-                    "compensation `{comp}` of hybrid tool `{}` is a `{}` tool, not a `write` tool\n= help: a compensation undoes an effect, so it must be declared in `write(...)`",
-                    tool.ident,
+                Message::new(format!(
+                    "compensation `{}` of hybrid tool `{}` is a `{}` tool, not a `write` tool",
+                    names::unraw(comp),
+                    names::unraw(&tool.ident),
                     kind.as_str()
-                ),
+                ))
+                .help("a compensation undoes an effect, so it must be declared in `write(...)`"),
             ),
         }
     }
-}
-
-fn hint_or(hint: String, otherwise: String) -> String {
-    if hint.is_empty() { otherwise } else { hint }
 }
 
 /// Per-state rules. Returns whether the graph is sound enough for the global checks
@@ -97,10 +97,8 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
     if agent.states.is_empty() {
         cx.error(
             agent.ident.span(),
-            format!(
-                "agent `{}` has no states\n= help: add variants, one per state, with `#[agent(initial)]` on the first",
-                agent.name
-            ),
+            Message::new(format!("agent `{}` has no states", agent.name))
+                .help("add variants, one per state, with `#[agent(initial)]` on the first"),
         );
         return false;
     }
@@ -116,10 +114,8 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             ok = false;
             cx.error(
                 agent.ident.span(),
-                format!(
-                    "agent `{}` has no initial state\n= help: mark the state a run starts in with `#[agent(initial)]`",
-                    agent.name
-                ),
+                Message::new(format!("agent `{}` has no initial state", agent.name))
+                    .help("mark the state a run starts in with `#[agent(initial)]`"),
             );
         }
         [_] => {}
@@ -128,12 +124,13 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             for (s, span) in rest {
                 cx.error(
                     *span,
-                    format!(
-                        "agent `{}` has more than one initial state: `{}` and `{}`\n= help: keep `initial` on exactly one state",
+                    Message::new(format!(
+                        "agent `{}` has more than one initial state: `{}` and `{}`",
                         agent.name,
                         first.name(),
                         s.name()
-                    ),
+                    ))
+                    .help("keep `initial` on exactly one state"),
                 );
             }
         }
@@ -144,9 +141,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             ok = false;
             cx.error(
                 t,
-                format!(
-                    "state `{name}` is both `initial` and `terminal`\n= help: a run that starts in `{name}` would end before doing anything; add a separate initial state, or remove `terminal`"
-                ),
+                Message::new(format!("state `{name}` is both `initial` and `terminal`")).help(format!("a run that starts in `{name}` would end before doing anything; add a separate initial state, or remove `terminal`")),
             );
         }
         if s.terminal.is_some() {
@@ -158,9 +153,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 if let Some(span) = span {
                     cx.error(
                         span,
-                        format!(
-                            "terminal state `{name}` has transitions\n= help: a run ends in a terminal state; remove `{key}`, or remove `terminal` if the run continues from `{name}`"
-                        ),
+                        Message::new(format!("terminal state `{name}` has transitions")).help(format!("a run ends in a terminal state; remove `{key}`, or remove `terminal` if the run continues from `{name}`")),
                     );
                 }
             }
@@ -175,9 +168,8 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 if let Some(span) = span {
                     cx.error(
                         span,
-                        format!(
-                            "`{key}` has no effect on terminal state `{name}`\n= help: terminal states run no handler; remove `{key}`"
-                        ),
+                        Message::new(format!("`{key}` has no effect on terminal state `{name}`"))
+                            .help(format!("terminal states run no handler; remove `{key}`")),
                     );
                 }
             }
@@ -185,9 +177,10 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
         if let (Some((span, _)), None) = (s.wait_timeout_ms, &s.wait) {
             cx.error(
                 span,
-                format!(
-                    "`wait_timeout_ms` without `wait` on state `{name}`\n= help: add `wait = \"signal_name\"`, or remove `wait_timeout_ms`"
-                ),
+                Message::new(format!(
+                    "`wait_timeout_ms` without `wait` on state `{name}`"
+                ))
+                .help("add `wait = \"signal_name\"`, or remove `wait_timeout_ms`"),
             );
         }
         let mut seen: Vec<&Ident> = Vec::new();
@@ -195,10 +188,14 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             if agent.state(target).is_none() {
                 ok = false;
                 unknown_state(cx, target, "to(...)", &state_names);
-            } else if seen.contains(&target) {
+            } else if seen.iter().any(|x| names::same(x, target)) {
                 cx.error(
                     target.span(),
-                    format!("`{target}` is listed twice in `to(...)` of state `{name}`\n= help: remove one"),
+                    Message::new(format!(
+                        "`{}` is listed twice in `to(...)` of state `{name}`",
+                        names::unraw(target)
+                    ))
+                    .help("remove one"),
                 );
             }
             seen.push(target);
@@ -217,19 +214,21 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                     names::did_you_mean(&names::unraw(tool), declared.iter().map(String::as_str));
                 cx.error(
                     tool.span(),
-                    format!(
-                        "tool `{tool}` is not declared on agent `{}`{}",
-                        agent.name,
-                        hint_or(
-                            hint,
-                            format!("\n= help: declare it with its kind on the enum: `#[agent(tools(read({tool})))]` (or `write`, `hybrid`)")
-                        )
-                    ),
+                    Message::new(format!(
+                        "tool `{}` is not declared on agent `{}`",
+                        names::unraw(tool),
+                        agent.name
+                    ))
+                    .help(hint.unwrap_or_else(|| format!("declare it with its kind on the enum: `#[agent(tools(read({tool})))]` (or `write`, `hybrid`)"))),
                 );
-            } else if seen.contains(&tool) {
+            } else if seen.iter().any(|x| names::same(x, tool)) {
                 cx.error(
                     tool.span(),
-                    format!("tool `{tool}` is listed twice in `tools(...)` of state `{name}`\n= help: remove one"),
+                    Message::new(format!(
+                        "tool `{}` is listed twice in `tools(...)` of state `{name}`",
+                        names::unraw(tool)
+                    ))
+                    .help("remove one"),
                 );
             }
             seen.push(tool);
@@ -239,9 +238,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             if let Some(clash) = agent.states.iter().find(|x| x.name() == route) {
                 cx.error(
                     clash.ident.span(),
-                    format!(
-                        "state `{route}` has the name of the generated route enum of LLM-routed state `{name}`\n= help: rename one of the two states"
-                    ),
+                    Message::new(format!("state `{route}` has the name of the generated route enum of LLM-routed state `{name}`")).help("rename one of the two states"),
                 );
             }
         }
@@ -250,38 +247,76 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             if attrs_ok {
                 cx.error(
                     llm,
-                    format!(
-                        "LLM-routed state `{name}` has no legal option\n= help: the model chooses among the state's successors; list them with `to(...)`"
+                    Message::new(format!("LLM-routed state `{name}` has no legal option")).help(
+                        "the model chooses among the state's successors; list them with `to(...)`",
                     ),
                 );
             }
+        } else if let (Some(llm), [only], true, None, true) = (
+            s.llm,
+            s.to.as_slice(),
+            s.tools.is_empty(),
+            s.terminal,
+            attrs_ok,
+        ) {
+            let only = names::unraw(only);
+            cx.error(
+                llm,
+                Message::new(format!("LLM-routed state `{name}` has only one option, `{only}`"))
+                    .note("the model would be asked a question with one answer")
+                    .help(format!("remove `route = llm` and move to `{only}` in the handler, or give the model a choice: more states in `to(...)`, or tools in `tools(...)`")),
+            );
         } else if attrs_ok && s.terminal.is_none() && s.successors().is_empty() {
             cx.error(
                 s.ident.span(),
-                format!(
-                    "state `{name}` has no way out\n= help: add `#[agent(to(...))]` with its successors, or mark it `#[agent(terminal)]` if runs end here"
-                ),
+                Message::new(format!("state `{name}` has no way out")).help("add `#[agent(to(...))]` with its successors, or mark it `#[agent(terminal)]` if runs end here"),
             );
         }
     }
+    check_handler_names(cx, agent);
     ok
+}
+
+/// The handler trait has one method per state that is not terminal, named in snake case:
+/// two states must not share one (`HTTPCall` and `HttpCall` are both `http_call`).
+fn check_handler_names(cx: &Ctxt, agent: &Agent) {
+    let mut seen: Vec<(String, &State)> = Vec::new();
+    for s in agent.states.iter().filter(|s| s.terminal.is_none()) {
+        let method = expand::method_name(s);
+        if let Some((_, first)) = seen.iter().find(|(m, _)| *m == method) {
+            cx.error(
+                s.ident.span(),
+                Message::new(format!(
+                    "states `{}` and `{}` have the same handler method `{method}`",
+                    first.name(),
+                    s.name()
+                ))
+                .note(format!(
+                    "`{}` has one method per state that is not terminal, named after the state in snake case",
+                    agent.handlers
+                ))
+                .help("rename one of the two states"),
+            );
+        } else {
+            seen.push((method, s));
+        }
+    }
 }
 
 fn unknown_state(cx: &Ctxt, target: &Ident, place: &str, states: &[String]) {
     let hint = names::did_you_mean(&names::unraw(target), states.iter().map(String::as_str));
-    cx.error(
-        target.span(),
-        format!(
-            "unknown state `{target}` in `{place}`{}",
-            hint_or(
-                hint,
-                format!(
-                    "\n= note: the states are {}",
-                    names::list(states.iter().map(String::as_str))
-                )
-            )
-        ),
-    );
+    let msg = Message::new(format!(
+        "unknown state `{}` in `{place}`",
+        names::unraw(target)
+    ));
+    let msg = match hint {
+        Some(hint) => msg.help(hint),
+        None => msg.note(format!(
+            "the states are {}",
+            names::list(states.iter().map(String::as_str))
+        )),
+    };
+    cx.error(target.span(), msg);
 }
 
 /// Nodes are state indices; edge weights are the span of the target name in `to(...)`.
@@ -292,7 +327,7 @@ fn build(agent: &Agent) -> DiGraph<usize, Span> {
     }
     for (i, s) in agent.states.iter().enumerate() {
         for t in s.successors() {
-            if let Some(j) = agent.states.iter().position(|x| x.ident == *t) {
+            if let Some(j) = agent.states.iter().position(|x| names::same(&x.ident, t)) {
                 g.add_edge(NodeIndex::new(i), NodeIndex::new(j), t.span());
             }
         }
@@ -317,11 +352,14 @@ fn check_graph(cx: &Ctxt, agent: &Agent) {
         if !reachable[i] {
             cx.error(
                 s.ident.span(),
-                format!(
-                    "state `{}` is unreachable from the initial state `{initial_name}`\n= help: add `{}` to the `to(...)` of a state that is reached, or remove it",
-                    s.name(),
+                Message::new(format!(
+                    "state `{}` is unreachable from the initial state `{initial_name}`",
                     s.name()
-                ),
+                ))
+                .help(format!(
+                    "add `{}` to the `to(...)` of a state that is reached, or remove it",
+                    s.name()
+                )),
             );
         }
     }
@@ -330,15 +368,7 @@ fn check_graph(cx: &Ctxt, agent: &Agent) {
         let s = &agent.states[i];
         s.terminal.is_none() && s.successors().is_empty()
     };
-    if !agent.states.iter().any(|s| s.terminal.is_some()) {
-        cx.error(
-            agent.ident.span(),
-            format!(
-                "agent `{}` has no terminal state\n= help: mark the states where a run ends with `#[agent(terminal)]`",
-                agent.name
-            ),
-        );
-    } else {
+    if agent.states.iter().any(|s| s.terminal.is_some()) {
         // Dead ends were reported already; count them as exits so their predecessors are
         // not reported again as traps.
         let mut coreach = vec![false; n];
@@ -378,12 +408,20 @@ fn check_graph(cx: &Ctxt, agent: &Agent) {
                 .join(" -> ");
             cx.error(
                 agent.states[first].ident.span(),
-                format!(
-                    "no terminal state can be reached from {}\n= note: {path} loops forever\n= help: add a transition out of the loop, towards a terminal state",
+                Message::new(format!(
+                    "no terminal state can be reached from {}",
                     names::list(names_in.iter().map(String::as_str))
-                ),
+                ))
+                .note(format!("{path} loops forever"))
+                .help("add a transition out of the loop, towards a terminal state"),
             );
         }
+    } else {
+        cx.error(
+            agent.ident.span(),
+            Message::new(format!("agent `{}` has no terminal state", agent.name))
+                .help("mark the states where a run ends with `#[agent(terminal)]`"),
+        );
     }
 
     if agent.dag {
@@ -411,10 +449,7 @@ fn check_graph(cx: &Ctxt, agent: &Agent) {
                 .map_or_else(|| agent.states[members[0]].ident.span(), |e| g[e]);
             cx.error(
                 span,
-                format!(
-                    "agent `{}` is declared `dag` but has a cycle: {path}\n= help: remove a transition of the cycle, or remove `dag` from the enum's `#[agent(...)]`",
-                    agent.name
-                ),
+                Message::new(format!("agent `{}` is declared `dag` but has a cycle: {path}", agent.name)).help("remove a transition of the cycle, or remove `dag` from the enum's `#[agent(...)]`"),
             );
         }
     }

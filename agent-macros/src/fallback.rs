@@ -8,8 +8,9 @@ use quote::quote;
 
 use crate::ast::Agent;
 use crate::expand;
+use crate::tool::{self, Tool};
 
-pub fn fallback(agent: &Agent) -> TokenStream {
+pub(crate) fn fallback(agent: &Agent) -> TokenStream {
     let krate = &agent.krate;
     let agent_impl = expand::agent_impl(agent, true);
     let markers = expand::markers(agent);
@@ -36,4 +37,23 @@ pub fn fallback(agent: &Agent) -> TokenStream {
         #handle
         #(#allows)*
     }
+}
+
+/// `impl Tool` with what the attribute got right: the types given, the kind given (or the
+/// one a misspelled kind is closest to) and `()` for a missing type, so that the user's
+/// `impl Execute` and the agents listing the tool see a tool.
+pub(crate) fn tool_fallback(t: &Tool) -> TokenStream {
+    let unit = quote!(());
+    let input = t
+        .input
+        .as_ref()
+        .map_or_else(|| unit.clone(), |ty| quote!(#ty));
+    let output = t.output.as_ref().map_or(unit, |ty| quote!(#ty));
+    tool::tool_impl(
+        t,
+        &quote! {
+            type Input = #input;
+            type Output = #output;
+        },
+    )
 }

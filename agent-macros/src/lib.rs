@@ -3,7 +3,8 @@
 //!
 //! Stages, one per module: `attr` (syntax of `#[agent(...)]`) -> `ast` (the model, with
 //! spans) -> `check` (graph rules) -> `expand` (code) or `fallback` (stubs next to the
-//! errors). `#[derive(Tool)]` lives in `tool`.
+//! errors). `#[derive(Tool)]` runs on the same stages: its attribute in `attr`, its model
+//! and code in `tool`, its stub in `fallback`. Messages are `ctxt::Message`s.
 
 mod ast;
 mod attr;

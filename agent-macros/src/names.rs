@@ -1,34 +1,13 @@
 //! Name helpers: case conversion, keyword escaping, "did you mean" suggestions and lists.
 
+use heck::ToSnakeCase;
 use proc_macro2::Span;
 use syn::Ident;
+use syn::ext::IdentExt;
 
 /// `ReviewOrder` -> `review_order`, `HTTPCall` -> `http_call`.
-pub fn snake_case(name: &str) -> String {
-    let name = name.strip_prefix("r#").unwrap_or(name);
-    let chars: Vec<char> = name.chars().collect();
-    let mut out = String::with_capacity(name.len() + 4);
-    for (i, &c) in chars.iter().enumerate() {
-        if c.is_uppercase() {
-            let prev = i.checked_sub(1).map(|p| chars[p]);
-            let next = chars.get(i + 1).copied();
-            let boundary = match prev {
-                None | Some('_') => false,
-                Some(p) => {
-                    p.is_lowercase()
-                        || p.is_ascii_digit()
-                        || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
-                }
-            };
-            if boundary {
-                out.push('_');
-            }
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+pub(crate) fn snake_case(name: &str) -> String {
+    name.strip_prefix("r#").unwrap_or(name).to_snake_case()
 }
 
 const KEYWORDS: &[&str] = &[
@@ -40,7 +19,7 @@ const KEYWORDS: &[&str] = &[
 ];
 
 /// An identifier for `name`, raw when `name` is a keyword.
-pub fn ident(name: &str, span: Span) -> Ident {
+pub(crate) fn ident(name: &str, span: Span) -> Ident {
     if KEYWORDS.contains(&name) {
         Ident::new_raw(name, span)
     } else {
@@ -48,38 +27,28 @@ pub fn ident(name: &str, span: Span) -> Ident {
     }
 }
 
-/// The identifier's text without `r#`.
-pub fn unraw(ident: &Ident) -> String {
-    let s = ident.to_string();
-    s.strip_prefix("r#")
-        .map_or_else(|| s.clone(), str::to_owned)
+/// The identifier's text without `r#`: `r#Match` and `Match` are one name to Rust.
+pub(crate) fn unraw(ident: &Ident) -> String {
+    ident.unraw().to_string()
 }
 
-fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for i in 1..=a.len() {
-        cur[0] = i;
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
+/// Whether two identifiers are one name (`r#Match` is `Match`).
+pub(crate) fn same(a: &Ident, b: &Ident) -> bool {
+    a.unraw() == b.unraw()
 }
 
 /// The closest candidate to `name`, if one is close enough to be a likely typo.
-pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn closest<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let lower = name.to_lowercase();
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
         let d = if c.to_lowercase() == lower {
             0
         } else {
-            distance(&lower, &c.to_lowercase())
+            strsim::levenshtein(&lower, &c.to_lowercase())
         };
         let limit = (name.chars().count().max(c.chars().count()) / 3).max(1);
         if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
@@ -90,7 +59,7 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// `` `A`, `B`, `C` `` in the given order.
-pub fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     names
         .into_iter()
         .map(|n| format!("`{n}`"))
@@ -98,9 +67,12 @@ pub fn list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
         .join(", ")
 }
 
-/// `\n= help: did you mean `X`?` or nothing.
-pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
-    closest(name, candidates).map_or_else(String::new, |c| format!("\n= help: did you mean `{c}`?"))
+/// The help ``did you mean `X`?``, if a candidate is close to `name`.
+pub(crate) fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    closest(name, candidates).map(|c| format!("did you mean `{c}`?"))
 }
 
 #[cfg(test)]

@@ -261,3 +261,78 @@ fn expansion_snapshot() {
     let file: syn::File = syn::parse2(tokens).expect("the expansion parses as a file");
     insta::assert_snapshot!(prettyplease::unparse(&file));
 }
+
+#[test]
+fn raw_and_plain_identifiers_are_one_name() {
+    let input = parse_quote! {
+        #[agent(tools(read(Search, r#Search)))]
+        enum A {
+            #[agent(initial, tools(r#Search), to(Match))]
+            Start,
+            #[agent(to(r#Done, Done))]
+            r#Match,
+            #[agent(terminal)]
+            Done,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "tool `Search` is declared twice on agent `A`",
+            "`Done` is listed twice in `to(...)` of state `Match`",
+        ]
+    );
+}
+
+#[test]
+fn one_option_for_the_model_and_colliding_handlers() {
+    let input = parse_quote! {
+        #[agent(tools(read(Search)))]
+        enum A {
+            #[agent(initial, route = llm, to(HttpCall))]
+            Start,
+            #[agent(route = llm, tools(Search), to(HTTPCall))]
+            HttpCall,
+            #[agent(to(Done))]
+            HTTPCall,
+            #[agent(terminal)]
+            Done,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "LLM-routed state `Start` has only one option, `HttpCall`",
+            "states `HttpCall` and `HTTPCall` have the same handler method `http_call`",
+        ]
+    );
+}
+
+#[test]
+fn tool_attribute_mistakes_are_each_reported_and_a_stub_is_emitted() {
+    let input: DeriveInput = parse_quote! {
+        #[tool(kind = 3, kind = read, input = String, output = u8, retries = 0, timout_ms = 5)]
+        struct Count;
+    };
+    let cx = Ctxt::new();
+    let attrs = crate::attr::tool_attrs(&cx, &input.attrs);
+    assert!(attrs.input.is_given() && attrs.output.is_given());
+    let messages: Vec<String> = cx
+        .into_errors()
+        .iter()
+        .map(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "expected `kind = read`",
+            "duplicate key `kind` in `#[tool(...)]`",
+            "`retries` counts attempts in all and must be at least 1",
+            "unknown key `timout_ms` in `#[tool(...)]`",
+        ]
+    );
+    let out = crate::tool::derive(&input).to_string();
+    assert_eq!(out.matches("compile_error").count(), 4);
+    assert!(out.contains("impl :: durable_agents :: Tool for Count"));
+    assert!(out.contains("type Input = String"));
+}

@@ -1,120 +1,93 @@
-//! `#[derive(Tool)]`: `impl Tool` from `#[tool(kind = ..., input = ..., output = ...)]`.
+//! `#[derive(Tool)]`: `impl Tool` from `#[tool(kind = ..., input = ..., output = ...)]`, on
+//! the stages of `#[derive(Agent)]`: the attribute syntax in `attr`, the errors in one
+//! context, and a stub impl next to the errors (`fallback`) so that the user's `impl
+//! Execute` and the agents that list the tool do not fail on top of the real mistake.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::quote;
-use syn::spanned::Spanned;
-use syn::{DeriveInput, Expr, Lit, LitBool, LitInt, Path, Token, Type};
+use syn::{DeriveInput, Expr, Generics, Ident, Lit, Path, Type};
 
-use crate::ctxt::Ctxt;
-use crate::names;
+use crate::attr::{self, INPUT, KIND, Kind, OUTPUT, TOOL, ToolAttrs};
+use crate::ctxt::{Ctxt, Message};
+use crate::{expand, fallback, names};
 
-const TOOL: &str = "tool";
-const KIND: &str = "kind";
-const INPUT: &str = "input";
-const OUTPUT: &str = "output";
-const TIMEOUT_MS: &str = "timeout_ms";
-const RETRIES: &str = "retries";
-const CACHE: &str = "cache";
-const CRATE: &str = "crate";
-const KEYS: &[&str] = &[KIND, INPUT, OUTPUT, TIMEOUT_MS, RETRIES, CACHE, CRATE];
-
-#[derive(Default)]
-struct ToolAttrs {
-    kind: Option<(Span, String)>,
-    input: Option<Type>,
-    output: Option<Type>,
-    timeout_ms: Option<u64>,
-    retries: Option<u32>,
-    cache: Option<bool>,
-    krate: Option<Path>,
+/// A tool type and what its attribute declares.
+pub(crate) struct Tool {
+    pub(crate) ident: Ident,
+    pub(crate) generics: Generics,
+    pub(crate) krate: Path,
+    /// The type's name without `r#`: the name agents list it by.
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) kind: Kind,
+    pub(crate) input: Option<Type>,
+    pub(crate) output: Option<Type>,
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) retries: Option<u32>,
+    pub(crate) cache: Option<bool>,
 }
 
-fn skip(input: syn::parse::ParseStream<'_>) -> syn::Result<()> {
-    while !input.is_empty() && !input.peek(Token![,]) {
-        input.parse::<proc_macro2::TokenTree>()?;
-    }
-    Ok(())
-}
-
-fn parse_attrs(cx: &Ctxt, input: &DeriveInput) -> (ToolAttrs, Vec<String>) {
-    let mut out = ToolAttrs::default();
-    let mut seen: Vec<String> = Vec::new();
-    for attr in input.attrs.iter().filter(|a| a.path().is_ident(TOOL)) {
-        let res = attr.parse_nested_meta(|meta| {
-            let key = meta
-                .path
-                .get_ident()
-                .map_or_else(|| "?".to_owned(), names::unraw);
-            let span = meta.path.span();
-            if !KEYS.contains(&key.as_str()) {
-                cx.error(
-                    span,
-                    format!(
-                        "unknown key `{key}` in `#[tool(...)]`{}",
-                        {
-                            let h = names::did_you_mean(&key, KEYS.iter().copied());
-                            if h.is_empty() {
-                                format!("\n= note: keys allowed: {}", names::list(KEYS.iter().copied()))
-                            } else {
-                                h
-                            }
-                        }
-                    ),
-                );
-                return skip(meta.input);
-            }
-            if seen.contains(&key) {
-                cx.error(span, format!("duplicate key `{key}` in `#[tool(...)]`\n= help: remove this `{key}`"));
-                return skip(meta.input);
-            }
-            seen.push(key.clone());
-            let value = meta.value()?;
-            match key.as_str() {
-                KIND => {
-                    let ident: syn::Ident = value.parse()?;
-                    let k = names::unraw(&ident);
-                    if ["read", "write", "hybrid"].contains(&k.as_str()) {
-                        out.kind = Some((ident.span(), k));
-                    } else {
-                        cx.error(
-                            ident.span(),
-                            format!("unknown tool kind `{k}`\n= help: expected `read`, `write` or `hybrid`"),
-                        );
-                    }
-                }
-                INPUT => out.input = Some(value.parse()?),
-                OUTPUT => out.output = Some(value.parse()?),
-                TIMEOUT_MS => {
-                    let lit: LitInt = value.parse()?;
-                    out.timeout_ms = Some(lit.base10_parse()?);
-                }
-                RETRIES => {
-                    let lit: LitInt = value.parse()?;
-                    let n: u32 = lit.base10_parse()?;
-                    if n == 0 {
-                        cx.error(lit.span(), "`retries` counts attempts in all and must be at least 1\n= help: `retries = 1` means a single attempt");
-                    }
-                    out.retries = Some(n);
-                }
-                CACHE => {
-                    let lit: LitBool = value.parse()?;
-                    out.cache = Some(lit.value);
-                }
-                _ => {
-                    out.krate = Some(if value.peek(syn::LitStr) {
-                        value.parse::<syn::LitStr>()?.parse()?
-                    } else {
-                        Path::parse_mod_style(value)?
-                    });
-                }
-            }
-            Ok(())
-        });
-        if let Err(e) = res {
-            cx.syn_error(e);
+pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
+    let cx = Ctxt::new();
+    let attrs = attr::tool_attrs(&cx, &input.attrs);
+    check(&cx, input, &attrs);
+    let tool = model(input, attrs);
+    match cx.into_compile_errors() {
+        None => expand(&tool),
+        Some(errors) => {
+            let stub = fallback::tool_fallback(&tool);
+            quote!(#errors #stub)
         }
     }
-    (out, seen)
+}
+
+/// The required keys. A key that was written but malformed was reported already.
+fn check(cx: &Ctxt, input: &DeriveInput, attrs: &ToolAttrs) {
+    let missing: Vec<&str> = [
+        (KIND, attrs.kind.is_given()),
+        (INPUT, attrs.input.is_given()),
+        (OUTPUT, attrs.output.is_given()),
+    ]
+    .into_iter()
+    .filter_map(|(key, given)| (!given).then_some(key))
+    .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let what = if input.attrs.iter().any(|a| a.path().is_ident(TOOL)) {
+        "`#[tool(...)]` is missing"
+    } else {
+        "`#[derive(Tool)]` needs `#[tool(...)]` with"
+    };
+    cx.error(
+        input.ident.span(),
+        Message::new(format!("{what} {}", names::list(missing)))
+            .help("`#[tool(kind = read, input = MyInput, output = MyOutput)]`"),
+    );
+}
+
+fn model(input: &DeriveInput, attrs: ToolAttrs) -> Tool {
+    Tool {
+        ident: input.ident.clone(),
+        generics: input.generics.clone(),
+        krate: attrs
+            .krate
+            .take()
+            .unwrap_or_else(crate::krate::default_path),
+        name: names::unraw(&input.ident),
+        description: description(input),
+        kind: attrs
+            .kind
+            .get()
+            .copied()
+            .or(attrs.kind_guess)
+            .unwrap_or(Kind::Read),
+        input: attrs.input.take(),
+        output: attrs.output.take(),
+        timeout_ms: attrs.timeout_ms.take(),
+        retries: attrs.retries.take(),
+        cache: attrs.cache.take(),
+    }
 }
 
 /// The doc comment, one line per `///`, without the leading space.
@@ -135,55 +108,40 @@ fn description(input: &DeriveInput) -> String {
     lines.join("\n").trim().to_owned()
 }
 
-pub fn derive(input: &DeriveInput) -> TokenStream {
-    let cx = Ctxt::new();
-    let (attrs, seen) = parse_attrs(&cx, input);
-    let ident = &input.ident;
-    let has_attr = input.attrs.iter().any(|a| a.path().is_ident(TOOL));
-    // Keys given but malformed were reported already.
-    let missing: Vec<&str> = [KIND, INPUT, OUTPUT]
-        .into_iter()
-        .filter(|k| !seen.iter().any(|s| s == k))
-        .collect();
-    if !missing.is_empty() {
-        let what = if has_attr {
-            "`#[tool(...)]` is missing"
-        } else {
-            "`#[derive(Tool)]` needs `#[tool(...)]` with"
-        };
-        cx.error(
-            ident.span(),
-            format!(
-                "{what} {}\n= help: `#[tool(kind = read, input = MyInput, output = MyOutput)]`",
-                names::list(missing.iter().copied())
-            ),
-        );
+/// `impl Tool`, with `body` after the name, description and kind.
+pub(crate) fn tool_impl(tool: &Tool, body: &TokenStream) -> TokenStream {
+    let krate = &tool.krate;
+    let ident = &tool.ident;
+    let name = &tool.name;
+    let desc = &tool.description;
+    let kind = expand::kind_type(krate, tool.kind);
+    let (impl_generics, ty_generics, where_clause) = tool.generics.split_for_impl();
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics #krate::Tool for #ident #ty_generics #where_clause {
+            const NAME: &'static str = #name;
+            const DESCRIPTION: &'static str = #desc;
+            type Kind = #kind;
+            #body
+        }
     }
-    if let Some(errors) = cx.into_compile_errors() {
-        return errors;
-    }
-    let krate = attrs.krate.unwrap_or_else(crate::krate::default_path);
-    let name = ident.to_string();
-    let name = name.strip_prefix("r#").unwrap_or(&name);
-    let desc = description(input);
-    let kind = match attrs.kind.as_ref().map(|k| k.1.as_str()) {
-        Some("write") => quote!(#krate::kind::Write),
-        Some("hybrid") => quote!(#krate::kind::Hybrid),
-        _ => quote!(#krate::kind::Read),
-    };
-    let in_ty = attrs.input;
-    let out_ty = attrs.output;
+}
+
+fn expand(tool: &Tool) -> TokenStream {
+    let krate = &tool.krate;
+    let in_ty = &tool.input;
+    let out_ty = &tool.output;
     let mut fields = Vec::new();
-    if let Some(ms) = attrs.timeout_ms {
+    if let Some(ms) = tool.timeout_ms {
         fields.push(quote!(timeout: #krate::__private::core::time::Duration::from_millis(#ms)));
     }
-    if let Some(n) = attrs.retries {
+    if let Some(n) = tool.retries {
         fields.push(quote!(retry: #krate::RetryPolicy {
             max_attempts: #n,
             ..#krate::__private::core::default::Default::default()
         }));
     }
-    if let Some(c) = attrs.cache {
+    if let Some(c) = tool.cache {
         fields.push(quote!(cache: #c));
     }
     // `ToolPolicy` has three fields; fill the rest from its default.
@@ -201,16 +159,12 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
             }
         }
     };
-    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
-    quote! {
-        #[automatically_derived]
-        impl #impl_generics #krate::Tool for #ident #ty_generics #where_clause {
-            const NAME: &'static str = #name;
-            const DESCRIPTION: &'static str = #desc;
-            type Kind = #kind;
+    tool_impl(
+        tool,
+        &quote! {
             type Input = #in_ty;
             type Output = #out_ty;
             #policy
-        }
-    }
+        },
+    )
 }

@@ -3,7 +3,7 @@
 //!
 //! The `.stderr` files belong to one compiler: see `RUSTC_VERSION` and `tests/ui.rs`.
 
-use agent_core::{Compensate, Execute, Tool, ToolContext, ToolError};
+use durable_agents::{Compensate, Execute, Tool, ToolContext, ToolError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -3,7 +3,7 @@
 //! agent with tools, routes and waits, and for a private agent declared inside a function.
 #![deny(warnings, missing_docs, clippy::pedantic)]
 
-use agent_core::{Agent, Ctx, StepResult, Wake};
+use durable_agents::{Agent, Ctx, StepResult, Wake};
 use serde::{Deserialize, Serialize};
 use ui_tests::{
     Cart, ChargePayment, GetCart, Order, ReleaseInventory, ReserveInventory, SearchProducts,
@@ -93,7 +93,7 @@ impl CheckoutHandlers for Shop {
     }
 }
 
-fn handles<A: agent_core::Handle<H>, H>() {}
+fn handles<A: durable_agents::Handle<H>, H>() {}
 
 #[test]
 fn derives_are_lint_clean() {

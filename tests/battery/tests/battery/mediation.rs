@@ -22,8 +22,9 @@ use serde_json::{Value, json};
 #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
 #[agent(tools(read(Lookup), write(Charge, Release), hybrid(Reserve(compensate = Release))))]
 pub(crate) enum Mediated {
-    /// No tool at all.
-    #[agent(initial, route = llm, to(Reads))]
+    /// No tool at all. Two successors, since a routed state with one option and no tool
+    /// leaves the model nothing to choose and does not compile; the router takes `Reads`.
+    #[agent(initial, route = llm, to(Reads, End))]
     Bare,
     /// Reads only.
     #[agent(route = llm, tools(Lookup), to(Writes))]

@@ -1,5 +1,5 @@
 // A key given twice is reported at its second occurrence.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // Generic enums are rejected with a clear message instead of a crash.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // One state cannot be both initial and terminal.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // A value of the wrong shape is reported at the value.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

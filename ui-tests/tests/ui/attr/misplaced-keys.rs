@@ -1,5 +1,5 @@
 // A key in the wrong place (a variant key on the enum, an enum key on a variant, `#[agent]` on a field) says where it belongs.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // `route` takes only `llm`; without it the handler decides.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // `#[derive(Tool)]` needs a kind, an input and an output; unknown keys are reported too.
-use agent_core::Tool;
+use durable_agents::Tool;
 
 #[derive(Tool)]
 #[tool(kind = read, timeout = 5)]

@@ -1,5 +1,5 @@
 // Tool kinds are declared once, on the enum; a state lists its tools by name.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 use ui_tests::SearchProducts;
 

@@ -1,5 +1,5 @@
 // An unknown key on the enum lists the keys the enum accepts.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

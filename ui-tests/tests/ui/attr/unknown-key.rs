@@ -1,5 +1,5 @@
 // A misspelled key is reported with the closest valid key, and no follow-on graph errors.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

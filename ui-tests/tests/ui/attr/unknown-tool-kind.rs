@@ -1,5 +1,5 @@
 // Tools are declared by kind; an unknown kind is reported.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

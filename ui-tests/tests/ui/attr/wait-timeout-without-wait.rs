@@ -1,5 +1,5 @@
 // `wait_timeout_ms` needs a `wait` to time out.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

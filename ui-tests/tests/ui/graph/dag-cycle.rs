@@ -1,5 +1,5 @@
 // With #[agent(dag)], a cycle is reported with its states in order.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // An LLM-routed state needs successors to choose from.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // Independent mistakes are all reported at once, and the user's handler code sees no follow-on errors.
-use agent_core::{Agent, Ctx, StepResult};
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 use ui_tests::{ChargePayment, ReserveInventory, SearchProducts};
 

@@ -1,5 +1,5 @@
 // States that loop without any way to a terminal state are reported once, naming the loop.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

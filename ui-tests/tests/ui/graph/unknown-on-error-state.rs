@@ -1,5 +1,5 @@
 // The on_error target must be a state of the agent.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // A typo in to(...) gives one error with a suggestion, not follow-on reachability errors.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

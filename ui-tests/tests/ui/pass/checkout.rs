@@ -1,5 +1,5 @@
 // The checkout agent of DESIGN.md: every kind of state, legal tool calls and transitions.
-use agent_core::{Agent, Ctx, StepResult, Wake};
+use durable_agents::{Agent, Ctx, StepResult, Wake};
 use serde::{Deserialize, Serialize};
 use ui_tests::{Cart, ChargePayment, GetCart, Order, ReleaseInventory, ReserveInventory, SearchProducts};
 
@@ -64,7 +64,7 @@ impl CheckoutHandlers for Shop {
     }
 }
 
-fn assert_handles<A: agent_core::Handle<Shop>>() {}
+fn assert_handles<A: durable_agents::Handle<Shop>>() {}
 
 fn main() {
     assert_handles::<Checkout>();

@@ -1,6 +1,6 @@
 // `crate = path` names agent-core through a re-export, as a facade crate would.
 mod facade {
-    pub use agent_core as core_of_agents;
+    pub use durable_agents as core_of_agents;
 }
 
 use facade::core_of_agents::{Agent, Ctx, StepResult};

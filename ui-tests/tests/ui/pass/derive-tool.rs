@@ -1,7 +1,7 @@
 // `#[derive(Tool)]`: name from the type, description from the doc comment, policy from the attribute.
 use std::time::Duration;
 
-use agent_core::{Tool, ToolKind, ToolPolicy, kind::Kind};
+use durable_agents::{Tool, ToolKind, ToolPolicy, kind::Kind};
 
 /// Search the catalogue.
 ///

@@ -1,5 +1,5 @@
 // An agent declared inside a function: field types and generated items resolve in its scope.
-use agent_core::{Agent, Ctx, StepResult};
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 
 fn main() {
@@ -24,7 +24,7 @@ fn main() {
         }
     }
 
-    fn assert_handles<A: agent_core::Handle<Desk>>() {}
+    fn assert_handles<A: durable_agents::Handle<Desk>>() {}
     assert_handles::<Support>();
     assert_eq!(Support::graph().states[0].data, "{ ticket : Ticket }");
     let _ = Support::Open { ticket: Ticket { id: 1 } }.state_name();

@@ -1,6 +1,6 @@
 // `name`, `module`, `handlers`, `max_steps` and `dag` overrides; a user module named like the
 // default generated module does not collide.
-use agent_core::{Agent, Ctx, StepResult, Wake};
+use durable_agents::{Agent, Ctx, StepResult, Wake};
 use serde::{Deserialize, Serialize};
 
 #[allow(dead_code)]

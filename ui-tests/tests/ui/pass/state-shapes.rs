@@ -1,5 +1,5 @@
 // Unit, tuple and struct variants; keyword-named states; constructors take the fields in order.
-use agent_core::{Agent, Ctx, StepResult};
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ impl ShapesHandlers for H {
     }
 }
 
-fn assert_handles<A: agent_core::Handle<H>>() {}
+fn assert_handles<A: durable_agents::Handle<H>>() {}
 
 fn main() {
     assert_handles::<Shapes>();

@@ -1,5 +1,5 @@
 // The compensation declared on the agent must be the one the tool's `Compensate` impl names.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 use ui_tests::{ChargePayment, ReleaseInventory, ReserveInventory};
 

@@ -1,5 +1,5 @@
 // The compensation of a hybrid tool must be a write tool.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 use ui_tests::{ReleaseInventory, ReserveInventory};
 

@@ -1,5 +1,5 @@
 // A tool declared hybrid must implement `Compensate`.
-use agent_core::{Agent, Tool};
+use durable_agents::{Agent, Tool};
 use serde::{Deserialize, Serialize};
 use ui_tests::ReleaseInventory;
 

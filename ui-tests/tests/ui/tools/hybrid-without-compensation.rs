@@ -1,5 +1,5 @@
 // A hybrid tool must name the write tool that undoes it.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 use ui_tests::{ReleaseInventory, ReserveInventory};
 

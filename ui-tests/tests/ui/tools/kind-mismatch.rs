@@ -1,5 +1,5 @@
 // The kind declared on the agent must match the tool's `Tool::Kind`.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 use ui_tests::{ChargePayment, SearchProducts};
 

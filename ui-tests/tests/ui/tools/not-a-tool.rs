@@ -1,5 +1,5 @@
 // A declared tool must implement `Tool`; the error points at the declaration.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 
 pub struct Cart;

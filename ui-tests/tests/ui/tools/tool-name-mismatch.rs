@@ -1,5 +1,5 @@
 // A hand-written `Tool` impl must use the type's name as `NAME`: the runner journals calls by it.
-use agent_core::{Agent, Tool, kind};
+use durable_agents::{Agent, Tool, kind};
 use serde::{Deserialize, Serialize};
 
 pub struct Search;

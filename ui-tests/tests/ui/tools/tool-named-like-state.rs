@@ -1,5 +1,5 @@
 // A tool may not share its name with a state: the router names options by name.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 use ui_tests::GetCart;
 

@@ -1,5 +1,5 @@
 // Calling a tool in a state that does not list it does not compile, and says which tools are legal there.
-use agent_core::{Agent, Ctx, StepResult};
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 use ui_tests::{ChargePayment, GetCart, SearchProducts};
 

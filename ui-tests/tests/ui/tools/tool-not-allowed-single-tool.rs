@@ -1,5 +1,5 @@
 // A state with exactly one legal tool still reports the illegal call by name, not as a type mismatch.
-use agent_core::{Agent, Ctx, StepResult};
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 use ui_tests::{ChargePayment, GetCart};
 

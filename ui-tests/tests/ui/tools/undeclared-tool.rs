@@ -1,5 +1,5 @@
 // A tool used in a state must be declared, with its kind, on the enum.
-use agent_core::Agent;
+use durable_agents::Agent;
 use serde::{Deserialize, Serialize};
 use ui_tests::{GetCart, SearchProducts};
 

@@ -1,5 +1,5 @@
 // A state with exactly one successor still reports an illegal move by name, not as a type mismatch.
-use agent_core::{Agent, Ctx, StepResult};
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 // Moving to a state that is not a declared successor does not compile, and lists the legal targets.
-use agent_core::{Agent, Ctx, StepResult};
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 
 #[derive(Agent, Clone, Serialize, Deserialize)]
