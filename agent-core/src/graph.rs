@@ -179,7 +179,20 @@ impl GraphDescription {
         })
     }
 
-    /// Whether `from -> to` is a declared edge (including the `on_error` edge).
+    /// The signals some state of the agent waits for (`wait = "..."`), sorted, once each.
+    #[must_use]
+    pub fn signals_waited_for(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .states
+            .iter()
+            .filter_map(|s| s.wait.as_ref().map(|w| w.signal.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Whether `from` -> `to` is a declared edge (`to(...)` or `on_error`).
     #[must_use]
     pub fn has_edge(&self, from: &str, to: &str) -> bool {
         self.state(from)

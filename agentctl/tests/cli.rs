@@ -355,6 +355,32 @@ fn tools_kill_switch(new_db: fn() -> Db) {
 
 fn signal_resumes_a_waiting_run(new_db: fn() -> Db) {
     let db = new_db();
+    // A name no state waits for is refused, naming the ones that are waited for, and nothing
+    // is queued.
+    let typo = db.agentctl(&["signal", PAID_WAITING, "confrim", "{}"]);
+    assert_eq!(code(&typo), 1, "{}", stderr(&typo));
+    assert!(
+        stderr(&typo).contains("waits for a signal named `confrim`")
+            && stderr(&typo).contains("`confirm`"),
+        "{}",
+        stderr(&typo)
+    );
+    assert!(!db.ok(&["show", PAID_WAITING]).contains("confrim"));
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let runner = common::runner(&store, &world, "Pay");
+        let refused = runner
+            .signal(PAID_WAITING, "confrim", serde_json::json!({}))
+            .await;
+        assert!(
+            matches!(
+                refused,
+                Err(agent_core::runner::RunnerError::UnknownSignal { .. })
+            ),
+            "{refused:?}"
+        );
+    });
     let out = db.ok(&["signal", PAID_WAITING, "confirm", r#"{"ok": true}"#]);
     assert!(out.contains("a worker will resume it"), "{out}");
     let show = db.ok(&["show", PAID_WAITING]);

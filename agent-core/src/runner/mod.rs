@@ -134,6 +134,18 @@ pub enum RunnerError {
         "state `{0}` is routed by an LLM but the runner has no router; add one with `with_router`"
     )]
     NoRouter(String),
+    /// A signal no state of the agent waits for.
+    #[error(
+        "no state of agent `{agent}` waits for a signal named `{signal}`; the signals it waits for: {waits}"
+    )]
+    UnknownSignal {
+        /// The agent.
+        agent: String,
+        /// The signal's name as sent.
+        signal: String,
+        /// The signals its states wait for, comma-separated (empty when none does).
+        waits: String,
+    },
 }
 
 /// Executes runs of agent `A` with handlers `H`.
@@ -316,13 +328,22 @@ where
     /// Send a signal to a run (kept until the run's waiting state consumes it).
     ///
     /// # Errors
-    /// Store errors.
+    /// [`RunnerError::UnknownSignal`] when no state of the agent waits for a signal of this
+    /// name (it would be kept forever, consumed by nothing); store errors.
     pub async fn signal(
         &self,
         run_id: &str,
         name: &str,
         payload: Value,
     ) -> Result<i64, RunnerError> {
+        let waits = self.inner.graph.signals_waited_for();
+        if !waits.contains(&name) {
+            return Err(RunnerError::UnknownSignal {
+                agent: A::NAME.to_owned(),
+                signal: name.to_owned(),
+                waits: waits.join(", "),
+            });
+        }
         Ok(self.inner.store.send_signal(run_id, name, &payload).await?)
     }
 

@@ -25,6 +25,37 @@ pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
             _ => "a finished run takes no more signals".to_owned(),
         }));
     }
+    // A signal no state waits for would be kept forever and consumed by nothing.
+    match cx
+        .store
+        .agent_graph(&run.agent, Some(&run.fingerprint))
+        .await?
+    {
+        Some(graph) if !graph.signals_waited_for().contains(&args.name.as_str()) => {
+            let waits = graph.signals_waited_for();
+            return Err(CliError::failed(format!(
+                "no state of agent `{}` waits for a signal named `{}`",
+                run.agent, args.name
+            ))
+            .hint(if waits.is_empty() {
+                format!("no state of `{}` waits for any signal", run.agent)
+            } else {
+                format!(
+                    "the signals it waits for: {}",
+                    waits
+                        .iter()
+                        .map(|w| format!("`{w}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }));
+        }
+        Some(_) => {}
+        None => cx.out.warn(&format!(
+            "the graph of `{}` is not stored: cannot check that a state waits for `{}`",
+            run.agent, args.name
+        )),
+    }
     let id = cx
         .store
         .send_signal(&args.run, &args.name, &args.payload)
