@@ -401,3 +401,14 @@ pub fn approve(refund: &RefundRequest, approver: &str) -> serde_json::Value {
     })
     .unwrap_or_default()
 }
+
+/// The command a person runs to approve `refund` of the waiting run `run_id` by hand: the
+/// approval payload, bound to this exact refund, sent as the `approval` signal with
+/// `agentctl`.
+#[must_use]
+pub fn approval_command(run_id: &str, refund: &RefundRequest, approver: &str) -> String {
+    format!(
+        "cargo run --bin agentctl -- signal {run_id} approval '{}'",
+        approve(refund, approver)
+    )
+}

@@ -9,6 +9,14 @@
 //! the run waits. An approval captured on another run is then replayed against it and
 //! refused, because an approval names the exact refund (run, order, amount) by hash. The
 //! matching approval finally releases the refund.
+//!
+//! To give the approval yourself:
+//!
+//! ```sh
+//! cargo run --example support-triage -- --manual          # stops at the wait, prints the command
+//! cargo run --bin agentctl -- signal RUN approval '…'     # the printed command: you approve
+//! cargo run --example support-triage -- --continue RUN    # a worker finishes the run
+//! ```
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,6 +38,13 @@ struct Args {
     /// PostgreSQL instead of SQLite.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// Stop when the large refund waits for its approval, and print the `agentctl signal`
+    /// command that gives it, for a person to run.
+    #[arg(long, conflicts_with = "continue_run")]
+    manual: bool,
+    /// Drive run RUN (approved by hand) to its end.
+    #[arg(long = "continue", value_name = "RUN")]
+    continue_run: Option<String>,
 }
 
 #[tokio::main]
@@ -71,6 +86,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         ("order-17", 2_500),
         ("order-42", 48_000),
     ]));
+    if let Some(id) = &args.continue_run {
+        return continue_by_hand(&store, &desk, id).await;
+    }
     let stamp = durable_agents::store::now_ms();
     let small = format!("triage-{stamp}-small");
     let large = format!("triage-{stamp}-large");
@@ -98,6 +116,13 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let refund: RefundRequest =
         serde_json::from_value(waiting.state["AwaitApproval"]["refund"].clone())?;
     drop(first);
+    if args.manual {
+        println!(
+            "\n   {large} waits for a person. Approve this exact refund by hand:\n\n     {}\n\n   then let a worker finish it:\n\n     cargo run --example support-triage -- --continue {large}",
+            triage::approval_command(&large, &refund, "you")
+        );
+        return Ok(ok);
+    }
     println!(
         "\n   (runner dropped: the waiting run lives only in the store — a restart changes nothing)"
     );
@@ -141,5 +166,25 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         "the wait is declared in the graph",
     );
     println!("\n{}", report::timeline(store.as_ref(), &large).await?);
+    Ok(ok)
+}
+
+/// `--continue RUN`: a worker drives a run that was approved (or not yet) by hand.
+async fn continue_by_hand(
+    store: &Arc<dyn Store>,
+    desk: &Arc<Desk>,
+    id: &str,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let record = runner(store, desk)?.run(id).await?;
+    println!("\n── {id}: {} in `{}`", record.status, record.state_name);
+    let ok = match record.status {
+        RunStatus::Completed => check(true, "the approval given by hand released the refund"),
+        RunStatus::Waiting => check(
+            false,
+            "still waiting: no approval for this exact refund has arrived (send the printed command)",
+        ),
+        other => check(false, &format!("the run ended {other}")),
+    };
+    println!("\n{}", report::timeline(store.as_ref(), id).await?);
     Ok(ok)
 }

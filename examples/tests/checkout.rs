@@ -192,6 +192,23 @@ async fn triage_approval_is_bound_to_the_exact_refund_and_survives_restart() {
     assert_eq!(second.run("a").await.unwrap().status, RunStatus::Completed);
     assert_eq!(desk.refunds().len(), 1);
     assert_eq!(second.run("b").await.unwrap().status, RunStatus::Waiting);
+
+    // By hand (`--manual`): the printed `agentctl signal` command carries a payload bound to
+    // the waiting run's exact refund, read from its stored state; sent as agentctl sends it,
+    // it releases that refund.
+    let waiting = store.load_run("b").await.unwrap().unwrap();
+    let refund: RefundRequest =
+        serde_json::from_value(waiting.state["AwaitApproval"]["refund"].clone()).unwrap();
+    let command = triage::approval_command("b", &refund, "you");
+    assert!(
+        command.starts_with("cargo run --bin agentctl -- signal b approval '"),
+        "{command}"
+    );
+    let payload: serde_json::Value =
+        serde_json::from_str(command.split('\'').nth(1).unwrap()).unwrap();
+    store.send_signal("b", "approval", &payload).await.unwrap();
+    assert_eq!(second.run("b").await.unwrap().status, RunStatus::Completed);
+    assert_eq!(desk.refunds().len(), 2);
 }
 
 #[test]
