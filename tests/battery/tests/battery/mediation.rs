@@ -173,10 +173,13 @@ where
         })
         .await
         .map_err(|e| e.to_string())?;
-    runner
-        .signal(run_id, "confirm", json!({}))
-        .await
-        .map_err(|e| e.to_string())?;
+    // A state that waits is woken at once; agents without a wait take no signal.
+    if A::graph().signals_waited_for().contains(&"confirm") {
+        runner
+            .signal(run_id, "confirm", json!({}))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     advance(&runner, run_id, 1).await?;
     let executed: Vec<String> = log.calls_of(run_id).into_iter().map(|c| c.tool).collect();
     let by_router = executed.iter().filter(|t| *t == name).count();
