@@ -44,7 +44,7 @@ impl PgStore {
             .bind(entry.kind.as_str())
             .bind(&entry.state)
             .bind(&entry.name)
-            .bind(entry.tool_kind.map(|k| k.as_str()))
+            .bind(entry.tool_kind.map(agent_core::ToolKind::as_str))
             .bind(&entry.input_hash)
             .bind(&entry.input)
             .bind(&entry.idempotency_key)
@@ -89,16 +89,15 @@ impl PgStore {
         commit: &StepCommit,
     ) -> Result<RunRecord, StoreError> {
         let run_id = lease.run_id.as_str();
-        let head = match self.heads.at(run_id, commit.expected_version) {
-            Some(h) => h,
-            None => {
-                let row = sqlx::query(sql::LOAD_RUN)
-                    .bind(run_id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(db_err)?;
-                read_head(row.as_ref(), lease, commit.expected_version)?
-            }
+        let head = if let Some(cached) = self.heads.at(run_id, commit.expected_version) {
+            cached
+        } else {
+            let row = sqlx::query(sql::LOAD_RUN)
+                .bind(run_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_err)?;
+            read_head(row.as_ref(), lease, commit.expected_version)?
         };
         let (plan, payload) = CommitPlan::new(head, lease, commit);
         // The run row keeps the state of the latest snapshot only (see the migrations); a

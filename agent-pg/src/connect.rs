@@ -202,6 +202,8 @@ impl PgStore {
 }
 
 /// Map a driver error: connection-level failures are transient ([`StoreError::Unavailable`]).
+// By value: it is passed to `map_err` as a function.
+#[allow(clippy::needless_pass_by_value)]
 pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
     let transient = match &e {
         sqlx::Error::Io(_)

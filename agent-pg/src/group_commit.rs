@@ -114,7 +114,7 @@ const CHECK_AFTER_IDLE: Duration = Duration::from_secs(2);
 
 /// A commit connection is closed and replaced after this long, as the pool does with its
 /// own (`max_lifetime`), so that the server side does not grow without end.
-const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
+const MAX_CONNECTION_AGE: Duration = Duration::from_mins(30);
 
 /// The connections commit statements run on, outside the pool: at most one per commit
 /// slot, opened when first needed, kept between statements. A connection whose statement

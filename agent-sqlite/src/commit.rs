@@ -50,7 +50,7 @@ impl SqliteStore {
             .bind(entry.kind.as_str())
             .bind(&entry.state)
             .bind(&entry.name)
-            .bind(entry.tool_kind.map(|k| k.as_str()))
+            .bind(entry.tool_kind.map(agent_core::ToolKind::as_str))
             .bind(&entry.input_hash)
             .bind(entry.input.to_string())
             .bind(&entry.idempotency_key)
@@ -105,16 +105,15 @@ impl SqliteStore {
         let now = now_ms();
         let cached = self.heads.at(run_id, commit.expected_version);
         let mut tx = self.write_tx().await?;
-        let head = match cached {
-            Some(head) => head,
-            None => {
-                let row = sqlx::query(sql::LOAD_RUN)
-                    .bind(run_id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(db_err)?;
-                read_head(row.as_ref(), lease, commit.expected_version)?
-            }
+        let head = if let Some(cached) = cached {
+            cached
+        } else {
+            let row = sqlx::query(sql::LOAD_RUN)
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            read_head(row.as_ref(), lease, commit.expected_version)?
         };
         if let Some(signal) = commit.consumed_signal {
             let pending = sqlx::query(sql::SIGNAL_PENDING)

@@ -244,6 +244,8 @@ impl SqliteStore {
 }
 
 /// Map a driver error: a busy or locked database is transient ([`StoreError::Unavailable`]).
+// By value: it is passed to `map_err` as a function.
+#[allow(clippy::needless_pass_by_value)]
 pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
     let transient = match &e {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
