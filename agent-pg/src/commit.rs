@@ -3,7 +3,7 @@
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError};
-use agent_sql::commit::{CommitPlan, read_head, refused};
+use agent_sql::commit::{CommitPlan, check_entry, read_head, refused};
 use agent_sql::reads::head_of;
 use agent_sql::rows::SqlRow;
 use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
@@ -20,12 +20,7 @@ impl PgStore {
         lease: &Lease,
         entry: &JournalEntry,
     ) -> Result<(), StoreError> {
-        if entry.run_id != lease.run_id {
-            return Err(StoreError::Backend(format!(
-                "journal entry of run `{}` recorded under the lease of run `{}`",
-                entry.run_id, lease.run_id
-            )));
-        }
+        check_entry(lease, entry)?;
         let output_len = entry
             .output
             .as_ref()

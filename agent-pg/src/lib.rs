@@ -105,12 +105,18 @@
 //! Besides its pool, a store opens up to [`COMMITS_IN_FLIGHT`] connections of its own for
 //! commit statements (see "Group commit"); count them when sizing the server's
 //! `max_connections`.
+//!
+//! [`Store`]: agent_core::store::Store
+//! [`Store::commit_step`]: agent_core::store::Store::commit_step
+//! [`Store::load_run`]: agent_core::store::Store::load_run
+//! [`StepCommit`]: agent_core::store::StepCommit
+//! [`StoreError::Unavailable`]: agent_core::store::StoreError::Unavailable
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_core::store::{NewRun, RunRecord, StoreError};
 use agent_sql::heads::HeadCache;
-use agent_sql::reads::SqlReads;
+use agent_sql::reads::{Arg, SqlReads, bind};
 use agent_sql::rows;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
@@ -226,34 +232,18 @@ impl PgStore {
 impl SqlReads for PgStore {
     type Row = PgRow;
 
+    const AGENT_GRAPH: &'static str = sql::AGENT_GRAPH;
     const HISTORY: &'static str = sql::HISTORY;
+    const HAND_BACK: &'static str = sql::HAND_BACK;
     const JOURNAL: &'static str = sql::JOURNAL;
     const PENDING_SIGNALS: &'static str = sql::PENDING_SIGNALS;
+    const TOOL_SWITCHES: &'static str = sql::TOOL_SWITCHES;
 
-    async fn rows_of(&self, sql: &'static str, run_id: &str) -> Result<Vec<PgRow>, StoreError> {
-        sqlx::query(sql)
-            .bind(run_id)
+    async fn fetch(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<PgRow>, StoreError> {
+        bind(sqlx::query(sql), args)
             .fetch_all(&self.pool)
             .await
             .map_err(connect::db_err)
-    }
-
-    async fn rows_at(
-        &self,
-        sql: &'static str,
-        run_id: &str,
-        version: Option<u64>,
-    ) -> Result<Vec<PgRow>, StoreError> {
-        sqlx::query(sql)
-            .bind(run_id)
-            .bind(version.map(agent_sql::to_i64))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(connect::db_err)
-    }
-
-    async fn load(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        agent_core::store::Store::load_run(self, run_id).await
     }
 
     async fn insert_fork(

@@ -3,7 +3,7 @@
 //! the run's record after the commit.
 
 use agent_core::store::history::{self, VersionPayload};
-use agent_core::store::{Lease, RunRecord, StepCommit, StoreError, transition_hash};
+use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError, transition_hash};
 
 use crate::heads::{HeadCache, RunHead, commit_refusal};
 use crate::rows::{Applied, SqlRow, stored_run};
@@ -108,4 +108,18 @@ pub fn refused(
     otherwise: impl FnOnce() -> StoreError,
 ) -> StoreError {
     commit_refusal(lease, expected, stored).unwrap_or_else(otherwise)
+}
+
+/// A journal entry is written only under its own run's lease.
+///
+/// # Errors
+/// [`StoreError::Backend`] for an entry of another run.
+pub fn check_entry(lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
+    if entry.run_id == lease.run_id {
+        return Ok(());
+    }
+    Err(StoreError::Backend(format!(
+        "journal entry of run `{}` recorded under the lease of run `{}`",
+        entry.run_id, lease.run_id
+    )))
 }

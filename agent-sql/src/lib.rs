@@ -34,6 +34,17 @@ pub mod reads;
 pub mod rows;
 pub mod sql;
 
+/// What [`impl_sql_store!`] names; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use agent_core::graph::GraphDescription;
+    pub use agent_core::store::{
+        JournalEntry, Lease, RunRecord, SignalRecord, StateAtVersion, StepCommit, Store,
+        StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+    };
+    pub use async_trait::async_trait;
+}
+
 /// Tool outputs whose JSON is larger than this many bytes are stored in the `outputs` side
 /// table; the journal row keeps a summary.
 pub const LARGE_OUTPUT_BYTES: usize = 8 * 1024;

@@ -6,6 +6,7 @@
 //! JSON as [`Json`], from `jsonb` or from text. Data that does not read, or reads but is not
 //! a value the store writes, is [`StoreError::Corrupt`] for the run it belongs to.
 
+use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
     CallStatus, EntryKind, JournalEntry, Millis, RunError, RunRecord, RunStatus, SignalRecord,
@@ -133,6 +134,24 @@ pub struct SignalRow {
     consumed_at_version: Option<i64>,
 }
 
+/// A registered graph.
+#[derive(Debug, FromRow)]
+pub struct GraphRow {
+    graph: Json<Value>,
+}
+
+/// Whether a tool is switched on.
+#[derive(Debug, FromRow)]
+pub struct EnabledRow {
+    enabled: bool,
+}
+
+/// A prune candidate's first kept version.
+#[derive(Debug, FromRow)]
+pub struct CutoffRow {
+    cutoff: i64,
+}
+
 /// A tool switch.
 #[derive(Debug, FromRow)]
 pub struct SwitchRow {
@@ -203,6 +222,21 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn signal_row(&self) -> sqlx::Result<SignalRow>;
+    /// The `graph` column.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn graph_row(&self) -> sqlx::Result<GraphRow>;
+    /// The `enabled` column.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn enabled_row(&self) -> sqlx::Result<EnabledRow>;
+    /// The `cutoff` column.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn cutoff_row(&self) -> sqlx::Result<CutoffRow>;
     /// The row as a tool switch row.
     ///
     /// # Errors
@@ -228,6 +262,9 @@ where
     for<'r> EntryRow: FromRow<'r, R>,
     for<'r> SignalRow: FromRow<'r, R>,
     for<'r> SwitchRow: FromRow<'r, R>,
+    for<'r> GraphRow: FromRow<'r, R>,
+    for<'r> EnabledRow: FromRow<'r, R>,
+    for<'r> CutoffRow: FromRow<'r, R>,
     for<'r> Applied: FromRow<'r, R>,
 {
     fn run_row(&self) -> sqlx::Result<RunRow> {
@@ -256,6 +293,15 @@ where
     }
     fn signal_row(&self) -> sqlx::Result<SignalRow> {
         SignalRow::from_row(self)
+    }
+    fn graph_row(&self) -> sqlx::Result<GraphRow> {
+        GraphRow::from_row(self)
+    }
+    fn enabled_row(&self) -> sqlx::Result<EnabledRow> {
+        EnabledRow::from_row(self)
+    }
+    fn cutoff_row(&self) -> sqlx::Result<CutoffRow> {
+        CutoffRow::from_row(self)
     }
     fn switch_row(&self) -> sqlx::Result<SwitchRow> {
         SwitchRow::from_row(self)
@@ -548,4 +594,31 @@ pub fn corrupt_history(run_id: &str, version: u64) -> StoreError {
         run_id,
         format!("no snapshot at or before version {version}"),
     )
+}
+
+/// Read a registered graph of `agent`.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] (against the agent) when it does not read or is not a graph.
+pub fn graph(agent: &str, row: &impl SqlRow) -> Result<GraphDescription, StoreError> {
+    let r = row.graph_row().map_err(|e| corrupt(agent, e))?;
+    serde_json::from_value(r.graph.0).map_err(|e| corrupt(agent, format!("stored graph: {e}")))
+}
+
+/// Read whether a tool is switched on.
+///
+/// # Errors
+/// [`StoreError::Backend`] when it does not read.
+pub fn enabled(row: &impl SqlRow) -> Result<bool, StoreError> {
+    row.enabled_row()
+        .map(|r| r.enabled)
+        .map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+/// Read a prune candidate's first kept version.
+///
+/// # Errors
+/// The driver's decode error.
+pub fn cutoff(row: &impl SqlRow) -> sqlx::Result<i64> {
+    row.cutoff_row().map(|r| r.cutoff)
 }

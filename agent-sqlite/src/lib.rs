@@ -40,6 +40,9 @@
 //! ## Feature flags
 //!
 //! None; SQLite is compiled in (sqlx's bundled library), nothing to install.
+//!
+//! [`Store`]: agent_core::store::Store
+//! [`Store::wait_for_work`]: agent_core::store::Store::wait_for_work
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -50,7 +53,7 @@ use agent_core::store::{
     transition_hash,
 };
 use agent_sql::heads::HeadCache;
-use agent_sql::reads::{SqlReads, head_of};
+use agent_sql::reads::{Arg, SqlReads, bind, head_of};
 use agent_sql::rows;
 use agent_sql::to_i64;
 use async_trait::async_trait;
@@ -267,34 +270,22 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
 impl SqlReads for SqliteStore {
     type Row = SqliteRow;
 
+    const AGENT_GRAPH: &'static str = sql::AGENT_GRAPH;
     const HISTORY: &'static str = sql::HISTORY;
+    const HAND_BACK: &'static str = sql::HAND_BACK;
     const JOURNAL: &'static str = sql::JOURNAL;
     const PENDING_SIGNALS: &'static str = sql::PENDING_SIGNALS;
+    const TOOL_SWITCHES: &'static str = sql::TOOL_SWITCHES;
 
-    async fn rows_of(&self, sql: &'static str, run_id: &str) -> Result<Vec<SqliteRow>, StoreError> {
-        sqlx::query(sql)
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)
-    }
-
-    async fn rows_at(
+    async fn fetch(
         &self,
         sql: &'static str,
-        run_id: &str,
-        version: Option<u64>,
+        args: &[Arg<'_>],
     ) -> Result<Vec<SqliteRow>, StoreError> {
-        sqlx::query(sql)
-            .bind(run_id)
-            .bind(version.map(to_i64))
+        bind(sqlx::query(sql), args)
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)
-    }
-
-    async fn load(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        agent_core::store::Store::load_run(self, run_id).await
     }
 
     async fn insert_fork(

@@ -1,24 +1,22 @@
 //! The [`Store`] contract on SQLite: writes in `BEGIN IMMEDIATE` transactions on the one
 //! connection, statements in `sql.rs` (or in `agent_sql::sql` when PostgreSQL shares
 //! them), the reads that are the same on both SQL stores through [`agent_sql::reads`].
+//!
+//! [`Store`]: agent_core::store::Store
 
 use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
-    RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
-    TransitionRecord, VersionSpan, now_ms,
+    Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus,
+    StoreError, now_ms,
 };
-use agent_sql::{corrupt, lease_of, ms, reads, rows, to_i64, to_u64};
-use async_trait::async_trait;
+use agent_sql::{lease_of, ms, reads, rows, to_i64};
 use serde_json::Value;
-use sqlx::Row;
 
 use crate::{SqliteStore, db_err, sql};
 
-#[async_trait]
-impl Store for SqliteStore {
+agent_sql::impl_sql_store!(SqliteStore {
     async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
         let json = serde_json::to_string(graph).map_err(|e| StoreError::Backend(e.to_string()))?;
         sqlx::query(sql::REGISTER_AGENT)
@@ -30,38 +28,6 @@ impl Store for SqliteStore {
             .await
             .map_err(db_err)?;
         Ok(())
-    }
-
-    async fn agent_graph(
-        &self,
-        agent: &str,
-        fingerprint: Option<&str>,
-    ) -> Result<Option<GraphDescription>, StoreError> {
-        let row = sqlx::query(sql::AGENT_GRAPH)
-            .bind(agent)
-            .bind(fingerprint)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
-        row.map(|r| {
-            let text: String = r.try_get("graph").map_err(|e| corrupt(agent, e))?;
-            GraphDescription::from_json(&text)
-                .map_err(|e| corrupt(agent, format!("stored graph: {e}")))
-        })
-        .transpose()
-    }
-
-    async fn agents(&self) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query(agent_sql::sql::AGENTS)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)?;
-        rows.iter()
-            .map(|r| {
-                r.try_get("agent")
-                    .map_err(|e| StoreError::Backend(e.to_string()))
-            })
-            .collect()
     }
 
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
@@ -189,16 +155,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
-        sqlx::query(sql::HAND_BACK)
-            .bind(&lease.run_id)
-            .bind(to_i64(lease.epoch))
-            .execute(&self.pool)
-            .await
-            .map_err(db_err)?;
-        Ok(())
-    }
-
     async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
         let expired = sqlx::query(sql::EXPIRE_LEASES_OF)
             .bind(worker)
@@ -211,51 +167,6 @@ impl Store for SqliteStore {
             self.work.notify_waiters();
         }
         Ok(expired)
-    }
-
-    async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
-        self.record(lease, entry).await
-    }
-
-    async fn journal(
-        &self,
-        run_id: &str,
-        version: Option<u64>,
-    ) -> Result<Vec<JournalEntry>, StoreError> {
-        reads::journal(self, run_id, version).await
-    }
-
-    async fn commit_step(
-        &self,
-        lease: &Lease,
-        commit: &StepCommit,
-    ) -> Result<RunRecord, StoreError> {
-        self.commit(lease, commit).await
-    }
-
-    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
-        reads::version_span(self, run_id).await
-    }
-
-    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
-        reads::history(self, run_id).await
-    }
-
-    async fn state_at(
-        &self,
-        run_id: &str,
-        version: u64,
-    ) -> Result<Option<StateAtVersion>, StoreError> {
-        reads::state_at(self, run_id, version).await
-    }
-
-    async fn fork(
-        &self,
-        run_id: &str,
-        version: u64,
-        new_id: &str,
-    ) -> Result<RunRecord, StoreError> {
-        reads::fork(self, run_id, version, new_id).await
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
@@ -295,10 +206,6 @@ impl Store for SqliteStore {
         let id = id.ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
         self.work.notify_waiters();
         Ok(id)
-    }
-
-    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
-        reads::pending_signals(self, run_id).await
     }
 
     async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
@@ -348,21 +255,10 @@ impl Store for SqliteStore {
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
-        let keep = to_i64(policy.keep_last_versions.max(1));
-        let candidates = sqlx::query(agent_sql::sql::PRUNE_CANDIDATES.as_str())
-            .bind(keep)
-            .bind(policy.only_final_runs)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)?;
+        let candidates = reads::prune_candidates(self, policy).await?;
         let mut report = PruneReport::default();
-        for row in &candidates {
-            let id: String = row.try_get("id").map_err(|e| corrupt("?", e))?;
-            let cutoff = row
-                .try_get("cutoff")
-                .and_then(to_u64)
-                .map_err(|e| corrupt(&id, e))?;
-            let Some(at) = reads::replay_at(self, &id, cutoff).await? else {
+        for candidate in &candidates {
+            let Some((id, cutoff, at)) = reads::prune_point(self, candidate).await? else {
                 continue;
             };
             let final_run = self
@@ -423,23 +319,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
-        let rows = sqlx::query(sql::TOOL_SWITCHES)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)?;
-        rows.iter().map(rows::tool_switch).collect()
-    }
-
-    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
-        let enabled: Option<bool> = sqlx::query_scalar(agent_sql::sql::TOOL_ENABLED)
-            .bind(tool)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
-        Ok(enabled.unwrap_or(true))
-    }
-
     async fn wait_for_work(&self, timeout: Duration) {
         let _ = tokio::time::timeout(timeout, self.work.notified()).await;
     }
@@ -452,4 +331,4 @@ impl Store for SqliteStore {
             .map_err(db_err)?;
         Ok(Some(u64::try_from(bytes).unwrap_or(0)))
     }
-}
+});
