@@ -29,6 +29,7 @@ use agent_core::store::{Lease, RunRecord, StoreError};
 use serde_json::Value;
 
 pub mod commit;
+mod decode;
 pub mod heads;
 pub mod reads;
 pub mod rows;
