@@ -435,7 +435,7 @@ async fn store_runs(store: &Arc<dyn Store>, runs: u64, steps: u64, tag: &str) ->
             .await
             .expect("create");
         let (lease, _) = store
-            .claim_run(&id, "bench", Duration::from_secs(3600))
+            .claim_run(&id, "bench", Duration::from_hours(1))
             .await
             .expect("claim")
             .expect("free run");

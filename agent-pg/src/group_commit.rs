@@ -42,7 +42,10 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sqlx::{Connection, Postgres, Row};
 use tokio::sync::oneshot;
 
-use crate::{db_err, sql};
+use agent_sql::rows::{Applied, SqlRow};
+
+use crate::connect::db_err;
+use crate::sql;
 
 /// The parameters of one step commit, owned (the statement may run in another task).
 #[derive(Debug)]
@@ -65,14 +68,6 @@ pub(crate) struct CommitRow {
     pub payload_kind: &'static str,
     /// The JSON Patch from the previous version, when this version is not a snapshot.
     pub patch: Option<Value>,
-}
-
-/// What a commit that applied changed beyond the commit itself.
-#[derive(Debug)]
-pub(crate) struct Applied {
-    pub lease_owner: Option<String>,
-    pub lease_expires_at: Option<Millis>,
-    pub updated_at: Millis,
 }
 
 /// `Ok(None)`: the compare-and-set matched no row; the caller finds out why.
@@ -119,7 +114,7 @@ const CHECK_AFTER_IDLE: Duration = Duration::from_secs(2);
 
 /// A commit connection is closed and replaced after this long, as the pool does with its
 /// own (`max_lifetime`), so that the server side does not grow without end.
-const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
+const MAX_CONNECTION_AGE: Duration = Duration::from_mins(30);
 
 /// The connections commit statements run on, outside the pool: at most one per commit
 /// slot, opened when first needed, kept between statements. A connection whose statement
@@ -362,7 +357,7 @@ impl GroupCommit {
     async fn one(&self, row: &CommitRow) -> Outcome {
         self.statements.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let query = sqlx::query(sql::COMMIT_STEP)
+        let query = sqlx::query(sql::COMMIT_STEP.as_str())
             .bind(&row.run_id)
             .bind(row.epoch)
             .bind(row.expected)
@@ -384,9 +379,9 @@ impl GroupCommit {
         self.connections.give_back(conn, opened, &returned);
         returned
             .map_err(db_err)?
-            .map(|r| applied(&r))
+            .map(|r| r.applied_row())
             .transpose()
-            .map_err(|e| crate::corrupt(&row.run_id, e))
+            .map_err(|e| agent_sql::corrupt(&row.run_id, e))
     }
 
     /// Several commits, one statement ([`sql::COMMIT_STEPS`]); what each one did, in order.
@@ -395,7 +390,7 @@ impl GroupCommit {
         self.commits
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let rows = || batch.iter().map(|q| &q.row);
-        let query = sqlx::query::<Postgres>(sql::COMMIT_STEPS)
+        let query = sqlx::query::<Postgres>(sql::COMMIT_STEPS.as_str())
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.epoch).collect::<Vec<_>>())
             .bind(rows().map(|r| r.expected).collect::<Vec<_>>())
@@ -427,21 +422,13 @@ impl GroupCommit {
                 .ok()
                 .and_then(|i| outcomes.get_mut(i))
                 .ok_or_else(|| sqlx::Error::Protocol(format!("grouped commit returned row {n}")))?;
-            *slot = Some(applied(r)?);
+            *slot = Some(r.applied_row()?);
         }
         Ok(outcomes)
     }
 }
 
 /// What a commit statement returned for one applied commit.
-pub(crate) fn applied(row: &sqlx::postgres::PgRow) -> Result<Applied, sqlx::Error> {
-    Ok(Applied {
-        lease_owner: row.try_get("lease_owner")?,
-        lease_expires_at: row.try_get("lease_expires_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
 /// The same answer for each caller of a failed grouped statement.
 fn same_error(error: &StoreError) -> StoreError {
     match error {

@@ -1,6 +1,12 @@
 //! Every statement the store issues. Unqualified names resolve in the store's schema (the
 //! connection's `search_path`); times cross the boundary as milliseconds (`ms_to_ts`,
-//! `ts_to_ms` from the first migration).
+//! `ts_to_ms` from the first migration). Statements whose text is the same on SQLite are in
+//! [`agent_sql::sql`]; those naming the final statuses are built once, on first use, from
+//! [`final_statuses`].
+
+use std::sync::LazyLock;
+
+use agent_sql::sql::final_statuses;
 
 /// The columns of a run, in the order `row_to_run` reads them.
 macro_rules! run_cols {
@@ -26,23 +32,14 @@ macro_rules! journal_cols {
     };
 }
 
-/// The statuses a run never leaves on its own (kept in sync with `RunStatus::is_final`).
-macro_rules! final_statuses {
-    () => {
-        "('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered')"
-    };
-}
-
-pub const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint, graph) VALUES ($1, $2, $3) \
+pub(crate) const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint, graph) VALUES ($1, $2, $3) \
      ON CONFLICT (agent, fingerprint) DO UPDATE \
      SET registered_at = clock_timestamp(), seq = nextval(pg_get_serial_sequence('agents', 'seq'))";
 
-pub const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 \
+pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 \
      AND ($2::text IS NULL OR fingerprint = $2) ORDER BY seq DESC LIMIT 1";
 
-pub const AGENTS: &str = "SELECT DISTINCT agent FROM agents ORDER BY agent";
-
-pub const INSERT_RUN: &str = concat!(
+pub(crate) const INSERT_RUN: &str = concat!(
     "WITH ins AS (INSERT INTO runs (id, agent, fingerprint, state_name, state, creation_hash, \
      last_hash, parent_id, parent_version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
      ON CONFLICT (id) DO NOTHING RETURNING ",
@@ -54,22 +51,24 @@ pub const INSERT_RUN: &str = concat!(
      SELECT ins.*, pg_notify($10, ins.id) AS notified FROM ins"
 );
 
-pub const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
+pub(crate) const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
 
-pub const RUN_HEAD: &str = "SELECT version, epoch FROM runs WHERE id = $1";
+pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        concat!(
+            "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
+             lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
+             claims_without_progress = claims_without_progress + 1, \
+             updated_at = clock_timestamp() WHERE id = $1 AND status NOT IN {final_statuses} \
+             AND (lease_owner IS NULL OR lease_expires_at <= clock_timestamp() \
+             OR lease_owner = $2) RETURNING ",
+            run_cols!()
+        ),
+        final_statuses = final_statuses()
+    )
+});
 
-pub const CLAIM_RUN: &str = concat!(
-    "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
-     lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
-     claims_without_progress = claims_without_progress + 1, updated_at = clock_timestamp() \
-     WHERE id = $1 AND status NOT IN ",
-    final_statuses!(),
-    " AND (lease_owner IS NULL OR lease_expires_at <= clock_timestamp() OR lease_owner = $2) \
-     RETURNING ",
-    run_cols!()
-);
-
-pub const CLAIM_NEXT: &str = concat!(
+pub(crate) const CLAIM_NEXT: &str = concat!(
     "WITH picked AS (SELECT r.id AS pick_id FROM runs r \
      WHERE r.status IN ('running', 'compensating', 'waiting') \
      AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
@@ -88,34 +87,34 @@ pub const CLAIM_NEXT: &str = concat!(
 );
 
 /// Take a run whose stored data does not read out of circulation.
-pub const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
+pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
      error_code = 'state.corrupt', error_message = $2, lease_owner = NULL, \
      lease_expires_at = NULL, updated_at = clock_timestamp() WHERE id = $1";
 
-pub const RENEW_LEASE: &str = "UPDATE runs \
+pub(crate) const RENEW_LEASE: &str = "UPDATE runs \
      SET lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond' \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING ts_to_ms(lease_expires_at)";
 
 /// Release without counting the claim (`Store::hand_back`); wakes nobody.
-pub const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
+pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
      claims_without_progress = GREATEST(claims_without_progress - 1, 0) \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
 /// `Store::expire_leases_of`: the leases of a worker's previous process end now; one
 /// notification per run wakes the workers. The status filter keeps to `runs_claimable`.
-pub const EXPIRE_LEASES_OF: &str = "WITH upd AS (UPDATE runs SET lease_expires_at = clock_timestamp() \
+pub(crate) const EXPIRE_LEASES_OF: &str = "WITH upd AS (UPDATE runs SET lease_expires_at = clock_timestamp() \
      WHERE status IN ('running', 'compensating', 'waiting') AND lease_owner = $1 \
      AND lease_expires_at > clock_timestamp() RETURNING id) \
      SELECT pg_notify($2, id) AS notified FROM upd";
 
-pub const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner = NULL, \
+pub(crate) const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner = NULL, \
      lease_expires_at = NULL, claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL \
      RETURNING id, status) \
      SELECT pg_notify($3, id) AS notified FROM upd";
 
 /// Insert or replace a journal entry, fenced: the `FOR SHARE` lock on the run row conflicts
 /// with a concurrent claim's update, so an entry is written only under the current epoch.
-pub const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND epoch = $2 FOR SHARE), \
+pub(crate) const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND epoch = $2 FOR SHARE), \
      j AS (INSERT INTO journal (run_id, version, seq, kind, state, name, tool_kind, input_hash, \
        input, idempotency_key, status, output, output_external, output_summary, output_bytes, \
        error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at) \
@@ -140,7 +139,7 @@ pub const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE id = $1
        AND version = $3 AND seq = $4) \
      SELECT count(*) FROM j";
 
-pub const JOURNAL: &str = concat!(
+pub(crate) const JOURNAL: &str = concat!(
     "SELECT ",
     journal_cols!(),
     " FROM journal j LEFT JOIN outputs o ON j.output_external AND o.run_id = j.run_id \
@@ -163,12 +162,9 @@ macro_rules! commit_step {
              status = $7, waiting_for = $8, wake_at = ms_to_ts($9), error_code = $10, \
              error_message = $11, claims_without_progress = 0, last_hash = $12, \
              patch_bytes = $13, updated_at = clock_timestamp(), \
-             lease_owner = CASE WHEN $7 IN ",
-            final_statuses!(),
-            " THEN NULL ELSE lease_owner END, \
-             lease_expires_at = CASE WHEN $7 IN ",
-            final_statuses!(),
-            " THEN NULL ELSE lease_expires_at END \
+             lease_owner = CASE WHEN $7 IN {final_statuses} THEN NULL ELSE lease_owner END, \
+             lease_expires_at = CASE WHEN $7 IN {final_statuses} THEN NULL \
+             ELSE lease_expires_at END \
              WHERE id = $1 AND epoch = $2 AND version = $3",
             $signal_check,
             " RETURNING id, version, status, epoch, lease_owner, lease_expires_at, updated_at), \
@@ -183,21 +179,28 @@ macro_rules! commit_step {
     };
 }
 
-pub const COMMIT_STEP: &str = commit_step!("", "");
+pub(crate) static COMMIT_STEP: LazyLock<String> =
+    LazyLock::new(|| format!(commit_step!("", ""), final_statuses = final_statuses()));
 
-pub const COMMIT_STEP_CONSUMING: &str = commit_step!(
-    " AND EXISTS (SELECT 1 FROM signals WHERE id = $17 AND run_id = $1 \
-     AND consumed_at_version IS NULL)",
-    ", sig AS (UPDATE signals SET consumed_at_version = upd.version FROM upd \
-     WHERE signals.id = $17 AND signals.run_id = upd.id)"
-);
+pub(crate) static COMMIT_STEP_CONSUMING: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        commit_step!(
+            " AND EXISTS (SELECT 1 FROM signals WHERE id = $17 AND run_id = $1 \
+             AND consumed_at_version IS NULL)",
+            ", sig AS (UPDATE signals SET consumed_at_version = upd.version FROM upd \
+             WHERE signals.id = $17 AND signals.run_id = upd.id)"
+        ),
+        final_statuses = final_statuses()
+    )
+});
 
 /// Several runs' steps in one statement (group commit, `group_commit.rs`): the same writes as
 /// [`COMMIT_STEP`], one row of parameter arrays per commit, each row fenced by its own
 /// compare-and-set on version and epoch. A row that matches nothing writes nothing and
 /// returns nothing; `n` (the commit's place in the arrays, from 1) says which rows applied.
-pub const COMMIT_STEPS: &str = concat!(
-    "WITH i AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], \
+pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH i AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], \
      $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], \
      $12::text[], $13::bigint[], $14::text[], $15::text[], $16::jsonb[]) WITH ORDINALITY \
      AS i(id, epoch, expected, from_state, to_state, snapshot, status, waiting_for, wake_at, \
@@ -209,12 +212,9 @@ pub const COMMIT_STEPS: &str = concat!(
      status = i.status, waiting_for = i.waiting_for, wake_at = ms_to_ts(i.wake_at), \
      error_code = i.error_code, error_message = i.error_message, claims_without_progress = 0, \
      last_hash = i.hash, patch_bytes = i.patch_bytes, updated_at = clock_timestamp(), \
-     lease_owner = CASE WHEN i.status IN ",
-    final_statuses!(),
-    " THEN NULL ELSE runs.lease_owner END, \
-     lease_expires_at = CASE WHEN i.status IN ",
-    final_statuses!(),
-    " THEN NULL ELSE runs.lease_expires_at END \
+     lease_owner = CASE WHEN i.status IN {final_statuses} THEN NULL ELSE runs.lease_owner END, \
+     lease_expires_at = CASE WHEN i.status IN {final_statuses} THEN NULL \
+     ELSE runs.lease_expires_at END \
      FROM i WHERE runs.id = i.id AND runs.epoch = i.epoch AND runs.version = i.expected \
      RETURNING i.n, runs.id, runs.version, runs.status, runs.epoch, runs.lease_owner, \
      runs.lease_expires_at, runs.updated_at, i.from_state, i.to_state, i.kind, i.hash, \
@@ -224,22 +224,15 @@ pub const COMMIT_STEPS: &str = concat!(
      SELECT id, version, from_state, to_state, kind, status, epoch, updated_at, hash, \
      payload_kind, payload FROM upd) \
      SELECT n, lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
-     ts_to_ms(updated_at) AS updated_at FROM upd"
-);
+     ts_to_ms(updated_at) AS updated_at FROM upd",
+        final_statuses = final_statuses()
+    )
+});
 
-pub const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
+pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
      ts_to_ms(created_at) AS created_at, hash FROM transitions WHERE run_id = $1 ORDER BY version";
 
-/// The payloads from the nearest snapshot at or before `$2` up to `$2`.
-pub const STATE_AT: &str = "SELECT version, to_state, payload_kind, payload FROM transitions \
-     WHERE run_id = $1 AND version <= $2 AND version >= ( \
-       SELECT max(version) FROM transitions WHERE run_id = $1 AND version <= $2 \
-       AND payload_kind = 'snapshot') \
-     ORDER BY version";
-
-pub const VERSION_EXISTS: &str = "SELECT 1 FROM transitions WHERE run_id = $1 AND version = $2";
-
-pub const LIST_RUNS: &str = concat!(
+pub(crate) const LIST_RUNS: &str = concat!(
     "SELECT ",
     run_cols!(),
     " FROM runs WHERE ($1::text IS NULL OR agent = $1) \
@@ -247,23 +240,23 @@ pub const LIST_RUNS: &str = concat!(
      ORDER BY created_at DESC, seq DESC LIMIT $3"
 );
 
-pub const SEND_SIGNAL: &str = "WITH ins AS (INSERT INTO signals (run_id, name, payload) \
+pub(crate) const SEND_SIGNAL: &str = "WITH ins AS (INSERT INTO signals (run_id, name, payload) \
      SELECT id, $2::text, $3::jsonb FROM runs WHERE id = $1 RETURNING id, run_id) \
      SELECT id, pg_notify($4, run_id) AS notified FROM ins";
 
-pub const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
+pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
      ts_to_ms(created_at) AS created_at, consumed_at_version FROM signals \
      WHERE run_id = $1 AND consumed_at_version IS NULL ORDER BY id";
 
 /// `Store::quarantine`: fenced by the epoch, no version written, the lease ended.
-pub const QUARANTINE_UNDER_LEASE: &str = concat!(
+pub(crate) const QUARANTINE_UNDER_LEASE: &str = concat!(
     "UPDATE runs SET status = 'quarantined', error_code = $3, error_message = $4, \
      lease_owner = NULL, lease_expires_at = NULL, updated_at = clock_timestamp() \
      WHERE id = $1 AND epoch = $2 RETURNING ",
     run_cols!()
 );
 
-pub const SET_STATUS: &str = concat!(
+pub(crate) const SET_STATUS: &str = concat!(
     "WITH upd AS (UPDATE runs SET status = $2, \
      error_code = CASE WHEN $2 = 'running' THEN NULL ELSE $3 END, \
      error_message = CASE WHEN $2 = 'running' THEN NULL ELSE $4 END, \
@@ -276,43 +269,28 @@ pub const SET_STATUS: &str = concat!(
     ") SELECT upd.*, pg_notify($5, upd.id) AS notified FROM upd"
 );
 
-/// Runs with versions older than the policy keeps: `(id, cutoff)`, the first kept version.
-pub const PRUNE_CANDIDATES: &str = concat!(
-    "SELECT r.id, r.version + 1 - $1 AS cutoff FROM runs r \
-     WHERE r.version + 1 > $1 AND (NOT $2 OR r.status IN ",
-    final_statuses!(),
-    ") AND EXISTS (SELECT 1 FROM transitions t WHERE t.run_id = r.id \
-     AND t.version < r.version + 1 - $1) ORDER BY r.id"
-);
-
-pub const PRUNE_SNAPSHOT: &str = "UPDATE transitions SET payload_kind = 'snapshot', payload = $3 \
-     WHERE run_id = $1 AND version = $2";
-
-pub const PRUNE_TRANSITIONS: &str = "DELETE FROM transitions WHERE run_id = $1 AND version < $2";
-
 /// Old journal entries, except a live run's saga log (completed hybrid calls and
 /// compensations), which compensation still needs.
-pub const PRUNE_JOURNAL: &str = concat!(
-    "WITH del AS (DELETE FROM journal j WHERE j.run_id = $1 AND j.version < $2 \
-     AND ((SELECT status FROM runs WHERE id = $1) IN ",
-    final_statuses!(),
-    " OR NOT (j.kind = 'compensation' OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' \
+pub(crate) static PRUNE_JOURNAL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH del AS (DELETE FROM journal j WHERE j.run_id = $1 AND j.version < $2 \
+     AND ((SELECT status FROM runs WHERE id = $1) IN {final_statuses} OR NOT (j.kind = 'compensation' OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' \
        AND j.status = 'succeeded'))) RETURNING j.run_id, j.version, j.seq), \
      od AS (DELETE FROM outputs o USING del WHERE o.run_id = del.run_id \
        AND o.version = del.version AND o.seq = del.seq) \
-     SELECT count(*) FROM del"
-);
+     SELECT count(*) FROM del",
+        final_statuses = final_statuses()
+    )
+});
 
-pub const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason) VALUES ($1, $2, $3) \
+pub(crate) const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason) VALUES ($1, $2, $3) \
      ON CONFLICT (tool) DO UPDATE SET enabled = EXCLUDED.enabled, reason = EXCLUDED.reason, \
      updated_at = clock_timestamp()";
 
-pub const TOOL_SWITCHES: &str = "SELECT tool, enabled, reason, ts_to_ms(updated_at) AS updated_at \
+pub(crate) const TOOL_SWITCHES: &str = "SELECT tool, enabled, reason, ts_to_ms(updated_at) AS updated_at \
      FROM tool_switches ORDER BY tool";
 
-pub const TOOL_ENABLED: &str = "SELECT enabled FROM tool_switches WHERE tool = $1";
-
-pub const STORAGE_BYTES: &str = "SELECT \
+pub(crate) const STORAGE_BYTES: &str = "SELECT \
      (SELECT COALESCE(sum(pg_column_size(t.*)), 0) FROM transitions t WHERE t.run_id = $1) \
    + (SELECT COALESCE(sum(pg_column_size(j.*)), 0) FROM journal j WHERE j.run_id = $1) \
    + (SELECT COALESCE(sum(pg_column_size(o.*)), 0) FROM outputs o WHERE o.run_id = $1) \
@@ -320,7 +298,7 @@ pub const STORAGE_BYTES: &str = "SELECT \
 
 /// Per-tool statistics of finished calls started at or after `$1` (ms); percentiles by
 /// nearest rank, like `agent_core::store::compute_tool_stats`.
-pub const TOOL_STATS: &str = "WITH calls AS (SELECT name, kind, status, duration_ms, \
+pub(crate) const TOOL_STATS: &str = "WITH calls AS (SELECT name, kind, status, duration_ms, \
        COALESCE(error_code, 'unknown') AS code FROM journal \
        WHERE started_at >= ms_to_ts($1) AND status <> 'started'), \
      agg AS (SELECT name, kind, count(*) AS calls, \

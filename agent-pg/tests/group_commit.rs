@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
 use tokio::task::JoinHandle;
 
-const HOUR: Duration = Duration::from_secs(3600);
+const HOUR: Duration = Duration::from_hours(1);
 
 /// A migrated store in a schema of its own that allows one commit statement in flight.
 async fn store() -> Option<Arc<PgStore>> {

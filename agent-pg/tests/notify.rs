@@ -62,10 +62,10 @@ async fn notify_wakes_a_worker_of_another_instance() {
                     .unwrap();
             }
         }
-        let waited = waiter.await.unwrap();
+        let took = waiter.await.unwrap();
         assert!(
-            waited < Duration::from_secs(5),
-            "{wake}: wait_for_work took {waited:?}; NOTIFY did not wake it"
+            took < Duration::from_secs(5),
+            "{wake}: wait_for_work took {took:?}; NOTIFY did not wake it"
         );
     }
     common::drop_store(store).await;
@@ -79,7 +79,7 @@ async fn a_lost_ack_is_resolved_by_rereading_never_by_committing_twice() {
     };
     store.create_run(new_run("r")).await.unwrap();
     let (lease, _) = store
-        .claim_run("r", "w", Duration::from_secs(60))
+        .claim_run("r", "w", Duration::from_mins(1))
         .await
         .unwrap()
         .unwrap();
@@ -133,7 +133,7 @@ async fn killed_connections_are_transient_and_the_run_continues() {
     };
     store.create_run(new_run("k")).await.unwrap();
     let (lease, _) = store
-        .claim_run("k", "w", Duration::from_secs(60))
+        .claim_run("k", "w", Duration::from_mins(1))
         .await
         .unwrap()
         .unwrap();

@@ -57,7 +57,7 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         .await
         .unwrap();
     let (lease, _) = store
-        .claim_run(&run.id, "worker-a", Duration::from_secs(60))
+        .claim_run(&run.id, "worker-a", Duration::from_mins(1))
         .await
         .unwrap()
         .unwrap();

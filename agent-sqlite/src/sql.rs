@@ -1,5 +1,11 @@
 //! Every statement the store issues. Times are milliseconds since the Unix epoch; JSON is
-//! stored as text.
+//! stored as text. Statements whose text is the same on PostgreSQL are in
+//! [`agent_sql::sql`]; those naming the final statuses are built once, on first use, from
+//! [`final_statuses`].
+
+use std::sync::LazyLock;
+
+use agent_sql::sql::final_statuses;
 
 macro_rules! run_cols {
     () => {
@@ -14,46 +20,40 @@ macro_rules! run_cols {
     };
 }
 
-macro_rules! final_statuses {
-    () => {
-        "('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered')"
-    };
-}
-
-pub const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint, graph, registered_at, seq) \
+pub(crate) const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint, graph, registered_at, seq) \
      VALUES ($1, $2, $3, $4, (SELECT COALESCE(max(seq), 0) + 1 FROM agents)) \
      ON CONFLICT (agent, fingerprint) DO UPDATE SET registered_at = excluded.registered_at, \
      seq = excluded.seq";
 
-pub const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 \
+pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 \
      AND ($2 IS NULL OR fingerprint = $2) ORDER BY seq DESC LIMIT 1";
 
-pub const AGENTS: &str = "SELECT DISTINCT agent FROM agents ORDER BY agent";
-
-pub const INSERT_RUN: &str = "INSERT INTO runs (id, agent, fingerprint, state_name, state, \
+pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (id, agent, fingerprint, state_name, state, \
      creation_hash, last_hash, parent_id, parent_version, created_at, updated_at, seq) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, \
      (SELECT COALESCE(max(seq), 0) + 1 FROM runs)) ON CONFLICT (id) DO NOTHING";
 
-pub const INSERT_TRANSITION: &str = "INSERT INTO transitions (run_id, version, from_state, \
+pub(crate) const INSERT_TRANSITION: &str = "INSERT INTO transitions (run_id, version, from_state, \
      to_state, kind, status, epoch, created_at, hash, payload_kind, payload) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
-pub const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
+pub(crate) const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
 
-pub const RUN_HEAD: &str = "SELECT version, epoch FROM runs WHERE id = $1";
-
-pub const CLAIM_RUN: &str = concat!(
-    "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, lease_expires_at = $3 + $4, \
-     claims_without_progress = claims_without_progress + 1, updated_at = $3 \
-     WHERE id = $1 AND status NOT IN ",
-    final_statuses!(),
-    " AND (lease_owner IS NULL OR lease_expires_at <= $3 OR lease_owner = $2) RETURNING ",
-    run_cols!()
-);
+pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        concat!(
+            "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, lease_expires_at = $3 + $4, \
+             claims_without_progress = claims_without_progress + 1, updated_at = $3 \
+             WHERE id = $1 AND status NOT IN {final_statuses} \
+             AND (lease_owner IS NULL OR lease_expires_at <= $3 OR lease_owner = $2) RETURNING ",
+            run_cols!()
+        ),
+        final_statuses = final_statuses()
+    )
+});
 
 /// Runnable runs, oldest first; `$1` is a JSON array of agent names (all when empty).
-pub const CLAIMABLE: &str = "SELECT r.id FROM runs r \
+pub(crate) const CLAIMABLE: &str = "SELECT r.id FROM runs r \
      WHERE r.status IN ('running', 'compensating', 'waiting') \
      AND (json_array_length($1) = 0 OR r.agent IN (SELECT value FROM json_each($1))) \
      AND (r.lease_owner IS NULL OR r.lease_expires_at <= $2) \
@@ -64,27 +64,27 @@ pub const CLAIMABLE: &str = "SELECT r.id FROM runs r \
      ORDER BY r.created_at, r.seq LIMIT $3";
 
 /// Take a run whose stored data does not read out of circulation.
-pub const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
+pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
      error_code = 'state.corrupt', error_message = $2, lease_owner = NULL, \
      lease_expires_at = NULL, updated_at = $3 WHERE id = $1";
 
-pub const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
+pub(crate) const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING lease_expires_at";
 
 /// Release without counting the claim (`Store::hand_back`).
-pub const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
+pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
      claims_without_progress = MAX(claims_without_progress - 1, 0) \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
 /// `Store::expire_leases_of`: the leases of a worker's previous process end now (`$2`).
-pub const EXPIRE_LEASES_OF: &str = "UPDATE runs SET lease_expires_at = $2 \
+pub(crate) const EXPIRE_LEASES_OF: &str = "UPDATE runs SET lease_expires_at = $2 \
      WHERE status IN ('running', 'compensating', 'waiting') AND lease_owner = $1 \
      AND lease_expires_at > $2";
 
-pub const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
+pub(crate) const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
      claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
-pub const UPSERT_ENTRY: &str = "INSERT INTO journal (run_id, version, seq, kind, state, name, \
+pub(crate) const UPSERT_ENTRY: &str = "INSERT INTO journal (run_id, version, seq, kind, state, name, \
      tool_kind, input_hash, input, idempotency_key, status, output, output_external, \
      output_summary, output_bytes, error_class, error_code, error_message, attempts, \
      duration_ms, started_at, finished_at) \
@@ -101,13 +101,13 @@ pub const UPSERT_ENTRY: &str = "INSERT INTO journal (run_id, version, seq, kind,
      duration_ms = excluded.duration_ms, started_at = excluded.started_at, \
      finished_at = excluded.finished_at";
 
-pub const UPSERT_OUTPUT: &str = "INSERT INTO outputs (run_id, version, seq, output) \
+pub(crate) const UPSERT_OUTPUT: &str = "INSERT INTO outputs (run_id, version, seq, output) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, version, seq) DO UPDATE SET output = excluded.output";
 
-pub const DELETE_OUTPUT: &str =
+pub(crate) const DELETE_OUTPUT: &str =
     "DELETE FROM outputs WHERE run_id = $1 AND version = $2 AND seq = $3";
 
-pub const JOURNAL: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.state, j.name, \
+pub(crate) const JOURNAL: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.state, j.name, \
      j.tool_kind, j.input_hash, j.input, j.idempotency_key, j.status, \
      COALESCE(o.output, j.output) AS output, j.error_class, j.error_code, j.error_message, \
      j.attempts, j.duration_ms, j.started_at, j.finished_at \
@@ -115,28 +115,26 @@ pub const JOURNAL: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.state, j
      AND o.version = j.version AND o.seq = j.seq \
      WHERE j.run_id = $1 AND ($2 IS NULL OR j.version = $2) ORDER BY j.version, j.seq";
 
-pub const COMMIT_BASE: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
-
-pub const SIGNAL_PENDING: &str =
+pub(crate) const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
 /// A commit to a final status also ends the lease (`Store::commit_step`). The
 /// compare-and-set on epoch (`$13`) and version (`$14`) is in the `WHERE`: a commit based on
 /// a head the run has moved past updates nothing and returns no row.
-pub const COMMIT_RUN: &str = concat!(
-    "UPDATE runs SET version = $2, state_name = $3, \
+pub(crate) static COMMIT_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE runs SET version = $2, state_name = $3, \
      state = COALESCE($4, state), \
      snapshot_version = CASE WHEN $4 IS NULL THEN snapshot_version ELSE $2 END, \
      status = $5, waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
      claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12, \
-     lease_owner = CASE WHEN $5 IN ",
-    final_statuses!(),
-    " THEN NULL ELSE lease_owner END, \
-     lease_expires_at = CASE WHEN $5 IN ",
-    final_statuses!(),
-    " THEN NULL ELSE lease_expires_at END \
-     WHERE id = $1 AND epoch = $13 AND version = $14 RETURNING lease_owner, lease_expires_at"
-);
+     lease_owner = CASE WHEN $5 IN {final_statuses} THEN NULL ELSE lease_owner END, \
+     lease_expires_at = CASE WHEN $5 IN {final_statuses} THEN NULL ELSE lease_expires_at END \
+     WHERE id = $1 AND epoch = $13 AND version = $14 \
+     RETURNING lease_owner, lease_expires_at",
+        final_statuses = final_statuses()
+    )
+});
 
 /// [`COMMIT_RUN`] for a commit that keeps the run's status (not a final one), the common
 /// step: it leaves `status` and the lease columns out of the `SET`, because SQLite updates
@@ -144,7 +142,7 @@ pub const COMMIT_RUN: &str = concat!(
 /// `runs_claimable`, `runs_lease_owner`). `status = $5` joins the compare-and-set: when the
 /// stored status is not the one the commit keeps, nothing is written and [`COMMIT_RUN`]
 /// decides.
-pub const COMMIT_RUN_SAME_STATUS: &str = "UPDATE runs SET version = $2, state_name = $3, \
+pub(crate) const COMMIT_RUN_SAME_STATUS: &str = "UPDATE runs SET version = $2, state_name = $3, \
      state = COALESCE($4, state), \
      snapshot_version = CASE WHEN $4 IS NULL THEN snapshot_version ELSE $2 END, \
      waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
@@ -152,20 +150,12 @@ pub const COMMIT_RUN_SAME_STATUS: &str = "UPDATE runs SET version = $2, state_na
      WHERE id = $1 AND epoch = $13 AND version = $14 AND status = $5 \
      RETURNING lease_owner, lease_expires_at";
 
-pub const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version = $2 WHERE id = $1";
+pub(crate) const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version = $2 WHERE id = $1";
 
-pub const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
+pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
      created_at, hash FROM transitions WHERE run_id = $1 ORDER BY version";
 
-pub const STATE_AT: &str = "SELECT version, to_state, payload_kind, payload FROM transitions \
-     WHERE run_id = $1 AND version <= $2 AND version >= ( \
-       SELECT max(version) FROM transitions WHERE run_id = $1 AND version <= $2 \
-       AND payload_kind = 'snapshot') \
-     ORDER BY version";
-
-pub const VERSION_EXISTS: &str = "SELECT 1 FROM transitions WHERE run_id = $1 AND version = $2";
-
-pub const LIST_RUNS: &str = concat!(
+pub(crate) const LIST_RUNS: &str = concat!(
     "SELECT ",
     run_cols!(),
     " FROM runs WHERE ($1 IS NULL OR agent = $1) \
@@ -173,22 +163,22 @@ pub const LIST_RUNS: &str = concat!(
      ORDER BY created_at DESC, seq DESC LIMIT $3"
 );
 
-pub const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload, created_at) \
+pub(crate) const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload, created_at) \
      SELECT id, $2, $3, $4 FROM runs WHERE id = $1 RETURNING id";
 
-pub const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, created_at, \
+pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, created_at, \
      consumed_at_version FROM signals WHERE run_id = $1 AND consumed_at_version IS NULL \
      ORDER BY id";
 
 /// `Store::quarantine`: fenced by the epoch, no version written, the lease ended.
-pub const QUARANTINE_UNDER_LEASE: &str = concat!(
+pub(crate) const QUARANTINE_UNDER_LEASE: &str = concat!(
     "UPDATE runs SET status = 'quarantined', error_code = $3, error_message = $4, \
      lease_owner = NULL, lease_expires_at = NULL, updated_at = $5 \
      WHERE id = $1 AND epoch = $2 RETURNING ",
     run_cols!()
 );
 
-pub const SET_STATUS: &str = concat!(
+pub(crate) const SET_STATUS: &str = concat!(
     "UPDATE runs SET status = $2, \
      error_code = CASE WHEN $2 = 'running' THEN NULL ELSE $3 END, \
      error_message = CASE WHEN $2 = 'running' THEN NULL ELSE $4 END, \
@@ -198,41 +188,26 @@ pub const SET_STATUS: &str = concat!(
     run_cols!()
 );
 
-pub const PRUNE_CANDIDATES: &str = concat!(
-    "SELECT r.id, r.version + 1 - $1 AS cutoff FROM runs r \
-     WHERE r.version + 1 > $1 AND (NOT $2 OR r.status IN ",
-    final_statuses!(),
-    ") AND EXISTS (SELECT 1 FROM transitions t WHERE t.run_id = r.id \
-     AND t.version < r.version + 1 - $1) ORDER BY r.id"
-);
-
-pub const PRUNE_SNAPSHOT: &str = "UPDATE transitions SET payload_kind = 'snapshot', payload = $3 \
-     WHERE run_id = $1 AND version = $2";
-
-pub const PRUNE_TRANSITIONS: &str = "DELETE FROM transitions WHERE run_id = $1 AND version < $2";
-
 /// Old journal entries, except a live run's saga log (completed hybrid calls and
 /// compensations), which compensation still needs; `$3` is whether the run is final.
-pub const PRUNE_OUTPUTS: &str = "DELETE FROM outputs WHERE run_id = $1 AND version < $2 \
+pub(crate) const PRUNE_OUTPUTS: &str = "DELETE FROM outputs WHERE run_id = $1 AND version < $2 \
      AND (run_id, version, seq) IN (SELECT run_id, version, seq FROM journal j \
        WHERE j.run_id = $1 AND j.version < $2 AND ($3 OR NOT (j.kind = 'compensation' \
        OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' AND j.status = 'succeeded'))))";
 
-pub const PRUNE_JOURNAL: &str = "DELETE FROM journal WHERE run_id = $1 AND version < $2 \
+pub(crate) const PRUNE_JOURNAL: &str = "DELETE FROM journal WHERE run_id = $1 AND version < $2 \
      AND ($3 OR NOT (kind = 'compensation' \
        OR (kind = 'tool' AND tool_kind = 'hybrid' AND status = 'succeeded')))";
 
-pub const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason, updated_at) \
+pub(crate) const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason, updated_at) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (tool) DO UPDATE SET enabled = excluded.enabled, \
      reason = excluded.reason, updated_at = excluded.updated_at";
 
-pub const TOOL_SWITCHES: &str =
+pub(crate) const TOOL_SWITCHES: &str =
     "SELECT tool, enabled, reason, updated_at FROM tool_switches ORDER BY tool";
 
-pub const TOOL_ENABLED: &str = "SELECT enabled FROM tool_switches WHERE tool = $1";
-
 /// Bytes of a run's rows: the stored values plus a fixed per-row overhead.
-pub const STORAGE_BYTES: &str = "SELECT \
+pub(crate) const STORAGE_BYTES: &str = "SELECT \
      (SELECT COALESCE(sum(length(payload) + length(hash) + length(from_state) \
         + length(to_state) + 48), 0) FROM transitions WHERE run_id = $1) \
    + (SELECT COALESCE(sum(length(input) + COALESCE(length(output), 0) \

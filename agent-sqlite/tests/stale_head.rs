@@ -43,7 +43,7 @@ async fn close(a: SqliteStore, b: SqliteStore, path: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
     let (a, b, path) = two_stores().await;
-    let hour = Duration::from_secs(3600);
+    let hour = Duration::from_hours(1);
     let (lease, _) = a.claim_run("r", "w", hour).await.unwrap().unwrap();
 
     // `a` remembers version 1; `b` moves the run to version 2 behind its back.

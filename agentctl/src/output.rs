@@ -288,29 +288,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m as u32, d as u32)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_format_in_utc() {
-        assert_eq!(fmt_time(0), "1970-01-01 00:00:00.000Z");
-        assert_eq!(fmt_time(1_796_000_401_123), "2026-11-30 01:00:01.123Z");
-        assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00:00.000Z");
-    }
-
-    #[test]
-    fn durations_and_ages() {
-        assert_eq!(fmt_duration_ms(12), "12 ms");
-        assert_eq!(fmt_duration_ms(1250), "1.25 s");
-        assert_eq!(fmt_duration_ms(125_000), "2m 05s");
-        assert_eq!(fmt_age(0, 59_000), "59s ago");
-        assert_eq!(fmt_age(0, 7_200_000), "2h ago");
-        assert_eq!(ellipsize("abcdef", 4), "abc…");
-        assert_eq!(ellipsize("abc", 4), "abc");
-    }
-}
-
 /// Write one line to stdout (see [`stdout_text`]).
 pub(crate) fn stdout_line(line: std::fmt::Arguments<'_>) {
     stdout_text(&format!("{line}\n"));
@@ -341,3 +318,26 @@ macro_rules! outln {
     };
 }
 pub(crate) use outln;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_format_in_utc() {
+        assert_eq!(fmt_time(0), "1970-01-01 00:00:00.000Z");
+        assert_eq!(fmt_time(1_796_000_401_123), "2026-11-30 01:00:01.123Z");
+        assert_eq!(fmt_time(951_782_400_000), "2000-02-29 00:00:00.000Z");
+    }
+
+    #[test]
+    fn durations_and_ages() {
+        assert_eq!(fmt_duration_ms(12), "12 ms");
+        assert_eq!(fmt_duration_ms(1250), "1.25 s");
+        assert_eq!(fmt_duration_ms(125_000), "2m 05s");
+        assert_eq!(fmt_age(0, 59_000), "59s ago");
+        assert_eq!(fmt_age(0, 7_200_000), "2h ago");
+        assert_eq!(ellipsize("abcdef", 4), "abc…");
+        assert_eq!(ellipsize("abc", 4), "abc");
+    }
+}

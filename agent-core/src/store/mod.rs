@@ -19,7 +19,6 @@ mod canonical;
 mod chain;
 mod contract;
 mod error;
-pub mod heads;
 pub mod history;
 pub mod memory;
 mod records;

@@ -8,7 +8,7 @@ use agent_pg::PgStore;
 
 /// `DATABASE_URL`, or `None` outside CI (with a loud message). Under `CI=true` a missing
 /// `DATABASE_URL` fails the test: the PostgreSQL tests must never be skipped silently there.
-pub fn database_url() -> Option<String> {
+pub(crate) fn database_url() -> Option<String> {
     match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
@@ -28,7 +28,7 @@ pub fn database_url() -> Option<String> {
 }
 
 /// A migrated store in a schema of its own, or `None` when skipped.
-pub async fn fresh_store() -> Option<Arc<PgStore>> {
+pub(crate) async fn fresh_store() -> Option<Arc<PgStore>> {
     let url = database_url()?;
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
     let store = PgStore::connect(&url, &schema)
@@ -42,14 +42,14 @@ pub async fn fresh_store() -> Option<Arc<PgStore>> {
 }
 
 /// Drop the test's schema.
-pub async fn drop_store(store: Arc<PgStore>) {
+pub(crate) async fn drop_store(store: Arc<PgStore>) {
     if let Err(e) = store.drop_schema().await {
         eprintln!("could not drop schema {}: {e}", store.schema());
     }
 }
 
 /// Drop the test's schema through a new connection (the store's pool is closed).
-pub async fn drop_store_after_close(store: Arc<PgStore>) {
+pub(crate) async fn drop_store_after_close(store: Arc<PgStore>) {
     if let Some(url) = database_url()
         && let Ok(fresh) = PgStore::connect(&url, store.schema()).await
     {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use super::{Lease, RunRecord, StoreError};
+use agent_core::store::{Lease, RunRecord, StoreError};
 
 /// How many runs a [`HeadCache`] remembers before it starts over.
 pub const HEAD_CACHE_MAX: usize = 16 * 1024;
@@ -19,7 +19,7 @@ pub struct RunHead {
     pub record: RunRecord,
     /// The hash of the run's last transition.
     pub last_hash: String,
-    /// Bytes of patches since the last snapshot (see [`history::encode`](super::history::encode)).
+    /// Bytes of patches since the last snapshot (see [`history::encode`](agent_core::store::history::encode)).
     pub patch_bytes: u64,
 }
 

@@ -1,0 +1,167 @@
+//! The writes of a step: journal entries, fenced by the lease, and the step's commit, one
+//! statement (shared with other runs' commits by the group commit).
+
+use agent_core::store::history::VersionPayload;
+use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError};
+use agent_sql::commit::{CommitPlan, check_entry, read_head, refused};
+use agent_sql::reads::head_of;
+use agent_sql::rows::SqlRow;
+use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
+use sqlx::Row;
+
+use crate::connect::db_err;
+use crate::group_commit::CommitRow;
+use crate::{PgStore, sql};
+
+impl PgStore {
+    /// `Store::record_entry`.
+    pub(crate) async fn record(
+        &self,
+        lease: &Lease,
+        entry: &JournalEntry,
+    ) -> Result<(), StoreError> {
+        check_entry(lease, entry)?;
+        let output_len = entry
+            .output
+            .as_ref()
+            .map_or(0, |o| serde_json::to_vec(o).map_or(0, |b| b.len()));
+        let external = output_len > LARGE_OUTPUT_BYTES;
+        let (inline, side) = if external {
+            (None, entry.output.as_ref())
+        } else {
+            (entry.output.as_ref(), None)
+        };
+        let row = sqlx::query(sql::RECORD_ENTRY)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .bind(to_i64(entry.version))
+            .bind(i32::try_from(entry.seq).unwrap_or(i32::MAX))
+            .bind(entry.kind.as_str())
+            .bind(&entry.state)
+            .bind(&entry.name)
+            .bind(entry.tool_kind.map(agent_core::ToolKind::as_str))
+            .bind(&entry.input_hash)
+            .bind(&entry.input)
+            .bind(&entry.idempotency_key)
+            .bind(entry.status.as_str())
+            .bind(inline)
+            .bind(external)
+            .bind(entry.output.as_ref().map(|o| summary(&o.to_string())))
+            .bind(
+                entry
+                    .output
+                    .as_ref()
+                    .map(|_| i32::try_from(output_len).unwrap_or(i32::MAX)),
+            )
+            .bind(entry.error_class.as_ref().and_then(serde_name))
+            .bind(&entry.error_code)
+            .bind(&entry.error_message)
+            .bind(i32::try_from(entry.attempts).unwrap_or(i32::MAX))
+            .bind(to_i64(entry.duration_ms))
+            .bind(entry.started_at)
+            .bind(entry.finished_at)
+            .bind(side)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let written: i64 = row.try_get(0).map_err(|e| corrupt(&lease.run_id, e))?;
+        if written > 0 {
+            return Ok(());
+        }
+        match head_of(self, &lease.run_id).await? {
+            None => Err(StoreError::NotFound(lease.run_id.clone())),
+            Some(_) => Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            }),
+        }
+    }
+
+    /// `Store::commit_step`.
+    pub(crate) async fn commit(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError> {
+        let run_id = lease.run_id.as_str();
+        let head = if let Some(cached) = self.heads.at(run_id, commit.expected_version) {
+            cached
+        } else {
+            let row = sqlx::query(sql::LOAD_RUN)
+                .bind(run_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_err)?;
+            read_head(row.as_ref(), lease, commit.expected_version)?
+        };
+        let (plan, payload) = CommitPlan::new(head, lease, commit);
+        // The run row keeps the state of the latest snapshot only (see the migrations); a
+        // snapshot's payload is that same state, bound once (`$6`).
+        let (payload_kind, snapshot_state, patch) = match payload {
+            VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
+            VersionPayload::Patch(v) => ("patch", None, Some(v)),
+        };
+        let applied = match commit.consumed_signal {
+            // Consuming a signal is rare and touches `signals` too: a statement of its own.
+            Some(signal) => {
+                let row = sqlx::query(sql::COMMIT_STEP_CONSUMING.as_str())
+                    .bind(run_id)
+                    .bind(to_i64(lease.epoch))
+                    .bind(to_i64(commit.expected_version))
+                    .bind(&commit.from_state)
+                    .bind(&commit.to_state)
+                    .bind(snapshot_state)
+                    .bind(commit.status.as_str())
+                    .bind(&commit.waiting_for)
+                    .bind(commit.wake_at)
+                    .bind(commit.error.as_ref().map(|e| e.code.as_str()))
+                    .bind(commit.error.as_ref().map(|e| e.message.as_str()))
+                    .bind(&plan.hash)
+                    .bind(to_i64(plan.patch_bytes))
+                    .bind(commit.kind.as_str())
+                    .bind(payload_kind)
+                    .bind(&patch)
+                    .bind(signal)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(db_err)?;
+                row.map(|r| r.applied_row())
+                    .transpose()
+                    .map_err(|e| corrupt(run_id, e))?
+            }
+            None => {
+                self.group
+                    .commit(CommitRow {
+                        run_id: run_id.to_owned(),
+                        epoch: to_i64(lease.epoch),
+                        expected: to_i64(commit.expected_version),
+                        from_state: commit.from_state.clone(),
+                        to_state: commit.to_state.clone(),
+                        snapshot: snapshot_state.cloned(),
+                        status: commit.status.as_str(),
+                        waiting_for: commit.waiting_for.clone(),
+                        wake_at: commit.wake_at,
+                        error_code: commit.error.as_ref().map(|e| e.code.clone()),
+                        error_message: commit.error.as_ref().map(|e| e.message.clone()),
+                        hash: plan.hash.clone(),
+                        patch_bytes: to_i64(plan.patch_bytes),
+                        kind: commit.kind.as_str(),
+                        payload_kind,
+                        patch,
+                    })
+                    .await?
+            }
+        };
+        if let Some(applied) = applied {
+            return Ok(plan.applied(lease, commit, applied, &self.heads));
+        }
+        // Zero rows: tell the caller why, from the run's head.
+        let stored = head_of(self, run_id).await?;
+        Err(refused(lease, commit.expected_version, stored, || {
+            StoreError::Backend(format!(
+                "signal {} is not pending for run `{run_id}`",
+                commit.consumed_signal.unwrap_or_default()
+            ))
+        }))
+    }
+}

@@ -1,0 +1,341 @@
+//! The [`Store`] contract on PostgreSQL: each method one statement where it can be (its
+//! text in `sql.rs`, or in `agent_sql::sql` when SQLite shares it), the reads that are the
+//! same on both SQL stores through [`agent_sql::reads`].
+//!
+//! [`Store`]: agent_core::store::Store
+
+use std::time::Duration;
+
+use agent_core::graph::GraphDescription;
+use agent_core::store::{
+    EntryKind, Lease, Millis, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
+    RunStatus, StoreError, ToolStats,
+};
+use agent_sql::reads::{self, head_of};
+use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
+use serde_json::Value;
+use sqlx::Row;
+
+use crate::connect::db_err;
+use crate::{PgStore, sql};
+
+agent_sql::impl_sql_store!(PgStore {
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
+        let json = serde_json::to_value(graph).map_err(|e| StoreError::Backend(e.to_string()))?;
+        sqlx::query(sql::REGISTER_AGENT)
+            .bind(&graph.agent)
+            .bind(graph.fingerprint())
+            .bind(json)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.create(&run, None).await
+    }
+
+    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(sql::LOAD_RUN)
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        row.map(|r| self.run_from_row(&r)).transpose()
+    }
+
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
+        let row = sqlx::query(sql::CLAIM_RUN.as_str())
+            .bind(run_id)
+            .bind(worker)
+            .bind(ms(ttl))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => {
+                let r = self.run_from_row(&row)?;
+                Ok(Some((lease_of(&r, worker), r)))
+            }
+            None if head_of(self, run_id).await?.is_none() => {
+                Err(StoreError::NotFound(run_id.to_owned()))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn claim_next(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+        let rows = sqlx::query(sql::CLAIM_NEXT)
+            .bind(agents)
+            .bind(worker)
+            .bind(ms(ttl))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match self.run_from_row(row) {
+                Ok(r) => out.push((lease_of(&r, worker), r)),
+                // A run whose stored data no longer reads must not keep the others from
+                // being claimed: quarantine it for an operator and go on.
+                Err(StoreError::Corrupt { run_id, message }) => {
+                    tracing::error!(run_id, message, "quarantining a run with corrupt data");
+                    sqlx::query(sql::QUARANTINE_CORRUPT)
+                        .bind(&run_id)
+                        .bind(&message)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(db_err)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        out.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
+        Ok(out)
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        let row = sqlx::query(sql::RENEW_LEASE)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .bind(&lease.worker)
+            .bind(ms(ttl))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => Ok(Lease {
+                expires_at: row.try_get(0).map_err(|e| corrupt(&lease.run_id, e))?,
+                ..lease.clone()
+            }),
+            None => Err(self.fenced_out(lease).await?),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        sqlx::query(sql::RELEASE_LEASE)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .bind(&self.channel)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+        let expired = sqlx::query(sql::EXPIRE_LEASES_OF)
+            .bind(worker)
+            .bind(&self.channel)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(expired.len() as u64)
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+        let rows = sqlx::query(sql::LIST_RUNS)
+            .bind(&filter.agent)
+            .bind(&statuses)
+            .bind(filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let (record, head) = rows::listed_run(row)?;
+            if let Some(head) = head {
+                self.heads.remember(head);
+            }
+            out.push(record);
+        }
+        Ok(out)
+    }
+
+    async fn send_signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: &Value,
+    ) -> Result<i64, StoreError> {
+        let row = sqlx::query(sql::SEND_SIGNAL)
+            .bind(run_id)
+            .bind(name)
+            .bind(payload)
+            .bind(&self.channel)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?
+            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        row.try_get("id").map_err(|e| corrupt(run_id, e))
+    }
+
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .bind(&error.code)
+            .bind(&error.message)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => self.run_from_row(&row),
+            None => Err(self.fenced_out(lease).await?),
+        }
+    }
+
+    async fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        error: Option<RunError>,
+    ) -> Result<RunRecord, StoreError> {
+        let row = sqlx::query(sql::SET_STATUS)
+            .bind(run_id)
+            .bind(status.as_str())
+            .bind(error.as_ref().map(|e| e.code.as_str()))
+            .bind(error.as_ref().map(|e| e.message.as_str()))
+            .bind(&self.channel)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => self.run_from_row(&row),
+            None => match head_of(self, run_id).await? {
+                None => Err(StoreError::NotFound(run_id.to_owned())),
+                Some((_, epoch)) => Err(StoreError::LeaseLost {
+                    run_id: run_id.to_owned(),
+                    epoch,
+                }),
+            },
+        }
+    }
+
+    async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
+        let candidates = reads::prune_candidates(self, policy).await?;
+        let mut report = PruneReport::default();
+        for candidate in &candidates {
+            let Some((id, cutoff, at)) = reads::prune_point(self, candidate).await? else {
+                continue;
+            };
+            let mut tx = self.pool.begin().await.map_err(db_err)?;
+            sqlx::query(agent_sql::sql::PRUNE_SNAPSHOT)
+                .bind(&id)
+                .bind(to_i64(cutoff))
+                .bind(&at.state)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            let removed = sqlx::query(agent_sql::sql::PRUNE_TRANSITIONS)
+                .bind(&id)
+                .bind(to_i64(cutoff))
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+            let entries: i64 = sqlx::query(sql::PRUNE_JOURNAL.as_str())
+                .bind(&id)
+                .bind(to_i64(cutoff))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .try_get(0)
+                .map_err(|e| corrupt(&id, e))?;
+            tx.commit().await.map_err(db_err)?;
+            report.versions_removed += removed;
+            report.entries_removed += u64::try_from(entries).unwrap_or(0);
+        }
+        Ok(report)
+    }
+
+    async fn set_tool_enabled(
+        &self,
+        tool: &str,
+        enabled: bool,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(sql::SET_TOOL)
+            .bind(tool)
+            .bind(enabled)
+            .bind(reason)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn tool_stats(&self, since: Millis) -> Result<Vec<ToolStats>, StoreError> {
+        let rows = sqlx::query(sql::TOOL_STATS)
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.iter()
+            .map(|row| {
+                let c = |e: sqlx::Error| StoreError::Backend(e.to_string());
+                let kind: String = row.try_get("kind").map_err(c)?;
+                let by_code: Option<Value> = row.try_get("by_code").map_err(c)?;
+                let errors_by_code = match by_code {
+                    Some(v) => {
+                        serde_json::from_value(v).map_err(|e| StoreError::Backend(e.to_string()))?
+                    }
+                    None => std::collections::BTreeMap::new(),
+                };
+                Ok(ToolStats {
+                    tool: row.try_get("name").map_err(c)?,
+                    kind: EntryKind::parse(&kind),
+                    calls: row.try_get("calls").and_then(to_u64).map_err(c)?,
+                    failures: row.try_get("failures").and_then(to_u64).map_err(c)?,
+                    avg_ms: row.try_get("avg_ms").map_err(c)?,
+                    p50_ms: row.try_get("p50_ms").and_then(to_u64).map_err(c)?,
+                    p99_ms: row.try_get("p99_ms").and_then(to_u64).map_err(c)?,
+                    errors_by_code,
+                })
+            })
+            .collect()
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        self.ensure_listener();
+        let _ = tokio::time::timeout(timeout, self.work.notified()).await;
+    }
+
+    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+        let row = sqlx::query(sql::STORAGE_BYTES)
+            .bind(run_id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let bytes: i64 = row.try_get(0).map_err(|e| corrupt(run_id, e))?;
+        Ok(Some(u64::try_from(bytes).unwrap_or(0)))
+    }
+});
+
+impl PgStore {
+    /// Why a write fenced by `lease` matched no row: the run is gone, or the epoch moved.
+    async fn fenced_out(&self, lease: &Lease) -> Result<StoreError, StoreError> {
+        Ok(if head_of(self, &lease.run_id).await?.is_none() {
+            StoreError::NotFound(lease.run_id.clone())
+        } else {
+            StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            }
+        })
+    }
+}

@@ -1,0 +1,125 @@
+//! The planning of a step commit, the same on both stores: from the run's head (cached or
+//! read) to the version's payload and chained hash, and from what the statement changed to
+//! the run's record after the commit.
+
+use agent_core::store::history::{self, VersionPayload};
+use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError, transition_hash};
+
+use crate::heads::{HeadCache, RunHead, commit_refusal};
+use crate::rows::{Applied, SqlRow, stored_run};
+
+/// The head a commit starts from when none is cached: the run row as read (`None`: the run
+/// does not exist).
+///
+/// # Errors
+/// [`StoreError::NotFound`] without a row; [`StoreError::Corrupt`] for a row that does
+/// not read; what [`commit_refusal`] says when the stored version or epoch already refuses
+/// the commit (the statement's compare-and-set still decides, but this says no before any
+/// work).
+pub fn read_head(
+    row: Option<&impl SqlRow>,
+    lease: &Lease,
+    expected: u64,
+) -> Result<RunHead, StoreError> {
+    let row = row.ok_or_else(|| StoreError::NotFound(lease.run_id.clone()))?;
+    let head = stored_run(row)?.head;
+    let stored = Some((head.record.version, head.record.epoch));
+    match commit_refusal(lease, expected, stored) {
+        Some(refused) => Err(refused),
+        None => Ok(head),
+    }
+}
+
+/// A step commit planned from its run's head: what to write, and what to remember after.
+#[derive(Debug)]
+pub struct CommitPlan {
+    base: RunRecord,
+    /// The version the commit writes (`expected_version + 1`).
+    pub version: u64,
+    /// The transition's hash, chained to the head's.
+    pub hash: String,
+    /// Bytes of patches since the last snapshot, this version's included (`0` after a
+    /// snapshot).
+    pub patch_bytes: u64,
+}
+
+impl CommitPlan {
+    /// Plan `commit` under `lease` on `head`: the payload of the new version (a JSON Patch
+    /// from the head's state, or a snapshot when the patches since the last one have grown
+    /// large), returned apart so that a store can move it into its statement.
+    #[must_use]
+    pub fn new(head: RunHead, lease: &Lease, commit: &StepCommit) -> (Self, VersionPayload) {
+        let (payload, patch_bytes) =
+            history::encode(Some(&head.record.state), &commit.state, head.patch_bytes);
+        let plan = Self {
+            version: commit.expected_version + 1,
+            hash: transition_hash(&head.last_hash, &commit.link(lease)),
+            patch_bytes,
+            base: head.record,
+        };
+        (plan, payload)
+    }
+
+    /// The run as of the head the commit is based on.
+    #[must_use]
+    pub fn base(&self) -> &RunRecord {
+        &self.base
+    }
+
+    /// The run after the commit applied, remembered in `heads` as its new head. The
+    /// statement returns only what it changed beyond the commit itself (`applied`); the
+    /// rest is the head this commit was based on.
+    #[must_use]
+    pub fn applied(
+        self,
+        lease: &Lease,
+        commit: &StepCommit,
+        applied: Applied,
+        heads: &HeadCache,
+    ) -> RunRecord {
+        let mut record = self.base;
+        record.version = self.version;
+        record.state_name.clone_from(&commit.to_state);
+        record.state = commit.state.clone();
+        record.status = commit.status;
+        record.waiting_for.clone_from(&commit.waiting_for);
+        record.wake_at = commit.wake_at;
+        record.error.clone_from(&commit.error);
+        record.epoch = lease.epoch;
+        record.claims_without_progress = 0;
+        record.lease_owner = applied.lease_owner;
+        record.lease_expires_at = applied.lease_expires_at;
+        record.updated_at = applied.updated_at;
+        heads.remember(RunHead {
+            record: record.clone(),
+            last_hash: self.hash,
+            patch_bytes: self.patch_bytes,
+        });
+        record
+    }
+}
+
+/// Why a commit whose statement matched no row wrote nothing, from the run's stored
+/// `(version, epoch)`; `otherwise` when neither explains it.
+pub fn refused(
+    lease: &Lease,
+    expected: u64,
+    stored: Option<(u64, u64)>,
+    otherwise: impl FnOnce() -> StoreError,
+) -> StoreError {
+    commit_refusal(lease, expected, stored).unwrap_or_else(otherwise)
+}
+
+/// A journal entry is written only under its own run's lease.
+///
+/// # Errors
+/// [`StoreError::Backend`] for an entry of another run.
+pub fn check_entry(lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
+    if entry.run_id == lease.run_id {
+        return Ok(());
+    }
+    Err(StoreError::Backend(format!(
+        "journal entry of run `{}` recorded under the lease of run `{}`",
+        entry.run_id, lease.run_id
+    )))
+}

@@ -1,0 +1,147 @@
+//! [`SqlRow`]: one bound for code generic over the store's row type, standing for "decodes
+//! into every row type of [`rows`](crate::rows)".
+
+use sqlx::{FromRow, Row};
+
+use crate::rows::{
+    AgentRow, Applied, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow, IdRow, PayloadRow,
+    RunRow, SignalRow, SpanRow, SwitchRow, TransitionRow,
+};
+
+/// A row of either dialect that decodes into every row type of [`rows`](crate::rows). Implemented
+/// for every row type that does (`PgRow`, `SqliteRow`), so that code generic over the
+/// store needs this one bound, not one per row type.
+pub trait SqlRow: Row {
+    /// The row as a run row.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn run_row(&self) -> sqlx::Result<RunRow>;
+    /// The `id` column alone.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn id(&self) -> sqlx::Result<String>;
+    /// The `agent` column alone.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn agent(&self) -> sqlx::Result<String>;
+    /// The row as a head row.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn head_row(&self) -> sqlx::Result<HeadRow>;
+    /// The row as a transition row.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn transition_row(&self) -> sqlx::Result<TransitionRow>;
+    /// The row as a payload row.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn payload_row(&self) -> sqlx::Result<PayloadRow>;
+    /// The row as a span row.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn span_row(&self) -> sqlx::Result<SpanRow>;
+    /// The row as a journal row.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn entry_row(&self) -> sqlx::Result<EntryRow>;
+    /// The row as a signal row.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn signal_row(&self) -> sqlx::Result<SignalRow>;
+    /// The `graph` column.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn graph_row(&self) -> sqlx::Result<GraphRow>;
+    /// The `enabled` column.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn enabled_row(&self) -> sqlx::Result<EnabledRow>;
+    /// The `cutoff` column.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn cutoff_row(&self) -> sqlx::Result<CutoffRow>;
+    /// The row as a tool switch row.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn switch_row(&self) -> sqlx::Result<SwitchRow>;
+    /// The row as what a commit changed.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn applied_row(&self) -> sqlx::Result<Applied>;
+}
+
+impl<R> SqlRow for R
+where
+    R: Row,
+    for<'r> RunRow: FromRow<'r, R>,
+    for<'r> IdRow: FromRow<'r, R>,
+    for<'r> AgentRow: FromRow<'r, R>,
+    for<'r> HeadRow: FromRow<'r, R>,
+    for<'r> TransitionRow: FromRow<'r, R>,
+    for<'r> PayloadRow: FromRow<'r, R>,
+    for<'r> SpanRow: FromRow<'r, R>,
+    for<'r> EntryRow: FromRow<'r, R>,
+    for<'r> SignalRow: FromRow<'r, R>,
+    for<'r> SwitchRow: FromRow<'r, R>,
+    for<'r> GraphRow: FromRow<'r, R>,
+    for<'r> EnabledRow: FromRow<'r, R>,
+    for<'r> CutoffRow: FromRow<'r, R>,
+    for<'r> Applied: FromRow<'r, R>,
+{
+    fn run_row(&self) -> sqlx::Result<RunRow> {
+        RunRow::from_row(self)
+    }
+    fn id(&self) -> sqlx::Result<String> {
+        IdRow::from_row(self).map(|r| r.id)
+    }
+    fn agent(&self) -> sqlx::Result<String> {
+        AgentRow::from_row(self).map(|r| r.agent)
+    }
+    fn head_row(&self) -> sqlx::Result<HeadRow> {
+        HeadRow::from_row(self)
+    }
+    fn transition_row(&self) -> sqlx::Result<TransitionRow> {
+        TransitionRow::from_row(self)
+    }
+    fn payload_row(&self) -> sqlx::Result<PayloadRow> {
+        PayloadRow::from_row(self)
+    }
+    fn span_row(&self) -> sqlx::Result<SpanRow> {
+        SpanRow::from_row(self)
+    }
+    fn entry_row(&self) -> sqlx::Result<EntryRow> {
+        EntryRow::from_row(self)
+    }
+    fn signal_row(&self) -> sqlx::Result<SignalRow> {
+        SignalRow::from_row(self)
+    }
+    fn graph_row(&self) -> sqlx::Result<GraphRow> {
+        GraphRow::from_row(self)
+    }
+    fn enabled_row(&self) -> sqlx::Result<EnabledRow> {
+        EnabledRow::from_row(self)
+    }
+    fn cutoff_row(&self) -> sqlx::Result<CutoffRow> {
+        CutoffRow::from_row(self)
+    }
+    fn switch_row(&self) -> sqlx::Result<SwitchRow> {
+        SwitchRow::from_row(self)
+    }
+    fn applied_row(&self) -> sqlx::Result<Applied> {
+        Applied::from_row(self)
+    }
+}

@@ -1,0 +1,132 @@
+//! # agent-sql
+//!
+//! **Internal crate: not for users.** It is the SQL layer under the two SQL stores of
+//! durable agents, [`agent-pg`](https://docs.rs/agent-pg) and
+//! [`agent-sqlite`](https://docs.rs/agent-sqlite), the way `sqlx-core` sits under sqlx's
+//! drivers. Depend on one of those stores instead; this crate's API follows what they
+//! need and changes with them (they pin it with `=`).
+//!
+//! It holds what is the same on both dialects:
+//! - [`rows`]: the rows the stores read, decoded with sqlx's `FromRow` derive (JSON columns
+//!   through [`sqlx::types::Json`], whether the database stores it as `jsonb` or as text),
+//!   and their conversion to the records of [`agent_core::store`], reporting data that does
+//!   not read as [`StoreError::Corrupt`] with the run it belongs to;
+//! - [`commit`]: the planning of a step commit, from the run's stored head to the payload
+//!   (snapshot or patch), the chained hash and the record after the commit;
+//! - [`heads`]: the cache of the heads of runs, so that a commit need not read its run back;
+//! - [`reads`]: the reads whose logic is the same on both (time travel, history, journal,
+//!   signals, fork), over a small trait each store implements;
+//! - [`sql`]: the statements whose text is the same on both dialects, and the list of final
+//!   statuses, derived once from [`RunStatus`](agent_core::store::RunStatus).
+//!
+//! Each store keeps what is its own: connection setup, migrations and its dialect's
+//! statements (and, on PostgreSQL, group commit and `LISTEN/NOTIFY`; on SQLite, its write
+//! transactions).
+
+use std::time::Duration;
+
+use agent_core::store::{Lease, RunRecord, StoreError};
+use serde_json::Value;
+
+pub mod commit;
+mod decode;
+pub mod heads;
+pub mod reads;
+pub mod rows;
+pub mod sql;
+
+/// What [`impl_sql_store!`] names; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use agent_core::graph::GraphDescription;
+    pub use agent_core::store::{
+        JournalEntry, Lease, RunRecord, SignalRecord, StateAtVersion, StepCommit, Store,
+        StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+    };
+    pub use async_trait::async_trait;
+}
+
+/// Tool outputs whose JSON is larger than this many bytes are stored in the `outputs` side
+/// table; the journal row keeps a summary.
+pub const LARGE_OUTPUT_BYTES: usize = 8 * 1024;
+
+/// How many characters of an output the journal keeps as its summary.
+const SUMMARY_CHARS: usize = 200;
+
+/// A store error for data of `run_id` that does not read.
+pub fn corrupt(run_id: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        run_id: run_id.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// A `u64` as the databases' `bigint` (saturating; no stored count comes near it).
+#[must_use]
+pub fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A stored `bigint` that must not be negative.
+///
+/// # Errors
+/// [`sqlx::Error::Decode`] for a negative value.
+pub fn to_u64(v: i64) -> Result<u64, sqlx::Error> {
+    u64::try_from(v).map_err(|_| sqlx::Error::Decode(format!("negative value {v}").into()))
+}
+
+/// A lease's time to live in milliseconds, bounded so that adding it to a time cannot
+/// overflow.
+#[must_use]
+pub fn ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+/// What the journal keeps of an output's JSON text: its first characters.
+#[must_use]
+pub fn summary(text: &str) -> String {
+    match text.char_indices().nth(SUMMARY_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// The name serde gives a unit variant (the stored form of enums without an `as_str`).
+pub fn serde_name<T: serde::Serialize>(v: &T) -> Option<String> {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// The lease a claim of `r` by `worker` holds.
+#[must_use]
+pub fn lease_of(r: &RunRecord, worker: &str) -> Lease {
+    Lease {
+        run_id: r.id.clone(),
+        worker: worker.to_owned(),
+        epoch: r.epoch,
+        expires_at: r.lease_expires_at.unwrap_or(r.updated_at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_cuts_at_a_character() {
+        assert_eq!(summary("short"), "short");
+        let long = "é".repeat(SUMMARY_CHARS + 5);
+        let cut = summary(&long);
+        assert_eq!(cut.chars().count(), SUMMARY_CHARS + 1);
+        assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn negative_counts_do_not_read() {
+        assert_eq!(to_u64(7).unwrap(), 7);
+        assert!(to_u64(-1).is_err());
+        assert_eq!(to_i64(u64::MAX), i64::MAX);
+    }
+}

@@ -1,0 +1,502 @@
+//! Reads whose logic is the same on both stores, over [`SqlReads`]: each store says how to
+//! run a statement bound to a run, and gives its dialect's text where it differs.
+
+use agent_core::graph::GraphDescription;
+use agent_core::store::{
+    JournalEntry, Lease, NewRun, RetentionPolicy, RunRecord, SignalRecord, StateAtVersion, Store,
+    StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+};
+use async_trait::async_trait;
+use sqlx::query::Query;
+use sqlx::{Database, Encode, Type};
+
+use crate::rows::{self, SqlRow};
+use crate::{corrupt, sql, to_i64, to_u64};
+
+/// A statement's parameter, as the shared reads bind them (`$1`, `$2`, … in order).
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// Text.
+    Text(&'a str),
+    /// Text or `NULL`.
+    OptText(Option<&'a str>),
+    /// A `bigint`.
+    Int(i64),
+    /// A `bigint` or `NULL`.
+    OptInt(Option<i64>),
+    /// A boolean.
+    Bool(bool),
+}
+
+/// Bind `args` to `query`, in order.
+pub fn bind<'q, DB: Database>(
+    mut query: Query<'q, DB, DB::Arguments>,
+    args: &[Arg<'_>],
+) -> Query<'q, DB, DB::Arguments>
+where
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> Option<&'a str>: Encode<'a, DB> + Type<DB>,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+    for<'a> Option<i64>: Encode<'a, DB> + Type<DB>,
+    for<'a> bool: Encode<'a, DB> + Type<DB>,
+{
+    for arg in args {
+        query = match *arg {
+            Arg::Text(v) => query.bind(v),
+            Arg::OptText(v) => query.bind(v),
+            Arg::Int(v) => query.bind(v),
+            Arg::OptInt(v) => query.bind(v),
+            Arg::Bool(v) => query.bind(v),
+        };
+    }
+    query
+}
+
+/// What the shared reads need of a store.
+#[async_trait]
+pub trait SqlReads: Store + Sync {
+    /// The driver's row.
+    type Row: SqlRow + Send;
+
+    /// The latest graph of an agent in the column `graph`, `$1` the agent, `$2` a
+    /// fingerprint or `NULL` for the latest registered.
+    const AGENT_GRAPH: &'static str;
+    /// A run's history in the columns of [`rows::TransitionRow`], `$1` the run.
+    const HISTORY: &'static str;
+    /// A run's journal in the columns of [`rows::EntryRow`], `$1` the run, `$2` a version
+    /// or `NULL` for all.
+    const JOURNAL: &'static str;
+    /// A run's pending signals in the columns of [`rows::SignalRow`], `$1` the run.
+    const PENDING_SIGNALS: &'static str;
+    /// The tool switches in the columns of [`rows::SwitchRow`].
+    const TOOL_SWITCHES: &'static str;
+    /// Give a claim back uncounted, `$1` the run, `$2` the lease's epoch.
+    const HAND_BACK: &'static str;
+
+    /// The rows of `sql` with `args` bound in order.
+    ///
+    /// # Errors
+    /// The store's error for a failed statement.
+    async fn fetch(
+        &self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<Self::Row>, StoreError>;
+
+    /// Create `new` as a fork of `parent` (run and version), as `Store::fork` does
+    /// (idempotent: the same fork again returns the run it made).
+    ///
+    /// # Errors
+    /// As `Store::fork`.
+    async fn insert_fork(&self, new: &NewRun, parent: (&str, u64))
+    -> Result<RunRecord, StoreError>;
+}
+
+/// A run's stored `(version, epoch)`, `None` when it does not exist.
+///
+/// # Errors
+/// The store's error for a failed statement; [`StoreError::Corrupt`] when they do not read.
+pub async fn head_of<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+) -> Result<Option<(u64, u64)>, StoreError> {
+    let rows = store.fetch(sql::RUN_HEAD, &[Arg::Text(run_id)]).await?;
+    rows.first().map(|r| rows::head(run_id, r)).transpose()
+}
+
+/// `NotFound` when rows of a run came back empty and the run does not exist either.
+async fn found<S: SqlReads, T>(
+    store: &S,
+    run_id: &str,
+    rows: Vec<T>,
+) -> Result<Vec<T>, StoreError> {
+    if rows.is_empty() && head_of(store, run_id).await?.is_none() {
+        return Err(StoreError::NotFound(run_id.to_owned()));
+    }
+    Ok(rows)
+}
+
+/// The state of a run at `version`, replayed from the nearest snapshot; `None` when that
+/// version is not stored (or the run does not exist).
+///
+/// # Errors
+/// The store's error for a failed statement; [`StoreError::Corrupt`] when the payloads do
+/// not replay, or the version is stored without a snapshot at or before it.
+pub async fn replay_at<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+    version: u64,
+) -> Result<Option<StateAtVersion>, StoreError> {
+    let rows = store
+        .fetch(
+            sql::STATE_AT,
+            &[Arg::Text(run_id), Arg::Int(to_i64(version))],
+        )
+        .await?;
+    if rows.is_empty() {
+        let exists = store
+            .fetch(
+                sql::VERSION_EXISTS,
+                &[Arg::Text(run_id), Arg::Int(to_i64(version))],
+            )
+            .await?;
+        return if exists.is_empty() {
+            Ok(None)
+        } else {
+            Err(rows::corrupt_history(run_id, version))
+        };
+    }
+    rows::replay(run_id, version, &rows)
+}
+
+/// `Store::state_at`.
+///
+/// # Errors
+/// As `Store::state_at`.
+pub async fn state_at<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+    version: u64,
+) -> Result<Option<StateAtVersion>, StoreError> {
+    let at = replay_at(store, run_id, version).await?;
+    if at.is_none() && head_of(store, run_id).await?.is_none() {
+        return Err(StoreError::NotFound(run_id.to_owned()));
+    }
+    Ok(at)
+}
+
+/// `Store::version_span`.
+///
+/// # Errors
+/// As `Store::version_span`.
+pub async fn version_span<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+) -> Result<Option<VersionSpan>, StoreError> {
+    let rows = store.fetch(sql::VERSION_SPAN, &[Arg::Text(run_id)]).await?;
+    match rows.first() {
+        Some(row) => rows::version_span(run_id, row),
+        None => Ok(None),
+    }
+}
+
+/// `Store::history`.
+///
+/// # Errors
+/// As `Store::history`.
+pub async fn history<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+) -> Result<Vec<TransitionRecord>, StoreError> {
+    let rows = found(
+        store,
+        run_id,
+        store.fetch(S::HISTORY, &[Arg::Text(run_id)]).await?,
+    )
+    .await?;
+    rows.iter().map(|r| rows::transition(run_id, r)).collect()
+}
+
+/// `Store::journal`.
+///
+/// # Errors
+/// As `Store::journal`.
+pub async fn journal<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+    version: Option<u64>,
+) -> Result<Vec<JournalEntry>, StoreError> {
+    let rows = store
+        .fetch(
+            S::JOURNAL,
+            &[Arg::Text(run_id), Arg::OptInt(version.map(to_i64))],
+        )
+        .await?;
+    let rows = found(store, run_id, rows).await?;
+    rows.iter().map(|r| rows::entry(run_id, r)).collect()
+}
+
+/// `Store::pending_signals`.
+///
+/// # Errors
+/// As `Store::pending_signals`.
+pub async fn pending_signals<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+) -> Result<Vec<SignalRecord>, StoreError> {
+    let rows = store
+        .fetch(S::PENDING_SIGNALS, &[Arg::Text(run_id)])
+        .await?;
+    let rows = found(store, run_id, rows).await?;
+    rows.iter().map(|r| rows::signal(run_id, r)).collect()
+}
+
+/// `Store::fork`: a new run from the state of `run_id` at `version`.
+///
+/// # Errors
+/// As `Store::fork`.
+pub async fn fork<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+    version: u64,
+    new_id: &str,
+) -> Result<RunRecord, StoreError> {
+    let source = store
+        .load_run(run_id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+    let at = replay_at(store, run_id, version)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("{run_id}@{version}")))?;
+    let new = NewRun {
+        id: new_id.to_owned(),
+        agent: source.agent,
+        fingerprint: source.fingerprint,
+        state_name: at.state_name,
+        state: at.state,
+    };
+    store.insert_fork(&new, (run_id, version)).await
+}
+
+/// `Store::agents`.
+///
+/// # Errors
+/// As `Store::agents`.
+pub async fn agents<S: SqlReads>(store: &S) -> Result<Vec<String>, StoreError> {
+    let rows = store.fetch(sql::AGENTS, &[]).await?;
+    rows.iter()
+        .map(|r| r.agent().map_err(|e| StoreError::Backend(e.to_string())))
+        .collect()
+}
+
+/// `Store::tool_switches`.
+///
+/// # Errors
+/// As `Store::tool_switches`.
+pub async fn tool_switches<S: SqlReads>(store: &S) -> Result<Vec<ToolSwitch>, StoreError> {
+    let rows = store.fetch(S::TOOL_SWITCHES, &[]).await?;
+    rows.iter().map(rows::tool_switch).collect()
+}
+
+/// `Store::agent_graph`.
+///
+/// # Errors
+/// As `Store::agent_graph`.
+pub async fn agent_graph<S: SqlReads>(
+    store: &S,
+    agent: &str,
+    fingerprint: Option<&str>,
+) -> Result<Option<GraphDescription>, StoreError> {
+    let rows = store
+        .fetch(
+            S::AGENT_GRAPH,
+            &[Arg::Text(agent), Arg::OptText(fingerprint)],
+        )
+        .await?;
+    rows.first().map(|r| rows::graph(agent, r)).transpose()
+}
+
+/// `Store::hand_back`.
+///
+/// # Errors
+/// As `Store::hand_back`.
+pub async fn hand_back<S: SqlReads>(store: &S, lease: &Lease) -> Result<(), StoreError> {
+    store
+        .fetch(
+            S::HAND_BACK,
+            &[Arg::Text(&lease.run_id), Arg::Int(to_i64(lease.epoch))],
+        )
+        .await?;
+    Ok(())
+}
+
+/// `Store::tool_enabled`.
+///
+/// # Errors
+/// As `Store::tool_enabled`.
+pub async fn tool_enabled<S: SqlReads>(store: &S, tool: &str) -> Result<bool, StoreError> {
+    let rows = store.fetch(sql::TOOL_ENABLED, &[Arg::Text(tool)]).await?;
+    rows.first().map_or(Ok(true), rows::enabled)
+}
+
+/// The runs `policy` prunes: rows of `(id, cutoff)`, the first version kept.
+///
+/// # Errors
+/// The store's error for a failed statement.
+pub async fn prune_candidates<S: SqlReads>(
+    store: &S,
+    policy: &RetentionPolicy,
+) -> Result<Vec<S::Row>, StoreError> {
+    let keep = to_i64(policy.keep_last_versions.max(1));
+    store
+        .fetch(
+            sql::PRUNE_CANDIDATES.as_str(),
+            &[Arg::Int(keep), Arg::Bool(policy.only_final_runs)],
+        )
+        .await
+}
+
+/// Where a candidate of [`prune_candidates`] is cut: its id, the first kept version and
+/// the state there (which becomes a snapshot, so that every kept version replays); `None`
+/// when that version no longer replays to anything (nothing to prune).
+///
+/// # Errors
+/// The store's error for a failed statement; [`StoreError::Corrupt`] when the row or the
+/// history does not read.
+pub async fn prune_point<S: SqlReads>(
+    store: &S,
+    candidate: &S::Row,
+) -> Result<Option<(String, u64, StateAtVersion)>, StoreError> {
+    let id = candidate.id().map_err(|e| corrupt("?", e))?;
+    let cutoff = rows::cutoff(candidate)
+        .and_then(to_u64)
+        .map_err(|e| corrupt(&id, e))?;
+    Ok(replay_at(store, &id, cutoff)
+        .await?
+        .map(|at| (id, cutoff, at)))
+}
+
+/// The methods of `agent_core::store::Store` that are the same on every SQL store, inside
+/// the store's `impl Store` (the rest of its methods go in the braces). The store
+/// implements [`SqlReads`] and has two inherent methods with the signatures of
+/// `Store::record_entry` and `Store::commit_step`, named `record` and `commit`.
+///
+/// ```ignore
+/// agent_sql::impl_sql_store!(PgStore {
+///     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> { … }
+///     …
+/// });
+/// ```
+#[macro_export]
+macro_rules! impl_sql_store {
+    ($store:ty { $($methods:tt)* }) => {
+        #[$crate::__private::async_trait]
+        impl $crate::__private::Store for $store {
+            async fn agents(&self) -> ::core::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::agents(self).await
+            }
+
+            async fn agent_graph(
+                &self,
+                agent: &str,
+                fingerprint: ::core::option::Option<&str>,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::__private::GraphDescription>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::agent_graph(self, agent, fingerprint).await
+            }
+
+            async fn hand_back(
+                &self,
+                lease: &$crate::__private::Lease,
+            ) -> ::core::result::Result<(), $crate::__private::StoreError> {
+                $crate::reads::hand_back(self, lease).await
+            }
+
+            async fn tool_enabled(
+                &self,
+                tool: &str,
+            ) -> ::core::result::Result<bool, $crate::__private::StoreError> {
+                $crate::reads::tool_enabled(self, tool).await
+            }
+
+            async fn record_entry(
+                &self,
+                lease: &$crate::__private::Lease,
+                entry: &$crate::__private::JournalEntry,
+            ) -> ::core::result::Result<(), $crate::__private::StoreError> {
+                self.record(lease, entry).await
+            }
+
+            async fn journal(
+                &self,
+                run_id: &str,
+                version: ::core::option::Option<u64>,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::JournalEntry>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::journal(self, run_id, version).await
+            }
+
+            async fn commit_step(
+                &self,
+                lease: &$crate::__private::Lease,
+                commit: &$crate::__private::StepCommit,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.commit(lease, commit).await
+            }
+
+            async fn version_span(
+                &self,
+                run_id: &str,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::__private::VersionSpan>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::version_span(self, run_id).await
+            }
+
+            async fn history(
+                &self,
+                run_id: &str,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::TransitionRecord>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::history(self, run_id).await
+            }
+
+            async fn state_at(
+                &self,
+                run_id: &str,
+                version: u64,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::__private::StateAtVersion>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::state_at(self, run_id, version).await
+            }
+
+            async fn fork(
+                &self,
+                run_id: &str,
+                version: u64,
+                new_id: &str,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::fork(self, run_id, version, new_id).await
+            }
+
+            async fn pending_signals(
+                &self,
+                run_id: &str,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::SignalRecord>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::pending_signals(self, run_id).await
+            }
+
+            async fn tool_switches(
+                &self,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::ToolSwitch>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::tool_switches(self).await
+            }
+
+            $($methods)*
+        }
+    };
+}

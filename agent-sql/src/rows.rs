@@ -1,0 +1,489 @@
+//! The rows the stores read, decoded with sqlx's `FromRow` derive, and their conversion to
+//! the records of [`agent_core::store`].
+//!
+//! Integers are read as the widest type both dialects decode for the column (`integer`
+//! columns of PostgreSQL as `i32`, which SQLite's `INTEGER` decodes too, range-checked);
+//! JSON as [`Json`], from `jsonb` or from text. Data that does not read, or reads but is not
+//! a value the store writes, is [`StoreError::Corrupt`] for the run it belongs to.
+
+use agent_core::graph::GraphDescription;
+use agent_core::store::history::{self, VersionPayload};
+use agent_core::store::{
+    CallStatus, EntryKind, JournalEntry, Millis, RunError, RunRecord, RunStatus, SignalRecord,
+    StateAtVersion, StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
+};
+use serde_json::Value;
+use sqlx::FromRow;
+use sqlx::types::Json;
+
+pub use crate::decode::SqlRow;
+use crate::heads::RunHead;
+use crate::{corrupt, to_u64};
+
+/// A run row (the columns of the stores' `run_cols`).
+#[derive(Debug, FromRow)]
+pub struct RunRow {
+    agent: String,
+    fingerprint: String,
+    state_name: String,
+    /// The state at the run's latest snapshot.
+    state: Json<Value>,
+    version: i64,
+    status: String,
+    waiting_for: Option<String>,
+    wake_at: Option<Millis>,
+    error_code: Option<String>,
+    error_message: Option<String>,
+    epoch: i64,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<Millis>,
+    claims_without_progress: i32,
+    parent_id: Option<String>,
+    parent_version: Option<i64>,
+    created_at: Millis,
+    updated_at: Millis,
+    creation_hash: String,
+    last_hash: String,
+    patch_bytes: i64,
+    /// `[payload_kind, payload]` of each version after the snapshot (`NULL` or `[]`: none).
+    tail: Option<Json<Value>>,
+}
+
+/// The first column of a run row on its own, so that the rest of a row that does not read
+/// is reported against its run.
+#[derive(Debug, FromRow)]
+pub struct IdRow {
+    /// The run's id.
+    pub id: String,
+}
+
+/// The agent of a run row, for listing a run whose data does not read.
+#[derive(Debug, FromRow)]
+pub struct AgentRow {
+    /// The run's agent.
+    pub agent: String,
+}
+
+/// A run's stored version and epoch ([`sql::RUN_HEAD`](crate::sql::RUN_HEAD)).
+#[derive(Debug, FromRow)]
+pub struct HeadRow {
+    version: i64,
+    epoch: i64,
+}
+
+/// A row of a run's history.
+#[derive(Debug, FromRow)]
+pub struct TransitionRow {
+    run_id: String,
+    version: i64,
+    from_state: String,
+    to_state: String,
+    kind: String,
+    status: String,
+    epoch: i64,
+    created_at: Millis,
+    hash: String,
+}
+
+/// A version's payload ([`sql::STATE_AT`](crate::sql::STATE_AT)).
+#[derive(Debug, FromRow)]
+pub struct PayloadRow {
+    version: i64,
+    to_state: String,
+    payload_kind: String,
+    payload: Json<Value>,
+}
+
+/// The aggregate of [`sql::VERSION_SPAN`](crate::sql::VERSION_SPAN).
+#[derive(Debug, FromRow)]
+pub struct SpanRow {
+    first: Option<i64>,
+    last: Option<i64>,
+    n: i64,
+}
+
+/// A journal entry, its output joined from the side table when it lives there.
+#[derive(Debug, FromRow)]
+pub struct EntryRow {
+    run_id: String,
+    version: i64,
+    seq: i32,
+    kind: String,
+    state: String,
+    name: String,
+    tool_kind: Option<String>,
+    input_hash: String,
+    input: Json<Value>,
+    idempotency_key: Option<String>,
+    status: String,
+    output: Option<Json<Value>>,
+    error_class: Option<String>,
+    error_code: Option<String>,
+    error_message: Option<String>,
+    attempts: i32,
+    duration_ms: i64,
+    started_at: Millis,
+    finished_at: Option<Millis>,
+}
+
+/// A signal.
+#[derive(Debug, FromRow)]
+pub struct SignalRow {
+    id: i64,
+    run_id: String,
+    name: String,
+    payload: Json<Value>,
+    created_at: Millis,
+    consumed_at_version: Option<i64>,
+}
+
+/// A registered graph.
+#[derive(Debug, FromRow)]
+pub struct GraphRow {
+    graph: Json<Value>,
+}
+
+/// Whether a tool is switched on.
+#[derive(Debug, FromRow)]
+pub struct EnabledRow {
+    enabled: bool,
+}
+
+/// A prune candidate's first kept version.
+#[derive(Debug, FromRow)]
+pub struct CutoffRow {
+    cutoff: i64,
+}
+
+/// A tool switch.
+#[derive(Debug, FromRow)]
+pub struct SwitchRow {
+    tool: String,
+    enabled: bool,
+    reason: Option<String>,
+    updated_at: Millis,
+}
+
+/// What a commit that applied changed beyond the commit itself (the stores' commit
+/// statements return these columns).
+#[derive(Debug, Clone, FromRow)]
+pub struct Applied {
+    /// The lease holder after the commit (`None` when it ended the lease).
+    pub lease_owner: Option<String>,
+    /// When the lease expires after the commit.
+    pub lease_expires_at: Option<Millis>,
+    /// The commit time.
+    pub updated_at: Millis,
+}
+
+/// A run as stored: its record with what its next commit chains to, and the hash of what
+/// it was created from.
+#[derive(Debug, Clone)]
+pub struct StoredRun {
+    /// The record and its chain head.
+    pub head: RunHead,
+    /// The hash of the run's creation request (an idempotent create compares it).
+    pub creation_hash: String,
+}
+
+/// Read a run row.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a row that does not read (its run id `?` when the id itself
+/// does not).
+pub fn stored_run(row: &impl SqlRow) -> Result<StoredRun, StoreError> {
+    let id = row
+        .id()
+        .map_err(|e| corrupt("?", format!("unreadable run id: {e}")))?;
+    let c = |e: sqlx::Error| corrupt(&id, e);
+    let r = row.run_row().map_err(c)?;
+    let record = RunRecord {
+        agent: r.agent,
+        fingerprint: r.fingerprint,
+        state_name: r.state_name,
+        state: current_state(&id, r.state.0, r.tail.map(|t| t.0))?,
+        version: to_u64(r.version).map_err(c)?,
+        status: parse_status(&id, &r.status)?,
+        waiting_for: r.waiting_for,
+        wake_at: r.wake_at,
+        error: r.error_code.map(|code| RunError {
+            code,
+            message: r.error_message.unwrap_or_default(),
+        }),
+        epoch: to_u64(r.epoch).map_err(c)?,
+        lease_owner: r.lease_owner,
+        lease_expires_at: r.lease_expires_at,
+        claims_without_progress: u32::try_from(r.claims_without_progress).unwrap_or(0),
+        parent: r
+            .parent_id
+            .zip(r.parent_version.and_then(|v| u64::try_from(v).ok())),
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+        id: id.clone(),
+    };
+    Ok(StoredRun {
+        head: RunHead {
+            record,
+            last_hash: r.last_hash,
+            patch_bytes: to_u64(r.patch_bytes).map_err(c)?,
+        },
+        creation_hash: r.creation_hash,
+    })
+}
+
+/// Read a row of a run listing: a run whose data does not read is listed as unreadable
+/// ([`RunRecord::unreadable`]) rather than failing the listing; it has no head.
+///
+/// # Errors
+/// Only for an error other than [`StoreError::Corrupt`] (none today).
+pub fn listed_run(row: &impl SqlRow) -> Result<(RunRecord, Option<RunHead>), StoreError> {
+    match stored_run(row) {
+        Ok(stored) => Ok((stored.head.record.clone(), Some(stored.head))),
+        Err(StoreError::Corrupt { run_id, message }) => Ok((
+            RunRecord::unreadable(run_id, row.agent().unwrap_or_default(), message),
+            None,
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// The current state of a run row: the state at its snapshot plus the later payloads.
+fn current_state(run_id: &str, base: Value, tail: Option<Value>) -> Result<Value, StoreError> {
+    let Some(Value::Array(tail)) = tail else {
+        return Ok(base);
+    };
+    if tail.is_empty() {
+        return Ok(base);
+    }
+    let mut payloads = vec![VersionPayload::Snapshot(base)];
+    for item in tail {
+        let payload = match item {
+            Value::Array(mut pair) if pair.len() == 2 => {
+                let body = pair.pop().unwrap_or(Value::Null);
+                match pair.pop() {
+                    Some(Value::String(kind)) if kind == "snapshot" => {
+                        VersionPayload::Snapshot(body)
+                    }
+                    Some(Value::String(kind)) if kind == "patch" => VersionPayload::Patch(body),
+                    other => {
+                        return Err(corrupt(run_id, format!("unknown payload kind {other:?}")));
+                    }
+                }
+            }
+            other => return Err(corrupt(run_id, format!("malformed history item {other}"))),
+        };
+        payloads.push(payload);
+    }
+    history::replay(&payloads).map_err(|e| corrupt(run_id, e))
+}
+
+/// A stored run status.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a name that is not a status.
+pub fn parse_status(run_id: &str, s: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(s).ok_or_else(|| corrupt(run_id, format!("unknown run status `{s}`")))
+}
+
+/// Parse a stored enum name through serde (for enums without a `parse`).
+fn parse_serde<T: serde::de::DeserializeOwned>(
+    run_id: &str,
+    what: &str,
+    s: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    s.map(|s| {
+        serde_json::from_value(Value::String(s.clone()))
+            .map_err(|_| corrupt(run_id, format!("unknown {what} `{s}`")))
+    })
+    .transpose()
+}
+
+/// Read a run's stored `(version, epoch)`.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when they do not read.
+pub fn head(run_id: &str, row: &impl SqlRow) -> Result<(u64, u64), StoreError> {
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let h = row.head_row().map_err(c)?;
+    Ok((to_u64(h.version).map_err(c)?, to_u64(h.epoch).map_err(c)?))
+}
+
+/// Read a row of a run's history.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when it does not read.
+pub fn transition(run_id: &str, row: &impl SqlRow) -> Result<TransitionRecord, StoreError> {
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let r = row.transition_row().map_err(c)?;
+    Ok(TransitionRecord {
+        run_id: r.run_id,
+        version: to_u64(r.version).map_err(c)?,
+        from_state: r.from_state,
+        to_state: r.to_state,
+        kind: TransitionKind::parse(&r.kind)
+            .ok_or_else(|| corrupt(run_id, format!("unknown transition kind `{}`", r.kind)))?,
+        status: parse_status(run_id, &r.status)?,
+        epoch: to_u64(r.epoch).map_err(c)?,
+        created_at: r.created_at,
+        hash: r.hash,
+    })
+}
+
+/// Replay the payload rows of [`sql::STATE_AT`](crate::sql::STATE_AT) (from a snapshot up
+/// to `version`, in order). `None` when the last row is not `version` (a later one is asked
+/// for than is stored).
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when a row does not read or the payloads do not replay.
+pub fn replay<R: SqlRow>(
+    run_id: &str,
+    version: u64,
+    rows: &[R],
+) -> Result<Option<StateAtVersion>, StoreError> {
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let Some(last) = rows.last() else {
+        return Ok(None);
+    };
+    let last = last.payload_row().map_err(c)?;
+    if to_u64(last.version).map_err(c)? != version {
+        return Ok(None);
+    }
+    let mut payloads = Vec::with_capacity(rows.len());
+    for row in &rows[..rows.len() - 1] {
+        payloads.push(payload(run_id, row.payload_row().map_err(c)?)?);
+    }
+    let state_name = last.to_state.clone();
+    payloads.push(payload(run_id, last)?);
+    let state = history::replay(&payloads).map_err(|e| corrupt(run_id, e))?;
+    Ok(Some(StateAtVersion {
+        version,
+        state_name,
+        state,
+    }))
+}
+
+fn payload(run_id: &str, row: PayloadRow) -> Result<VersionPayload, StoreError> {
+    match row.payload_kind.as_str() {
+        "snapshot" => Ok(VersionPayload::Snapshot(row.payload.0)),
+        "patch" => Ok(VersionPayload::Patch(row.payload.0)),
+        other => Err(corrupt(run_id, format!("unknown payload kind `{other}`"))),
+    }
+}
+
+/// Read the aggregate of [`sql::VERSION_SPAN`](crate::sql::VERSION_SPAN).
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when it does not read.
+pub fn version_span(run_id: &str, row: &impl SqlRow) -> Result<Option<VersionSpan>, StoreError> {
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let r = row.span_row().map_err(c)?;
+    if r.n == 0 {
+        return Ok(None);
+    }
+    let bound = |v: Option<i64>| to_u64(v.unwrap_or_default()).map_err(c);
+    Ok(Some(VersionSpan {
+        first: bound(r.first)?,
+        last: bound(r.last)?,
+        count: u64::try_from(r.n).unwrap_or(0),
+    }))
+}
+
+/// Read a journal row.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when it does not read.
+pub fn entry(run_id: &str, row: &impl SqlRow) -> Result<JournalEntry, StoreError> {
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let r = row.entry_row().map_err(c)?;
+    Ok(JournalEntry {
+        run_id: r.run_id,
+        version: to_u64(r.version).map_err(c)?,
+        seq: u32::try_from(r.seq).map_err(|e| corrupt(run_id, e))?,
+        kind: EntryKind::parse(&r.kind)
+            .ok_or_else(|| corrupt(run_id, format!("unknown entry kind `{}`", r.kind)))?,
+        state: r.state,
+        name: r.name,
+        tool_kind: parse_serde(run_id, "tool kind", r.tool_kind)?,
+        input_hash: r.input_hash,
+        input: r.input.0,
+        idempotency_key: r.idempotency_key,
+        status: CallStatus::parse(&r.status)
+            .ok_or_else(|| corrupt(run_id, format!("unknown call status `{}`", r.status)))?,
+        output: r.output.map(|o| o.0),
+        error_class: parse_serde(run_id, "error class", r.error_class)?,
+        error_code: r.error_code,
+        error_message: r.error_message,
+        attempts: u32::try_from(r.attempts).unwrap_or(0),
+        duration_ms: to_u64(r.duration_ms).map_err(c)?,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+    })
+}
+
+/// Read a signal row.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when it does not read.
+pub fn signal(run_id: &str, row: &impl SqlRow) -> Result<SignalRecord, StoreError> {
+    let r = row.signal_row().map_err(|e| corrupt(run_id, e))?;
+    Ok(SignalRecord {
+        id: r.id,
+        run_id: r.run_id,
+        name: r.name,
+        payload: r.payload.0,
+        created_at: r.created_at,
+        consumed_at_version: r.consumed_at_version.and_then(|v| u64::try_from(v).ok()),
+    })
+}
+
+/// Read a tool switch row.
+///
+/// # Errors
+/// [`StoreError::Backend`] when it does not read (a switch belongs to no run).
+pub fn tool_switch(row: &impl SqlRow) -> Result<ToolSwitch, StoreError> {
+    let r = row
+        .switch_row()
+        .map_err(|e| StoreError::Backend(e.to_string()))?;
+    Ok(ToolSwitch {
+        tool: r.tool,
+        enabled: r.enabled,
+        reason: r.reason,
+        updated_at: r.updated_at,
+    })
+}
+
+/// A version that is stored without a snapshot at or before it to replay from.
+#[must_use]
+pub fn corrupt_history(run_id: &str, version: u64) -> StoreError {
+    corrupt(
+        run_id,
+        format!("no snapshot at or before version {version}"),
+    )
+}
+
+/// Read a registered graph of `agent`.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] (against the agent) when it does not read or is not a graph.
+pub fn graph(agent: &str, row: &impl SqlRow) -> Result<GraphDescription, StoreError> {
+    let r = row.graph_row().map_err(|e| corrupt(agent, e))?;
+    serde_json::from_value(r.graph.0).map_err(|e| corrupt(agent, format!("stored graph: {e}")))
+}
+
+/// Read whether a tool is switched on.
+///
+/// # Errors
+/// [`StoreError::Backend`] when it does not read.
+pub fn enabled(row: &impl SqlRow) -> Result<bool, StoreError> {
+    row.enabled_row()
+        .map(|r| r.enabled)
+        .map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+/// Read a prune candidate's first kept version.
+///
+/// # Errors
+/// The driver's decode error.
+pub fn cutoff(row: &impl SqlRow) -> sqlx::Result<i64> {
+    row.cutoff_row().map(|r| r.cutoff)
+}

@@ -1,0 +1,210 @@
+//! The writes of a step: journal entries and the step's commit, each one `BEGIN IMMEDIATE`
+//! transaction on the store's one connection.
+
+use agent_core::store::history::VersionPayload;
+use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError, now_ms};
+use agent_sql::commit::{CommitPlan, check_entry, read_head, refused};
+use agent_sql::reads::head_of;
+use agent_sql::rows::{self, Applied};
+use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
+use serde_json::Value;
+use sqlx::Row;
+
+use crate::{SqliteStore, db_err, sql};
+
+impl SqliteStore {
+    /// `Store::record_entry`: the epoch checked and the entry written in one transaction.
+    pub(crate) async fn record(
+        &self,
+        lease: &Lease,
+        entry: &JournalEntry,
+    ) -> Result<(), StoreError> {
+        check_entry(lease, entry)?;
+        let output = entry.output.as_ref().map(Value::to_string);
+        let external = output
+            .as_ref()
+            .is_some_and(|o| o.len() > LARGE_OUTPUT_BYTES);
+        let mut tx = self.write_tx().await?;
+        let head = sqlx::query(agent_sql::sql::RUN_HEAD)
+            .bind(&lease.run_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .ok_or_else(|| StoreError::NotFound(lease.run_id.clone()))?;
+        let (_, epoch) = rows::head(&lease.run_id, &head)?;
+        if epoch != lease.epoch {
+            return Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            });
+        }
+        sqlx::query(sql::UPSERT_ENTRY)
+            .bind(&entry.run_id)
+            .bind(to_i64(entry.version))
+            .bind(i64::from(entry.seq))
+            .bind(entry.kind.as_str())
+            .bind(&entry.state)
+            .bind(&entry.name)
+            .bind(entry.tool_kind.map(agent_core::ToolKind::as_str))
+            .bind(&entry.input_hash)
+            .bind(entry.input.to_string())
+            .bind(&entry.idempotency_key)
+            .bind(entry.status.as_str())
+            .bind(if external { None } else { output.as_deref() })
+            .bind(external)
+            .bind(output.as_deref().map(summary))
+            .bind(
+                output
+                    .as_ref()
+                    .map(|o| i64::try_from(o.len()).unwrap_or(i64::MAX)),
+            )
+            .bind(entry.error_class.as_ref().and_then(serde_name))
+            .bind(&entry.error_code)
+            .bind(&entry.error_message)
+            .bind(i64::from(entry.attempts))
+            .bind(to_i64(entry.duration_ms))
+            .bind(entry.started_at)
+            .bind(entry.finished_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let key = (to_i64(entry.version), i64::from(entry.seq));
+        if external {
+            sqlx::query(sql::UPSERT_OUTPUT)
+                .bind(&entry.run_id)
+                .bind(key.0)
+                .bind(key.1)
+                .bind(output.as_deref())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        } else {
+            sqlx::query(sql::DELETE_OUTPUT)
+                .bind(&entry.run_id)
+                .bind(key.0)
+                .bind(key.1)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)
+    }
+
+    /// `Store::commit_step`: one `BEGIN IMMEDIATE` transaction.
+    pub(crate) async fn commit(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError> {
+        let run_id = lease.run_id.as_str();
+        let now = now_ms();
+        let cached = self.heads.at(run_id, commit.expected_version);
+        let mut tx = self.write_tx().await?;
+        let head = if let Some(cached) = cached {
+            cached
+        } else {
+            let row = sqlx::query(sql::LOAD_RUN)
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            read_head(row.as_ref(), lease, commit.expected_version)?
+        };
+        if let Some(signal) = commit.consumed_signal {
+            let pending = sqlx::query(sql::SIGNAL_PENDING)
+                .bind(signal)
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            if pending.is_none() {
+                return Err(StoreError::Backend(format!(
+                    "signal {signal} is not pending for run `{run_id}`"
+                )));
+            }
+        }
+        let (plan, payload) = CommitPlan::new(head, lease, commit);
+        let version = plan.version;
+        let (payload_kind, body) = match &payload {
+            VersionPayload::Snapshot(v) => ("snapshot", v.to_string()),
+            VersionPayload::Patch(v) => ("patch", v.to_string()),
+        };
+        // The run row keeps the state of the latest snapshot only; a snapshot's payload is
+        // that same state, serialized once for both rows.
+        let snapshot_state = payload.is_snapshot().then_some(body.as_str());
+        let update = |statement| {
+            sqlx::query(statement)
+                .bind(run_id)
+                .bind(to_i64(version))
+                .bind(&commit.to_state)
+                .bind(snapshot_state)
+                .bind(commit.status.as_str())
+                .bind(&commit.waiting_for)
+                .bind(commit.wake_at)
+                .bind(commit.error.as_ref().map(|e| e.code.as_str()))
+                .bind(commit.error.as_ref().map(|e| e.message.as_str()))
+                .bind(&plan.hash)
+                .bind(to_i64(plan.patch_bytes))
+                .bind(now)
+                .bind(to_i64(lease.epoch))
+                .bind(to_i64(commit.expected_version))
+        };
+        // Most steps keep the run's status: a statement that leaves the indexed status
+        // and lease columns alone, then the full one if the stored status differs.
+        let mut updated = None;
+        if commit.status == plan.base().status && !commit.status.is_final() {
+            updated = update(sql::COMMIT_RUN_SAME_STATUS)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        if updated.is_none() {
+            updated = update(sql::COMMIT_RUN.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        let Some(updated) = updated else {
+            // The cached head is one the run has moved past (another store on the same
+            // file wrote since): nothing was written. Say why from the stored head.
+            drop(tx);
+            let stored = head_of(self, run_id).await?;
+            return Err(refused(lease, commit.expected_version, stored, || {
+                StoreError::Backend(format!("run `{run_id}` refused a commit it matches"))
+            }));
+        };
+        let c = |e: sqlx::Error| corrupt(run_id, e);
+        let lease_owner: Option<String> = updated.try_get("lease_owner").map_err(c)?;
+        let lease_expires_at: Option<i64> = updated.try_get("lease_expires_at").map_err(c)?;
+        sqlx::query(sql::INSERT_TRANSITION)
+            .bind(run_id)
+            .bind(to_i64(version))
+            .bind(&commit.from_state)
+            .bind(&commit.to_state)
+            .bind(commit.kind.as_str())
+            .bind(commit.status.as_str())
+            .bind(to_i64(lease.epoch))
+            .bind(now)
+            .bind(&plan.hash)
+            .bind(payload_kind)
+            .bind(&body)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if let Some(signal) = commit.consumed_signal {
+            sqlx::query(sql::CONSUME_SIGNAL)
+                .bind(signal)
+                .bind(to_i64(version))
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        let applied = Applied {
+            lease_owner,
+            lease_expires_at,
+            updated_at: now,
+        };
+        Ok(plan.applied(lease, commit, applied, &self.heads))
+    }
+}

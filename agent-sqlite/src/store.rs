@@ -1,0 +1,334 @@
+//! The [`Store`] contract on SQLite: writes in `BEGIN IMMEDIATE` transactions on the one
+//! connection, statements in `sql.rs` (or in `agent_sql::sql` when PostgreSQL shares
+//! them), the reads that are the same on both SQL stores through [`agent_sql::reads`].
+//!
+//! [`Store`]: agent_core::store::Store
+
+use std::time::Duration;
+
+use agent_core::graph::GraphDescription;
+use agent_core::store::{
+    Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus,
+    StoreError, now_ms,
+};
+use agent_sql::{lease_of, ms, reads, rows, to_i64};
+use serde_json::Value;
+
+use crate::{SqliteStore, db_err, sql};
+
+agent_sql::impl_sql_store!(SqliteStore {
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
+        let json = serde_json::to_string(graph).map_err(|e| StoreError::Backend(e.to_string()))?;
+        sqlx::query(sql::REGISTER_AGENT)
+            .bind(&graph.agent)
+            .bind(graph.fingerprint())
+            .bind(json)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.insert_run(&run, None).await
+    }
+
+    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(sql::LOAD_RUN)
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        row.map(|r| rows::stored_run(&r).map(|s| s.head.record))
+            .transpose()
+    }
+
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
+        let row = sqlx::query(sql::CLAIM_RUN.as_str())
+            .bind(run_id)
+            .bind(worker)
+            .bind(now_ms())
+            .bind(ms(ttl))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => {
+                let r = rows::stored_run(&row)?.head.record;
+                Ok(Some((lease_of(&r, worker), r)))
+            }
+            None if !self.exists(run_id).await? => Err(StoreError::NotFound(run_id.to_owned())),
+            None => Ok(None),
+        }
+    }
+
+    async fn claim_next(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+        let now = now_ms();
+        let agents =
+            serde_json::to_string(agents).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut tx = self.write_tx().await?;
+        let ids: Vec<String> = sqlx::query_scalar(sql::CLAIMABLE)
+            .bind(&agents)
+            .bind(now)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let row = sqlx::query(sql::CLAIM_RUN.as_str())
+                .bind(id)
+                .bind(worker)
+                .bind(now)
+                .bind(ms(ttl))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            if let Some(row) = row {
+                match rows::stored_run(&row) {
+                    Ok(stored) => {
+                        let r = stored.head.record;
+                        out.push((lease_of(&r, worker), r));
+                    }
+                    // A run whose stored data no longer reads must not keep the others from
+                    // being claimed: quarantine it for an operator and go on.
+                    Err(StoreError::Corrupt { run_id, message }) => {
+                        tracing::error!(run_id, message, "quarantining a run with corrupt data");
+                        sqlx::query(sql::QUARANTINE_CORRUPT)
+                            .bind(&run_id)
+                            .bind(&message)
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(db_err)?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        tx.commit().await.map_err(db_err)?;
+        Ok(out)
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        let expires_at = now_ms().saturating_add(ms(ttl));
+        let row = sqlx::query(sql::RENEW_LEASE)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .bind(&lease.worker)
+            .bind(expires_at)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(_) => Ok(Lease {
+                expires_at,
+                ..lease.clone()
+            }),
+            None => Err(self.fenced_out(lease).await?),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        let released = sqlx::query(sql::RELEASE_LEASE)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        if released > 0 {
+            self.work.notify_waiters();
+        }
+        Ok(())
+    }
+
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+        let expired = sqlx::query(sql::EXPIRE_LEASES_OF)
+            .bind(worker)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        if expired > 0 {
+            self.work.notify_waiters();
+        }
+        Ok(expired)
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+        let statuses =
+            serde_json::to_string(&statuses).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let rows = sqlx::query(sql::LIST_RUNS)
+            .bind(&filter.agent)
+            .bind(statuses)
+            .bind(
+                filter
+                    .limit
+                    .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)),
+            )
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.iter()
+            .map(|r| rows::listed_run(r).map(|(record, _)| record))
+            .collect()
+    }
+
+    async fn send_signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: &Value,
+    ) -> Result<i64, StoreError> {
+        let id: Option<i64> = sqlx::query_scalar(sql::SEND_SIGNAL)
+            .bind(run_id)
+            .bind(name)
+            .bind(payload.to_string())
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let id = id.ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        self.work.notify_waiters();
+        Ok(id)
+    }
+
+    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
+            .bind(&lease.run_id)
+            .bind(to_i64(lease.epoch))
+            .bind(&error.code)
+            .bind(&error.message)
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => rows::stored_run(&row).map(|s| s.head.record),
+            None => Err(self.fenced_out(lease).await?),
+        }
+    }
+
+    async fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        error: Option<RunError>,
+    ) -> Result<RunRecord, StoreError> {
+        let row = sqlx::query(sql::SET_STATUS)
+            .bind(run_id)
+            .bind(status.as_str())
+            .bind(error.as_ref().map(|e| e.code.as_str()))
+            .bind(error.as_ref().map(|e| e.message.as_str()))
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => {
+                self.work.notify_waiters();
+                rows::stored_run(&row).map(|s| s.head.record)
+            }
+            None => match self.load_run(run_id).await? {
+                None => Err(StoreError::NotFound(run_id.to_owned())),
+                Some(r) => Err(StoreError::LeaseLost {
+                    run_id: run_id.to_owned(),
+                    epoch: r.epoch,
+                }),
+            },
+        }
+    }
+
+    async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
+        let candidates = reads::prune_candidates(self, policy).await?;
+        let mut report = PruneReport::default();
+        for candidate in &candidates {
+            let Some((id, cutoff, at)) = reads::prune_point(self, candidate).await? else {
+                continue;
+            };
+            let final_run = self
+                .load_run(&id)
+                .await?
+                .is_some_and(|r| r.status.is_final());
+            let mut tx = self.write_tx().await?;
+            sqlx::query(agent_sql::sql::PRUNE_SNAPSHOT)
+                .bind(&id)
+                .bind(to_i64(cutoff))
+                .bind(at.state.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            let removed = sqlx::query(agent_sql::sql::PRUNE_TRANSITIONS)
+                .bind(&id)
+                .bind(to_i64(cutoff))
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+            sqlx::query(sql::PRUNE_OUTPUTS)
+                .bind(&id)
+                .bind(to_i64(cutoff))
+                .bind(final_run)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            let entries = sqlx::query(sql::PRUNE_JOURNAL)
+                .bind(&id)
+                .bind(to_i64(cutoff))
+                .bind(final_run)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+            tx.commit().await.map_err(db_err)?;
+            report.versions_removed += removed;
+            report.entries_removed += entries;
+        }
+        Ok(report)
+    }
+
+    async fn set_tool_enabled(
+        &self,
+        tool: &str,
+        enabled: bool,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(sql::SET_TOOL)
+            .bind(tool)
+            .bind(enabled)
+            .bind(reason)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.work.notified()).await;
+    }
+
+    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+        let bytes: i64 = sqlx::query_scalar(sql::STORAGE_BYTES)
+            .bind(run_id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(Some(u64::try_from(bytes).unwrap_or(0)))
+    }
+});
