@@ -10,8 +10,8 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use agent_core::store::{NewRun, Store};
-//! use agent_pg::PgStore;
+//! use durable_agents::store::{NewRun, Store};
+//! use durable_agents::postgres::PgStore;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! // Connect into a schema of its own (created by `migrate`), then apply the migrations.

@@ -6,8 +6,8 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use agent_core::store::{NewRun, Store};
-//! use agent_sqlite::SqliteStore;
+//! use durable_agents::store::{NewRun, Store};
+//! use durable_agents::sqlite::SqliteStore;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let store: Arc<dyn Store> = Arc::new(SqliteStore::open("agents.db").await?);
