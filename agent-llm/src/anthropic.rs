@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use crate::config::{ApiKey, ConfigError, Env, HttpSettings, check_base_url, join};
 use crate::http::Transport;
-use crate::{DEFAULT_MAX_TOKENS, journal_text, option_description, option_schema};
+use crate::{DEFAULT_MAX_TOKENS, malformed, option_description, option_schema, parse_body};
 
 /// Anthropic's endpoint.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -232,17 +232,11 @@ impl Router for AnthropicRouter {
 /// A [`ErrorClass::Permanent`] [`RouterError`] when the body is not a JSON object with a
 /// `content` array (or is an error object).
 pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, RouterError> {
-    let fail = |what: &str| {
-        RouterError::new(
-            ErrorClass::Permanent,
-            format!(
-                "anthropic: {what}; body starts with: {}",
-                crate::truncate(body, 200)
-            ),
-        )
-    };
-    let root: Value =
-        serde_json::from_str(body).map_err(|e| fail(&format!("response is not JSON ({e})")))?;
+    let fail = |what: &str| malformed("anthropic", what, body);
+    let root: Value = parse_body("anthropic", body)?;
+    if !root.is_object() {
+        return Err(fail("response is not a JSON object"));
+    }
     if root.get("type").and_then(Value::as_str) == Some("error") {
         let message = root
             .pointer("/error/message")
@@ -250,10 +244,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .unwrap_or("unknown error");
         return Err(RouterError::new(
             ErrorClass::Permanent,
-            format!(
-                "anthropic: error in response: {}",
-                crate::truncate(message, 300)
-            ),
+            format!("anthropic: error in response: {}", message),
         ));
     }
     let content = root
@@ -266,7 +257,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .and_then(Value::as_str)
             .unwrap_or(fallback_model)
             .to_owned(),
-        raw_output: journal_text(body),
+        raw_output: body.to_owned(),
         ..RouterReply::default()
     };
     let mut text = String::new();

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::config::{ApiKey, ConfigError, Env, HttpSettings, check_base_url, join};
 use crate::http::Transport;
-use crate::{DEFAULT_MAX_TOKENS, journal_text, option_description, option_schema};
+use crate::{DEFAULT_MAX_TOKENS, malformed, option_description, option_schema, parse_body};
 
 /// OpenAI's own endpoint.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -280,17 +280,11 @@ impl Router for OpenAiRouter {
 /// A [`ErrorClass::Permanent`] [`RouterError`] when the body is not a JSON object with a
 /// `choices` array (or carries an `error` object).
 pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, RouterError> {
-    let fail = |what: &str| {
-        RouterError::new(
-            ErrorClass::Permanent,
-            format!(
-                "openai: {what}; body starts with: {}",
-                crate::truncate(body, 200)
-            ),
-        )
-    };
-    let root: Value =
-        serde_json::from_str(body).map_err(|e| fail(&format!("response is not JSON ({e})")))?;
+    let fail = |what: &str| malformed("openai", what, body);
+    let root: Value = parse_body("openai", body)?;
+    if !root.is_object() {
+        return Err(fail("response is not a JSON object"));
+    }
     if let Some(error) = root.get("error").filter(|e| !e.is_null()) {
         let message = error
             .get("message")
@@ -299,10 +293,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .unwrap_or("unknown error");
         return Err(RouterError::new(
             ErrorClass::Permanent,
-            format!(
-                "openai: error in response: {}",
-                crate::truncate(message, 300)
-            ),
+            format!("openai: error in response: {}", message),
         ));
     }
     let choices = root
@@ -315,7 +306,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .and_then(Value::as_str)
             .unwrap_or(fallback_model)
             .to_owned(),
-        raw_output: journal_text(body),
+        raw_output: body.to_owned(),
         ..RouterReply::default()
     };
     for choice in choices {

@@ -92,7 +92,7 @@ async fn a_tool_use_block_becomes_a_raw_choice_and_the_request_is_well_formed() 
     assert_eq!(names, option_names());
     assert_eq!(
         sent["tools"][1]["input_schema"],
-        json!({"type": "object", "properties": {}})
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
     );
     assert_eq!(sent["tools"][2]["input_schema"]["type"], "object");
     assert!(!format!("{router:?}").contains(ANTHROPIC_KEY));

@@ -68,7 +68,8 @@ pub fn options() -> Vec<RouteOption> {
                 "title": "ReserveInput",
                 "type": "object",
                 "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer", "minimum": 1}},
-                "required": ["sku", "quantity"]
+                "required": ["sku", "quantity"],
+                "additionalProperties": false
             })),
         },
     ]

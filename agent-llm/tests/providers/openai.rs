@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use agent_core::ErrorClass;
-use agent_core::router::{RawChoice, Router};
+use agent_core::router::{RawChoice, RejectionCode, Router};
 use agent_llm::{ApiKey, OpenAiConfig, OpenAiRouter};
 use serde_json::{Value, json};
 use wiremock::matchers::{header, method, path};
@@ -95,7 +95,7 @@ async fn a_tool_call_becomes_a_raw_choice_and_the_request_offers_exactly_the_opt
     // Transitions take an object of arguments; tools their schema, minus `$schema`.
     assert_eq!(
         sent["tools"][0]["function"]["parameters"],
-        json!({"type": "object", "properties": {}})
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
     );
     let schema = &sent["tools"][2]["function"]["parameters"];
     assert_eq!(schema["required"], json!(["sku", "quantity"]));
@@ -355,7 +355,13 @@ async fn a_body_that_is_not_a_completion_is_a_permanent_error() {
         serve(ResponseTemplate::new(200).set_body_string("<html>proxy login</html>")).await;
     let err = openai(&server.uri()).decide(&request()).await.unwrap_err();
     assert_eq!(err.class, ErrorClass::Permanent);
-    assert!(err.message.contains("not JSON"), "{}", err.message);
+    assert!(
+        err.message.contains("not a JSON document"),
+        "{}",
+        err.message
+    );
+    assert_eq!(err.rejection_code(), RejectionCode::AskMalformed);
+    assert_eq!(err.raw_output.as_deref(), Some("<html>proxy login</html>"));
 }
 
 #[tokio::test]
