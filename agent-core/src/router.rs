@@ -632,21 +632,19 @@ impl DecisionRecord {
         redact: &dyn Fn(&str) -> String,
     ) -> Self {
         let mut decision = outcome.as_ref().ok().cloned();
-        match &mut decision {
-            Some(
-                Decision::Tool {
-                    tool: name,
-                    input: args,
-                }
-                | Decision::Transition {
-                    to: name,
-                    arguments: args,
-                },
-            ) => {
-                *name = redact(name);
-                redact_strings(args, redact);
+        if let Some(
+            Decision::Tool {
+                tool: name,
+                input: args,
             }
-            None => {}
+            | Decision::Transition {
+                to: name,
+                arguments: args,
+            },
+        ) = &mut decision
+        {
+            *name = redact(name);
+            redact_strings(args, redact);
         }
         Self {
             options: request.options.iter().map(|o| redact(&o.name)).collect(),
@@ -805,8 +803,8 @@ mod tests {
         }
     }
 
-    fn code(reply: RouterReply) -> RejectionCode {
-        validate(&options(), &reply, &check).unwrap_err().code
+    fn code(reply: &RouterReply) -> RejectionCode {
+        validate(&options(), reply, &check).unwrap_err().code
     }
 
     #[test]
@@ -837,63 +835,63 @@ mod tests {
     #[test]
     fn rejects_hostile_answers() {
         assert_eq!(
-            code(ScriptedRouter::choose("ChargePayment", "{}")),
+            code(&ScriptedRouter::choose("ChargePayment", "{}")),
             "decision.unknown_option"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("payment", "{}")),
+            code(&ScriptedRouter::choose("payment", "{}")),
             "decision.unknown_option"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("Payment ", "{}")),
+            code(&ScriptedRouter::choose("Payment ", "{}")),
             "decision.unknown_option"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("\u{420}ayment", "{}")),
+            code(&ScriptedRouter::choose("\u{420}ayment", "{}")),
             "decision.unknown_option"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", "{\"sku\":")),
+            code(&ScriptedRouter::choose("ReserveInventory", "{\"sku\":")),
             "decision.invalid_json"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", "{\"sku\":1}")),
+            code(&ScriptedRouter::choose("ReserveInventory", "{\"sku\":1}")),
             "decision.schema_violation"
         );
         assert_eq!(
-            code(ScriptedRouter::choose(
+            code(&ScriptedRouter::choose(
                 "ReserveInventory",
                 r#"{"sku":"a","sku":"b"}"#
             )),
             "decision.duplicate_key"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", r#"["a"]"#)),
+            code(&ScriptedRouter::choose("ReserveInventory", r#"["a"]"#)),
             "decision.schema_violation"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("Payment", r#"{"note":"x"}"#)),
+            code(&ScriptedRouter::choose("Payment", r#"{"note":"x"}"#)),
             "decision.schema_violation"
         );
         let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", &deep)),
+            code(&ScriptedRouter::choose("ReserveInventory", &deep)),
             "decision.too_deep"
         );
         let big = format!("{{\"sku\":\"{}\"}}", "x".repeat(MAX_ARGUMENT_BYTES));
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", &big)),
+            code(&ScriptedRouter::choose("ReserveInventory", &big)),
             "decision.too_large"
         );
         let mut two = ScriptedRouter::choose("Payment", "{}");
         two.choices.push(two.choices[0].clone());
-        assert_eq!(code(two), "decision.several");
-        assert_eq!(code(RouterReply::default()), "decision.none");
+        assert_eq!(code(&two), "decision.several");
+        assert_eq!(code(&RouterReply::default()), "decision.none");
         let refused = RouterReply {
             refusal: Some("no".into()),
             ..ScriptedRouter::choose("Payment", "")
         };
-        assert_eq!(code(refused), "decision.refused");
+        assert_eq!(code(&refused), "decision.refused");
     }
 
     #[test]

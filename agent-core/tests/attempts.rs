@@ -37,7 +37,7 @@ impl Tool for Charge {
     type Output = String;
     fn policy() -> ToolPolicy {
         ToolPolicy {
-            timeout: Duration::from_secs(60),
+            timeout: Duration::from_mins(1),
             retry: RetryPolicy {
                 max_attempts: 5,
                 initial_backoff: Duration::from_millis(1),

@@ -244,7 +244,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .unwrap_or("unknown error");
         return Err(RouterError::new(
             ErrorClass::Permanent,
-            format!("anthropic: error in response: {}", message),
+            format!("anthropic: error in response: {message}"),
         ));
     }
     let content = root

@@ -185,11 +185,13 @@ impl Transport {
                 return Err(error);
             }
             let wait = wait.unwrap_or_else(|| backoff(&self.settings, attempt));
+            // The class only: the provider's message may carry secrets the router does not
+            // know (the runner's); it is journaled, redacted, if the retries run out.
             tracing::warn!(
                 provider = self.provider,
                 attempt = attempt + 1,
                 wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                error = %error,
+                class = error.class.code(),
                 "retrying the LLM call"
             );
             tokio::time::sleep(wait).await;

@@ -293,7 +293,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .unwrap_or("unknown error");
         return Err(RouterError::new(
             ErrorClass::Permanent,
-            format!("openai: error in response: {}", message),
+            format!("openai: error in response: {message}"),
         ));
     }
     let choices = root

@@ -903,7 +903,7 @@ mod tests {
             assert!(!clean.contains("canary-1234"), "{text} -> {clean}");
         }
         // Escapes that decode to something else are left alone.
-        assert_eq!(config.redact_text(r#"a\nb \u00e9"#), r#"a\nb \u00e9"#);
+        assert_eq!(config.redact_text(r"a\nb \u00e9"), r"a\nb \u00e9");
     }
 
     #[test]
