@@ -140,6 +140,7 @@ pub mod anthropic;
 mod config;
 mod http;
 pub mod openai;
+pub mod strict;
 
 pub use anthropic::{AnthropicConfig, AnthropicRouter};
 pub use config::{ApiKey, ConfigError, HttpSettings};
@@ -217,6 +218,16 @@ pub(crate) fn option_schema(option: &RouteOption) -> Value {
         map.remove("$schema");
     }
     schema
+}
+
+/// An option as a tool's parameters: the strict form of its schema when `strict` is asked
+/// and the schema has one (then `true`), else the schema as it is.
+pub(crate) fn tool_parameters(option: &RouteOption, strict: bool) -> (Value, bool) {
+    let schema = option_schema(option);
+    if strict && let Some(s) = strict::strict_schema(&schema) {
+        return (s, true);
+    }
+    (schema, false)
 }
 
 /// Parse a provider's body, refusing duplicate keys anywhere in it: two `name`s or two

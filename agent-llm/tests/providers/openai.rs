@@ -420,3 +420,42 @@ async fn x_should_retry_true_retries_even_a_400() {
     openai(&server.uri()).decide(&request()).await.unwrap();
     assert_eq!(requests(&server).await.len(), 2);
 }
+
+/// OpenAI's own endpoint gets `strict: true` tools with the strict form of each schema;
+/// compatible servers get the schema as it is unless asked.
+#[test]
+fn strict_tools_are_sent_to_openai_by_default() {
+    let router = OpenAiRouter::new(OpenAiConfig::openai(
+        ApiKey::new(OPENAI_KEY),
+        "gpt-4.1-mini",
+    ))
+    .unwrap();
+    let body = router.request_body(&request());
+    for tool in body["tools"].as_array().unwrap() {
+        assert_eq!(tool["function"]["strict"], json!(true), "{tool}");
+    }
+    let reserve = &body["tools"][2]["function"]["parameters"];
+    assert_eq!(reserve["required"], json!(["quantity", "sku"]));
+    assert_eq!(reserve["additionalProperties"], json!(false));
+    assert!(reserve["properties"]["quantity"].get("minimum").is_none());
+    let local = openai("http://127.0.0.1:9").request_body(&request());
+    assert!(local["tools"][2]["function"].get("strict").is_none());
+    assert_eq!(
+        local["tools"][2]["function"]["parameters"]["properties"]["quantity"]["minimum"],
+        1
+    );
+}
+
+/// Anthropic's strict tool use, when asked for.
+#[test]
+fn strict_tools_are_sent_to_anthropic_when_asked() {
+    let config = agent_llm::AnthropicConfig::new(ApiKey::new(ANTHROPIC_KEY), "claude-sonnet-4-5")
+        .with_strict_tools(true);
+    let body = agent_llm::AnthropicRouter::new(config)
+        .unwrap()
+        .request_body(&request());
+    for tool in body["tools"].as_array().unwrap() {
+        assert_eq!(tool["strict"], json!(true), "{tool}");
+        assert_eq!(tool["input_schema"]["additionalProperties"], json!(false));
+    }
+}
