@@ -5,8 +5,11 @@
 //! In a `route = llm` state the runner builds a [`RouteRequest`] from the graph (the legal
 //! transitions and the tools legal in the state, each tool with its input schema) and from
 //! structured state, never from a chat log. The router answers with raw choices; the runner
-//! [`validate`]s them against exactly the options it offered, re-asks a bounded number of
-//! times with the rejection as feedback, and journals every decision and rejection.
+//! [`validate`]s them against exactly the options it offered (names byte for byte,
+//! arguments parsed with duplicate keys refused and checked against the option's advertised
+//! JSON Schema, then against the typed input), re-asks a bounded number of times with the
+//! rejection as feedback, and journals every decision, rejection and failed ask with its
+//! [`RejectionCode`], redacted before anything is shortened.
 
 use std::collections::VecDeque;
 use std::fmt;
