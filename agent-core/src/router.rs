@@ -480,15 +480,11 @@ pub fn validate_redacted(
         ));
     };
     let arguments = parse_arguments(&choice.arguments)?;
-    let closed;
-    let schema = match &option.schema {
-        Some(schema) => schema,
-        None => {
-            closed = crate::schema::closed_empty_object();
-            &closed
-        }
-    };
-    let compiled = crate::schema::compiled(schema).map_err(|e| {
+    let schema = option.schema.as_ref().map_or_else(
+        || std::borrow::Cow::Owned(crate::schema::closed_empty_object()),
+        std::borrow::Cow::Borrowed,
+    );
+    let compiled = crate::schema::compiled(&schema).map_err(|e| {
         Rejection::new(
             RejectionCode::SchemaViolation,
             format!("option `{}` was offered with {e}", option.name),

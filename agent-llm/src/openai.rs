@@ -47,7 +47,7 @@ pub struct OpenAiConfig {
     pub http: HttpSettings,
     /// Offer tools with `strict: true` (structured outputs): the provider constrains
     /// decoding to the strict form of each option's schema ([`crate::strict`]). On by
-    /// default for OpenAI's own endpoint only; compatible servers differ in what they accept
+    /// default for `OpenAI`'s own endpoint only; compatible servers differ in what they accept
     /// (vLLM and llama.cpp's server constrain tool calls to the schemas on their own when a
     /// tool call is required). Every answer is still validated by the runner.
     pub strict_tools: bool,

@@ -1,4 +1,4 @@
-//! Constrained decoding: the strict subset of JSON Schema that OpenAI's structured outputs
+//! Constrained decoding: the strict subset of JSON Schema that `OpenAI`'s structured outputs
 //! (`strict: true` function tools) and Anthropic's strict tool use accept, made from an
 //! option's schema once per request body.
 //!

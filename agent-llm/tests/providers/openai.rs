@@ -421,7 +421,7 @@ async fn x_should_retry_true_retries_even_a_400() {
     assert_eq!(requests(&server).await.len(), 2);
 }
 
-/// OpenAI's own endpoint gets `strict: true` tools with the strict form of each schema;
+/// `OpenAI`'s own endpoint gets `strict: true` tools with the strict form of each schema;
 /// compatible servers get the schema as it is unless asked.
 #[test]
 fn strict_tools_are_sent_to_openai_by_default() {

@@ -9,6 +9,7 @@
 //! credential is configured in `RunnerConfig::secrets` (since ae18077): both cases are
 //! checked with the secrets configured, and the default (not configured) is documented.
 
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -597,15 +598,15 @@ enum Form {
     /// Every character as a JSON `\uXXXX` escape (one level: a string of the envelope).
     Escaped,
     /// Escaped twice: inside a JSON string that is itself inside the envelope's string
-    /// (OpenAI's `arguments`).
+    /// (`OpenAI`'s `arguments`).
     EscapedTwice,
 }
 
 fn written(form: Form) -> String {
-    let once: String = PLANTED
-        .chars()
-        .map(|c| format!("\\u{:04x}", c as u32))
-        .collect();
+    let once = PLANTED.chars().fold(String::new(), |mut out, c| {
+        let _ = write!(out, "\\u{:04x}", u32::from(c));
+        out
+    });
     match form {
         Form::Plain => PLANTED.to_owned(),
         Form::Escaped => once,
