@@ -25,8 +25,10 @@ pub mod agent;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod graph;
+pub mod json;
 pub mod router;
 pub mod runner;
+pub mod schema;
 pub mod store;
 pub mod tool;
 

@@ -5,11 +5,15 @@
 //! In a `route = llm` state the runner builds a [`RouteRequest`] from the graph (the legal
 //! transitions and the tools legal in the state, each tool with its input schema) and from
 //! structured state, never from a chat log. The router answers with raw choices; the runner
-//! [`validate`]s them against exactly the options it offered, re-asks a bounded number of
-//! times with the rejection as feedback, and journals every decision and rejection.
+//! [`validate`]s them against exactly the options it offered (names byte for byte,
+//! arguments parsed with duplicate keys refused and checked against the option's advertised
+//! JSON Schema, then against the typed input), re-asks a bounded number of times with the
+//! rejection as feedback, and journals every decision, rejection and failed ask with its
+//! [`RejectionCode`], redacted before anything is shortened.
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::fmt::Write as _;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -100,18 +104,19 @@ impl RouteRequest {
         if !self.tool_results.is_empty() {
             out.push_str("\nTool results:\n");
             for r in &self.tool_results {
-                out.push_str(&format!(
-                    "[{}] {}: {}\n",
+                let _ = writeln!(
+                    out,
+                    "[{}] {}: {}",
                     r.handle,
                     r.tool,
                     canonical_json(&r.output)
-                ));
+                );
             }
         }
         if !self.feedback.is_empty() {
             out.push_str("\nYour previous answers were rejected:\n");
             for f in &self.feedback {
-                out.push_str(&format!("- {f}\n"));
+                let _ = writeln!(out, "- {f}");
             }
         }
         out
@@ -155,7 +160,9 @@ pub struct RouterReply {
     pub truncated: bool,
 }
 
-/// A router that could not answer at all (network, auth, rate limit...).
+/// A router that could not answer at all (network, auth, rate limit, a body that is not
+/// the provider's shape...). The runner journals it as a failed ask with [`Self::code`] and
+/// counts it against the same re-ask budget as a rejected answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("router error ({}): {message}", class.code())]
 pub struct RouterError {
@@ -163,6 +170,13 @@ pub struct RouterError {
     pub class: ErrorClass,
     /// What happened.
     pub message: String,
+    /// The rejection code to journal, when the router knows better than the class (a body
+    /// with duplicate keys, one that is not the provider's shape).
+    #[serde(default)]
+    pub code: Option<RejectionCode>,
+    /// The body the provider answered, untruncated (the runner redacts, then truncates).
+    #[serde(default)]
+    pub raw_output: Option<String>,
 }
 
 impl RouterError {
@@ -171,7 +185,34 @@ impl RouterError {
         Self {
             class,
             message: message.into(),
+            code: None,
+            raw_output: None,
         }
+    }
+
+    /// The same error, journaled with `code`.
+    #[must_use]
+    pub fn with_code(mut self, code: RejectionCode) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// The same error, keeping the body the provider sent.
+    #[must_use]
+    pub fn with_raw_output(mut self, raw: impl Into<String>) -> Self {
+        self.raw_output = Some(raw.into());
+        self
+    }
+
+    /// The code a failed ask is journaled with: [`Self::code`], else one from the class.
+    #[must_use]
+    pub fn rejection_code(&self) -> RejectionCode {
+        self.code.unwrap_or(match self.class {
+            ErrorClass::Timeout => RejectionCode::AskTimeout,
+            ErrorClass::Retryable | ErrorClass::RateLimited => RejectionCode::AskUnavailable,
+            ErrorClass::Auth => RejectionCode::AskAuth,
+            ErrorClass::Permanent | ErrorClass::Disabled => RejectionCode::AskFailed,
+        })
     }
 }
 
@@ -206,22 +247,152 @@ pub enum Decision {
     },
 }
 
+/// Why an answer (or an ask) did not give a decision. Stored by its string form, which is
+/// stable: new codes may be added, existing ones never change meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RejectionCode {
+    /// No option was chosen.
+    #[serde(rename = "decision.none")]
+    NoChoice,
+    /// More than one option was chosen.
+    #[serde(rename = "decision.several")]
+    Several,
+    /// The model refused.
+    #[serde(rename = "decision.refused")]
+    Refused,
+    /// The answer was cut short (token limit).
+    #[serde(rename = "decision.truncated")]
+    Truncated,
+    /// The chosen name is not an offered option.
+    #[serde(rename = "decision.unknown_option")]
+    UnknownOption,
+    /// The arguments are not JSON.
+    #[serde(rename = "decision.invalid_json")]
+    InvalidJson,
+    /// An object in the answer (arguments or the provider's envelope) repeats a key.
+    #[serde(rename = "decision.duplicate_key")]
+    DuplicateKey,
+    /// The arguments are larger than [`MAX_ARGUMENT_BYTES`].
+    #[serde(rename = "decision.too_large")]
+    TooLarge,
+    /// The arguments nest deeper than [`MAX_ARGUMENT_DEPTH`].
+    #[serde(rename = "decision.too_deep")]
+    TooDeep,
+    /// The arguments break the schema the option was offered with.
+    #[serde(rename = "decision.schema_violation")]
+    SchemaViolation,
+    /// The arguments fit the schema but not the input type.
+    #[serde(rename = "decision.invalid_arguments")]
+    InvalidArguments,
+    /// The ask took longer than the decision timeout.
+    #[serde(rename = "ask.timeout")]
+    AskTimeout,
+    /// The provider could not be reached, or stayed overloaded through its retries.
+    #[serde(rename = "ask.unavailable")]
+    AskUnavailable,
+    /// The provider refused the credentials.
+    #[serde(rename = "ask.auth")]
+    AskAuth,
+    /// The provider answered with an error that will not pass.
+    #[serde(rename = "ask.failed")]
+    AskFailed,
+    /// A successful status whose body is not the provider's shape (HTML, empty, not JSON).
+    #[serde(rename = "ask.malformed")]
+    AskMalformed,
+}
+
+impl RejectionCode {
+    /// Every code, in declaration order.
+    pub const ALL: [Self; 16] = [
+        Self::NoChoice,
+        Self::Several,
+        Self::Refused,
+        Self::Truncated,
+        Self::UnknownOption,
+        Self::InvalidJson,
+        Self::DuplicateKey,
+        Self::TooLarge,
+        Self::TooDeep,
+        Self::SchemaViolation,
+        Self::InvalidArguments,
+        Self::AskTimeout,
+        Self::AskUnavailable,
+        Self::AskAuth,
+        Self::AskFailed,
+        Self::AskMalformed,
+    ];
+
+    /// The stored form (`decision.schema_violation`, `ask.timeout`, ...).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::NoChoice => "decision.none",
+            Self::Several => "decision.several",
+            Self::Refused => "decision.refused",
+            Self::Truncated => "decision.truncated",
+            Self::UnknownOption => "decision.unknown_option",
+            Self::InvalidJson => "decision.invalid_json",
+            Self::DuplicateKey => "decision.duplicate_key",
+            Self::TooLarge => "decision.too_large",
+            Self::TooDeep => "decision.too_deep",
+            Self::SchemaViolation => "decision.schema_violation",
+            Self::InvalidArguments => "decision.invalid_arguments",
+            Self::AskTimeout => "ask.timeout",
+            Self::AskUnavailable => "ask.unavailable",
+            Self::AskAuth => "ask.auth",
+            Self::AskFailed => "ask.failed",
+            Self::AskMalformed => "ask.malformed",
+        }
+    }
+
+    /// The code with this stored form.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// Whether the ask itself failed (no answer to judge), as opposed to an answer rejected.
+    /// A failed ask is not fed back to the model: there was nothing it said to correct.
+    #[must_use]
+    pub const fn is_ask_failure(self) -> bool {
+        matches!(
+            self,
+            Self::AskTimeout
+                | Self::AskUnavailable
+                | Self::AskAuth
+                | Self::AskFailed
+                | Self::AskMalformed
+        )
+    }
+}
+
+impl fmt::Display for RejectionCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for RejectionCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// Why an answer was rejected; journaled with its code and fed back on the re-ask.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct Rejection {
-    /// Stable code: `decision.none`, `decision.several`, `decision.refused`,
-    /// `decision.truncated`, `decision.unknown_option`, `decision.invalid_json`,
-    /// `decision.too_large`, `decision.too_deep`, `decision.invalid_arguments`.
-    pub code: String,
+    /// Stable code.
+    pub code: RejectionCode,
     /// What was wrong, for the model and the operator.
     pub message: String,
 }
 
 impl Rejection {
-    fn new(code: &str, message: impl Into<String>) -> Self {
+    /// A rejection.
+    pub fn new(code: RejectionCode, message: impl Into<String>) -> Self {
         Self {
-            code: code.to_owned(),
+            code,
             message: message.into(),
         }
     }
@@ -232,11 +403,8 @@ pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 /// Deepest nesting of arguments accepted.
 pub const MAX_ARGUMENT_DEPTH: usize = 32;
 
-/// Validate a reply against the options offered. `check_input(tool, input)` checks a tool's
-/// input against its type (the runner passes [`crate::DynTool::check_input`]).
-///
-/// Names must match exactly: no case folding, trimming or Unicode normalization, so a
-/// lookalike (`chargePayment`, `Payment `, a Cyrillic `Р`) is an unknown option.
+/// Validate a reply against the options offered. Equivalent to [`validate_redacted`] with
+/// no redaction.
 ///
 /// # Errors
 /// A [`Rejection`] saying what is wrong; nothing may execute.
@@ -245,29 +413,59 @@ pub fn validate(
     reply: &RouterReply,
     check_input: &dyn Fn(&str, &Value) -> Result<(), String>,
 ) -> Result<Decision, Rejection> {
+    validate_redacted(options, reply, check_input, &|s| s.to_owned())
+}
+
+/// Validate a reply against the options offered, in this order:
+///
+/// 1. the reply: no refusal, not truncated, exactly one choice;
+/// 2. the name: exactly an offered option (no case folding, trimming or Unicode
+///    normalization, so `chargePayment`, `Payment `, a Cyrillic `Р` are unknown options);
+/// 3. the arguments' text: at most [`MAX_ARGUMENT_BYTES`], nesting at most
+///    [`MAX_ARGUMENT_DEPTH`], JSON with no repeated key in any object (empty text reads as
+///    `{}`);
+/// 4. the option's advertised schema ([`RouteOption::schema`], the very document sent to the
+///    model), with a JSON Schema validator compiled once per schema per process: types,
+///    ranges, lengths, patterns, enum values, required and unknown fields at every depth;
+///    an option offered without a schema takes the closed empty object;
+/// 5. for tools, `check_input(tool, input)`: the input's type (the runner deserializes into
+///    it with [`crate::DynTool::check_typed`]).
+///
+/// Every piece of the answer quoted in a rejection's message passes through `redact`
+/// before it is shortened, so a secret is never cut into pieces that escape redaction.
+///
+/// # Errors
+/// A [`Rejection`] saying what is wrong; nothing may execute.
+pub fn validate_redacted(
+    options: &[RouteOption],
+    reply: &RouterReply,
+    check_input: &dyn Fn(&str, &Value) -> Result<(), String>,
+    redact: &dyn Fn(&str) -> String,
+) -> Result<Decision, Rejection> {
+    let quote = |s: &str, max: usize| truncate(&redact(s), max);
     if let Some(refusal) = &reply.refusal {
         return Err(Rejection::new(
-            "decision.refused",
-            format!("the model refused: {}", truncate(refusal, 200)),
+            RejectionCode::Refused,
+            format!("the model refused: {}", quote(refusal, 200)),
         ));
     }
     if reply.truncated {
         return Err(Rejection::new(
-            "decision.truncated",
+            RejectionCode::Truncated,
             "the answer was cut short; answer with one option only",
         ));
     }
     let choice = match reply.choices.as_slice() {
         [] => {
             return Err(Rejection::new(
-                "decision.none",
+                RejectionCode::NoChoice,
                 "no option was chosen; call exactly one of the offered options",
             ));
         }
         [one] => one,
         many => {
             return Err(Rejection::new(
-                "decision.several",
+                RejectionCode::Several,
                 format!("{} options were chosen; choose exactly one", many.len()),
             ));
         }
@@ -275,40 +473,48 @@ pub fn validate(
     let Some(option) = options.iter().find(|o| o.name == choice.name) else {
         let offered: Vec<&str> = options.iter().map(|o| o.name.as_str()).collect();
         return Err(Rejection::new(
-            "decision.unknown_option",
+            RejectionCode::UnknownOption,
             format!(
                 "`{}` is not an option in this state; the options are: {}",
-                truncate(&choice.name, 80),
+                quote(&choice.name, 80),
                 offered.join(", ")
             ),
         ));
     };
     let arguments = parse_arguments(&choice.arguments)?;
+    let schema = option.schema.as_ref().map_or_else(
+        || std::borrow::Cow::Owned(crate::schema::closed_empty_object()),
+        std::borrow::Cow::Borrowed,
+    );
+    let compiled = crate::schema::compiled(&schema).map_err(|e| {
+        Rejection::new(
+            RejectionCode::SchemaViolation,
+            format!("option `{}` was offered with {e}", option.name),
+        )
+    })?;
+    compiled.check(&arguments).map_err(|e| {
+        Rejection::new(
+            RejectionCode::SchemaViolation,
+            format!(
+                "arguments of `{}` break its schema: {}",
+                option.name,
+                quote(&e, 400)
+            ),
+        )
+    })?;
     match option.kind {
-        OptionKind::Transition => {
-            if !(arguments.is_object() || arguments.is_null()) {
-                return Err(Rejection::new(
-                    "decision.invalid_arguments",
-                    format!("transition `{}` takes an object of arguments", option.name),
-                ));
-            }
-            Ok(Decision::Transition {
-                to: option.name.clone(),
-                arguments: if arguments.is_null() {
-                    Value::Object(serde_json::Map::new())
-                } else {
-                    arguments
-                },
-            })
-        }
+        OptionKind::Transition => Ok(Decision::Transition {
+            to: option.name.clone(),
+            arguments,
+        }),
         OptionKind::Tool => {
             check_input(&option.name, &arguments).map_err(|e| {
                 Rejection::new(
-                    "decision.invalid_arguments",
+                    RejectionCode::InvalidArguments,
                     format!(
                         "arguments of `{}` do not match its input: {}",
                         option.name,
-                        truncate(&e, 300)
+                        quote(&e, 300)
                     ),
                 )
             })?;
@@ -323,7 +529,7 @@ pub fn validate(
 fn parse_arguments(raw: &str) -> Result<Value, Rejection> {
     if raw.len() > MAX_ARGUMENT_BYTES {
         return Err(Rejection::new(
-            "decision.too_large",
+            RejectionCode::TooLarge,
             format!(
                 "arguments are {} bytes; the limit is {MAX_ARGUMENT_BYTES}",
                 raw.len()
@@ -331,7 +537,7 @@ fn parse_arguments(raw: &str) -> Result<Value, Rejection> {
         ));
     }
     if raw.trim().is_empty() {
-        return Ok(Value::Null);
+        return Ok(Value::Object(serde_json::Map::new()));
     }
     // Check depth on the raw text before parsing, so hostile nesting never reaches the parser.
     let mut depth = 0usize;
@@ -353,7 +559,7 @@ fn parse_arguments(raw: &str) -> Result<Value, Rejection> {
                 depth += 1;
                 if depth > MAX_ARGUMENT_DEPTH {
                     return Err(Rejection::new(
-                        "decision.too_deep",
+                        RejectionCode::TooDeep,
                         format!("arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"),
                     ));
                 }
@@ -362,15 +568,22 @@ fn parse_arguments(raw: &str) -> Result<Value, Rejection> {
             _ => {}
         }
     }
-    serde_json::from_str(raw).map_err(|e| {
-        Rejection::new(
-            "decision.invalid_json",
+    crate::json::from_str_unique(raw).map_err(|e| match e {
+        crate::json::JsonError::DuplicateKey { .. } => Rejection::new(
+            RejectionCode::DuplicateKey,
+            format!("arguments repeat a key: {e}; give each key once"),
+        ),
+        crate::json::JsonError::Syntax(_) => Rejection::new(
+            RejectionCode::InvalidJson,
             format!("arguments are not valid JSON: {e}"),
-        )
+        ),
     })
 }
 
-fn truncate(s: &str, max: usize) -> String {
+/// At most `max` bytes of `s`, cut at a character boundary, with `…` when cut. Callers
+/// redact first: a secret cut in two no longer matches the redactor.
+#[must_use]
+pub fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }
@@ -403,30 +616,74 @@ pub struct DecisionRecord {
     pub output_tokens: Option<u64>,
     /// Latency of the ask.
     pub latency_ms: u64,
-    /// The raw output, truncated to [`MAX_JOURNALED_OUTPUT`] bytes.
+    /// The raw output, redacted, then truncated to [`MAX_JOURNALED_OUTPUT`] bytes.
     pub raw_output: String,
 }
 
 impl DecisionRecord {
-    /// Build the record of one ask.
+    /// Build the record of one ask. Every string in it (option names, model, the
+    /// rejection's message, the decision's arguments, the raw output) passes through
+    /// `redact` first; the raw output is truncated after.
     #[must_use]
     pub fn new(
         request: &RouteRequest,
         reply: &RouterReply,
         outcome: &Result<Decision, Rejection>,
         latency_ms: u64,
+        redact: &dyn Fn(&str) -> String,
     ) -> Self {
+        let mut decision = outcome.as_ref().ok().cloned();
+        if let Some(
+            Decision::Tool {
+                tool: name,
+                input: args,
+            }
+            | Decision::Transition {
+                to: name,
+                arguments: args,
+            },
+        ) = &mut decision
+        {
+            *name = redact(name);
+            redact_strings(args, redact);
+        }
         Self {
-            options: request.options.iter().map(|o| o.name.clone()).collect(),
-            decision: outcome.as_ref().ok().cloned(),
-            rejection: outcome.as_ref().err().cloned(),
-            model: reply.model.clone(),
+            options: request.options.iter().map(|o| redact(&o.name)).collect(),
+            decision,
+            rejection: outcome.as_ref().err().map(|r| Rejection {
+                code: r.code,
+                message: redact(&r.message),
+            }),
+            model: redact(&reply.model),
             prompt_hash: request.prompt_hash(),
             input_tokens: reply.input_tokens,
             output_tokens: reply.output_tokens,
             latency_ms,
-            raw_output: truncate(&reply.raw_output, MAX_JOURNALED_OUTPUT),
+            raw_output: truncate(&redact(&reply.raw_output), MAX_JOURNALED_OUTPUT),
         }
+    }
+}
+
+/// Apply `redact` to every string (and object key) in `value`.
+pub fn redact_strings(value: &mut Value, redact: &dyn Fn(&str) -> String) {
+    match value {
+        Value::String(s) => {
+            let clean = redact(s);
+            if clean != *s {
+                *s = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_strings(v, redact)),
+        Value::Object(map) => {
+            let dirty: Vec<String> = map.keys().filter(|k| redact(k) != **k).cloned().collect();
+            for k in dirty {
+                if let Some(v) = map.remove(&k) {
+                    map.insert(redact(&k), v);
+                }
+            }
+            map.values_mut().for_each(|v| redact_strings(v, redact));
+        }
+        _ => {}
     }
 }
 
@@ -443,10 +700,7 @@ pub struct ScriptedRouter {
 impl fmt::Debug for ScriptedRouter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScriptedRouter")
-            .field(
-                "remaining",
-                &self.script.lock().map(|s| s.len()).unwrap_or(0),
-            )
+            .field("remaining", &self.script.lock().map_or(0, |s| s.len()))
             .finish_non_exhaustive()
     }
 }
@@ -529,7 +783,12 @@ mod tests {
                 kind: OptionKind::Tool,
                 name: "ReserveInventory".into(),
                 description: String::new(),
-                schema: Some(json!({})),
+                schema: Some(json!({
+                    "type": "object",
+                    "properties": {"sku": {"type": "string"}},
+                    "required": ["sku"],
+                    "additionalProperties": false
+                })),
             },
         ]
     }
@@ -542,8 +801,8 @@ mod tests {
         }
     }
 
-    fn code(reply: RouterReply) -> String {
-        validate(&options(), &reply, &check).unwrap_err().code
+    fn code(reply: &RouterReply) -> RejectionCode {
+        validate(&options(), reply, &check).unwrap_err().code
     }
 
     #[test]
@@ -574,48 +833,91 @@ mod tests {
     #[test]
     fn rejects_hostile_answers() {
         assert_eq!(
-            code(ScriptedRouter::choose("ChargePayment", "{}")),
+            code(&ScriptedRouter::choose("ChargePayment", "{}")),
             "decision.unknown_option"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("payment", "{}")),
+            code(&ScriptedRouter::choose("payment", "{}")),
             "decision.unknown_option"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("Payment ", "{}")),
+            code(&ScriptedRouter::choose("Payment ", "{}")),
             "decision.unknown_option"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("\u{420}ayment", "{}")),
+            code(&ScriptedRouter::choose("\u{420}ayment", "{}")),
             "decision.unknown_option"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", "{\"sku\":")),
+            code(&ScriptedRouter::choose("ReserveInventory", "{\"sku\":")),
             "decision.invalid_json"
         );
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", "{\"sku\":1}")),
-            "decision.invalid_arguments"
+            code(&ScriptedRouter::choose("ReserveInventory", "{\"sku\":1}")),
+            "decision.schema_violation"
+        );
+        assert_eq!(
+            code(&ScriptedRouter::choose(
+                "ReserveInventory",
+                r#"{"sku":"a","sku":"b"}"#
+            )),
+            "decision.duplicate_key"
+        );
+        assert_eq!(
+            code(&ScriptedRouter::choose("ReserveInventory", r#"["a"]"#)),
+            "decision.schema_violation"
+        );
+        assert_eq!(
+            code(&ScriptedRouter::choose("Payment", r#"{"note":"x"}"#)),
+            "decision.schema_violation"
         );
         let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", &deep)),
+            code(&ScriptedRouter::choose("ReserveInventory", &deep)),
             "decision.too_deep"
         );
         let big = format!("{{\"sku\":\"{}\"}}", "x".repeat(MAX_ARGUMENT_BYTES));
         assert_eq!(
-            code(ScriptedRouter::choose("ReserveInventory", &big)),
+            code(&ScriptedRouter::choose("ReserveInventory", &big)),
             "decision.too_large"
         );
         let mut two = ScriptedRouter::choose("Payment", "{}");
         two.choices.push(two.choices[0].clone());
-        assert_eq!(code(two), "decision.several");
-        assert_eq!(code(RouterReply::default()), "decision.none");
+        assert_eq!(code(&two), "decision.several");
+        assert_eq!(code(&RouterReply::default()), "decision.none");
         let refused = RouterReply {
             refusal: Some("no".into()),
             ..ScriptedRouter::choose("Payment", "")
         };
-        assert_eq!(code(refused), "decision.refused");
+        assert_eq!(code(&refused), "decision.refused");
+    }
+
+    #[test]
+    fn codes_have_stable_unique_string_forms() {
+        let mut seen = std::collections::HashSet::new();
+        for c in RejectionCode::ALL {
+            assert!(seen.insert(c.as_str()), "{c} twice");
+            assert_eq!(RejectionCode::parse(c.as_str()), Some(c));
+            assert_eq!(serde_json::to_value(c).unwrap(), json!(c.as_str()));
+        }
+        assert_eq!(
+            RejectionCode::SchemaViolation.as_str(),
+            "decision.schema_violation"
+        );
+        assert_eq!(RejectionCode::AskTimeout.as_str(), "ask.timeout");
+    }
+
+    #[test]
+    fn quoted_text_is_redacted_before_it_is_cut() {
+        let secret = "sk-live-0123456789abcdef";
+        let name = format!("{}{secret}", "x".repeat(70));
+        let reply = ScriptedRouter::choose(&name, "{}");
+        let redact = |s: &str| s.replace(secret, "[redacted]");
+        let r = validate_redacted(&options(), &reply, &check, &redact).unwrap_err();
+        assert!(!r.message.contains(&secret[..8]), "{}", r.message);
+        // Without redaction first, the cut leaves a piece of the key behind.
+        let r = validate(&options(), &reply, &check).unwrap_err();
+        assert!(r.message.contains(&secret[..8]), "{}", r.message);
     }
 
     #[test]

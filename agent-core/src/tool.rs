@@ -377,13 +377,23 @@ pub trait DynTool: Send + Sync {
     fn kind(&self) -> ToolKind;
     /// [`Tool::policy`].
     fn policy(&self) -> ToolPolicy;
-    /// JSON schema of the input.
+    /// JSON schema of the input: the document shown to the model and enforced on its
+    /// answers. Derived tools generate it once per process, objects closed
+    /// ([`crate::schema::schema_for`]).
     fn input_schema(&self) -> Value;
-    /// Whether `input` deserializes into the input type.
+    /// Whether `input` satisfies the input schema and then deserializes into the input type.
+    ///
+    /// # Errors
+    /// The schema violations or the deserialization error, as text.
+    fn check_input(&self, input: &Value) -> Result<(), String>;
+    /// Whether `input` deserializes into the input type; the router calls it after it has
+    /// checked the advertised schema itself. Defaults to [`check_input`](Self::check_input).
     ///
     /// # Errors
     /// The deserialization error, as text.
-    fn check_input(&self, input: &Value) -> Result<(), String>;
+    fn check_typed(&self, input: &Value) -> Result<(), String> {
+        self.check_input(input)
+    }
     /// One attempt, on JSON.
     fn call_json<'a>(
         &'a self,
@@ -396,36 +406,6 @@ pub trait DynTool: Send + Sync {
         input: &Value,
         output: &Value,
     ) -> Option<Result<(String, Value), String>>;
-}
-
-/// Reject object fields the input schema does not name. Serde ignores unknown fields by
-/// default, but an argument the model invented is a sign it answered another question, so
-/// it is refused unless the schema allows additional properties.
-fn unknown_fields(schema: &Value, input: &Value) -> Result<(), String> {
-    let (Some(props), Some(obj)) = (
-        schema.get("properties").and_then(Value::as_object),
-        input.as_object(),
-    ) else {
-        return Ok(());
-    };
-    if schema.get("additionalProperties") == Some(&Value::Bool(true))
-        || schema
-            .get("additionalProperties")
-            .is_some_and(Value::is_object)
-    {
-        return Ok(());
-    }
-    match obj.keys().find(|k| !props.contains_key(*k)) {
-        Some(k) => Err(format!(
-            "unknown field `{k}`, expected one of: {}",
-            props
-                .keys()
-                .map(|p| format!("`{p}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-        None => Ok(()),
-    }
 }
 
 struct Typed<T>(T);
@@ -460,11 +440,16 @@ macro_rules! dyn_common {
             T::policy()
         }
         fn input_schema(&self) -> Value {
-            serde_json::to_value(schemars::schema_for!(T::Input)).unwrap_or(Value::Null)
+            crate::schema::compiled_for::<T::Input>().schema().clone()
         }
         fn check_input(&self, input: &Value) -> Result<(), String> {
-            T::Input::deserialize(input).map_err(|e| e.to_string())?;
-            unknown_fields(&self.input_schema(), input)
+            crate::schema::compiled_for::<T::Input>().check(input)?;
+            self.check_typed(input)
+        }
+        fn check_typed(&self, input: &Value) -> Result<(), String> {
+            T::Input::deserialize(input)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         }
         fn call_json<'a>(
             &'a self,
@@ -574,21 +559,6 @@ mod tests {
             let d = j.backoff(attempt);
             assert!(d <= p.backoff(attempt) && d >= p.backoff(attempt) / 2);
         }
-    }
-
-    #[test]
-    fn unknown_fields_are_refused() {
-        let schema = serde_json::json!({ "properties": { "sku": {}, "qty": {} } });
-        assert!(unknown_fields(&schema, &serde_json::json!({ "sku": "a" })).is_ok());
-        let err =
-            unknown_fields(&schema, &serde_json::json!({ "sku": "a", "admin": true })).unwrap_err();
-        assert!(
-            err.starts_with("unknown field `admin`, expected one of: "),
-            "{err}"
-        );
-        let open = serde_json::json!({ "properties": { "sku": {} }, "additionalProperties": true });
-        assert!(unknown_fields(&open, &serde_json::json!({ "x": 1 })).is_ok());
-        assert!(unknown_fields(&schema, &serde_json::json!(5)).is_ok());
     }
 
     #[test]

@@ -9,12 +9,14 @@ use tracing::Instrument;
 
 use crate::config::{ApiKey, ConfigError, Env, HttpSettings, check_base_url, join};
 use crate::http::Transport;
-use crate::{DEFAULT_MAX_TOKENS, journal_text, option_description, option_schema};
+use crate::{DEFAULT_MAX_TOKENS, malformed, option_description, parse_body, tool_parameters};
 
 /// Anthropic's endpoint.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 /// The API version sent in `anthropic-version`.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// The beta that enables strict tool use, sent in `anthropic-beta` when asked for.
+pub const STRICT_TOOLS_BETA: &str = "structured-outputs-2025-11-13";
 
 /// Configuration of an [`AnthropicRouter`].
 #[derive(Clone, Debug)]
@@ -32,6 +34,10 @@ pub struct AnthropicConfig {
     pub temperature: Option<f32>,
     /// Timeouts, retries, limits.
     pub http: HttpSettings,
+    /// Strict tool use: tools with `strict: true` and the strict form of each schema
+    /// ([`crate::strict`]), with the [`STRICT_TOOLS_BETA`] header. Off by default (a beta
+    /// not every model or proxy accepts). Every answer is still validated by the runner.
+    pub strict_tools: bool,
 }
 
 impl AnthropicConfig {
@@ -45,7 +51,15 @@ impl AnthropicConfig {
             max_tokens: DEFAULT_MAX_TOKENS,
             temperature: None,
             http: HttpSettings::default(),
+            strict_tools: false,
         }
+    }
+
+    /// Use strict tool use, or not.
+    #[must_use]
+    pub fn with_strict_tools(mut self, strict: bool) -> Self {
+        self.strict_tools = strict;
+        self
     }
 
     /// Set the base URL (a proxy, or a test server).
@@ -156,11 +170,16 @@ impl AnthropicRouter {
             .options
             .iter()
             .map(|o| {
-                json!({
+                let (schema, strict) = tool_parameters(o, self.config.strict_tools);
+                let mut tool = json!({
                     "name": o.name,
                     "description": option_description(o),
-                    "input_schema": option_schema(o),
-                })
+                    "input_schema": schema,
+                });
+                if strict {
+                    tool["strict"] = json!(true);
+                }
+                tool
             })
             .collect();
         let mut body = json!({
@@ -191,6 +210,12 @@ impl AnthropicRouter {
             "anthropic-version",
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
+        if self.config.strict_tools {
+            headers.insert(
+                "anthropic-beta",
+                HeaderValue::from_static(STRICT_TOOLS_BETA),
+            );
+        }
         Ok(headers)
     }
 }
@@ -232,17 +257,11 @@ impl Router for AnthropicRouter {
 /// A [`ErrorClass::Permanent`] [`RouterError`] when the body is not a JSON object with a
 /// `content` array (or is an error object).
 pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, RouterError> {
-    let fail = |what: &str| {
-        RouterError::new(
-            ErrorClass::Permanent,
-            format!(
-                "anthropic: {what}; body starts with: {}",
-                crate::truncate(body, 200)
-            ),
-        )
-    };
-    let root: Value =
-        serde_json::from_str(body).map_err(|e| fail(&format!("response is not JSON ({e})")))?;
+    let fail = |what: &str| malformed("anthropic", what, body);
+    let root: Value = parse_body("anthropic", body)?;
+    if !root.is_object() {
+        return Err(fail("response is not a JSON object"));
+    }
     if root.get("type").and_then(Value::as_str) == Some("error") {
         let message = root
             .pointer("/error/message")
@@ -250,10 +269,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .unwrap_or("unknown error");
         return Err(RouterError::new(
             ErrorClass::Permanent,
-            format!(
-                "anthropic: error in response: {}",
-                crate::truncate(message, 300)
-            ),
+            format!("anthropic: error in response: {message}"),
         ));
     }
     let content = root
@@ -266,7 +282,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .and_then(Value::as_str)
             .unwrap_or(fallback_model)
             .to_owned(),
-        raw_output: journal_text(body),
+        raw_output: body.to_owned(),
         ..RouterReply::default()
     };
     let mut text = String::new();

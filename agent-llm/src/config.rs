@@ -52,12 +52,12 @@ pub struct HttpSettings {
 impl Default for HttpSettings {
     fn default() -> Self {
         Self {
-            timeout: Duration::from_secs(120),
+            timeout: Duration::from_mins(2),
             connect_timeout: Duration::from_secs(10),
             max_retries: 3,
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
-            max_retry_after: Duration::from_secs(60),
+            max_retry_after: Duration::from_mins(1),
             max_response_bytes: 1024 * 1024,
         }
     }

@@ -100,18 +100,25 @@ impl Transport {
     ) -> Result<RouterReply, RouterError> {
         let mut reply = parse(body).map_err(|e| RouterError {
             message: self.redact(&e.message),
+            raw_output: e.raw_output.as_deref().map(|r| self.redact(r)),
             ..e
         })?;
         reply.raw_output = self.redact(&reply.raw_output);
+        reply.model = self.redact(&reply.model);
+        reply.refusal = reply.refusal.as_deref().map(|r| self.redact(r));
         for choice in &mut reply.choices {
+            choice.name = self.redact(&choice.name);
             choice.arguments = self.redact(&choice.arguments);
         }
         Ok(reply)
     }
 
+    /// `text` without the key, in plain or JSON-escaped form.
     pub(crate) fn redact(&self, text: &str) -> String {
         match &self.secret {
-            Some(key) if key.expose().len() >= 8 => text.replace(key.expose(), "[redacted]"),
+            Some(key) if key.expose().len() >= 8 => {
+                agent_core::runner::redact_secrets(text, &[key.expose()])
+            }
             _ => text.to_owned(),
         }
     }
@@ -178,11 +185,13 @@ impl Transport {
                 return Err(error);
             }
             let wait = wait.unwrap_or_else(|| backoff(&self.settings, attempt));
+            // The class only: the provider's message may carry secrets the router does not
+            // know (the runner's); it is journaled, redacted, if the retries run out.
             tracing::warn!(
                 provider = self.provider,
                 attempt = attempt + 1,
                 wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                error = %error,
+                class = error.class.code(),
                 "retrying the LLM call"
             );
             tokio::time::sleep(wait).await;
@@ -344,16 +353,20 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-/// Exponential backoff with jitter: `initial * 2^attempt`, capped, times a random factor in
-/// `[0.5, 1.0]` so many workers do not retry in step.
+/// Exponential backoff with jitter before retry `attempt + 1` (`attempt` counts retries
+/// from 0): `initial * 2^attempt`, capped, times a random factor in `[0.5, 1.0]` so many
+/// workers do not retry in step. The one policy of the workspace,
+/// [`agent_core::RetryPolicy::backoff`], with the settings' bounds.
 #[must_use]
 pub fn backoff(settings: &HttpSettings, attempt: u32) -> Duration {
-    let factor = 2u32.saturating_pow(attempt.min(20));
-    let base = settings
-        .initial_backoff
-        .saturating_mul(factor)
-        .min(settings.max_backoff);
-    base.mul_f64(rand::random_range(0.5..=1.0))
+    agent_core::RetryPolicy {
+        max_attempts: settings.max_retries.saturating_add(1),
+        initial_backoff: settings.initial_backoff,
+        max_backoff: settings.max_backoff,
+        multiplier: 2.0,
+        jitter: true,
+    }
+    .backoff(attempt.saturating_add(1))
 }
 
 /// The message inside a provider's JSON error body (`{"error":{"message":...}}` for both
@@ -372,7 +385,8 @@ fn error_message(body: &str) -> String {
             None => message.to_owned(),
         })
     });
-    crate::truncate(message.as_deref().unwrap_or(body), 500)
+    // Not shortened here: the runner redacts its secrets first, then shortens.
+    message.unwrap_or_else(|| body.to_owned())
 }
 
 /// An error and its sources, `: `-joined (reqwest's own message hides the cause).

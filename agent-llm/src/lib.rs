@@ -16,8 +16,9 @@
 //!
 //! ## How a decision is asked
 //!
-//! Every legal option becomes a tool named exactly like the option: transitions take an
-//! object of (optional) arguments, tools take their input schema. The model must call one
+//! Every legal option becomes a tool named exactly like the option, with the option's schema
+//! as its parameters: the document every answer is then checked against (transitions take
+//! the closed empty object, tools their closed input schema). The model must call one
 //! (`tool_choice: "required"`, or `{"type": "any"}` for Anthropic) and only one (parallel
 //! tool calls off). The system prompt states the rules; the user message carries the typed
 //! state and the selected tool results (see [`RouteRequest::user_prompt`]).
@@ -131,13 +132,15 @@
 
 use std::sync::Arc;
 
-use agent_core::router::{OptionKind, RouteOption, Router};
-use serde_json::{Value, json};
+use agent_core::ErrorClass;
+use agent_core::router::{OptionKind, RejectionCode, RouteOption, Router, RouterError};
+use serde_json::Value;
 
 pub mod anthropic;
 mod config;
 mod http;
 pub mod openai;
+pub mod strict;
 
 pub use anthropic::{AnthropicConfig, AnthropicRouter};
 pub use config::{ApiKey, ConfigError, HttpSettings};
@@ -203,24 +206,52 @@ pub(crate) fn option_description(option: &RouteOption) -> String {
     }
 }
 
-/// The parameters schema a tool carries: an object of optional arguments for transitions,
-/// the input schema for tools (without `$schema`, which some servers reject).
+/// The parameters schema a tool carries: the option's schema, the one its answer is checked
+/// against (the closed empty object for an option offered without one), without `$schema`,
+/// which some servers reject and which does not change what validates.
 pub(crate) fn option_schema(option: &RouteOption) -> Value {
-    match (option.kind, &option.schema) {
-        (OptionKind::Tool, Some(schema)) => {
-            let mut schema = schema.clone();
-            if let Some(map) = schema.as_object_mut() {
-                map.remove("$schema");
-            }
-            schema
-        }
-        _ => json!({"type": "object", "properties": {}}),
+    let mut schema = option
+        .schema
+        .clone()
+        .unwrap_or_else(agent_core::schema::closed_empty_object);
+    if let Some(map) = schema.as_object_mut() {
+        map.remove("$schema");
     }
+    schema
 }
 
-/// The raw body as journaled: at most [`agent_core::router::MAX_JOURNALED_OUTPUT`] bytes.
-pub(crate) fn journal_text(body: &str) -> String {
-    truncate(body, agent_core::router::MAX_JOURNALED_OUTPUT)
+/// An option as a tool's parameters: the strict form of its schema when `strict` is asked
+/// and the schema has one (then `true`), else the schema as it is.
+pub(crate) fn tool_parameters(option: &RouteOption, strict: bool) -> (Value, bool) {
+    let schema = option_schema(option);
+    if strict && let Some(s) = strict::strict_schema(&schema) {
+        return (s, true);
+    }
+    (schema, false)
+}
+
+/// Parse a provider's body, refusing duplicate keys anywhere in it: two `name`s or two
+/// `finish_reason`s would make the router's reading depend on which one it kept.
+pub(crate) fn parse_body(provider: &str, body: &str) -> Result<Value, RouterError> {
+    agent_core::json::from_str_unique(body).map_err(|e| {
+        let code = match e {
+            agent_core::json::JsonError::DuplicateKey { .. } => RejectionCode::DuplicateKey,
+            agent_core::json::JsonError::Syntax(_) => RejectionCode::AskMalformed,
+        };
+        RouterError::new(
+            ErrorClass::Permanent,
+            format!("{provider}: response is not a JSON document with unique keys ({e})"),
+        )
+        .with_code(code)
+        .with_raw_output(body)
+    })
+}
+
+/// A body that parses but is not the provider's shape.
+pub(crate) fn malformed(provider: &str, what: &str, body: &str) -> RouterError {
+    RouterError::new(ErrorClass::Permanent, format!("{provider}: {what}"))
+        .with_code(RejectionCode::AskMalformed)
+        .with_raw_output(body)
 }
 
 /// At most `max` bytes of `s`, cut at a character boundary, with `…` when cut.

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::config::{ApiKey, ConfigError, Env, HttpSettings, check_base_url, join};
 use crate::http::Transport;
-use crate::{DEFAULT_MAX_TOKENS, journal_text, option_description, option_schema};
+use crate::{DEFAULT_MAX_TOKENS, malformed, option_description, parse_body, tool_parameters};
 
 /// OpenAI's own endpoint.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -45,6 +45,12 @@ pub struct OpenAiConfig {
     pub temperature: Option<f32>,
     /// Timeouts, retries, limits.
     pub http: HttpSettings,
+    /// Offer tools with `strict: true` (structured outputs): the provider constrains
+    /// decoding to the strict form of each option's schema ([`crate::strict`]). On by
+    /// default for `OpenAI`'s own endpoint only; compatible servers differ in what they accept
+    /// (vLLM and llama.cpp's server constrain tool calls to the schemas on their own when a
+    /// tool call is required). Every answer is still validated by the runner.
+    pub strict_tools: bool,
 }
 
 impl OpenAiConfig {
@@ -52,7 +58,8 @@ impl OpenAiConfig {
     #[must_use]
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         let base_url = base_url.into();
-        let max_tokens_field = if base_url.trim_end_matches('/') == OPENAI_BASE_URL {
+        let openai = base_url.trim_end_matches('/') == OPENAI_BASE_URL;
+        let max_tokens_field = if openai {
             MaxTokensField::MaxCompletionTokens
         } else {
             MaxTokensField::MaxTokens
@@ -65,7 +72,15 @@ impl OpenAiConfig {
             max_tokens_field,
             temperature: None,
             http: HttpSettings::default(),
+            strict_tools: openai,
         }
+    }
+
+    /// Offer tools with `strict: true`, or not.
+    #[must_use]
+    pub fn with_strict_tools(mut self, strict: bool) -> Self {
+        self.strict_tools = strict;
+        self
     }
 
     /// OpenAI itself.
@@ -194,14 +209,16 @@ impl OpenAiRouter {
             .options
             .iter()
             .map(|o| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": o.name,
-                        "description": option_description(o),
-                        "parameters": option_schema(o),
-                    }
-                })
+                let (parameters, strict) = tool_parameters(o, self.config.strict_tools);
+                let mut function = json!({
+                    "name": o.name,
+                    "description": option_description(o),
+                    "parameters": parameters,
+                });
+                if strict {
+                    function["strict"] = json!(true);
+                }
+                json!({"type": "function", "function": function})
             })
             .collect();
         let mut body = json!({
@@ -280,17 +297,11 @@ impl Router for OpenAiRouter {
 /// A [`ErrorClass::Permanent`] [`RouterError`] when the body is not a JSON object with a
 /// `choices` array (or carries an `error` object).
 pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, RouterError> {
-    let fail = |what: &str| {
-        RouterError::new(
-            ErrorClass::Permanent,
-            format!(
-                "openai: {what}; body starts with: {}",
-                crate::truncate(body, 200)
-            ),
-        )
-    };
-    let root: Value =
-        serde_json::from_str(body).map_err(|e| fail(&format!("response is not JSON ({e})")))?;
+    let fail = |what: &str| malformed("openai", what, body);
+    let root: Value = parse_body("openai", body)?;
+    if !root.is_object() {
+        return Err(fail("response is not a JSON object"));
+    }
     if let Some(error) = root.get("error").filter(|e| !e.is_null()) {
         let message = error
             .get("message")
@@ -299,10 +310,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .unwrap_or("unknown error");
         return Err(RouterError::new(
             ErrorClass::Permanent,
-            format!(
-                "openai: error in response: {}",
-                crate::truncate(message, 300)
-            ),
+            format!("openai: error in response: {message}"),
         ));
     }
     let choices = root
@@ -315,7 +323,7 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             .and_then(Value::as_str)
             .unwrap_or(fallback_model)
             .to_owned(),
-        raw_output: journal_text(body),
+        raw_output: body.to_owned(),
         ..RouterReply::default()
     };
     for choice in choices {

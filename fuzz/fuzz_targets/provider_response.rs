@@ -47,7 +47,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(reply) = parsed else {
         return;
     };
-    assert!(reply.raw_output.len() <= agent_core::router::MAX_JOURNALED_OUTPUT + 4);
+    // The whole body: the runner redacts it, then truncates it for the journal.
+    assert_eq!(reply.raw_output.as_str(), &*body);
     let options = options();
     match validate(&options, &reply, &check_input) {
         Ok(Decision::Transition { to, arguments }) => {
@@ -70,6 +71,6 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(reply.choices.len(), 1);
             assert!(reply.refusal.is_none() && !reply.truncated);
         }
-        Err(rejection) => assert!(rejection.code.starts_with("decision.")),
+        Err(rejection) => assert!(rejection.code.as_str().starts_with("decision.")),
     }
 });

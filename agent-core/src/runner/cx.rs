@@ -331,7 +331,10 @@ impl<'r> StepCx<'r> {
             return self.finish(entry, Err(err), Instant::now()).await;
         }
         if entry.idempotency_key.is_some() {
-            // The audit trail shows an effect may have happened before its result is known.
+            // The audit trail shows an effect may have happened before its result is known,
+            // and counts the attempt before it starts: after a crash in the call, `attempts`
+            // still counts every request that may have reached the service.
+            entry.attempts = prior_attempts + 1;
             if !self.record(entry.clone()).await {
                 return Err(Self::interrupted_error());
             }
@@ -377,10 +380,17 @@ impl<'r> StepCx<'r> {
         entry: &mut JournalEntry,
     ) -> Result<Value, ToolError> {
         let policy = tool.policy();
+        // Calls with effects are journaled before each attempt (the first one by `call_at`).
+        let journal_each = entry.idempotency_key.is_some();
         let mut attempt_in_call = 0;
         loop {
             attempt_in_call += 1;
-            entry.attempts += 1;
+            if !journal_each || attempt_in_call > 1 {
+                entry.attempts += 1;
+            }
+            if journal_each && attempt_in_call > 1 && !self.record(entry.clone()).await {
+                return Err(Self::interrupted_error());
+            }
             if !self.renew().await {
                 return Err(Self::interrupted_error());
             }

@@ -46,8 +46,15 @@ pub struct RunnerConfig {
     pub worker_id: String,
     /// How long a lease lasts without renewal.
     pub lease_ttl: Duration,
-    /// How many times the router is re-asked after a rejected answer, per decision.
+    /// How many times the router is re-asked after a rejected answer or a failed ask (an
+    /// HTTP error, a timeout, a body that is not the provider's shape), per decision; then
+    /// the state takes its failure path.
     pub max_reasks: u32,
+    /// How long one ask of the router may take, the provider's own retries included; past
+    /// it the ask is journaled as `ask.timeout` and counts against `max_reasks`. Keep it
+    /// well under `lease_ttl`'s renewals (the lease is renewed while the ask runs), so one
+    /// slow model never holds a claim for long.
+    pub decision_timeout: Duration,
     /// Token budget of a routing prompt; the oldest tool results are trimmed first.
     pub prompt_token_budget: usize,
     /// Claims without a commit before a run is dead-lettered (a poison run).
@@ -65,7 +72,11 @@ pub struct RunnerConfig {
     /// Secret values (API keys, passwords, tokens the tools hold) replaced by `"[redacted]"`
     /// wherever they appear: tool inputs, outputs and error messages as journaled, the run's
     /// error and `on_error` state, what the router sees, the decision's raw output, and the
-    /// runner's logs. Values shorter than 4 characters are ignored (they would shred text).
+    /// runner's logs, every string of a decision record (the model's name, echoed option
+    /// names, rejection messages, the raw output before it is truncated), and escaped forms
+    /// of a secret inside JSON text (`\u0073k-...`, `\/`, escaped twice inside an escaped
+    /// argument string). Values shorter than 4 characters are ignored (they would shred
+    /// text).
     pub secrets: Vec<String>,
 }
 
@@ -75,6 +86,7 @@ impl Default for RunnerConfig {
             worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
             lease_ttl: Duration::from_secs(30),
             max_reasks: 2,
+            decision_timeout: Duration::from_secs(20),
             prompt_token_budget: 8_000,
             max_claims_without_progress: 5,
             store_retries: 5,
@@ -675,16 +687,12 @@ impl RunnerConfig {
         self.scrub_strings(value);
     }
 
-    /// `text` with every occurrence of a [secret](Self::secrets) replaced by `"[redacted]"`.
+    /// `text` with every occurrence of a [secret](Self::secrets) replaced by `"[redacted]"`,
+    /// written plainly or in JSON-escaped form (up to three levels of escaping deep).
     #[must_use]
     pub fn redact_text(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for secret in self.secrets.iter().filter(|s| s.len() >= 4) {
-            if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), "[redacted]");
-            }
-        }
-        out
+        let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+        redact_secrets(text, &secrets)
     }
 
     fn scrub_strings(&self, value: &mut Value) {
@@ -703,6 +711,154 @@ impl RunnerConfig {
             _ => {}
         }
     }
+}
+
+/// `text` with every occurrence of one of `secrets` replaced by `"[redacted]"`, written
+/// plainly or in JSON-escaped form (up to three levels deep). Secrets shorter than 4
+/// characters are ignored (they would shred text).
+#[must_use]
+pub fn redact_secrets(text: &str, secrets: &[&str]) -> String {
+    let secrets: Vec<&str> = secrets.iter().copied().filter(|s| s.len() >= 4).collect();
+    let mut out = text.to_owned();
+    for secret in &secrets {
+        if out.contains(secret) {
+            out = out.replace(secret, "[redacted]");
+        }
+    }
+    if secrets.is_empty() || !out.contains('\\') {
+        return out;
+    }
+    redact_escaped(&out, &secrets)
+}
+
+/// One character of a text seen through some levels of JSON string escaping, with the
+/// byte range of the raw text it came from.
+#[derive(Clone, Copy)]
+struct Decoded {
+    c: char,
+    start: usize,
+    end: usize,
+}
+
+/// Escape levels looked through: a secret in an argument string inside a JSON body is
+/// escaped twice; one more for a body quoted inside an error message.
+const ESCAPE_LEVELS: usize = 3;
+
+/// `text` with every raw range that decodes (through one to [`ESCAPE_LEVELS`] levels of JSON
+/// string escapes) to one of `secrets` replaced by `"[redacted]"`.
+fn redact_escaped(text: &str, secrets: &[&str]) -> String {
+    let mut view: Vec<Decoded> = text
+        .char_indices()
+        .map(|(i, c)| Decoded {
+            c,
+            start: i,
+            end: i + c.len_utf8(),
+        })
+        .collect();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for _ in 0..ESCAPE_LEVELS {
+        if !view.iter().any(|d| d.c == '\\') {
+            break;
+        }
+        view = unescape_once(&view);
+        let decoded: String = view.iter().map(|d| d.c).collect();
+        let offsets: Vec<usize> = decoded.char_indices().map(|(i, _)| i).collect();
+        for secret in secrets {
+            let len = secret.chars().count();
+            for (at, _) in decoded.match_indices(secret) {
+                let first = offsets.partition_point(|&o| o < at);
+                if let (Some(a), Some(b)) = (view.get(first), view.get(first + len - 1)) {
+                    ranges.push((a.start, b.end));
+                }
+            }
+        }
+    }
+    if ranges.is_empty() {
+        return text.to_owned();
+    }
+    ranges.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    for (start, end) in ranges {
+        if end <= pos {
+            continue;
+        }
+        out.push_str(&text[pos..start.max(pos)]);
+        out.push_str("[redacted]");
+        pos = end;
+    }
+    out.push_str(&text[pos..]);
+    out
+}
+
+/// Decode one level of JSON string escapes (`\n`, `\"`, `\/`, `\u0041`, surrogate pairs);
+/// anything else is kept as it is.
+fn unescape_once(view: &[Decoded]) -> Vec<Decoded> {
+    let hex = |from: usize| -> Option<u32> {
+        let digits: String = view.get(from..from + 4)?.iter().map(|d| d.c).collect();
+        u32::from_str_radix(&digits, 16).ok()
+    };
+    let mut out = Vec::with_capacity(view.len());
+    let mut i = 0;
+    while i < view.len() {
+        let d = view[i];
+        if d.c != '\\' || i + 1 >= view.len() {
+            out.push(d);
+            i += 1;
+            continue;
+        }
+        let simple = match view[i + 1].c {
+            '"' => Some('"'),
+            '\\' => Some('\\'),
+            '/' => Some('/'),
+            'b' => Some('\u{8}'),
+            'f' => Some('\u{c}'),
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            _ => None,
+        };
+        if let Some(c) = simple {
+            out.push(Decoded {
+                c,
+                start: d.start,
+                end: view[i + 1].end,
+            });
+            i += 2;
+            continue;
+        }
+        if view[i + 1].c == 'u'
+            && let Some(unit) = hex(i + 2)
+        {
+            // A high surrogate followed by `\uDC00`..`\uDFFF` is one character.
+            if (0xD800..0xDC00).contains(&unit)
+                && view.get(i + 6).is_some_and(|d| d.c == '\\')
+                && view.get(i + 7).is_some_and(|d| d.c == 'u')
+                && let Some(low) = hex(i + 8).filter(|l| (0xDC00..0xE000).contains(l))
+                && let Some(c) = char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))
+            {
+                out.push(Decoded {
+                    c,
+                    start: d.start,
+                    end: view[i + 11].end,
+                });
+                i += 12;
+                continue;
+            }
+            if let Some(c) = char::from_u32(unit) {
+                out.push(Decoded {
+                    c,
+                    start: d.start,
+                    end: view[i + 5].end,
+                });
+                i += 6;
+                continue;
+            }
+        }
+        out.push(d);
+        i += 1;
+    }
+    out
 }
 
 /// Replace the values of object fields named in `fields` (case-insensitively, at any depth)
@@ -748,6 +904,27 @@ mod tests {
         let mut v = json!({ "note": ["Bearer sk-canary-123"], "n": 1 });
         config.redact_value(&mut v);
         assert_eq!(v, json!({ "note": ["Bearer [redacted]"], "n": 1 }));
+    }
+
+    #[test]
+    fn escaped_secrets_are_scrubbed() {
+        let secret = "sk-canary-123456";
+        let config = super::RunnerConfig {
+            secrets: vec![secret.into()],
+            ..super::RunnerConfig::default()
+        };
+        let once = serde_json::to_string(&json!({"k": secret})).unwrap();
+        let unicode = r#"{"k":"\u0073k-canary-1234\u0035\u0036"}"#;
+        let dash = r#"{"k":"sk\u002dcanary-123456"}"#;
+        let twice = serde_json::to_string(&json!({"arguments": unicode})).unwrap();
+        let thrice = serde_json::to_string(&json!({"body": twice})).unwrap();
+        for text in [once, unicode.to_owned(), dash.to_owned(), twice, thrice] {
+            let clean = config.redact_text(&text);
+            assert!(clean.contains("[redacted]"), "{text} -> {clean}");
+            assert!(!clean.contains("canary-1234"), "{text} -> {clean}");
+        }
+        // Escapes that decode to something else are left alone.
+        assert_eq!(config.redact_text(r"a\nb \u00e9"), r"a\nb \u00e9");
     }
 
     #[test]

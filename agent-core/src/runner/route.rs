@@ -6,12 +6,12 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
 
-use super::cx::StepCx;
+use super::cx::{StepCx, with_heartbeat};
 use super::{FaultPoint, RunnerError};
 use crate::agent::StepError;
 use crate::router::{
-    Decision, DecisionRecord, OptionKind, Rejection, RouteOption, RouteRequest, ToolResultView,
-    validate,
+    Decision, DecisionRecord, OptionKind, Rejection, RejectionCode, RouteOption, RouteRequest,
+    RouterError, RouterReply, ToolResultView, truncate, validate_redacted,
 };
 use crate::store::{CallStatus, EntryKind};
 
@@ -31,7 +31,7 @@ pub(crate) fn options(cx: &StepCx<'_>) -> Vec<RouteOption> {
                 format!("Move to state `{to}`.")
             }
         }),
-        schema: None,
+        schema: Some(transition_schema(cx, to)),
     });
     let tools = cx.state.tools.iter().filter_map(|name| {
         let tool = cx.inner.tools.get(name)?;
@@ -45,6 +45,16 @@ pub(crate) fn options(cx: &StepCx<'_>) -> Vec<RouteOption> {
     transitions.chain(tools).collect()
 }
 
+/// The schema a transition is offered with, and its arguments are checked against. Every
+/// transition takes none yet: the closed empty object, so whatever the model puts there is
+/// refused instead of reaching the handler.
+fn transition_schema(_cx: &StepCx<'_>, _to: &str) -> Value {
+    crate::schema::closed_empty_object()
+}
+
+/// Longest error message of a failed ask kept in the journal (after redaction).
+const MAX_ASK_ERROR: usize = 1000;
+
 /// Ask until the router chooses a legal transition; returns it with its arguments.
 pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Value), StepError> {
     let Some(router) = cx.inner.router.clone() else {
@@ -57,7 +67,7 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
             .tools
             .get(tool)
             .ok_or_else(|| format!("unknown tool `{tool}`"))
-            .and_then(|t| t.check_input(input))
+            .and_then(|t| t.check_typed(input))
     };
     let mut feedback: Vec<String> = Vec::new();
     let mut rejections = 0;
@@ -153,20 +163,25 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                 }
             }
             Err(rejection) => {
+                // A failed ask and a rejected answer share one budget: neither may hold the
+                // step for longer than `max_reasks` more asks.
                 rejections += 1;
                 tracing::warn!(code = %rejection.code, "router answer rejected");
                 if rejections > cx.inner.config.max_reasks {
                     return Err(StepError::Routing(format!(
-                        "no legal decision after {rejections} answers; last rejection: {rejection}"
+                        "no legal decision after {rejections} asks; last rejection: {rejection}"
                     )));
                 }
-                feedback.push(rejection.to_string());
+                if !rejection.code.is_ask_failure() {
+                    feedback.push(rejection.to_string());
+                }
             }
         }
     }
 }
 
-/// One ask, journaled as decision entry `seq` (accepted or rejected).
+/// One ask, journaled as decision entry `seq`: accepted, rejected, or failed (an error, a
+/// timeout, a body that is not the provider's shape), each with its code.
 async fn ask(
     cx: &StepCx<'_>,
     router: &dyn crate::router::Router,
@@ -178,30 +193,45 @@ async fn ask(
     if cx.fault(FaultPoint::LlmSent) {
         return Err(interrupted());
     }
+    let config = &cx.inner.config;
     let started = Instant::now();
-    // Providers retry transient failures themselves (with `retry-after`); retrying here too
-    // would multiply the calls. A router still unavailable stops the step without
-    // committing: the run resumes later and asks again.
-    let attempt = 1;
-    let reply = match router.decide(request).await {
-        Ok(reply) => reply,
-        Err(e) if e.class.is_retryable() => {
-            cx.set_fatal(RunnerError::Store(crate::store::StoreError::Unavailable(
-                format!("router unavailable: {e}"),
-            )));
-            return Err(interrupted());
-        }
-        Err(e) => return Err(StepError::Routing(e.to_string())),
-    };
+    // Providers retry transient failures themselves (with `retry-after`), inside this
+    // timeout; the runner's re-asks come on top, within `max_reasks`. The lease is kept
+    // alive while the ask runs, and the timeout bounds how long one ask holds the claim.
+    let timeout = config.decision_timeout;
+    let answer =
+        match tokio::time::timeout(timeout, with_heartbeat(cx, router.decide(request))).await {
+            Ok(Some(answer)) => answer,
+            Ok(None) => return Err(interrupted()),
+            Err(_) => Err(RouterError::new(
+                crate::tool::ErrorClass::Timeout,
+                format!("no answer within {} ms", timeout.as_millis()),
+            )
+            .with_code(RejectionCode::AskTimeout)),
+        };
     if cx.fault(FaultPoint::LlmAnswered) {
         return Err(interrupted());
     }
-    let outcome = validate(options, &reply, check);
+    let redact = |s: &str| config.redact_text(s);
+    let (reply, outcome) = match answer {
+        Ok(reply) => {
+            let outcome = validate_redacted(options, &reply, check, &redact);
+            (reply, outcome)
+        }
+        Err(e) => {
+            let reply = RouterReply {
+                raw_output: e.raw_output.clone().unwrap_or_default(),
+                ..RouterReply::default()
+            };
+            let message = truncate(&redact(&e.message), MAX_ASK_ERROR);
+            (reply, Err(Rejection::new(e.rejection_code(), message)))
+        }
+    };
+    // The rejection goes back to the model and into errors: redacted like the journal. An
+    // accepted decision runs as validated; only its journaled copy is redacted.
+    let outcome = outcome.map_err(|r| Rejection::new(r.code, redact(&r.message)));
     let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let mut record = DecisionRecord::new(request, &reply, &outcome, latency);
-    // The journaled copy only: the decision executed is the one validated above.
-    let config = &cx.inner.config;
-    record.raw_output = config.redact_text(&record.raw_output);
+    let mut record = DecisionRecord::new(request, &reply, &outcome, latency, &redact);
     if let Some(
         Decision::Tool { input, .. }
         | Decision::Transition {
@@ -216,14 +246,14 @@ async fn ask(
         "options": record.options,
     });
     let mut entry = cx.new_entry(seq, EntryKind::Decision, "router", input);
-    entry.attempts = attempt;
+    entry.attempts = 1;
     entry.duration_ms = latency;
     entry.finished_at = Some(crate::store::now_ms());
-    match &outcome {
-        Ok(_) => entry.status = CallStatus::Succeeded,
-        Err(r) => {
+    match &record.rejection {
+        None => entry.status = CallStatus::Succeeded,
+        Some(r) => {
             entry.status = CallStatus::Failed;
-            entry.error_code = Some(r.code.clone());
+            entry.error_code = Some(r.code.as_str().to_owned());
             entry.error_message = Some(r.message.clone());
         }
     }

@@ -92,7 +92,7 @@ async fn a_tool_use_block_becomes_a_raw_choice_and_the_request_is_well_formed() 
     assert_eq!(names, option_names());
     assert_eq!(
         sent["tools"][1]["input_schema"],
-        json!({"type": "object", "properties": {}})
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
     );
     assert_eq!(sent["tools"][2]["input_schema"]["type"], "object");
     assert!(!format!("{router:?}").contains(ANTHROPIC_KEY));
@@ -119,7 +119,7 @@ async fn two_tool_use_blocks_become_two_raw_choices() {
 #[tokio::test]
 async fn stop_reason_max_tokens_marks_the_reply_truncated() {
     let body = anthropic_body(
-        vec![
+        &[
             json!({"type": "text", "text": "Let me think about which option fits the cart best, considering"}),
         ],
         "max_tokens",
@@ -132,7 +132,7 @@ async fn stop_reason_max_tokens_marks_the_reply_truncated() {
 
 #[tokio::test]
 async fn stop_reason_refusal_is_reported() {
-    let body = anthropic_body(vec![], "refusal");
+    let body = anthropic_body(&[], "refusal");
     let server = serve(ResponseTemplate::new(200).set_body_json(&body)).await;
     let reply = anthropic(&server.uri()).decide(&request()).await.unwrap();
     assert!(reply.refusal.unwrap().contains("refusal"));
@@ -243,7 +243,7 @@ async fn a_multi_megabyte_body_is_rejected() {
     assert!(err.message.contains("exceeds"), "{}", err.message);
 
     let huge = serde_json::to_string(&anthropic_body(
-        vec![json!({"type": "text", "text": "y".repeat(4 * 1024 * 1024)})],
+        &[json!({"type": "text", "text": "y".repeat(4 * 1024 * 1024)})],
         "end_turn",
     ))
     .unwrap();

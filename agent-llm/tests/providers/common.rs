@@ -12,11 +12,11 @@ use agent_llm::{
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub const OPENAI_KEY: &str = "sk-test-openai-0123456789abcdef";
-pub const ANTHROPIC_KEY: &str = "sk-ant-test-0123456789abcdef";
+pub(crate) const OPENAI_KEY: &str = "sk-test-openai-0123456789abcdef";
+pub(crate) const ANTHROPIC_KEY: &str = "sk-ant-test-0123456789abcdef";
 
 /// Retries fast, except for what the server asks.
-pub fn http() -> HttpSettings {
+pub(crate) fn http() -> HttpSettings {
     let mut h = HttpSettings::default();
     h.initial_backoff = Duration::from_millis(10);
     h.max_backoff = Duration::from_millis(50);
@@ -25,7 +25,7 @@ pub fn http() -> HttpSettings {
     h
 }
 
-pub fn openai(base: &str) -> OpenAiRouter {
+pub(crate) fn openai(base: &str) -> OpenAiRouter {
     OpenAiRouter::new(
         OpenAiConfig::new(format!("{base}/v1"), "gpt-4o-mini")
             .with_api_key(ApiKey::new(OPENAI_KEY))
@@ -35,7 +35,7 @@ pub fn openai(base: &str) -> OpenAiRouter {
     .unwrap()
 }
 
-pub fn anthropic(base: &str) -> AnthropicRouter {
+pub(crate) fn anthropic(base: &str) -> AnthropicRouter {
     AnthropicRouter::new(
         AnthropicConfig::new(ApiKey::new(ANTHROPIC_KEY), "claude-sonnet-4-5")
             .with_base_url(base)
@@ -45,7 +45,7 @@ pub fn anthropic(base: &str) -> AnthropicRouter {
     .unwrap()
 }
 
-pub fn options() -> Vec<RouteOption> {
+pub(crate) fn options() -> Vec<RouteOption> {
     vec![
         RouteOption {
             kind: OptionKind::Transition,
@@ -68,18 +68,19 @@ pub fn options() -> Vec<RouteOption> {
                 "title": "ReserveInput",
                 "type": "object",
                 "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer", "minimum": 1}},
-                "required": ["sku", "quantity"]
+                "required": ["sku", "quantity"],
+                "additionalProperties": false
             })),
         },
     ]
 }
 
 /// The tools offered are these exact names, nothing more.
-pub fn option_names() -> Vec<&'static str> {
+pub(crate) fn option_names() -> Vec<&'static str> {
     vec!["Payment", "Browsing", "ReserveInventory"]
 }
 
-pub fn request() -> RouteRequest {
+pub(crate) fn request() -> RouteRequest {
     RouteRequest {
         agent: "Checkout".into(),
         state: "Review".into(),
@@ -95,7 +96,7 @@ pub fn request() -> RouteRequest {
 }
 
 /// `ReserveInventory`'s input type, as the runner's `check_input` would check it.
-pub fn check_input(tool: &str, input: &Value) -> Result<(), String> {
+pub(crate) fn check_input(tool: &str, input: &Value) -> Result<(), String> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
@@ -113,7 +114,7 @@ pub fn check_input(tool: &str, input: &Value) -> Result<(), String> {
 
 // ---- OpenAI chat.completion bodies ----
 
-pub fn openai_tool_calls(calls: &[(&str, &str)]) -> Value {
+pub(crate) fn openai_tool_calls(calls: &[(&str, &str)]) -> Value {
     let tool_calls: Vec<Value> = calls
         .iter()
         .enumerate()
@@ -126,12 +127,12 @@ pub fn openai_tool_calls(calls: &[(&str, &str)]) -> Value {
         })
         .collect();
     openai_body(
-        json!({"role": "assistant", "content": null, "tool_calls": tool_calls, "refusal": null, "annotations": []}),
+        &json!({"role": "assistant", "content": null, "tool_calls": tool_calls, "refusal": null, "annotations": []}),
         "tool_calls",
     )
 }
 
-pub fn openai_body(message: Value, finish_reason: &str) -> Value {
+pub(crate) fn openai_body(message: &Value, finish_reason: &str) -> Value {
     json!({
         "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
         "object": "chat.completion",
@@ -160,13 +161,13 @@ pub fn openai_body(message: Value, finish_reason: &str) -> Value {
     })
 }
 
-pub fn openai_error(message: &str, kind: &str, code: Option<&str>) -> Value {
+pub(crate) fn openai_error(message: &str, kind: &str, code: Option<&str>) -> Value {
     json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
 }
 
 // ---- Anthropic message bodies ----
 
-pub fn anthropic_tool_uses(calls: &[(&str, Value)]) -> Value {
+pub(crate) fn anthropic_tool_uses(calls: &[(&str, Value)]) -> Value {
     let mut content = vec![json!({"type": "text", "text": "I'll take care of that."})];
     for (i, (name, input)) in calls.iter().enumerate() {
         content.push(json!({
@@ -176,10 +177,10 @@ pub fn anthropic_tool_uses(calls: &[(&str, Value)]) -> Value {
             "input": input
         }));
     }
-    anthropic_body(content, "tool_use")
+    anthropic_body(&content, "tool_use")
 }
 
-pub fn anthropic_body(content: Vec<Value>, stop_reason: &str) -> Value {
+pub(crate) fn anthropic_body(content: &[Value], stop_reason: &str) -> Value {
     json!({
         "id": "msg_01Aq9w938a90dw8q",
         "type": "message",
@@ -198,7 +199,7 @@ pub fn anthropic_body(content: Vec<Value>, stop_reason: &str) -> Value {
     })
 }
 
-pub fn anthropic_error(kind: &str, message: &str) -> Value {
+pub(crate) fn anthropic_error(kind: &str, message: &str) -> Value {
     json!({
         "type": "error",
         "error": {"type": kind, "message": message},
@@ -208,7 +209,7 @@ pub fn anthropic_error(kind: &str, message: &str) -> Value {
 
 /// A raw HTTP server answering every request with 200 and an endless chunked body (up to
 /// 256 MiB, 64 KiB per chunk). Returns its base URL and the bytes it managed to send.
-pub async fn endless_body_server() -> (String, Arc<AtomicU64>) {
+pub(crate) async fn endless_body_server() -> (String, Arc<AtomicU64>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let sent = Arc::new(AtomicU64::new(0));
@@ -255,7 +256,7 @@ pub async fn endless_body_server() -> (String, Arc<AtomicU64>) {
 /// A raw HTTP server whose first connection gets a 200 promising more body than it sends,
 /// then hangs up; later connections get `body` in full. Returns its base URL and the count
 /// of connections served.
-pub async fn cut_then_whole_server(body: Value) -> (String, Arc<AtomicU64>) {
+pub(crate) async fn cut_then_whole_server(body: Value) -> (String, Arc<AtomicU64>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let served = Arc::new(AtomicU64::new(0));

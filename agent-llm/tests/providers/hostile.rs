@@ -10,12 +10,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 use crate::common::*;
 
 async fn server_answering(body: Value) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(body))
-        .mount(&server)
-        .await;
-    server
+    server_answering_text(body.to_string()).await
 }
 
 async fn via_openai(request: &RouteRequest, body: Value) -> Result<Decision, Rejection> {
@@ -33,7 +28,7 @@ async fn via_anthropic(request: &RouteRequest, body: Value) -> Result<Decision, 
 fn code(outcome: Result<Decision, Rejection>) -> String {
     match outcome {
         Ok(d) => panic!("accepted a hostile answer: {d:?}"),
-        Err(r) => r.code,
+        Err(r) => r.code.to_string(),
     }
 }
 
@@ -106,37 +101,37 @@ const NAME_AND_ARGUMENT_CASES: &[(&str, &str, &str, &str)] = &[
         "wrong types",
         "ReserveInventory",
         r#"{"sku":1,"quantity":"one"}"#,
-        "decision.invalid_arguments",
+        "decision.schema_violation",
     ),
     (
         "missing field",
         "ReserveInventory",
         r#"{"sku":"a"}"#,
-        "decision.invalid_arguments",
+        "decision.schema_violation",
     ),
     (
         "extra field",
         "ReserveInventory",
         r#"{"sku":"a","quantity":1,"admin":true}"#,
-        "decision.invalid_arguments",
+        "decision.schema_violation",
     ),
     (
         "negative quantity",
         "ReserveInventory",
         r#"{"sku":"a","quantity":-1}"#,
-        "decision.invalid_arguments",
+        "decision.schema_violation",
     ),
     (
         "transition with array arguments",
         "Payment",
         "[1,2]",
-        "decision.invalid_arguments",
+        "decision.schema_violation",
     ),
     (
         "transition with a string",
         "Payment",
         r#""go""#,
-        "decision.invalid_arguments",
+        "decision.schema_violation",
     ),
 ];
 
@@ -157,7 +152,7 @@ async fn anthropic_hostile_names_and_arguments_are_rejected() {
             Ok(v) => (v, *expected),
             Err(_) => (
                 Value::String((*args).to_owned()),
-                "decision.invalid_arguments",
+                "decision.schema_violation",
             ),
         };
         let outcome = via_anthropic(&request(), anthropic_tool_uses(&[(name, input)])).await;
@@ -187,12 +182,12 @@ async fn two_choices_where_one_is_allowed_are_rejected() {
 #[tokio::test]
 async fn text_without_a_tool_call_is_no_decision() {
     let body = openai_body(
-        json!({"role": "assistant", "content": "I think Payment is best.", "refusal": null}),
+        &json!({"role": "assistant", "content": "I think Payment is best.", "refusal": null}),
         "stop",
     );
     assert_eq!(code(via_openai(&request(), body).await), "decision.none");
     let body = anthropic_body(
-        vec![json!({"type": "text", "text": "I think Payment is best."})],
+        &[json!({"type": "text", "text": "I think Payment is best."})],
         "end_turn",
     );
     assert_eq!(code(via_anthropic(&request(), body).await), "decision.none");
@@ -356,5 +351,62 @@ async fn a_body_nested_past_the_parser_limit_is_a_permanent_router_error() {
         .await
         .unwrap_err();
     assert_eq!(err.class, agent_core::ErrorClass::Permanent);
-    assert!(err.message.contains("not JSON"), "{}", err.message);
+    assert!(
+        err.message.contains("not a JSON document"),
+        "{}",
+        err.message
+    );
+}
+
+async fn server_answering_text(body: String) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(body))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// A repeated key anywhere in the envelope is an error of its own (`decision.duplicate_key`),
+/// whichever copy a lenient parser would have kept.
+#[tokio::test]
+async fn duplicate_keys_in_the_envelope_are_refused() {
+    use agent_core::router::RejectionCode;
+    let openai_name = r#"{"id":"c","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"x","type":"function","function":{"name":"Browsing","name":"Payment","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#;
+    let openai_finish = r#"{"id":"c","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"x","type":"function","function":{"name":"Payment","arguments":"{}"}}]},"finish_reason":"length","finish_reason":"tool_calls"}]}"#;
+    for body in [openai_name, openai_finish] {
+        let server = server_answering_text(body.to_owned()).await;
+        let err = openai(&server.uri()).decide(&request()).await.unwrap_err();
+        assert_eq!(err.rejection_code(), RejectionCode::DuplicateKey, "{err}");
+        assert_eq!(err.raw_output.as_deref(), Some(body));
+    }
+    let anthropic_name = r#"{"id":"m","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"t","name":"Browsing","name":"Payment","input":{}}],"stop_reason":"tool_use"}"#;
+    let anthropic_stop = r#"{"id":"m","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"t","name":"Payment","input":{}}],"stop_reason":"max_tokens","stop_reason":"tool_use"}"#;
+    for body in [anthropic_name, anthropic_stop] {
+        let server = server_answering_text(body.to_owned()).await;
+        let err = anthropic(&server.uri())
+            .decide(&request())
+            .await
+            .unwrap_err();
+        assert_eq!(err.rejection_code(), RejectionCode::DuplicateKey, "{err}");
+    }
+}
+
+/// Inside the arguments, too: `{"quantity": 1, "quantity": 999999}` is refused, not read as
+/// the last value.
+#[tokio::test]
+async fn duplicate_keys_in_arguments_are_refused() {
+    let args = r#"{"sku":"a","quantity":1,"quantity":999999}"#;
+    let outcome = via_openai(&request(), openai_tool_calls(&[("ReserveInventory", args)])).await;
+    assert_eq!(code(outcome), "decision.duplicate_key");
+    // Anthropic's `input` is JSON in the envelope: the envelope parse refuses it first.
+    let body = format!(
+        r#"{{"id":"m","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{{"type":"tool_use","id":"t","name":"ReserveInventory","input":{args}}}],"stop_reason":"tool_use"}}"#
+    );
+    let server = server_answering_text(body).await;
+    let err = anthropic(&server.uri())
+        .decide(&request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.rejection_code().as_str(), "decision.duplicate_key");
 }

@@ -7,3 +7,4 @@ mod common;
 mod config;
 mod hostile;
 mod openai;
+mod runner;

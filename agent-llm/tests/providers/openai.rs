@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use agent_core::ErrorClass;
-use agent_core::router::{RawChoice, Router};
+use agent_core::router::{RawChoice, RejectionCode, Router};
 use agent_llm::{ApiKey, OpenAiConfig, OpenAiRouter};
 use serde_json::{Value, json};
 use wiremock::matchers::{header, method, path};
@@ -95,7 +95,7 @@ async fn a_tool_call_becomes_a_raw_choice_and_the_request_offers_exactly_the_opt
     // Transitions take an object of arguments; tools their schema, minus `$schema`.
     assert_eq!(
         sent["tools"][0]["function"]["parameters"],
-        json!({"type": "object", "properties": {}})
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
     );
     let schema = &sent["tools"][2]["function"]["parameters"];
     assert_eq!(schema["required"], json!(["sku", "quantity"]));
@@ -129,7 +129,7 @@ async fn two_tool_calls_become_two_raw_choices() {
 #[tokio::test]
 async fn a_refusal_is_reported() {
     let body = openai_body(
-        json!({
+        &json!({
             "role": "assistant",
             "content": null,
             "refusal": "I'm sorry, I can't assist with that request.",
@@ -173,7 +173,7 @@ async fn a_429_with_retry_after_is_waited_out_then_retried() {
     assert_eq!(reply.choices[0].name, "Payment");
     assert_eq!(requests(&server).await.len(), 2, "the second call was made");
     assert!(
-        elapsed >= Duration::from_millis(1000),
+        elapsed >= Duration::from_secs(1),
         "waited {elapsed:?}, the server asked for 1s"
     );
 }
@@ -355,7 +355,13 @@ async fn a_body_that_is_not_a_completion_is_a_permanent_error() {
         serve(ResponseTemplate::new(200).set_body_string("<html>proxy login</html>")).await;
     let err = openai(&server.uri()).decide(&request()).await.unwrap_err();
     assert_eq!(err.class, ErrorClass::Permanent);
-    assert!(err.message.contains("not JSON"), "{}", err.message);
+    assert!(
+        err.message.contains("not a JSON document"),
+        "{}",
+        err.message
+    );
+    assert_eq!(err.rejection_code(), RejectionCode::AskMalformed);
+    assert_eq!(err.raw_output.as_deref(), Some("<html>proxy login</html>"));
 }
 
 #[tokio::test]
@@ -413,4 +419,43 @@ async fn x_should_retry_true_retries_even_a_400() {
     let server = serve_then(flaky, ok).await;
     openai(&server.uri()).decide(&request()).await.unwrap();
     assert_eq!(requests(&server).await.len(), 2);
+}
+
+/// `OpenAI`'s own endpoint gets `strict: true` tools with the strict form of each schema;
+/// compatible servers get the schema as it is unless asked.
+#[test]
+fn strict_tools_are_sent_to_openai_by_default() {
+    let router = OpenAiRouter::new(OpenAiConfig::openai(
+        ApiKey::new(OPENAI_KEY),
+        "gpt-4.1-mini",
+    ))
+    .unwrap();
+    let body = router.request_body(&request());
+    for tool in body["tools"].as_array().unwrap() {
+        assert_eq!(tool["function"]["strict"], json!(true), "{tool}");
+    }
+    let reserve = &body["tools"][2]["function"]["parameters"];
+    assert_eq!(reserve["required"], json!(["quantity", "sku"]));
+    assert_eq!(reserve["additionalProperties"], json!(false));
+    assert!(reserve["properties"]["quantity"].get("minimum").is_none());
+    let local = openai("http://127.0.0.1:9").request_body(&request());
+    assert!(local["tools"][2]["function"].get("strict").is_none());
+    assert_eq!(
+        local["tools"][2]["function"]["parameters"]["properties"]["quantity"]["minimum"],
+        1
+    );
+}
+
+/// Anthropic's strict tool use, when asked for.
+#[test]
+fn strict_tools_are_sent_to_anthropic_when_asked() {
+    let config = agent_llm::AnthropicConfig::new(ApiKey::new(ANTHROPIC_KEY), "claude-sonnet-4-5")
+        .with_strict_tools(true);
+    let body = agent_llm::AnthropicRouter::new(config)
+        .unwrap()
+        .request_body(&request());
+    for tool in body["tools"].as_array().unwrap() {
+        assert_eq!(tool["strict"], json!(true), "{tool}");
+        assert_eq!(tool["input_schema"]["additionalProperties"], json!(false));
+    }
 }

@@ -9,6 +9,7 @@
 //! credential is configured in `RunnerConfig::secrets` (since ae18077): both cases are
 //! checked with the secrets configured, and the default (not configured) is documented.
 
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -261,7 +262,7 @@ async fn run_flow_with(
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL)
         .with_writer(move || writer.clone())
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let log_guard = tracing::subscriber::set_default(subscriber);
 
     let prompts = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = Arc::clone(&prompts);
@@ -304,15 +305,15 @@ async fn run_flow_with(
         .start("support-1", Support::Intake { user: "ada".into() })
         .await
         .expect("start");
-    let record = runner.run("support-1").await.expect("run");
+    let finished = runner.run("support-1").await.expect("run");
     let journal = store.journal("support-1", None).await.expect("journal");
     let history = store.history("support-1").await.expect("history");
     let mut states = Vec::new();
     for t in &history {
         states.push(store.state_at("support-1", t.version).await.expect("state"));
     }
-    let stats = store.tool_stats(0).await.expect("stats");
-    drop(_guard);
+    let tool_stats = store.tool_stats(0).await.expect("stats");
+    drop(log_guard);
     let logs = String::from_utf8_lossy(&sink.0.lock().unwrap_or_else(PoisonError::into_inner))
         .into_owned();
     let prompts = prompts
@@ -329,8 +330,8 @@ async fn run_flow_with(
             (
                 "run record",
                 format!(
-                    "{} {record:?}",
-                    serde_json::to_string(&record).unwrap_or_default()
+                    "{} {finished:?}",
+                    serde_json::to_string(&finished).unwrap_or_default()
                 ),
             ),
             (
@@ -340,7 +341,7 @@ async fn run_flow_with(
             ("states", serde_json::to_string(&states).unwrap_or_default()),
             (
                 "tool stats",
-                serde_json::to_string(&stats).unwrap_or_default(),
+                serde_json::to_string(&tool_stats).unwrap_or_default(),
             ),
             ("logs", logs),
         ],
@@ -473,9 +474,18 @@ async fn flow_against_provider(
     status: u16,
     body: String,
 ) -> (Captured, String) {
+    flow_against_provider_with(make_router, status, body, Vec::new()).await
+}
+
+/// [`flow_against_provider`] with `secrets` configured in the runner.
+async fn flow_against_provider_with(
+    make_router: fn(&str) -> Arc<dyn agent_core::router::Router>,
+    status: u16,
+    body: String,
+    secrets: Vec<String>,
+) -> (Captured, String) {
     let (url, requests) = fake_provider(status, body).await;
-    let captured =
-        run_flow_with(Mode::Clean, ENV_CANARY, Some(make_router(&url)), Vec::new()).await;
+    let captured = run_flow_with(Mode::Clean, ENV_CANARY, Some(make_router(&url)), secrets).await;
     let sent = requests
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -574,4 +584,175 @@ async fn unconfigured_secrets_are_not_redacted() {
             "{mode:?}: expected the unconfigured canary in the captures"
         );
     }
+}
+
+/// A secret the runner is told about but the router is not (a key a proxy echoes, a
+/// customer's token the model repeats).
+const PLANTED: &str = "tok-PLANTED-5e0c2b9a71d4";
+
+/// How the planted secret is written into a response.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    /// As it is.
+    Plain,
+    /// Every character as a JSON `\uXXXX` escape (one level: a string of the envelope).
+    Escaped,
+    /// Escaped twice: inside a JSON string that is itself inside the envelope's string
+    /// (`OpenAI`'s `arguments`).
+    EscapedTwice,
+}
+
+fn written(form: Form) -> String {
+    let once = PLANTED.chars().fold(String::new(), |mut out, c| {
+        let _ = write!(out, "\\u{:04x}", u32::from(c));
+        out
+    });
+    match form {
+        Form::Plain => PLANTED.to_owned(),
+        Form::Escaped => once,
+        Form::EscapedTwice => once.replace('\\', "\\\\"),
+    }
+}
+
+/// Every field of every response shape both routers read (and some they only store), with
+/// `@` where the secret goes; (router, status, body template).
+fn planted_shapes() -> Vec<(&'static str, u16, String)> {
+    let openai = |id: &str,
+                  model: &str,
+                  content: &str,
+                  name: &str,
+                  args: &str,
+                  refusal: &str,
+                  finish: &str| {
+        format!(
+            r#"{{"id":"{id}","object":"chat.completion","model":"{model}","system_fingerprint":"fp_@","choices":[{{"index":0,"message":{{"role":"assistant","content":"{content}","refusal":{refusal},"tool_calls":[{{"id":"call_@","type":"function","function":{{"name":"{name}","arguments":"{args}"}}}}]}},"finish_reason":"{finish}"}}],"usage":{{"prompt_tokens":1,"completion_tokens":1}}}}"#
+        )
+    };
+    let anthropic = |id: &str, model: &str, text: &str, name: &str, input: &str, stop: &str| {
+        format!(
+            r#"{{"id":"{id}","type":"message","role":"assistant","model":"{model}","content":[{{"type":"text","text":"{text}"}},{{"type":"tool_use","id":"toolu_@","name":"{name}","input":{input}}}],"stop_reason":"{stop}","usage":{{"input_tokens":1,"output_tokens":1}}}}"#
+        )
+    };
+    let long = format!("{}@", "x".repeat(4090));
+    let ok = |provider, body| (provider, 200, body);
+    vec![
+        ok(
+            "openai",
+            openai("c-@", "m", "", "Closed", "{}", "null", "tool_calls"),
+        ),
+        ok(
+            "openai",
+            openai("c", "model-@", "", "Closed", "{}", "null", "tool_calls"),
+        ),
+        ok(
+            "openai",
+            openai("c", "m", "debug @", "Closed", "{}", "null", "tool_calls"),
+        ),
+        ok(
+            "openai",
+            openai("c", "m", &long, "Closed", "{}", "null", "tool_calls"),
+        ),
+        ok(
+            "openai",
+            openai("c", "m", "", "Reply@", "{}", "null", "tool_calls"),
+        ),
+        ok(
+            "openai",
+            openai("c", "m", "", "Profile", r#"{\"user\":\"@\"}"#, "null", "x"),
+        ),
+        ok(
+            "openai",
+            openai("c", "m", "", "Closed", r#"{\"note\":\"@\"}"#, "null", "x"),
+        ),
+        ok(
+            "openai",
+            openai("c", "m", "", "Closed", "{}", r#""I will not: @""#, "stop"),
+        ),
+        ok("openai", openai("c", "m", "", "Closed", "{}", "null", "@")),
+        (
+            "openai",
+            400,
+            r#"{"error":{"message":"bad request: @","type":"x"}}"#.to_owned(),
+        ),
+        ok("openai", "<html>proxy login for @</html>".to_owned()),
+        ok(
+            "anthropic",
+            anthropic("msg_@", "m", "", "Closed", "{}", "tool_use"),
+        ),
+        ok(
+            "anthropic",
+            anthropic("msg", "model-@", "", "Closed", "{}", "tool_use"),
+        ),
+        ok(
+            "anthropic",
+            anthropic("msg", "m", "debug @", "Closed", "{}", "tool_use"),
+        ),
+        ok(
+            "anthropic",
+            anthropic("msg", "m", &long, "Closed", "{}", "tool_use"),
+        ),
+        ok(
+            "anthropic",
+            anthropic("msg", "m", "", "Closed@", "{}", "tool_use"),
+        ),
+        ok(
+            "anthropic",
+            anthropic("msg", "m", "", "Closed", r#"{"note":"@"}"#, "tool_use"),
+        ),
+        ok(
+            "anthropic",
+            anthropic("msg", "m", "", "Profile", r#"{"user":"@"}"#, "tool_use"),
+        ),
+        ok(
+            "anthropic",
+            anthropic("msg", "m", "I will not: @", "Closed", "{}", "refusal"),
+        ),
+        ok("anthropic", anthropic("msg", "m", "", "Closed", "{}", "@")),
+        (
+            "anthropic",
+            529,
+            r#"{"type":"error","error":{"type":"x","message":"busy @"}}"#.to_owned(),
+        ),
+        ok("anthropic", String::new()),
+    ]
+}
+
+/// Every stored or sent byte sequence is free of the planted secret and of every 8-byte
+/// slice of it, wherever and however it was planted: plain, JSON-escaped, escaped twice,
+/// straddling the journal's truncation point.
+#[tokio::test]
+async fn a_secret_planted_in_any_response_field_is_never_stored() {
+    let windows: Vec<&str> = (0..=PLANTED.len() - 8)
+        .map(|i| &PLANTED[i..i + 8])
+        .collect();
+    let mut checked = 0;
+    for (provider, status, template) in planted_shapes() {
+        let forms: &[Form] = match (provider, template.contains(r#"\"@\""#)) {
+            // Inside OpenAI's `arguments` string, one more level of escaping applies.
+            ("openai", true) => &[Form::Plain, Form::EscapedTwice],
+            _ if !template.contains('{') => &[Form::Plain],
+            _ => &[Form::Plain, Form::Escaped],
+        };
+        for form in forms {
+            let body = template.replace('@', &written(*form));
+            let make: fn(&str) -> Arc<dyn agent_core::router::Router> = match provider {
+                "openai" => openai_router,
+                _ => anthropic_router,
+            };
+            let (captured, sent) =
+                flow_against_provider_with(make, status, body.clone(), vec![PLANTED.to_owned()])
+                    .await;
+            let mut leaks = captured.leaks(&windows);
+            if let Some(w) = windows.iter().find(|w| sent.contains(**w)) {
+                leaks.push(format!("sent to the provider: `{w}`"));
+            }
+            assert!(
+                leaks.is_empty(),
+                "{provider} {status} {form:?} {body}:\n{}",
+                leaks.join("\n")
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "{checked} cases");
 }
