@@ -31,7 +31,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //!
-//! use agent_core::router::{
+//! use durable_agents::router::{
 //!     OptionKind, RouteOption, RouteRequest, Router, ScriptedRouter, validate,
 //! };
 //! use serde_json::json;
@@ -40,7 +40,7 @@
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // `AGENT_LLM_PROVIDER=ollama OPENAI_MODEL=llama3.1`, for example; nothing set means
 //!     // `None`, and the scripted router stands in.
-//!     let router: Arc<dyn Router> = match agent_llm::router_from_env()? {
+//!     let router: Arc<dyn Router> = match durable_agents::llm::router_from_env()? {
 //!         Some(router) => router,
 //!         None => Arc::new(ScriptedRouter::new([ScriptedRouter::choose("Payment", "{}")])),
 //!     };
@@ -70,9 +70,9 @@
 //! Or build one explicitly:
 //!
 //! ```no_run
-//! use agent_llm::{AnthropicConfig, AnthropicRouter, ApiKey, OpenAiConfig, OpenAiRouter};
+//! use durable_agents::llm::{AnthropicConfig, AnthropicRouter, ApiKey, OpenAiConfig, OpenAiRouter};
 //!
-//! # fn main() -> Result<(), agent_llm::ConfigError> {
+//! # fn main() -> Result<(), durable_agents::llm::ConfigError> {
 //! let local = OpenAiRouter::new(OpenAiConfig::ollama("llama3.1"))?;
 //! let vllm = OpenAiRouter::new(OpenAiConfig::new("http://gpu-box:8000/v1", "qwen2.5"))?;
 //! let claude = AnthropicRouter::new(
