@@ -115,7 +115,7 @@
 //!   an HTTP date) and `x-should-retry`; a provider asking to wait longer than
 //!   [`HttpSettings::max_retry_after`] fails the call at once. Timeouts are not retried here
 //!   (the runner decides).
-//! - Errors carry an [`ErrorClass`](agent_core::ErrorClass): 401/403 → `Auth`, 429 →
+//! - Errors carry an [`ErrorClass`]: 401/403 → `Auth`, 429 →
 //!   `RateLimited`, 5xx and connection errors → `Retryable`, timeouts → `Timeout`, other
 //!   4xx → `Permanent`.
 //! - A response body past [`HttpSettings::max_response_bytes`] (1 MiB) is rejected while

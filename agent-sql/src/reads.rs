@@ -361,7 +361,7 @@ pub async fn prune_point<S: SqlReads>(
 /// implements [`SqlReads`] and has two inherent methods with the signatures of
 /// `Store::record_entry` and `Store::commit_step`, named `record` and `commit`.
 ///
-/// ```ignore
+/// ```text
 /// agent_sql::impl_sql_store!(PgStore {
 ///     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> { … }
 ///     …
