@@ -19,8 +19,23 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The three kinds of tool, and what the runner guarantees for each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ToolKind {
     /// No side effect. Journaled, served from the journal on resume, cacheable within a run.
     Read,
@@ -31,26 +46,16 @@ pub enum ToolKind {
 }
 
 impl ToolKind {
-    /// `read`, `write` or `hybrid`.
+    /// `read`, `write` or `hybrid`: the stored name, the serde name.
     #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Read => "read",
-            Self::Write => "write",
-            Self::Hybrid => "hybrid",
-        }
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 
     /// Whether calls of this kind have effects (and so idempotency keys).
     #[must_use]
     pub const fn has_effect(self) -> bool {
         !matches!(self, Self::Read)
-    }
-}
-
-impl fmt::Display for ToolKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -509,6 +509,7 @@ pub struct VersionSpan {
 #[cfg(test)]
 mod tests {
     use super::{CallStatus, EntryKind, RunStatus, TransitionKind};
+    use crate::tool::ToolKind;
 
     /// The stored names are a storage format: they are the serde names, and they never change.
     #[test]
@@ -574,6 +575,13 @@ mod tests {
             |s| s.as_str(),
             TransitionKind::parse,
         );
+        pinned(
+            &[ToolKind::Read, ToolKind::Write, ToolKind::Hybrid],
+            &["read", "write", "hybrid"],
+            |k| k.as_str(),
+            |s| s.parse().ok(),
+        );
+        assert_eq!(ToolKind::Hybrid.to_string(), "hybrid");
         assert_eq!(RunStatus::parse("Running"), None);
         assert_eq!(RunStatus::DeadLettered.to_string(), "dead_lettered");
     }
