@@ -119,6 +119,10 @@ pub enum StepError {
     /// The router could not produce a legal decision within its re-asks.
     #[error("routing failed: {0}")]
     Routing(String),
+    /// The router never answered within its re-asks (the endpoint unreachable, timing out,
+    /// refusing the credentials): the model said nothing, so nothing it said was wrong.
+    #[error("router unavailable: {0}")]
+    RouterUnavailable(String),
     /// The runner stopped this step (a crash was injected, the lease was lost, the store
     /// failed); the step is not committed and will be resumed.
     #[error("step interrupted: {0}")]
@@ -131,7 +135,8 @@ impl StepError {
         Self::Handler(message.to_string())
     }
 
-    /// A stable error code (`tool.timeout`, `handler`, `budget`, `routing`, `interrupted`).
+    /// A stable error code (`tool.timeout`, `handler`, `budget`, `routing`,
+    /// `router.unavailable`, `interrupted`).
     #[must_use]
     pub fn code(&self) -> &'static str {
         match self {
@@ -139,6 +144,7 @@ impl StepError {
             Self::Handler(_) => "handler",
             Self::Budget(_) => "budget",
             Self::Routing(_) => "routing",
+            Self::RouterUnavailable(_) => "router.unavailable",
             Self::Interrupted(_) => "interrupted",
         }
     }

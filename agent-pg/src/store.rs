@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    EntryKind, Lease, Millis, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
-    RunStatus, StoreError, ToolStats,
+    EntryKind, Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunError,
+    RunFilter, RunRecord, RunStatus, StoreError, ToolStats,
 };
 use agent_sql::reads::{self, head_of};
 use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
@@ -59,10 +59,14 @@ agent_sql::impl_sql_store!(PgStore {
             .await
             .map_err(db_err)?;
         match row {
-            Some(row) => {
-                let r = self.run_from_row(&row)?;
-                Ok(Some((lease_of(&r, worker), r)))
-            }
+            Some(row) => match self.run_from_row(&row) {
+                Ok(r) => Ok(Some((lease_of(&r, worker), r))),
+                Err(StoreError::Corrupt { run_id, message }) => {
+                    self.quarantine_unreadable(&run_id, &message).await?;
+                    Err(StoreError::Corrupt { run_id, message })
+                }
+                Err(e) => Err(e),
+            },
             None if head_of(self, run_id).await?.is_none() => {
                 Err(StoreError::NotFound(run_id.to_owned()))
             }
@@ -92,13 +96,7 @@ agent_sql::impl_sql_store!(PgStore {
                 // A run whose stored data no longer reads must not keep the others from
                 // being claimed: quarantine it for an operator and go on.
                 Err(StoreError::Corrupt { run_id, message }) => {
-                    tracing::error!(run_id, message, "quarantining a run with corrupt data");
-                    sqlx::query(sql::QUARANTINE_CORRUPT)
-                        .bind(&run_id)
-                        .bind(&message)
-                        .execute(&self.pool)
-                        .await
-                        .map_err(db_err)?;
+                    self.quarantine_unreadable(&run_id, &message).await?;
                 }
                 Err(e) => return Err(e),
             }
@@ -197,6 +195,37 @@ agent_sql::impl_sql_store!(PgStore {
             Some(row) => self.run_from_row(&row),
             None => Err(self.fenced_out(lease).await?),
         }
+    }
+
+    async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
+        let run_id = commit.run_id.as_str();
+        let written = sqlx::query(sql::REPAIR_RUN)
+            .bind(run_id)
+            .bind(commit.state.to_string())
+            .bind(&commit.to_state)
+            .bind(to_i64(commit.version()))
+            .bind(to_i64(commit.epoch()))
+            .bind(&commit.hash)
+            .bind(to_i64(commit.expected_epoch))
+            .bind(to_i64(commit.last_version))
+            .bind(&commit.from_state)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        if written.rows_affected() != 1 {
+            return Err(agent_sql::repair_refused(commit, self.load_run(run_id).await));
+        }
+        // Wake idle workers: the run is runnable again. Best effort, like every wake-up
+        // (workers poll too).
+        let _ = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&self.channel)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await;
+        // Read back through `run_from_row`, which also remembers the new head.
+        self.load_run(run_id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))
     }
 
     async fn set_status(
@@ -337,5 +366,25 @@ impl PgStore {
                 epoch: lease.epoch,
             }
         })
+    }
+}
+
+impl PgStore {
+    /// Quarantine a run whose row does not read (`Store::claim_run`, `claim_next`): written
+    /// without decoding anything, so that listings say what the row holds and no worker
+    /// claims it again.
+    async fn quarantine_unreadable(&self, run_id: &str, message: &str) -> Result<(), StoreError> {
+        tracing::error!(
+            run_id,
+            message,
+            "quarantining a run whose row does not read"
+        );
+        sqlx::query(sql::QUARANTINE_CORRUPT)
+            .bind(run_id)
+            .bind(message)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
     }
 }

@@ -5,7 +5,7 @@ use sqlx::{FromRow, Row};
 
 use crate::rows::{
     AgentRow, Applied, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow, IdRow, PayloadRow,
-    RunRow, SignalRow, SpanRow, SwitchRow, TransitionRow,
+    RunRow, SalvageRow, SignalRow, SpanRow, SwitchRow, TransitionRow,
 };
 
 /// A row of either dialect that decodes into every row type of [`rows`](crate::rows). Implemented
@@ -17,6 +17,11 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn run_row(&self) -> sqlx::Result<RunRow>;
+    /// The columns of a run row but its state.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn salvage_row(&self) -> sqlx::Result<SalvageRow>;
     /// The `id` column alone.
     ///
     /// # Errors
@@ -88,6 +93,7 @@ impl<R> SqlRow for R
 where
     R: Row,
     for<'r> RunRow: FromRow<'r, R>,
+    for<'r> SalvageRow: FromRow<'r, R>,
     for<'r> IdRow: FromRow<'r, R>,
     for<'r> AgentRow: FromRow<'r, R>,
     for<'r> HeadRow: FromRow<'r, R>,
@@ -104,6 +110,9 @@ where
 {
     fn run_row(&self) -> sqlx::Result<RunRow> {
         RunRow::from_row(self)
+    }
+    fn salvage_row(&self) -> sqlx::Result<SalvageRow> {
+        SalvageRow::from_row(self)
     }
     fn id(&self) -> sqlx::Result<String> {
         IdRow::from_row(self).map(|r| r.id)

@@ -40,8 +40,8 @@ pub mod sql;
 pub mod __private {
     pub use agent_core::graph::GraphDescription;
     pub use agent_core::store::{
-        JournalEntry, Lease, RunRecord, SignalRecord, StateAtVersion, StepCommit, Store,
-        StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+        InspectedRun, JournalEntry, Lease, RunRecord, SignalRecord, StateAtVersion, StepCommit,
+        Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
     };
     pub use async_trait::async_trait;
 }
@@ -58,6 +58,29 @@ pub fn corrupt(run_id: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt {
         run_id: run_id.to_owned(),
         message: e.to_string(),
+    }
+}
+
+/// Why a repair's compare-and-set matched no row: the run is gone, or it moved since the
+/// repair was planned (`current`: the run as read after the refusal).
+#[must_use]
+pub fn repair_refused(
+    commit: &agent_core::store::RepairCommit,
+    current: Result<Option<RunRecord>, StoreError>,
+) -> StoreError {
+    match current {
+        Ok(None) => StoreError::NotFound(commit.run_id.clone()),
+        Ok(Some(run)) => StoreError::Conflict {
+            run_id: commit.run_id.clone(),
+            expected: commit.last_version,
+            found: run.version,
+        },
+        // A row that still does not read has not been repaired either.
+        Err(_) => StoreError::Conflict {
+            run_id: commit.run_id.clone(),
+            expected: commit.last_version,
+            found: commit.last_version,
+        },
     }
 }
 

@@ -3,8 +3,8 @@
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    JournalEntry, Lease, NewRun, RetentionPolicy, RunRecord, SignalRecord, StateAtVersion, Store,
-    StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+    InspectedRun, JournalEntry, Lease, NewRun, RetentionPolicy, RunRecord, SignalRecord,
+    StateAtVersion, Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
 };
 use async_trait::async_trait;
 use sqlx::query::Query;
@@ -72,6 +72,8 @@ pub trait SqlReads: Store + Sync {
     const TOOL_SWITCHES: &'static str;
     /// Give a claim back uncounted, `$1` the run, `$2` the lease's epoch.
     const HAND_BACK: &'static str;
+    /// A run row in the columns of [`rows::RunRow`], `$1` the run.
+    const LOAD_RUN: &'static str;
 
     /// The rows of `sql` with `args` bound in order.
     ///
@@ -104,13 +106,36 @@ pub async fn head_of<S: SqlReads>(
     rows.first().map(|r| rows::head(run_id, r)).transpose()
 }
 
+/// Whether the run has a row, however much of it reads (an empty listing of a damaged
+/// run is still a listing, not an error).
+async fn run_exists<S: SqlReads>(store: &S, run_id: &str) -> Result<bool, StoreError> {
+    Ok(!store
+        .fetch(sql::RUN_HEAD, &[Arg::Text(run_id)])
+        .await?
+        .is_empty())
+}
+
+/// `Store::inspect_run`.
+///
+/// # Errors
+/// The store's error for a failed statement.
+pub async fn inspect_run<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+) -> Result<Option<InspectedRun>, StoreError> {
+    let rows = store.fetch(S::LOAD_RUN, &[Arg::Text(run_id)]).await?;
+    rows.first()
+        .map(|r| rows::inspected_run(r).map(|(inspected, _)| inspected))
+        .transpose()
+}
+
 /// `NotFound` when rows of a run came back empty and the run does not exist either.
 async fn found<S: SqlReads, T>(
     store: &S,
     run_id: &str,
     rows: Vec<T>,
 ) -> Result<Vec<T>, StoreError> {
-    if rows.is_empty() && head_of(store, run_id).await?.is_none() {
+    if rows.is_empty() && !run_exists(store, run_id).await? {
         return Err(StoreError::NotFound(run_id.to_owned()));
     }
     Ok(rows)
@@ -159,7 +184,7 @@ pub async fn state_at<S: SqlReads>(
     version: u64,
 ) -> Result<Option<StateAtVersion>, StoreError> {
     let at = replay_at(store, run_id, version).await?;
-    if at.is_none() && head_of(store, run_id).await?.is_none() {
+    if at.is_none() && !run_exists(store, run_id).await? {
         return Err(StoreError::NotFound(run_id.to_owned()));
     }
     Ok(at)
@@ -485,6 +510,16 @@ macro_rules! impl_sql_store {
                 $crate::__private::StoreError,
             > {
                 $crate::reads::pending_signals(self, run_id).await
+            }
+
+            async fn inspect_run(
+                &self,
+                run_id: &str,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::__private::InspectedRun>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::inspect_run(self, run_id).await
             }
 
             async fn tool_switches(

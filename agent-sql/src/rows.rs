@@ -9,8 +9,9 @@
 use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, Millis, RunError, RunRecord, RunStatus, SignalRecord,
-    StateAtVersion, StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
+    CallStatus, EntryKind, InspectedRun, JournalEntry, Millis, ROW_UNREADABLE, RunError, RunRecord,
+    RunStatus, SignalRecord, StateAtVersion, StoreError, ToolSwitch, TransitionKind,
+    TransitionRecord, VersionSpan,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -23,11 +24,24 @@ use crate::{corrupt, to_u64};
 /// A run row (the columns of the stores' `run_cols`).
 #[derive(Debug, FromRow)]
 pub struct RunRow {
+    #[sqlx(flatten)]
+    shown: SalvageRow,
+    /// The state at the run's latest snapshot.
+    state: Json<Value>,
+    creation_hash: String,
+    last_hash: String,
+    patch_bytes: i64,
+    /// `[payload_kind, payload]` of each version after the snapshot (`NULL` or `[]`: none).
+    tail: Option<Json<Value>>,
+}
+
+/// The columns of a run row a person reads, without the state and what a commit chains to:
+/// what [`salvaged_run`] shows of a run whose full row does not read (most often its state).
+#[derive(Debug, FromRow)]
+pub struct SalvageRow {
     agent: String,
     fingerprint: String,
     state_name: String,
-    /// The state at the run's latest snapshot.
-    state: Json<Value>,
     version: i64,
     status: String,
     waiting_for: Option<String>,
@@ -42,11 +56,53 @@ pub struct RunRow {
     parent_version: Option<i64>,
     created_at: Millis,
     updated_at: Millis,
-    creation_hash: String,
-    last_hash: String,
-    patch_bytes: i64,
-    /// `[payload_kind, payload]` of each version after the snapshot (`NULL` or `[]`: none).
-    tail: Option<Json<Value>>,
+}
+
+/// How [`SalvageRow::into_record`] treats a value the store never writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// It is [`StoreError::Corrupt`].
+    Strict,
+    /// It is shown as a stand-in: 0 for a version or epoch out of range, quarantined for a
+    /// status that is not one (a run that does not read is not runnable either).
+    Lenient,
+}
+
+impl SalvageRow {
+    fn into_record(self, id: String, state: Value, read: Read) -> Result<RunRecord, StoreError> {
+        let number = |v: i64| match read {
+            Read::Strict => to_u64(v).map_err(|e| corrupt(&id, e)),
+            Read::Lenient => Ok(u64::try_from(v).unwrap_or(0)),
+        };
+        let status = match read {
+            Read::Strict => parse_status(&id, &self.status)?,
+            Read::Lenient => RunStatus::parse(&self.status).unwrap_or(RunStatus::Quarantined),
+        };
+        Ok(RunRecord {
+            version: number(self.version)?,
+            epoch: number(self.epoch)?,
+            agent: self.agent,
+            fingerprint: self.fingerprint,
+            state_name: self.state_name,
+            state,
+            status,
+            waiting_for: self.waiting_for,
+            wake_at: self.wake_at,
+            error: self.error_code.map(|code| RunError {
+                code,
+                message: self.error_message.unwrap_or_default(),
+            }),
+            lease_owner: self.lease_owner,
+            lease_expires_at: self.lease_expires_at,
+            claims_without_progress: u32::try_from(self.claims_without_progress).unwrap_or(0),
+            parent: self
+                .parent_id
+                .zip(self.parent_version.and_then(|v| u64::try_from(v).ok())),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            id,
+        })
+    }
 }
 
 /// The first column of a run row on its own, so that the rest of a row that does not read
@@ -196,55 +252,85 @@ pub fn stored_run(row: &impl SqlRow) -> Result<StoredRun, StoreError> {
         .id()
         .map_err(|e| corrupt("?", format!("unreadable run id: {e}")))?;
     let c = |e: sqlx::Error| corrupt(&id, e);
-    let r = row.run_row().map_err(c)?;
-    let record = RunRecord {
-        agent: r.agent,
-        fingerprint: r.fingerprint,
-        state_name: r.state_name,
-        state: current_state(&id, r.state.0, r.tail.map(|t| t.0))?,
-        version: to_u64(r.version).map_err(c)?,
-        status: parse_status(&id, &r.status)?,
-        waiting_for: r.waiting_for,
-        wake_at: r.wake_at,
-        error: r.error_code.map(|code| RunError {
-            code,
-            message: r.error_message.unwrap_or_default(),
-        }),
-        epoch: to_u64(r.epoch).map_err(c)?,
-        lease_owner: r.lease_owner,
-        lease_expires_at: r.lease_expires_at,
-        claims_without_progress: u32::try_from(r.claims_without_progress).unwrap_or(0),
-        parent: r
-            .parent_id
-            .zip(r.parent_version.and_then(|v| u64::try_from(v).ok())),
-        created_at: r.created_at,
-        updated_at: r.updated_at,
-        id: id.clone(),
-    };
+    let RunRow {
+        shown: r,
+        state,
+        creation_hash,
+        last_hash,
+        patch_bytes,
+        tail,
+    } = row.run_row().map_err(c)?;
+    let state = current_state(&id, state.0, tail.map(|t| t.0))?;
+    let record = r.into_record(id.clone(), state, Read::Strict)?;
     Ok(StoredRun {
         head: RunHead {
             record,
-            last_hash: r.last_hash,
-            patch_bytes: to_u64(r.patch_bytes).map_err(c)?,
+            last_hash,
+            patch_bytes: to_u64(patch_bytes).map_err(c)?,
         },
-        creation_hash: r.creation_hash,
+        creation_hash,
     })
 }
 
-/// Read a row of a run listing: a run whose data does not read is listed as unreadable
-/// ([`RunRecord::unreadable`]) rather than failing the listing; it has no head.
+/// Read a row of a run listing: a run whose data does not read is listed as far as it reads
+/// ([`salvaged_run`], with the error `row.unreadable`) rather than failing the listing; it
+/// has no head.
 ///
 /// # Errors
 /// Only for an error other than [`StoreError::Corrupt`] (none today).
 pub fn listed_run(row: &impl SqlRow) -> Result<(RunRecord, Option<RunHead>), StoreError> {
+    match inspected_run(row)? {
+        (inspected, Some(head)) => Ok((inspected.record, Some(head))),
+        (inspected, None) => {
+            let mut record = inspected.record;
+            record.error = Some(RunError {
+                code: ROW_UNREADABLE.to_owned(),
+                message: inspected.unreadable.unwrap_or_default(),
+            });
+            Ok((record, None))
+        }
+    }
+}
+
+/// Read a run row for a person diagnosing it ([`Store::inspect_run`]): the whole record and
+/// its head when it reads, else what of it reads and why the rest does not.
+///
+/// # Errors
+/// Only for an error other than [`StoreError::Corrupt`] (none today).
+///
+/// [`Store::inspect_run`]: agent_core::store::Store::inspect_run
+pub fn inspected_run(row: &impl SqlRow) -> Result<(InspectedRun, Option<RunHead>), StoreError> {
     match stored_run(row) {
-        Ok(stored) => Ok((stored.head.record.clone(), Some(stored.head))),
+        Ok(stored) => Ok((
+            InspectedRun {
+                record: stored.head.record.clone(),
+                unreadable: None,
+            },
+            Some(stored.head),
+        )),
         Err(StoreError::Corrupt { run_id, message }) => Ok((
-            RunRecord::unreadable(run_id, row.agent().unwrap_or_default(), message),
+            InspectedRun {
+                record: salvaged_run(row, run_id, &message),
+                unreadable: Some(message),
+            },
             None,
         )),
         Err(e) => Err(e),
     }
+}
+
+/// What reads of a run row whose full record does not: every column but the state as
+/// stored (the state `Null`), or, when even those do not read, a stand-in with the id and
+/// agent ([`RunRecord::unreadable`]). Nothing may execute from it; it is for listings and
+/// for diagnosing the run.
+#[must_use]
+pub fn salvaged_run(row: &impl SqlRow, run_id: String, message: &str) -> RunRecord {
+    let Ok(r) = row.salvage_row() else {
+        return RunRecord::unreadable(run_id, row.agent().unwrap_or_default(), message.to_owned());
+    };
+    // Infallible when lenient: every value that does not fit has a stand-in.
+    r.into_record(run_id.clone(), Value::Null, Read::Lenient)
+        .unwrap_or_else(|_| RunRecord::unreadable(run_id, String::new(), message.to_owned()))
 }
 
 /// The current state of a run row: the state at its snapshot plus the later payloads.

@@ -273,6 +273,7 @@ impl SqlReads for SqliteStore {
     const AGENT_GRAPH: &'static str = sql::AGENT_GRAPH;
     const HISTORY: &'static str = sql::HISTORY;
     const HAND_BACK: &'static str = sql::HAND_BACK;
+    const LOAD_RUN: &'static str = sql::LOAD_RUN;
     const JOURNAL: &'static str = sql::JOURNAL;
     const PENDING_SIGNALS: &'static str = sql::PENDING_SIGNALS;
     const TOOL_SWITCHES: &'static str = sql::TOOL_SWITCHES;

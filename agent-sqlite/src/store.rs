@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus,
-    StoreError, now_ms,
+    Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunError, RunFilter, RunRecord,
+    RunStatus, StoreError, TransitionKind, now_ms,
 };
-use agent_sql::{lease_of, ms, reads, rows, to_i64};
+use agent_sql::{lease_of, ms, reads, repair_refused, rows, to_i64};
 use serde_json::Value;
 
 use crate::{SqliteStore, db_err, sql};
@@ -59,10 +59,18 @@ agent_sql::impl_sql_store!(SqliteStore {
             .await
             .map_err(db_err)?;
         match row {
-            Some(row) => {
-                let r = rows::stored_run(&row)?.head.record;
-                Ok(Some((lease_of(&r, worker), r)))
-            }
+            Some(row) => match rows::stored_run(&row) {
+                Ok(stored) => {
+                    let r = stored.head.record;
+                    Ok(Some((lease_of(&r, worker), r)))
+                }
+                Err(StoreError::Corrupt { run_id, message }) => {
+                    self.quarantine_unreadable(&self.pool, &run_id, &message)
+                        .await?;
+                    Err(StoreError::Corrupt { run_id, message })
+                }
+                Err(e) => Err(e),
+            },
             None if !self.exists(run_id).await? => Err(StoreError::NotFound(run_id.to_owned())),
             None => Ok(None),
         }
@@ -105,14 +113,8 @@ agent_sql::impl_sql_store!(SqliteStore {
                     // A run whose stored data no longer reads must not keep the others from
                     // being claimed: quarantine it for an operator and go on.
                     Err(StoreError::Corrupt { run_id, message }) => {
-                        tracing::error!(run_id, message, "quarantining a run with corrupt data");
-                        sqlx::query(sql::QUARANTINE_CORRUPT)
-                            .bind(&run_id)
-                            .bind(&message)
-                            .bind(now)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(db_err)?;
+                        self.quarantine_unreadable(&mut *tx, &run_id, &message)
+                            .await?;
                     }
                     Err(e) => return Err(e),
                 }
@@ -224,6 +226,55 @@ agent_sql::impl_sql_store!(SqliteStore {
         }
     }
 
+    async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
+        let run_id = commit.run_id.as_str();
+        let now = now_ms();
+        let state = commit.state.to_string();
+        let mut tx = self.write_tx().await?;
+        let updated = sqlx::query(sql::REPAIR_RUN)
+            .bind(run_id)
+            .bind(&state)
+            .bind(&commit.to_state)
+            .bind(to_i64(commit.version()))
+            .bind(to_i64(commit.epoch()))
+            .bind(&commit.hash)
+            .bind(now)
+            .bind(to_i64(commit.expected_epoch))
+            .bind(to_i64(commit.last_version))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if updated.rows_affected() != 1 {
+            drop(tx);
+            return Err(repair_refused(commit, self.load_run(run_id).await));
+        }
+        sqlx::query(sql::INSERT_TRANSITION)
+            .bind(run_id)
+            .bind(to_i64(commit.version()))
+            .bind(&commit.from_state)
+            .bind(&commit.to_state)
+            .bind(TransitionKind::Repair.as_str())
+            .bind(RunStatus::Running.as_str())
+            .bind(to_i64(commit.epoch()))
+            .bind(now)
+            .bind(&commit.hash)
+            .bind("snapshot")
+            .bind(&state)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let row = sqlx::query(sql::LOAD_RUN)
+            .bind(run_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let stored = rows::stored_run(&row)?;
+        tx.commit().await.map_err(db_err)?;
+        self.heads.remember(stored.head.clone());
+        self.work.notify_waiters();
+        Ok(stored.head.record)
+    }
+
     async fn set_status(
         &self,
         run_id: &str,
@@ -332,3 +383,29 @@ agent_sql::impl_sql_store!(SqliteStore {
         Ok(Some(u64::try_from(bytes).unwrap_or(0)))
     }
 });
+
+impl SqliteStore {
+    /// Quarantine a run whose row does not read (`Store::claim_run`, `claim_next`): written
+    /// without decoding anything, so that listings say what the row holds and no worker
+    /// claims it again.
+    async fn quarantine_unreadable<'c>(
+        &self,
+        executor: impl sqlx::SqliteExecutor<'c>,
+        run_id: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        tracing::error!(
+            run_id,
+            message,
+            "quarantining a run whose row does not read"
+        );
+        sqlx::query(sql::QUARANTINE_CORRUPT)
+            .bind(run_id)
+            .bind(message)
+            .bind(now_ms())
+            .execute(executor)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+}

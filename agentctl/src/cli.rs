@@ -64,6 +64,11 @@ pub(crate) struct Global {
     /// When to use colours (`auto`: only on a terminal, and not with `NO_COLOR`).
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+    /// Fit tables to this many columns (default: the terminal's width on a terminal, no
+    /// limit in a pipe). The last column (details, errors) wraps.
+    #[arg(long, global = true, env = "AGENTCTL_WIDTH", value_name = "COLUMNS",
+          value_parser = clap::value_parser!(u16).range(40..))]
+    pub width: Option<u16>,
 }
 
 /// When to colour output.
@@ -101,6 +106,9 @@ pub(crate) enum Command {
     Resume(RunArg),
     /// Re-queue a failed, quarantined or dead-lettered run: its failed step runs again.
     Retry(RunArg),
+    /// Reset a quarantined run to an earlier version whose hash chain verifies, as a new
+    /// `repair` transition; the workers then run it from there.
+    Repair(RepairArgs),
     /// Recompute a run's hash chain and report the first modified, deleted or reordered row.
     Verify(VerifyArgs),
     /// List the agents whose graphs the workers registered.
@@ -111,6 +119,16 @@ pub(crate) enum Command {
 pub(crate) struct RunArg {
     /// The run's id.
     pub run: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RepairArgs {
+    /// The run's id.
+    pub run: String,
+    /// The version whose state the run goes back to (`agentctl verify RUN` says which
+    /// versions verify).
+    #[arg(long = "to", value_name = "VERSION")]
+    pub to: u64,
 }
 
 #[derive(Debug, Args)]

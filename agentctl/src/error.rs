@@ -86,7 +86,9 @@ impl From<StoreError> for CliError {
                 .hint("check that the database is reachable, then try again"),
             StoreError::Corrupt { run_id, message } => {
                 Self::failed(format!("corrupt data in run `{run_id}`: {message}")).hint(format!(
-                    "run `agentctl verify {run_id}` to find the damaged row"
+                    "`agentctl show {run_id}` shows what of it reads and `agentctl verify \
+                     {run_id}` which versions verify; `agentctl repair {run_id} --to VERSION` \
+                     puts a quarantined run back at one of those"
                 ))
             }
             other => Self::failed(other.to_string()),

@@ -13,7 +13,7 @@ use crate::cli::{ColorChoice, Global};
 use crate::error::CliError;
 
 /// Where and how to print.
-// Five independent switches read off the terminal and the flags, not states of one thing.
+// Four independent switches read off the terminal and the flags, not states of one thing.
 #[allow(clippy::struct_excessive_bools)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Output {
@@ -23,10 +23,10 @@ pub(crate) struct Output {
     pub color: bool,
     /// Colour stderr.
     pub color_err: bool,
-    /// stdout is a terminal (tables may wrap to its width).
-    pub tty: bool,
     /// stderr is a terminal (progress indicators).
     pub tty_err: bool,
+    /// The width tables are fitted to: `--width`, else the terminal's on a terminal.
+    pub width: Option<u16>,
 }
 
 impl Output {
@@ -39,11 +39,16 @@ impl Output {
             ColorChoice::Never => (false, false),
             ColorChoice::Auto => (tty && !no_color, tty_err && !no_color),
         };
+        // A terminal narrower than 60 columns is not worth fitting a table to.
+        let terminal = tty
+            .then(|| Table::new().width())
+            .flatten()
+            .filter(|w| *w >= 60);
         Self {
+            width: global.width.or(terminal),
             json: global.json,
             color,
             color_err,
-            tty,
             tty_err,
         }
     }
@@ -57,13 +62,16 @@ impl Output {
     {
         let mut table = Table::new();
         table.load_style(TableStyle::new().header_separator(LineStyle::none().fill('─')));
-        // Wrap to the terminal's width only when it is known and usable; in a pipe, never.
-        let usable = self.tty && table.width().is_some_and(|w| w >= 60);
-        table.set_content_arrangement(if usable {
-            ContentArrangement::Dynamic
-        } else {
-            ContentArrangement::Disabled
-        });
+        // Fit to the width asked for or the terminal's; in a pipe, never wrap.
+        match self.width {
+            Some(width) => {
+                table.set_width(width);
+                table.set_content_arrangement(ContentArrangement::Dynamic);
+            }
+            None => {
+                table.set_content_arrangement(ContentArrangement::Disabled);
+            }
+        }
         if self.color {
             table.enforce_styling();
         } else {

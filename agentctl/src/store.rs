@@ -114,6 +114,7 @@ mod tests {
             pg_schema: "agents".into(),
             json: false,
             color: ColorChoice::Never,
+            width: None,
         }
     }
 

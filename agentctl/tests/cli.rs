@@ -5,11 +5,13 @@ mod common;
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
+use agent_core::conformance::fixture;
 use agent_core::graph::GraphDescription;
 use agent_core::store::RunStatus;
 use common::{CANCELLED, DECLINED, DONE, Db, PAID_WAITING, SAGA_STUCK, STUCK};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn code(out: &std::process::Output) -> i32 {
     out.status.code().expect("exit code")
@@ -697,6 +699,115 @@ macro_rules! on_both_backends {
     };
 }
 
+/// One run's row damaged (on SQLite its state is not JSON; on PostgreSQL, which refuses
+/// that, its version is negative) next to healthy runs: listed as stored with why it does
+/// not read, shown from what reads, quarantined in the store by the first claim while the
+/// others go on, then repaired to its last version with a chain that verifies.
+fn an_unreadable_run_is_diagnosed_quarantined_and_repaired(new_db: fn() -> Db) {
+    let db = new_db();
+    let before = db.json(&["show", PAID_WAITING]);
+    let version = before["run"]["version"].as_u64().unwrap();
+    let damage = if db.pg.is_some() {
+        format!("UPDATE runs SET version = -1 WHERE id = '{PAID_WAITING}'")
+    } else {
+        format!("UPDATE runs SET state = '{{not json' WHERE id = '{PAID_WAITING}'")
+    };
+    db.sql(&[&damage]);
+
+    let listed = db.json(&["runs"]);
+    let row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == PAID_WAITING)
+        .expect("the damaged run is listed");
+    assert_eq!(
+        row["status"], "waiting",
+        "the stored status, not a made-up one: {row}"
+    );
+    assert_eq!(row["error"]["code"], "row.unreadable", "{row}");
+    assert_eq!(row["created_at"], before["run"]["created_at"], "{row}");
+    let shown = db.ok(&["show", PAID_WAITING]);
+    assert!(shown.contains("unreadable"), "{shown}");
+    let state = db.agentctl(&["state", PAID_WAITING]);
+    assert_eq!(code(&state), 1);
+    assert!(
+        stderr(&state).contains("agentctl repair"),
+        "{}",
+        stderr(&state)
+    );
+
+    // A worker claims it (the signal it waits for has come): the store quarantines it and
+    // the runner reports it; a healthy run beside it runs.
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        store
+            .send_signal(PAID_WAITING, "confirm", &json!({ "ok": true }))
+            .await
+            .unwrap();
+        let r = common::runner(&store, &Arc::new(fixture::World::default()), "Pay");
+        let bad = r
+            .run(PAID_WAITING)
+            .await
+            .expect("an unreadable run is reported, not an error");
+        assert_eq!(bad.status, RunStatus::Quarantined);
+        assert_eq!(bad.error.unwrap().code, "row.unreadable");
+        r.start("beside", fixture::initial(&["pear"]))
+            .await
+            .unwrap();
+        let healthy = r.run("beside").await.unwrap();
+        assert_eq!(healthy.status, RunStatus::Waiting, "{healthy:?}");
+    });
+    let quarantined = db.json(&["runs", "--status", "quarantined"]);
+    assert!(
+        quarantined
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == PAID_WAITING),
+        "quarantined in the store: {quarantined}"
+    );
+
+    let refused = db.agentctl(&["repair", DONE, "--to", "1"]);
+    assert_eq!(code(&refused), 1);
+    assert!(
+        stderr(&refused).contains("not quarantined"),
+        "{}",
+        stderr(&refused)
+    );
+    let repaired = db.ok(&["repair", PAID_WAITING, "--to", &version.to_string()]);
+    assert!(repaired.contains("repaired run"), "{repaired}");
+    db.ok(&["verify", PAID_WAITING]);
+    let after = db.json(&["show", PAID_WAITING]);
+    assert_eq!(after["run"]["status"], "running", "{after}");
+    assert_eq!(after["run"]["version"], version + 1, "{after}");
+    assert_eq!(
+        after["history"].as_array().unwrap().last().unwrap()["kind"],
+        "repair"
+    );
+}
+
+/// `show --width N` fits every line in N columns: the details go under their rows, wrapped,
+/// and long header values wrap under themselves; without a width (a pipe) nothing wraps.
+#[test]
+fn show_fits_the_width() {
+    let db = Db::sqlite();
+    for width in [60_usize, 100, 139] {
+        let out = db.ok(&["--width", &width.to_string(), "show", DECLINED]);
+        let widest = out.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(
+            widest <= width,
+            "a line of {widest} columns at --width {width}:\n{out}"
+        );
+        assert!(out.contains("tool.permanent"), "details are kept: {out}");
+    }
+    let piped = db.ok(&["show", DECLINED]);
+    assert!(
+        piped.lines().map(|l| l.chars().count()).max().unwrap() > 100,
+        "in a pipe, rows stay whole on one line"
+    );
+}
+
 on_both_backends!(
     state_time_travel,
     fork_starts_a_run_from_a_version,
@@ -716,4 +827,5 @@ on_both_backends!(
     verify_detects_reordered_rows,
     colours_only_when_asked_or_on_a_terminal,
     json_errors_are_json,
+    an_unreadable_run_is_diagnosed_quarantined_and_repaired,
 );

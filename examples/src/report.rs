@@ -10,10 +10,12 @@ use durable_agents::store::{CallStatus, EntryKind, JournalEntry, Store, StoreErr
 /// # Errors
 /// Store errors.
 pub async fn timeline(store: &dyn Store, run_id: &str) -> Result<String, StoreError> {
+    // As far as the row reads: a quarantined, unreadable run is reported too.
     let run = store
-        .load_run(run_id)
+        .inspect_run(run_id)
         .await?
-        .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?
+        .record;
     let history = store.history(run_id).await?;
     let journal = store.journal(run_id, None).await?;
     let mut out = String::new();

@@ -10,8 +10,8 @@ use super::store_checks as checks;
 use crate::graph::GraphDescription;
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
-    RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
+    JournalEntry, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunError, RunFilter,
+    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
     TransitionRecord,
 };
 
@@ -312,6 +312,10 @@ impl Store for Broken {
                 .await;
         }
         self.inner.quarantine(lease, error).await
+    }
+
+    async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
+        self.inner.repair_run(commit).await
     }
 
     async fn set_status(

@@ -88,6 +88,7 @@ macro_rules! store_conformance {
             check_expire_leases_of_frees_one_workers_runs,
             check_final_commit_ends_the_lease,
             check_quarantine_is_fenced,
+            check_repair_resets_a_quarantined_run,
             check_concurrent_claim_next_is_disjoint,
             check_history_time_travel_and_fork,
             check_prune_keeps_resume_working,

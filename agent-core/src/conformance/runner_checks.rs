@@ -100,6 +100,8 @@ async fn check_history(store: &dyn Store, record: &RunRecord) -> Result<(), Stri
             TransitionKind::Step | TransitionKind::Error => {
                 graph.has_edge(&t.from_state, &t.to_state)
             }
+            // An operator's reset goes back to a state the run was in, not along an edge.
+            TransitionKind::Repair => graph.state(&t.to_state).is_some(),
         };
         if !legal {
             return Err(format!(

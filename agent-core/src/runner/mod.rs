@@ -311,8 +311,11 @@ where
     /// and, at this runner's first start, store the agent's graph for `agentctl`.
     ///
     /// # Errors
-    /// [`RunnerError::NotInitial`] when `initial` is not in the initial state; store errors.
+    /// [`RunnerError::NotInitial`] when `initial` is not in the initial state;
+    /// [`RunnerError::NoRouter`] when a state is routed by an LLM and the runner has no
+    /// router; store errors.
     pub async fn start(&self, run_id: &str, initial: A) -> Result<RunRecord, RunnerError> {
+        self.check_router()?;
         let name = initial.state_name();
         if !self.inner.graph.state(name).is_some_and(|s| s.initial) {
             return Err(RunnerError::NotInitial(name.to_owned()));
@@ -363,8 +366,16 @@ where
     ///
     /// # Errors
     /// [`RunnerError::LeaseLost`] when another worker holds or takes the run; store errors
-    /// after retries; [`RunnerError::Crashed`] when a fault hook crashed the runner.
+    /// after retries; [`RunnerError::Crashed`] when a fault hook crashed the runner;
+    /// [`RunnerError::NoRouter`] as for [`start`](Self::start), before anything is claimed.
+    /// After an error the lease is released (except when it was lost or a crash was
+    /// injected), so the run can be claimed again at once.
+    ///
+    /// A run whose stored row does not read is quarantined by the store when claimed
+    /// ([`Store::claim_run`]) and returned as far as it reads ([`Store::inspect_run`]), so
+    /// that a caller driving several runs goes on with the others.
     pub async fn run(&self, run_id: &str) -> Result<RunRecord, RunnerError> {
+        self.check_router()?;
         let claimed = self
             .inner
             .store
@@ -373,20 +384,38 @@ where
                 &self.inner.config.worker_id,
                 self.inner.config.lease_ttl,
             )
-            .await?;
+            .await;
+        let claimed = match claimed {
+            Err(StoreError::Corrupt { .. }) => None,
+            other => other?,
+        };
         let Some((lease, record)) = claimed else {
             let record = self
                 .inner
                 .store
-                .load_run(run_id)
+                .inspect_run(run_id)
                 .await?
-                .ok_or_else(|| RunnerError::NotFound(run_id.to_owned()))?;
+                .ok_or_else(|| RunnerError::NotFound(run_id.to_owned()))?
+                .record;
             if record.status.is_final() {
                 return Ok(record);
             }
             return Err(RunnerError::LeaseLost(run_id.to_owned()));
         };
         self.drive(lease, record).await
+    }
+
+    /// [`RunnerError::NoRouter`] for an agent with a routed state and no router: found
+    /// before the first run is created or claimed, not at the routed state after commits.
+    /// (`Runner::new` cannot tell: the router comes later, from `with_router`.)
+    fn check_router(&self) -> Result<(), RunnerError> {
+        if self.inner.router.is_some() {
+            return Ok(());
+        }
+        match (self.inner.graph.states.iter()).find(|s| s.route == crate::graph::Routing::Llm) {
+            Some(state) => Err(RunnerError::NoRouter(state.name.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Drive a claimed run until it is final or waiting, then release the lease.
@@ -431,7 +460,14 @@ where
             // the next step skips reading its journal.
             let mut fresh = false;
             loop {
-                match self.step_inner(&mut lease, record, fresh).await? {
+                let outcome = match self.step_inner(&mut lease, record, fresh).await {
+                    Ok(outcome) => outcome,
+                    Err(e) => {
+                        self.release_after(&lease, &e).await;
+                        return Err(e);
+                    }
+                };
+                match outcome {
                     StepOutcome::Committed(next) => {
                         record = next;
                         fresh = true;
@@ -480,6 +516,19 @@ where
         }
         if let Err(e) = self.inner.store.release_lease(lease).await {
             warn!(error = %e, "could not release lease; it will expire");
+        }
+    }
+
+    /// After a step returned `error`, give the lease up so that the run can be claimed again
+    /// at once (by this worker's next attempt or another) rather than when the lease runs
+    /// out, which read as `LeaseLost` at the next start. Not after a lost lease (it is not
+    /// ours) nor an injected crash (a crashed process releases nothing).
+    async fn release_after(&self, lease: &Lease, error: &RunnerError) {
+        if matches!(error, RunnerError::LeaseLost(_) | RunnerError::Crashed(_)) {
+            return;
+        }
+        if let Err(e) = self.inner.store.release_lease(lease).await {
+            warn!(error = %e, "could not release lease after a step error; it will expire");
         }
     }
 

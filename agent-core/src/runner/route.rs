@@ -71,6 +71,8 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
     };
     let mut feedback: Vec<String> = Vec::new();
     let mut rejections = 0;
+    // Whether any ask got an answer from the model (accepted or not) in this step.
+    let mut answered = false;
     let mut tool_calls = 0;
     loop {
         let seq = cx.next_seq();
@@ -149,6 +151,7 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
         match outcome {
             Ok(Decision::Transition { to, arguments }) => return Ok((to, arguments)),
             Ok(Decision::Tool { tool, input }) => {
+                answered = true;
                 tool_calls += 1;
                 if cx.state.max_tool_calls.is_none() && tool_calls > DEFAULT_ROUTER_TOOL_CALLS {
                     return Err(StepError::Budget(format!(
@@ -166,11 +169,20 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                 // A failed ask and a rejected answer share one budget: neither may hold the
                 // step for longer than `max_reasks` more asks.
                 rejections += 1;
+                answered |= !rejection.code.is_ask_failure();
                 tracing::warn!(code = %rejection.code, "router answer rejected");
                 if rejections > cx.inner.config.max_reasks {
-                    return Err(StepError::Routing(format!(
-                        "no legal decision after {rejections} asks; last rejection: {rejection}"
-                    )));
+                    // Labelled for what happened: a model that kept answering wrong, or
+                    // an endpoint that never answered (the journal has every ask).
+                    return Err(if answered {
+                        StepError::Routing(format!(
+                            "no legal decision after {rejections} asks; last rejection: {rejection}"
+                        ))
+                    } else {
+                        StepError::RouterUnavailable(format!(
+                            "no answer in {rejections} asks; last: {rejection}"
+                        ))
+                    });
                 }
                 if !rejection.code.is_ask_failure() {
                     feedback.push(rejection.to_string());

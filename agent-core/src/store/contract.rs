@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    JournalEntry, Lease, Millis, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter,
-    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats,
-    ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
+    InspectedRun, JournalEntry, Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy,
+    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit,
+    StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
@@ -39,10 +39,24 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// The run, or `None`.
     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
 
+    /// The run's row as far as it reads, to diagnose a run whose record does not (where
+    /// [`load_run`](Self::load_run) says [`StoreError::Corrupt`]): every field that reads as
+    /// stored, the state `Null`, and why the rest does not. `None`: no such run. `agentctl
+    /// show` and `verify` use it; nothing may execute from it. The default is `load_run`,
+    /// for stores whose records always read.
+    async fn inspect_run(&self, run_id: &str) -> Result<Option<InspectedRun>, StoreError> {
+        Ok(self.load_run(run_id).await?.map(|record| InspectedRun {
+            record,
+            unreadable: None,
+        }))
+    }
+
     /// Take the run's lease for `worker` if it is free, expired, or already `worker`'s.
     /// Every successful claim increments the epoch (fencing any earlier holder) and
     /// `claims_without_progress`. Returns `None` while another worker holds a live lease,
-    /// or when the run is final.
+    /// or when the run is final. A run whose row does not read is quarantined in the same
+    /// call (code [`ROW_UNREADABLE`](super::ROW_UNREADABLE), lease ended) and
+    /// [`StoreError::Corrupt`] returned: nobody can execute it, and listings then say so.
     async fn claim_run(
         &self,
         run_id: &str,
@@ -53,7 +67,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Claim up to `limit` runnable runs of these agents (running or compensating; waiting
     /// runs whose signal has arrived or whose `wake_at` passed) whose lease is free or
     /// expired, oldest first, skipping runs locked by other claimers. Each claim counts as in
-    /// [`claim_run`](Self::claim_run).
+    /// [`claim_run`](Self::claim_run). A run whose row does not read is quarantined as
+    /// there and left out: one bad run never keeps the others from being claimed.
     async fn claim_next(
         &self,
         agents: &[String],
@@ -156,6 +171,14 @@ pub trait Store: Send + Sync + fmt::Debug {
         status: RunStatus,
         error: Option<RunError>,
     ) -> Result<RunRecord, StoreError>;
+
+    /// Write a planned [repair](super::repair) of a quarantined run in one write: the
+    /// transition `commit.version()` (kind `repair`, status running, the restored state as a
+    /// snapshot, `commit.hash`), and the run row rewritten from it (that state and version,
+    /// running, error and wait cleared, no lease, epoch `commit.epoch()`). Refused with
+    /// [`StoreError::Conflict`] and nothing written when the run is no longer quarantined,
+    /// its epoch or last stored version moved, or a live lease holds it.
+    async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError>;
 
     /// Remove old versions and their journal by policy; resume keeps working.
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError>;

@@ -32,8 +32,8 @@ use tokio::sync::Notify;
 
 use super::history::{self, VersionPayload};
 use super::{
-    JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
-    RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
+    JournalEntry, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunError, RunFilter,
+    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
     TransitionKind, TransitionRecord, creation_hash, now_ms, transition_hash,
 };
 use crate::graph::GraphDescription;
@@ -727,6 +727,63 @@ impl Store for MemoryStore {
                 r.claims_without_progress = 0;
                 r.wake_at = None;
             }
+            r.updated_at = now;
+            r.clone()
+        };
+        self.work.notify_waiters();
+        Ok(record)
+    }
+
+    async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let record = {
+            let mut g = self.lock();
+            let data = g.run_mut(&commit.run_id)?;
+            let last = data.versions.keys().next_back().copied();
+            let moved = data.record.status != RunStatus::Quarantined
+                || data.record.epoch != commit.expected_epoch
+                || last != Some(commit.last_version)
+                || lease_alive(&data.record, now);
+            if moved {
+                return Err(StoreError::Conflict {
+                    run_id: commit.run_id.clone(),
+                    expected: commit.last_version,
+                    found: last.unwrap_or(data.record.version),
+                });
+            }
+            let version = commit.version();
+            data.versions.insert(
+                version,
+                StoredVersion {
+                    payload: VersionPayload::Snapshot(commit.state.clone()),
+                    state_name: commit.to_state.clone(),
+                    transition: TransitionRecord {
+                        run_id: commit.run_id.clone(),
+                        version,
+                        from_state: commit.from_state.clone(),
+                        to_state: commit.to_state.clone(),
+                        kind: TransitionKind::Repair,
+                        status: RunStatus::Running,
+                        epoch: commit.epoch(),
+                        created_at: now,
+                        hash: commit.hash.clone(),
+                    },
+                },
+            );
+            data.patch_bytes_since_snapshot = 0;
+            data.last_hash.clone_from(&commit.hash);
+            let r = &mut data.record;
+            r.version = version;
+            r.state_name.clone_from(&commit.to_state);
+            r.state = commit.state.clone();
+            r.status = RunStatus::Running;
+            r.waiting_for = None;
+            r.wake_at = None;
+            r.error = None;
+            r.epoch = commit.epoch();
+            r.lease_owner = None;
+            r.lease_expires_at = None;
+            r.claims_without_progress = 0;
             r.updated_at = now;
             r.clone()
         };

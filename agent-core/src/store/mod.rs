@@ -22,6 +22,7 @@ mod error;
 pub mod history;
 pub mod memory;
 mod records;
+pub mod repair;
 mod stats;
 pub mod verify;
 
@@ -30,8 +31,10 @@ pub use chain::{ChainLink, legacy_transition_hash, transition_hash};
 pub use contract::Store;
 pub use error::StoreError;
 pub use records::{
-    CallStatus, EntryKind, JournalEntry, Lease, Millis, NewRun, PruneReport, RetentionPolicy,
-    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit,
-    ToolSwitch, TransitionKind, TransitionRecord, VersionSpan, idempotency_key, now_ms,
+    CallStatus, EntryKind, InspectedRun, JournalEntry, Lease, Millis, NewRun, PruneReport,
+    ROW_UNREADABLE, RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus, SignalRecord,
+    StateAtVersion, StepCommit, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
+    idempotency_key, now_ms,
 };
+pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use stats::{ToolStats, compute_tool_stats};

@@ -165,7 +165,7 @@ impl RunRecord {
             waiting_for: None,
             wake_at: None,
             error: Some(RunError {
-                code: "row.unreadable".to_owned(),
+                code: ROW_UNREADABLE.to_owned(),
                 message,
             }),
             epoch: 0,
@@ -177,6 +177,21 @@ impl RunRecord {
             updated_at: 0,
         }
     }
+}
+
+/// The error code of a run whose stored row does not read: listed with it, and quarantined
+/// with it when a worker tries to claim the run.
+pub const ROW_UNREADABLE: &str = "row.unreadable";
+
+/// A run's row as far as it reads ([`Store::inspect_run`](super::Store::inspect_run)), for
+/// diagnosing a run whose record does not.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InspectedRun {
+    /// The record: whole when the row reads; else every field that reads as stored and the
+    /// state `Null`. Nothing may execute from a record that did not read.
+    pub record: RunRecord,
+    /// Why the row does not read, or `None` when it does.
+    pub unreadable: Option<String>,
 }
 
 /// A run to create.
@@ -361,6 +376,9 @@ pub enum TransitionKind {
     Error,
     /// The status changed without a state change (wait, failure, compensation done).
     Status,
+    /// An operator reset a quarantined run to an earlier version's state
+    /// ([`repair`](super::repair)).
+    Repair,
 }
 
 impl TransitionKind {

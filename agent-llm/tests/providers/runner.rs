@@ -460,3 +460,45 @@ async fn a_slow_ask_times_out_into_the_journal_and_the_failure_path() {
     );
     assert_eq!(record.state_name, "Failed");
 }
+
+/// An endpoint that refuses every connection: each ask is journaled as `ask.unavailable`,
+/// and the state's failure path is labelled `router unavailable`, not a routing failure (the
+/// model said nothing) nor a store failure.
+#[tokio::test]
+async fn an_unreachable_endpoint_is_labelled_router_unavailable() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runner = Runner::<Desk, _>::new(
+        Arc::clone(&store),
+        Handlers,
+        ToolBox::new().with(Refund::default()),
+    )
+    .unwrap()
+    .with_router(Arc::new(openai(&format!("http://{closed}"))))
+    .with_config(RunnerConfig {
+        max_reasks: 1,
+        ..RunnerConfig::default()
+    });
+    runner.start("down", Desk::Intake).await.unwrap();
+    let record = runner.run("down").await.unwrap();
+    let journal = store.journal("down", None).await.unwrap();
+    let asked = decisions(&journal);
+    assert_eq!(asked.len(), 2, "one ask and one re-ask: {asked:?}");
+    assert!(
+        asked
+            .iter()
+            .all(|e| e.error_code.as_deref() == Some("ask.unavailable")),
+        "{asked:?}"
+    );
+    assert_eq!(record.state_name, "Failed");
+    let reason = record.state["Failed"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.starts_with("router unavailable: no answer in 2 asks"),
+        "{reason}"
+    );
+}

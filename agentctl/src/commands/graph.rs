@@ -119,7 +119,8 @@ async fn overlay(cx: &Ctx, run: &agent_core::store::RunRecord) -> Result<PathOve
                 transitions.push((t.from_state.clone(), t.to_state.clone()));
                 failed.insert(t.from_state.clone());
             }
-            TransitionKind::Start | TransitionKind::Status => {}
+            // A repair jumps back; it is not an edge of the graph.
+            TransitionKind::Start | TransitionKind::Status | TransitionKind::Repair => {}
         }
     }
     for e in &journal {

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agent_core::store::{RunRecord, Store};
+use agent_core::store::{InspectedRun, RunRecord, Store};
 
 use crate::cli::{Cli, Command};
 use crate::error::{CliError, Result};
@@ -14,6 +14,7 @@ mod agents;
 mod fork;
 mod graph;
 mod prune;
+mod repair;
 mod requeue;
 mod runs;
 mod show;
@@ -35,6 +36,15 @@ impl Ctx {
     pub(crate) async fn run(&self, id: &str) -> Result<RunRecord> {
         self.store
             .load_run(id)
+            .await?
+            .ok_or_else(|| CliError::no_run(id))
+    }
+
+    /// The run as far as its row reads (for the commands that diagnose it: `show`,
+    /// `verify`, `repair`), or a not-found error.
+    pub(crate) async fn inspect(&self, id: &str) -> Result<InspectedRun> {
+        self.store
+            .inspect_run(id)
             .await?
             .ok_or_else(|| CliError::no_run(id))
     }
@@ -72,6 +82,7 @@ pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
         Command::Prune(args) => prune::run(&cx, &args).await,
         Command::Resume(args) => requeue::run(&cx, &args.run, requeue::Mode::Resume).await,
         Command::Retry(args) => requeue::run(&cx, &args.run, requeue::Mode::Retry).await,
+        Command::Repair(args) => repair::run(&cx, &args).await,
         Command::Verify(args) => match args.run {
             Some(run) => verify::run(&cx, &run).await,
             None => verify::all(&cx).await,

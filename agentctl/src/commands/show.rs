@@ -23,6 +23,8 @@ use crate::output::{ellipsize, fmt_duration_ms, fmt_time};
 #[derive(Serialize)]
 struct ShowJson<'a> {
     run: &'a RunRecord,
+    /// Why the run's row does not read (`null` when it does).
+    unreadable: Option<&'a str>,
     history: &'a [TransitionRecord],
     states: Vec<&'a StateAtVersion>,
     journal: &'a [JournalEntry],
@@ -30,7 +32,10 @@ struct ShowJson<'a> {
 }
 
 pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
-    let run = cx.run(id).await?;
+    // `show` is where a damaged run is diagnosed: what of its row reads is shown, with why
+    // the rest does not.
+    let inspected = cx.inspect(id).await?;
+    let run = inspected.record;
     let history = cx.store.history(id).await?;
     let journal = cx.store.journal(id, None).await?;
     let signals = cx.store.pending_signals(id).await?;
@@ -44,6 +49,7 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     if cx.out.json {
         cx.out.print_json(&ShowJson {
             run: &run,
+            unreadable: inspected.unreadable.as_deref(),
             history: &history,
             states: states.values().collect(),
             journal: &journal,
@@ -51,7 +57,14 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
         });
         return Ok(ExitCode::SUCCESS);
     }
-    crate::output::stdout_text(&header(cx, &run));
+    crate::output::stdout_text(&fit_header(&header(cx, &run), cx.out.width));
+    if let Some(why) = &inspected.unreadable {
+        outln!(
+            "  {:<12} {}",
+            "unreadable",
+            cx.out.red(&format!("the run's row does not read: {why}"))
+        );
+    }
     outln!();
     outln!("{}", cx.out.heading("Timeline"));
     print_timeline(cx, &run, &history, &states, &journal);
@@ -69,7 +82,7 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
         }
         cx.out.print_table(&table);
     }
-    let next = next_step(&run);
+    let next = next_step(&run, inspected.unreadable.is_some(), &history);
     if !next.is_empty() {
         outln!();
         outln!("{}", cx.out.dim(&next));
@@ -146,7 +159,16 @@ fn state_data(name: &str, state: &serde_json::Value) -> Option<String> {
 }
 
 /// What an operator can do next, as a hint line.
-fn next_step(run: &RunRecord) -> String {
+fn next_step(run: &RunRecord, unreadable: bool, history: &[TransitionRecord]) -> String {
+    let last = history.last().map_or(0, |t| t.version);
+    if unreadable && run.status != RunStatus::Quarantined {
+        return format!(
+            "its row does not read, so no worker can run it; the first worker to claim it \
+             quarantines it, and then `agentctl repair {} --to {last}` (or an earlier version \
+             `agentctl verify {}` accepts) puts it back",
+            run.id, run.id
+        );
+    }
     match run.status {
         RunStatus::Waiting => run.waiting_for.as_ref().map_or_else(String::new, |s| {
             format!(
@@ -154,7 +176,13 @@ fn next_step(run: &RunRecord) -> String {
                 run.id
             )
         }),
-        RunStatus::Quarantined | RunStatus::DeadLettered => format!(
+        RunStatus::Quarantined => format!(
+            "fix the cause, then re-queue it with `agentctl resume {id}`; or put it back at a \
+             version that verifies with `agentctl repair {id} --to {last}` (`agentctl verify \
+             {id}` checks the chain)",
+            id = run.id
+        ),
+        RunStatus::DeadLettered => format!(
             "fix the cause, then re-queue it with `agentctl resume {}`",
             run.id
         ),
@@ -174,39 +202,158 @@ fn print_timeline(
     for e in journal {
         by_version.entry(e.version).or_default().push(e);
     }
-    let mut table = cx.out.table([
-        "V", "TIME", "EVENT", "NAME", "KIND", "STATUS", "DURATION", "ATTEMPTS", "DETAIL",
-    ]);
+    let mut rows = Vec::new();
     let first_kept = history.first().map_or(0, |t| t.version);
     for (v, entries) in by_version.range(..first_kept) {
         // Journal entries kept by retention for a pruned version (an open saga).
         for e in entries {
-            table.add_row(entry_row(cx, e, Some(*v)));
+            rows.push(entry_row(cx, e, Some(*v)));
         }
     }
     for t in history {
-        table.add_row(transition_row(cx, t, states.get(&t.version)));
+        rows.push(transition_row(cx, t, states.get(&t.version)));
         if let Some(entries) = by_version.get(&t.version) {
             for e in entries {
-                table.add_row(entry_row(cx, e, None));
+                rows.push(entry_row(cx, e, None));
             }
         }
     }
     for (v, entries) in by_version.range(run.version + 1..) {
         for e in entries {
-            table.add_row(entry_row(cx, e, Some(*v)));
+            rows.push(entry_row(cx, e, Some(*v)));
         }
     }
     if history.is_empty() && journal.is_empty() {
         outln!("(no history stored)");
         return;
     }
-    cx.out.print_table(&table);
+    let columns = [
+        "V", "TIME", "EVENT", "NAME", "KIND", "STATUS", "DURATION", "ATTEMPTS", "DETAIL",
+    ];
+    match cx.out.width.filter(|w| *w < WIDE_ENOUGH) {
+        None => {
+            let mut table = cx.out.table(columns);
+            for row in rows {
+                table.add_row(row);
+            }
+            cx.out.print_table(&table);
+        }
+        Some(width) => print_narrow(cx, &columns[..columns.len() - 1], rows, width),
+    }
     if first_kept > 0 {
         cx.out.note(&format!(
             "versions before {first_kept} were pruned by retention"
         ));
     }
+}
+
+/// The header's `  name         value` lines, each value wrapped to `width` under itself.
+fn fit_header(text: &str, width: Option<u16>) -> String {
+    const VALUE_AT: usize = 15;
+    let Some(width) = width.map(usize::from) else {
+        return text.to_owned();
+    };
+    let mut out = String::new();
+    for line in text.lines() {
+        if line.chars().count() <= width || !line.starts_with("  ") {
+            let _ = writeln!(out, "{line}");
+            continue;
+        }
+        let name: String = line.chars().take(VALUE_AT).collect();
+        let value: String = line.chars().skip(VALUE_AT).collect();
+        for (i, part) in wrap(&value, width - VALUE_AT).iter().enumerate() {
+            let lead = if i == 0 { name.as_str() } else { "" };
+            let _ = writeln!(out, "{lead:<VALUE_AT$}{part}");
+        }
+    }
+    out
+}
+
+/// Below this many columns, the timeline's other columns leave the detail too little room:
+/// each detail goes on lines of its own under its row.
+const WIDE_ENOUGH: u16 = 140;
+
+/// The timeline on a narrow terminal: the table without its detail column, so that each row
+/// is one line, with each detail under its row, indented and wrapped to `width`. Where even
+/// that is too wide, the least needed columns (attempts, duration, time, kind) move into
+/// the detail, in that order.
+fn print_narrow(cx: &Ctx, columns: &[&str], rows: Vec<Vec<Cell>>, width: u16) {
+    let width = usize::from(width);
+    let mut rows: Vec<(Vec<String>, String)> = rows
+        .into_iter()
+        .map(|mut row| {
+            let detail = row.pop().map(|c| c.content()).unwrap_or_default();
+            (row.iter().map(Cell::content).collect(), detail)
+        })
+        .collect();
+    let mut kept: Vec<usize> = (0..columns.len()).collect();
+    let render = |kept: &[usize], rows: &[(Vec<String>, String)]| {
+        let mut table = cx.out.table(kept.iter().map(|&i| columns[i]));
+        table.set_content_arrangement(comfy_table::ContentArrangement::Disabled);
+        for (cells, _) in rows {
+            table.add_row(kept.iter().map(|&i| cells[i].as_str()));
+        }
+        table.to_string()
+    };
+    let mut text = render(&kept, &rows);
+    // Attempts, duration, time, kind: what a reader misses least, and how it reads in the detail.
+    for (column, label) in [(7, " attempts"), (6, ""), (1, ""), (4, "")] {
+        if text.lines().all(|l| l.trim_end().chars().count() <= width) {
+            break;
+        }
+        kept.retain(|&i| i != column);
+        for (cells, detail) in &mut rows {
+            let value = &cells[column];
+            if !value.trim().is_empty() {
+                *detail = format!("{}{label}; {detail}", value.trim());
+            }
+        }
+        text = render(&kept, &rows);
+    }
+    let mut lines = text.lines();
+    for line in lines.by_ref().take(2) {
+        outln!("{}", line.trim_end());
+    }
+    let indent = "     ";
+    let room = width.saturating_sub(indent.len()).max(20);
+    for (line, (_, detail)) in lines.zip(&rows) {
+        outln!("{}", line.trim_end());
+        for part in wrap(detail.trim_end_matches("; "), room) {
+            outln!("{indent}{}", cx.out.dim(&part));
+        }
+    }
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces where it can be.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let mut word = word.to_owned();
+        loop {
+            let used = line.chars().count();
+            let needed = word.chars().count() + usize::from(used > 0);
+            if used + needed <= width {
+                if used > 0 {
+                    line.push(' ');
+                }
+                line.push_str(&word);
+                break;
+            }
+            if used > 0 {
+                lines.push(std::mem::take(&mut line));
+                continue;
+            }
+            // A word longer than a line is cut.
+            let head: String = word.chars().take(width).collect();
+            word = word.chars().skip(width).collect();
+            lines.push(head);
+        }
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 fn clock(ms: i64) -> String {

@@ -79,8 +79,15 @@ pub(super) async fn all(cx: &Ctx) -> Result<ExitCode> {
 }
 
 pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
-    let run = cx.run(id).await?;
+    // A run whose row does not read is verified from what does: its stored history.
+    let inspected = cx.inspect(id).await?;
+    let run = inspected.record;
     let report = check(cx, &run).await?;
+    if let Some(why) = &inspected.unreadable
+        && !cx.out.json
+    {
+        cx.out.warn(&format!("the run's row does not read: {why}"));
+    }
     if cx.out.json {
         cx.out.print_json(&report);
     } else if let Some(p) = &report.problem {
@@ -103,6 +110,22 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
             "  {}",
             cx.out.dim("the stored history was changed outside the store; do not resume the run before you know why")
         );
+        // An unreadable run row differs from the last version's state however sound that
+        // version is; the repair checks the chain up to the version it restores.
+        let to = if inspected.unreadable.is_some() && Some(p.version) == report.last_version {
+            Some(p.version)
+        } else {
+            (report.verified > 0 && p.version > 0).then(|| p.version - 1)
+        };
+        if let Some(to) = to {
+            outln!(
+                "  {}",
+                cx.out.dim(&format!(
+                    "once it is quarantined, `agentctl repair {} --to {to}` puts it back at a version whose chain verifies",
+                    run.id,
+                ))
+            );
+        }
     } else {
         let first = report.first_version.unwrap_or(0);
         outln!(

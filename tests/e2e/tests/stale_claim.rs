@@ -148,6 +148,12 @@ impl Store for LateClaim {
     ) -> Result<RunRecord, StoreError> {
         self.inner.set_status(run_id, status, error).await
     }
+    async fn repair_run(
+        &self,
+        commit: &agent_core::store::RepairCommit,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.repair_run(commit).await
+    }
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
         self.inner.prune(policy).await
     }

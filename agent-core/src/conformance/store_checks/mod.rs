@@ -166,6 +166,7 @@ mod commits;
 mod history;
 mod journal;
 mod leases;
+mod repair;
 mod runs;
 
 pub use commits::{
@@ -186,6 +187,7 @@ pub use leases::{
     check_hand_back_does_not_count_the_claim,
     check_live_lease_blocks_and_expired_lease_is_reclaimed, check_wait_for_work_returns,
 };
+pub use repair::check_repair_resets_a_quarantined_run;
 pub use runs::{
     check_agent_graphs, check_corrupt_data_is_an_error, check_create_run_is_idempotent,
     check_list_runs, check_set_status, check_store_and_load_runs,

@@ -1,0 +1,95 @@
+//! Repairing a quarantined run ([`crate::store::repair`]).
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{CheckResult, Ctx, claim, create, grow, step, stored, verify_chain};
+use crate::store::{
+    RepairError, RunError, RunStatus, Store, StoreError, TransitionKind, plan_repair, repair,
+};
+
+/// A quarantined run repaired to an earlier version: running again at a new version with
+/// that version's state, its error cleared, the repair a `repair` transition the hash chain
+/// verifies; a later step commits on top. Refused, with nothing written, for a run that is
+/// not quarantined, a version that is not stored, and a plan the run moved past.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_repair_resets_a_quarantined_run(store: Arc<dyn Store>) -> CheckResult {
+    let run = create(&store, "repair", json!({ "items": [] })).await?;
+    let lease = claim(&store, &run.id, "w").await?;
+    grow(&store, &lease, 0, 3).await?;
+    let at_one = store
+        .state_at(&run.id, 1)
+        .await
+        .ctx("state_at")?
+        .ok_or("version 1 not stored")?;
+    match repair(store.as_ref(), &run.id, 1).await {
+        Err(RepairError::NotQuarantined { .. }) => {}
+        other => return Err(format!("repair of a running run gave {other:?}")),
+    }
+    let error = RunError {
+        code: "state.corrupt".into(),
+        message: "conformance".into(),
+    };
+    store.quarantine(&lease, error).await.ctx("quarantine")?;
+    match repair(store.as_ref(), &run.id, 9).await {
+        Err(RepairError::NoSuchVersion { version: 9, .. }) => {}
+        other => return Err(format!("repair to a version never stored gave {other:?}")),
+    }
+    let plan = plan_repair(store.as_ref(), &run.id, 1)
+        .await
+        .map_err(|e| format!("plan_repair: {e}"))?;
+    let stale = plan.clone();
+    let repaired = store.repair_run(&plan).await.ctx("repair_run")?;
+    let after = stored(&store, &run.id).await?;
+    for (what, r) in [("returned", &repaired), ("stored", &after)] {
+        ensure!(
+            r.status == RunStatus::Running
+                && r.version == 4
+                && r.state == at_one.state
+                && r.error.is_none()
+                && r.lease_owner.is_none()
+                && r.epoch > lease.epoch,
+            "the {what} record after repair: {} at version {} (want running at 4), state {} \
+             (want {}), error {:?}, lease {:?}, epoch {} (want above {})",
+            r.status,
+            r.version,
+            r.state,
+            at_one.state,
+            r.error,
+            r.lease_owner,
+            r.epoch,
+            lease.epoch
+        );
+    }
+    let history = store.history(&run.id).await.ctx("history")?;
+    let last = history.last().ok_or("no history after repair")?;
+    ensure!(
+        last.version == 4 && last.kind == TransitionKind::Repair,
+        "the repair's transition: version {} kind {} (want 4 repair)",
+        last.version,
+        last.kind.as_str()
+    );
+    verify_chain(&store, &run.id).await?;
+    // The same plan again: the run moved past it (no longer quarantined, another epoch).
+    ensure!(
+        matches!(
+            store.repair_run(&stale).await,
+            Err(StoreError::Conflict { .. })
+        ),
+        "a stale repair plan was not refused with Conflict"
+    );
+    ensure!(
+        stored(&store, &run.id).await?.version == 4,
+        "a refused repair wrote a version"
+    );
+    // The repaired run goes on like any other.
+    let next = claim(&store, &run.id, "w2").await?;
+    store
+        .commit_step(&next, &step(4, json!({ "items": ["after repair"] })))
+        .await
+        .ctx("commit_step after repair")?;
+    verify_chain(&store, &run.id).await
+}
