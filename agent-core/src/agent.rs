@@ -236,9 +236,13 @@ impl<'a, S: State> Ctx<'a, S> {
     /// Call tool `T` through the runner (timeout, retries, journal, idempotency key).
     /// Compiles only when `T` is listed in the state's `tools(...)`.
     ///
-    /// Calls are journaled by their index in the step: a resumed step must make the same
-    /// calls in the same order, so derive a handler's calls from its state and from earlier
-    /// results only (not from the clock or randomness), and await them one after another.
+    /// Calls are journaled by their index in the step, taken when `call` is called (not
+    /// when the future is awaited): a resumed step must make the same calls in the same
+    /// order, so derive a handler's calls from its state and from earlier results only (not
+    /// from the clock or randomness). Calls may run concurrently: create them in a fixed
+    /// order and join them (`futures::future::join_all`, `tokio::join!`), or use
+    /// [`call_each`](Self::call_each). After a crash, the calls that completed are served
+    /// from the journal and the others run again with their same idempotency keys.
     ///
     /// # Errors
     /// The tool's error after its retry policy is exhausted, or [`ErrorClass::Disabled`]
@@ -252,11 +256,17 @@ impl<'a, S: State> Ctx<'a, S> {
     where
         S: AllowsTool<T>,
     {
-        let io = self.io;
+        let input = match serde_json::to_value(input) {
+            Ok(input) => input,
+            Err(e) => {
+                let e = ToolError::permanent(format!("input does not serialize: {e}"));
+                return Box::pin(std::future::ready(Err(e)));
+            }
+        };
+        // Created here, so that the call's journal index follows the order of `call`s.
+        let pending = self.io.call(T::NAME, input);
         Box::pin(async move {
-            let input = serde_json::to_value(input)
-                .map_err(|e| ToolError::permanent(format!("input does not serialize: {e}")))?;
-            let out = io.call(T::NAME, input).await?;
+            let out = pending.await?;
             T::Output::deserialize(out).map_err(|e| {
                 ToolError::permanent(format!(
                     "journaled output of `{}` does not match: {e}",
@@ -264,6 +274,31 @@ impl<'a, S: State> Ctx<'a, S> {
                 ))
             })
         })
+    }
+
+    /// Call tool `T` once per input, at most `concurrency` calls at a time (at least one),
+    /// and return the results in the order of the inputs. The calls take consecutive journal
+    /// indices in that order, so a resumed step matches them however they finished; each
+    /// call is journaled, budgeted (`max_tool_calls`), timed out and retried on its own.
+    /// For calls of different tools, create them in order and join them instead.
+    pub fn call_each<T: Tool>(
+        &self,
+        inputs: impl IntoIterator<Item = T::Input>,
+        concurrency: usize,
+    ) -> BoxFuture<'a, Vec<Result<T::Output, ToolError>>>
+    where
+        S: AllowsTool<T>,
+    {
+        use futures::StreamExt as _;
+        let calls: Vec<_> = inputs
+            .into_iter()
+            .map(|input| self.call::<T>(input))
+            .collect();
+        Box::pin(
+            futures::stream::iter(calls)
+                .buffered(concurrency.max(1))
+                .collect(),
+        )
     }
 
     /// Move to `target`. Compiles only when the target is a declared successor.

@@ -535,10 +535,13 @@ impl CheckoutHandlers for Handlers {
         customer: Customer,
         cart: Cart,
     ) -> StepResult<checkout::Reserving> {
+        // One reservation per item, up to four at a time: each keeps the journal index of
+        // its item, so a resumed step replays them by item however they finished. If one
+        // fails, the step fails and the saga releases the ones that were made.
+        let requests = cart.skus().into_iter().map(|sku| ReserveRequest { sku });
         let mut reservations = Vec::new();
-        for sku in cart.skus() {
-            let r = ctx.call::<ReserveInventory>(ReserveRequest { sku }).await?;
-            reservations.push(r.reservation_id);
+        for r in ctx.call_each::<ReserveInventory>(requests, 4).await {
+            reservations.push(r?.reservation_id);
         }
         Ok(ctx.to(checkout::Payment::new(customer, cart, reservations)))
     }

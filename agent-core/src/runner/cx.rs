@@ -226,13 +226,30 @@ impl<'r> StepCx<'r> {
     }
 
     /// A tool call through the journal: replayed if journaled, else executed under its
-    /// policy with the deterministic idempotency key.
-    pub(crate) async fn call_tool(&self, name: &str, input: Value) -> Result<Value, ToolError> {
+    /// policy with the deterministic idempotency key. Its journal index is taken now, when
+    /// the call is created, not when the returned future first runs: calls run concurrently
+    /// keep the indices of the order they were made in, however they finish.
+    pub(crate) fn call_tool<'a>(
+        &'a self,
+        name: &'a str,
+        input: Value,
+    ) -> impl std::future::Future<Output = Result<Value, ToolError>> + Send + 'a {
+        let seq = self.next_seq();
+        let calls = self.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        self.call_tool_at(seq, calls, name, input)
+    }
+
+    /// [`call_tool`](Self::call_tool) as call `calls` of the visit, journal entry `seq`.
+    async fn call_tool_at(
+        &self,
+        seq: u32,
+        calls: u32,
+        name: &str,
+        input: Value,
+    ) -> Result<Value, ToolError> {
         if self.is_interrupted() {
             return Err(Self::interrupted_error());
         }
-        let seq = self.next_seq();
-        let calls = self.tool_calls.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(max) = self.state.max_tool_calls
             && calls > max
         {
