@@ -20,8 +20,10 @@ mod chain;
 mod contract;
 mod error;
 pub mod history;
+pub mod location;
 pub mod memory;
 mod records;
+mod run_id;
 mod stats;
 pub mod verify;
 
@@ -34,4 +36,5 @@ pub use records::{
     RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit,
     ToolSwitch, TransitionKind, TransitionRecord, VersionSpan, idempotency_key, now_ms,
 };
+pub use run_id::new_run_id;
 pub use stats::{ToolStats, compute_tool_stats};
