@@ -399,3 +399,29 @@ fn backup_of_postgres_names_the_pg_dump_command() {
     );
     assert!(!err.contains("s3cret"), "{err}");
 }
+
+#[test]
+fn migrate_creates_a_sqlite_store_but_never_beside_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.sqlite3");
+    let db = path.to_str().unwrap();
+    let runs = agentctl(&["--db", db, "runs"]);
+    assert_eq!(code(&runs), 1, "{}", stderr(&runs));
+    assert!(!path.exists(), "a reading command created the file");
+
+    let migrated = agentctl(&["--db", db, "migrate"]);
+    assert_eq!(code(&migrated), 0, "{}", stderr(&migrated));
+    let runs = agentctl(&["--db", db, "runs"]);
+    assert_eq!(code(&runs), 0, "{}", stderr(&runs));
+
+    let rt = runtime();
+    let worker = rt.block_on(SqliteStore::open(&path)).expect("worker open");
+    let beside = agentctl(&["--db", db, "migrate"]);
+    let err = stderr(&beside);
+    assert_eq!(code(&beside), 1, "{err}");
+    assert!(
+        err.contains("SQLite serves one process; use PostgreSQL for several"),
+        "{err}"
+    );
+    rt.block_on(worker.close());
+}
