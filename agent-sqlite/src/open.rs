@@ -39,7 +39,7 @@ pub enum SqliteOpenError {
         pid: Option<u32>,
     },
     /// The lock file next to the database could not be created or locked.
-    #[error("cannot lock {}: {source}", .path.display())]
+    #[error("cannot create or lock {} next to the database: {source}", .path.display())]
     Lock {
         /// The lock file.
         path: PathBuf,
