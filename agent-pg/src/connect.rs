@@ -1,4 +1,4 @@
-//! Setting a store up: connecting into a schema, migrating, the `LISTEN` task that wakes
+//! Setting a store up: connecting into a schema, checking or migrating it, the `LISTEN` task that wakes
 //! idle workers, and how driver errors map to store errors.
 
 use std::str::FromStr;
@@ -7,14 +7,19 @@ use std::time::Duration;
 
 use agent_core::store::StoreError;
 use agent_sql::heads::HeadCache;
-use sqlx::AssertSqlSafe;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use agent_sql::migrations::{Applied, applied_sql};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{
+    PgConnectOptions, PgConnection, PgDatabaseError, PgListener, PgPool, PgPoolOptions,
+};
+use sqlx::{AssertSqlSafe, Connection};
 use tokio::sync::Notify;
 
 use crate::group_commit::{GroupCommit, GroupCommitStats};
 use crate::{COMMITS_IN_FLIGHT, COMMITS_PER_STATEMENT, PgStore};
 
-/// Errors of setting a [`PgStore`] up (connecting, migrating).
+/// Errors of setting a [`PgStore`] up (connecting, checking the schema, migrating). The
+/// database is named as `host:port/dbname` (never with the password).
 #[derive(Debug, thiserror::Error)]
 pub enum PgSetupError {
     /// The schema name is not a plain identifier.
@@ -22,15 +27,160 @@ pub enum PgSetupError {
         "invalid schema name `{0}`: use letters, digits and `_`, starting with a letter or `_`"
     )]
     InvalidSchema(String),
-    /// Connecting failed.
-    #[error("cannot connect to PostgreSQL: {0}")]
-    Connect(#[source] sqlx::Error),
+    /// The URL does not parse.
+    #[error("invalid PostgreSQL URL: {0}")]
+    InvalidUrl(String),
+    /// Nothing listens at the server's address.
+    #[error("connection refused at {address}: is PostgreSQL running there?")]
+    Refused {
+        /// `host:port`.
+        address: String,
+    },
+    /// The server refused the user or the password.
+    #[error("authentication failed for PostgreSQL database {database}: {message}")]
+    Auth {
+        /// `host:port/dbname`.
+        database: String,
+        /// The server's message.
+        message: String,
+    },
+    /// Connecting failed otherwise (unknown host, no such database, TLS, no answer).
+    #[error("cannot connect to PostgreSQL database {database}: {message}")]
+    Connect {
+        /// `host:port/dbname`.
+        database: String,
+        /// Why.
+        message: String,
+    },
+    /// [`PgStore::open_existing`]: the schema does not exist.
+    #[error("no schema `{schema}` in PostgreSQL database {database}{}", stores_note(.stores))]
+    NoSchema {
+        /// `host:port/dbname`.
+        database: String,
+        /// The schema tried.
+        schema: String,
+        /// The schemas of that database that hold an agent store.
+        stores: Vec<String>,
+    },
+    /// [`PgStore::open_existing`]: the schema exists but holds no agent store.
+    #[error(
+        "schema `{schema}` of PostgreSQL database {database} holds no agent store \
+         (no `_sqlx_migrations` and `runs` tables)"
+    )]
+    NotAStore {
+        /// `host:port/dbname`.
+        database: String,
+        /// The schema tried.
+        schema: String,
+    },
+    /// [`PgStore::open_existing`]: the store's migrations are not this binary's.
+    #[error("the agent store in schema `{schema}` of PostgreSQL database {database}: {problem}")]
+    Level {
+        /// `host:port/dbname`.
+        database: String,
+        /// The schema tried.
+        schema: String,
+        /// How its migrations differ from this binary's, and what to do.
+        problem: String,
+    },
     /// A migration failed.
-    #[error("migration failed: {0}")]
+    #[error("migration failed: {}", describe_migrate(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// Any other database error.
-    #[error("database error: {0}")]
+    #[error("database error: {}", describe(.0))]
     Database(#[from] sqlx::Error),
+}
+
+fn stores_note(stores: &[String]) -> String {
+    if stores.is_empty() {
+        " (no schema there holds an agent store; a worker creates one when it opens the database)"
+            .to_owned()
+    } else {
+        format!(
+            " (schemas there holding an agent store: {})",
+            stores.join(", ")
+        )
+    }
+}
+
+/// A driver error as a sentence: for an error the server sent, its message with its detail
+/// and hint, without sqlx's "error returned from database" and without the server's
+/// source position (`at line 334`), which says where in PostgreSQL's C code it was raised
+/// and nothing to the reader.
+pub(crate) fn describe(e: &sqlx::Error) -> String {
+    let sqlx::Error::Database(db) = e else {
+        return e.to_string();
+    };
+    let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() else {
+        return db.message().to_owned();
+    };
+    let mut text = pg.message().to_owned();
+    if let Some(detail) = pg.detail() {
+        text.push_str(": ");
+        text.push_str(detail);
+    }
+    if let Some(hint) = pg.hint() {
+        text.push_str(" (");
+        text.push_str(hint);
+        text.push(')');
+    }
+    text
+}
+
+fn describe_migrate(e: &sqlx::migrate::MigrateError) -> String {
+    use sqlx::migrate::MigrateError;
+    match e {
+        MigrateError::Execute(e) => describe(e),
+        MigrateError::ExecuteMigration(e, version) => {
+            format!("migration {version}: {}", describe(e))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// `host:port/dbname` of `options`, for messages.
+fn database_of(options: &PgConnectOptions) -> String {
+    let host = options.get_socket().map_or_else(
+        || options.get_host().to_owned(),
+        |dir| dir.display().to_string(),
+    );
+    let db = options
+        .get_database()
+        .unwrap_or_else(|| options.get_username());
+    format!("{host}:{}/{db}", options.get_port())
+}
+
+/// What connecting with `options` failing with `e` means, in the reader's terms.
+fn connect_error(e: &sqlx::Error, options: &PgConnectOptions) -> PgSetupError {
+    let database = database_of(options);
+    match e {
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            PgSetupError::Refused {
+                address: database
+                    .rsplit_once('/')
+                    .map_or(database.clone(), |(address, _)| address.to_owned()),
+            }
+        }
+        // invalid_authorization_specification, invalid_password
+        sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("28")) => {
+            PgSetupError::Auth {
+                database,
+                message: describe(e),
+            }
+        }
+        _ => PgSetupError::Connect {
+            database,
+            message: describe(e),
+        },
+    }
+}
+
+/// How long opening the first connection may take before the server counts as not
+/// answering (a host that drops packets instead of refusing them).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn migrator() -> Migrator {
+    sqlx::migrate!("./migrations")
 }
 
 fn valid_schema(schema: &str) -> bool {
@@ -46,9 +196,20 @@ impl PgStore {
     /// Connect to `url` with the store's tables in `schema` (created by [`Self::migrate`]).
     /// Connections show as `agent-pg/<schema>` in `pg_stat_activity`.
     ///
+    /// A worker calls this and then [`Self::migrate`]; a tool that only reads or operates an
+    /// existing store calls [`Self::open_existing`], which writes nothing.
+    ///
+    /// The first connection is opened at once and its failure reported as it is
+    /// ([`PgSetupError::Refused`] when nothing listens): a server that is not there at
+    /// start-up is a configuration to fix, not a wait. Once the store is open, the pool
+    /// retries refused connections for up to 10 s before a query fails with
+    /// [`StoreError::Unavailable`], since a server that was there (restarting, failing
+    /// over) is expected to come back.
+    ///
     /// # Errors
     /// [`PgSetupError::InvalidSchema`] for a schema name that is not a plain identifier;
-    /// [`PgSetupError::Connect`] when the URL is invalid or the server does not answer.
+    /// [`PgSetupError::InvalidUrl`], [`PgSetupError::Refused`], [`PgSetupError::Auth`] or
+    /// [`PgSetupError::Connect`] when the first connection fails.
     pub async fn connect(url: &str, schema: &str) -> Result<Self, PgSetupError> {
         Self::connect_with(url, schema, PgPoolOptions::new().max_connections(16)).await
     }
@@ -66,14 +227,23 @@ impl PgStore {
             return Err(PgSetupError::InvalidSchema(schema.to_owned()));
         }
         let options = PgConnectOptions::from_str(url)
-            .map_err(PgSetupError::Connect)?
+            .map_err(|e| PgSetupError::InvalidUrl(e.to_string()))?
             .options([("search_path", schema)])
             .application_name(&format!("agent-pg/{schema}"));
+        // One connection of our own first: the pool retries a refused connection until its
+        // acquire timeout and then reports only "pool timed out", hiding the cause.
+        let first = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| PgSetupError::Connect {
+                database: database_of(&options),
+                message: format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+            })?
+            .map_err(|e| connect_error(&e, &options))?;
+        // Closing it is courtesy to the server; the connection proved what it had to.
+        let _ = first.close().await;
         let pool = pool
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.clone())
-            .await
-            .map_err(PgSetupError::Connect)?;
+            .connect_lazy_with(options.clone());
         Ok(Self {
             group: Arc::new(GroupCommit::new(
                 pool.clone(),
@@ -91,13 +261,88 @@ impl PgStore {
         })
     }
 
+    /// Connect to the store in `schema` that a worker created, without creating or
+    /// changing anything: [`Self::connect`], then [`Self::check_schema`].
+    ///
+    /// # Errors
+    /// As [`Self::connect`] and [`Self::check_schema`].
+    pub async fn open_existing(url: &str, schema: &str) -> Result<Self, PgSetupError> {
+        let store = Self::connect(url, schema).await?;
+        store.check_schema().await?;
+        Ok(store)
+    }
+
+    /// Check, reading only, that the store's schema exists and holds exactly the
+    /// migrations of this binary (its `_sqlx_migrations` table).
+    ///
+    /// # Errors
+    /// [`PgSetupError::NoSchema`] (listing the schemas of the database that hold a store),
+    /// [`PgSetupError::NotAStore`] for a schema without the store's tables,
+    /// [`PgSetupError::Level`] for a store behind or ahead of this binary, or half
+    /// migrated; [`PgSetupError::Database`] when a query fails.
+    pub async fn check_schema(&self) -> Result<(), PgSetupError> {
+        let schema_exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                .bind(&self.schema)
+                .fetch_one(&self.pool)
+                .await?;
+        if !schema_exists {
+            let stores: Vec<String> = sqlx::query_scalar(
+                "SELECT m.table_schema::text FROM information_schema.tables m \
+                 JOIN information_schema.tables r \
+                   ON r.table_schema = m.table_schema AND r.table_name = 'runs' \
+                 WHERE m.table_name = '_sqlx_migrations' ORDER BY 1",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            return Err(PgSetupError::NoSchema {
+                database: database_of(&self.options),
+                schema: self.schema.clone(),
+                stores,
+            });
+        }
+        let is_store: bool = sqlx::query_scalar(
+            "SELECT to_regclass(format('%I._sqlx_migrations', $1::text)) IS NOT NULL \
+                AND to_regclass(format('%I.runs', $1::text)) IS NOT NULL",
+        )
+        .bind(&self.schema)
+        .fetch_one(&self.pool)
+        .await?;
+        if !is_store {
+            return Err(PgSetupError::NotAStore {
+                database: database_of(&self.options),
+                schema: self.schema.clone(),
+            });
+        }
+        let applied: Vec<Applied> = sqlx::query_as(AssertSqlSafe(applied_sql(&format!(
+            "\"{}\"._sqlx_migrations",
+            self.schema
+        ))))
+        .fetch_all(&self.pool)
+        .await?;
+        match agent_sql::migrations::compare(&migrator(), &applied) {
+            None => Ok(()),
+            Some(mismatch) => Err(PgSetupError::Level {
+                database: database_of(&self.options),
+                schema: self.schema.clone(),
+                problem: mismatch.to_string(),
+            }),
+        }
+    }
+
+    /// `host:port/dbname` of the store's database, for messages (never the password).
+    #[must_use]
+    pub fn database(&self) -> String {
+        database_of(&self.options)
+    }
+
     /// Create the schema if needed and apply the embedded migrations (each in one
     /// transaction; concurrent callers serialize on an advisory lock). Idempotent.
     ///
     /// # Errors
     /// [`PgSetupError::Migrate`] when a migration fails or an applied one was changed.
     pub async fn migrate(&self) -> Result<(), PgSetupError> {
-        let mut migrator = sqlx::migrate!("./migrations");
+        let mut migrator = migrator();
         let quoted = format!("\"{}\"", self.schema);
         migrator.create_schema(quoted.clone());
         migrator.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
@@ -223,8 +468,8 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
         _ => false,
     };
     if transient {
-        StoreError::Unavailable(e.to_string())
+        StoreError::Unavailable(describe(&e))
     } else {
-        StoreError::Backend(e.to_string())
+        StoreError::Backend(describe(&e))
     }
 }

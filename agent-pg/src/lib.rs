@@ -31,6 +31,27 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Opening: workers migrate, tools check
+//!
+//! A worker opens with [`PgStore::connect`] and [`PgStore::migrate`], which creates the
+//! schema and applies the embedded migrations (concurrent workers serialize on an advisory
+//! lock). A tool that reads or operates an existing store (`agentctl`) opens with
+//! [`PgStore::open_existing`], which writes nothing: [`PgStore::check_schema`] refuses a
+//! missing schema ([`PgSetupError::NoSchema`], listing the schemas that hold a store), a
+//! schema without the store's tables ([`PgSetupError::NotAStore`]), and a store behind or
+//! ahead of this binary's migrations ([`PgSetupError::Level`]). Every message names the
+//! database as `host:port/dbname`, never with the password.
+//!
+//! The first connection is opened before anything else and its failure reported as it
+//! is, at once: [`PgSetupError::Refused`] ("connection refused at HOST:PORT") when nothing
+//! listens, [`PgSetupError::Auth`] for a refused user or password, the server's message
+//! (with its detail and hint, without PostgreSQL's source position) otherwise. Retrying
+//! is kept where the server is expected to come back: once open, the pool retries refused
+//! connections for up to 10 s before a query fails with [`StoreError::Unavailable`], and
+//! the `LISTEN` task reconnects every second.
+//!
+//! A backup of a store is `pg_dump --schema=SCHEMA` (and `pg_restore`).
+//!
 //! ## Schema
 //!
 //! [`PgStore::migrate`] applies the embedded migrations (`agent-pg/migrations/`, one

@@ -14,6 +14,8 @@
 //! - [`commit`]: the planning of a step commit, from the run's stored head to the payload
 //!   (snapshot or patch), the chained hash and the record after the commit;
 //! - [`heads`]: the cache of the heads of runs, so that a commit need not read its run back;
+//! - [`migrations`]: whether a database holds the migrations a binary embeds, for opens that
+//!   must not migrate;
 //! - [`reads`]: the reads whose logic is the same on both (time travel, history, journal,
 //!   signals, fork), over a small trait each store implements;
 //! - [`sql`]: the statements whose text is the same on both dialects, and the list of final
@@ -31,6 +33,7 @@ use serde_json::Value;
 pub mod commit;
 mod decode;
 pub mod heads;
+pub mod migrations;
 pub mod reads;
 pub mod rows;
 pub mod sql;

@@ -1,8 +1,8 @@
 //! # agent-sqlite
 //!
 //! The embedded [`Store`] of durable agents: one SQLite file (WAL mode, busy timeout),
-//! created on first use, with the schema migrated on open. The default store of the
-//! examples and of `agentctl` when no database URL is given.
+//! created on first use, with the schema migrated when a worker opens it. The default
+//! store of the examples and of `agentctl` when no database URL is given.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -24,14 +24,33 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Opening, closing, backing up
+//!
+//! - [`SqliteStore::open`] is the worker's open: it creates the file if needed, takes the
+//!   file's worker lock (`PATH.lock`, an OS file lock the process holds until its last
+//!   store on the file is dropped, released by the OS however the process ends), and
+//!   applies the migrations. A second process that opens the file this way is refused at
+//!   once, before it touches the file: [`SqliteOpenError::InUse`], "SQLite serves one
+//!   process; use PostgreSQL for several". Stores opened by one process share the lock
+//!   and migrate one after the other.
+//! - [`SqliteStore::open_existing`] is the open of tools (`agentctl`): it creates and
+//!   migrates nothing, refuses a file that is not a store or whose migrations are not this
+//!   binary's, takes no lock (so it works beside a running worker), and with
+//!   [`Access::ReadOnly`] cannot write at all.
+//! - [`SqliteStore::close`] checkpoints the write-ahead log into the database file before
+//!   closing, so that the file alone holds every run once a worker exits cleanly.
+//! - [`SqliteStore::backup`] writes a whole copy to a new file while the store is in use
+//!   (`VACUUM INTO`) and checks that the copy opens and holds the runs.
+//!
 //! ## Limits, and what to switch to
 //!
 //! - **One process.** Every write goes through one connection of this process, in
 //!   `BEGIN IMMEDIATE` transactions, so the guarantees of the contract (compare-and-set on
-//!   version and epoch, fenced journal, claims) hold within the process, and a second process
-//!   on the same file waits on the busy timeout rather than corrupting anything, but writers
-//!   are serialized and leases are timed with each process's clock. For several workers or
-//!   machines, use `agent-pg` (PostgreSQL): same contract, same conformance suite.
+//!   version and epoch, fenced journal, claims) hold within the process; a second worker
+//!   process is refused (see above), while tools opened with
+//!   [`SqliteStore::open_existing`] wait on the busy timeout for the worker's
+//!   transactions. For several workers or machines, use `agent-pg` (PostgreSQL): same
+//!   contract, same conformance suite.
 //! - **No `LISTEN/NOTIFY`.** [`Store::wait_for_work`] wakes on work created through this
 //!   store instance, and otherwise sleeps until its timeout (workers poll).
 //! - **Throughput** is bounded by one writer and an fsync per commit (`synchronous = FULL`
@@ -45,8 +64,7 @@
 //! [`Store::wait_for_work`]: agent_core::store::Store::wait_for_work
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Arc;
 
 use agent_core::store::{
     Lease, NewRun, RunRecord, RunStatus, StoreError, TransitionKind, creation_hash, now_ms,
@@ -57,29 +75,17 @@ use agent_sql::reads::{Arg, SqlReads, bind, head_of};
 use agent_sql::rows;
 use agent_sql::to_i64;
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Sqlite, Transaction};
 use tokio::sync::Notify;
 
 mod commit;
+mod open;
 mod sql;
 mod store;
 
 pub use agent_sql::LARGE_OUTPUT_BYTES;
-
-/// Errors of opening a [`SqliteStore`].
-#[derive(Debug, thiserror::Error)]
-pub enum SqliteOpenError {
-    /// The file could not be opened or created.
-    #[error("cannot open SQLite database: {0}")]
-    Open(#[source] sqlx::Error),
-    /// A migration failed.
-    #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-}
+pub use open::{Access, SqliteBackupError, SqliteOpenError};
 
 /// A [`Store`] in one SQLite file.
 ///
@@ -88,6 +94,11 @@ pub enum SqliteOpenError {
 pub struct SqliteStore {
     pool: SqlitePool,
     path: Option<PathBuf>,
+    /// Opened with [`Access::ReadOnly`]: nothing to checkpoint on close.
+    read_only: bool,
+    /// The worker lock of the file, when opened with [`SqliteStore::open`]: held, never
+    /// read, until the store is dropped.
+    _worker_lock: Option<Arc<open::ProcessLock>>,
     work: Notify,
     /// The head of each run as this store last committed it: with it, a commit writes
     /// without first reading the run back (and replaying its patches) inside the write
@@ -96,64 +107,10 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Open (creating it if needed) the database file at `path` and apply the embedded
-    /// migrations.
-    ///
-    /// # Errors
-    /// [`SqliteOpenError::Open`] when the file cannot be opened or created;
-    /// [`SqliteOpenError::Migrate`] when a migration fails.
-    pub async fn open(path: impl AsRef<Path>) -> Result<Self, SqliteOpenError> {
-        let path = path.as_ref().to_path_buf();
-        let options = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let mut store = Self::open_with(options).await?;
-        store.path = Some(path);
-        Ok(store)
-    }
-
-    /// Open a database from a `sqlite:` URL (`sqlite://agents.db?mode=rwc`).
-    ///
-    /// # Errors
-    /// As [`Self::open`].
-    pub async fn open_url(url: &str) -> Result<Self, SqliteOpenError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(SqliteOpenError::Open)?
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(10));
-        Self::open_with(options).await
-    }
-
-    async fn open_with(options: SqliteConnectOptions) -> Result<Self, SqliteOpenError> {
-        // One connection: SQLite has one writer anyway, and queueing in the pool is cheaper
-        // than busy-waiting on the file lock.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .map_err(SqliteOpenError::Open)?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self {
-            pool,
-            path: None,
-            work: Notify::new(),
-            heads: HeadCache::default(),
-        })
-    }
-
     /// The database file, when opened with [`Self::open`].
     #[must_use]
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
-    }
-
-    /// Close the connection (checkpointing the WAL into the database file).
-    pub async fn close(&self) {
-        self.pool.close().await;
     }
 
     /// The connection pool (benchmarks, tests).
@@ -260,9 +217,9 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
         _ => false,
     };
     if transient {
-        StoreError::Unavailable(e.to_string())
+        StoreError::Unavailable(open::describe(&e))
     } else {
-        StoreError::Backend(e.to_string())
+        StoreError::Backend(open::describe(&e))
     }
 }
 

@@ -19,11 +19,13 @@ pub(crate) const DEFAULT_DB: &str = "agent-runs.sqlite3";
     after_help = "Examples:
   agentctl runs --status waiting,dead_lettered
   agentctl show order-42
-  agentctl graph Checkout --run order-42 | dot -Tsvg > run.svg
+  agentctl graph Checkout --run order-42 --format mermaid
+  agentctl graph Checkout --run order-42 | dot -Tsvg > run.svg   # dot: Graphviz
   agentctl stats --since 1h
   agentctl signal order-42 approval '{\"approved\": true}'
   agentctl tools disable ChargePayment --reason \"gateway incident\"
   agentctl verify --all
+  agentctl backup runs-backup.sqlite3
 
 See docs/agentctl.md for every command."
 )]
@@ -113,6 +115,46 @@ pub(crate) enum Command {
     Verify(VerifyArgs),
     /// List the agents whose graphs the workers registered.
     Agents,
+    /// Copy the whole SQLite store to one new file while it is in use (for PostgreSQL,
+    /// prints the `pg_dump` command to use).
+    Backup(BackupArgs),
+    /// Create the store's tables, or bring them to this version's migrations. The only
+    /// command that changes a store's schema: the others refuse a missing or older store.
+    Migrate,
+}
+
+impl Command {
+    /// Whether the command writes rows (a SQLite store is then opened read-write; every
+    /// other command opens it read-only, so that it cannot write by mistake).
+    pub(crate) fn writes(&self) -> bool {
+        match self {
+            Self::Fork(_)
+            | Self::Signal(_)
+            | Self::Prune(_)
+            | Self::Resume(_)
+            | Self::Retry(_)
+            | Self::Repair(_)
+            | Self::Migrate => true,
+            Self::Tools(args) => !matches!(args.action, ToolsAction::List),
+            Self::Runs(_)
+            | Self::Show(_)
+            | Self::State(_)
+            | Self::Graph(_)
+            | Self::Stats(_)
+            | Self::Verify(_)
+            | Self::Agents
+            | Self::Backup(_) => false,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BackupArgs {
+    /// The new file to write (refused if it exists, unless `--force`).
+    pub dest: std::path::PathBuf,
+    /// Replace DEST if it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

@@ -1,105 +1,111 @@
-//! Opening the store the workers use: PostgreSQL for `postgres://` URLs, else a SQLite file.
+//! Opening the store the workers use, by the project's one rule for locations
+//! ([`StoreLocation`]): PostgreSQL for `postgres://` URLs, a SQLite file for `sqlite:` URLs
+//! and paths, anything else refused by name.
+//!
+//! `agentctl` never creates or migrates a store by accident: every command but `migrate`
+//! opens an existing one and checks that it holds this binary's migrations, and commands
+//! that only read open a SQLite file read-only.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use agent_core::store::Store;
+use agent_core::store::location::StoreLocation;
+use agent_pg::{PgSetupError, PgStore};
+use agent_sqlite::{Access, SqliteOpenError, SqliteStore};
 
 use crate::cli::{DEFAULT_DB, Global};
 use crate::error::{CliError, Result};
 
-/// Where the store is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Location {
-    /// A PostgreSQL URL.
-    Postgres(String),
-    /// A SQLite file.
-    Sqlite(String),
-}
-
-impl Location {
-    /// From the options: `--database-url`/`DATABASE_URL` when it is a PostgreSQL URL, then
-    /// `--db`/`AGENT_DB`, then a `sqlite:` URL in `DATABASE_URL`, then the default file.
-    pub(crate) fn from_global(global: &Global) -> Self {
-        if let Some(url) = &global.database_url
-            && is_postgres(url)
-        {
-            return Self::Postgres(url.clone());
-        }
-        if let Some(db) = &global.db {
-            return Self::parse(db);
-        }
-        if let Some(url) = &global.database_url {
-            return Self::parse(url);
-        }
-        Self::Sqlite(DEFAULT_DB.to_owned())
+/// Where the store is, from the options: `--database-url`/`DATABASE_URL` when it is a
+/// PostgreSQL URL, then `--db`/`AGENT_DB`, then a SQLite location in `DATABASE_URL`, then
+/// the default file. A location with another scheme is refused wherever it is given.
+pub(crate) fn location(global: &Global) -> Result<StoreLocation> {
+    let parse = |s: &str, from: &str| {
+        s.parse::<StoreLocation>().map_err(|e| {
+            CliError::usage(e.to_string()).hint(format!(
+                "check {from}: postgres://user@host:5432/db for PostgreSQL, a file path for SQLite"
+            ))
+        })
+    };
+    let from_url = global
+        .database_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+        .map(|u| parse(u, "--database-url / DATABASE_URL"))
+        .transpose()?;
+    if let Some(pg @ StoreLocation::Postgres(_)) = from_url {
+        return Ok(pg);
     }
-
-    /// A URL or a path.
-    pub(crate) fn parse(s: &str) -> Self {
-        if is_postgres(s) {
-            return Self::Postgres(s.to_owned());
-        }
-        let path = s
-            .strip_prefix("sqlite://")
-            .or_else(|| s.strip_prefix("sqlite:"))
-            .unwrap_or(s);
-        let path = path.split('?').next().unwrap_or(path);
-        Self::Sqlite(path.to_owned())
+    if let Some(db) = global.db.as_deref().filter(|d| !d.trim().is_empty()) {
+        return parse(db, "--db / AGENT_DB");
     }
+    Ok(from_url.unwrap_or_else(|| StoreLocation::Sqlite(DEFAULT_DB.to_owned())))
 }
 
-fn is_postgres(s: &str) -> bool {
-    s.starts_with("postgres://") || s.starts_with("postgresql://")
+/// Open the existing store named by the options, without migrating it.
+pub(crate) async fn open_store(global: &Global, access: Access) -> Result<Arc<dyn Store>> {
+    Ok(match location(global)? {
+        StoreLocation::Postgres(url) => Arc::new(open_pg(&url, &global.pg_schema).await?),
+        StoreLocation::Sqlite(path) => Arc::new(open_sqlite(&path, access).await?),
+    })
 }
 
-/// Open the store named by the options. A SQLite file must exist: `agentctl` never creates
-/// an empty database by accident.
-pub(crate) async fn open_store(global: &Global) -> Result<Arc<dyn Store>> {
-    open_location(&Location::from_global(global), &global.pg_schema).await
+/// Connect to the PostgreSQL store in `schema` and check it, creating nothing.
+pub(crate) async fn open_pg(url: &str, schema: &str) -> Result<PgStore> {
+    PgStore::open_existing(url, schema)
+        .await
+        .map_err(|e| pg_error(&e))
 }
 
-/// Open `location`.
-pub(crate) async fn open_location(location: &Location, pg_schema: &str) -> Result<Arc<dyn Store>> {
-    match location {
-        Location::Postgres(url) => {
-            let store = agent_pg::PgStore::connect(url, pg_schema)
-                .await
-                .map_err(|e| {
-                    CliError::failed(format!("cannot open PostgreSQL store: {e}")).hint(
-                        "check DATABASE_URL / --database-url (postgres://user:password@host:5432/db) \
-                         and that the server is up",
-                    )
-                })?;
-            store.migrate().await.map_err(|e| {
-                CliError::failed(format!(
-                    "cannot migrate PostgreSQL schema `{pg_schema}`: {e}"
-                ))
-            })?;
-            Ok(Arc::new(store))
+/// Open the SQLite store a worker created at `path`, creating nothing.
+pub(crate) async fn open_sqlite(path: &str, access: Access) -> Result<SqliteStore> {
+    SqliteStore::open_existing(path, access)
+        .await
+        .map_err(|e| sqlite_error(&e, path))
+}
+
+/// A PostgreSQL setup error, with what to do about it.
+pub(crate) fn pg_error(e: &PgSetupError) -> CliError {
+    let failed = CliError::failed(format!("cannot open the PostgreSQL store: {e}"));
+    match e {
+        PgSetupError::Refused { .. } => failed.hint(
+            "check the host and port in --database-url / DATABASE_URL, and that PostgreSQL runs there",
+        ),
+        PgSetupError::Auth { .. } => {
+            failed.hint("check the user and password in --database-url / DATABASE_URL")
         }
-        Location::Sqlite(path) => {
-            if !Path::new(path).is_file() {
-                let hint = if path == DEFAULT_DB {
-                    "run an example first (cargo run --example checkout) or pass --db PATH / \
-                     AGENT_DB, or DATABASE_URL for PostgreSQL"
-                        .to_owned()
-                } else {
-                    "check the path given with --db / AGENT_DB".to_owned()
-                };
-                return Err(CliError::not_found(format!("no database at {path}")).hint(hint));
-            }
-            open_sqlite(path).await
-        }
+        PgSetupError::NoSchema { .. } | PgSetupError::NotAStore { .. } => failed.hint(
+            "check --pg-schema / AGENT_PG_SCHEMA (default `agents`); agentctl creates no store: \
+             a worker does when it starts, or `agentctl migrate` for an empty one",
+        ),
+        PgSetupError::Level { .. } => failed.hint(
+            "a store behind this binary is migrated by `agentctl migrate` (or a worker of this \
+             version); for one ahead of it, use the newer agentctl",
+        ),
+        PgSetupError::InvalidSchema(_) => failed.hint("check --pg-schema / AGENT_PG_SCHEMA"),
+        _ => failed.hint("check --database-url / DATABASE_URL (postgres://user:password@host:5432/db)"),
     }
 }
 
-async fn open_sqlite(path: &str) -> Result<Arc<dyn Store>> {
-    let store = agent_sqlite::SqliteStore::open(path).await.map_err(|e| {
-        CliError::failed(format!("cannot open the SQLite store at {path}: {e}"))
-            .hint("is it an agent database? the workers create it (see --db / AGENT_DB)")
-    })?;
-    Ok(Arc::new(store))
+fn sqlite_error(e: &SqliteOpenError, path: &str) -> CliError {
+    match e {
+        SqliteOpenError::NotFound(_) => {
+            let hint = if path == DEFAULT_DB {
+                "run an example first (cargo run --example checkout) or pass --db PATH / \
+                 AGENT_DB, or DATABASE_URL for PostgreSQL"
+            } else {
+                "check the path given with --db / AGENT_DB"
+            };
+            CliError::not_found(e.to_string()).hint(hint)
+        }
+        SqliteOpenError::NotAStore { .. } => CliError::failed(e.to_string())
+            .hint("pass the file the workers write (--db / AGENT_DB); agentctl creates no store"),
+        SqliteOpenError::Level { .. } => CliError::failed(e.to_string()).hint(
+            "a store behind this binary is migrated by `agentctl migrate` (or a worker of this \
+             version); for one ahead of it, use the newer agentctl",
+        ),
+        _ => CliError::failed(format!("cannot open the SQLite store at {path}: {e}")),
+    }
 }
 
 #[cfg(test)]
@@ -118,40 +124,41 @@ mod tests {
         }
     }
 
+    fn at(db: Option<&str>, url: Option<&str>) -> StoreLocation {
+        location(&global(db, url)).expect("a location")
+    }
+
     #[test]
     fn postgres_url_wins_then_db_then_default() {
         let pg = "postgres://u@h/db";
         assert_eq!(
-            Location::from_global(&global(Some("x.db"), Some(pg))),
-            Location::Postgres(pg.into())
+            at(Some("x.db"), Some(pg)),
+            StoreLocation::Postgres(pg.into())
         );
         assert_eq!(
-            Location::from_global(&global(Some("x.db"), Some("sqlite:y.db"))),
-            Location::Sqlite("x.db".into())
+            at(Some("x.db"), Some("sqlite:y.db")),
+            StoreLocation::Sqlite("x.db".into())
         );
         assert_eq!(
-            Location::from_global(&global(None, Some("sqlite:y.db"))),
-            Location::Sqlite("y.db".into())
+            at(None, Some("sqlite:y.db")),
+            StoreLocation::Sqlite("y.db".into())
         );
-        assert_eq!(
-            Location::from_global(&global(None, None)),
-            Location::Sqlite(DEFAULT_DB.into())
-        );
+        assert_eq!(at(None, Some("")), StoreLocation::Sqlite(DEFAULT_DB.into()));
+        assert_eq!(at(None, None), StoreLocation::Sqlite(DEFAULT_DB.into()));
     }
 
     #[test]
-    fn locations_parse() {
-        assert_eq!(
-            Location::parse("postgres://u@h/db"),
-            Location::Postgres("postgres://u@h/db".into())
-        );
-        assert_eq!(
-            Location::parse("sqlite://runs.db?mode=rwc"),
-            Location::Sqlite("runs.db".into())
-        );
-        assert_eq!(
-            Location::parse("x/y.sqlite3"),
-            Location::Sqlite("x/y.sqlite3".into())
-        );
+    fn other_schemes_are_refused_wherever_given() {
+        for (db, url) in [
+            (None, Some("mysql://root@h/agents")),
+            (Some("x.db"), Some("mysql://root@h/agents")),
+            (Some("mysql://root@h/agents"), None),
+        ] {
+            let err = location(&global(db, url)).unwrap_err();
+            assert_eq!(
+                err.message,
+                "unsupported database URL scheme `mysql`: use postgres://… or a SQLite path"
+            );
+        }
     }
 }

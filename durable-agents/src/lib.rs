@@ -60,6 +60,11 @@
 //! # }
 //! ```
 //!
+//! A run's id is the caller's: name a run after the business event it serves (an order, a
+//! ticket) and starting it twice starts it once. For runs that are just new, use
+//! [`store::new_run_id`]`("checkout")`, which no two processes can both make (a UUID v7,
+//! time-ordered), not a timestamp.
+//!
 //! What does not compile is part of the contract: calling a tool the state does not list,
 //!
 //! ```compile_fail,E0277
@@ -98,7 +103,9 @@
 //!
 //! Backends: [`sqlite`] (the embedded default, feature `sqlite`) and `postgres` (PostgreSQL,
 //! many workers, feature `postgres`). Providers: `llm` (OpenAI-compatible and Anthropic,
-//! feature `llm`).
+//! feature `llm`). Which backend a URL or path names is decided by one rule,
+//! [`store::location::StoreLocation`]: `postgres://` is PostgreSQL, `sqlite:` or a path is
+//! SQLite, anything else is refused by name.
 //!
 //! ## Features
 //!

@@ -80,7 +80,7 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("{}", report::error_report(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -88,6 +88,13 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let opened = stores::open(args.database_url.as_deref(), &args.db).await?;
+    let result = run_on(&opened, &args).await;
+    // Also after an error: the SQLite file then holds every committed step by itself.
+    opened.close().await;
+    result
+}
+
+async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     println!("checkout example · store: {}", opened.description);
     let shop = Arc::new(Shop::open(opened.shop_path.clone())?);
     let (router, router_note): (Arc<dyn Router>, String) = match durable_agents::llm::router_from_env()? {
@@ -138,10 +145,13 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             s.gateway_timeouts = 1;
             s.declined_cards.insert("4000-declined".to_owned());
         })?;
-        let stamp = durable_agents::store::now_ms();
         let mut ids = Vec::new();
         for customer in checkout::demo_customers() {
-            let id = format!("checkout-{stamp}-{}", customer.user);
+            let id = format!(
+                "{}-{}",
+                durable_agents::store::new_run_id("checkout"),
+                customer.user
+            );
             runner.start(&id, checkout::start(customer)).await?;
             ids.push(id);
         }
@@ -171,7 +181,11 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         run_ids[0]
     );
     println!(
-        "  cargo run --bin agentctl -- graph Checkout --format dot --run {} | dot -Tsvg > checkout.svg",
+        "  cargo run --bin agentctl -- graph Checkout --format mermaid --run {}   # the path taken, as Mermaid",
+        run_ids[0]
+    );
+    println!(
+        "  cargo run --bin agentctl -- graph Checkout --run {} | dot -Tsvg > checkout.svg   # SVG: needs Graphviz (apt install graphviz, brew install graphviz)",
         run_ids[0]
     );
     println!(

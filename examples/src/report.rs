@@ -110,3 +110,44 @@ fn entry_line(e: &JournalEntry) -> String {
         }
     }
 }
+
+/// An error for a person: `error: MESSAGE`, then each cause whose text the message above it
+/// does not already hold (many errors print their source in their own message).
+#[must_use]
+pub fn error_report(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = format!("error: {e}");
+    let mut shown = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !shown.contains(&line) {
+            text.push_str("\n  caused by: ");
+            text.push_str(&line);
+        }
+        shown = line;
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_report;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer failed")]
+    struct Outer(#[source] Middle);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("middle failed: {0}")]
+    struct Middle(#[source] std::io::Error);
+
+    #[test]
+    fn reports_are_sentences_with_their_new_causes() {
+        let e = Outer(Middle(std::io::Error::other("disk full")));
+        assert_eq!(
+            error_report(&e),
+            "error: outer failed\n  caused by: middle failed: disk full"
+        );
+    }
+}

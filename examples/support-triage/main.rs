@@ -56,7 +56,7 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("{}", report::error_report(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -79,6 +79,13 @@ fn runner(
 
 async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let opened = stores::open(args.database_url.as_deref(), &args.db).await?;
+    let result = run_on(&opened, &args).await;
+    // Also after an error: the SQLite file then holds every committed step by itself.
+    opened.close().await;
+    result
+}
+
+async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let store = Arc::clone(&opened.store);
     println!("support-triage example · store: {}", opened.description);
     println!("router: scripted classifier — an offline stand-in, not an LLM");
@@ -89,9 +96,10 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     if let Some(id) = &args.continue_run {
         return continue_by_hand(&store, &desk, id).await;
     }
-    let stamp = durable_agents::store::now_ms();
-    let small = format!("triage-{stamp}-small");
-    let large = format!("triage-{stamp}-large");
+    // One id for the pair, so their names say they belong together.
+    let pair = durable_agents::store::new_run_id("triage");
+    let small = format!("{pair}-small");
+    let large = format!("{pair}-large");
 
     let first = runner(&store, &desk)?;
     for (id, order) in [(&small, "order-17"), (&large, "order-42")] {

@@ -20,9 +20,11 @@ mod chain;
 mod contract;
 mod error;
 pub mod history;
+pub mod location;
 pub mod memory;
 mod records;
 pub mod repair;
+mod run_id;
 mod stats;
 pub mod verify;
 
@@ -37,4 +39,5 @@ pub use records::{
     idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
+pub use run_id::new_run_id;
 pub use stats::{ToolStats, compute_tool_stats};

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_core::store::{InspectedRun, RunRecord, Store};
+use agent_sqlite::Access;
 
 use crate::cli::{Cli, Command};
 use crate::error::{CliError, Result};
@@ -11,8 +12,10 @@ use crate::output::Output;
 use crate::store;
 
 mod agents;
+mod backup;
 mod fork;
 mod graph;
+mod migrate;
 mod prune;
 mod repair;
 mod requeue;
@@ -68,7 +71,19 @@ fn version_of(run: &RunRecord, at: Option<u64>) -> Result<u64> {
 
 /// Run the command line.
 pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
-    let store = store::open_store(&cli.global).await?;
+    let access = if cli.command.writes() {
+        Access::ReadWrite
+    } else {
+        Access::ReadOnly
+    };
+    // These two open the store their own way: `migrate` may create it, `backup` needs the
+    // SQLite store itself and never opens PostgreSQL.
+    match &cli.command {
+        Command::Migrate => return migrate::run(&cli.global, out).await,
+        Command::Backup(args) => return backup::run(&cli.global, out, args).await,
+        _ => {}
+    }
+    let store = store::open_store(&cli.global, access).await?;
     let cx = Ctx { store, out };
     match cli.command {
         Command::Runs(args) => runs::run(&cx, args).await,
@@ -88,5 +103,6 @@ pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
             None => verify::all(&cx).await,
         },
         Command::Agents => agents::run(&cx).await,
+        Command::Migrate | Command::Backup(_) => unreachable!("dispatched above"),
     }
 }

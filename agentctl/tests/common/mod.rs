@@ -31,7 +31,7 @@ pub(crate) const SAGA_STUCK: &str = "order-saga-stuck";
 
 /// The PostgreSQL server to test against: `AGENTCTL_TEST_PG`, else a `postgres://`
 /// `DATABASE_URL` (`scripts/test` sets one).
-fn pg_url() -> Option<String> {
+pub(crate) fn pg_url() -> Option<String> {
     ["AGENTCTL_TEST_PG", "DATABASE_URL"]
         .into_iter()
         .filter_map(|k| std::env::var(k).ok())

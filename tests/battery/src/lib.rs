@@ -44,12 +44,27 @@ pub mod pg {
     use super::{Arc, PgStore};
 
     /// `DATABASE_URL`, else the local trust-auth server of the development machine.
+    ///
+    /// # Panics
+    /// When `DATABASE_URL` names no PostgreSQL database (the project's one rule for
+    /// locations, `agent_core::store::location`).
     #[must_use]
     pub fn url() -> String {
-        std::env::var("DATABASE_URL")
+        let url = std::env::var("DATABASE_URL")
             .ok()
             .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        postgres_only(&url)
+    }
+
+    /// `url` when it is a PostgreSQL URL; a panic naming what it is otherwise.
+    fn postgres_only(url: &str) -> String {
+        use agent_core::store::location::StoreLocation;
+        match url.parse::<StoreLocation>() {
+            Ok(StoreLocation::Postgres(url)) => url,
+            Ok(other) => panic!("DATABASE_URL names {other}: these tests need postgres://…"),
+            Err(e) => panic!("DATABASE_URL: {e}"),
+        }
     }
 
     fn ci() -> bool {

@@ -37,11 +37,21 @@ pub fn unavailable(test: &str, why: &str) {
 
 /// `DATABASE_URL`, else the local default, if a connection succeeds; `None` (after a loud
 /// message, or a panic under CI) when none does.
+///
+/// # Panics
+/// When `DATABASE_URL` is not a PostgreSQL URL.
 pub async fn database_url(test: &str) -> Option<String> {
     let url = std::env::var("DATABASE_URL")
         .ok()
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| DEFAULT_URL.to_owned());
+    // The project's one rule for locations: anything but a PostgreSQL URL is a mistake
+    // to say, not a server to skip.
+    match url.parse::<agent_core::store::location::StoreLocation>() {
+        Ok(agent_core::store::location::StoreLocation::Postgres(_)) => {}
+        Ok(other) => panic!("{test}: DATABASE_URL names {other}: these tests need postgres://…"),
+        Err(e) => panic!("{test}: DATABASE_URL: {e}"),
+    }
     let reach = async {
         let opts = PgConnectOptions::from_str(&url).map_err(|e| e.to_string())?;
         let pool = PgPoolOptions::new()
