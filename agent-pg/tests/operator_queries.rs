@@ -47,13 +47,13 @@ async fn every_operator_query_runs_on_a_populated_schema() {
     };
     let run_id = "order-42";
     let run = store
-        .create_run(NewRun {
-            id: run_id.into(),
-            agent: "Checkout".into(),
-            fingerprint: "fp".into(),
-            state_name: "Browsing".into(),
-            state: json!({ "cart": [] }),
-        })
+        .create_run(NewRun::new(
+            run_id,
+            "Checkout",
+            "fp",
+            "Browsing",
+            json!({ "cart": [] }),
+        ))
         .await
         .unwrap();
     let (lease, _) = store
@@ -130,13 +130,13 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         .unwrap();
     store.fork(run_id, 10, "order-42-retry").await.unwrap();
     let other = store
-        .create_run(NewRun {
-            id: "order-43".into(),
-            agent: "Checkout".into(),
-            fingerprint: "fp".into(),
-            state_name: "Browsing".into(),
-            state: json!({}),
-        })
+        .create_run(NewRun::new(
+            "order-43",
+            "Checkout",
+            "fp",
+            "Browsing",
+            json!({}),
+        ))
         .await
         .unwrap();
     store
@@ -144,13 +144,13 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         .await
         .unwrap();
     let crashing = store
-        .create_run(NewRun {
-            id: "order-44".into(),
-            agent: "Checkout".into(),
-            fingerprint: "fp".into(),
-            state_name: "Browsing".into(),
-            state: json!({}),
-        })
+        .create_run(NewRun::new(
+            "order-44",
+            "Checkout",
+            "fp",
+            "Browsing",
+            json!({}),
+        ))
         .await
         .unwrap();
     for _ in 0..3 {

@@ -9,8 +9,9 @@
 use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, Millis, RunError, RunRecord, RunStatus, SignalRecord,
-    StateAtVersion, StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
+    CallStatus, EntryKind, JournalEntry, Labels, Millis, OperatorNote, RunError, RunRecord,
+    RunStatus, SignalRecord, StateAtVersion, StoreError, ToolSwitch, TransitionKind,
+    TransitionRecord, VersionSpan,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -47,6 +48,9 @@ pub struct RunRow {
     patch_bytes: i64,
     /// `[payload_kind, payload]` of each version after the snapshot (`NULL` or `[]`: none).
     tail: Option<Json<Value>>,
+    labels: Json<Labels>,
+    cancel_requested_by: Option<String>,
+    cancel_reason: Option<String>,
 }
 
 /// The first column of a run row on its own, so that the rest of a row that does not read
@@ -83,6 +87,8 @@ pub struct TransitionRow {
     epoch: i64,
     created_at: Millis,
     hash: String,
+    note_by: Option<String>,
+    note_reason: Option<String>,
 }
 
 /// A version's payload ([`sql::STATE_AT`](crate::sql::STATE_AT)).
@@ -219,6 +225,8 @@ pub fn stored_run(row: &impl SqlRow) -> Result<StoredRun, StoreError> {
             .zip(r.parent_version.and_then(|v| u64::try_from(v).ok())),
         created_at: r.created_at,
         updated_at: r.updated_at,
+        labels: r.labels.0,
+        cancel_requested: note(r.cancel_requested_by, r.cancel_reason),
         id: id.clone(),
     };
     Ok(StoredRun {
@@ -326,6 +334,15 @@ pub fn transition(run_id: &str, row: &impl SqlRow) -> Result<TransitionRecord, S
         epoch: to_u64(r.epoch).map_err(c)?,
         created_at: r.created_at,
         hash: r.hash,
+        note: note(r.note_by, r.note_reason),
+    })
+}
+
+/// An operator's note from its two columns (`by` set: there is one).
+fn note(by: Option<String>, reason: Option<String>) -> Option<OperatorNote> {
+    by.map(|by| OperatorNote {
+        by,
+        reason: reason.unwrap_or_default(),
     })
 }
 

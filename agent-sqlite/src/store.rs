@@ -173,6 +173,8 @@ agent_sql::impl_sql_store!(SqliteStore {
         let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
         let statuses =
             serde_json::to_string(&statuses).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let labels = serde_json::to_string(&filter.labels)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
         let rows = sqlx::query(sql::LIST_RUNS)
             .bind(&filter.agent)
             .bind(statuses)
@@ -181,6 +183,8 @@ agent_sql::impl_sql_store!(SqliteStore {
                     .limit
                     .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)),
             )
+            .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
+            .bind(labels)
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;

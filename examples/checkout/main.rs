@@ -122,7 +122,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
                 RunStatus::Waiting,
                 RunStatus::Compensating,
             ],
-            limit: None,
+            ..RunFilter::default()
         })
         .await?;
     let run_ids: Vec<String> = if !unfinished.is_empty() && !args.fresh {

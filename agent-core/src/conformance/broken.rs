@@ -10,8 +10,8 @@ use super::store_checks as checks;
 use crate::graph::GraphDescription;
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
-    RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
+    JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RetentionPolicy, RunError, RunFilter,
+    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
     TransitionRecord,
 };
 
@@ -321,6 +321,22 @@ impl Store for Broken {
         error: Option<RunError>,
     ) -> Result<RunRecord, StoreError> {
         self.inner.set_status(run_id, status, error).await
+    }
+
+    async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError> {
+        self.inner.cancel_run(run_id, note).await
+    }
+
+    async fn terminate_run(
+        &self,
+        run_id: &str,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.terminate_run(run_id, note).await
+    }
+
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
+        self.inner.accept_cancel(lease).await
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {

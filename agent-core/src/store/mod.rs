@@ -21,6 +21,7 @@ mod contract;
 mod error;
 pub mod history;
 pub mod memory;
+pub mod operator;
 mod records;
 mod stats;
 pub mod verify;
@@ -29,9 +30,10 @@ pub use canonical::{canonical_json, creation_hash, input_hash};
 pub use chain::{ChainLink, legacy_transition_hash, transition_hash};
 pub use contract::Store;
 pub use error::StoreError;
+pub use operator::{validate_label, validate_labels};
 pub use records::{
-    CallStatus, EntryKind, JournalEntry, Lease, Millis, NewRun, PruneReport, RetentionPolicy,
-    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit,
-    ToolSwitch, TransitionKind, TransitionRecord, VersionSpan, idempotency_key, now_ms,
+    CallStatus, EntryKind, JournalEntry, Labels, Lease, Millis, NewRun, OperatorNote, PruneReport,
+    RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
+    StepCommit, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan, idempotency_key, now_ms,
 };
 pub use stats::{ToolStats, compute_tool_stats};

@@ -119,7 +119,10 @@ async fn overlay(cx: &Ctx, run: &agent_core::store::RunRecord) -> Result<PathOve
                 transitions.push((t.from_state.clone(), t.to_state.clone()));
                 failed.insert(t.from_state.clone());
             }
-            TransitionKind::Start | TransitionKind::Status => {}
+            TransitionKind::Start
+            | TransitionKind::Status
+            | TransitionKind::Cancel
+            | TransitionKind::Terminate => {}
         }
     }
     for e in &journal {

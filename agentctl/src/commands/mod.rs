@@ -13,6 +13,7 @@ use crate::store;
 mod agents;
 mod fork;
 mod graph;
+mod operate;
 mod prune;
 mod requeue;
 mod runs;
@@ -77,5 +78,7 @@ pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
             None => verify::all(&cx).await,
         },
         Command::Agents => agents::run(&cx).await,
+        Command::Cancel(args) => operate::cancel(&cx, &args).await,
+        Command::Terminate(args) => operate::terminate(&cx, &args).await,
     }
 }
