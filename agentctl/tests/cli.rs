@@ -803,14 +803,22 @@ fn runs_filter_by_label(new_db: fn() -> Db) {
             .map(|r| r["id"].as_str().unwrap().to_owned())
             .collect()
     };
-    assert_eq!(ids(&["--label", "tenant=acme"]), ["order-us", "order-eu"]);
     assert_eq!(
         ids(&["--label", "tenant=acme", "--label", "region=eu"]),
-        ["order-eu"]
+        ["order-eu", PAID_WAITING]
+    );
+    assert_eq!(
+        ids(&["--label", "tenant=globex", "--label", "region=eu"]),
+        ["order-other"]
     );
     assert!(ids(&["--label", "tenant=initech"]).is_empty());
     let none = db.ok(&["runs", "--label", "tenant=initech"]);
     assert!(none.contains("no runs match"), "{none}");
+    let fixture = ids(&["--label", "tenant=acme", "--agent", "Order"]);
+    assert!(
+        fixture.contains(&PAID_WAITING.to_owned()) && fixture.contains(&DONE.to_owned()),
+        "runs started with labels by the runner: {fixture:?}"
+    );
     let show = db.ok(&["show", "order-eu"]);
     assert!(
         show.contains("labels       region=eu tenant=acme"),

@@ -12,6 +12,19 @@
 //!        ─► handler / router loop ─► tool calls (journal: started → succeeded/failed)
 //!        ─► commit (CAS version+epoch) ─► next step … ─► terminal / waiting / compensating
 //! ```
+//!
+//! Runs can carry labels from the start ([`Runner::start_with_labels`]), to be found by
+//! them later ([`RunFilter::labels`](crate::store::RunFilter::labels),
+//! `agentctl runs --label`).
+//!
+//! An operator's cancel ([`Store::cancel_run`]) reaches a
+//! run the runner is executing at its next commit: the store refuses the commit with
+//! [`StoreError::CancelRequested`], the runner writes the `cancel` transition in the
+//! step's place ([`Store::accept_cancel`]) and runs
+//! the saga's compensations, journaled calls of the refused step included, and the run
+//! ends `cancelled`. A run claimed with a cancel pending is cancelled before its handler
+//! runs. A terminate ([`Store::terminate_run`]) fences
+//! the runner out instead: its next write is refused with `LeaseLost`, and it stops.
 
 mod cx;
 mod faults;
