@@ -900,19 +900,47 @@ pub async fn check_cancel_compensates_a_waiting_run_once(
     compensated_once(&world, 1)
 }
 
-/// Cancels the run at the commit of one version, from inside the runner's commit (the
-/// fault point just before the commit is sent): the cancel lands while the runner holds the
-/// lease, always at the same place.
+/// Cancels (or terminates) the run at the commit of one version, from inside the runner's
+/// commit (the fault point just before the commit is sent): the operator's action lands
+/// while the runner holds the lease, always at the same place.
 #[derive(Debug)]
-struct CancelAtCommit {
+struct OperatorAtCommit {
     store: Arc<dyn Store>,
     run_id: String,
     version: u64,
     note: OperatorNote,
+    terminate: bool,
     answer: std::sync::Mutex<Option<Result<RunRecord, String>>>,
 }
 
-impl FaultHook for CancelAtCommit {
+impl OperatorAtCommit {
+    /// A fixture run `run_id`, started, with the hook acting when it commits out of `Pay`
+    /// (version 2: its step charges, then commits into `Confirm`); the runner and the hook.
+    async fn start(
+        store: &Arc<dyn Store>,
+        world: &Arc<World>,
+        run_id: &str,
+        note: &OperatorNote,
+        terminate: bool,
+    ) -> Result<(Runner<Order, Behaviour>, Arc<Self>), String> {
+        let hook = Arc::new(Self {
+            store: Arc::clone(store),
+            run_id: run_id.to_owned(),
+            version: 2,
+            note: note.clone(),
+            terminate,
+            answer: std::sync::Mutex::default(),
+        });
+        let r =
+            runner(store, world, "Pay", "w")?.with_faults(Arc::clone(&hook) as Arc<dyn FaultHook>);
+        r.start(run_id, fixture::initial(&["a", "bb"]))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((r, hook))
+    }
+}
+
+impl FaultHook for OperatorAtCommit {
     fn check(&self, point: FaultPoint, run_id: &str, version: u64) -> Result<(), Crash> {
         let mut answer = self
             .answer
@@ -925,11 +953,16 @@ impl FaultHook for CancelAtCommit {
         {
             // The hook is synchronous; the runner's task waits here for the cancel, as it
             // would wait for a slow commit.
-            let cancelled = tokio::task::block_in_place(|| {
-                tokio::runtime::Handle::current()
-                    .block_on(self.store.cancel_run(run_id, &self.note))
+            let done = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    if self.terminate {
+                        self.store.terminate_run(run_id, &self.note).await
+                    } else {
+                        self.store.cancel_run(run_id, &self.note).await
+                    }
+                })
             });
-            *answer = Some(cancelled.map_err(|e| e.to_string()));
+            *answer = Some(done.map_err(|e| e.to_string()));
         }
         Ok(())
     }
@@ -946,19 +979,7 @@ pub async fn check_cancel_during_a_step_takes_its_place(
 ) -> Result<(), String> {
     let world = Arc::new(World::default());
     let note = OperatorNote::new("ops", "fraud suspected");
-    // Version 2 is the run in `Pay`: its step charges, then commits into `Confirm`.
-    let hook = Arc::new(CancelAtCommit {
-        store: Arc::clone(&store),
-        run_id: "cancel-in-step".to_owned(),
-        version: 2,
-        note: note.clone(),
-        answer: std::sync::Mutex::default(),
-    });
-    let r =
-        runner(&store, &world, "Pay", "w")?.with_faults(Arc::clone(&hook) as Arc<dyn FaultHook>);
-    r.start("cancel-in-step", fixture::initial(&["a", "bb"]))
-        .await
-        .map_err(|e| e.to_string())?;
+    let (r, hook) = OperatorAtCommit::start(&store, &world, "cancel-in-step", &note, false).await?;
     let record = r.run("cancel-in-step").await.map_err(|e| e.to_string())?;
     let answer = hook
         .answer
@@ -988,6 +1009,64 @@ pub async fn check_cancel_during_a_step_takes_its_place(
         return Err("a cancelled run must not move again".into());
     }
     compensated_once(&world, 1)
+}
+
+/// An operator terminates a run while a worker runs its step: the worker's commit is
+/// refused (`LeaseLost`: the terminate took a new epoch) and it stops; nothing is
+/// compensated; the history ends with the `terminate`.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_terminate_during_a_step_fences_the_worker(
+    store: Arc<dyn Store>,
+) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let note = OperatorNote::new("ops", "runaway order");
+    let (r, _hook) =
+        OperatorAtCommit::start(&store, &world, "terminate-in-step", &note, true).await?;
+    match r.run("terminate-in-step").await {
+        Err(RunnerError::LeaseLost(_)) => {}
+        other => {
+            return Err(format!(
+                "a worker whose run is terminated mid-step must stop with LeaseLost, got \
+                 {other:?}"
+            ));
+        }
+    }
+    let record = store
+        .load_run("terminate-in-step")
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the run vanished")?;
+    if record.status != RunStatus::Terminated || record.version != 3 {
+        return Err(format!(
+            "expected terminated at v3, got {} v{}",
+            record.status, record.version
+        ));
+    }
+    check_history(store.as_ref(), &record).await?;
+    let history = store
+        .history("terminate-in-step")
+        .await
+        .map_err(|e| e.to_string())?;
+    let last = history.last().ok_or("no history")?;
+    if last.kind != TransitionKind::Terminate || last.note.as_ref() != Some(&note) {
+        return Err(format!("history must end with the terminate: {last:?}"));
+    }
+    let w = world.state();
+    if !w.released.is_empty() || w.held.len() != 2 {
+        return Err(format!(
+            "terminate must not compensate: released {:?}, held {:?}",
+            w.released, w.held
+        ));
+    }
+    let report = verify_run(store.as_ref(), &record)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !report.ok {
+        return Err(format!("the chain does not verify: {:?}", report.problem));
+    }
+    Ok(())
 }
 
 /// A worker running a run that an operator terminates is fenced out and stops; nothing
@@ -1050,6 +1129,7 @@ macro_rules! runner_conformance {
             check_cancel_compensates_a_waiting_run_once,
             check_cancel_during_a_step_takes_its_place,
             check_terminate_stops_without_compensating,
+            check_terminate_during_a_step_fences_the_worker,
         );
     };
     (@each $setup:expr, $($check:ident),* $(,)?) => {
