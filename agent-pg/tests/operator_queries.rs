@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, NewRun, RunStatus, StepCommit, Store, TransitionKind,
-    idempotency_key, input_hash, now_ms,
+    CallStatus, EntryKind, JournalEntry, NewRun, OperatorNote, RunStatus, StepCommit, Store,
+    TransitionKind, idempotency_key, input_hash, now_ms,
 };
 use agent_core::tool::{ErrorClass, ToolKind};
 use serde_json::json;
@@ -160,6 +160,36 @@ async fn every_operator_query_runs_on_a_populated_schema() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    store
+        .create_run(
+            NewRun::new("order-45", "Checkout", "fp", "Browsing", json!({}))
+                .with_label("tenant", "acme")
+                .with_label("region", "eu"),
+        )
+        .await
+        .unwrap();
+    store
+        .terminate_run("order-45", &OperatorNote::new("bob", "duplicate order"))
+        .await
+        .unwrap();
+    let held = store
+        .create_run(NewRun::new(
+            "order-46",
+            "Checkout",
+            "fp",
+            "Browsing",
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    store
+        .claim_run(&held.id, "worker-d", Duration::from_mins(1))
+        .await
+        .unwrap();
+    store
+        .cancel_run(&held.id, &OperatorNote::new("alice", "customer asked"))
+        .await
+        .unwrap();
     store
         .set_tool_enabled("charge_payment", false, Some("provider outage"))
         .await
