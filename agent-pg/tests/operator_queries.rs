@@ -40,6 +40,11 @@ fn entry(run_id: &str, version: u64, seq: u32, name: &str, kind: ToolKind) -> Jo
     }
 }
 
+/// A new checkout run in `Browsing` with an empty state.
+fn browsing(id: &str) -> NewRun {
+    NewRun::new(id, "Checkout", "fp", "Browsing", json!({}))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operator_query_runs_on_a_populated_schema() {
     let Some(store) = common::fresh_store().await else {
@@ -129,30 +134,12 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         .await
         .unwrap();
     store.fork(run_id, 10, "order-42-retry").await.unwrap();
-    let other = store
-        .create_run(NewRun::new(
-            "order-43",
-            "Checkout",
-            "fp",
-            "Browsing",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    let other = store.create_run(browsing("order-43")).await.unwrap();
     store
         .claim_run(&other.id, "worker-b", Duration::from_millis(1))
         .await
         .unwrap();
-    let crashing = store
-        .create_run(NewRun::new(
-            "order-44",
-            "Checkout",
-            "fp",
-            "Browsing",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    let crashing = store.create_run(browsing("order-44")).await.unwrap();
     for _ in 0..3 {
         store
             .claim_run(&crashing.id, "worker-c", Duration::from_millis(1))
@@ -162,7 +149,7 @@ async fn every_operator_query_runs_on_a_populated_schema() {
     }
     store
         .create_run(
-            NewRun::new("order-45", "Checkout", "fp", "Browsing", json!({}))
+            browsing("order-45")
                 .with_label("tenant", "acme")
                 .with_label("region", "eu"),
         )
@@ -172,16 +159,8 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         .terminate_run("order-45", &OperatorNote::new("bob", "duplicate order"))
         .await
         .unwrap();
-    let held = store
-        .create_run(NewRun::new(
-            "order-46",
-            "Checkout",
-            "fp",
-            "Browsing",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    // A cancel asked for while a worker holds the run waits for that worker.
+    let held = store.create_run(browsing("order-46")).await.unwrap();
     store
         .claim_run(&held.id, "worker-d", Duration::from_mins(1))
         .await
