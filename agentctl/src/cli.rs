@@ -119,7 +119,7 @@ pub(crate) struct CancelArgs {
     /// The run's id.
     pub run: String,
     /// Why (recorded with the `cancel` transition).
-    #[arg(long, default_value = "cancelled by an operator")]
+    #[arg(long, default_value = "no reason given")]
     pub reason: String,
     /// Who cancels (recorded with the transition).
     #[arg(long, env = "USER", value_name = "WHO")]
