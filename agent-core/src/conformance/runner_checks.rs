@@ -1011,6 +1011,65 @@ pub async fn check_cancel_during_a_step_takes_its_place(
     compensated_once(&world, 1)
 }
 
+/// An operator cancels runs while the runner drives them, at a different point each time
+/// (before the claim, during a step, at the wait, after the lease is released): every run
+/// ends `cancelled` with its reservations released exactly once, one `cancel` in a history
+/// of declared edges, and a verifying chain.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_cancel_racing_the_runner(store: Arc<dyn Store>) -> Result<(), String> {
+    let note = OperatorNote::new("ops", "race");
+    for round in 0..12_u32 {
+        let world = Arc::new(World::default());
+        let r = Arc::new(runner(&store, &world, "Pay", "w")?);
+        let id = format!("cancel-race-{round}");
+        r.start(&id, fixture::initial(&["a", "bb"]))
+            .await
+            .map_err(|e| e.to_string())?;
+        let driver = {
+            let r = Arc::clone(&r);
+            let id = id.clone();
+            tokio::spawn(async move { r.run(&id).await })
+        };
+        for _ in 0..round * 3 {
+            tokio::task::yield_now().await;
+        }
+        store
+            .cancel_run(&id, &note)
+            .await
+            .map_err(|e| e.to_string())?;
+        match driver
+            .await
+            .map_err(|e| format!("the runner panicked: {e}"))?
+        {
+            Ok(_) | Err(RunnerError::LeaseLost(_)) => {}
+            Err(e) => return Err(format!("round {round}: {e}")),
+        }
+        // Whatever the first drive saw, driving the run again finishes the cancel.
+        let record = r.run(&id).await.map_err(|e| e.to_string())?;
+        let history = ended_cancelled(&store, &record, &note).await?;
+        let cancels = history
+            .iter()
+            .filter(|t| t.kind == TransitionKind::Cancel)
+            .count();
+        if cancels != 1 {
+            return Err(format!("round {round}: {cancels} cancel transitions"));
+        }
+        let w = world.state();
+        let reserved = w.reserved.len();
+        let mut last_first = w.reserved.clone();
+        last_first.reverse();
+        if !w.held.is_empty() || w.released != last_first {
+            return Err(format!(
+                "round {round}: {reserved} reserved, released {:?}, held {:?}",
+                w.released, w.held
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// An operator terminates a run while a worker runs its step: the worker's commit is
 /// refused (`LeaseLost`: the terminate took a new epoch) and it stops; nothing is
 /// compensated; the history ends with the `terminate`.
@@ -1130,6 +1189,7 @@ macro_rules! runner_conformance {
             check_cancel_during_a_step_takes_its_place,
             check_terminate_stops_without_compensating,
             check_terminate_during_a_step_fences_the_worker,
+            check_cancel_racing_the_runner,
         );
     };
     (@each $setup:expr, $($check:ident),* $(,)?) => {
