@@ -425,13 +425,13 @@ async fn store_runs(store: &Arc<dyn Store>, runs: u64, steps: u64, tag: &str) ->
     for r in 0..runs {
         let id = format!("{tag}-{r}");
         store
-            .create_run(NewRun {
-                id: id.clone(),
-                agent: "Bench".into(),
-                fingerprint: "fp".into(),
-                state_name: "Ticking".into(),
-                state: state(0, steps),
-            })
+            .create_run(NewRun::new(
+                id.clone(),
+                "Bench",
+                "fp",
+                "Ticking",
+                state(0, steps),
+            ))
             .await
             .expect("create");
         let (lease, _) = store

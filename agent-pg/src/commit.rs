@@ -3,8 +3,8 @@
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError};
-use agent_sql::commit::{CommitPlan, check_entry, read_head, refused};
-use agent_sql::reads::head_of;
+use agent_sql::commit::{CommitPlan, check_entry, read_head};
+use agent_sql::reads::{commit_refused, head_of};
 use agent_sql::rows::SqlRow;
 use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
 use sqlx::Row;
@@ -155,13 +155,13 @@ impl PgStore {
         if let Some(applied) = applied {
             return Ok(plan.applied(lease, commit, applied, &self.heads));
         }
-        // Zero rows: tell the caller why, from the run's head.
-        let stored = head_of(self, run_id).await?;
-        Err(refused(lease, commit.expected_version, stored, || {
+        // Zero rows: tell the caller why, from the run as stored.
+        Err(commit_refused(self, lease, commit.expected_version, || {
             StoreError::Backend(format!(
                 "signal {} is not pending for run `{run_id}`",
                 commit.consumed_signal.unwrap_or_default()
             ))
-        }))
+        })
+        .await)
     }
 }

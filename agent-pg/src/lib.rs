@@ -19,13 +19,13 @@
 //! store.migrate().await?;
 //! let store: Arc<dyn Store> = Arc::new(store);
 //! let run = store
-//!     .create_run(NewRun {
-//!         id: "order-42".into(),
-//!         agent: "Checkout".into(),
-//!         fingerprint: "…".into(),
-//!         state_name: "Browsing".into(),
-//!         state: serde_json::json!({ "cart": [] }),
-//!     })
+//!     .create_run(NewRun::new(
+//!         "order-42",
+//!         "Checkout",
+//!         "…",
+//!         "Browsing",
+//!         serde_json::json!({ "cart": [] }),
+//!     ))
 //!     .await?;
 //! assert_eq!(run.version, 0);
 //! # Ok(()) }
@@ -146,6 +146,7 @@ use tokio::sync::Notify;
 mod commit;
 mod connect;
 mod group_commit;
+mod operator;
 mod sql;
 mod store;
 
@@ -215,6 +216,7 @@ impl PgStore {
             .bind(parent.map(|p| p.0))
             .bind(parent.map(|p| agent_sql::to_i64(p.1)))
             .bind(&self.channel)
+            .bind(sqlx::types::Json(&new.labels))
             .fetch_optional(&self.pool)
             .await
             .map_err(connect::db_err)?;
@@ -228,6 +230,7 @@ impl PgStore {
         new: &NewRun,
         parent: Option<(&str, u64)>,
     ) -> Result<RunRecord, StoreError> {
+        agent_core::store::validate_labels(&new.labels)?;
         if let Some(created) = self.insert_run(new, parent).await? {
             return Ok(created);
         }

@@ -15,7 +15,8 @@ macro_rules! run_cols {
          ts_to_ms(wake_at) AS wake_at, error_code, error_message, epoch, lease_owner, \
          ts_to_ms(lease_expires_at) AS lease_expires_at, claims_without_progress, parent_id, \
          parent_version, ts_to_ms(created_at) AS created_at, ts_to_ms(updated_at) AS updated_at, \
-         creation_hash, last_hash, patch_bytes, snapshot_version, \
+         creation_hash, last_hash, patch_bytes, snapshot_version, labels, \
+         cancel_requested_by, cancel_reason, \
          (SELECT jsonb_agg(jsonb_build_array(t.payload_kind, t.payload) ORDER BY t.version) \
           FROM transitions t WHERE t.run_id = runs.id AND t.version > runs.snapshot_version \
           AND t.version <= runs.version) AS tail"
@@ -41,10 +42,13 @@ pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 
 
 pub(crate) const INSERT_RUN: &str = concat!(
     "WITH ins AS (INSERT INTO runs (id, agent, fingerprint, state_name, state, creation_hash, \
-     last_hash, parent_id, parent_version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     last_hash, parent_id, parent_version, labels) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11) \
      ON CONFLICT (id) DO NOTHING RETURNING ",
     run_cols!(),
-    "), tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
+    "), lb AS (INSERT INTO run_labels (run_id, key, value) \
+     SELECT ins.id, l.key, l.value FROM ins, jsonb_each_text(ins.labels) l), \
+     tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
      epoch, created_at, hash, payload_kind, payload) \
      SELECT id, 0, state_name, state_name, 'start', status, 0, ms_to_ts(created_at), last_hash, \
      'snapshot', state FROM ins) \
@@ -68,12 +72,14 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// A run whose cancel is requested is claimable whatever it waits for: its claimer writes
+/// the cancel.
 pub(crate) const CLAIM_NEXT: &str = concat!(
     "WITH picked AS (SELECT r.id AS pick_id FROM runs r \
      WHERE r.status IN ('running', 'compensating', 'waiting') \
      AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
      AND (r.lease_owner IS NULL OR r.lease_expires_at <= clock_timestamp()) \
-     AND ((r.status IN ('running', 'compensating') \
+     AND (r.cancel_requested_by IS NOT NULL OR (r.status IN ('running', 'compensating') \
            AND (r.wake_at IS NULL OR r.wake_at <= clock_timestamp())) \
        OR (r.status = 'waiting' AND (r.wake_at <= clock_timestamp() OR EXISTS ( \
            SELECT 1 FROM signals s WHERE s.run_id = r.id AND s.consumed_at_version IS NULL \
@@ -147,8 +153,9 @@ pub(crate) const JOURNAL: &str = concat!(
      WHERE j.run_id = $1 AND ($2::bigint IS NULL OR j.version = $2) ORDER BY j.version, j.seq"
 );
 
-/// One step, one statement: the compare-and-set on version and epoch is the `WHERE` of the
-/// update, and every other write hangs off its `RETURNING`, so a stale writer writes nothing.
+/// One step, one statement: the compare-and-set on version and epoch (and no operator's
+/// cancel waiting) is the `WHERE` of the update, and every other write hangs off its
+/// `RETURNING`, so a stale writer, or one racing a cancel, writes nothing.
 /// A commit to a final status also ends the lease (no release round trip after it).
 /// Two variants: with and without a consumed signal (so a plain step does not touch
 /// `signals` at all). A snapshot's state is bound once, as `$6`, for both the run row and
@@ -165,7 +172,7 @@ macro_rules! commit_step {
              lease_owner = CASE WHEN $7 IN {final_statuses} THEN NULL ELSE lease_owner END, \
              lease_expires_at = CASE WHEN $7 IN {final_statuses} THEN NULL \
              ELSE lease_expires_at END \
-             WHERE id = $1 AND epoch = $2 AND version = $3",
+             WHERE id = $1 AND epoch = $2 AND version = $3 AND cancel_requested_by IS NULL",
             $signal_check,
             " RETURNING id, version, status, epoch, lease_owner, lease_expires_at, updated_at), \
              tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, \
@@ -216,6 +223,7 @@ pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
      lease_expires_at = CASE WHEN i.status IN {final_statuses} THEN NULL \
      ELSE runs.lease_expires_at END \
      FROM i WHERE runs.id = i.id AND runs.epoch = i.epoch AND runs.version = i.expected \
+     AND runs.cancel_requested_by IS NULL \
      RETURNING i.n, runs.id, runs.version, runs.status, runs.epoch, runs.lease_owner, \
      runs.lease_expires_at, runs.updated_at, i.from_state, i.to_state, i.kind, i.hash, \
      i.payload_kind, COALESCE(i.patch, i.snapshot) AS payload), \
@@ -230,15 +238,48 @@ pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
 });
 
 pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
-     ts_to_ms(created_at) AS created_at, hash FROM transitions WHERE run_id = $1 ORDER BY version";
+     ts_to_ms(created_at) AS created_at, hash, note_by, note_reason FROM transitions \
+     WHERE run_id = $1 ORDER BY version";
 
 pub(crate) const LIST_RUNS: &str = concat!(
     "SELECT ",
     run_cols!(),
     " FROM runs WHERE ($1::text IS NULL OR agent = $1) \
      AND (cardinality($2::text[]) = 0 OR status = ANY($2)) \
+     AND ($4::bigint = 0 OR id IN (SELECT l.run_id FROM jsonb_each_text($5::jsonb) w \
+       JOIN run_labels l ON l.key = w.key AND l.value = w.value \
+       GROUP BY l.run_id HAVING count(*) = $4)) \
      ORDER BY created_at DESC, seq DESC LIMIT $3"
 );
+
+/// Lock run `$1`'s row for an operator's action: nothing commits to it until the action's
+/// transaction ends.
+pub(crate) const LOCK_RUN: &str = "SELECT id FROM runs WHERE id = $1 FOR UPDATE";
+
+/// `Store::cancel_run` under a live lease: the request, for the holder's next commit.
+pub(crate) const REQUEST_CANCEL: &str = "UPDATE runs SET cancel_requested_by = $2, \
+     cancel_reason = $3, updated_at = clock_timestamp() WHERE id = $1 \
+     RETURNING ts_to_ms(updated_at) AS updated_at";
+
+/// An operator's transition (`Store::cancel_run`, `terminate_run`, `accept_cancel`) inside
+/// the transaction that locked the run: the new version, status and epoch (`$6`), the lease
+/// kept (`$7`) or ended, the request cleared, and the transition with its note.
+pub(crate) const OPERATOR_TRANSITION: &str = "WITH upd AS (UPDATE runs SET version = $2, \
+     status = $3, error_code = $4, error_message = $5, epoch = $6, waiting_for = NULL, \
+     wake_at = NULL, lease_owner = CASE WHEN $7 THEN lease_owner ELSE NULL END, \
+     lease_expires_at = CASE WHEN $7 THEN lease_expires_at ELSE NULL END, \
+     claims_without_progress = 0, last_hash = $8, patch_bytes = $9, \
+     updated_at = clock_timestamp(), state = COALESCE($10::jsonb, state), \
+     snapshot_version = CASE WHEN $10::jsonb IS NULL THEN snapshot_version ELSE $2 END, \
+     cancel_requested_by = NULL, cancel_reason = NULL \
+     WHERE id = $1 AND version = $2 - 1 \
+     RETURNING id, version, status, epoch, lease_owner, lease_expires_at, updated_at), \
+     tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
+     epoch, created_at, hash, payload_kind, payload, note_by, note_reason) \
+     SELECT id, version, $11::text, $12::text, $13::text, status, epoch, updated_at, $8::text, \
+     $14::text, COALESCE($15::jsonb, $10::jsonb), $16::text, $17::text FROM upd) \
+     SELECT lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
+     ts_to_ms(updated_at) AS updated_at, pg_notify($18, id) AS notified FROM upd";
 
 pub(crate) const SEND_SIGNAL: &str = "WITH ins AS (INSERT INTO signals (run_id, name, payload) \
      SELECT id, $2::text, $3::jsonb FROM runs WHERE id = $1 RETURNING id, run_id) \
@@ -321,12 +362,13 @@ pub(crate) const REPAIR_RUN: &str = "WITH upd AS (UPDATE runs SET state = $2::js
      state_name = $3, version = $4, snapshot_version = $4, status = 'running', \
      waiting_for = NULL, wake_at = NULL, error_code = NULL, error_message = NULL, epoch = $5, \
      lease_owner = NULL, lease_expires_at = NULL, claims_without_progress = 0, \
-     last_hash = $6, patch_bytes = 0, updated_at = clock_timestamp() \
+     last_hash = $6, patch_bytes = 0, cancel_requested_by = NULL, cancel_reason = NULL, \
+     updated_at = clock_timestamp() \
      WHERE id = $1 AND status = 'quarantined' AND epoch = $7 \
      AND (lease_owner IS NULL OR lease_expires_at <= clock_timestamp()) \
      AND (SELECT max(version) FROM transitions WHERE run_id = $1) = $8 \
      RETURNING id, version, epoch, updated_at, state) \
      INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, epoch, \
-     created_at, hash, payload_kind, payload) \
-     SELECT id, version, $9, $3, 'repair', 'running', epoch, updated_at, $6, 'snapshot', state \
-     FROM upd";
+     created_at, hash, payload_kind, payload, note_by, note_reason) \
+     SELECT id, version, $9, $3, 'repair', 'running', epoch, updated_at, $6, 'snapshot', state, \
+     $10, $11 FROM upd";

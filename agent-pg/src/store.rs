@@ -150,6 +150,8 @@ agent_sql::impl_sql_store!(PgStore {
             .bind(&filter.agent)
             .bind(&statuses)
             .bind(filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
+            .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
+            .bind(sqlx::types::Json(&filter.labels))
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
@@ -209,6 +211,8 @@ agent_sql::impl_sql_store!(PgStore {
             .bind(to_i64(commit.expected_epoch))
             .bind(to_i64(commit.last_version))
             .bind(&commit.from_state)
+            .bind(&commit.note.by)
+            .bind(&commit.note.reason)
             .execute(&self.pool)
             .await
             .map_err(db_err)?;

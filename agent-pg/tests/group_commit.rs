@@ -33,13 +33,13 @@ async fn store() -> Option<Arc<PgStore>> {
 /// Create and claim `id`.
 async fn claimed(store: &PgStore, id: &str) -> Lease {
     store
-        .create_run(NewRun {
-            id: id.into(),
-            agent: "Checkout".into(),
-            fingerprint: "fp".into(),
-            state_name: "Browsing".into(),
-            state: json!({ "cart": [] }),
-        })
+        .create_run(NewRun::new(
+            id,
+            "Checkout",
+            "fp",
+            "Browsing",
+            json!({ "cart": [] }),
+        ))
         .await
         .expect("create");
     store

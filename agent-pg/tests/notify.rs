@@ -11,13 +11,7 @@ use agent_pg::PgStore;
 use serde_json::json;
 
 fn new_run(id: &str) -> NewRun {
-    NewRun {
-        id: id.into(),
-        agent: "Checkout".into(),
-        fingerprint: "fp".into(),
-        state_name: "Browsing".into(),
-        state: json!({ "cart": [] }),
-    }
+    NewRun::new(id, "Checkout", "fp", "Browsing", json!({ "cart": [] }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, NewRun, RunStatus, StepCommit, Store, TransitionKind,
-    idempotency_key, input_hash, now_ms,
+    CallStatus, EntryKind, JournalEntry, NewRun, OperatorNote, RunStatus, StepCommit, Store,
+    TransitionKind, idempotency_key, input_hash, now_ms,
 };
 use agent_core::tool::{ErrorClass, ToolKind};
 use serde_json::json;
@@ -40,6 +40,11 @@ fn entry(run_id: &str, version: u64, seq: u32, name: &str, kind: ToolKind) -> Jo
     }
 }
 
+/// A new checkout run in `Browsing` with an empty state.
+fn browsing(id: &str) -> NewRun {
+    NewRun::new(id, "Checkout", "fp", "Browsing", json!({}))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operator_query_runs_on_a_populated_schema() {
     let Some(store) = common::fresh_store().await else {
@@ -47,13 +52,13 @@ async fn every_operator_query_runs_on_a_populated_schema() {
     };
     let run_id = "order-42";
     let run = store
-        .create_run(NewRun {
-            id: run_id.into(),
-            agent: "Checkout".into(),
-            fingerprint: "fp".into(),
-            state_name: "Browsing".into(),
-            state: json!({ "cart": [] }),
-        })
+        .create_run(NewRun::new(
+            run_id,
+            "Checkout",
+            "fp",
+            "Browsing",
+            json!({ "cart": [] }),
+        ))
         .await
         .unwrap();
     let (lease, _) = store
@@ -129,30 +134,12 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         .await
         .unwrap();
     store.fork(run_id, 10, "order-42-retry").await.unwrap();
-    let other = store
-        .create_run(NewRun {
-            id: "order-43".into(),
-            agent: "Checkout".into(),
-            fingerprint: "fp".into(),
-            state_name: "Browsing".into(),
-            state: json!({}),
-        })
-        .await
-        .unwrap();
+    let other = store.create_run(browsing("order-43")).await.unwrap();
     store
         .claim_run(&other.id, "worker-b", Duration::from_millis(1))
         .await
         .unwrap();
-    let crashing = store
-        .create_run(NewRun {
-            id: "order-44".into(),
-            agent: "Checkout".into(),
-            fingerprint: "fp".into(),
-            state_name: "Browsing".into(),
-            state: json!({}),
-        })
-        .await
-        .unwrap();
+    let crashing = store.create_run(browsing("order-44")).await.unwrap();
     for _ in 0..3 {
         store
             .claim_run(&crashing.id, "worker-c", Duration::from_millis(1))
@@ -160,6 +147,28 @@ async fn every_operator_query_runs_on_a_populated_schema() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    store
+        .create_run(
+            browsing("order-45")
+                .with_label("tenant", "acme")
+                .with_label("region", "eu"),
+        )
+        .await
+        .unwrap();
+    store
+        .terminate_run("order-45", &OperatorNote::new("bob", "duplicate order"))
+        .await
+        .unwrap();
+    // A cancel asked for while a worker holds the run waits for that worker.
+    let held = store.create_run(browsing("order-46")).await.unwrap();
+    store
+        .claim_run(&held.id, "worker-d", Duration::from_mins(1))
+        .await
+        .unwrap();
+    store
+        .cancel_run(&held.id, &OperatorNote::new("alice", "customer asked"))
+        .await
+        .unwrap();
     store
         .set_tool_enabled("charge_payment", false, Some("provider outage"))
         .await

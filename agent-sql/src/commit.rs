@@ -3,10 +3,15 @@
 //! the run's record after the commit.
 
 use agent_core::store::history::{self, VersionPayload};
-use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError, transition_hash};
+use agent_core::store::operator::OperatorTransition;
+use agent_core::store::{
+    ChainLink, JournalEntry, Lease, RunRecord, StepCommit, StoreError, transition_hash,
+};
 
 use crate::heads::{HeadCache, RunHead, commit_refusal};
+use crate::reads::Arg;
 use crate::rows::{Applied, SqlRow, stored_run};
+use crate::to_i64;
 
 /// The head a commit starts from when none is cached: the run row as read (`None`: the run
 /// does not exist).
@@ -14,8 +19,8 @@ use crate::rows::{Applied, SqlRow, stored_run};
 /// # Errors
 /// [`StoreError::NotFound`] without a row; [`StoreError::Corrupt`] for a row that does
 /// not read; what [`commit_refusal`] says when the stored version or epoch already refuses
-/// the commit (the statement's compare-and-set still decides, but this says no before any
-/// work).
+/// the commit, and [`StoreError::CancelRequested`] when an operator's cancel waits (the
+/// statement's compare-and-set still decides, but this says no before any work).
 pub fn read_head(
     row: Option<&impl SqlRow>,
     lease: &Lease,
@@ -26,6 +31,9 @@ pub fn read_head(
     let stored = Some((head.record.version, head.record.epoch));
     match commit_refusal(lease, expected, stored) {
         Some(refused) => Err(refused),
+        None if head.record.cancel_requested.is_some() => {
+            Err(StoreError::CancelRequested(lease.run_id.clone()))
+        }
         None => Ok(head),
     }
 }
@@ -49,11 +57,24 @@ impl CommitPlan {
     /// large), returned apart so that a store can move it into its statement.
     #[must_use]
     pub fn new(head: RunHead, lease: &Lease, commit: &StepCommit) -> (Self, VersionPayload) {
+        Self::linked(head, commit, &commit.link(lease))
+    }
+
+    /// Plan an operator's transition on `head` (see [`CommitPlan::new`]); its hash covers
+    /// the operator's note. The run it leads to has no cancel request left.
+    #[must_use]
+    pub fn operator(mut head: RunHead, t: &OperatorTransition) -> (Self, VersionPayload) {
+        head.record.cancel_requested = None;
+        let run_id = head.record.id.clone();
+        Self::linked(head, &t.commit, &t.link(&run_id))
+    }
+
+    fn linked(head: RunHead, commit: &StepCommit, link: &ChainLink<'_>) -> (Self, VersionPayload) {
         let (payload, patch_bytes) =
             history::encode(Some(&head.record.state), &commit.state, head.patch_bytes);
         let plan = Self {
             version: commit.expected_version + 1,
-            hash: transition_hash(&head.last_hash, &commit.link(lease)),
+            hash: transition_hash(&head.last_hash, link),
             patch_bytes,
             base: head.record,
         };
@@ -97,6 +118,29 @@ impl CommitPlan {
         });
         record
     }
+}
+
+/// The parameters `$1` to `$9` of both stores' statements writing an operator's transition
+/// on the run row: run, new version, status, error code and message, epoch, whether the
+/// lease is kept, hash, patch bytes.
+#[must_use]
+pub fn operator_args<'a>(
+    run_id: &'a str,
+    t: &'a OperatorTransition,
+    plan: &'a CommitPlan,
+) -> [Arg<'a>; 9] {
+    let error = t.commit.error.as_ref();
+    [
+        Arg::Text(run_id),
+        Arg::Int(to_i64(plan.version)),
+        Arg::Text(t.commit.status.as_str()),
+        Arg::OptText(error.map(|e| e.code.as_str())),
+        Arg::OptText(error.map(|e| e.message.as_str())),
+        Arg::Int(to_i64(t.epoch)),
+        Arg::Bool(t.keep_lease),
+        Arg::Text(&plan.hash),
+        Arg::Int(to_i64(plan.patch_bytes)),
+    ]
 }
 
 /// Why a commit whose statement matched no row wrote nothing, from the run's stored

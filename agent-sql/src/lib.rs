@@ -43,8 +43,8 @@ pub mod sql;
 pub mod __private {
     pub use agent_core::graph::GraphDescription;
     pub use agent_core::store::{
-        InspectedRun, JournalEntry, Lease, RunRecord, SignalRecord, StateAtVersion, StepCommit,
-        Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+        InspectedRun, JournalEntry, Lease, OperatorNote, RunRecord, SignalRecord, StateAtVersion,
+        StepCommit, Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan, operator,
     };
     pub use async_trait::async_trait;
 }

@@ -129,6 +129,32 @@ pub async fn inspect_run<S: SqlReads>(
         .transpose()
 }
 
+/// Why a commit under `lease` expecting version `expected`, whose statement wrote nothing,
+/// was refused: a stale epoch or version, the run gone, an operator's cancel waiting
+/// ([`StoreError::CancelRequested`]), or else `otherwise()`. A failed lookup is the error.
+pub async fn commit_refused<S: SqlReads>(
+    store: &S,
+    lease: &Lease,
+    expected: u64,
+    otherwise: impl FnOnce() -> StoreError,
+) -> StoreError {
+    let stored = match head_of(store, &lease.run_id).await {
+        Ok(stored) => stored,
+        Err(e) => return e,
+    };
+    if let Some(refused) = crate::heads::commit_refusal(lease, expected, stored) {
+        return refused;
+    }
+    match store
+        .fetch(sql::CANCEL_PENDING, &[Arg::Text(&lease.run_id)])
+        .await
+    {
+        Ok(rows) if rows.is_empty() => otherwise(),
+        Ok(_) => StoreError::CancelRequested(lease.run_id.clone()),
+        Err(e) => e,
+    }
+}
+
 /// `NotFound` when rows of a run came back empty and the run does not exist either.
 async fn found<S: SqlReads, T>(
     store: &S,
@@ -273,13 +299,14 @@ pub async fn fork<S: SqlReads>(
     let at = replay_at(store, run_id, version)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("{run_id}@{version}")))?;
-    let new = NewRun {
-        id: new_id.to_owned(),
-        agent: source.agent,
-        fingerprint: source.fingerprint,
-        state_name: at.state_name,
-        state: at.state,
-    };
+    let new = NewRun::new(
+        new_id,
+        source.agent,
+        source.fingerprint,
+        at.state_name,
+        at.state,
+    )
+    .with_labels(source.labels);
     store.insert_fork(&new, (run_id, version)).await
 }
 
@@ -384,7 +411,10 @@ pub async fn prune_point<S: SqlReads>(
 /// The methods of `agent_core::store::Store` that are the same on every SQL store, inside
 /// the store's `impl Store` (the rest of its methods go in the braces). The store
 /// implements [`SqlReads`] and has two inherent methods with the signatures of
-/// `Store::record_entry` and `Store::commit_step`, named `record` and `commit`.
+/// `Store::record_entry` and `Store::commit_step`, named `record` and `commit`, and
+/// `operator_action(run_id, request, plan)`: read the run, ask `plan` (one of
+/// [`agent_core::store::operator`]'s) and do what it says, in one transaction, `request`
+/// being the note a cancel request records.
 ///
 /// ```text
 /// agent_sql::impl_sql_store!(PgStore {
@@ -529,6 +559,51 @@ macro_rules! impl_sql_store {
                 $crate::__private::StoreError,
             > {
                 $crate::reads::tool_switches(self).await
+            }
+
+            async fn cancel_run(
+                &self,
+                run_id: &str,
+                note: &$crate::__private::OperatorNote,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.operator_action(run_id, ::core::option::Option::Some(note), |r, now| {
+                    $crate::__private::operator::plan_cancel(r, note, now)
+                })
+                .await
+            }
+
+            async fn terminate_run(
+                &self,
+                run_id: &str,
+                note: &$crate::__private::OperatorNote,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.operator_action(run_id, ::core::option::Option::None, |r, _| {
+                    $crate::__private::operator::plan_terminate(r, note)
+                })
+                .await
+            }
+
+            async fn accept_cancel(
+                &self,
+                lease: &$crate::__private::Lease,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.operator_action(&lease.run_id, ::core::option::Option::None, |r, _| {
+                    $crate::__private::operator::plan_accept_cancel(r, lease).map(|t| {
+                        $crate::__private::operator::OperatorPlan::Transition(
+                            ::std::boxed::Box::new(t),
+                        )
+                    })
+                })
+                .await
             }
 
             $($methods)*

@@ -9,9 +9,9 @@
 use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
-    CallStatus, EntryKind, InspectedRun, JournalEntry, Millis, ROW_UNREADABLE, RunError, RunRecord,
-    RunStatus, SignalRecord, StateAtVersion, StoreError, ToolSwitch, TransitionKind,
-    TransitionRecord, VersionSpan,
+    CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Millis, OperatorNote,
+    ROW_UNREADABLE, RunError, RunRecord, RunStatus, SignalRecord, StateAtVersion, StoreError,
+    ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -56,6 +56,9 @@ pub struct SalvageRow {
     parent_version: Option<i64>,
     created_at: Millis,
     updated_at: Millis,
+    labels: Json<Labels>,
+    cancel_requested_by: Option<String>,
+    cancel_reason: Option<String>,
 }
 
 /// How [`SalvageRow::into_record`] treats a value the store never writes.
@@ -100,6 +103,8 @@ impl SalvageRow {
                 .zip(self.parent_version.and_then(|v| u64::try_from(v).ok())),
             created_at: self.created_at,
             updated_at: self.updated_at,
+            labels: self.labels.0,
+            cancel_requested: note(self.cancel_requested_by, self.cancel_reason),
             id,
         })
     }
@@ -139,6 +144,8 @@ pub struct TransitionRow {
     epoch: i64,
     created_at: Millis,
     hash: String,
+    note_by: Option<String>,
+    note_reason: Option<String>,
 }
 
 /// A version's payload ([`sql::STATE_AT`](crate::sql::STATE_AT)).
@@ -412,6 +419,15 @@ pub fn transition(run_id: &str, row: &impl SqlRow) -> Result<TransitionRecord, S
         epoch: to_u64(r.epoch).map_err(c)?,
         created_at: r.created_at,
         hash: r.hash,
+        note: note(r.note_by, r.note_reason),
+    })
+}
+
+/// An operator's note from its two columns (`by` set: there is one).
+fn note(by: Option<String>, reason: Option<String>) -> Option<OperatorNote> {
+    by.map(|by| OperatorNote {
+        by,
+        reason: reason.unwrap_or_default(),
     })
 }
 

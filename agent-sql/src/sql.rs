@@ -21,6 +21,10 @@ pub fn final_statuses() -> String {
 /// A run's stored version and epoch.
 pub const RUN_HEAD: &str = "SELECT version, epoch FROM runs WHERE id = $1";
 
+/// Whether an operator's cancel waits for the holder of run `$1`'s lease.
+pub const CANCEL_PENDING: &str =
+    "SELECT 1 FROM runs WHERE id = $1 AND cancel_requested_by IS NOT NULL";
+
 /// Every agent with a registered graph.
 pub const AGENTS: &str = "SELECT DISTINCT agent FROM agents ORDER BY agent";
 
@@ -86,7 +90,8 @@ mod tests {
         assert_eq!(listed, finals);
         assert_eq!(
             list,
-            "('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered')"
+            "('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered', \
+             'cancelled', 'terminated')"
         );
     }
 

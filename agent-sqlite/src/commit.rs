@@ -3,8 +3,8 @@
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError, now_ms};
-use agent_sql::commit::{CommitPlan, check_entry, read_head, refused};
-use agent_sql::reads::head_of;
+use agent_sql::commit::{CommitPlan, check_entry, read_head};
+use agent_sql::reads::commit_refused;
 use agent_sql::rows::{self, Applied};
 use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
 use serde_json::Value;
@@ -168,10 +168,10 @@ impl SqliteStore {
             // The cached head is one the run has moved past (another store on the same
             // file wrote since): nothing was written. Say why from the stored head.
             drop(tx);
-            let stored = head_of(self, run_id).await?;
-            return Err(refused(lease, commit.expected_version, stored, || {
+            return Err(commit_refused(self, lease, commit.expected_version, || {
                 StoreError::Backend(format!("run `{run_id}` refused a commit it matches"))
-            }));
+            })
+            .await);
         };
         let c = |e: sqlx::Error| corrupt(run_id, e);
         let lease_owner: Option<String> = updated.try_get("lease_owner").map_err(c)?;

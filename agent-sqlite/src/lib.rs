@@ -12,13 +12,13 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let store: Arc<dyn Store> = Arc::new(SqliteStore::open("agents.db").await?);
 //! let run = store
-//!     .create_run(NewRun {
-//!         id: "order-42".into(),
-//!         agent: "Checkout".into(),
-//!         fingerprint: "…".into(),
-//!         state_name: "Browsing".into(),
-//!         state: serde_json::json!({ "cart": [] }),
-//!     })
+//!     .create_run(NewRun::new(
+//!         "order-42",
+//!         "Checkout",
+//!         "…",
+//!         "Browsing",
+//!         serde_json::json!({ "cart": [] }),
+//!     ))
 //!     .await?;
 //! assert_eq!(run.version, 0);
 //! # Ok(()) }
@@ -68,7 +68,7 @@ use std::sync::Arc;
 
 use agent_core::store::{
     Lease, NewRun, RunRecord, RunStatus, StoreError, TransitionKind, creation_hash, now_ms,
-    transition_hash,
+    transition_hash, validate_labels,
 };
 use agent_sql::heads::HeadCache;
 use agent_sql::reads::{Arg, SqlReads, bind, head_of};
@@ -81,6 +81,7 @@ use tokio::sync::Notify;
 
 mod commit;
 mod open;
+mod operator;
 mod sql;
 mod store;
 
@@ -147,6 +148,9 @@ impl SqliteStore {
         new: &NewRun,
         parent: Option<(&str, u64)>,
     ) -> Result<RunRecord, StoreError> {
+        validate_labels(&new.labels)?;
+        let labels =
+            serde_json::to_string(&new.labels).map_err(|e| StoreError::Backend(e.to_string()))?;
         let now = now_ms();
         let hash = transition_hash("", &new.link());
         let mut tx = self.write_tx().await?;
@@ -161,11 +165,18 @@ impl SqliteStore {
             .bind(parent.map(|p| p.0))
             .bind(parent.map(|p| to_i64(p.1)))
             .bind(now)
+            .bind(&labels)
             .execute(&mut *tx)
             .await
             .map_err(db_err)?
             .rows_affected();
         if inserted == 1 {
+            sqlx::query(sql::INSERT_LABELS)
+                .bind(&new.id)
+                .bind(&labels)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
             sqlx::query(sql::INSERT_TRANSITION)
                 .bind(&new.id)
                 .bind(0_i64)

@@ -12,7 +12,8 @@ macro_rules! run_cols {
         "id, agent, fingerprint, state_name, state, version, status, waiting_for, wake_at, \
          error_code, error_message, epoch, lease_owner, lease_expires_at, \
          claims_without_progress, parent_id, parent_version, created_at, updated_at, \
-         creation_hash, last_hash, patch_bytes, snapshot_version, \
+         creation_hash, last_hash, patch_bytes, snapshot_version, labels, \
+         cancel_requested_by, cancel_reason, \
          (SELECT json_group_array(json_array(t.payload_kind, json(t.payload))) FROM ( \
             SELECT payload_kind, payload FROM transitions t WHERE t.run_id = runs.id \
             AND t.version > runs.snapshot_version AND t.version <= runs.version \
@@ -29,9 +30,13 @@ pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 
      AND ($2 IS NULL OR fingerprint = $2) ORDER BY seq DESC LIMIT 1";
 
 pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (id, agent, fingerprint, state_name, state, \
-     creation_hash, last_hash, parent_id, parent_version, created_at, updated_at, seq) \
+     creation_hash, last_hash, parent_id, parent_version, created_at, updated_at, seq, labels) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, \
-     (SELECT COALESCE(max(seq), 0) + 1 FROM runs)) ON CONFLICT (id) DO NOTHING";
+     (SELECT COALESCE(max(seq), 0) + 1 FROM runs), $11) ON CONFLICT (id) DO NOTHING";
+
+/// The labels of a run just inserted, one row each from its JSON object `$2`.
+pub(crate) const INSERT_LABELS: &str =
+    "INSERT INTO run_labels (run_id, key, value) SELECT $1, key, value FROM json_each($2)";
 
 pub(crate) const INSERT_TRANSITION: &str = "INSERT INTO transitions (run_id, version, from_state, \
      to_state, kind, status, epoch, created_at, hash, payload_kind, payload) \
@@ -52,12 +57,15 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Runnable runs, oldest first; `$1` is a JSON array of agent names (all when empty).
+/// Runnable runs, oldest first; `$1` is a JSON array of agent names (all when empty). A
+/// run whose cancel is requested is runnable whatever it waits for: its claimer writes
+/// the cancel.
 pub(crate) const CLAIMABLE: &str = "SELECT r.id FROM runs r \
      WHERE r.status IN ('running', 'compensating', 'waiting') \
      AND (json_array_length($1) = 0 OR r.agent IN (SELECT value FROM json_each($1))) \
      AND (r.lease_owner IS NULL OR r.lease_expires_at <= $2) \
-     AND ((r.status IN ('running', 'compensating') AND (r.wake_at IS NULL OR r.wake_at <= $2)) \
+     AND (r.cancel_requested_by IS NOT NULL \
+       OR (r.status IN ('running', 'compensating') AND (r.wake_at IS NULL OR r.wake_at <= $2)) \
        OR (r.status = 'waiting' AND (r.wake_at <= $2 OR EXISTS ( \
            SELECT 1 FROM signals s WHERE s.run_id = r.id AND s.consumed_at_version IS NULL \
            AND (r.waiting_for IS NULL OR s.name = r.waiting_for))))) \
@@ -119,8 +127,9 @@ pub(crate) const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
 /// A commit to a final status also ends the lease (`Store::commit_step`). The
-/// compare-and-set on epoch (`$13`) and version (`$14`) is in the `WHERE`: a commit based on
-/// a head the run has moved past updates nothing and returns no row.
+/// compare-and-set on epoch (`$13`) and version (`$14`) is in the `WHERE`, with no
+/// operator's cancel waiting: a commit based on a head the run has moved past, or racing a
+/// cancel, updates nothing and returns no row.
 pub(crate) static COMMIT_RUN: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE runs SET version = $2, state_name = $3, \
@@ -130,7 +139,7 @@ pub(crate) static COMMIT_RUN: LazyLock<String> = LazyLock::new(|| {
      claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12, \
      lease_owner = CASE WHEN $5 IN {final_statuses} THEN NULL ELSE lease_owner END, \
      lease_expires_at = CASE WHEN $5 IN {final_statuses} THEN NULL ELSE lease_expires_at END \
-     WHERE id = $1 AND epoch = $13 AND version = $14 \
+     WHERE id = $1 AND epoch = $13 AND version = $14 AND cancel_requested_by IS NULL \
      RETURNING lease_owner, lease_expires_at",
         final_statuses = final_statuses()
     )
@@ -148,20 +157,45 @@ pub(crate) const COMMIT_RUN_SAME_STATUS: &str = "UPDATE runs SET version = $2, s
      waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
      claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12 \
      WHERE id = $1 AND epoch = $13 AND version = $14 AND status = $5 \
-     RETURNING lease_owner, lease_expires_at";
+     AND cancel_requested_by IS NULL RETURNING lease_owner, lease_expires_at";
 
 pub(crate) const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version = $2 WHERE id = $1";
 
 pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
-     created_at, hash FROM transitions WHERE run_id = $1 ORDER BY version";
+     created_at, hash, note_by, note_reason FROM transitions WHERE run_id = $1 ORDER BY version";
 
 pub(crate) const LIST_RUNS: &str = concat!(
     "SELECT ",
     run_cols!(),
     " FROM runs WHERE ($1 IS NULL OR agent = $1) \
      AND (json_array_length($2) = 0 OR status IN (SELECT value FROM json_each($2))) \
+     AND ($4 = 0 OR id IN (SELECT l.run_id FROM json_each($5) w \
+       JOIN run_labels l ON l.key = w.key AND l.value = w.value \
+       GROUP BY l.run_id HAVING count(*) = $4)) \
      ORDER BY created_at DESC, seq DESC LIMIT $3"
 );
+
+/// `Store::cancel_run` under a live lease: the request, for the holder's next commit.
+pub(crate) const REQUEST_CANCEL: &str = "UPDATE runs SET cancel_requested_by = $2, \
+     cancel_reason = $3, updated_at = $4 WHERE id = $1";
+
+/// An operator's transition on the run row (`Store::cancel_run`, `terminate_run`,
+/// `accept_cancel`), inside the write transaction that read the run: the new version,
+/// status and epoch (`$6`), the lease kept (`$7`) or ended, the request cleared.
+pub(crate) const OPERATOR_RUN: &str = "UPDATE runs SET version = $2, status = $3, \
+     error_code = $4, error_message = $5, epoch = $6, waiting_for = NULL, wake_at = NULL, \
+     lease_owner = CASE WHEN $7 THEN lease_owner ELSE NULL END, \
+     lease_expires_at = CASE WHEN $7 THEN lease_expires_at ELSE NULL END, \
+     claims_without_progress = 0, last_hash = $8, patch_bytes = $9, updated_at = $10, \
+     state = COALESCE($11, state), \
+     snapshot_version = CASE WHEN $11 IS NULL THEN snapshot_version ELSE $2 END, \
+     cancel_requested_by = NULL, cancel_reason = NULL \
+     WHERE id = $1 AND version = $2 - 1 RETURNING lease_owner, lease_expires_at";
+
+/// An operator's transition, with its note.
+pub(crate) const INSERT_OPERATOR_TRANSITION: &str = "INSERT INTO transitions (run_id, version, \
+     from_state, to_state, kind, status, epoch, created_at, hash, payload_kind, payload, note_by, \
+     note_reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 
 pub(crate) const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload, created_at) \
      SELECT id, $2, $3, $4 FROM runs WHERE id = $1 RETURNING id";
@@ -222,7 +256,7 @@ pub(crate) const REPAIR_RUN: &str = "UPDATE runs SET state = $2, state_name = $3
      snapshot_version = $4, status = 'running', waiting_for = NULL, wake_at = NULL, \
      error_code = NULL, error_message = NULL, epoch = $5, lease_owner = NULL, \
      lease_expires_at = NULL, claims_without_progress = 0, last_hash = $6, patch_bytes = 0, \
-     updated_at = $7 \
+     cancel_requested_by = NULL, cancel_reason = NULL, updated_at = $7 \
      WHERE id = $1 AND status = 'quarantined' AND epoch = $8 \
      AND (lease_owner IS NULL OR lease_expires_at <= $7) \
      AND (SELECT max(version) FROM transitions WHERE run_id = $1) = $9";

@@ -175,6 +175,8 @@ agent_sql::impl_sql_store!(SqliteStore {
         let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
         let statuses =
             serde_json::to_string(&statuses).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let labels = serde_json::to_string(&filter.labels)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
         let rows = sqlx::query(sql::LIST_RUNS)
             .bind(&filter.agent)
             .bind(statuses)
@@ -183,6 +185,8 @@ agent_sql::impl_sql_store!(SqliteStore {
                     .limit
                     .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)),
             )
+            .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
+            .bind(labels)
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
@@ -248,7 +252,7 @@ agent_sql::impl_sql_store!(SqliteStore {
             drop(tx);
             return Err(repair_refused(commit, self.load_run(run_id).await));
         }
-        sqlx::query(sql::INSERT_TRANSITION)
+        sqlx::query(sql::INSERT_OPERATOR_TRANSITION)
             .bind(run_id)
             .bind(to_i64(commit.version()))
             .bind(&commit.from_state)
@@ -260,6 +264,8 @@ agent_sql::impl_sql_store!(SqliteStore {
             .bind(&commit.hash)
             .bind("snapshot")
             .bind(&state)
+            .bind(&commit.note.by)
+            .bind(&commit.note.reason)
             .execute(&mut *tx)
             .await
             .map_err(db_err)?;

@@ -8,13 +8,7 @@ use agent_core::store::{NewRun, RunFilter, Store};
 use agent_sqlite::{Access, SqliteOpenError, SqliteStore};
 
 fn run(id: &str) -> NewRun {
-    NewRun {
-        id: id.into(),
-        agent: "A".into(),
-        fingerprint: "fp".into(),
-        state_name: "Start".into(),
-        state: serde_json::json!({ "id": id }),
-    }
+    NewRun::new(id, "A", "fp", "Start", serde_json::json!({ "id": id }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

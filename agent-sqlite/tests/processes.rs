@@ -23,13 +23,7 @@ async fn child(path: &Path) {
         Ok(store) => {
             let id = format!("run-of-{}", std::process::id());
             store
-                .create_run(NewRun {
-                    id,
-                    agent: "A".into(),
-                    fingerprint: "fp".into(),
-                    state_name: "Start".into(),
-                    state: serde_json::json!({}),
-                })
+                .create_run(NewRun::new(id, "A", "fp", "Start", serde_json::json!({})))
                 .await
                 .expect("the worker writes");
             println!("{MARK}opened");

@@ -18,15 +18,9 @@ async fn two_stores() -> (SqliteStore, SqliteStore, PathBuf) {
     let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
     let a = SqliteStore::open(&path).await.unwrap();
     let b = SqliteStore::open(&path).await.unwrap();
-    a.create_run(NewRun {
-        id: "r".into(),
-        agent: "A".into(),
-        fingerprint: "fp".into(),
-        state_name: "Start".into(),
-        state: json!({ "n": 0 }),
-    })
-    .await
-    .unwrap();
+    a.create_run(NewRun::new("r", "A", "fp", "Start", json!({ "n": 0 })))
+        .await
+        .unwrap();
     (a, b, path)
 }
 

@@ -26,6 +26,9 @@ pub(crate) const DEFAULT_DB: &str = "agent-runs.sqlite3";
   agentctl tools disable ChargePayment --reason \"gateway incident\"
   agentctl verify --all
   agentctl backup runs-backup.sqlite3
+  agentctl runs --label tenant=acme
+  agentctl cancel order-42 --reason \"customer asked\"
+  agentctl terminate order-42 --reason \"duplicate order\"
 
 See docs/agentctl.md for every command."
 )]
@@ -121,6 +124,34 @@ pub(crate) enum Command {
     /// Create the store's tables, or bring them to this version's migrations. The only
     /// command that changes a store's schema: the others refuse a missing or older store.
     Migrate,
+    /// Cancel a run: the workers run its saga's compensations and it ends `cancelled`.
+    Cancel(CancelArgs),
+    /// Terminate a run: it stops at once, nothing compensated, recorded with who and why.
+    Terminate(TerminateArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CancelArgs {
+    /// The run's id.
+    pub run: String,
+    /// Why (recorded with the `cancel` transition).
+    #[arg(long, default_value = "no reason given")]
+    pub reason: String,
+    /// Who cancels (recorded with the transition).
+    #[arg(long, env = "USER", value_name = "WHO")]
+    pub by: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TerminateArgs {
+    /// The run's id.
+    pub run: String,
+    /// Why (recorded with the `terminate` transition).
+    #[arg(long)]
+    pub reason: String,
+    /// Who terminates (recorded with the transition).
+    #[arg(long, env = "USER", value_name = "WHO")]
+    pub by: String,
 }
 
 impl Command {
@@ -134,6 +165,8 @@ impl Command {
             | Self::Resume(_)
             | Self::Retry(_)
             | Self::Repair(_)
+            | Self::Cancel(_)
+            | Self::Terminate(_)
             | Self::Migrate => true,
             Self::Tools(args) => !matches!(args.action, ToolsAction::List),
             Self::Runs(_)
@@ -171,6 +204,12 @@ pub(crate) struct RepairArgs {
     /// versions verify).
     #[arg(long = "to", value_name = "VERSION")]
     pub to: u64,
+    /// Why (recorded with the `repair` transition).
+    #[arg(long)]
+    pub reason: String,
+    /// Who repairs (recorded with the transition).
+    #[arg(long, env = "USER", value_name = "WHO")]
+    pub by: String,
 }
 
 #[derive(Debug, Args)]
@@ -209,9 +248,13 @@ pub(crate) struct RunsArgs {
     #[arg(long)]
     pub agent: Option<String>,
     /// Only runs in these statuses (comma-separated: running, waiting, completed,
-    /// compensating, compensated, failed, quarantined, `dead_lettered`).
+    /// compensating, compensated, failed, quarantined, `dead_lettered`, cancelled,
+    /// terminated).
     #[arg(long, value_delimiter = ',', value_parser = parse_status)]
     pub status: Vec<agent_core::store::RunStatus>,
+    /// Only runs carrying this label (`KEY=VALUE`; repeat it: every one must match).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
     /// At most this many runs.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
@@ -308,6 +351,15 @@ fn parse_status(s: &str) -> Result<agent_core::store::RunStatus, String> {
             .collect();
         format!("unknown status `{s}`; one of: {}", all.join(", "))
     })
+}
+
+/// `KEY=VALUE`, checked by the rules the store applies at creation.
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))?;
+    agent_core::store::validate_label(key, value).map_err(|e| e.to_string())?;
+    Ok((key.to_owned(), value.to_owned()))
 }
 
 /// `90s`, `30m`, `1h`, `24h`, `7d`, `2w`.

@@ -91,6 +91,14 @@ impl From<StoreError> for CliError {
                      puts a quarantined run back at one of those"
                 ))
             }
+            StoreError::RunIsFinal { ref run_id, .. } => {
+                let hint = format!(
+                    "a finished run stays as it is; `agentctl fork {run_id} NEW_RUN --at VERSION` \
+                     starts a new one from any of its versions"
+                );
+                Self::failed(e.to_string()).hint(hint)
+            }
+            StoreError::InvalidLabel(_) => Self::usage(e.to_string()),
             other => Self::failed(other.to_string()),
         }
     }

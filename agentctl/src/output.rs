@@ -125,8 +125,11 @@ impl Output {
             RunStatus::Completed => Color::Green,
             RunStatus::Running => Color::Cyan,
             RunStatus::Waiting | RunStatus::Compensating => Color::Yellow,
-            RunStatus::Compensated => Color::Magenta,
-            RunStatus::Failed | RunStatus::Quarantined | RunStatus::DeadLettered => Color::Red,
+            RunStatus::Compensated | RunStatus::Cancelled => Color::Magenta,
+            RunStatus::Failed
+            | RunStatus::Quarantined
+            | RunStatus::DeadLettered
+            | RunStatus::Terminated => Color::Red,
         };
         self.cell(status.as_str(), color)
     }

@@ -671,6 +671,177 @@ fn json_errors_are_json(new_db: fn() -> Db) {
     assert!(err["hint"].as_str().unwrap().contains("agentctl runs"));
 }
 
+fn cancel_compensates_a_waiting_run(new_db: fn() -> Db) {
+    let db = new_db();
+    let out = db.ok(&[
+        "cancel",
+        PAID_WAITING,
+        "--reason",
+        "customer asked",
+        "--by",
+        "alice",
+    ]);
+    assert!(
+        out.contains("cancelled run order-waiting at version 4 (by alice: customer asked)"),
+        "{out}"
+    );
+    let show = db.ok(&["show", PAID_WAITING]);
+    assert!(
+        show.contains("cancel") && show.contains("by alice: customer asked"),
+        "{show}"
+    );
+    let compensating = db.json(&["runs", "--status", "compensating"]);
+    assert_eq!(compensating[0]["id"], PAID_WAITING, "{compensating}");
+    assert_eq!(compensating[0]["error"]["code"], "cancelled");
+
+    // A worker runs the compensations: the reservations are released, the run ends cancelled.
+    let done = db.runtime.block_on(async {
+        let store = db.store().await;
+        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let done = common::runner(&store, &world, "Pay")
+            .run(PAID_WAITING)
+            .await
+            .expect("compensate");
+        (done, world.state().released.len())
+    });
+    assert_eq!((done.0.status, done.1), (RunStatus::Cancelled, 2));
+
+    let again = db.json(&["cancel", PAID_WAITING, "--by", "alice"]);
+    assert_eq!(again["changed"], false, "{again}");
+    assert_eq!(again["status"], "cancelled");
+    let refused = db.agentctl(&["terminate", PAID_WAITING, "--reason", "x", "--by", "bob"]);
+    assert_eq!(code(&refused), 1);
+    assert!(
+        stderr(&refused).contains("run `order-waiting` is cancelled: it cannot be terminated"),
+        "{}",
+        stderr(&refused)
+    );
+    let completed = db.agentctl(&["cancel", DONE, "--by", "alice"]);
+    assert_eq!(code(&completed), 1);
+    assert!(
+        stderr(&completed).contains("is completed: it cannot be cancelled"),
+        "{}",
+        stderr(&completed)
+    );
+    db.ok(&["verify", PAID_WAITING]);
+}
+
+fn terminate_stops_a_run_with_who_and_why(new_db: fn() -> Db) {
+    let db = new_db();
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        common::runner(&store, &world, "Pay")
+            .start(
+                "order-dup",
+                agent_core::conformance::fixture::initial(&["a"]),
+            )
+            .await
+            .expect("start");
+    });
+    let json = db.json(&[
+        "terminate",
+        "order-dup",
+        "--reason",
+        "duplicate order",
+        "--by",
+        "bob",
+    ]);
+    assert_eq!(json["status"], "terminated", "{json}");
+    assert_eq!(json["changed"], true);
+    assert_eq!(json["version"], 1);
+    let history = db.json(&["show", "order-dup"])["history"].clone();
+    assert_eq!(history[1]["kind"], "terminate", "{history}");
+    assert_eq!(history[1]["note"]["by"], "bob");
+    assert_eq!(history[1]["note"]["reason"], "duplicate order");
+    let show = db.ok(&["show", "order-dup"]);
+    assert!(show.contains("by bob: duplicate order"), "{show}");
+    let again = db.ok(&["terminate", "order-dup", "--reason", "again", "--by", "bob"]);
+    assert!(again.contains("already terminated"), "{again}");
+    let cancel = db.agentctl(&["cancel", "order-dup", "--by", "bob"]);
+    assert_eq!(code(&cancel), 1);
+    assert!(
+        stderr(&cancel).contains("is terminated"),
+        "{}",
+        stderr(&cancel)
+    );
+    let no_reason = db.agentctl(&["terminate", "order-dup", "--by", "bob"]);
+    assert_eq!(code(&no_reason), 2, "{}", stderr(&no_reason));
+    db.ok(&["verify", "order-dup"]);
+}
+
+fn runs_filter_by_label(new_db: fn() -> Db) {
+    let db = new_db();
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        for (id, tenant, region) in [
+            ("order-eu", "acme", "eu"),
+            ("order-us", "acme", "us"),
+            ("order-other", "globex", "eu"),
+        ] {
+            store
+                .create_run(
+                    agent_core::store::NewRun::new(
+                        id,
+                        "Order",
+                        "fp",
+                        "Start",
+                        serde_json::json!({}),
+                    )
+                    .with_label("tenant", tenant)
+                    .with_label("region", region),
+                )
+                .await
+                .expect("create a labelled run");
+        }
+    });
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["runs"];
+        all.extend_from_slice(args);
+        db.json(&all)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        ids(&["--label", "tenant=acme", "--label", "region=eu"]),
+        ["order-eu", PAID_WAITING]
+    );
+    assert_eq!(
+        ids(&["--label", "tenant=globex", "--label", "region=eu"]),
+        ["order-other"]
+    );
+    assert!(ids(&["--label", "tenant=initech"]).is_empty());
+    let none = db.ok(&["runs", "--label", "tenant=initech"]);
+    assert!(none.contains("no runs match"), "{none}");
+    let fixture = ids(&["--label", "tenant=acme", "--agent", "Order"]);
+    assert!(
+        fixture.contains(&PAID_WAITING.to_owned()) && fixture.contains(&DONE.to_owned()),
+        "runs started with labels by the runner: {fixture:?}"
+    );
+    let show = db.ok(&["show", "order-eu"]);
+    assert!(
+        show.contains("labels       region=eu tenant=acme"),
+        "{show}"
+    );
+    let bad = db.agentctl(&["runs", "--label", "bad key=x"]);
+    assert_eq!(code(&bad), 2);
+    assert!(
+        stderr(&bad).contains("label key `bad key` holds ' '"),
+        "{}",
+        stderr(&bad)
+    );
+    let bare = db.agentctl(&["runs", "--label", "tenant"]);
+    assert_eq!(code(&bare), 2);
+    assert!(
+        stderr(&bare).contains("`tenant` is not KEY=VALUE"),
+        "{}",
+        stderr(&bare)
+    );
+}
+
 /// Every test above runs on SQLite, and on PostgreSQL when one is configured.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -768,14 +939,25 @@ fn an_unreadable_run_is_diagnosed_quarantined_and_repaired(new_db: fn() -> Db) {
         "quarantined in the store: {quarantined}"
     );
 
-    let refused = db.agentctl(&["repair", DONE, "--to", "1"]);
+    let refused = db.agentctl(&[
+        "repair", DONE, "--to", "1", "--reason", "test", "--by", "ops",
+    ]);
     assert_eq!(code(&refused), 1);
     assert!(
         stderr(&refused).contains("not quarantined"),
         "{}",
         stderr(&refused)
     );
-    let repaired = db.ok(&["repair", PAID_WAITING, "--to", &version.to_string()]);
+    let repaired = db.ok(&[
+        "repair",
+        PAID_WAITING,
+        "--to",
+        &version.to_string(),
+        "--reason",
+        "the state column was damaged by hand",
+        "--by",
+        "ops",
+    ]);
     assert!(repaired.contains("repaired run"), "{repaired}");
     db.ok(&["verify", PAID_WAITING]);
     let after = db.json(&["show", PAID_WAITING]);
@@ -828,4 +1010,7 @@ on_both_backends!(
     colours_only_when_asked_or_on_a_terminal,
     json_errors_are_json,
     an_unreadable_run_is_diagnosed_quarantined_and_repaired,
+    cancel_compensates_a_waiting_run,
+    terminate_stops_a_run_with_who_and_why,
+    runs_filter_by_label,
 );

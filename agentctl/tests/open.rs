@@ -329,13 +329,13 @@ fn backup_while_open_holds_every_run_in_one_file() {
         .block_on(SqliteStore::open(&db.path))
         .expect("worker open");
     // A run committed just now sits in the write-ahead log, not yet in the file itself.
-    rt.block_on(worker.create_run(NewRun {
-        id: "fresh-run".into(),
-        agent: "Order".into(),
-        fingerprint: "fp".into(),
-        state_name: "Start".into(),
-        state: serde_json::json!({}),
-    }))
+    rt.block_on(worker.create_run(NewRun::new(
+        "fresh-run",
+        "Order",
+        "fp",
+        "Start",
+        serde_json::json!({}),
+    )))
     .expect("create a run");
     let mut wal = db.path.clone().into_os_string();
     wal.push("-wal");

@@ -129,7 +129,7 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
                 RunStatus::Waiting,
                 RunStatus::Compensating,
             ],
-            limit: None,
+            ..RunFilter::default()
         })
         .await?;
     let run_ids: Vec<String> = if !unfinished.is_empty() && !args.fresh {

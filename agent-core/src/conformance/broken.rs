@@ -10,9 +10,9 @@ use super::store_checks as checks;
 use crate::graph::GraphDescription;
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    JournalEntry, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunError, RunFilter,
-    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
-    TransitionRecord,
+    JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
+    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
+    StoreError, ToolSwitch, TransitionRecord,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +41,11 @@ enum Flaw {
     ExpiresEveryone,
     /// A commit to a final status leaves the lease held.
     FinalCommitKeepsLease,
+    /// A cancel of a run under a live lease is written at once, under the holder's epoch,
+    /// instead of waiting for the holder: the holder's next commits still apply.
+    CancelsUnderTheHoldersEpoch,
+    /// `list_runs` ignores the label filter.
+    IgnoresLabels,
 }
 
 #[derive(Debug)]
@@ -271,6 +276,13 @@ impl Store for Broken {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        if self.flaw == Flaw::IgnoresLabels {
+            let unlabelled = RunFilter {
+                labels: crate::store::Labels::new(),
+                ..filter.clone()
+            };
+            return self.inner.list_runs(&unlabelled).await;
+        }
         self.inner.list_runs(filter).await
     }
 
@@ -325,6 +337,34 @@ impl Store for Broken {
         error: Option<RunError>,
     ) -> Result<RunRecord, StoreError> {
         self.inner.set_status(run_id, status, error).await
+    }
+
+    async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError> {
+        let record = self.inner.cancel_run(run_id, note).await?;
+        if self.flaw == Flaw::CancelsUnderTheHoldersEpoch
+            && let (Some(_), Some(owner)) = (&record.cancel_requested, &record.lease_owner)
+        {
+            let lease = Lease {
+                run_id: run_id.to_owned(),
+                worker: owner.clone(),
+                epoch: record.epoch,
+                expires_at: record.lease_expires_at.unwrap_or_default(),
+            };
+            return self.inner.accept_cancel(&lease).await;
+        }
+        Ok(record)
+    }
+
+    async fn terminate_run(
+        &self,
+        run_id: &str,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.terminate_run(run_id, note).await
+    }
+
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
+        self.inner.accept_cancel(lease).await
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
@@ -449,6 +489,17 @@ catches!(
     ExpiresEveryone,
     check_expire_leases_of_frees_one_workers_runs
 );
+catches!(
+    cancel_must_wait_for_the_holder,
+    CancelsUnderTheHoldersEpoch,
+    check_cancel_of_a_leased_run_waits_for_its_holder
+);
+catches!(
+    cancel_must_not_interleave_with_commits,
+    CancelsUnderTheHoldersEpoch,
+    check_cancel_racing_a_commit
+);
+catches!(labels_must_filter, IgnoresLabels, check_labels_filter_runs);
 catches!(
     hand_back_must_not_count,
     HandBackCounts,

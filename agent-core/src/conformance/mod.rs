@@ -99,6 +99,11 @@ macro_rules! store_conformance {
             check_agent_graphs,
             check_wait_for_work_returns,
             check_tool_stats_match_the_journal,
+            check_terminate_stops_runs_at_once,
+            check_cancel_moves_free_runs_to_compensating,
+            check_cancel_of_a_leased_run_waits_for_its_holder,
+            check_cancel_racing_a_commit,
+            check_labels_filter_runs,
         );
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn check_corrupt_data_is_an_error() {

@@ -12,6 +12,19 @@
 //!        ─► handler / router loop ─► tool calls (journal: started → succeeded/failed)
 //!        ─► commit (CAS version+epoch) ─► next step … ─► terminal / waiting / compensating
 //! ```
+//!
+//! Runs can carry labels from the start ([`Runner::start_with_labels`]), to be found by
+//! them later ([`RunFilter::labels`](crate::store::RunFilter::labels),
+//! `agentctl runs --label`).
+//!
+//! An operator's cancel ([`Store::cancel_run`]) reaches a
+//! run the runner is executing at its next commit: the store refuses the commit with
+//! [`StoreError::CancelRequested`], the runner writes the `cancel` transition in the
+//! step's place ([`Store::accept_cancel`]) and runs
+//! the saga's compensations, journaled calls of the refused step included, and the run
+//! ends `cancelled`. A run claimed with a cancel pending is cancelled before its handler
+//! runs. A terminate ([`Store::terminate_run`]) fences
+//! the runner out instead: its next write is refused with `LeaseLost`, and it stops.
 
 mod cx;
 mod faults;
@@ -35,7 +48,8 @@ use crate::agent::{Agent, Handle};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
-    Lease, NewRun, RunError, RunRecord, RunStatus, StepCommit, Store, StoreError, TransitionKind,
+    Labels, Lease, NewRun, RunError, RunRecord, RunStatus, StepCommit, Store, StoreError,
+    TransitionKind,
 };
 use crate::tool::{ToolBox, ToolKind};
 
@@ -315,6 +329,21 @@ where
     /// [`RunnerError::NoRouter`] when a state is routed by an LLM and the runner has no
     /// router; store errors.
     pub async fn start(&self, run_id: &str, initial: A) -> Result<RunRecord, RunnerError> {
+        self.start_with_labels(run_id, initial, Labels::new()).await
+    }
+
+    /// [`start`](Self::start) with labels to find the run by
+    /// ([`RunFilter::labels`](crate::store::RunFilter::labels), `agentctl runs --label`).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); [`StoreError::InvalidLabel`] for a label the store
+    /// refuses ([`validate_labels`](crate::store::validate_labels)).
+    pub async fn start_with_labels(
+        &self,
+        run_id: &str,
+        initial: A,
+        labels: Labels,
+    ) -> Result<RunRecord, RunnerError> {
         self.check_router()?;
         let name = initial.state_name();
         if !self.inner.graph.state(name).is_some_and(|s| s.initial) {
@@ -326,18 +355,9 @@ where
             .await?;
         let state = serde_json::to_value(&initial)
             .map_err(|e| StoreError::Backend(format!("initial state does not serialize: {e}")))?;
-        let record = self
-            .inner
-            .store
-            .create_run(NewRun {
-                id: run_id.to_owned(),
-                agent: A::NAME.to_owned(),
-                fingerprint: self.inner.fingerprint.clone(),
-                state_name: name.to_owned(),
-                state,
-            })
-            .await?;
-        Ok(record)
+        let new = NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
+            .with_labels(labels);
+        Ok(self.inner.store.create_run(new).await?)
     }
 
     /// Send a signal to a run (kept until the run's waiting state consumes it).
@@ -569,6 +589,12 @@ where
                 return Ok(StepOutcome::Finished(record));
             }
         };
+        if record.cancel_requested.is_some() && record.status != RunStatus::Compensating {
+            // Cancelled while another worker held the run (or before this one stepped it):
+            // take the cancel before any tool call of the step.
+            let record = self.accept_cancel(lease, &record.id).await?;
+            return Ok(StepOutcome::after_commit(record));
+        }
         self.renew_if_due(lease, &record).await?;
         let span = info_span!(
             "step",
@@ -666,6 +692,12 @@ where
                 Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
                     return Err(RunnerError::LeaseLost(run_id.to_owned()));
                 }
+                // An operator cancelled the run during the step: the cancel takes the
+                // step's place, and the run goes on to compensate (its journaled calls
+                // included) under this lease.
+                Err(StoreError::CancelRequested(_)) => {
+                    return self.accept_cancel(lease, run_id).await;
+                }
                 Err(e) if e.is_transient() && attempt < self.inner.config.store_retries => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
@@ -685,6 +717,16 @@ where
                 }
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// Write the cancel requested on the run this lease holds (`Store::accept_cancel`).
+    async fn accept_cancel(&self, lease: &Lease, run_id: &str) -> Result<RunRecord, RunnerError> {
+        match self.inner.store.accept_cancel(lease).await {
+            Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
+                Err(RunnerError::LeaseLost(run_id.to_owned()))
+            }
+            accepted => Ok(accepted?),
         }
     }
 

@@ -17,6 +17,7 @@ use super::cx::{StepCx, with_heartbeat};
 use super::{Runner, RunnerError, StepOutcome};
 use crate::agent::{Agent, Handle};
 use crate::graph::StateDescription;
+use crate::store::operator;
 use crate::store::{
     CallStatus, EntryKind, JournalEntry, Lease, RunError, RunRecord, RunStatus, Store, StoreError,
 };
@@ -119,7 +120,13 @@ where
             return Ok(StepOutcome::after_commit(record));
         }
     }
-    let status = if desc.terminal || record.error.is_some() {
+    let cancelled = record
+        .error
+        .as_ref()
+        .is_some_and(|e| e.code == operator::CANCELLED);
+    let status = if cancelled {
+        RunStatus::Cancelled
+    } else if desc.terminal || record.error.is_some() {
         RunStatus::Compensated
     } else {
         RunStatus::Running

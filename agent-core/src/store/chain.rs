@@ -4,7 +4,8 @@
 use serde_json::Value;
 
 use super::{
-    Lease, NewRun, RunStatus, StepCommit, TransitionKind, TransitionRecord, canonical_json,
+    Lease, NewRun, OperatorNote, RunStatus, StepCommit, TransitionKind, TransitionRecord,
+    canonical_json,
 };
 
 /// What a transition's hash covers: every field of its record except the commit time (the
@@ -28,6 +29,8 @@ pub struct ChainLink<'a> {
     pub epoch: u64,
     /// The state at this version.
     pub state: &'a Value,
+    /// For an operator's transition: who and why.
+    pub note: Option<&'a OperatorNote>,
 }
 
 impl TransitionRecord {
@@ -43,6 +46,7 @@ impl TransitionRecord {
             status: self.status,
             epoch: self.epoch,
             state,
+            note: self.note.as_ref(),
         }
     }
 }
@@ -60,6 +64,7 @@ impl StepCommit {
             status: self.status,
             epoch: lease.epoch,
             state: &self.state,
+            note: None,
         }
     }
 }
@@ -77,6 +82,7 @@ impl NewRun {
             status: RunStatus::Running,
             epoch: 0,
             state: &self.state,
+            note: None,
         }
     }
 }
@@ -94,6 +100,15 @@ pub fn transition_hash(prev_hash: &str, link: &ChainLink<'_>) -> String {
     h.update([0]);
     h.update(link.epoch.to_be_bytes());
     h.update(canonical_json(link.state).as_bytes());
+    // Only operators' transitions carry a note, appended after everything else: every
+    // transition without one keeps the hash it was written with.
+    if let Some(note) = link.note {
+        h.update([0, b'n']);
+        h.update(note.by.as_bytes());
+        h.update([0]);
+        h.update(note.reason.as_bytes());
+        h.update([0]);
+    }
     hex::encode(h.finalize())
 }
 

@@ -7,9 +7,10 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    InspectedRun, JournalEntry, Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy,
-    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit,
-    StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
+    InspectedRun, JournalEntry, Lease, Millis, NewRun, OperatorNote, PruneReport, RepairCommit,
+    RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
+    StepCommit, StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionSpan,
+    compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
@@ -31,9 +32,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Names of the registered agents, sorted.
     async fn agents(&self) -> Result<Vec<String>, StoreError>;
 
-    /// Create a run at version 0 (status running), recording the `start` transition.
-    /// Idempotent on `id`: creating an existing run with the same agent and initial state
-    /// returns it unchanged; with other content, [`StoreError::AlreadyExists`].
+    /// Create a run at version 0 (status running), recording the `start` transition, with
+    /// its labels ([`NewRun::with_label`]), which are checked first
+    /// ([`validate_labels`](super::validate_labels)).
+    /// Idempotent on `id`: creating an existing run with the same agent, initial state and
+    /// labels returns it unchanged; with other content, [`StoreError::AlreadyExists`].
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError>;
 
     /// The run, or `None`.
@@ -117,6 +120,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// new version (+1), its transition record (hash-chained), the run row, and mark the
     /// consumed signal. A stale writer gets [`StoreError::LeaseLost`] or
     /// [`StoreError::Conflict`] and nothing is written. Resets `claims_without_progress`.
+    /// While an operator's cancel is requested ([`cancel_run`](Self::cancel_run)), every
+    /// commit is refused with [`StoreError::CancelRequested`] in the same compare-and-set.
     ///
     /// A commit to a final status also ends the lease (owner and expiry cleared in the same
     /// write), which saves every finished run a release; nobody needs waking for a final
@@ -142,7 +147,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn fork(&self, run_id: &str, version: u64, new_id: &str)
     -> Result<RunRecord, StoreError>;
 
-    /// Runs matching the filter, newest first. A row that cannot be read is listed as
+    /// Runs matching the filter, newest first: of its agent, in one of its statuses, and
+    /// carrying every label of [`RunFilter::labels`] (SQL stores answer it from an index on
+    /// `(key, value)`). A row that cannot be read is listed as
     /// [`RunRecord::unreadable`], not as an error for the whole listing.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
 
@@ -238,4 +245,50 @@ pub trait Store: Send + Sync + fmt::Debug {
         let _ = run_id;
         Ok(None)
     }
+
+    /// Cancel a run: its saga's compensations run and it ends `cancelled`.
+    ///
+    /// A run that is not held by a live lease (running, waiting for a signal or a timer,
+    /// or held by an expired lease) moves to `compensating` with error `cancelled` in one
+    /// `cancel` transition, hash-chained like a commit and carrying `note`; the write takes
+    /// a new epoch, so an expired holder's late commit is refused. A worker then claims it
+    /// and runs the compensations. A run held by a live lease gets the request recorded
+    /// ([`RunRecord::cancel_requested`]) and is returned unchanged otherwise: from then on
+    /// [`commit_step`](Self::commit_step) refuses its holder's commits with
+    /// [`StoreError::CancelRequested`], checked in the commit's own compare-and-set, and the
+    /// holder writes the cancel with [`accept_cancel`](Self::accept_cancel). So a cancel
+    /// racing a commit leaves one history: the step, then the cancel; or the cancel alone.
+    ///
+    /// Idempotent: a cancelled or compensating run, or one whose cancel is already
+    /// requested, is returned as it is, without a new version.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; [`StoreError::RunIsFinal`] for a run in another final
+    /// status.
+    async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError>;
+
+    /// Terminate a run: it stops at once, nothing compensated, in a `terminate` transition
+    /// to `terminated` carrying `note` (who and why), hash-chained like a commit. The write
+    /// takes a new epoch and ends the lease, so a worker running the run is fenced out: its
+    /// next write gets [`StoreError::LeaseLost`] and it stops. Idempotent: a terminated run
+    /// is returned as it is, without a new version.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; [`StoreError::RunIsFinal`] for a run in another final
+    /// status.
+    async fn terminate_run(
+        &self,
+        run_id: &str,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError>;
+
+    /// For the holder of `lease` on a run whose cancel was requested: write the `cancel`
+    /// transition (to `compensating`, error `cancelled`, with the requester's note) in
+    /// place of the step it was refused, fenced by the epoch; the lease stays held so the
+    /// holder goes on to compensate.
+    ///
+    /// # Errors
+    /// [`StoreError::LeaseLost`] when the epoch moved; [`StoreError::Backend`] when no
+    /// cancel is requested.
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError>;
 }

@@ -41,6 +41,23 @@ pub enum StoreError {
     /// Anything else from the backend.
     #[error("store error: {0}")]
     Backend(String),
+    /// An operator asked to cancel the run while this step ran: the step is not committed.
+    /// The lease holder takes the cancel instead ([`Store::accept_cancel`](super::Store::accept_cancel)).
+    #[error("run `{0}` is being cancelled: the step was not committed")]
+    CancelRequested(String),
+    /// An operator's action on a run in a final status other than the one it leads to.
+    #[error("run `{run_id}` is {status}: it cannot be {action}")]
+    RunIsFinal {
+        /// The run.
+        run_id: String,
+        /// Its final status.
+        status: super::RunStatus,
+        /// What was asked: `cancelled` or `terminated`.
+        action: &'static str,
+    },
+    /// A label whose key or value is not allowed ([`validate_labels`](super::validate_labels)).
+    #[error("invalid label: {0}")]
+    InvalidLabel(String),
 }
 
 impl StoreError {

@@ -9,13 +9,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
 //! let run = store
-//!     .create_run(NewRun {
-//!         id: "run-1".into(),
-//!         agent: "Checkout".into(),
-//!         fingerprint: "f".into(),
-//!         state_name: "Browsing".into(),
-//!         state: serde_json::json!({ "cart": [] }),
-//!     })
+//!     .create_run(NewRun::new("run-1", "Checkout", "f", "Browsing", serde_json::json!({ "cart": [] })))
 //!     .await
 //!     .unwrap();
 //! assert_eq!(run.version, 0);
@@ -31,10 +25,12 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::history::{self, VersionPayload};
+use super::operator::{self, OperatorPlan, OperatorTransition};
 use super::{
-    JournalEntry, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunError, RunFilter,
-    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
-    TransitionKind, TransitionRecord, creation_hash, now_ms, transition_hash,
+    JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
+    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
+    StoreError, ToolSwitch, TransitionKind, TransitionRecord, creation_hash, now_ms,
+    transition_hash, validate_labels,
 };
 use crate::graph::GraphDescription;
 use crate::tool::ToolKind;
@@ -147,6 +143,7 @@ impl Inner {
             epoch: 0,
             created_at: now,
             hash: hash.clone(),
+            note: None,
         };
         let record = RunRecord {
             id: new.id.clone(),
@@ -166,6 +163,8 @@ impl Inner {
             parent,
             created_at: now,
             updated_at: now,
+            labels: new.labels.clone(),
+            cancel_requested: None,
         };
         let (payload, since) = history::encode(None, &new.state, 0);
         let mut versions = BTreeMap::new();
@@ -242,6 +241,76 @@ impl RunData {
         }))
     }
 
+    /// Write version `commit.expected_version + 1` (the caller checked the compare-and-set)
+    /// and move the run row to it; the lease is the caller's to handle.
+    fn append_version(
+        &mut self,
+        commit: &StepCommit,
+        epoch: u64,
+        note: Option<&OperatorNote>,
+        now: i64,
+    ) {
+        let version = commit.expected_version + 1;
+        let (payload, since) = history::encode(
+            Some(&self.record.state),
+            &commit.state,
+            self.patch_bytes_since_snapshot,
+        );
+        let lease = Lease {
+            run_id: self.record.id.clone(),
+            worker: String::new(),
+            epoch,
+            expires_at: 0,
+        };
+        let mut link = commit.link(&lease);
+        link.note = note;
+        let hash = transition_hash(&self.last_hash, &link);
+        self.versions.insert(
+            version,
+            StoredVersion {
+                payload,
+                state_name: commit.to_state.clone(),
+                transition: TransitionRecord {
+                    run_id: self.record.id.clone(),
+                    version,
+                    from_state: commit.from_state.clone(),
+                    to_state: commit.to_state.clone(),
+                    kind: commit.kind,
+                    status: commit.status,
+                    epoch,
+                    created_at: now,
+                    hash: hash.clone(),
+                    note: note.cloned(),
+                },
+            },
+        );
+        self.patch_bytes_since_snapshot = since;
+        self.last_hash = hash;
+        let r = &mut self.record;
+        r.version = version;
+        r.state_name.clone_from(&commit.to_state);
+        r.state.clone_from(&commit.state);
+        r.status = commit.status;
+        r.waiting_for.clone_from(&commit.waiting_for);
+        r.wake_at = commit.wake_at;
+        r.error.clone_from(&commit.error);
+        r.claims_without_progress = 0;
+        r.updated_at = now;
+    }
+
+    /// Write an operator's transition.
+    fn apply_operator(&mut self, t: &OperatorTransition, now: i64) -> RunRecord {
+        self.append_version(&t.commit, t.epoch, Some(&t.note), now);
+        let r = &mut self.record;
+        r.epoch = t.epoch;
+        r.cancel_requested = None;
+        if !t.keep_lease {
+            r.lease_owner = None;
+            r.lease_expires_at = None;
+        }
+        r.clone()
+    }
+
     fn fenced(&self, lease: &Lease) -> Result<(), StoreError> {
         if self.record.epoch == lease.epoch {
             Ok(())
@@ -301,6 +370,7 @@ impl Store for MemoryStore {
     }
 
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        validate_labels(&run.labels)?;
         let record = {
             let mut g = self.lock();
             if let Some(existing) = g.runs.get(&run.id) {
@@ -354,13 +424,16 @@ impl Store for MemoryStore {
             .filter(|d| {
                 let r = &d.record;
                 let due = r.wake_at.is_none_or(|t| t <= now);
-                let runnable = match r.status {
-                    RunStatus::Running | RunStatus::Compensating => due,
-                    RunStatus::Waiting => {
-                        r.wake_at.is_some_and(|t| t <= now) || g.has_signal_for(r)
-                    }
-                    _ => false,
-                };
+                // A run whose cancel is requested is claimed whatever it waits for: its
+                // claimer writes the cancel.
+                let runnable = r.cancel_requested.is_some()
+                    || match r.status {
+                        RunStatus::Running | RunStatus::Compensating => due,
+                        RunStatus::Waiting => {
+                            r.wake_at.is_some_and(|t| t <= now) || g.has_signal_for(r)
+                        }
+                        _ => false,
+                    };
                 runnable && !lease_alive(r, now) && (agents.is_empty() || agents.contains(&r.agent))
             })
             .map(|d| (d.record.created_at, d.created_seq, d.record.id.as_str()))
@@ -523,48 +596,17 @@ impl Store for MemoryStore {
                     found: data.record.version,
                 });
             }
+            if data.record.cancel_requested.is_some() {
+                return Err(StoreError::CancelRequested(lease.run_id.clone()));
+            }
             let version = commit.expected_version + 1;
-            let (payload, since) = history::encode(
-                Some(&data.record.state),
-                &commit.state,
-                data.patch_bytes_since_snapshot,
-            );
-            let hash = transition_hash(&data.last_hash, &commit.link(lease));
-            data.versions.insert(
-                version,
-                StoredVersion {
-                    payload,
-                    state_name: commit.to_state.clone(),
-                    transition: TransitionRecord {
-                        run_id: lease.run_id.clone(),
-                        version,
-                        from_state: commit.from_state.clone(),
-                        to_state: commit.to_state.clone(),
-                        kind: commit.kind,
-                        status: commit.status,
-                        epoch: lease.epoch,
-                        created_at: now,
-                        hash: hash.clone(),
-                    },
-                },
-            );
-            data.patch_bytes_since_snapshot = since;
-            data.last_hash = hash;
+            data.append_version(commit, lease.epoch, None, now);
             let r = &mut data.record;
-            r.version = version;
-            r.state_name.clone_from(&commit.to_state);
-            r.state.clone_from(&commit.state);
-            r.status = commit.status;
-            r.waiting_for.clone_from(&commit.waiting_for);
-            r.wake_at = commit.wake_at;
-            r.error.clone_from(&commit.error);
-            r.claims_without_progress = 0;
             if commit.status.is_final() {
                 // Nothing is left to do under the lease: it ends with the commit.
                 r.lease_owner = None;
                 r.lease_expires_at = None;
             }
-            r.updated_at = now;
             let record = r.clone();
             if let Some(id) = commit.consumed_signal
                 && let Some(s) = g.signals.get_mut(&id)
@@ -607,13 +649,14 @@ impl Store for MemoryStore {
             let at = data
                 .state_at(version)?
                 .ok_or_else(|| StoreError::NotFound(format!("{run_id}@{version}")))?;
-            let new = NewRun {
-                id: new_id.to_owned(),
-                agent: data.record.agent.clone(),
-                fingerprint: data.record.fingerprint.clone(),
-                state_name: at.state_name,
-                state: at.state,
-            };
+            let new = NewRun::new(
+                new_id,
+                data.record.agent.clone(),
+                data.record.fingerprint.clone(),
+                at.state_name,
+                at.state,
+            )
+            .with_labels(data.record.labels.clone());
             if let Some(existing) = g.runs.get(new_id) {
                 return if existing.creation_hash == creation_hash(&new)
                     && existing.record.parent == Some((run_id.to_owned(), version))
@@ -637,6 +680,10 @@ impl Store for MemoryStore {
             .filter(|d| {
                 filter.agent.as_ref().is_none_or(|a| *a == d.record.agent)
                     && (filter.statuses.is_empty() || filter.statuses.contains(&d.record.status))
+                    && filter
+                        .labels
+                        .iter()
+                        .all(|(k, v)| d.record.labels.get(k) == Some(v))
             })
             .collect();
         runs.sort_by(|a, b| {
@@ -767,6 +814,7 @@ impl Store for MemoryStore {
                         epoch: commit.epoch(),
                         created_at: now,
                         hash: commit.hash.clone(),
+                        note: Some(commit.note.clone()),
                     },
                 },
             );
@@ -870,6 +918,45 @@ impl Store for MemoryStore {
             .map(|e| serde_json::to_vec(e).map_or(0, |b| b.len() as u64))
             .sum();
         Ok(Some(versions + journal))
+    }
+
+    async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let record = {
+            let mut g = self.lock();
+            let data = g.run_mut(run_id)?;
+            match operator::plan_cancel(&data.record, note, now)? {
+                OperatorPlan::Unchanged => return Ok(data.record.clone()),
+                OperatorPlan::RequestCancel => {
+                    data.record.cancel_requested = Some(note.clone());
+                    data.record.updated_at = now;
+                    data.record.clone()
+                }
+                OperatorPlan::Transition(t) => data.apply_operator(&t, now),
+            }
+        };
+        self.work.notify_waiters();
+        Ok(record)
+    }
+
+    async fn terminate_run(
+        &self,
+        run_id: &str,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        let mut g = self.lock();
+        let data = g.run_mut(run_id)?;
+        match operator::plan_terminate(&data.record, note)? {
+            OperatorPlan::Transition(t) => Ok(data.apply_operator(&t, now_ms())),
+            OperatorPlan::Unchanged | OperatorPlan::RequestCancel => Ok(data.record.clone()),
+        }
+    }
+
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
+        let mut g = self.lock();
+        let data = g.run_mut(&lease.run_id)?;
+        let t = operator::plan_accept_cancel(&data.record, lease)?;
+        Ok(data.apply_operator(&t, now_ms()))
     }
 }
 

@@ -22,6 +22,7 @@ mod error;
 pub mod history;
 pub mod location;
 pub mod memory;
+pub mod operator;
 mod records;
 pub mod repair;
 mod run_id;
@@ -32,11 +33,12 @@ pub use canonical::{canonical_json, creation_hash, input_hash};
 pub use chain::{ChainLink, legacy_transition_hash, transition_hash};
 pub use contract::Store;
 pub use error::StoreError;
+pub use operator::{validate_label, validate_labels};
 pub use records::{
-    CallStatus, EntryKind, InspectedRun, JournalEntry, Lease, Millis, NewRun, PruneReport,
-    ROW_UNREADABLE, RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus, SignalRecord,
-    StateAtVersion, StepCommit, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
-    idempotency_key, now_ms,
+    CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis, NewRun, OperatorNote,
+    PruneReport, ROW_UNREADABLE, RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus,
+    SignalRecord, StateAtVersion, StepCommit, ToolSwitch, TransitionKind, TransitionRecord,
+    VersionSpan, idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;

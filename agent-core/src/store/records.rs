@@ -1,6 +1,8 @@
 //! The records a store keeps: runs, leases, journal entries, transitions, signals, and
 //! the settings and reports of its operations.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -53,11 +55,17 @@ pub enum RunStatus {
     Quarantined,
     /// Gave up after repeated crashes or failing compensations; needs an operator.
     DeadLettered,
+    /// Cancelled by an operator ([`Store::cancel_run`](super::Store::cancel_run)), its
+    /// compensations completed.
+    Cancelled,
+    /// Stopped by an operator ([`Store::terminate_run`](super::Store::terminate_run)) without
+    /// compensating.
+    Terminated,
 }
 
 impl RunStatus {
     /// All statuses, for parsing and listing.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::Running,
         Self::Waiting,
         Self::Completed,
@@ -66,6 +74,8 @@ impl RunStatus {
         Self::Failed,
         Self::Quarantined,
         Self::DeadLettered,
+        Self::Cancelled,
+        Self::Terminated,
     ];
 
     /// The stored name (`running`, `dead_lettered`, ...).
@@ -90,6 +100,8 @@ impl RunStatus {
                 | Self::Failed
                 | Self::Quarantined
                 | Self::DeadLettered
+                | Self::Cancelled
+                | Self::Terminated
         )
     }
 
@@ -147,6 +159,11 @@ pub struct RunRecord {
     pub created_at: Millis,
     /// Last change.
     pub updated_at: Millis,
+    /// The labels the run was created with ([`NewRun::with_label`]).
+    pub labels: Labels,
+    /// A cancel asked for while a worker held the run's lease: the holder turns it into the
+    /// `cancel` transition at its next commit ([`Store::cancel_run`](super::Store::cancel_run)).
+    pub cancel_requested: Option<OperatorNote>,
 }
 
 impl RunRecord {
@@ -175,6 +192,8 @@ impl RunRecord {
             parent: None,
             created_at: 0,
             updated_at: 0,
+            labels: Labels::new(),
+            cancel_requested: None,
         }
     }
 }
@@ -195,7 +214,44 @@ pub struct InspectedRun {
 }
 
 /// A run to create.
+/// A run's labels: key/value pairs set at creation, for finding runs
+/// ([`RunFilter::labels`]); see [`validate_labels`](super::validate_labels) for what a key
+/// and a value may hold.
+pub type Labels = BTreeMap<String, String>;
+
+/// Who asked for an operator's action on a run (cancel, terminate), and why; recorded
+/// with the transition it wrote (and covered by its hash).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorNote {
+    /// The operator's identity (`agentctl` takes `--by`, or `$USER`).
+    pub by: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl OperatorNote {
+    /// A note by `by` for `reason`.
+    #[must_use]
+    pub fn new(by: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            by: by.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A run to create. Build it with [`NewRun::new`] and the `with_*` methods, so that fields
+/// added later do not break the code that creates runs.
+///
+/// ```
+/// use durable_agents::store::NewRun;
+/// let run = NewRun::new("run-1", "Checkout", "f", "Browsing", serde_json::json!({}))
+///     .with_label("tenant", "acme")
+///     .with_label("region", "eu");
+/// assert_eq!(run.labels["tenant"], "acme");
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct NewRun {
     /// The run's id; creating the same id twice returns the existing run.
     pub id: String,
@@ -207,6 +263,50 @@ pub struct NewRun {
     pub state_name: String,
     /// The initial state, serialized.
     pub state: Value,
+    /// Labels to find the run by; validated by the store at creation.
+    #[serde(default)]
+    pub labels: Labels,
+}
+
+impl NewRun {
+    /// A run `id` of `agent` (graph `fingerprint`) starting in `state_name` with `state`,
+    /// without labels.
+    #[must_use]
+    pub fn new(
+        id: impl Into<String>,
+        agent: impl Into<String>,
+        fingerprint: impl Into<String>,
+        state_name: impl Into<String>,
+        state: Value,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            agent: agent.into(),
+            fingerprint: fingerprint.into(),
+            state_name: state_name.into(),
+            state,
+            labels: Labels::new(),
+        }
+    }
+
+    /// With label `key` = `value` (replacing an earlier value of `key`).
+    #[must_use]
+    pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// With these labels added.
+    #[must_use]
+    pub fn with_labels<K, V>(mut self, labels: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.labels
+            .extend(labels.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
 }
 
 /// A held lease: the right to write the run's next version, fenced by `epoch`.
@@ -376,6 +476,11 @@ pub enum TransitionKind {
     Error,
     /// The status changed without a state change (wait, failure, compensation done).
     Status,
+    /// An operator cancelled the run: it moves to compensating with error `cancelled`
+    /// ([`Store::cancel_run`](super::Store::cancel_run)).
+    Cancel,
+    /// An operator terminated the run ([`Store::terminate_run`](super::Store::terminate_run)).
+    Terminate,
     /// An operator reset a quarantined run to an earlier version's state
     /// ([`repair`](super::repair)).
     Repair,
@@ -441,6 +546,8 @@ pub struct TransitionRecord {
     pub created_at: Millis,
     /// SHA-256 chaining this record to the previous one (tamper evidence), hex.
     pub hash: String,
+    /// For an operator's transition (cancel, terminate): who and why.
+    pub note: Option<OperatorNote>,
 }
 
 /// A signal sent to a run.
@@ -469,6 +576,8 @@ pub struct RunFilter {
     pub statuses: Vec<RunStatus>,
     /// At most this many, newest first (all when `None`).
     pub limit: Option<usize>,
+    /// Only runs carrying every one of these labels (all when empty).
+    pub labels: Labels,
 }
 
 /// A tool's switch in the tool registry.
@@ -558,6 +667,8 @@ mod tests {
                 "failed",
                 "quarantined",
                 "dead_lettered",
+                "cancelled",
+                "terminated",
             ],
             |s| s.as_str(),
             RunStatus::parse,
@@ -588,8 +699,10 @@ mod tests {
                 TransitionKind::Step,
                 TransitionKind::Error,
                 TransitionKind::Status,
+                TransitionKind::Cancel,
+                TransitionKind::Terminate,
             ],
-            &["start", "step", "error", "status"],
+            &["start", "step", "error", "status", "cancel", "terminate"],
             |s| s.as_str(),
             TransitionKind::parse,
         );

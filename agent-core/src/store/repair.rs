@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use super::verify::verify_chain;
 use super::{
-    ChainLink, RunRecord, RunStatus, Store, StoreError, TransitionKind, now_ms, transition_hash,
+    ChainLink, OperatorNote, RunRecord, RunStatus, Store, StoreError, TransitionKind, now_ms,
+    transition_hash,
 };
 
 /// A planned repair: what [`Store::repair_run`] writes.
@@ -36,6 +37,8 @@ pub struct RepairCommit {
     pub to_state: String,
     /// That version's state.
     pub state: Value,
+    /// Who repairs, and why: recorded with the transition and covered by its hash.
+    pub note: OperatorNote,
     /// The new transition's hash, chained to the last stored version's.
     pub hash: String,
 }
@@ -65,6 +68,7 @@ impl RepairCommit {
             status: RunStatus::Running,
             epoch: self.epoch(),
             state: &self.state,
+            note: Some(&self.note),
         }
     }
 }
@@ -111,7 +115,7 @@ pub enum RepairError {
     Store(#[from] StoreError),
 }
 
-/// Plan the repair of quarantined run `run_id` to `to_version`: the run is quarantined and
+/// Plan the repair of quarantined run `run_id` to `to_version`, by and for `note`: the run is quarantined and
 /// not leased, the version is stored, its state replays, and the hash chain verifies from
 /// the first stored version up to it.
 ///
@@ -121,6 +125,7 @@ pub async fn plan_repair(
     store: &dyn Store,
     run_id: &str,
     to_version: u64,
+    note: OperatorNote,
 ) -> Result<RepairCommit, RepairError> {
     let run = store
         .inspect_run(run_id)
@@ -191,13 +196,14 @@ pub async fn plan_repair(
         restored_version: to_version,
         to_state: restored.state_name,
         state: restored.state,
+        note,
         hash: String::new(),
     };
     commit.hash = transition_hash(&last.hash, &commit.link());
     Ok(commit)
 }
 
-/// Repair quarantined run `run_id` to `to_version` ([`plan_repair`], then
+/// Repair quarantined run `run_id` to `to_version`, by and for `note` ([`plan_repair`], then
 /// [`Store::repair_run`]): the run is running again at that version's state, at a new
 /// version, with its error cleared.
 ///
@@ -208,7 +214,8 @@ pub async fn repair(
     store: &dyn Store,
     run_id: &str,
     to_version: u64,
+    note: OperatorNote,
 ) -> Result<RunRecord, RepairError> {
-    let commit = plan_repair(store, run_id, to_version).await?;
+    let commit = plan_repair(store, run_id, to_version, note).await?;
     Ok(store.repair_run(&commit).await?)
 }

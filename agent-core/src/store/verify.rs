@@ -420,6 +420,7 @@ mod tests {
                 epoch: 1,
                 created_at: 0,
                 hash: String::new(),
+                note: None,
             };
             record.hash = transition_hash(&prev, &record.link(&state));
             let hash = record.hash.clone();
@@ -453,6 +454,8 @@ mod tests {
             parent: None,
             created_at: 0,
             updated_at: 0,
+            labels: crate::store::Labels::new(),
+            cancel_requested: None,
         };
         (run, history, states)
     }

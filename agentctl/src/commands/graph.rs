@@ -120,7 +120,11 @@ async fn overlay(cx: &Ctx, run: &agent_core::store::RunRecord) -> Result<PathOve
                 failed.insert(t.from_state.clone());
             }
             // A repair jumps back; it is not an edge of the graph.
-            TransitionKind::Start | TransitionKind::Status | TransitionKind::Repair => {}
+            TransitionKind::Start
+            | TransitionKind::Status
+            | TransitionKind::Cancel
+            | TransitionKind::Terminate
+            | TransitionKind::Repair => {}
         }
     }
     for e in &journal {

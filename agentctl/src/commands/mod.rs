@@ -16,6 +16,7 @@ mod backup;
 mod fork;
 mod graph;
 mod migrate;
+mod operate;
 mod prune;
 mod repair;
 mod requeue;
@@ -103,6 +104,8 @@ pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
             None => verify::all(&cx).await,
         },
         Command::Agents => agents::run(&cx).await,
+        Command::Cancel(args) => operate::cancel(&cx, &args).await,
+        Command::Terminate(args) => operate::terminate(&cx, &args).await,
         Command::Migrate | Command::Backup(_) => unreachable!("dispatched above"),
     }
 }

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use agent_core::store::{RepairError, StoreError, plan_repair};
+use agent_core::store::{OperatorNote, RepairError, StoreError, plan_repair};
 
 use super::Ctx;
 use crate::cli::RepairArgs;
@@ -12,7 +12,8 @@ use crate::output::outln;
 
 pub(super) async fn run(cx: &Ctx, args: &RepairArgs) -> Result<ExitCode> {
     let before = cx.inspect(&args.run).await?.record;
-    let plan = plan_repair(cx.store.as_ref(), &args.run, args.to)
+    let note = OperatorNote::new(&args.by, &args.reason);
+    let plan = plan_repair(cx.store.as_ref(), &args.run, args.to, note)
         .await
         .map_err(|e| refused(&args.run, e))?;
     let repaired = cx

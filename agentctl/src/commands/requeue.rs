@@ -48,7 +48,10 @@ pub(super) async fn run(cx: &Ctx, id: &str, mode: Mode) -> Result<ExitCode> {
                 run.id
             )));
         }
-        RunStatus::Completed | RunStatus::Compensated => {
+        RunStatus::Completed
+        | RunStatus::Compensated
+        | RunStatus::Cancelled
+        | RunStatus::Terminated => {
             return Err(CliError::failed(format!(
                 "run `{}` is {}: there is nothing to re-run",
                 run.id, run.status

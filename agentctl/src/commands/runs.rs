@@ -16,6 +16,7 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
         agent: args.agent.clone(),
         statuses: args.status.clone(),
         limit: Some(args.limit),
+        labels: args.labels.iter().cloned().collect(),
     };
     let runs = cx.store.list_runs(&filter).await?;
     if cx.out.json {
@@ -23,7 +24,8 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if runs.is_empty() {
-        let what = match (&args.agent, args.status.is_empty()) {
+        let unfiltered = args.status.is_empty() && args.labels.is_empty();
+        let what = match (&args.agent, unfiltered) {
             (Some(a), _) => format!("no runs of agent `{a}` match"),
             (None, false) => "no runs match".to_owned(),
             (None, true) => "no runs yet".to_owned(),

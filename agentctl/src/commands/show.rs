@@ -106,9 +106,10 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
     );
     let status = match run.status {
         RunStatus::Completed => cx.out.green(run.status.as_str()),
-        RunStatus::Failed | RunStatus::Quarantined | RunStatus::DeadLettered => {
-            cx.out.red(run.status.as_str())
-        }
+        RunStatus::Failed
+        | RunStatus::Quarantined
+        | RunStatus::DeadLettered
+        | RunStatus::Terminated => cx.out.red(run.status.as_str()),
         RunStatus::Waiting | RunStatus::Compensating => cx.out.yellow(run.status.as_str()),
         _ => run.status.as_str().to_owned(),
     };
@@ -131,6 +132,19 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
     }
     if let Some((parent, v)) = &run.parent {
         field("forked from", format!("{parent} at version {v}"));
+    }
+    if !run.labels.is_empty() {
+        let labels: Vec<String> = run.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        field("labels", labels.join(" "));
+    }
+    if let Some(note) = &run.cancel_requested {
+        field(
+            "cancelling",
+            cx.out.yellow(&format!(
+                "requested by {}: {}; the worker holding it cancels at its next commit",
+                note.by, note.reason
+            )),
+        );
     }
     if let Some(e) = &run.error {
         field("error", cx.out.red(&format!("{}: {}", e.code, e.message)));
@@ -364,11 +378,18 @@ fn clock(ms: i64) -> String {
 fn transition_row(cx: &Ctx, t: &TransitionRecord, state: Option<&StateAtVersion>) -> Vec<Cell> {
     let name = match t.kind {
         TransitionKind::Start => t.to_state.clone(),
-        TransitionKind::Status if t.from_state == t.to_state => t.to_state.clone(),
+        TransitionKind::Status | TransitionKind::Cancel | TransitionKind::Terminate
+            if t.from_state == t.to_state =>
+        {
+            t.to_state.clone()
+        }
         _ => format!("{} → {}", t.from_state, t.to_state),
     };
     let event = match t.kind {
-        TransitionKind::Error => cx.out.cell("error", Color::Red),
+        TransitionKind::Error | TransitionKind::Terminate => {
+            cx.out.cell(t.kind.as_str(), Color::Red)
+        }
+        TransitionKind::Cancel => cx.out.cell(t.kind.as_str(), Color::Magenta),
         kind => cx.out.cell(kind.as_str(), Color::Blue),
     };
     vec![
@@ -384,7 +405,11 @@ fn transition_row(cx: &Ctx, t: &TransitionRecord, state: Option<&StateAtVersion>
             let data = state
                 .and_then(|s| state_data(&s.state_name, &s.state))
                 .map_or_else(String::new, |d| format!("; state {}", ellipsize(&d, 80)));
-            cx.out.dim_cell(format!("epoch {}{data}", t.epoch))
+            let by = t
+                .note
+                .as_ref()
+                .map_or_else(String::new, |n| format!("by {}: {}; ", n.by, n.reason));
+            cx.out.dim_cell(format!("{by}epoch {}{data}", t.epoch))
         },
     ]
 }

@@ -258,7 +258,17 @@ async fn drive(
     let w = Arc::new(World::default());
     w.configure(world);
     let r = runner(store, &w, choice);
-    r.start(id, fixture::initial(&["apple", "kiwi"]))
+    // Two runs carry labels, for `runs --label`.
+    let labels = match id {
+        PAID_WAITING => [("tenant", "acme"), ("region", "eu")].as_slice(),
+        DONE => [("tenant", "acme"), ("region", "us")].as_slice(),
+        _ => [].as_slice(),
+    };
+    let labels = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    r.start_with_labels(id, fixture::initial(&["apple", "kiwi"]), labels)
         .await
         .expect("start");
     r.run(id).await.expect("run");

@@ -210,13 +210,13 @@ pub async fn load(
     let e = |e: agent_core::store::StoreError| e.to_string();
     let v0 = &capture.versions[0];
     store
-        .create_run(NewRun {
-            id: capture.run_id.clone(),
-            agent: capture.agent.clone(),
-            fingerprint: capture.fingerprint.clone(),
-            state_name: v0.state_name.clone(),
-            state: v0.state.clone(),
-        })
+        .create_run(NewRun::new(
+            capture.run_id.clone(),
+            capture.agent.clone(),
+            capture.fingerprint.clone(),
+            v0.state_name.clone(),
+            v0.state.clone(),
+        ))
         .await
         .map_err(e)?;
     let (lease, _) = store

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use agent_core::Agent;
 use agent_core::store::history::{self, VersionPayload};
-use agent_core::store::{ChainLink, RunStatus, TransitionKind, transition_hash};
+use agent_core::store::{ChainLink, OperatorNote, RunStatus, TransitionKind, transition_hash};
 use serde_json::Value;
 use sqlx::{PgPool, Row};
 
@@ -91,12 +91,14 @@ impl Report {
     }
 }
 
-const FINAL: [&str; 5] = [
+const FINAL: [&str; 7] = [
     "completed",
     "compensated",
     "failed",
     "quarantined",
     "dead_lettered",
+    "cancelled",
+    "terminated",
 ];
 
 /// Per step: (worker, started, finished) of each execution.
@@ -153,7 +155,7 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
     // (1), (2), (5): the version chain, its edges and epochs.
     let rows = sqlx::query(
         "SELECT run_id, version, from_state, to_state, kind, status, epoch, hash, payload_kind, \
-         payload FROM transitions ORDER BY run_id, version",
+         payload, note_by, note_reason FROM transitions ORDER BY run_id, version",
     )
     .fetch_all(pool)
     .await
@@ -186,6 +188,13 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
             let status: String = r.get("status");
             let epoch: i64 = r.get("epoch");
             let hash: String = r.get("hash");
+            let note = r.get::<Option<String>, _>("note_by").map(|by| {
+                OperatorNote::new(
+                    by,
+                    r.get::<Option<String>, _>("note_reason")
+                        .unwrap_or_default(),
+                )
+            });
             let body: Value = r.get("payload");
             let payload = if r.get::<String, _>("payload_kind") == "snapshot" {
                 snapshot_at = payloads.len();
@@ -196,7 +205,7 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
             payloads.push(payload);
             let legal = match kind.as_str() {
                 "start" => v == 0 && from == to,
-                "status" => from == to,
+                "status" | "cancel" | "terminate" => from == to,
                 "step" | "error" => graph.has_edge(&from, &to),
                 _ => false,
             };
@@ -231,6 +240,7 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
                             status,
                             epoch: u64::try_from(epoch).unwrap_or(0),
                             state: &state,
+                            note: note.as_ref(),
                         });
                     if link.is_none_or(|link| transition_hash(&prev_hash, &link) != hash) {
                         report.violation(format!("run {id} v{v}: hash chain broken (fork?)"));

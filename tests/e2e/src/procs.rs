@@ -136,7 +136,8 @@ async fn connect_service(opts: &WorkerOpts) -> sqlx::PgPool {
 async fn all_done(pool: &sqlx::PgPool, expect: u64) -> bool {
     let row: Result<(i64, i64), _> = sqlx::query_as(
         "SELECT count(*), count(*) FILTER (WHERE status NOT IN \
-         ('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered')) FROM runs",
+         ('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered', 'cancelled', \
+         'terminated')) FROM runs",
     )
     .fetch_one(pool)
     .await;
@@ -385,7 +386,8 @@ pub struct Held {
 pub async fn held_runs(pool: &sqlx::PgPool, worker: &str) -> Vec<Held> {
     let rows: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
         "SELECT id, version, ts_to_ms(lease_expires_at) FROM runs WHERE lease_owner = $1 \
-         AND status NOT IN ('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered')",
+         AND status NOT IN ('completed', 'compensated', 'failed', 'quarantined', 'dead_lettered', \
+         'cancelled', 'terminated')",
     )
     .bind(worker)
     .fetch_all(pool)

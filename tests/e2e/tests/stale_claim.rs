@@ -13,8 +13,8 @@ use std::time::Duration;
 use agent_core::graph::GraphDescription;
 use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
 use agent_core::store::{
-    JournalEntry, Lease, NewRun, PruneReport, RetentionPolicy, RunError, RunFilter, RunRecord,
-    RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
+    JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RetentionPolicy, RunError, RunFilter,
+    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
     TransitionRecord, VersionSpan,
 };
 use agent_pg::PgStore;
@@ -153,6 +153,19 @@ impl Store for LateClaim {
         commit: &agent_core::store::RepairCommit,
     ) -> Result<RunRecord, StoreError> {
         self.inner.repair_run(commit).await
+    }
+    async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError> {
+        self.inner.cancel_run(run_id, note).await
+    }
+    async fn terminate_run(
+        &self,
+        run_id: &str,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.terminate_run(run_id, note).await
+    }
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
+        self.inner.accept_cancel(lease).await
     }
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
         self.inner.prune(policy).await

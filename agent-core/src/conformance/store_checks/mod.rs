@@ -45,13 +45,7 @@ fn unique(prefix: &str) -> String {
 }
 
 fn new_run(id: &str, agent: &str, state: Value) -> NewRun {
-    NewRun {
-        id: id.to_owned(),
-        agent: agent.to_owned(),
-        fingerprint: "fp-1".to_owned(),
-        state_name: "Start".to_owned(),
-        state,
-    }
+    NewRun::new(id, agent, "fp-1", "Start", state)
 }
 
 /// A step from `expected` to `expected + 1` staying running.
@@ -166,6 +160,7 @@ mod commits;
 mod history;
 mod journal;
 mod leases;
+mod operator;
 mod repair;
 mod runs;
 
@@ -186,6 +181,11 @@ pub use leases::{
     check_concurrent_claim_next_is_disjoint, check_expire_leases_of_frees_one_workers_runs,
     check_hand_back_does_not_count_the_claim,
     check_live_lease_blocks_and_expired_lease_is_reclaimed, check_wait_for_work_returns,
+};
+pub use operator::{
+    check_cancel_moves_free_runs_to_compensating,
+    check_cancel_of_a_leased_run_waits_for_its_holder, check_cancel_racing_a_commit,
+    check_labels_filter_runs, check_terminate_stops_runs_at_once,
 };
 pub use repair::check_repair_resets_a_quarantined_run;
 pub use runs::{

@@ -6,8 +6,13 @@ use serde_json::json;
 
 use super::{CheckResult, Ctx, claim, create, grow, step, stored, verify_chain};
 use crate::store::{
-    RepairError, RunError, RunStatus, Store, StoreError, TransitionKind, plan_repair, repair,
+    OperatorNote, RepairError, RunError, RunStatus, Store, StoreError, TransitionKind, plan_repair,
+    repair,
 };
+
+fn note() -> OperatorNote {
+    OperatorNote::new("conformance", "the state was restored by hand")
+}
 
 /// A quarantined run repaired to an earlier version: running again at a new version with
 /// that version's state, its error cleared, the repair a `repair` transition the hash chain
@@ -25,7 +30,7 @@ pub async fn check_repair_resets_a_quarantined_run(store: Arc<dyn Store>) -> Che
         .await
         .ctx("state_at")?
         .ok_or("version 1 not stored")?;
-    match repair(store.as_ref(), &run.id, 1).await {
+    match repair(store.as_ref(), &run.id, 1, note()).await {
         Err(RepairError::NotQuarantined { .. }) => {}
         other => return Err(format!("repair of a running run gave {other:?}")),
     }
@@ -34,11 +39,11 @@ pub async fn check_repair_resets_a_quarantined_run(store: Arc<dyn Store>) -> Che
         message: "conformance".into(),
     };
     store.quarantine(&lease, error).await.ctx("quarantine")?;
-    match repair(store.as_ref(), &run.id, 9).await {
+    match repair(store.as_ref(), &run.id, 9, note()).await {
         Err(RepairError::NoSuchVersion { version: 9, .. }) => {}
         other => return Err(format!("repair to a version never stored gave {other:?}")),
     }
-    let plan = plan_repair(store.as_ref(), &run.id, 1)
+    let plan = plan_repair(store.as_ref(), &run.id, 1, note())
         .await
         .map_err(|e| format!("plan_repair: {e}"))?;
     let stale = plan.clone();
@@ -67,10 +72,11 @@ pub async fn check_repair_resets_a_quarantined_run(store: Arc<dyn Store>) -> Che
     let history = store.history(&run.id).await.ctx("history")?;
     let last = history.last().ok_or("no history after repair")?;
     ensure!(
-        last.version == 4 && last.kind == TransitionKind::Repair,
-        "the repair's transition: version {} kind {} (want 4 repair)",
+        last.version == 4 && last.kind == TransitionKind::Repair && last.note == Some(note()),
+        "the repair's transition: version {} kind {} note {:?} (want 4 repair, by whom and why)",
         last.version,
-        last.kind.as_str()
+        last.kind.as_str(),
+        last.note
     );
     verify_chain(&store, &run.id).await?;
     // The same plan again: the run moved past it (no longer quarantined, another epoch).

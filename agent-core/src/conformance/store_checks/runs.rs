@@ -158,7 +158,7 @@ pub async fn check_list_runs(store: Arc<dyn Store>) -> CheckResult {
         .list_runs(&RunFilter {
             agent: Some(agent.clone()),
             statuses: vec![RunStatus::Failed],
-            limit: None,
+            ..RunFilter::default()
         })
         .await
         .ctx("list_runs")?;
@@ -169,8 +169,8 @@ pub async fn check_list_runs(store: Arc<dyn Store>) -> CheckResult {
     let two = store
         .list_runs(&RunFilter {
             agent: Some(agent.clone()),
-            statuses: vec![],
             limit: Some(2),
+            ..RunFilter::default()
         })
         .await
         .ctx("list_runs")?;

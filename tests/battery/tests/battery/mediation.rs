@@ -164,13 +164,13 @@ where
     let runner = runner_for(Arc::clone(&router), Arc::clone(&log));
     runner
         .store()
-        .create_run(NewRun {
-            id: run_id.to_owned(),
-            agent: A::NAME.to_owned(),
-            fingerprint: A::graph().fingerprint(),
-            state_name: state.state_name().to_owned(),
-            state: serde_json::to_value(state).map_err(|e| e.to_string())?,
-        })
+        .create_run(NewRun::new(
+            run_id.to_owned(),
+            A::NAME.to_owned(),
+            A::graph().fingerprint(),
+            state.state_name().to_owned(),
+            serde_json::to_value(state).map_err(|e| e.to_string())?,
+        ))
         .await
         .map_err(|e| e.to_string())?;
     // A state that waits is woken at once; agents without a wait take no signal.

@@ -102,13 +102,13 @@ async fn round(
     }
     for i in 0..inert {
         store
-            .create_run(agent_core::store::NewRun {
-                id: format!("inert-{i}"),
-                agent: "Inert".into(),
-                fingerprint: "inert".into(),
-                state_name: "Start".into(),
-                state: json!({ "Start": { "items": ["poison", "a"] } }),
-            })
+            .create_run(agent_core::store::NewRun::new(
+                format!("inert-{i}"),
+                "Inert",
+                "inert",
+                "Start",
+                json!({ "Start": { "items": ["poison", "a"] } }),
+            ))
             .await
             .unwrap();
     }

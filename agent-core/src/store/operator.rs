@@ -1,0 +1,331 @@
+//! What an operator's cancel or terminate does to a run, decided here from the run as
+//! stored so that every store behaves the same, and the rules for run labels.
+//!
+//! A store reads the run inside its write (a locked row, a write transaction, its mutex),
+//! asks [`plan_cancel`], [`plan_terminate`] or [`plan_accept_cancel`], and writes what the
+//! plan says in the same write.
+
+use super::{
+    ChainLink, Labels, Lease, Millis, OperatorNote, RunError, RunRecord, RunStatus, StepCommit,
+    StoreError, TransitionKind,
+};
+
+/// The error code of a cancelled run while its compensations run (and after).
+pub const CANCELLED: &str = "cancelled";
+
+/// The error code of a terminated run.
+pub const TERMINATED: &str = "terminated";
+
+/// At most this many labels per run.
+pub const MAX_LABELS: usize = 32;
+
+/// At most this many characters in a label key.
+pub const MAX_LABEL_KEY_CHARS: usize = 63;
+
+/// At most this many characters in a label value.
+pub const MAX_LABEL_VALUE_CHARS: usize = 255;
+
+/// Check labels before a run is created with them: at most [`MAX_LABELS`]; a key is 1 to
+/// [`MAX_LABEL_KEY_CHARS`] ASCII letters, digits, `.`, `_`, `-` or `/`, starting with a
+/// letter or digit (it is typed on command lines: `--label tenant=acme`); a value is at most
+/// [`MAX_LABEL_VALUE_CHARS`] characters without control characters (it may be empty).
+///
+/// # Errors
+/// [`StoreError::InvalidLabel`] naming the first label that breaks a rule, and the rule.
+pub fn validate_labels(labels: &Labels) -> Result<(), StoreError> {
+    if labels.len() > MAX_LABELS {
+        return Err(StoreError::InvalidLabel(format!(
+            "a run has at most {MAX_LABELS} labels, not {}",
+            labels.len()
+        )));
+    }
+    for (key, value) in labels {
+        validate_label(key, value)?;
+    }
+    Ok(())
+}
+
+/// Check one label (see [`validate_labels`]).
+///
+/// # Errors
+/// [`StoreError::InvalidLabel`] saying which rule the label breaks.
+pub fn validate_label(key: &str, value: &str) -> Result<(), StoreError> {
+    let invalid = |why: String| Err(StoreError::InvalidLabel(why));
+    let key_chars = key.chars().count();
+    if key_chars == 0 {
+        return invalid("a label key must not be empty".to_owned());
+    }
+    if key_chars > MAX_LABEL_KEY_CHARS {
+        return invalid(format!(
+            "label key `{key}` has {key_chars} characters; at most {MAX_LABEL_KEY_CHARS}"
+        ));
+    }
+    if !key.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return invalid(format!(
+            "label key `{key}` must start with an ASCII letter or digit"
+        ));
+    }
+    if let Some(c) = key
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
+    {
+        return invalid(format!(
+            "label key `{key}` holds {c:?}; keys use ASCII letters, digits, `.`, `_`, `-` and `/`"
+        ));
+    }
+    let value_chars = value.chars().count();
+    if value_chars > MAX_LABEL_VALUE_CHARS {
+        return invalid(format!(
+            "the value of label `{key}` has {value_chars} characters; at most \
+             {MAX_LABEL_VALUE_CHARS}"
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return invalid(format!(
+            "the value of label `{key}` holds a control character"
+        ));
+    }
+    Ok(())
+}
+
+/// What an operator's action writes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OperatorPlan {
+    /// Nothing: the run already is, or is becoming, what was asked. The store returns the
+    /// run as it is, without a new version.
+    Unchanged,
+    /// Record the cancel request on the run (a worker holds a live lease on it): the
+    /// holder's next commit is refused with [`StoreError::CancelRequested`] and it takes
+    /// the cancel instead ([`plan_accept_cancel`]).
+    RequestCancel,
+    /// Write this transition.
+    Transition(Box<OperatorTransition>),
+}
+
+/// An operator's transition: a new version with the run's state unchanged, chained like
+/// any commit, with the operator's note.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperatorTransition {
+    /// The version written, as a commit (`expected_version` is the run's version: the write
+    /// is a compare-and-set on it like any commit).
+    pub commit: StepCommit,
+    /// Who and why.
+    pub note: OperatorNote,
+    /// The epoch of the write. Without a live lease it is the run's epoch plus one, which
+    /// fences out a holder whose lease expired (its next write gets
+    /// [`StoreError::LeaseLost`]); a terminate also fences a live holder out this way. The
+    /// lease holder taking a cancel keeps its epoch.
+    pub epoch: u64,
+    /// Whether the lease stays with its holder (the holder taking a cancel goes on to
+    /// compensate under it); otherwise the write ends the lease.
+    pub keep_lease: bool,
+}
+
+impl OperatorTransition {
+    /// What the transition's hash covers, for run `run_id`.
+    #[must_use]
+    pub fn link<'a>(&'a self, run_id: &'a str) -> ChainLink<'a> {
+        ChainLink {
+            run_id,
+            version: self.commit.expected_version + 1,
+            from_state: &self.commit.from_state,
+            to_state: &self.commit.to_state,
+            kind: self.commit.kind,
+            status: self.commit.status,
+            epoch: self.epoch,
+            state: &self.commit.state,
+            note: Some(&self.note),
+        }
+    }
+
+    /// The lease the write is fenced by, for stores that plan it like a commit.
+    #[must_use]
+    pub fn lease(&self, run_id: &str) -> Lease {
+        Lease {
+            run_id: run_id.to_owned(),
+            worker: String::new(),
+            epoch: self.epoch,
+            expires_at: 0,
+        }
+    }
+}
+
+fn lease_is_live(record: &RunRecord, now: Millis) -> bool {
+    record.lease_owner.is_some() && record.lease_expires_at.is_some_and(|t| t > now)
+}
+
+fn transition(
+    record: &RunRecord,
+    kind: TransitionKind,
+    status: RunStatus,
+    code: &str,
+    note: OperatorNote,
+    epoch: u64,
+    keep_lease: bool,
+) -> OperatorTransition {
+    let verb = if kind == TransitionKind::Terminate {
+        "terminated"
+    } else {
+        "cancelled"
+    };
+    OperatorTransition {
+        commit: StepCommit {
+            expected_version: record.version,
+            from_state: record.state_name.clone(),
+            to_state: record.state_name.clone(),
+            state: record.state.clone(),
+            kind,
+            status,
+            waiting_for: None,
+            wake_at: None,
+            error: Some(RunError {
+                code: code.to_owned(),
+                message: format!("{verb} by {}: {}", note.by, note.reason),
+            }),
+            consumed_signal: None,
+        },
+        note,
+        epoch,
+        keep_lease,
+    }
+}
+
+/// Cancel `record` at `now` for `note`:
+/// - a cancelled run, a compensating one (its compensations already run) and one whose
+///   cancel is already requested while its lease is live: [`OperatorPlan::Unchanged`];
+/// - another final run: refused;
+/// - a run held by a live lease: [`OperatorPlan::RequestCancel`];
+/// - otherwise (running, waiting, or held by an expired lease): the `cancel` transition to
+///   compensating with error [`CANCELLED`], fencing out the expired holder. A request
+///   recorded earlier keeps its note: the first operator to cancel is the one recorded.
+///
+/// # Errors
+/// [`StoreError::RunIsFinal`] for a run in a final status other than cancelled.
+pub fn plan_cancel(
+    record: &RunRecord,
+    note: &OperatorNote,
+    now: Millis,
+) -> Result<OperatorPlan, StoreError> {
+    match record.status {
+        RunStatus::Cancelled | RunStatus::Compensating => return Ok(OperatorPlan::Unchanged),
+        status if status.is_final() => {
+            return Err(StoreError::RunIsFinal {
+                run_id: record.id.clone(),
+                status,
+                action: "cancelled",
+            });
+        }
+        _ => {}
+    }
+    if lease_is_live(record, now) {
+        return Ok(if record.cancel_requested.is_some() {
+            OperatorPlan::Unchanged
+        } else {
+            OperatorPlan::RequestCancel
+        });
+    }
+    let note = record
+        .cancel_requested
+        .clone()
+        .unwrap_or_else(|| note.clone());
+    Ok(OperatorPlan::Transition(Box::new(transition(
+        record,
+        TransitionKind::Cancel,
+        RunStatus::Compensating,
+        CANCELLED,
+        note,
+        record.epoch + 1,
+        false,
+    ))))
+}
+
+/// Terminate `record` for `note`, whoever holds it: a terminated run is
+/// [`OperatorPlan::Unchanged`]; another final run is refused; any other run gets the
+/// `terminate` transition to terminated, with a new epoch that fences out a live holder
+/// (its next write gets [`StoreError::LeaseLost`] and it stops). Nothing is compensated.
+///
+/// # Errors
+/// [`StoreError::RunIsFinal`] for a run in a final status other than terminated.
+pub fn plan_terminate(record: &RunRecord, note: &OperatorNote) -> Result<OperatorPlan, StoreError> {
+    match record.status {
+        RunStatus::Terminated => Ok(OperatorPlan::Unchanged),
+        status if status.is_final() => Err(StoreError::RunIsFinal {
+            run_id: record.id.clone(),
+            status,
+            action: "terminated",
+        }),
+        _ => Ok(OperatorPlan::Transition(Box::new(transition(
+            record,
+            TransitionKind::Terminate,
+            RunStatus::Terminated,
+            TERMINATED,
+            note.clone(),
+            record.epoch + 1,
+            false,
+        )))),
+    }
+}
+
+/// The `cancel` transition the holder of `lease` writes for the cancel requested on
+/// `record` (see [`Store::accept_cancel`](super::Store::accept_cancel)).
+///
+/// # Errors
+/// [`StoreError::LeaseLost`] when the epoch moved; [`StoreError::Backend`] when no cancel
+/// is requested.
+pub fn plan_accept_cancel(
+    record: &RunRecord,
+    lease: &Lease,
+) -> Result<OperatorTransition, StoreError> {
+    if record.epoch != lease.epoch {
+        return Err(StoreError::LeaseLost {
+            run_id: lease.run_id.clone(),
+            epoch: lease.epoch,
+        });
+    }
+    let note = record
+        .cancel_requested
+        .clone()
+        .ok_or_else(|| StoreError::Backend(format!("run `{}` has no cancel request", record.id)))?;
+    Ok(transition(
+        record,
+        TransitionKind::Cancel,
+        RunStatus::Compensating,
+        CANCELLED,
+        note,
+        lease.epoch,
+        true,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn labels_follow_the_rules() {
+        assert!(validate_labels(&labels(&[("tenant", "acme"), ("team/a.b-c_d", "")])).is_ok());
+        for (key, value, why) in [
+            ("", "x", "must not be empty"),
+            ("-x", "x", "must start"),
+            ("a b", "x", "holds ' '"),
+            ("k", "line\nbreak", "control character"),
+        ] {
+            let e = validate_labels(&labels(&[(key, value)])).unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        let long_key = "k".repeat(MAX_LABEL_KEY_CHARS + 1);
+        assert!(validate_label(&long_key, "").is_err());
+        assert!(validate_label("k", &"v".repeat(MAX_LABEL_VALUE_CHARS + 1)).is_err());
+        let many: Labels = (0..=MAX_LABELS)
+            .map(|i| (format!("k{i}"), String::new()))
+            .collect();
+        assert!(validate_labels(&many).is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! Operators' verbs (`Store::cancel_run`, `terminate_run`, `accept_cancel`): the run read
+//! and the plan's write in one `BEGIN IMMEDIATE` transaction, so nothing commits between
+//! what the plan saw and what it writes.
+
+use agent_core::store::history::VersionPayload;
+use agent_core::store::operator::{OperatorPlan, OperatorTransition};
+use agent_core::store::{Millis, OperatorNote, RunRecord, StoreError, now_ms};
+use agent_sql::commit::{CommitPlan, operator_args};
+use agent_sql::reads::bind;
+use agent_sql::rows::{self, Applied};
+use agent_sql::{corrupt, to_i64};
+use sqlx::Row;
+
+use crate::{SqliteStore, db_err, sql};
+
+impl SqliteStore {
+    /// Read run `run_id`, ask `plan` what to do, and do it, in one write transaction.
+    /// `request` is the note a cancel request records.
+    pub(crate) async fn operator_action(
+        &self,
+        run_id: &str,
+        request: Option<&OperatorNote>,
+        plan: impl FnOnce(&RunRecord, Millis) -> Result<OperatorPlan, StoreError>,
+    ) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let mut tx = self.write_tx().await?;
+        let row = sqlx::query(sql::LOAD_RUN)
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        let head = rows::stored_run(&row)?.head;
+        match plan(&head.record, now)? {
+            OperatorPlan::Unchanged => Ok(head.record),
+            OperatorPlan::RequestCancel => {
+                let note = request.ok_or_else(|| {
+                    StoreError::Backend("a cancel request without a note".to_owned())
+                })?;
+                sqlx::query(sql::REQUEST_CANCEL)
+                    .bind(run_id)
+                    .bind(&note.by)
+                    .bind(&note.reason)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+                tx.commit().await.map_err(db_err)?;
+                let mut record = head.record;
+                record.cancel_requested = Some(note.clone());
+                record.updated_at = now;
+                Ok(record)
+            }
+            OperatorPlan::Transition(t) => {
+                let (plan, payload) = CommitPlan::operator(head, &t);
+                let applied = write_transition(&mut tx, run_id, &t, &plan, &payload, now).await?;
+                tx.commit().await.map_err(db_err)?;
+                self.work.notify_waiters();
+                let lease = t.lease(run_id);
+                Ok(plan.applied(&lease, &t.commit, applied, &self.heads))
+            }
+        }
+    }
+}
+
+/// The run row and the transition of an operator's plan.
+async fn write_transition(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    run_id: &str,
+    t: &OperatorTransition,
+    plan: &CommitPlan,
+    payload: &VersionPayload,
+    now: Millis,
+) -> Result<Applied, StoreError> {
+    let (payload_kind, body) = match payload {
+        VersionPayload::Snapshot(v) => ("snapshot", v.to_string()),
+        VersionPayload::Patch(v) => ("patch", v.to_string()),
+    };
+    let snapshot_state = payload.is_snapshot().then_some(body.as_str());
+    let commit = &t.commit;
+    let row = bind(
+        sqlx::query(sql::OPERATOR_RUN),
+        &operator_args(run_id, t, plan),
+    )
+    .bind(now)
+    .bind(snapshot_state)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(db_err)?
+    .ok_or_else(|| {
+        StoreError::Backend(format!("run `{run_id}` moved inside its write transaction"))
+    })?;
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let applied = Applied {
+        lease_owner: row.try_get("lease_owner").map_err(c)?,
+        lease_expires_at: row.try_get("lease_expires_at").map_err(c)?,
+        updated_at: now,
+    };
+    sqlx::query(sql::INSERT_OPERATOR_TRANSITION)
+        .bind(run_id)
+        .bind(to_i64(plan.version))
+        .bind(&commit.from_state)
+        .bind(&commit.to_state)
+        .bind(commit.kind.as_str())
+        .bind(commit.status.as_str())
+        .bind(to_i64(t.epoch))
+        .bind(now)
+        .bind(&plan.hash)
+        .bind(payload_kind)
+        .bind(&body)
+        .bind(&t.note.by)
+        .bind(&t.note.reason)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_err)?;
+    Ok(applied)
+}
