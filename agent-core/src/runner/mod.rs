@@ -426,9 +426,10 @@ where
     }
 
     /// [`RunnerError::NoRouter`] for an agent with a routed state and no router: found
-    /// before the first run is created or claimed, not at the routed state after commits.
+    /// before the first run is created or claimed, not at the routed state after commits;
+    /// a [`Worker`](super::Worker) checks it before its first claim and claims nothing.
     /// (`Runner::new` cannot tell: the router comes later, from `with_router`.)
-    fn check_router(&self) -> Result<(), RunnerError> {
+    pub(crate) fn check_router(&self) -> Result<(), RunnerError> {
         if self.inner.router.is_some() {
             return Ok(());
         }

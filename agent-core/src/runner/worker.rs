@@ -183,6 +183,13 @@ where
         let cfg = self.runner.config().clone();
         let agents = vec![A::NAME.to_owned()];
         let mut stats = WorkerStats::default();
+        // A routed agent without a router would claim runs only to fail each at its routed
+        // state: say so once and claim nothing.
+        if let Err(e) = self.runner.check_router() {
+            tracing::error!(error = %e, "the worker cannot run this agent; it claims nothing");
+            stats.errors += 1;
+            return stats;
+        }
         let mut tasks: JoinSet<Driven> = JoinSet::new();
         // Runs whose step panicked in this process: the panic is theirs, so they are tried
         // again at once (each try counted) and not suspected of crashing the process.
