@@ -35,6 +35,7 @@ pub struct StateSpec {
     pub on_error: Option<&'static str>,
     pub tools: &'static [&'static str],
     pub max_tool_calls: Option<u32>,
+    pub tools_per_answer: Option<u32>,
     pub timeout_ms: Option<u64>,
     pub data: &'static str,
 }
@@ -89,6 +90,7 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
                 on_error: s.on_error.map(str::to_owned),
                 tools: strings(s.tools),
                 max_tool_calls: s.max_tool_calls,
+                tools_per_answer: s.tools_per_answer,
                 timeout_ms: s.timeout_ms,
                 data: s.data.to_owned(),
             })

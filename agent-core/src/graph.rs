@@ -63,6 +63,11 @@ pub struct StateDescription {
     /// Budget: at most this many tool calls per visit of the state.
     #[serde(default)]
     pub max_tool_calls: Option<u32>,
+    /// LLM-routed states: how many tools one answer may call at once (`tools_per_answer`);
+    /// `None` is one. Left out of the description when `None`, so that the fingerprints of
+    /// graphs that do not use it are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_per_answer: Option<u32>,
     /// Budget: a visit of the state may take at most this long (milliseconds).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
@@ -472,6 +477,7 @@ mod tests {
             on_error: None,
             tools: vec![],
             max_tool_calls: None,
+            tools_per_answer: None,
             timeout_ms: None,
             data: String::new(),
         };

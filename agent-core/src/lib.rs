@@ -75,6 +75,7 @@ pub use tool::{
 /// | `wait_timeout_ms = N` | ... or once `N` ms passed without it |
 /// | `on_error = State` | an extra edge, taken when a step of this state fails |
 /// | `max_tool_calls = N` | budget: tool calls per visit |
+/// | `tools_per_answer = N` | with `route = llm`: one answer may call up to `N` of the state's tools at once (each checked before any runs; one bad call rejects the answer), run concurrently and journaled as one decision; the providers allow parallel tool calls only here |
 /// | `timeout_ms = N` | budget: time per visit |
 ///
 /// Checked at compile time: unknown states and tools, one initial state, reachability, a way

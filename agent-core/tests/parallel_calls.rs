@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use durable_agents::router::{RawChoice, RouterReply, ScriptedRouter};
 use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerError};
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::store::{EntryKind, RunStatus, Store, idempotency_key};
@@ -254,4 +255,128 @@ async fn the_index_is_taken_when_the_call_is_made_not_when_it_is_polled() {
     for e in journal.iter().filter(|e| e.kind == EntryKind::Tool) {
         assert_eq!(e.input["n"], e.seq, "{e:?}");
     }
+}
+
+/// The model may hold two items with one answer.
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+#[agent(tools(hybrid(Hold(compensate = Release)), write(Release)))]
+pub enum Routed {
+    #[agent(initial, route = llm, tools(Hold), tools_per_answer = 2, to(Held))]
+    Start,
+    #[agent(terminal)]
+    Held,
+}
+
+impl RoutedHandlers for Handlers {
+    async fn start(
+        &self,
+        ctx: Ctx<'_, routed::Start>,
+        route: routed::StartRoute,
+    ) -> StepResult<routed::Start> {
+        Ok(match route {
+            routed::StartRoute::Held => ctx.to(routed::Held::new()),
+        })
+    }
+}
+
+fn hold(n: u32) -> RawChoice {
+    RawChoice {
+        name: "Hold".into(),
+        arguments: format!(r#"{{"n": {n}}}"#),
+    }
+}
+
+/// Answers: first `first`, then the transition.
+fn answering(first: Vec<RawChoice>) -> Arc<ScriptedRouter> {
+    Arc::new(ScriptedRouter::from_fn(move |request| {
+        if request.tool_results.is_empty() && request.feedback.is_empty() {
+            RouterReply {
+                choices: first.clone(),
+                ..ScriptedRouter::choose("Held", "{}")
+            }
+        } else {
+            ScriptedRouter::choose("Held", "{}")
+        }
+    }))
+}
+
+fn routed(
+    store: &Arc<dyn Store>,
+    service: &Arc<Service>,
+    router: Arc<ScriptedRouter>,
+) -> Runner<Routed, Handlers> {
+    let tools = ToolBox::new()
+        .hybrid(Hold(Arc::clone(service)))
+        .with(Release(Arc::clone(service)));
+    Runner::new(Arc::clone(store), Handlers, tools)
+        .unwrap()
+        .with_router(router)
+}
+
+#[tokio::test]
+async fn one_answer_calls_several_tools_at_once_journaled_as_one_decision() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let service = Arc::new(Service::default());
+    let r = routed(&store, &service, answering(vec![hold(0), hold(1)]));
+    r.start("multi", Routed::Start).await.unwrap();
+    let done = r.run("multi").await.unwrap();
+    assert_eq!(done.state_name, "Held");
+    assert_eq!(
+        service.most_in_flight.load(Ordering::SeqCst),
+        2,
+        "the two calls ran at once"
+    );
+    let journal = store.journal("multi", Some(0)).await.unwrap();
+    let kinds: Vec<_> = journal
+        .iter()
+        .map(|e| (e.seq, e.kind, e.input.get("n").cloned()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (0, EntryKind::Decision, None),
+            (1, EntryKind::Tool, Some(serde_json::json!(0))),
+            (2, EntryKind::Tool, Some(serde_json::json!(1))),
+            (3, EntryKind::Decision, None),
+        ],
+        "one decision, then its calls in the answer's order, then the next ask"
+    );
+}
+
+#[tokio::test]
+async fn one_illegal_call_rejects_the_whole_answer_and_nothing_runs() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let service = Arc::new(Service::default());
+    let too_many = answering(vec![hold(0), hold(1), hold(2)]);
+    let illegal = answering(vec![
+        hold(0),
+        RawChoice {
+            name: "Release".into(),
+            arguments: r#"{"n": 0}"#.into(),
+        },
+    ]);
+    for (id, router, code) in [
+        ("three", too_many, "decision.several"),
+        ("illegal", illegal, "decision.unknown_option"),
+    ] {
+        let r = routed(&store, &service, router);
+        r.start(id, Routed::Start).await.unwrap();
+        let done = r.run(id).await.unwrap();
+        assert_eq!(done.state_name, "Held", "{id}: re-asked, then moved on");
+        let journal = store.journal(id, Some(0)).await.unwrap();
+        assert_eq!(
+            journal[0].error_code.as_deref(),
+            Some(code),
+            "{id}: {:?}",
+            journal[0]
+        );
+        assert!(
+            journal.iter().all(|e| e.kind != EntryKind::Tool),
+            "{id}: no call of a rejected answer ran"
+        );
+    }
+    assert!(
+        service.requests.lock().unwrap().is_empty(),
+        "the tool never ran"
+    );
 }

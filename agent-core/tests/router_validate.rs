@@ -5,7 +5,9 @@
 //! zero-width characters), names legal elsewhere and junk, with random JSON or junk
 //! arguments, refusals and truncations.
 
-use durable_agents::router::{Decision, OptionKind, RawChoice, RouteOption, RouterReply, validate};
+use durable_agents::router::{
+    Decision, OptionKind, RawChoice, RouteOption, RouterReply, validate, validate_answer,
+};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -228,6 +230,44 @@ proptest! {
                 );
                 prop_assert!(check_input(&tool, &input).is_ok());
                 prop_assert_eq!(input, parsed);
+            }
+            Decision::Tools { .. } => prop_assert!(false, "one call per answer accepted several"),
+        }
+    }
+
+    /// With several calls allowed: an accepted answer of several choices is all offered
+    /// tools, at most the limit, in the answer's order, each with exactly the arguments the
+    /// model wrote and fitting its input; a single choice is decided as with one call.
+    #[test]
+    fn several_calls_are_accepted_only_when_each_one_would_be(
+        (options, reply) in options().prop_flat_map(reply_for),
+        limit in 1u32..4,
+    ) {
+        let Ok(decision) = validate_answer(&options, &reply, &check_input, &|s| s.to_owned(), limit) else {
+            return Ok(());
+        };
+        prop_assert!(reply.refusal.is_none() && !reply.truncated);
+        match decision {
+            Decision::Tools { calls } => {
+                prop_assert!(limit > 1 && calls.len() > 1);
+                prop_assert!(calls.len() <= limit as usize);
+                prop_assert_eq!(calls.len(), reply.choices.len());
+                for (call, choice) in calls.iter().zip(&reply.choices) {
+                    prop_assert_eq!(&call.tool, &choice.name);
+                    prop_assert!(
+                        options.iter().any(|o| o.kind == OptionKind::Tool && o.name == call.tool),
+                        "`{}` is not an offered tool", call.tool
+                    );
+                    prop_assert!(check_input(&call.tool, &call.input).is_ok());
+                    // Each call, alone, is what a one-call answer would decide.
+                    let alone = RouterReply { choices: vec![choice.clone()], ..reply.clone() };
+                    let single = validate(&options, &alone, &check_input);
+                    prop_assert!(matches!(single, Ok(Decision::Tool { .. })), "{:?}", single);
+                }
+            }
+            single => {
+                prop_assert_eq!(reply.choices.len(), 1);
+                prop_assert_eq!(Ok(single), validate(&options, &reply, &check_input));
             }
         }
     }

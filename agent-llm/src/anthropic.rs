@@ -119,7 +119,8 @@ impl AnthropicConfig {
 /// A [`Router`] on Anthropic's messages API.
 ///
 /// Every legal option is offered as a tool named exactly like the option, with
-/// `tool_choice: {"type": "any", "disable_parallel_tool_use": true}`. Every `tool_use` block
+/// `tool_choice: {"type": "any", "disable_parallel_tool_use": true}` (false for a state whose
+/// answers may call several tools, `tools_per_answer`). Every `tool_use` block
 /// in the answer becomes a [`RawChoice`] (its `input` serialized as JSON text); nothing is
 /// validated here.
 #[derive(Debug)]
@@ -188,7 +189,11 @@ impl AnthropicRouter {
             "system": request.system_prompt(),
             "messages": [{"role": "user", "content": request.user_prompt()}],
             "tools": tools,
-            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            // Several calls only where the state allows them (`tools_per_answer`).
+            "tool_choice": {
+                "type": "any",
+                "disable_parallel_tool_use": request.tools_per_answer <= 1,
+            },
         });
         if let Some(t) = self.config.temperature {
             body["temperature"] = json!(t);

@@ -163,7 +163,8 @@ impl OpenAiConfig {
 ///
 /// Every legal option is offered as a function tool named exactly like the option
 /// (transitions take an object of arguments, tools their input schema), with
-/// `tool_choice: "required"` and `parallel_tool_calls: false`. Every tool call in the
+/// `tool_choice: "required"` and `parallel_tool_calls` true only for a state whose answers
+/// may call several tools (`tools_per_answer`). Every tool call in the
 /// answer becomes a [`RawChoice`]; nothing is validated here, that is the runner's job.
 #[derive(Debug)]
 pub struct OpenAiRouter {
@@ -229,7 +230,8 @@ impl OpenAiRouter {
             ],
             "tools": tools,
             "tool_choice": "required",
-            "parallel_tool_calls": false,
+            // Several calls only where the state allows them (`tools_per_answer`).
+            "parallel_tool_calls": request.tools_per_answer > 1,
         });
         let field = match self.config.max_tokens_field {
             MaxTokensField::MaxCompletionTokens => "max_completion_tokens",

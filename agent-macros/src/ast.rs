@@ -37,6 +37,7 @@ pub(crate) struct State {
     pub(crate) tools: Vec<Ident>,
     pub(crate) tools_span: Option<Span>,
     pub(crate) max_tool_calls: Option<(Span, u32)>,
+    pub(crate) tools_per_answer: Option<(Span, u32)>,
     pub(crate) timeout_ms: Option<(Span, u64)>,
 }
 
@@ -143,6 +144,10 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
                 .max_tool_calls
                 .span()
                 .zip(va.max_tool_calls.get().copied()),
+            tools_per_answer: va
+                .tools_per_answer
+                .span()
+                .zip(va.tools_per_answer.get().copied()),
             timeout_ms: va.timeout_ms.span().zip(va.timeout_ms.get().copied()),
             on_error: va.on_error.take(),
             to: va.to.take().unwrap_or_default(),

@@ -32,6 +32,7 @@ pub(crate) const WAIT: &str = "wait";
 pub(crate) const WAIT_TIMEOUT_MS: &str = "wait_timeout_ms";
 pub(crate) const ON_ERROR: &str = "on_error";
 pub(crate) const MAX_TOOL_CALLS: &str = "max_tool_calls";
+pub(crate) const TOOLS_PER_ANSWER: &str = "tools_per_answer";
 pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 
 pub(crate) const KIND: &str = "kind";
@@ -52,6 +53,7 @@ const VARIANT_KEYS: &[&str] = &[
     WAIT_TIMEOUT_MS,
     ON_ERROR,
     MAX_TOOL_CALLS,
+    TOOLS_PER_ANSWER,
     TIMEOUT_MS,
 ];
 const TOOL_KEYS: &[&str] = &[KIND, INPUT, OUTPUT, TIMEOUT_MS, RETRIES, CACHE, CRATE];
@@ -192,6 +194,7 @@ pub(crate) struct VariantAttrs {
     pub(crate) wait_timeout_ms: Attr<u64>,
     pub(crate) on_error: Attr<Ident>,
     pub(crate) max_tool_calls: Attr<u32>,
+    pub(crate) tools_per_answer: Attr<u32>,
     pub(crate) timeout_ms: Attr<u64>,
 }
 
@@ -522,6 +525,7 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
         wait_timeout_ms: Attr::none(WAIT_TIMEOUT_MS),
         on_error: Attr::none(ON_ERROR),
         max_tool_calls: Attr::none(MAX_TOOL_CALLS),
+        tools_per_answer: Attr::none(TOOLS_PER_ANSWER),
         timeout_ms: Attr::none(TIMEOUT_MS),
     };
     parse_each(cx, AGENT, attrs, |meta| {
@@ -593,6 +597,11 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
             MAX_TOOL_CALLS => {
                 if let Some(v) = value(cx, &meta, "N (a positive integer)", positive_u32)? {
                     out.max_tool_calls.set(cx, span, v);
+                }
+            }
+            TOOLS_PER_ANSWER => {
+                if let Some(v) = value(cx, &meta, "N (a positive integer)", positive_u32)? {
+                    out.tools_per_answer.set(cx, span, v);
                 }
             }
             TIMEOUT_MS => {

@@ -162,6 +162,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 (s.llm, "route = llm"),
                 (s.wait.as_ref().map(|w| w.0), "wait"),
                 (s.max_tool_calls.map(|m| m.0), "max_tool_calls"),
+                (s.tools_per_answer.map(|m| m.0), "tools_per_answer"),
                 (s.timeout_ms.map(|m| m.0), "timeout_ms"),
             ];
             for (span, key) in unused {
@@ -172,6 +173,27 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                             .help(format!("terminal states run no handler; remove `{key}`")),
                     );
                 }
+            }
+        }
+        if let Some((span, _)) = s.tools_per_answer
+            && s.terminal.is_none()
+        {
+            if s.llm.is_none() {
+                cx.error(
+                    span,
+                    Message::new(format!(
+                        "`tools_per_answer` without `route = llm` on state `{name}`"
+                    ))
+                    .help("it says how many tools the model may call in one answer; add `route = llm`, or remove `tools_per_answer`"),
+                );
+            } else if s.tools.is_empty() {
+                cx.error(
+                    span,
+                    Message::new(format!(
+                        "`tools_per_answer` on state `{name}`, which lists no tools"
+                    ))
+                    .help("list the tools the model may call in `tools(...)`, or remove `tools_per_answer`"),
+                );
             }
         }
         if let (Some((span, _)), None) = (s.wait_timeout_ms, &s.wait) {

@@ -102,6 +102,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             let on_error = option(agent, s.on_error.as_ref().map(|t| lit(&names::unraw(t))));
             let tools = s.tools.iter().map(|t| lit(&names::unraw(t)));
             let max_tool_calls = option(agent, s.max_tool_calls.map(|m| m.1));
+            let tools_per_answer = option(agent, s.tools_per_answer.map(|m| m.1));
             let timeout = option(agent, s.timeout_ms.map(|m| m.1));
             let data = lit(&s.data());
             quote! {
@@ -109,7 +110,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                     name: #n, initial: #initial, terminal: #terminal, compensate: #compensate,
                     llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout, to: &[#(#to),*],
                     on_error: #on_error, tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
-                    timeout_ms: #timeout, data: #data,
+                    tools_per_answer: #tools_per_answer, timeout_ms: #timeout, data: #data,
                 }
             }
         });

@@ -69,6 +69,10 @@ fn entry_line(e: &JournalEntry) -> String {
                             durable_agents::router::Decision::Tool { tool, .. } => {
                                 format!("call `{tool}`")
                             }
+                            durable_agents::router::Decision::Tools { calls } => {
+                                let names: Vec<_> = calls.iter().map(|c| c.tool.as_str()).collect();
+                                format!("call {} at once", names.join(", "))
+                            }
                         })
                         .or_else(|| r.rejection.map(|x| format!("REJECTED {}", x.code)))
                         .unwrap_or_default();

@@ -11,7 +11,7 @@ use super::{FaultPoint, RunnerError};
 use crate::agent::StepError;
 use crate::router::{
     Decision, DecisionRecord, OptionKind, Rejection, RejectionCode, RouteOption, RouteRequest,
-    RouterError, RouterReply, ToolResultView, truncate, validate_redacted,
+    RouterError, RouterReply, ToolResultView, truncate, validate_answer,
 };
 use crate::store::{CallStatus, EntryKind};
 
@@ -93,11 +93,17 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
             match (record.decision, record.rejection) {
                 (Some(d), _) => {
                     // The graph may have changed since the decision was journaled.
-                    let (name, kind) = match &d {
-                        Decision::Transition { to, .. } => (to, OptionKind::Transition),
-                        Decision::Tool { tool, .. } => (tool, OptionKind::Tool),
+                    let chosen: Vec<(&String, OptionKind)> = match &d {
+                        Decision::Transition { to, .. } => vec![(to, OptionKind::Transition)],
+                        Decision::Tool { tool, .. } => vec![(tool, OptionKind::Tool)],
+                        Decision::Tools { calls } => {
+                            calls.iter().map(|c| (&c.tool, OptionKind::Tool)).collect()
+                        }
                     };
-                    if !options.iter().any(|o| &o.name == name && o.kind == kind) {
+                    let gone = chosen.into_iter().find(|(name, kind)| {
+                        !options.iter().any(|o| &o.name == *name && o.kind == *kind)
+                    });
+                    if let Some((name, _)) = gone {
                         cx.set_quarantine(crate::store::RunError {
                             code: "graph.incompatible".into(),
                             message: format!(
@@ -133,6 +139,7 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                     })
                     .collect(),
                 feedback: feedback.clone(),
+                tools_per_answer: cx.state.tools_per_answer.unwrap_or(1),
             };
             let config = &cx.inner.config;
             config.redact_value(&mut request.state_data);
@@ -163,6 +170,29 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                         return Err(interrupted());
                     }
                     feedback.push(format!("tool `{tool}` failed: {e}"));
+                }
+            }
+            Ok(Decision::Tools { calls }) => {
+                answered = true;
+                tool_calls += u32::try_from(calls.len()).unwrap_or(u32::MAX);
+                if cx.state.max_tool_calls.is_none() && tool_calls > DEFAULT_ROUTER_TOOL_CALLS {
+                    return Err(StepError::Budget(format!(
+                        "the router called {DEFAULT_ROUTER_TOOL_CALLS} tools without choosing a transition"
+                    )));
+                }
+                // Made in the answer's order (their journal indices), run at once.
+                let pending: Vec<_> = calls
+                    .iter()
+                    .map(|c| cx.call_tool(&c.tool, c.input.clone()))
+                    .collect();
+                let results = futures::future::join_all(pending).await;
+                if cx.is_interrupted() {
+                    return Err(interrupted());
+                }
+                for (call, result) in calls.iter().zip(results) {
+                    if let Err(e) = result {
+                        feedback.push(format!("tool `{}` failed: {e}", call.tool));
+                    }
                 }
             }
             Err(rejection) => {
@@ -227,7 +257,8 @@ async fn ask(
     let redact = |s: &str| config.redact_text(s);
     let (reply, outcome) = match answer {
         Ok(reply) => {
-            let outcome = validate_redacted(options, &reply, check, &redact);
+            let outcome =
+                validate_answer(options, &reply, check, &redact, request.tools_per_answer);
             (reply, outcome)
         }
         Err(e) => {
@@ -244,14 +275,19 @@ async fn ask(
     let outcome = outcome.map_err(|r| Rejection::new(r.code, redact(&r.message)));
     let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut record = DecisionRecord::new(request, &reply, &outcome, latency, &redact);
-    if let Some(
-        Decision::Tool { input, .. }
-        | Decision::Transition {
-            arguments: input, ..
-        },
-    ) = record.decision.as_mut()
-    {
-        config.redact_value(input);
+    match record.decision.as_mut() {
+        Some(
+            Decision::Tool { input, .. }
+            | Decision::Transition {
+                arguments: input, ..
+            },
+        ) => config.redact_value(input),
+        Some(Decision::Tools { calls }) => {
+            for call in calls {
+                config.redact_value(&mut call.input);
+            }
+        }
+        None => {}
     }
     let input = json!({
         "prompt_hash": record.prompt_hash,

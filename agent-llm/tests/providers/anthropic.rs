@@ -254,3 +254,16 @@ async fn a_multi_megabyte_body_is_rejected() {
         .unwrap_err();
     assert!(err.message.contains("exceeds"), "{}", err.message);
 }
+
+/// Parallel tool use is allowed only for a state whose answers may call several tools
+/// (`tools_per_answer`).
+#[test]
+fn parallel_tool_use_follows_the_state() {
+    let mut several = request();
+    several.tools_per_answer = 2;
+    let body = anthropic("http://127.0.0.1:9").request_body(&several);
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "any", "disable_parallel_tool_use": false})
+    );
+}

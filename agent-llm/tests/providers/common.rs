@@ -92,6 +92,7 @@ pub(crate) fn request() -> RouteRequest {
             output: json!({"items": 1}),
         }],
         feedback: vec![],
+        tools_per_answer: 1,
     }
 }
 

@@ -459,3 +459,21 @@ fn strict_tools_are_sent_to_anthropic_when_asked() {
         assert_eq!(tool["input_schema"]["additionalProperties"], json!(false));
     }
 }
+
+/// Parallel tool calls are allowed only for a state whose answers may call several tools
+/// (`tools_per_answer`), and the system prompt says how many.
+#[test]
+fn parallel_tool_calls_follow_the_state() {
+    let mut several = request();
+    several.tools_per_answer = 3;
+    let body = openai("http://127.0.0.1:9").request_body(&several);
+    assert_eq!(body["parallel_tool_calls"], true);
+    assert!(
+        body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("up to 3")
+    );
+    let one = openai("http://127.0.0.1:9").request_body(&request());
+    assert_eq!(one["parallel_tool_calls"], false);
+}

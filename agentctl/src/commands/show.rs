@@ -477,6 +477,10 @@ fn decision_detail(e: &JournalEntry) -> String {
             "chose tool {tool} {}",
             ellipsize(&input.to_string(), 40)
         )),
+        (Some(Decision::Tools { calls }), _) => {
+            let names: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+            parts.push(format!("chose tools {} at once", names.join(", ")));
+        }
         (None, Some(r)) => parts.push(format!(
             "rejected {}: {}",
             r.code,
