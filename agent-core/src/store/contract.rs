@@ -179,7 +179,7 @@ pub trait Store: Send + Sync + fmt::Debug {
         error: Option<RunError>,
     ) -> Result<RunRecord, StoreError>;
 
-    /// Write a planned [repair](super::repair) of a quarantined run in one write: the
+    /// Write a planned [repair](mod@super::repair) of a quarantined run in one write: the
     /// transition `commit.version()` (kind `repair`, status running, the restored state as a
     /// snapshot, `commit.hash`), and the run row rewritten from it (that state and version,
     /// running, error and wait cleared, no lease, epoch `commit.epoch()`). Refused with

@@ -482,7 +482,7 @@ pub enum TransitionKind {
     /// An operator terminated the run ([`Store::terminate_run`](super::Store::terminate_run)).
     Terminate,
     /// An operator reset a quarantined run to an earlier version's state
-    /// ([`repair`](super::repair)).
+    /// ([`repair`](mod@super::repair)).
     Repair,
 }
 
