@@ -97,6 +97,20 @@ async fn sql(url: &str, statement: &str) {
     conn.close().await.expect("close");
 }
 
+/// The database as the messages name it: `host:port/dbname` of the test server's URL (the
+/// port is the one `scripts/pg` chose, or 5432 when the URL gives none).
+fn shown(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let rest = rest.split('?').next().unwrap_or(rest);
+    let (host, db) = rest.split_once('/').unwrap_or((rest, "postgres"));
+    if host.contains(':') {
+        format!("{host}/{db}")
+    } else {
+        format!("{host}:5432/{db}")
+    }
+}
+
 #[test]
 fn reading_a_missing_postgres_schema_creates_nothing() {
     let Some(url) = postgres("reading_a_missing_postgres_schema_creates_nothing") else {
@@ -108,7 +122,8 @@ fn reading_a_missing_postgres_schema_creates_nothing() {
         assert_eq!(code, 1, "{args:?}: {err}");
         assert!(
             err.contains(&format!(
-                "no schema `{schema}` in PostgreSQL database 127.0.0.1:5432/postgres"
+                "no schema `{schema}` in PostgreSQL database {}",
+                shown(&url)
             )),
             "{err}"
         );
@@ -136,7 +151,8 @@ fn a_postgres_schema_without_a_store_is_refused_and_left_alone() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(&format!(
-            "schema `{schema}` of PostgreSQL database 127.0.0.1:5432/postgres holds no agent store"
+            "schema `{schema}` of PostgreSQL database {} holds no agent store",
+            shown(&url)
         )),
         "{err}"
     );
