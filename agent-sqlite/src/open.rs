@@ -145,6 +145,10 @@ pub(crate) struct ProcessLock {
 /// file (tests, a restart in place), and they share the lock.
 static HELD: Mutex<Option<HashMap<PathBuf, Weak<ProcessLock>>>> = Mutex::new(None);
 
+/// How often (5 ms apart) an open waits for this process's own closing store to let its
+/// lock go.
+const CLOSING_RETRIES: u32 = 200;
+
 /// The lock file of the database `db`: `db` with `.lock` appended.
 fn lock_path(db: &Path) -> PathBuf {
     let mut p = db.as_os_str().to_owned();
@@ -168,21 +172,34 @@ fn lock(db: &Path) -> Result<Arc<ProcessLock>, SqliteOpenError> {
         .map_err(lock_err)?;
     // The same file under another name (`./x.db`, an absolute path) is the same lock.
     let key = path.canonicalize().map_err(lock_err)?;
-    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-    let held = held.get_or_insert_with(HashMap::new);
-    if let Some(lock) = held.get(&key).and_then(Weak::upgrade) {
-        return Ok(lock);
-    }
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err(SqliteOpenError::InUse {
-                path: db.to_owned(),
-                pid: holder_pid(&mut file),
-            });
+    let mut attempt = 0;
+    let mut guard = loop {
+        let mut guard = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = guard.get_or_insert_with(HashMap::new);
+        if let Some(lock) = held.get(&key).and_then(Weak::upgrade) {
+            return Ok(lock);
         }
-        Err(std::fs::TryLockError::Error(e)) => return Err(lock_err(e)),
-    }
+        // A dead entry: this process's last store on the file is being dropped, and its lock
+        // file closes a moment after the count reached zero. Until it has, the OS still
+        // sees the lock as taken: wait for it rather than blaming another process.
+        let ours_closing = held.contains_key(&key);
+        match file.try_lock() {
+            Ok(()) => break guard,
+            Err(std::fs::TryLockError::WouldBlock) if ours_closing && attempt < CLOSING_RETRIES => {
+                drop(guard);
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(SqliteOpenError::InUse {
+                    path: db.to_owned(),
+                    pid: holder_pid(&mut file),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(lock_err(e)),
+        }
+    };
+    let held = guard.get_or_insert_with(HashMap::new);
     // Who holds it, for the message of the next one; the lock does not depend on it.
     let _ = file
         .set_len(0)
