@@ -37,6 +37,7 @@ pub struct StateSpec {
     pub max_tool_calls: Option<u32>,
     pub tools_per_answer: Option<u32>,
     pub timeout_ms: Option<u64>,
+    pub decision_timeout_ms: Option<u64>,
     pub data: &'static str,
 }
 
@@ -92,6 +93,7 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
                 max_tool_calls: s.max_tool_calls,
                 tools_per_answer: s.tools_per_answer,
                 timeout_ms: s.timeout_ms,
+                decision_timeout_ms: s.decision_timeout_ms,
                 data: s.data.to_owned(),
             })
             .collect(),

@@ -71,6 +71,13 @@ pub struct StateDescription {
     /// Budget: a visit of the state may take at most this long (milliseconds).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// LLM-routed states: one ask of the model may take at most this long (milliseconds,
+    /// `decision_timeout_ms`); `None` is [`RunnerConfig::decision_timeout`]. Left out of the
+    /// description when `None`, as `tools_per_answer` is.
+    ///
+    /// [`RunnerConfig::decision_timeout`]: crate::runner::RunnerConfig::decision_timeout
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_timeout_ms: Option<u64>,
     /// The state's data as written in the source (`{ cart: Cart }`, `(u32)`, or empty).
     /// Part of the fingerprint: changing a state's data type changes the graph.
     #[serde(default)]
@@ -479,6 +486,7 @@ mod tests {
             max_tool_calls: None,
             tools_per_answer: None,
             timeout_ms: None,
+            decision_timeout_ms: None,
             data: String::new(),
         };
         let mut browsing = state("Browsing", &["Review"]);

@@ -77,6 +77,7 @@ pub use tool::{
 /// | `max_tool_calls = N` | budget: tool calls per visit |
 /// | `tools_per_answer = N` | with `route = llm`: one answer may call up to `N` of the state's tools at once (each checked before any runs; one bad call rejects the answer), run concurrently and journaled as one decision; the providers allow parallel tool calls only here |
 /// | `timeout_ms = N` | budget: time per visit |
+/// | `decision_timeout_ms = N` | with `route = llm`: one ask of the model in this state may take `N` ms (instead of `RunnerConfig::decision_timeout`); a slower one is journaled as `ask.timeout` and counts against the re-asks |
 ///
 /// Checked at compile time: unknown states and tools, one initial state, reachability, a way
 /// out of every state and a way to a terminal state, terminal states without transitions,

@@ -39,6 +39,7 @@ pub(crate) struct State {
     pub(crate) max_tool_calls: Option<(Span, u32)>,
     pub(crate) tools_per_answer: Option<(Span, u32)>,
     pub(crate) timeout_ms: Option<(Span, u64)>,
+    pub(crate) decision_timeout_ms: Option<(Span, u64)>,
 }
 
 impl State {
@@ -149,6 +150,10 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
                 .span()
                 .zip(va.tools_per_answer.get().copied()),
             timeout_ms: va.timeout_ms.span().zip(va.timeout_ms.get().copied()),
+            decision_timeout_ms: va
+                .decision_timeout_ms
+                .span()
+                .zip(va.decision_timeout_ms.get().copied()),
             on_error: va.on_error.take(),
             to: va.to.take().unwrap_or_default(),
             tools: va.tools.take().unwrap_or_default(),

@@ -34,6 +34,7 @@ pub(crate) const ON_ERROR: &str = "on_error";
 pub(crate) const MAX_TOOL_CALLS: &str = "max_tool_calls";
 pub(crate) const TOOLS_PER_ANSWER: &str = "tools_per_answer";
 pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
+pub(crate) const DECISION_TIMEOUT_MS: &str = "decision_timeout_ms";
 
 pub(crate) const KIND: &str = "kind";
 pub(crate) const INPUT: &str = "input";
@@ -196,6 +197,7 @@ pub(crate) struct VariantAttrs {
     pub(crate) max_tool_calls: Attr<u32>,
     pub(crate) tools_per_answer: Attr<u32>,
     pub(crate) timeout_ms: Attr<u64>,
+    pub(crate) decision_timeout_ms: Attr<u64>,
 }
 
 fn key_of(meta: &ParseNestedMeta<'_>) -> String {
@@ -527,6 +529,7 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
         max_tool_calls: Attr::none(MAX_TOOL_CALLS),
         tools_per_answer: Attr::none(TOOLS_PER_ANSWER),
         timeout_ms: Attr::none(TIMEOUT_MS),
+        decision_timeout_ms: Attr::none(DECISION_TIMEOUT_MS),
     };
     parse_each(cx, AGENT, attrs, |meta| {
         let span = meta.path.span();
@@ -607,6 +610,11 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
             TIMEOUT_MS => {
                 if let Some(v) = value(cx, &meta, "N (milliseconds)", positive_u64)? {
                     out.timeout_ms.set(cx, span, v);
+                }
+            }
+            DECISION_TIMEOUT_MS => {
+                if let Some(v) = value(cx, &meta, "N (milliseconds)", positive_u64)? {
+                    out.decision_timeout_ms.set(cx, span, v);
                 }
             }
             _ => {

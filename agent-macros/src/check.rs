@@ -164,6 +164,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 (s.max_tool_calls.map(|m| m.0), "max_tool_calls"),
                 (s.tools_per_answer.map(|m| m.0), "tools_per_answer"),
                 (s.timeout_ms.map(|m| m.0), "timeout_ms"),
+                (s.decision_timeout_ms.map(|m| m.0), "decision_timeout_ms"),
             ];
             for (span, key) in unused {
                 if let Some(span) = span {
@@ -195,6 +196,15 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                     .help("list the tools the model may call in `tools(...)`, or remove `tools_per_answer`"),
                 );
             }
+        }
+        if let (Some((span, _)), None, None) = (s.decision_timeout_ms, s.llm, s.terminal) {
+            cx.error(
+                span,
+                Message::new(format!(
+                    "`decision_timeout_ms` without `route = llm` on state `{name}`"
+                ))
+                .help("it bounds one ask of the model in this state; add `route = llm`, or remove `decision_timeout_ms`"),
+            );
         }
         if let (Some((span, _)), None) = (s.wait_timeout_ms, &s.wait) {
             cx.error(

@@ -104,13 +104,15 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             let max_tool_calls = option(agent, s.max_tool_calls.map(|m| m.1));
             let tools_per_answer = option(agent, s.tools_per_answer.map(|m| m.1));
             let timeout = option(agent, s.timeout_ms.map(|m| m.1));
+            let decision_timeout = option(agent, s.decision_timeout_ms.map(|m| m.1));
             let data = lit(&s.data());
             quote! {
                 #krate::__private::StateSpec {
                     name: #n, initial: #initial, terminal: #terminal, compensate: #compensate,
                     llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout, to: &[#(#to),*],
                     on_error: #on_error, tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
-                    tools_per_answer: #tools_per_answer, timeout_ms: #timeout, data: #data,
+                    tools_per_answer: #tools_per_answer, timeout_ms: #timeout,
+                    decision_timeout_ms: #decision_timeout, data: #data,
                 }
             }
         });

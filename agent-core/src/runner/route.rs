@@ -1,7 +1,7 @@
 //! The router loop of a `route = llm` state: ask, validate, execute a chosen tool through
 //! the journaled tool path, repeat until a transition is chosen.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
@@ -240,7 +240,11 @@ async fn ask(
     // Providers retry transient failures themselves (with `retry-after`), inside this
     // timeout; the runner's re-asks come on top, within `max_reasks`. The lease is kept
     // alive while the ask runs, and the timeout bounds how long one ask holds the claim.
-    let timeout = config.decision_timeout;
+    // A state may bound its own asks tighter or looser (`decision_timeout_ms`).
+    let timeout = cx
+        .state
+        .decision_timeout_ms
+        .map_or(config.decision_timeout, Duration::from_millis);
     let answer =
         match tokio::time::timeout(timeout, with_heartbeat(cx, router.decide(request))).await {
             Ok(Some(answer)) => answer,
