@@ -45,6 +45,8 @@ pub struct WorldState {
     pub fail_charges: bool,
     /// Make the next N charge attempts time out.
     pub charge_timeouts: u32,
+    /// Make every reservation of this SKU fail permanently.
+    pub fail_reserve_of: Option<String>,
     next_id: u32,
 }
 
@@ -182,6 +184,12 @@ impl Tool for Reserve {
 
 impl Execute for Reserve {
     async fn execute(&self, input: Sku, cx: &ToolContext) -> Result<Reservation, ToolError> {
+        if self.0.lock().fail_reserve_of.as_deref() == Some(input.sku.as_str()) {
+            return Err(ToolError::permanent(format!(
+                "{} is out of stock",
+                input.sku
+            )));
+        }
         let v = self.0.effect("Reserve", cx.idempotency_key(), |w| {
             w.next_id += 1;
             let id = format!("res-{}-{}", input.sku, w.next_id);
@@ -353,6 +361,51 @@ impl OrderHandlers for Behaviour {
             Wake::Signal(_) => ctx.to(order::Done::new(payment_id)),
             Wake::TimedOut => ctx.to(order::Failed::new("not confirmed".to_owned())),
         })
+    }
+}
+
+/// The second fixture agent: one step reserves every item with parallel calls
+/// ([`Ctx::call_each`]); a failed reservation takes the error path, whose compensations
+/// release the reservations that completed.
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+#[agent(crate = ::agent_core, tools(write(Release), hybrid(Reserve(compensate = Release))))]
+pub enum Fanout {
+    /// Reserve every item at once.
+    #[agent(initial, tools(Reserve), to(Reserved), on_error = Unavailable)]
+    Reserving {
+        /// SKUs.
+        items: Vec<String>,
+    },
+    /// Every item is reserved.
+    #[agent(terminal)]
+    Reserved {
+        /// The reservations, in the order of the items.
+        reservations: Vec<String>,
+    },
+    /// An item could not be reserved: the others are released.
+    #[agent(terminal, compensate)]
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The handlers of [`Fanout`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FanoutBehaviour;
+
+impl FanoutHandlers for FanoutBehaviour {
+    async fn reserving(
+        &self,
+        ctx: Ctx<'_, fanout::Reserving>,
+        items: Vec<String>,
+    ) -> StepResult<fanout::Reserving> {
+        let skus = items.iter().map(|sku| Sku { sku: sku.clone() });
+        let mut reservations = Vec::with_capacity(items.len());
+        for r in ctx.call_each::<Reserve>(skus, items.len()).await {
+            reservations.push(r?.reservation);
+        }
+        Ok(ctx.to(fanout::Reserved::new(reservations)))
     }
 }
 

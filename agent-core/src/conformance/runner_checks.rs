@@ -296,6 +296,121 @@ pub async fn check_crash_sweep(store: Arc<dyn Store>) -> Result<(), String> {
     Ok(())
 }
 
+/// The crash sweep over a step of parallel calls ([`fixture::Fanout`]: three reservations
+/// made at once with `Ctx::call_each`), with and without one of them failing: crash at every
+/// fault point a parallel step passes, at its 1st to 4th hit, and resume on another worker.
+/// Every reservation is applied once, by its key; a failed one sends the run to its
+/// compensating state, where the completed ones are released once each, last index first,
+/// whatever order the calls finished in.
+///
+/// # Errors
+/// What went wrong, naming the fault point.
+pub async fn check_crash_sweep_parallel_calls(store: Arc<dyn Store>) -> Result<(), String> {
+    use fixture::{Fanout, FanoutBehaviour};
+    let items = ["a", "bb", "ccc"];
+    let fanout = |world: &Arc<World>, worker: &str| {
+        Runner::<Fanout, FanoutBehaviour>::new(
+            Arc::clone(&store),
+            FanoutBehaviour,
+            fixture::tools(world),
+        )
+        .map(|r| r.with_config(config(worker)))
+        .map_err(|e| e.to_string())
+    };
+    let mut fired = BTreeMap::new();
+    for failing in [None, Some("bb")] {
+        for point in [
+            FaultPoint::RunClaimed,
+            FaultPoint::ToolSent,
+            FaultPoint::ToolAnswered,
+            FaultPoint::CommitSent,
+            FaultPoint::CommitApplied,
+            FaultPoint::CompensationRegistered,
+            FaultPoint::CompensationSent,
+        ] {
+            for nth in 0..4 {
+                let world = Arc::new(World::default());
+                world.configure(|w| w.fail_reserve_of = failing.map(str::to_owned));
+                let hook = Arc::new(CrashAt::new(point, nth));
+                let run_id = format!("parallel-{failing:?}-{point}-{nth}");
+                let ctx = |e: String| format!("{run_id}: {e}");
+                let crashy = fanout(&world, "crashy")?.with_faults(hook.clone());
+                let initial = Fanout::Reserving {
+                    items: items.iter().map(|s| (*s).to_owned()).collect(),
+                };
+                crashy
+                    .start(&run_id, initial)
+                    .await
+                    .map_err(|e| ctx(e.to_string()))?;
+                let record = match crashy.run(&run_id).await {
+                    Ok(record) if !hook.fired() => record,
+                    Err(RunnerError::Crashed(_)) if hook.fired() => {
+                        *fired.entry(point).or_insert(0) += 1;
+                        tokio::time::sleep(LEASE + Duration::from_millis(20)).await;
+                        fanout(&world, "healthy")?
+                            .run(&run_id)
+                            .await
+                            .map_err(|e| ctx(format!("resume failed: {e}")))?
+                    }
+                    other => {
+                        return Err(ctx(format!(
+                            "unexpected first outcome {other:?} (fired: {})",
+                            hook.fired()
+                        )));
+                    }
+                };
+                let w = world.state();
+                let mut keys = BTreeSet::new();
+                for (tool, key) in &w.applied {
+                    if !keys.insert(key) {
+                        return Err(ctx(format!("effect `{tool}` with key {key} applied twice")));
+                    }
+                }
+                let sku_of = |r: &String| r.split('-').nth(1).unwrap_or_default().to_owned();
+                let mut reserved: Vec<String> = w.reserved.iter().map(sku_of).collect();
+                reserved.sort_unstable();
+                let released: Vec<String> = w.released.iter().map(sku_of).collect();
+                let (status, want_reserved, want_released) = match failing {
+                    None => (RunStatus::Completed, vec!["a", "bb", "ccc"], vec![]),
+                    Some(_) => (RunStatus::Compensated, vec!["a", "ccc"], vec!["ccc", "a"]),
+                };
+                if record.status != status || reserved != want_reserved || released != want_released
+                {
+                    return Err(ctx(format!(
+                        "status {} ({:?}); reserved {reserved:?}, released {released:?}; \
+                         expected {status}, reserved {want_reserved:?}, released {want_released:?}",
+                        record.status, record.error
+                    )));
+                }
+                if failing.is_some() && !w.held.is_empty() {
+                    return Err(ctx(format!("reservations still held: {:?}", w.held)));
+                }
+                let report = verify_run(store.as_ref(), &record)
+                    .await
+                    .map_err(|e| ctx(e.to_string()))?;
+                if !report.ok {
+                    return Err(ctx(format!("the hash chain does not verify: {report:?}")));
+                }
+            }
+        }
+    }
+    // Each of the three calls passes its points in both scenarios (the failing one too: it
+    // is journaled before it is sent); the two compensations pass theirs once.
+    for (point, at_least) in [
+        (FaultPoint::ToolSent, 6),
+        (FaultPoint::ToolAnswered, 6),
+        (FaultPoint::CompensationRegistered, 2),
+        (FaultPoint::CompensationSent, 2),
+    ] {
+        if fired.get(&point).copied().unwrap_or(0) < at_least {
+            return Err(format!(
+                "fault point {point} fired fewer than {at_least} times: {fired:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A worker whose lease was taken over is fenced: its journal writes and its commit are
 /// rejected, and it executes no write.
 ///
@@ -1178,6 +1293,7 @@ macro_rules! runner_conformance {
         $crate::runner_conformance!(@each $setup,
             check_runs_complete_with_effects_once,
             check_crash_sweep,
+            check_crash_sweep_parallel_calls,
             check_stale_worker_is_fenced,
             check_quarantine,
             check_wait_survives_restart,
