@@ -1,5 +1,7 @@
-//! The agent the runner checks execute: a read, a write and a hybrid tool, an LLM-routed
-//! state with a scripted router, an `on_error` path into a compensating state, and a wait.
+//! The agents the runner checks execute. [`Order`]: a read, a write and a hybrid tool, an
+//! LLM-routed state with a scripted router, an `on_error` path into a compensating state,
+//! and a wait. [`Fanout`]: one step of parallel hybrid calls, with an `on_error` path into a
+//! compensating state.
 //!
 //! The tools act on a recording fake [`World`] that honours idempotency keys and counts
 //! every effect by key and every execution, so a check can prove "applied exactly once".
