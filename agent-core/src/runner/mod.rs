@@ -806,22 +806,66 @@ impl RunnerConfig {
 }
 
 /// `text` with every occurrence of one of `secrets` replaced by `"[redacted]"`, written
-/// plainly or in JSON-escaped form (up to three levels deep). Secrets shorter than 4
-/// characters are ignored (they would shred text).
+/// plainly or in JSON-escaped form (up to three levels deep). Of a secret of at least
+/// [`SECRET_PIECE`] characters, every piece that long is redacted too, so a secret cut in
+/// two or split by inserted characters (a space, a zero-width space) leaves nothing of it
+/// that long. Secrets shorter than 4 characters are ignored (they would shred text).
 #[must_use]
 pub fn redact_secrets(text: &str, secrets: &[&str]) -> String {
-    let secrets: Vec<&str> = secrets.iter().copied().filter(|s| s.len() >= 4).collect();
-    let mut out = text.to_owned();
-    for secret in &secrets {
-        if out.contains(secret) {
-            out = out.replace(secret, "[redacted]");
+    let secrets: Vec<Vec<char>> = secrets
+        .iter()
+        .filter(|s| s.len() >= 4)
+        .map(|s| s.chars().collect())
+        .collect();
+    if secrets.is_empty() {
+        return text.to_owned();
+    }
+    let mut view: Vec<Decoded> = text
+        .char_indices()
+        .map(|(i, c)| Decoded {
+            c,
+            start: i,
+            end: i + c.len_utf8(),
+        })
+        .collect();
+    let mut ranges = Vec::new();
+    secret_ranges(&view, &secrets, &mut ranges);
+    for _ in 0..ESCAPE_LEVELS {
+        if !view.iter().any(|d| d.c == '\\') {
+            break;
+        }
+        view = unescape_once(&view);
+        secret_ranges(&view, &secrets, &mut ranges);
+    }
+    if ranges.is_empty() {
+        return text.to_owned();
+    }
+    // Overlapping and touching pieces become one `[redacted]`.
+    ranges.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    let mut current: Option<(usize, usize)> = None;
+    for (start, end) in ranges
+        .into_iter()
+        .chain(std::iter::once((usize::MAX, usize::MAX)))
+    {
+        match current {
+            Some((a, b)) if start <= b => current = Some((a, b.max(end))),
+            Some((a, b)) => {
+                out.push_str(&text[pos..a]);
+                out.push_str("[redacted]");
+                pos = b;
+                current = Some((start, end));
+            }
+            None => current = Some((start, end)),
         }
     }
-    if secrets.is_empty() || !out.contains('\\') {
-        return out;
-    }
-    redact_escaped(&out, &secrets)
+    out.push_str(&text[pos..]);
+    out
 }
+
+/// The shortest piece of a secret redacted on its own (in characters).
+pub const SECRET_PIECE: usize = 8;
 
 /// One character of a text seen through some levels of JSON string escaping, with the
 /// byte range of the raw text it came from.
@@ -836,51 +880,20 @@ struct Decoded {
 /// escaped twice; one more for a body quoted inside an error message.
 const ESCAPE_LEVELS: usize = 3;
 
-/// `text` with every raw range that decodes (through one to [`ESCAPE_LEVELS`] levels of JSON
-/// string escapes) to one of `secrets` replaced by `"[redacted]"`.
-fn redact_escaped(text: &str, secrets: &[&str]) -> String {
-    let mut view: Vec<Decoded> = text
-        .char_indices()
-        .map(|(i, c)| Decoded {
-            c,
-            start: i,
-            end: i + c.len_utf8(),
-        })
-        .collect();
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    for _ in 0..ESCAPE_LEVELS {
-        if !view.iter().any(|d| d.c == '\\') {
-            break;
-        }
-        view = unescape_once(&view);
-        let decoded: String = view.iter().map(|d| d.c).collect();
-        let offsets: Vec<usize> = decoded.char_indices().map(|(i, _)| i).collect();
-        for secret in secrets {
-            let len = secret.chars().count();
-            for (at, _) in decoded.match_indices(secret) {
-                let first = offsets.partition_point(|&o| o < at);
-                if let (Some(a), Some(b)) = (view.get(first), view.get(first + len - 1)) {
-                    ranges.push((a.start, b.end));
-                }
+/// Push the raw byte ranges of `view` that show a secret: the whole secret, or any piece of
+/// [`SECRET_PIECE`] characters of one at least that long.
+fn secret_ranges(view: &[Decoded], secrets: &[Vec<char>], ranges: &mut Vec<(usize, usize)>) {
+    let chars: Vec<char> = view.iter().map(|d| d.c).collect();
+    for secret in secrets {
+        let piece = secret.len().min(SECRET_PIECE);
+        let pieces: std::collections::HashSet<&[char]> = secret.windows(piece).collect();
+        for (i, window) in chars.windows(piece).enumerate() {
+            // The first character rules most windows out before any hashing.
+            if secret.contains(&window[0]) && pieces.contains(window) {
+                ranges.push((view[i].start, view[i + piece - 1].end));
             }
         }
     }
-    if ranges.is_empty() {
-        return text.to_owned();
-    }
-    ranges.sort_unstable();
-    let mut out = String::with_capacity(text.len());
-    let mut pos = 0;
-    for (start, end) in ranges {
-        if end <= pos {
-            continue;
-        }
-        out.push_str(&text[pos..start.max(pos)]);
-        out.push_str("[redacted]");
-        pos = end;
-    }
-    out.push_str(&text[pos..]);
-    out
 }
 
 /// Decode one level of JSON string escapes (`\n`, `\"`, `\/`, `\u0041`, surrogate pairs);
@@ -1017,6 +1030,41 @@ mod tests {
         }
         // Escapes that decode to something else are left alone.
         assert_eq!(config.redact_text(r"a\nb \u00e9"), r"a\nb \u00e9");
+    }
+
+    #[test]
+    fn pieces_of_a_split_secret_are_scrubbed() {
+        let secret = "tok-PLANTED-5e0c2b9a71d4";
+        let config = super::RunnerConfig {
+            secrets: vec![secret.into()],
+            ..super::RunnerConfig::default()
+        };
+        // Cut in two, split by a zero-width space or a space, or written partly escaped.
+        let split = [
+            "first tok-PLANTED- then 5e0c2b9a71d4".to_owned(),
+            "tok-PLANTED-\u{200b}5e0c2b9a71d4".to_owned(),
+            "tok-PLANTED- 5e0c2b9a71d4".to_owned(),
+            r#"{"k":"tok-PLAN\u0054ED-5e0c \u0032b9a71d4"}"#.to_owned(),
+        ];
+        for text in split {
+            let clean = config.redact_text(&text);
+            let chars: Vec<char> = secret.chars().collect();
+            for piece in chars.windows(super::SECRET_PIECE) {
+                let piece: String = piece.iter().collect();
+                assert!(!clean.contains(&piece), "{text} -> {clean}: `{piece}` left");
+            }
+        }
+        // One `[redacted]` per run of pieces, and what is around it is kept.
+        assert_eq!(
+            config.redact_text("a tok-PLANTED-5e0c2b9a71d4 b"),
+            "a [redacted] b"
+        );
+        assert_eq!(
+            config.redact_text("x tok-PLANTED- y 5e0c2b9a z"),
+            "x [redacted] y [redacted] z"
+        );
+        // Seven characters of it are not a piece.
+        assert_eq!(config.redact_text("tok-PLA"), "tok-PLA");
     }
 
     #[test]
