@@ -8,11 +8,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use durable_agents::__private::StepIo;
+use durable_agents::__private::{Join, StepIo};
 use durable_agents::runner::{Runner, RunnerConfig};
+use durable_agents::store::RunRecord;
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, kind};
-use durable_agents::{Agent, Ctx, Handle, StepResult, Wake};
+use durable_agents::{Agent, Ctx, GraphDescription, Handle, StepError, StepResult, Wake};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -105,6 +106,16 @@ impl StepIo for Direct {
     }
     fn wake(&self) -> Option<Wake> {
         None
+    }
+    fn spawn<'a>(
+        &'a self,
+        _: &'static GraphDescription,
+        _: Vec<Value>,
+        _: Join,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StepError>> {
+        Box::pin(std::future::ready(Err(StepError::handler(
+            "the baseline starts no children",
+        ))))
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Generated code names only `::durable_agents::__private::…`, so everything else can move.
 
-pub use crate::agent::{RouteChoice, StepIo};
+pub use crate::agent::{Join, RouteChoice, StepIo};
 pub use ::core;
 pub use ::futures::future::BoxFuture;
 pub use ::serde_json;
@@ -38,6 +38,8 @@ pub struct StateSpec {
     pub tools_per_answer: Option<u32>,
     pub timeout_ms: Option<u64>,
     pub decision_timeout_ms: Option<u64>,
+    pub children: &'static [&'static str],
+    pub children_outlive: bool,
     pub data: &'static str,
 }
 
@@ -94,6 +96,8 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
                 tools_per_answer: s.tools_per_answer,
                 timeout_ms: s.timeout_ms,
                 decision_timeout_ms: s.decision_timeout_ms,
+                children: strings(s.children),
+                children_outlive: s.children_outlive,
                 data: s.data.to_owned(),
             })
             .collect(),

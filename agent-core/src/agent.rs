@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::graph::GraphDescription;
+use crate::store::{RunError, RunRecord, RunStatus};
 use crate::tool::{Tool, ToolError};
 
 /// An agent: an enum of states whose graph was checked at compile time.
@@ -56,6 +57,12 @@ pub trait AllowsTool<T: Tool>: State {}
 /// through a hidden per-state trait whose diagnostic names the state, the agent and the
 /// legal successors.
 pub trait AllowsTransition<T: State>: State {}
+
+/// `Self` (a state) may start runs of agent `C` as its children ([`Ctx::spawn_all`]).
+/// Implemented by the derive for exactly the agents listed in the state's `children(...)`,
+/// through a hidden per-state trait whose diagnostic names the child agent, the state, the
+/// agent and the declared children.
+pub trait AllowsChild<C: Agent>: State {}
 
 /// A value of target state `S`, built by the generated constructor `S::new(...)`.
 pub struct Target<S: State> {
@@ -193,6 +200,102 @@ impl Wake {
     }
 }
 
+/// How a child run ended, typed: completed in one of the child agent's terminal states, or
+/// ended otherwise (failed, compensated, cancelled, terminated, quarantined, dead-lettered)
+/// with its error.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChildOutcome<C> {
+    /// The child completed; this is its terminal state.
+    Completed(C),
+    /// The child ended without completing.
+    Ended {
+        /// Its final status.
+        status: RunStatus,
+        /// Why (a child whose completed state no longer reads is reported here too, with
+        /// code `state.corrupt`).
+        error: RunError,
+    },
+}
+
+/// A child run the parent's step started, as it ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChildRun<C> {
+    /// The child's run id: the parent's id, the version of the step and the child's index
+    /// (`report-1/v2/0`), so starting the children again after a crash finds the same runs.
+    pub run_id: String,
+    /// Its position among the children the step started, from 0.
+    pub index: usize,
+    /// How it ended.
+    pub outcome: ChildOutcome<C>,
+}
+
+impl<C> ChildRun<C> {
+    /// The terminal state of a completed child, or `None`.
+    #[must_use]
+    pub fn completed(&self) -> Option<&C> {
+        match &self.outcome {
+            ChildOutcome::Completed(c) => Some(c),
+            ChildOutcome::Ended { .. } => None,
+        }
+    }
+
+    /// The completed child's terminal state, or a [`StepError::Handler`] that names the
+    /// child and how it ended, for handlers that cannot go on without it (`child.ok()?`).
+    ///
+    /// # Errors
+    /// When the child did not complete.
+    pub fn ok(self) -> Result<C, StepError> {
+        match self.outcome {
+            ChildOutcome::Completed(c) => Ok(c),
+            ChildOutcome::Ended { status, error } => Err(StepError::Handler(format!(
+                "child run `{}` ended {status}: {} ({})",
+                self.run_id, error.message, error.code
+            ))),
+        }
+    }
+}
+
+impl<C: Agent> ChildRun<C> {
+    fn from_record(index: usize, record: RunRecord) -> Self {
+        let outcome = if record.status == RunStatus::Completed {
+            match C::deserialize(&record.state) {
+                Ok(state) => ChildOutcome::Completed(state),
+                Err(e) => ChildOutcome::Ended {
+                    status: record.status,
+                    error: RunError {
+                        code: "state.corrupt".into(),
+                        message: format!("the child's terminal state does not read: {e}"),
+                    },
+                },
+            }
+        } else {
+            let error = record.error.unwrap_or_else(|| RunError {
+                code: record.status.as_str().to_owned(),
+                message: format!("the child run ended {}", record.status),
+            });
+            ChildOutcome::Ended {
+                status: record.status,
+                error,
+            }
+        };
+        Self {
+            run_id: record.id,
+            index,
+            outcome,
+        }
+    }
+}
+
+/// Which children a parent's step waits for ([`Ctx::spawn_all`], [`Ctx::spawn_first`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Join {
+    /// Every child final.
+    All,
+    /// One child completed, or every child final.
+    First,
+}
+
 /// The runner's side of a step, seen by [`Ctx`]. Implemented by the runner.
 #[doc(hidden)]
 pub trait StepIo: Send + Sync {
@@ -206,6 +309,15 @@ pub trait StepIo: Send + Sync {
     fn route(&self) -> Option<&str>;
     fn route_arguments(&self) -> Option<&Value>;
     fn wake(&self) -> Option<Wake>;
+    /// Start (or find again) the children, then return their final records in creation
+    /// order once `join` holds; else the step is suspended (an `Interrupted` error the
+    /// handler cannot swallow) and resumed when it holds.
+    fn spawn<'a>(
+        &'a self,
+        child: &'static GraphDescription,
+        states: Vec<Value>,
+        join: Join,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StepError>>;
 }
 
 /// The handler's view of a step in state `S`: tools legal in `S` and moves to `S`'s successors.
@@ -299,6 +411,97 @@ impl<'a, S: State> Ctx<'a, S> {
                 .buffered(concurrency.max(1))
                 .collect(),
         )
+    }
+
+    /// Start one run of child agent `C` per initial state, and wait until every one is
+    /// final; their outcomes come back typed, in the order of `states`. Compiles only when
+    /// `C` is listed in the state's `children(...)`.
+    ///
+    /// While the children run, the parent is stored as waiting and holds no worker: the
+    /// step is suspended here and resumed (from the start of the handler, its tool calls
+    /// replayed from the journal) once the last child is final. The children are ordinary
+    /// runs, claimed by any worker of `C`; their ids derive from the parent, the step's
+    /// version and their index, so a crash before the wait is committed finds the same
+    /// children again. One `spawn_*` per visit of the state; a child that fails, is
+    /// quarantined or dead-lettered is reported as [`ChildOutcome::Ended`], never a hang.
+    /// If the parent fails or is cancelled, its children still running are cancelled
+    /// (their compensations run) unless the state declares `children_outlive`.
+    ///
+    /// # Errors
+    /// [`StepError::Interrupted`] while the children run (return it with `?`: the runner
+    /// takes the step back); [`StepError::Budget`] beyond
+    /// [`RunnerConfig::max_children_per_step`] or [`RunnerConfig::max_child_depth`];
+    /// [`StepError::Handler`] for a state that is not one of `C`'s initial states, a
+    /// second `spawn_*` in the same visit, or a replay that starts other children.
+    ///
+    /// [`RunnerConfig::max_children_per_step`]: crate::runner::RunnerConfig::max_children_per_step
+    /// [`RunnerConfig::max_child_depth`]: crate::runner::RunnerConfig::max_child_depth
+    //
+    // Not an `async fn`, for the same reason as `call`.
+    pub fn spawn_all<C: Agent>(
+        &self,
+        states: impl IntoIterator<Item = C>,
+    ) -> BoxFuture<'a, Result<Vec<ChildRun<C>>, StepError>>
+    where
+        S: AllowsChild<C>,
+    {
+        let pending = self.spawn_with::<C>(states, Join::All);
+        Box::pin(async move {
+            let records = pending.await?;
+            Ok(records
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| ChildRun::from_record(i, r))
+                .collect())
+        })
+    }
+
+    /// Start one run of child agent `C` per initial state, and wait for the first to
+    /// complete; the others still running are cancelled (their compensations run). When
+    /// none completes, the wait ends once all are final, with the first of them (by
+    /// index), ended. As [`spawn_all`](Self::spawn_all) otherwise.
+    ///
+    /// # Errors
+    /// As [`spawn_all`](Self::spawn_all); [`StepError::Handler`] for no states at all.
+    pub fn spawn_first<C: Agent>(
+        &self,
+        states: impl IntoIterator<Item = C>,
+    ) -> BoxFuture<'a, Result<ChildRun<C>, StepError>>
+    where
+        S: AllowsChild<C>,
+    {
+        let pending = self.spawn_with::<C>(states, Join::First);
+        Box::pin(async move {
+            let records = pending.await?;
+            // The first to complete (by the time of its last write, then by index), else
+            // the first child.
+            let winner = (records.iter().enumerate())
+                .filter(|(_, r)| r.status == RunStatus::Completed)
+                .min_by_key(|(i, r)| (r.updated_at, *i))
+                .map_or(0, |(i, _)| i);
+            let record = records.into_iter().nth(winner).ok_or_else(|| {
+                StepError::handler(format!(
+                    "spawn_first of `{}` needs at least one child",
+                    C::NAME
+                ))
+            })?;
+            Ok(ChildRun::from_record(winner, record))
+        })
+    }
+
+    fn spawn_with<C: Agent>(
+        &self,
+        states: impl IntoIterator<Item = C>,
+        join: Join,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StepError>> {
+        let states: Result<Vec<Value>, _> = states.into_iter().map(serde_json::to_value).collect();
+        match states {
+            Ok(states) => self.io.spawn(C::graph(), states, join),
+            Err(e) => Box::pin(std::future::ready(Err(StepError::handler(format!(
+                "an initial state of `{}` does not serialize: {e}",
+                C::NAME
+            ))))),
+        }
     }
 
     /// Move to `target`. Compiles only when the target is a declared successor.

@@ -33,6 +33,10 @@ pub struct GraphDescription {
 
 /// One state (one variant of the agent's enum).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "each flag is one attribute of the `#[agent(...)]` grammar, serialized as written"
+)]
 pub struct StateDescription {
     /// The variant's name.
     pub name: String,
@@ -78,6 +82,14 @@ pub struct StateDescription {
     /// [`RunnerConfig::decision_timeout`]: crate::runner::RunnerConfig::decision_timeout
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_timeout_ms: Option<u64>,
+    /// The agents whose runs this state's handler may start as children (`children(...)`),
+    /// by name, in the order written. Left out when empty, as `tools_per_answer` is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
+    /// Children started here are not cancelled when the run fails or is cancelled
+    /// (`children_outlive`). Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub children_outlive: bool,
     /// The state's data as written in the source (`{ cart: Cart }`, `(u32)`, or empty).
     /// Part of the fingerprint: changing a state's data type changes the graph.
     #[serde(default)]
@@ -294,6 +306,9 @@ impl GraphDescription {
             if let Some(w) = &s.wait {
                 tags.push(format!("waits for '{}'", w.signal));
             }
+            if !s.children.is_empty() {
+                tags.push(children_tag(s));
+            }
             if s.compensate {
                 tags.push("compensates".to_owned());
             }
@@ -313,6 +328,8 @@ impl GraphDescription {
                 ("box", "honeydew", ", peripheries=2")
             } else if s.route == Routing::Llm {
                 ("hexagon", "lightyellow", "")
+            } else if !s.children.is_empty() {
+                ("box3d", "white", "")
             } else if s.wait.is_some() {
                 ("box", "lightblue", ", style=\"rounded,filled,dashed\"")
             } else {
@@ -383,6 +400,9 @@ impl GraphDescription {
             if let Some(w) = &s.wait {
                 tags.push(format!("waits for {}", w.signal));
             }
+            if !s.children.is_empty() {
+                tags.push(children_tag(s));
+            }
             if s.compensate {
                 tags.push("compensates".to_owned());
             }
@@ -428,6 +448,12 @@ impl GraphDescription {
             .filter(|s| s.compensate)
             .map(|s| mermaid_id(&s.name))
             .collect();
+        let parents: Vec<_> = self
+            .states
+            .iter()
+            .filter(|s| !s.children.is_empty())
+            .map(|s| mermaid_id(&s.name))
+            .collect();
         let visited: BTreeSet<String> = overlay
             .transitions
             .iter()
@@ -438,6 +464,11 @@ impl GraphDescription {
             ("llm", "fill:#ffffe0", llm),
             ("waiting", "fill:#add8e6,stroke-dasharray: 5 5", waiting),
             ("compensating", "fill:#ffe4e1", comp),
+            (
+                "children",
+                "stroke-width:3px,stroke-dasharray: 2 2",
+                parents,
+            ),
             (
                 "visited",
                 "stroke:#0000ff,stroke-width:3px",
@@ -452,6 +483,16 @@ impl GraphDescription {
         }
         out
     }
+}
+
+/// "starts Research, Fact" (and "outlived" when the children outlive the run).
+fn children_tag(s: &StateDescription) -> String {
+    let outlive = if s.children_outlive {
+        " (outlive it)"
+    } else {
+        ""
+    };
+    format!("starts {}{outlive}", s.children.join(", "))
 }
 
 fn dot_id(name: &str) -> String {
@@ -487,6 +528,8 @@ mod tests {
             tools_per_answer: None,
             timeout_ms: None,
             decision_timeout_ms: None,
+            children: Vec::new(),
+            children_outlive: false,
             data: String::new(),
         };
         let mut browsing = state("Browsing", &["Review"]);
@@ -577,5 +620,23 @@ mod tests {
         assert!(m.contains("Review --> Failed : on error"));
         assert!(m.contains("Done --> [*]"));
         assert!(m.contains("class Review llm"));
+    }
+
+    #[test]
+    fn exports_mark_states_that_start_children() {
+        let mut g = sample();
+        g.states[0].children = vec!["Research".into(), "Fact".into()];
+        let dot = g.to_dot();
+        assert!(dot.contains("\"Browsing\" [label=\"Browsing\\n[starts Research, Fact]\\l"));
+        assert!(dot.contains("shape=box3d"));
+        let m = g.to_mermaid();
+        assert!(m.contains("Browsing : starts Research, Fact"));
+        assert!(m.contains("class Browsing children"));
+        g.states[0].children_outlive = true;
+        assert!(
+            g.to_mermaid()
+                .contains("starts Research, Fact (outlive it)")
+        );
+        assert_ne!(g.fingerprint(), sample().fingerprint());
     }
 }

@@ -33,8 +33,8 @@ pub mod store;
 pub mod tool;
 
 pub use agent::{
-    Agent, AllowsTool, AllowsTransition, Ctx, Failure, Handle, Next, State, StepError, StepResult,
-    Target, Wake,
+    Agent, AllowsChild, AllowsTool, AllowsTransition, ChildOutcome, ChildRun, Ctx, Failure, Handle,
+    Next, State, StepError, StepResult, Target, Wake,
 };
 pub use graph::{GraphDescription, PathOverlay, Routing, StateDescription, ToolDescription};
 pub use tool::{
@@ -77,12 +77,15 @@ pub use tool::{
 /// | `max_tool_calls = N` | budget: tool calls per visit |
 /// | `tools_per_answer = N` | with `route = llm`: one answer may call up to `N` of the state's tools at once (each checked before any runs; one bad call rejects the answer), run concurrently and journaled as one decision; the providers allow parallel tool calls only here |
 /// | `timeout_ms = N` | budget: time per visit |
+/// | `children(A, path::B)` | the agents whose runs the handler may start and wait for ([`Ctx::spawn_all`], [`Ctx::spawn_first`]); starting another is a compile error |
+/// | `children_outlive` | with `children(...)`: the children keep running when the run fails or is cancelled (by default they are cancelled, their compensations run) |
 /// | `decision_timeout_ms = N` | with `route = llm`: one ask of the model in this state may take `N` ms (instead of `RunnerConfig::decision_timeout`); a slower one is journaled as `ask.timeout` and counts against the re-asks |
 ///
 /// Checked at compile time: unknown states and tools, one initial state, reachability, a way
 /// out of every state and a way to a terminal state, terminal states without transitions,
-/// LLM states with options, cycles under `dag`, hybrid compensations, and that each tool's
-/// `Tool` impl has the declared kind and name. See [`compile_errors`] for every message.
+/// LLM states with options, cycles under `dag`, hybrid compensations, that each tool's
+/// `Tool` impl has the declared kind and name, and that each child is an `Agent` started
+/// only where declared. See [`compile_errors`] for every message.
 ///
 /// # What it generates
 ///
@@ -93,8 +96,9 @@ pub use tool::{
 ///   (`checkout::ReviewRoute`);
 /// - constructors `checkout::Review::new(cart) -> Target<checkout::Review>` (struct variants
 ///   take the fields in order, tuple variants `f0, f1, ...`, unit variants nothing);
-/// - [`AllowsTool`] and [`AllowsTransition`] for exactly the declared tools and edges, so
-///   [`Ctx::call`] and [`Ctx::to`] compile only when legal;
+/// - [`AllowsTool`], [`AllowsTransition`] and [`AllowsChild`] for exactly the declared
+///   tools, edges and child agents, so [`Ctx::call`], [`Ctx::to`] and [`Ctx::spawn_all`]
+///   compile only when legal;
 /// - `trait CheckoutHandlers`: one method per non-terminal state (its name in snake case),
 ///   taking the [`Ctx`], then the route for `route = llm` states, then the [`Wake`] for
 ///   `wait` states, then the state's fields; implement it with `async fn`s;

@@ -40,6 +40,10 @@ pub(crate) struct State {
     pub(crate) tools_per_answer: Option<(Span, u32)>,
     pub(crate) timeout_ms: Option<(Span, u64)>,
     pub(crate) decision_timeout_ms: Option<(Span, u64)>,
+    /// The child agents' types, as written in `children(...)`.
+    pub(crate) children: Vec<syn::Path>,
+    pub(crate) children_span: Option<Span>,
+    pub(crate) children_outlive: Option<Span>,
 }
 
 impl State {
@@ -154,6 +158,9 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
                 .decision_timeout_ms
                 .span()
                 .zip(va.decision_timeout_ms.get().copied()),
+            children_span: va.children.span(),
+            children_outlive: va.children_outlive.span(),
+            children: va.children.take().unwrap_or_default(),
             on_error: va.on_error.take(),
             to: va.to.take().unwrap_or_default(),
             tools: va.tools.take().unwrap_or_default(),

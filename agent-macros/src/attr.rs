@@ -35,6 +35,8 @@ pub(crate) const MAX_TOOL_CALLS: &str = "max_tool_calls";
 pub(crate) const TOOLS_PER_ANSWER: &str = "tools_per_answer";
 pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 pub(crate) const DECISION_TIMEOUT_MS: &str = "decision_timeout_ms";
+pub(crate) const CHILDREN: &str = "children";
+pub(crate) const CHILDREN_OUTLIVE: &str = "children_outlive";
 
 pub(crate) const KIND: &str = "kind";
 pub(crate) const INPUT: &str = "input";
@@ -56,6 +58,9 @@ const VARIANT_KEYS: &[&str] = &[
     MAX_TOOL_CALLS,
     TOOLS_PER_ANSWER,
     TIMEOUT_MS,
+    DECISION_TIMEOUT_MS,
+    CHILDREN,
+    CHILDREN_OUTLIVE,
 ];
 const TOOL_KEYS: &[&str] = &[KIND, INPUT, OUTPUT, TIMEOUT_MS, RETRIES, CACHE, CRATE];
 
@@ -198,6 +203,8 @@ pub(crate) struct VariantAttrs {
     pub(crate) tools_per_answer: Attr<u32>,
     pub(crate) timeout_ms: Attr<u64>,
     pub(crate) decision_timeout_ms: Attr<u64>,
+    pub(crate) children: Attr<Vec<Path>>,
+    pub(crate) children_outlive: Attr<()>,
 }
 
 fn key_of(meta: &ParseNestedMeta<'_>) -> String {
@@ -314,6 +321,48 @@ fn flag(cx: &Ctxt, meta: &ParseNestedMeta<'_>, attr: &mut Attr<()>) -> syn::Resu
         );
         skip_value(meta.input)
     }
+}
+
+/// `children(a::Research, Fact)`: a list of types, by path.
+fn path_list(cx: &Ctxt, meta: &ParseNestedMeta<'_>, what: &str) -> syn::Result<Option<Vec<Path>>> {
+    let key = key_of(meta);
+    if !meta.input.peek(syn::token::Paren) {
+        cx.error(
+            meta.path.span(),
+            format!("expected `{key}(...)` with a list of {what}"),
+        );
+        skip_value(meta.input)?;
+        return Ok(None);
+    }
+    let empty = {
+        let fork = meta.input.fork();
+        let content;
+        syn::parenthesized!(content in fork);
+        content.is_empty()
+    };
+    if empty {
+        // `children()`: reported by the checks as a list of nothing, not as a parse error.
+        let _content;
+        syn::parenthesized!(_content in meta.input);
+        return Ok(Some(Vec::new()));
+    }
+    let mut out = Vec::new();
+    let nested = meta.parse_nested_meta(|item| {
+        if item.input.is_empty() || item.input.peek(Token![,]) {
+            out.push(item.path.clone());
+        } else {
+            cx.error(
+                item.path.span(),
+                format!("expected a list of {what} in `{key}(...)`, like `{key}(Research, crate::fact::Check)`"),
+            );
+            skip_value(item.input)?;
+        }
+        Ok(())
+    });
+    if let Err(e) = nested {
+        cx.syn_error(e);
+    }
+    Ok(Some(out))
 }
 
 /// `key(A, B, C)`: a list of plain names.
@@ -530,6 +579,8 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
         tools_per_answer: Attr::none(TOOLS_PER_ANSWER),
         timeout_ms: Attr::none(TIMEOUT_MS),
         decision_timeout_ms: Attr::none(DECISION_TIMEOUT_MS),
+        children: Attr::none(CHILDREN),
+        children_outlive: Attr::none(CHILDREN_OUTLIVE),
     };
     parse_each(cx, AGENT, attrs, |meta| {
         let span = meta.path.span();
@@ -617,6 +668,12 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                     out.decision_timeout_ms.set(cx, span, v);
                 }
             }
+            CHILDREN => {
+                if let Some(v) = path_list(cx, &meta, "child agents")? {
+                    out.children.set(cx, span, v);
+                }
+            }
+            CHILDREN_OUTLIVE => flag(cx, &meta, &mut out.children_outlive)?,
             _ => {
                 let key = key_of(&meta);
                 if ENUM_KEYS.contains(&key.as_str()) {

@@ -165,6 +165,8 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 (s.tools_per_answer.map(|m| m.0), "tools_per_answer"),
                 (s.timeout_ms.map(|m| m.0), "timeout_ms"),
                 (s.decision_timeout_ms.map(|m| m.0), "decision_timeout_ms"),
+                (s.children_span, "children(...)"),
+                (s.children_outlive, "children_outlive"),
             ];
             for (span, key) in unused {
                 if let Some(span) = span {
@@ -204,6 +206,46 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                     "`decision_timeout_ms` without `route = llm` on state `{name}`"
                 ))
                 .help("it bounds one ask of the model in this state; add `route = llm`, or remove `decision_timeout_ms`"),
+            );
+        }
+        if let (Some(span), None, None) = (s.children_outlive, s.children_span, s.terminal) {
+            cx.error(
+                span,
+                Message::new(format!(
+                    "`children_outlive` without `children(...)` on state `{name}`"
+                ))
+                .help("it keeps the children this state starts running when the run fails or is cancelled; list them in `children(...)`, or remove `children_outlive`"),
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &s.children {
+            let text = crate::attr::path_text(c);
+            if !seen.insert(text.clone()) {
+                ok = false;
+                cx.error(
+                    syn::spanned::Spanned::span(c),
+                    Message::new(format!(
+                        "agent `{text}` is listed twice in the `children(...)` of `{name}`"
+                    ))
+                    .help("list each child agent once"),
+                );
+            }
+        }
+        if let (Some(span), Some(_), None) = (s.children_span, &s.wait, s.terminal) {
+            cx.error(
+                span,
+                Message::new(format!(
+                    "state `{name}` both waits for a signal and starts children"
+                ))
+                .help("a state waits for one thing; start the children in a state of their own, before or after the one that waits"),
+            );
+        }
+        if let (Some(span), true, None) = (s.children_span, s.children.is_empty(), s.terminal) {
+            cx.error(
+                span,
+                Message::new(format!("`children()` on state `{name}` lists no agents")).help(
+                    "list the child agents' types, `children(Research)`, or remove `children()`",
+                ),
             );
         }
         if let (Some((span, _)), None) = (s.wait_timeout_ms, &s.wait) {

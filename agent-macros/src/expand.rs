@@ -105,6 +105,11 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             let tools_per_answer = option(agent, s.tools_per_answer.map(|m| m.1));
             let timeout = option(agent, s.timeout_ms.map(|m| m.1));
             let decision_timeout = option(agent, s.decision_timeout_ms.map(|m| m.1));
+            let children = s
+                .children
+                .iter()
+                .map(|c| quote!(<#c as #krate::Agent>::NAME));
+            let children_outlive = s.children_outlive.is_some();
             let data = lit(&s.data());
             quote! {
                 #krate::__private::StateSpec {
@@ -112,7 +117,8 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                     llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout, to: &[#(#to),*],
                     on_error: #on_error, tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
                     tools_per_answer: #tools_per_answer, timeout_ms: #timeout,
-                    decision_timeout_ms: #decision_timeout, data: #data,
+                    decision_timeout_ms: #decision_timeout, children: &[#(#children),*],
+                    children_outlive: #children_outlive, data: #data,
                 }
             }
         });
@@ -497,6 +503,20 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             let path = &decl.path;
             Some(quote!(impl #tools_trait for #path {}))
         });
+        let children_trait = format_ident!("__AgentChildrenOf{}", name);
+        let child_msg = format!("agent `{{Self}}` is not a child of state `{name}` of agent `{agent_name}`");
+        let child_label = format!("not listed in the `children(...)` of `{name}`");
+        let child_texts: Vec<String> = s.children.iter().map(crate::attr::path_text).collect();
+        let child_note = if s.children.is_empty() {
+            format!("`{name}` starts no child agents")
+        } else {
+            format!(
+                "child agents of `{name}`: {}",
+                names::list(child_texts.iter().map(String::as_str))
+            )
+        };
+        let child_help = format!("add the agent to `#[agent(children(...))]` of `{name}`, or start it from a state that lists it");
+        let child_impls = s.children.iter().map(|c| quote!(impl #children_trait for #c {}));
         let succ = s.successors();
         let move_msg = format!("state `{name}` of agent `{agent_name}` cannot move to `{{Self}}`");
         let move_label = format!("not a successor of `{name}`");
@@ -527,6 +547,20 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             impl #tools_trait for #krate::__private::Unreachable {}
             #[automatically_derived]
             impl<T: #krate::Tool + #tools_trait> #krate::AllowsTool<T> for #m {}
+
+            #[diagnostic::on_unimplemented(
+                message = #child_msg,
+                label = #child_label,
+                note = #child_note,
+                note = #child_help
+            )]
+            pub trait #children_trait {}
+            #(#child_impls)*
+            // A second impl, so that rustc never infers the child from a lone declared one.
+            #[diagnostic::do_not_recommend]
+            impl #children_trait for #krate::__private::Unreachable {}
+            #[automatically_derived]
+            impl<C: #krate::Agent + #children_trait> #krate::AllowsChild<C> for #m {}
 
             #[diagnostic::on_unimplemented(
                 message = #move_msg,

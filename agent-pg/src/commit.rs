@@ -153,7 +153,11 @@ impl PgStore {
             }
         };
         if let Some(applied) = applied {
-            return Ok(plan.applied(lease, commit, applied, &self.heads));
+            let record = plan.applied(lease, commit, applied, &self.heads);
+            if record.status.is_final() {
+                self.wake_parent(&record).await;
+            }
+            return Ok(record);
         }
         // Zero rows: tell the caller why, from the run as stored.
         Err(commit_refused(self, lease, commit.expected_version, || {
@@ -163,5 +167,20 @@ impl PgStore {
             ))
         })
         .await)
+    }
+
+    /// After a child run reached a final status: wake the idle workers, so that the parent,
+    /// which `claim_next` may find claimable now, is claimed without waiting for a poll.
+    /// Commits do not notify otherwise (the worker holding a run steps it on); nothing is
+    /// written to the parent. Best effort, like every wake-up: workers poll too.
+    pub(crate) async fn wake_parent(&self, child: &RunRecord) {
+        let Some(parent) = &child.spawned_by else {
+            return;
+        };
+        let _ = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&self.channel)
+            .bind(&parent.run_id)
+            .execute(&self.pool)
+            .await;
     }
 }

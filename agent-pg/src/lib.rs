@@ -217,6 +217,12 @@ impl PgStore {
             .bind(parent.map(|p| agent_sql::to_i64(p.1)))
             .bind(&self.channel)
             .bind(sqlx::types::Json(&new.labels))
+            .bind(new.spawned_by.as_ref().map(|p| p.run_id.as_str()))
+            .bind(
+                new.spawned_by
+                    .as_ref()
+                    .map(|p| agent_sql::to_i64(p.version)),
+            )
             .fetch_optional(&self.pool)
             .await
             .map_err(connect::db_err)?;

@@ -6,6 +6,7 @@
 
 use std::sync::LazyLock;
 
+use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
 use agent_sql::sql::final_statuses;
 
 /// The columns of a run, in the order `row_to_run` reads them.
@@ -16,7 +17,7 @@ macro_rules! run_cols {
          ts_to_ms(lease_expires_at) AS lease_expires_at, claims_without_progress, parent_id, \
          parent_version, ts_to_ms(created_at) AS created_at, ts_to_ms(updated_at) AS updated_at, \
          creation_hash, last_hash, patch_bytes, snapshot_version, labels, \
-         cancel_requested_by, cancel_reason, \
+         cancel_requested_by, cancel_reason, spawned_by, spawned_at_version, \
          (SELECT jsonb_agg(jsonb_build_array(t.payload_kind, t.payload) ORDER BY t.version) \
           FROM transitions t WHERE t.run_id = runs.id AND t.version > runs.snapshot_version \
           AND t.version <= runs.version) AS tail"
@@ -42,8 +43,8 @@ pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 
 
 pub(crate) const INSERT_RUN: &str = concat!(
     "WITH ins AS (INSERT INTO runs (id, agent, fingerprint, state_name, state, creation_hash, \
-     last_hash, parent_id, parent_version, labels) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11) \
+     last_hash, parent_id, parent_version, labels, spawned_by, spawned_at_version) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12, $13) \
      ON CONFLICT (id) DO NOTHING RETURNING ",
     run_cols!(),
     "), lb AS (INSERT INTO run_labels (run_id, key, value) \
@@ -73,24 +74,42 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// A run whose cancel is requested is claimable whatever it waits for: its claimer writes
-/// the cancel.
-pub(crate) const CLAIM_NEXT: &str = concat!(
-    "WITH picked AS (SELECT r.id AS pick_id FROM runs r \
-     WHERE r.status IN ('running', 'compensating', 'waiting') \
-     AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
-     AND (r.lease_owner IS NULL OR r.lease_expires_at <= clock_timestamp()) \
-     AND (r.cancel_requested_by IS NOT NULL OR (r.status IN ('running', 'compensating') \
-           AND (r.wake_at IS NULL OR r.wake_at <= clock_timestamp())) \
-       OR (r.status = 'waiting' AND (r.wake_at <= clock_timestamp() OR EXISTS ( \
-           SELECT 1 FROM signals s WHERE s.run_id = r.id AND s.consumed_at_version IS NULL \
-           AND (r.waiting_for IS NULL OR s.name = r.waiting_for))))) \
-     ORDER BY r.created_at, r.seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
-     UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
-     lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
-     claims_without_progress = claims_without_progress + 1, updated_at = clock_timestamp() \
-     FROM picked WHERE id = pick_id RETURNING ",
-    run_cols!()
-);
+/// the cancel. A parent waiting for its children (`waiting_for` one of the two `children:`
+/// values) is claimable once none of the runs its step at `version - 1` spawned is in a
+/// status that is not final, or (the first) once one of them completed. Its subqueries run
+/// only for waiting rows with one of those values (the arms before them are cheaper), on
+/// the index `runs_spawned_by`.
+pub(crate) static CLAIM_NEXT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        concat!(
+            "WITH picked AS (SELECT r.id AS pick_id FROM runs r \
+             WHERE r.status IN ('running', 'compensating', 'waiting') \
+             AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
+             AND (r.lease_owner IS NULL OR r.lease_expires_at <= clock_timestamp()) \
+             AND (r.cancel_requested_by IS NOT NULL OR (r.status IN ('running', 'compensating') \
+                   AND (r.wake_at IS NULL OR r.wake_at <= clock_timestamp())) \
+               OR (r.status = 'waiting' AND (r.wake_at <= clock_timestamp() OR EXISTS ( \
+                   SELECT 1 FROM signals s WHERE s.run_id = r.id AND s.consumed_at_version IS NULL \
+                   AND (r.waiting_for IS NULL OR s.name = r.waiting_for)) \
+                 OR (r.waiting_for IN ('{all}', '{first}') AND r.version > 0 AND (NOT EXISTS ( \
+                   SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
+                   AND c.spawned_at_version = r.version - 1 AND c.status NOT IN {final_statuses}) \
+                   OR (r.waiting_for = '{first}' AND EXISTS ( \
+                   SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
+                   AND c.spawned_at_version = r.version - 1 AND c.status = '{completed}'))))))) \
+             ORDER BY r.created_at, r.seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
+             UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
+             lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
+             claims_without_progress = claims_without_progress + 1, updated_at = clock_timestamp() \
+             FROM picked WHERE id = pick_id RETURNING ",
+            run_cols!()
+        ),
+        all = WAIT_ALL_CHILDREN,
+        first = WAIT_FIRST_CHILD,
+        completed = RunStatus::Completed.as_str(),
+        final_statuses = final_statuses()
+    )
+});
 
 /// Take a run whose stored data does not read out of circulation.
 pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
@@ -249,6 +268,7 @@ pub(crate) const LIST_RUNS: &str = concat!(
      AND ($4::bigint = 0 OR id IN (SELECT l.run_id FROM jsonb_each_text($5::jsonb) w \
        JOIN run_labels l ON l.key = w.key AND l.value = w.value \
        GROUP BY l.run_id HAVING count(*) = $4)) \
+     AND ($6::text IS NULL OR spawned_by = $6) \
      ORDER BY created_at DESC, seq DESC LIMIT $3"
 );
 
@@ -311,11 +331,12 @@ pub(crate) const SET_STATUS: &str = concat!(
 );
 
 /// Old journal entries, except a live run's saga log (completed hybrid calls and
-/// compensations), which compensation still needs.
+/// compensations), which compensation still needs, and the children it started, which a
+/// cancel of the run finds through their entries.
 pub(crate) static PRUNE_JOURNAL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH del AS (DELETE FROM journal j WHERE j.run_id = $1 AND j.version < $2 \
-     AND ((SELECT status FROM runs WHERE id = $1) IN {final_statuses} OR NOT (j.kind = 'compensation' OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' \
+     AND ((SELECT status FROM runs WHERE id = $1) IN {final_statuses} OR NOT (j.kind IN ('compensation', 'child') OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' \
        AND j.status = 'succeeded'))) RETURNING j.run_id, j.version, j.seq), \
      od AS (DELETE FROM outputs o USING del WHERE o.run_id = del.run_id \
        AND o.version = del.version AND o.seq = del.seq) \

@@ -81,7 +81,7 @@ agent_sql::impl_sql_store!(PgStore {
         ttl: Duration,
         limit: usize,
     ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
-        let rows = sqlx::query(sql::CLAIM_NEXT)
+        let rows = sqlx::query(sql::CLAIM_NEXT.as_str())
             .bind(agents)
             .bind(worker)
             .bind(ms(ttl))
@@ -152,6 +152,7 @@ agent_sql::impl_sql_store!(PgStore {
             .bind(filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
             .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
             .bind(sqlx::types::Json(&filter.labels))
+            .bind(&filter.spawned_by)
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
@@ -194,7 +195,11 @@ agent_sql::impl_sql_store!(PgStore {
             .await
             .map_err(db_err)?;
         match row {
-            Some(row) => self.run_from_row(&row),
+            Some(row) => {
+                let record = self.run_from_row(&row)?;
+                self.wake_parent(&record).await;
+                Ok(record)
+            }
             None => Err(self.fenced_out(lease).await?),
         }
     }

@@ -10,8 +10,8 @@ use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
     CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Millis, OperatorNote,
-    ROW_UNREADABLE, RunError, RunRecord, RunStatus, SignalRecord, StateAtVersion, StoreError,
-    ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
+    ROW_UNREADABLE, RunError, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion,
+    StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -54,6 +54,10 @@ pub struct SalvageRow {
     claims_without_progress: i32,
     parent_id: Option<String>,
     parent_version: Option<i64>,
+    /// For a child run: the parent run and the version of its step that started it (both
+    /// or neither).
+    spawned_by: Option<String>,
+    spawned_at_version: Option<i64>,
     created_at: Millis,
     updated_at: Millis,
     labels: Json<Labels>,
@@ -81,6 +85,25 @@ impl SalvageRow {
             Read::Strict => parse_status(&id, &self.status)?,
             Read::Lenient => RunStatus::parse(&self.status).unwrap_or(RunStatus::Quarantined),
         };
+        // The store writes both columns or neither: one without the other is damage (a
+        // child whose wait cannot be told, or a version of no parent). Shown without it.
+        let spawned_by = match (self.spawned_by, self.spawned_at_version) {
+            (Some(run_id), Some(v)) => Some(SpawnedBy {
+                run_id,
+                version: number(v)?,
+            }),
+            (None, None) => None,
+            (by, v) => match read {
+                Read::Strict => {
+                    let message = match by {
+                        Some(by) => format!("child run of `{by}` without spawned_at_version"),
+                        None => format!("spawned_at_version {v:?} without spawned_by"),
+                    };
+                    return Err(corrupt(&id, message));
+                }
+                Read::Lenient => None,
+            },
+        };
         Ok(RunRecord {
             version: number(self.version)?,
             epoch: number(self.epoch)?,
@@ -101,6 +124,7 @@ impl SalvageRow {
             parent: self
                 .parent_id
                 .zip(self.parent_version.and_then(|v| u64::try_from(v).ok())),
+            spawned_by,
             created_at: self.created_at,
             updated_at: self.updated_at,
             labels: self.labels.0,

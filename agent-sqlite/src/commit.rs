@@ -205,6 +205,13 @@ impl SqliteStore {
             lease_expires_at,
             updated_at: now,
         };
-        Ok(plan.applied(lease, commit, applied, &self.heads))
+        let record = plan.applied(lease, commit, applied, &self.heads);
+        // A child run that ended may make its waiting parent claimable: wake the idle
+        // workers (nothing is written to the parent). Other commits wake nobody: the worker
+        // holding the run steps it on.
+        if record.status.is_final() && record.spawned_by.is_some() {
+            self.work.notify_waiters();
+        }
+        Ok(record)
     }
 }

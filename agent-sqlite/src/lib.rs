@@ -166,6 +166,8 @@ impl SqliteStore {
             .bind(parent.map(|p| to_i64(p.1)))
             .bind(now)
             .bind(&labels)
+            .bind(new.spawned_by.as_ref().map(|p| p.run_id.as_str()))
+            .bind(new.spawned_by.as_ref().map(|p| to_i64(p.version)))
             .execute(&mut *tx)
             .await
             .map_err(db_err)?

@@ -5,6 +5,7 @@
 
 use std::sync::LazyLock;
 
+use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
 use agent_sql::sql::final_statuses;
 
 macro_rules! run_cols {
@@ -13,7 +14,7 @@ macro_rules! run_cols {
          error_code, error_message, epoch, lease_owner, lease_expires_at, \
          claims_without_progress, parent_id, parent_version, created_at, updated_at, \
          creation_hash, last_hash, patch_bytes, snapshot_version, labels, \
-         cancel_requested_by, cancel_reason, \
+         cancel_requested_by, cancel_reason, spawned_by, spawned_at_version, \
          (SELECT json_group_array(json_array(t.payload_kind, json(t.payload))) FROM ( \
             SELECT payload_kind, payload FROM transitions t WHERE t.run_id = runs.id \
             AND t.version > runs.snapshot_version AND t.version <= runs.version \
@@ -30,9 +31,10 @@ pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 
      AND ($2 IS NULL OR fingerprint = $2) ORDER BY seq DESC LIMIT 1";
 
 pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (id, agent, fingerprint, state_name, state, \
-     creation_hash, last_hash, parent_id, parent_version, created_at, updated_at, seq, labels) \
+     creation_hash, last_hash, parent_id, parent_version, created_at, updated_at, seq, labels, \
+     spawned_by, spawned_at_version) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, \
-     (SELECT COALESCE(max(seq), 0) + 1 FROM runs), $11) ON CONFLICT (id) DO NOTHING";
+     (SELECT COALESCE(max(seq), 0) + 1 FROM runs), $11, $12, $13) ON CONFLICT (id) DO NOTHING";
 
 /// The labels of a run just inserted, one row each from its JSON object `$2`.
 pub(crate) const INSERT_LABELS: &str =
@@ -59,8 +61,13 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
 
 /// Runnable runs, oldest first; `$1` is a JSON array of agent names (all when empty). A
 /// run whose cancel is requested is runnable whatever it waits for: its claimer writes
-/// the cancel.
-pub(crate) const CLAIMABLE: &str = "SELECT r.id FROM runs r \
+/// the cancel. A parent waiting for its children (`waiting_for` one of the two `children:`
+/// values) is runnable once none of the runs its step at `version - 1` spawned is in a
+/// status that is not final, or (the first) once one of them completed. Its subqueries run
+/// only for waiting rows with one of those values, on the index `runs_spawned_by`.
+pub(crate) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT r.id FROM runs r \
      WHERE r.status IN ('running', 'compensating', 'waiting') \
      AND (json_array_length($1) = 0 OR r.agent IN (SELECT value FROM json_each($1))) \
      AND (r.lease_owner IS NULL OR r.lease_expires_at <= $2) \
@@ -68,8 +75,20 @@ pub(crate) const CLAIMABLE: &str = "SELECT r.id FROM runs r \
        OR (r.status IN ('running', 'compensating') AND (r.wake_at IS NULL OR r.wake_at <= $2)) \
        OR (r.status = 'waiting' AND (r.wake_at <= $2 OR EXISTS ( \
            SELECT 1 FROM signals s WHERE s.run_id = r.id AND s.consumed_at_version IS NULL \
-           AND (r.waiting_for IS NULL OR s.name = r.waiting_for))))) \
-     ORDER BY r.created_at, r.seq LIMIT $3";
+           AND (r.waiting_for IS NULL OR s.name = r.waiting_for)) \
+         OR (r.waiting_for IN ('{all}', '{first}') AND r.version > 0 AND (NOT EXISTS ( \
+           SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
+           AND c.spawned_at_version = r.version - 1 AND c.status NOT IN {final_statuses}) \
+           OR (r.waiting_for = '{first}' AND EXISTS ( \
+           SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
+           AND c.spawned_at_version = r.version - 1 AND c.status = '{completed}'))))))) \
+     ORDER BY r.created_at, r.seq LIMIT $3",
+        all = WAIT_ALL_CHILDREN,
+        first = WAIT_FIRST_CHILD,
+        completed = RunStatus::Completed.as_str(),
+        final_statuses = final_statuses()
+    )
+});
 
 /// Take a run whose stored data does not read out of circulation.
 pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
@@ -172,6 +191,7 @@ pub(crate) const LIST_RUNS: &str = concat!(
      AND ($4 = 0 OR id IN (SELECT l.run_id FROM json_each($5) w \
        JOIN run_labels l ON l.key = w.key AND l.value = w.value \
        GROUP BY l.run_id HAVING count(*) = $4)) \
+     AND ($6 IS NULL OR spawned_by = $6) \
      ORDER BY created_at DESC, seq DESC LIMIT $3"
 );
 
@@ -223,14 +243,15 @@ pub(crate) const SET_STATUS: &str = concat!(
 );
 
 /// Old journal entries, except a live run's saga log (completed hybrid calls and
-/// compensations), which compensation still needs; `$3` is whether the run is final.
+/// compensations), which compensation still needs, and the children it started, which a
+/// cancel of the run finds through their entries; `$3` is whether the run is final.
 pub(crate) const PRUNE_OUTPUTS: &str = "DELETE FROM outputs WHERE run_id = $1 AND version < $2 \
      AND (run_id, version, seq) IN (SELECT run_id, version, seq FROM journal j \
-       WHERE j.run_id = $1 AND j.version < $2 AND ($3 OR NOT (j.kind = 'compensation' \
+       WHERE j.run_id = $1 AND j.version < $2 AND ($3 OR NOT (j.kind IN ('compensation', 'child') \
        OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' AND j.status = 'succeeded'))))";
 
 pub(crate) const PRUNE_JOURNAL: &str = "DELETE FROM journal WHERE run_id = $1 AND version < $2 \
-     AND ($3 OR NOT (kind = 'compensation' \
+     AND ($3 OR NOT (kind IN ('compensation', 'child') \
        OR (kind = 'tool' AND tool_kind = 'hybrid' AND status = 'succeeded')))";
 
 pub(crate) const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason, updated_at) \

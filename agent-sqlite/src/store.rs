@@ -87,7 +87,7 @@ agent_sql::impl_sql_store!(SqliteStore {
         let agents =
             serde_json::to_string(agents).map_err(|e| StoreError::Backend(e.to_string()))?;
         let mut tx = self.write_tx().await?;
-        let ids: Vec<String> = sqlx::query_scalar(sql::CLAIMABLE)
+        let ids: Vec<String> = sqlx::query_scalar(sql::CLAIMABLE.as_str())
             .bind(&agents)
             .bind(now)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -187,6 +187,7 @@ agent_sql::impl_sql_store!(SqliteStore {
             )
             .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
             .bind(labels)
+            .bind(&filter.spawned_by)
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
@@ -225,7 +226,14 @@ agent_sql::impl_sql_store!(SqliteStore {
             .await
             .map_err(db_err)?;
         match row {
-            Some(row) => rows::stored_run(&row).map(|s| s.head.record),
+            Some(row) => {
+                let record = rows::stored_run(&row)?.head.record;
+                // A quarantined child may end its parent's wait (see `commit_step`).
+                if record.spawned_by.is_some() {
+                    self.work.notify_waiters();
+                }
+                Ok(record)
+            }
             None => Err(self.fenced_out(lease).await?),
         }
     }

@@ -27,6 +27,7 @@ pub(crate) const DEFAULT_DB: &str = "agent-runs.sqlite3";
   agentctl verify --all
   agentctl backup runs-backup.sqlite3
   agentctl runs --label tenant=acme
+  agentctl runs --parent report-1
   agentctl cancel order-42 --reason \"customer asked\"
   agentctl terminate order-42 --reason \"duplicate order\"
 
@@ -255,6 +256,9 @@ pub(crate) struct RunsArgs {
     /// Only runs carrying this label (`KEY=VALUE`; repeat it: every one must match).
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Only the child runs this run started (at any step).
+    #[arg(long, value_name = "RUN")]
+    pub parent: Option<String>,
     /// At most this many runs.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,

@@ -842,6 +842,58 @@ fn runs_filter_by_label(new_db: fn() -> Db) {
     );
 }
 
+fn children_are_listed_and_named(new_db: fn() -> Db) {
+    let db = new_db();
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let new = |id: &str| {
+            agent_core::store::NewRun::new(id, "Report", "fp", "Plan", serde_json::json!({}))
+        };
+        store.create_run(new("report-1")).await.expect("a parent");
+        for i in 0..2 {
+            let child = agent_core::store::NewRun::new(
+                agent_core::runner::child_run_id("report-1", 0, i),
+                "Research",
+                "fp",
+                "Searching",
+                serde_json::json!({}),
+            )
+            .spawned_by("report-1", 0);
+            store.create_run(child).await.expect("a child");
+        }
+        store
+            .create_run(new("report-2"))
+            .await
+            .expect("another parent");
+    });
+    let mut ids: Vec<String> = db
+        .json(&["runs", "--parent", "report-1"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["report-1/v0/0", "report-1/v0/1"]);
+    let none = db.ok(&["runs", "--parent", "report-2"]);
+    assert!(
+        none.contains("run `report-2` started no child runs"),
+        "{none}"
+    );
+    let child = db.ok(&["show", "report-1/v0/1"]);
+    assert!(
+        child.contains("parent       report-1 (started by its step at version 0)"),
+        "{child}"
+    );
+    let parent = db.ok(&["show", "report-1"]);
+    assert!(
+        parent.contains("Children") && parent.contains("report-1/v0/0"),
+        "{parent}"
+    );
+    let json = db.json(&["show", "report-1"]);
+    assert_eq!(json["children"].as_array().map(Vec::len), Some(2));
+}
+
 /// Every test above runs on SQLite, and on PostgreSQL when one is configured.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -1013,4 +1065,5 @@ on_both_backends!(
     cancel_compensates_a_waiting_run,
     terminate_stops_a_run_with_who_and_why,
     runs_filter_by_label,
+    children_are_listed_and_named,
 );

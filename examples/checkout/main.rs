@@ -14,15 +14,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use clap::Parser;
-use durable_agents::runner::{Crash, FaultHook, FaultPoint, Runner, RunnerConfig};
+use durable_agents::runner::{Runner, RunnerConfig};
 use durable_agents::store::{CallStatus, EntryKind, RunFilter, RunStatus, Store};
 use durable_agents::{Agent, router::Router};
 use examples::checkout::{self, Checkout, Handlers};
 use examples::shop::{Product, Shop};
 
+use examples::crash::CrashAfter;
 use examples::{report, stores};
 
 /// The checkout agent: typed cart, LLM-routed review, idempotent payment, saga.
@@ -44,24 +44,6 @@ struct Args {
     /// Use the scripted router even if an LLM is configured in the environment.
     #[arg(long)]
     offline: bool,
-}
-
-/// Aborts the process after `n` commits: a crash, not a clean exit.
-#[derive(Debug)]
-struct CrashAfter(AtomicU32);
-
-impl FaultHook for CrashAfter {
-    fn check(&self, point: FaultPoint, run_id: &str, version: u64) -> Result<(), Crash> {
-        if point == FaultPoint::CommitApplied && self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
-            println!(
-                "\n💥 simulated crash: aborting the process right after run {run_id} committed v{version}.\n   \
-                 Nothing else is saved. Start the example again to resume from the last committed step:\n   \
-                 cargo run --example checkout\n"
-            );
-            std::process::abort();
-        }
-        Ok(())
-    }
 }
 
 #[tokio::main]
@@ -118,7 +100,7 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         .with_router(router)
         .with_config(config);
     if let Some(n) = args.crash_after_steps {
-        runner = runner.with_faults(Arc::new(CrashAfter(AtomicU32::new(n.max(1)))));
+        runner = runner.with_faults(Arc::new(CrashAfter::new(n, "checkout")));
     }
 
     let unfinished = store

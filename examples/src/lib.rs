@@ -3,11 +3,15 @@
 //! - [`checkout`]: the checkout agent (`cargo run --example checkout`).
 //! - [`shop`]: the small shop service its tools call, with idempotency keys and an effect log.
 //! - [`triage`]: the support-triage agent (`cargo run --example support-triage`).
+//! - [`research`]: a report researched by child agents (`cargo run --example research`).
 //! - [`stores`]: SQLite by default, PostgreSQL when `DATABASE_URL` is set.
 //! - [`report`]: run timelines read back from the store.
+//! - [`crash`]: the examples' `--crash-after-steps`, a real abort.
 
 pub mod checkout;
+pub mod crash;
 pub mod report;
+pub mod research;
 pub mod shop;
 pub mod stores;
 pub mod triage;

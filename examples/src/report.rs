@@ -112,6 +112,14 @@ fn entry_line(e: &JournalEntry) -> String {
             }
             line
         }
+        EntryKind::Child => {
+            let started = e
+                .output
+                .as_ref()
+                .and_then(|o| o.as_array())
+                .map_or(0, Vec::len);
+            format!("children   {started} run(s) of {} {status}", e.name)
+        }
     }
 }
 

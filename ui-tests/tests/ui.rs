@@ -1,5 +1,5 @@
 //! The compile-time contract of `#[derive(Agent)]` and `#[derive(Tool)]`: every mistake the
-//! macros catch has a spec under `ui/{attr,graph,tools,transitions}/`, and the legal
+//! macros catch has a spec under `ui/{attr,graph,tools,transitions,children}/`, and the legal
 //! counterparts compile under `ui/pass/`.
 //!
 //! The `.stderr` files belong to the compiler recorded in `RUSTC_VERSION`. On any other
@@ -36,4 +36,5 @@ fn ui() {
     t.compile_fail("tests/ui/graph/*.rs");
     t.compile_fail("tests/ui/tools/*.rs");
     t.compile_fail("tests/ui/transitions/*.rs");
+    t.compile_fail("tests/ui/children/*.rs");
 }

@@ -1,7 +1,8 @@
 //! The agents the runner checks execute. [`Order`]: a read, a write and a hybrid tool, an
 //! LLM-routed state with a scripted router, an `on_error` path into a compensating state,
 //! and a wait. [`Fanout`]: one step of parallel hybrid calls, with an `on_error` path into a
-//! compensating state.
+//! compensating state. [`Batch`]: a parent that starts one [`Fanout`] child per order and
+//! joins them (all, or the first), with a read before and a write after the join.
 //!
 //! The tools act on a recording fake [`World`] that honours idempotency keys and counts
 //! every effect by key and every execution, so a check can prove "applied exactly once".
@@ -17,7 +18,7 @@ use crate::router::{RouterReply, ScriptedRouter};
 use crate::tool::{
     Compensate, Execute, RetryPolicy, Tool, ToolBox, ToolContext, ToolError, ToolPolicy, kind,
 };
-use crate::{Agent, Ctx, StepResult, Wake};
+use crate::{Agent, ChildOutcome, Ctx, StepResult, Wake};
 
 /// The world the fixture's tools change: every effect recorded by idempotency key.
 #[derive(Debug, Default)]
@@ -408,6 +409,78 @@ impl FanoutHandlers for FanoutBehaviour {
             reservations.push(r?.reservation);
         }
         Ok(ctx.to(fanout::Reserved::new(reservations)))
+    }
+}
+
+/// The third fixture agent, a parent: it looks a price up, starts one [`Fanout`] child per
+/// order and waits for all of them (or for the first to complete), then charges once.
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+#[agent(crate = ::agent_core, tools(read(Lookup), write(Charge)))]
+pub enum Batch {
+    /// Start the children and join them.
+    #[agent(initial, tools(Lookup, Charge), children(Fanout), to(Settled, Short))]
+    Splitting {
+        /// One child per order, each reserving its items.
+        orders: Vec<Vec<String>>,
+        /// Wait for the first child to complete instead of all of them.
+        first: bool,
+    },
+    /// Every child joined completed (or, with `first`, the first one did); charged once.
+    #[agent(terminal)]
+    Settled {
+        /// The completed children's reservations, in the order of their orders.
+        reservations: Vec<Vec<String>>,
+        /// The charge.
+        payment_id: String,
+    },
+    /// A child did not complete.
+    #[agent(terminal)]
+    Short {
+        /// The children that did not complete, and how they ended.
+        failed: Vec<String>,
+    },
+}
+
+/// The handlers of [`Batch`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchBehaviour;
+
+impl BatchHandlers for BatchBehaviour {
+    async fn splitting(
+        &self,
+        ctx: Ctx<'_, batch::Splitting>,
+        orders: Vec<Vec<String>>,
+        first: bool,
+    ) -> StepResult<batch::Splitting> {
+        let sku = orders.iter().flatten().next().cloned().unwrap_or_default();
+        ctx.call::<Lookup>(Sku { sku }).await?;
+        let children = orders.into_iter().map(|items| Fanout::Reserving { items });
+        let joined = if first {
+            vec![ctx.spawn_first::<Fanout>(children).await?]
+        } else {
+            ctx.spawn_all::<Fanout>(children).await?
+        };
+        let mut reservations = Vec::new();
+        let mut failed = Vec::new();
+        for child in joined {
+            match child.outcome {
+                ChildOutcome::Completed(Fanout::Reserved { reservations: r }) => {
+                    reservations.push(r);
+                }
+                ChildOutcome::Completed(other) => {
+                    failed.push(format!("{}: ended in {}", child.run_id, other.state_name()));
+                }
+                ChildOutcome::Ended { status, error } => {
+                    failed.push(format!("{}: {status} ({})", child.run_id, error.code));
+                }
+            }
+        }
+        if !failed.is_empty() {
+            return Ok(ctx.to(batch::Short::new(failed)));
+        }
+        let cents = 100 * reservations.iter().map(Vec::len).sum::<usize>() as u64;
+        let payment = ctx.call::<Charge>(Amount { cents }).await?;
+        Ok(ctx.to(batch::Settled::new(reservations, payment.payment_id)))
     }
 }
 

@@ -32,6 +32,7 @@
 //! tests run every check against [`MemoryStore`](crate::store::memory::MemoryStore) and
 //! each relevant check against a deliberately broken store, asserting that the check fails.
 
+pub mod child_checks;
 pub mod fixture;
 pub mod runner_checks;
 pub mod store_checks;
@@ -104,6 +105,11 @@ macro_rules! store_conformance {
             check_cancel_of_a_leased_run_waits_for_its_holder,
             check_cancel_racing_a_commit,
             check_labels_filter_runs,
+            check_child_creation_is_idempotent,
+            check_list_runs_by_parent,
+            check_claim_next_waits_for_all_children,
+            check_claim_next_wakes_on_first_child,
+            check_prune_keeps_child_entries,
         );
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn check_corrupt_data_is_an_error() {

@@ -22,6 +22,12 @@ use crate::store::{
 };
 use crate::tool::ToolKind;
 
+pub use super::child_checks::{
+    check_cancelled_parent_cancels_its_children, check_children_budget, check_children_join_all,
+    check_children_join_first_cancels_the_rest, check_crash_sweep_children,
+    check_failed_child_reaches_the_parent,
+};
+
 const LEASE: Duration = Duration::from_millis(150);
 
 fn config(worker: &str) -> RunnerConfig {
@@ -1294,6 +1300,12 @@ macro_rules! runner_conformance {
             check_runs_complete_with_effects_once,
             check_crash_sweep,
             check_crash_sweep_parallel_calls,
+            check_children_join_all,
+            check_children_join_first_cancels_the_rest,
+            check_failed_child_reaches_the_parent,
+            check_cancelled_parent_cancels_its_children,
+            check_children_budget,
+            check_crash_sweep_children,
             check_stale_worker_is_fenced,
             check_quarantine,
             check_wait_survives_restart,

@@ -12,11 +12,11 @@ use serde_json::Value;
 use tracing::{Instrument, info_span};
 
 use super::{FaultPoint, Inner, RunnerError, keyed, renew_if_due};
-use crate::agent::{StepError, StepIo, Wake};
-use crate::graph::StateDescription;
+use crate::agent::{Join, StepError, StepIo, Wake};
+use crate::graph::{GraphDescription, StateDescription};
 use crate::store::{
-    CallStatus, EntryKind, JournalEntry, Lease, RunError, RunRecord, StoreError, idempotency_key,
-    input_hash, now_ms,
+    CallStatus, EntryKind, JournalEntry, Lease, RunError, RunRecord, SpawnedBy, StoreError,
+    idempotency_key, input_hash, now_ms,
 };
 use crate::tool::{DynTool, ErrorClass, ToolContext, ToolError, ToolKind};
 
@@ -49,6 +49,12 @@ pub(crate) struct StepCx<'r> {
     /// The journal contradicts the current graph: quarantine instead of committing.
     quarantine: Mutex<Option<RunError>>,
     interrupted: AtomicBool,
+    /// The run's parent, for the depth limit of the children it starts.
+    pub(crate) spawned_by: Option<SpawnedBy>,
+    /// Whether the handler started children in this visit (one join per visit).
+    spawned: AtomicBool,
+    /// The join the step waits for: the runner commits the run as waiting instead.
+    suspend: Mutex<Option<Join>>,
 }
 
 impl<'r> StepCx<'r> {
@@ -79,7 +85,35 @@ impl<'r> StepCx<'r> {
             step_error: Mutex::new(None),
             quarantine: Mutex::new(None),
             interrupted: AtomicBool::new(false),
+            spawned_by: record.spawned_by.clone(),
+            spawned: AtomicBool::new(false),
+            suspend: Mutex::new(None),
         }
+    }
+
+    /// The step resumes at `version`, the one it began at before it waited for its
+    /// children: its journal, idempotency keys and children are that version's.
+    pub(crate) fn resumed_at(mut self, version: u64) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// Record that the handler started children; `true` if it had already.
+    pub(crate) fn mark_spawned(&self) -> bool {
+        self.spawned.swap(true, Ordering::SeqCst)
+    }
+
+    /// Suspend the step until `join` holds over its children.
+    pub(crate) fn suspend(&self, join: Join) {
+        let mut s = lock(&self.suspend);
+        if s.is_none() {
+            *s = Some(join);
+        }
+    }
+
+    /// The join the step was suspended on, if any.
+    pub(crate) fn take_suspend(&self) -> Option<Join> {
+        lock(&self.suspend).take()
     }
 
     /// The fatal condition, if any: the step must stop without committing.
@@ -569,6 +603,15 @@ impl StepIo for StepCx<'_> {
 
     fn wake(&self) -> Option<Wake> {
         self.wake.clone()
+    }
+
+    fn spawn<'a>(
+        &'a self,
+        child: &'static GraphDescription,
+        states: Vec<Value>,
+        join: Join,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StepError>> {
+        self.spawn_children(child, states, join)
     }
 }
 

@@ -32,11 +32,15 @@ pub enum FaultPoint {
     CompensationSent,
     /// The lease is about to be renewed.
     LeaseRenewal,
+    /// A step journaled the children it starts; they are not all created yet.
+    ChildrenStarted,
+    /// The children were created; the journal does not say so yet.
+    ChildrenCreated,
 }
 
 impl FaultPoint {
     /// Every fault point, for sweeps.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 12] = [
         Self::RunClaimed,
         Self::LlmSent,
         Self::LlmAnswered,
@@ -47,6 +51,8 @@ impl FaultPoint {
         Self::CompensationRegistered,
         Self::CompensationSent,
         Self::LeaseRenewal,
+        Self::ChildrenStarted,
+        Self::ChildrenCreated,
     ];
 }
 

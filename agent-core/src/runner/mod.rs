@@ -26,6 +26,7 @@
 //! runs. A terminate ([`Store::terminate_run`]) fences
 //! the runner out instead: its next write is refused with `LeaseLost`, and it stops.
 
+mod children;
 mod cx;
 mod faults;
 mod route;
@@ -41,6 +42,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tracing::{Instrument, info_span, warn};
 
+pub use children::child_run_id;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use worker::{SUSPECT_CLAIMS, Worker, WorkerConfig};
 
@@ -92,6 +94,13 @@ pub struct RunnerConfig {
     /// argument string). Values shorter than 4 characters are ignored (they would shred
     /// text).
     pub secrets: Vec<String>,
+    /// How many child runs one step may start ([`Ctx::spawn_all`](crate::Ctx::spawn_all));
+    /// a step starting more fails with a budget error, before any child is created.
+    pub max_children_per_step: u32,
+    /// How deep child runs may nest below a run that nobody started: a run this many
+    /// levels down fails with a budget error when it starts children (a guard against an
+    /// agent that, through its children, starts itself without end).
+    pub max_child_depth: u32,
 }
 
 impl Default for RunnerConfig {
@@ -115,6 +124,8 @@ impl Default for RunnerConfig {
             .map(str::to_owned)
             .to_vec(),
             secrets: Vec::new(),
+            max_children_per_step: 1_000,
+            max_child_depth: 8,
         }
     }
 }
@@ -460,6 +471,14 @@ where
                         record.claims_without_progress
                     ),
                 };
+                let why = format!("its parent was dead-lettered: {}", error.message);
+                children::cancel_children(
+                    self.inner.store.as_ref(),
+                    self.inner.graph,
+                    &record,
+                    &why,
+                )
+                .await?;
                 record = self
                     .commit_status(&lease, &record, RunStatus::DeadLettered, Some(error))
                     .await?;

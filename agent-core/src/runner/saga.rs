@@ -63,6 +63,12 @@ where
     H: Send + Sync + 'static,
 {
     let inner = &*runner.inner;
+    let why = match &record.error {
+        Some(e) if e.code == operator::CANCELLED => "its parent was cancelled".to_owned(),
+        Some(e) => format!("its parent failed: {}", e.message),
+        None => "its parent is compensating".to_owned(),
+    };
+    super::children::cancel_children(inner.store.as_ref(), inner.graph, &record, &why).await?;
     let journal = inner.store.journal(&record.id, None).await?;
     let done: BTreeMap<u32, JournalEntry> = journal
         .iter()

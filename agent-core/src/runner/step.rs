@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::cx::{StepCx, with_heartbeat};
-use super::{Runner, RunnerError, StepOutcome, route, saga};
-use crate::agent::{Agent, Failure, Handle, StepError, Wake};
+use super::{Runner, RunnerError, StepOutcome, children, route, saga};
+use crate::agent::{Agent, Failure, Handle, Join, StepError, Wake};
 use crate::graph::{Routing, StateDescription};
 use crate::store::{
     EntryKind, JournalEntry, Lease, Millis, RunError, RunRecord, RunStatus, StepCommit, StoreError,
@@ -89,19 +89,27 @@ where
         }
     }
 
+    // A step that waited for its children resumes at the version it began at: the wait
+    // was committed as the next one.
+    let resumed = children::waits_for_children(&record);
+    let base = if resumed {
+        record.version.saturating_sub(1)
+    } else {
+        record.version
+    };
     let journal: BTreeMap<u32, JournalEntry> = if fresh {
         BTreeMap::new()
     } else {
         inner
             .store
-            .journal(&record.id, Some(record.version))
+            .journal(&record.id, Some(base))
             .await?
             .into_iter()
             .filter(|e| e.kind != EntryKind::Compensation)
             .map(|e| (e.seq, e))
             .collect()
     };
-    let cx = StepCx::new(inner, &record, desc, lease.clone(), journal, wake);
+    let cx = StepCx::new(inner, &record, desc, lease.clone(), journal, wake).resumed_at(base);
 
     let handler = async {
         if desc.route == Routing::Llm {
@@ -138,7 +146,15 @@ where
             .await?;
         return Ok(StepOutcome::after_commit(record));
     }
-    let result = match cx.take_step_error() {
+    let step_error = cx.take_step_error();
+    // Waiting for children wins over whatever the handler made of it (swallowed, mapped to
+    // another error): the step did not finish.
+    if step_error.is_none()
+        && let Some(join) = cx.take_suspend()
+    {
+        return wait_for_children(runner, lease, record, join).await;
+    }
+    let result = match step_error {
         Some(e) => Err(e),
         None => result,
     };
@@ -173,6 +189,38 @@ where
     )
     .await?;
     Ok(StepOutcome::after_commit(record))
+}
+
+/// The handler waits for its children: commit the run as waiting for them (once; a run
+/// woken before its join holds goes back to waiting without a new version).
+async fn wait_for_children<A, H>(
+    runner: &Runner<A, H>,
+    lease: &Lease,
+    record: RunRecord,
+    join: Join,
+) -> Result<StepOutcome, RunnerError>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
+    let waiting_for = children::waiting_for(join);
+    if record.status == RunStatus::Waiting && record.waiting_for.as_deref() == Some(waiting_for) {
+        return Ok(StepOutcome::Waiting(record));
+    }
+    let commit = StepCommit {
+        expected_version: record.version,
+        from_state: record.state_name.clone(),
+        to_state: record.state_name.clone(),
+        state: record.state.clone(),
+        kind: TransitionKind::Status,
+        status: RunStatus::Waiting,
+        waiting_for: Some(waiting_for.to_owned()),
+        wake_at: None,
+        error: None,
+        consumed_signal: None,
+    };
+    let record = runner.commit(lease, &commit, &record.id).await?;
+    Ok(StepOutcome::Waiting(record))
 }
 
 fn wake_at(desc: &StateDescription) -> Option<Millis> {
@@ -277,6 +325,15 @@ where
     let status = if has_saga {
         RunStatus::Compensating
     } else {
+        // A compensating run cancels them when its saga begins.
+        let why = format!("its parent failed: {}", error.message);
+        children::cancel_children(
+            runner.inner.store.as_ref(),
+            runner.inner.graph,
+            record,
+            &why,
+        )
+        .await?;
         RunStatus::Failed
     };
     let record = runner

@@ -119,6 +119,12 @@ where
         }
     }
 
+    /// The runner this worker drives runs with (to start runs or send signals).
+    #[must_use]
+    pub fn runner(&self) -> &Runner<A, H> {
+        &self.runner
+    }
+
     /// Work until `shutdown` completes, then finish the runs in flight.
     ///
     /// # Errors

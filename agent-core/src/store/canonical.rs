@@ -62,12 +62,21 @@ pub fn input_hash(value: &Value) -> String {
 
 /// What makes two [`Store::create_run`](super::Store::create_run) calls with the same id "the same run": SHA-256 over
 /// the agent's name, the initial state's name and the canonical JSON of the initial state
-/// (and the labels, when there are any: runs created without labels keep their hash),
+/// (and the labels, when there are any: runs created without labels keep their hash; and
+/// the parent, for a child run),
 /// hex. Backends store it with the run to answer idempotent creation without the initial
 /// version (which retention may prune).
 #[must_use]
 pub fn creation_hash(run: &NewRun) -> String {
-    if run.labels.is_empty() {
+    if let Some(parent) = &run.spawned_by {
+        input_hash(&serde_json::json!([
+            run.agent,
+            run.state_name,
+            run.state,
+            run.labels,
+            [parent.run_id, parent.version]
+        ]))
+    } else if run.labels.is_empty() {
         input_hash(&serde_json::json!([run.agent, run.state_name, run.state]))
     } else {
         input_hash(&serde_json::json!([

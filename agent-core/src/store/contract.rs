@@ -35,8 +35,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Create a run at version 0 (status running), recording the `start` transition, with
     /// its labels ([`NewRun::with_label`]), which are checked first
     /// ([`validate_labels`](super::validate_labels)).
-    /// Idempotent on `id`: creating an existing run with the same agent, initial state and
-    /// labels returns it unchanged; with other content, [`StoreError::AlreadyExists`].
+    /// Idempotent on `id`: creating an existing run with the same agent, initial state,
+    /// labels and parent ([`NewRun::spawned_by`]) returns it unchanged; with other content,
+    /// [`StoreError::AlreadyExists`]. A child run keeps its parent in
+    /// [`RunRecord::spawned_by`].
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError>;
 
     /// The run, or `None`.
@@ -68,8 +70,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> Result<Option<(Lease, RunRecord)>, StoreError>;
 
     /// Claim up to `limit` runnable runs of these agents (running or compensating; waiting
-    /// runs whose signal has arrived or whose `wake_at` passed) whose lease is free or
-    /// expired, oldest first, skipping runs locked by other claimers. Each claim counts as in
+    /// runs whose signal has arrived or whose `wake_at` passed; parents waiting for their
+    /// children once the wait holds, see below) whose lease is free or expired, oldest
+    /// first, skipping runs locked by other claimers.
+    ///
+    /// A run waiting for [`WAIT_ALL_CHILDREN`](super::WAIT_ALL_CHILDREN) is claimable when no run spawned by it at
+    /// `version - 1` is in a status that is not final; for
+    /// [`WAIT_FIRST_CHILD`](super::WAIT_FIRST_CHILD), also as
+    /// soon as one of them is completed. Nothing is written when a child commits: the
+    /// parent is found by this query, so it is woken once. Each claim counts as in
     /// [`claim_run`](Self::claim_run). A run whose row does not read is quarantined as
     /// there and left out: one bad run never keeps the others from being claimed.
     async fn claim_next(
@@ -147,8 +156,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn fork(&self, run_id: &str, version: u64, new_id: &str)
     -> Result<RunRecord, StoreError>;
 
-    /// Runs matching the filter, newest first: of its agent, in one of its statuses, and
-    /// carrying every label of [`RunFilter::labels`] (SQL stores answer it from an index on
+    /// Runs matching the filter, newest first: of its agent, in one of its statuses,
+    /// spawned by [`RunFilter::spawned_by`], and carrying every label of
+    /// [`RunFilter::labels`] (SQL stores answer it from an index on
     /// `(key, value)`). A row that cannot be read is listed as
     /// [`RunRecord::unreadable`], not as an error for the whole listing.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;

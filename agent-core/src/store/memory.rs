@@ -29,8 +29,8 @@ use super::operator::{self, OperatorPlan, OperatorTransition};
 use super::{
     JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
     RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
-    StoreError, ToolSwitch, TransitionKind, TransitionRecord, creation_hash, now_ms,
-    transition_hash, validate_labels,
+    StoreError, ToolSwitch, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
+    creation_hash, now_ms, transition_hash, validate_labels,
 };
 use crate::graph::GraphDescription;
 use crate::tool::ToolKind;
@@ -52,6 +52,8 @@ struct Inner {
     signals: BTreeMap<i64, SignalRecord>,
     next_signal: i64,
     tools: BTreeMap<String, ToolSwitch>,
+    /// Parent run → its children's ids, in creation order (for the parents' waits).
+    children: HashMap<String, Vec<String>>,
 }
 
 #[derive(Debug)]
@@ -130,6 +132,35 @@ impl Inner {
         })
     }
 
+    /// Whether a parent waiting for its children may go on: see [`Store::claim_next`].
+    fn children_done(&self, r: &RunRecord) -> bool {
+        let first = match r.waiting_for.as_deref() {
+            Some(WAIT_ALL_CHILDREN) => false,
+            Some(WAIT_FIRST_CHILD) => true,
+            _ => return false,
+        };
+        let Some(version) = r.version.checked_sub(1) else {
+            return false;
+        };
+        let mut statuses = (self.children.get(&r.id).into_iter().flatten())
+            .filter_map(|id| self.runs.get(id))
+            .map(|d| &d.record)
+            .filter(|c| c.spawned_by.as_ref().is_some_and(|p| p.version == version))
+            .map(|c| c.status);
+        if first {
+            let mut all_final = true;
+            for status in statuses {
+                if status == RunStatus::Completed {
+                    return true;
+                }
+                all_final &= status.is_final();
+            }
+            all_final
+        } else {
+            statuses.all(RunStatus::is_final)
+        }
+    }
+
     fn insert_run(&mut self, new: &NewRun, parent: Option<(String, u64)>) -> RunRecord {
         let now = now_ms();
         let hash = transition_hash("", &new.link());
@@ -161,11 +192,15 @@ impl Inner {
             lease_expires_at: None,
             claims_without_progress: 0,
             parent,
+            spawned_by: new.spawned_by.clone(),
             created_at: now,
             updated_at: now,
             labels: new.labels.clone(),
             cancel_requested: None,
         };
+        if let Some(by) = &new.spawned_by {
+            (self.children.entry(by.run_id.clone()).or_default()).push(new.id.clone());
+        }
         let (payload, since) = history::encode(None, &new.state, 0);
         let mut versions = BTreeMap::new();
         versions.insert(
@@ -323,11 +358,12 @@ impl RunData {
     }
 }
 
-/// Whether a journal entry belongs to the run's saga log (needed to compensate later).
+/// Whether a journal entry belongs to the run's saga log (needed to compensate later); the
+/// children it started count too (a cancel of the run reaches them through it).
 pub(crate) fn is_saga_entry(e: &JournalEntry) -> bool {
     use super::{CallStatus, EntryKind};
     match e.kind {
-        EntryKind::Compensation => true,
+        EntryKind::Compensation | EntryKind::Child => true,
         EntryKind::Tool => {
             e.tool_kind == Some(ToolKind::Hybrid) && e.status == CallStatus::Succeeded
         }
@@ -430,7 +466,9 @@ impl Store for MemoryStore {
                     || match r.status {
                         RunStatus::Running | RunStatus::Compensating => due,
                         RunStatus::Waiting => {
-                            r.wake_at.is_some_and(|t| t <= now) || g.has_signal_for(r)
+                            r.wake_at.is_some_and(|t| t <= now)
+                                || g.has_signal_for(r)
+                                || g.children_done(r)
                         }
                         _ => false,
                     };
@@ -679,6 +717,9 @@ impl Store for MemoryStore {
             .values()
             .filter(|d| {
                 filter.agent.as_ref().is_none_or(|a| *a == d.record.agent)
+                    && (filter.spawned_by.as_ref()).is_none_or(|p| {
+                        d.record.spawned_by.as_ref().is_some_and(|s| s.run_id == *p)
+                    })
                     && (filter.statuses.is_empty() || filter.statuses.contains(&d.record.status))
                     && filter
                         .labels

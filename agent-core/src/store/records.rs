@@ -155,6 +155,9 @@ pub struct RunRecord {
     pub claims_without_progress: u32,
     /// For forks: the run and version it was forked from.
     pub parent: Option<(String, u64)>,
+    /// For child runs: the parent run and the version of the step that started it
+    /// ([`Ctx::spawn_all`](crate::agent::Ctx::spawn_all)).
+    pub spawned_by: Option<SpawnedBy>,
     /// Creation time.
     pub created_at: Millis,
     /// Last change.
@@ -190,6 +193,7 @@ impl RunRecord {
             lease_expires_at: None,
             claims_without_progress: 0,
             parent: None,
+            spawned_by: None,
             created_at: 0,
             updated_at: 0,
             labels: Labels::new(),
@@ -266,7 +270,28 @@ pub struct NewRun {
     /// Labels to find the run by; validated by the store at creation.
     #[serde(default)]
     pub labels: Labels,
+    /// For a child run: the parent and the version of the step that starts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<SpawnedBy>,
 }
+
+/// Which step of which run started a child run: the parent's id and the version its step
+/// began at. A parent waiting for its children
+/// ([`WAIT_ALL_CHILDREN`], [`WAIT_FIRST_CHILD`]) waits for the runs spawned by it at
+/// `version - 1`: the step that started them, before it committed the wait.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpawnedBy {
+    /// The parent run.
+    pub run_id: String,
+    /// The version the parent's step began at.
+    pub version: u64,
+}
+
+/// `waiting_for` of a parent waiting until every child it started in the step is final.
+pub const WAIT_ALL_CHILDREN: &str = "children:all";
+/// `waiting_for` of a parent waiting until one child it started in the step completed, or
+/// every one of them is final.
+pub const WAIT_FIRST_CHILD: &str = "children:first";
 
 impl NewRun {
     /// A run `id` of `agent` (graph `fingerprint`) starting in `state_name` with `state`,
@@ -286,7 +311,18 @@ impl NewRun {
             state_name: state_name.into(),
             state,
             labels: Labels::new(),
+            spawned_by: None,
         }
+    }
+
+    /// As a child of run `parent`, started by its step at `version`.
+    #[must_use]
+    pub fn spawned_by(mut self, parent: impl Into<String>, version: u64) -> Self {
+        self.spawned_by = Some(SpawnedBy {
+            run_id: parent.into(),
+            version,
+        });
+        self
     }
 
     /// With label `key` = `value` (replacing an earlier value of `key`).
@@ -344,6 +380,11 @@ pub enum EntryKind {
     Decision,
     /// A compensating call of the saga.
     Compensation,
+    /// Child runs started by a handler ([`Ctx::spawn_all`](crate::agent::Ctx::spawn_all)):
+    /// the name is the child agent's, the input the initial states, the output the child
+    /// run ids. Journaled (started) before the children are created, so that a parent's
+    /// cancel finds them whatever happened after.
+    Child,
 }
 
 impl EntryKind {
@@ -578,6 +619,8 @@ pub struct RunFilter {
     pub limit: Option<usize>,
     /// Only runs carrying every one of these labels (all when empty).
     pub labels: Labels,
+    /// Only the children of this run ([`RunRecord::spawned_by`]), at any version.
+    pub spawned_by: Option<String>,
 }
 
 /// A tool's switch in the tool registry.

@@ -452,6 +452,7 @@ mod tests {
             lease_expires_at: None,
             claims_without_progress: 0,
             parent: None,
+            spawned_by: None,
             created_at: 0,
             updated_at: 0,
             labels: crate::store::Labels::new(),

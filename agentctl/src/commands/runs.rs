@@ -17,6 +17,7 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
         statuses: args.status.clone(),
         limit: Some(args.limit),
         labels: args.labels.iter().cloned().collect(),
+        spawned_by: args.parent.clone(),
     };
     let runs = cx.store.list_runs(&filter).await?;
     if cx.out.json {
@@ -26,6 +27,10 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
     if runs.is_empty() {
         let unfiltered = args.status.is_empty() && args.labels.is_empty();
         let what = match (&args.agent, unfiltered) {
+            _ if args.parent.is_some() && unfiltered && args.agent.is_none() => format!(
+                "run `{}` started no child runs",
+                args.parent.as_deref().unwrap_or_default()
+            ),
             (Some(a), _) => format!("no runs of agent `{a}` match"),
             (None, false) => "no runs match".to_owned(),
             (None, true) => "no runs yet".to_owned(),

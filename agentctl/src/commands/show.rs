@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use agent_core::router::{Decision, DecisionRecord};
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, RunRecord, RunStatus, SignalRecord, StateAtVersion,
-    TransitionKind, TransitionRecord,
+    CallStatus, EntryKind, JournalEntry, RunFilter, RunRecord, RunStatus, SignalRecord,
+    StateAtVersion, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
 };
 use comfy_table::{Cell, Color};
 use serde::Serialize;
@@ -29,6 +29,8 @@ struct ShowJson<'a> {
     states: Vec<&'a StateAtVersion>,
     journal: &'a [JournalEntry],
     pending_signals: &'a [SignalRecord],
+    /// The child runs it started, by id.
+    children: &'a [RunRecord],
 }
 
 pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
@@ -39,6 +41,14 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     let history = cx.store.history(id).await?;
     let journal = cx.store.journal(id, None).await?;
     let signals = cx.store.pending_signals(id).await?;
+    let mut children = cx
+        .store
+        .list_runs(&RunFilter {
+            spawned_by: Some(id.to_owned()),
+            ..RunFilter::default()
+        })
+        .await?;
+    children.sort_by(|a, b| a.id.cmp(&b.id));
     let mut states = BTreeMap::new();
     for t in &history {
         // A version whose state no longer replays is shown without it (`verify` explains).
@@ -54,6 +64,7 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
             states: states.values().collect(),
             journal: &journal,
             pending_signals: &signals,
+            children: &children,
         });
         return Ok(ExitCode::SUCCESS);
     }
@@ -68,6 +79,27 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
     outln!();
     outln!("{}", cx.out.heading("Timeline"));
     print_timeline(cx, &run, &history, &states, &journal);
+    if !children.is_empty() {
+        outln!();
+        outln!("{}", cx.out.heading("Children"));
+        let mut table = cx
+            .out
+            .table(["RUN", "AGENT", "STATE", "STATUS", "VERSION", "ERROR"]);
+        for c in &children {
+            let error = c.error.as_ref().map_or_else(String::new, |e| {
+                ellipsize(&format!("{}: {}", e.code, e.message), 60)
+            });
+            table.add_row(vec![
+                Cell::new(&c.id),
+                Cell::new(&c.agent),
+                Cell::new(&c.state_name),
+                cx.out.status_cell(c.status),
+                Cell::new(c.version),
+                Cell::new(error),
+            ]);
+        }
+        cx.out.print_table(&table);
+    }
     if !signals.is_empty() {
         outln!();
         outln!("{}", cx.out.heading("Pending signals"));
@@ -122,7 +154,12 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
         let until = run
             .wake_at
             .map_or_else(String::new, |t| format!(" (times out {})", fmt_time(t)));
-        field("waiting for", format!("signal `{w}`{until}"));
+        let what = match w.as_str() {
+            WAIT_ALL_CHILDREN => "all its children to end".to_owned(),
+            WAIT_FIRST_CHILD => "its first child to complete".to_owned(),
+            _ => format!("signal `{w}`{until}"),
+        };
+        field("waiting for", what);
     }
     if let (Some(owner), Some(exp)) = (&run.lease_owner, run.lease_expires_at) {
         field(
@@ -132,6 +169,15 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
     }
     if let Some((parent, v)) = &run.parent {
         field("forked from", format!("{parent} at version {v}"));
+    }
+    if let Some(p) = &run.spawned_by {
+        field(
+            "parent",
+            format!(
+                "{} (started by its step at version {})",
+                p.run_id, p.version
+            ),
+        );
     }
     if !run.labels.is_empty() {
         let labels: Vec<String> = run.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -419,6 +465,7 @@ fn entry_row(cx: &Ctx, e: &JournalEntry, version: Option<u64>) -> Vec<Cell> {
         EntryKind::Decision => ("decision", decision_detail(e)),
         EntryKind::Tool => ("  tool", call_detail(e)),
         EntryKind::Compensation => ("  compensate", call_detail(e)),
+        EntryKind::Child => ("  children", children_detail(e)),
     };
     let event = if e.kind == EntryKind::Decision {
         format!("  {event}")
@@ -457,6 +504,16 @@ fn call_detail(e: &JournalEntry) -> String {
         e.input_hash.get(..12).unwrap_or(&e.input_hash)
     ));
     parts.join("; ")
+}
+
+/// The child runs a step started: how many, and their ids.
+fn children_detail(e: &JournalEntry) -> String {
+    let ids: Vec<&str> = (e.output.as_ref().and_then(|o| o.as_array()))
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .collect();
+    format!("started {}: {}", ids.len(), ellipsize(&ids.join(", "), 100))
 }
 
 fn decision_detail(e: &JournalEntry) -> String {

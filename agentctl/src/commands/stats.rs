@@ -81,6 +81,7 @@ pub(super) async fn run(cx: &Ctx, args: StatsArgs) -> Result<ExitCode> {
                 Some(EntryKind::Tool) => kinds.get(&s.tool).copied().unwrap_or("tool"),
                 Some(EntryKind::Compensation) => "compensation",
                 Some(EntryKind::Decision) => "decision",
+                Some(EntryKind::Child) => "children",
                 None => "",
             }),
             Cell::new(s.calls),

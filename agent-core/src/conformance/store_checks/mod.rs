@@ -156,6 +156,7 @@ async fn verify_chain(store: &Arc<dyn Store>, run_id: &str) -> CheckResult {
     Ok(())
 }
 
+mod children;
 mod commits;
 mod history;
 mod journal;
@@ -164,6 +165,11 @@ mod operator;
 mod repair;
 mod runs;
 
+pub use children::{
+    check_child_creation_is_idempotent, check_claim_next_waits_for_all_children,
+    check_claim_next_wakes_on_first_child, check_list_runs_by_parent,
+    check_prune_keeps_child_entries,
+};
 pub use commits::{
     check_commits_across_a_reclaim, check_final_commit_ends_the_lease, check_quarantine_is_fenced,
     check_stale_epoch_is_fenced, check_version_chain_single_winner,
