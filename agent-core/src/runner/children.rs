@@ -377,3 +377,99 @@ mod tests {
         assert_eq!(state_name(&serde_json::json!(3)), None);
     }
 }
+
+/// The mediation matrix of child starts, below the typed API (which makes an undeclared
+/// child a compile error): in every state of the fixture parent, asking the runner to start
+/// each candidate agent (the declared child, other agents, the parent itself, lookalike
+/// names) starts runs if and only if the agent is declared for that state.
+#[cfg(all(test, feature = "conformance"))]
+mod mediation {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::super::Runner;
+    use super::super::cx::StepCx;
+    use crate::Agent;
+    use crate::agent::{Join, StepError};
+    use crate::conformance::fixture::{self, Batch, BatchBehaviour, Fanout, Order, World};
+    use crate::graph::GraphDescription;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{NewRun, RunFilter, Store};
+
+    fn renamed(graph: &GraphDescription, name: &str) -> &'static GraphDescription {
+        let mut g = graph.clone();
+        name.clone_into(&mut g.agent);
+        Box::leak(Box::new(g))
+    }
+
+    #[tokio::test]
+    async fn a_child_starts_iff_declared_for_the_state() {
+        let candidates: Vec<&'static GraphDescription> = vec![
+            Fanout::graph(),
+            Order::graph(),
+            Batch::graph(),
+            renamed(Fanout::graph(), "fanout"),
+            renamed(Fanout::graph(), "Fanout "),
+            renamed(Fanout::graph(), "Fanout\u{200b}"),
+        ];
+        let mut cells = 0;
+        for state in &Batch::graph().states {
+            for child in &candidates {
+                let store = Arc::new(MemoryStore::new());
+                let world = Arc::new(World::default());
+                let runner = Runner::<Batch, BatchBehaviour>::new(
+                    Arc::clone(&store) as Arc<dyn Store>,
+                    BatchBehaviour,
+                    fixture::tools(&world),
+                )
+                .unwrap();
+                let id = format!("parent-{}", state.name);
+                store
+                    .create_run(NewRun::new(
+                        &id,
+                        "Batch",
+                        "f",
+                        &state.name,
+                        serde_json::json!({}),
+                    ))
+                    .await
+                    .unwrap();
+                let (lease, record) = store
+                    .claim_run(&id, "w", Duration::from_secs(30))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let cx = StepCx::new(&runner.inner, &record, state, lease, BTreeMap::new(), None);
+                let initial = child.initial().map_or("?", |s| s.name.as_str());
+                let states = vec![serde_json::json!({ initial: { "items": ["a"] } })];
+                let outcome = cx.spawn_children(child, states, Join::All).await;
+                let started = store
+                    .list_runs(&RunFilter {
+                        spawned_by: Some(id.clone()),
+                        ..RunFilter::default()
+                    })
+                    .await
+                    .unwrap();
+                let declared = state.children.contains(&child.agent);
+                let cell = format!("state `{}`, child `{}`", state.name, child.agent);
+                if declared {
+                    assert!(
+                        matches!(outcome, Err(StepError::Interrupted(_))),
+                        "{cell}: a declared child starts and the step waits: {outcome:?}"
+                    );
+                    assert_eq!(started.len(), 1, "{cell}");
+                } else {
+                    assert!(
+                        matches!(&outcome, Err(StepError::Handler(m)) if m.contains("is not a child")),
+                        "{cell}: refused: {outcome:?}"
+                    );
+                    assert!(started.is_empty(), "{cell}: nothing may be started");
+                    assert!(cx.take_step_error().is_some(), "{cell}: the step fails");
+                }
+                cells += 1;
+            }
+        }
+        assert_eq!(cells, Batch::graph().states.len() * candidates.len());
+    }
+}

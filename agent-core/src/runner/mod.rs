@@ -34,9 +34,10 @@ mod saga;
 mod step;
 mod worker;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -831,14 +832,9 @@ impl RunnerConfig {
 /// that long. Secrets shorter than 4 characters are ignored (they would shred text).
 #[must_use]
 pub fn redact_secrets(text: &str, secrets: &[&str]) -> String {
-    let secrets: Vec<Vec<char>> = secrets
-        .iter()
-        .filter(|s| s.len() >= 4)
-        .map(|s| s.chars().collect())
-        .collect();
-    if secrets.is_empty() {
+    let Some(pieces) = secret_pieces(secrets) else {
         return text.to_owned();
-    }
+    };
     let mut view: Vec<Decoded> = text
         .char_indices()
         .map(|(i, c)| Decoded {
@@ -848,13 +844,13 @@ pub fn redact_secrets(text: &str, secrets: &[&str]) -> String {
         })
         .collect();
     let mut ranges = Vec::new();
-    secret_ranges(&view, &secrets, &mut ranges);
+    secret_ranges(&view, &pieces, &mut ranges);
     for _ in 0..ESCAPE_LEVELS {
         if !view.iter().any(|d| d.c == '\\') {
             break;
         }
         view = unescape_once(&view);
-        secret_ranges(&view, &secrets, &mut ranges);
+        secret_ranges(&view, &pieces, &mut ranges);
     }
     if ranges.is_empty() {
         return text.to_owned();
@@ -899,19 +895,61 @@ struct Decoded {
 /// escaped twice; one more for a body quoted inside an error message.
 const ESCAPE_LEVELS: usize = 3;
 
+/// One automaton over every piece of [`SECRET_PIECE`] characters of every secret (the
+/// whole secret when shorter), or `None` when no secret is long enough to look for. Built
+/// once per list of secrets: a runner passes the same list for every string it scrubs.
+fn secret_pieces(secrets: &[&str]) -> Option<Arc<aho_corasick::AhoCorasick>> {
+    type Cache = Mutex<Option<HashMap<Vec<String>, Arc<aho_corasick::AhoCorasick>>>>;
+    // A few lists at most (one per runner configuration); cleared if a process makes many.
+    const CACHED_LISTS: usize = 16;
+    static CACHE: Cache = Mutex::new(None);
+    let secrets: Vec<String> = (secrets.iter())
+        .filter(|s| s.len() >= 4)
+        .map(|s| (*s).to_owned())
+        .collect();
+    if secrets.is_empty() {
+        return None;
+    }
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(matcher) = cache.get(&secrets) {
+        return Some(Arc::clone(matcher));
+    }
+    let mut pieces = std::collections::BTreeSet::new();
+    for secret in &secrets {
+        let chars: Vec<char> = secret.chars().collect();
+        for window in chars.windows(chars.len().min(SECRET_PIECE)) {
+            pieces.insert(window.iter().collect::<String>());
+        }
+    }
+    // Pieces are plain strings; building fails only past the automaton's size limits,
+    // which a list of secrets never reaches.
+    let matcher = Arc::new(aho_corasick::AhoCorasick::new(&pieces).ok()?);
+    if cache.len() >= CACHED_LISTS {
+        cache.clear();
+    }
+    cache.insert(secrets, Arc::clone(&matcher));
+    Some(matcher)
+}
+
 /// Push the raw byte ranges of `view` that show a secret: the whole secret, or any piece of
 /// [`SECRET_PIECE`] characters of one at least that long.
-fn secret_ranges(view: &[Decoded], secrets: &[Vec<char>], ranges: &mut Vec<(usize, usize)>) {
-    let chars: Vec<char> = view.iter().map(|d| d.c).collect();
-    for secret in secrets {
-        let piece = secret.len().min(SECRET_PIECE);
-        let pieces: std::collections::HashSet<&[char]> = secret.windows(piece).collect();
-        for (i, window) in chars.windows(piece).enumerate() {
-            // The first character rules most windows out before any hashing.
-            if secret.contains(&window[0]) && pieces.contains(window) {
-                ranges.push((view[i].start, view[i + piece - 1].end));
-            }
-        }
+fn secret_ranges(
+    view: &[Decoded],
+    pieces: &aho_corasick::AhoCorasick,
+    ranges: &mut Vec<(usize, usize)>,
+) {
+    let text: String = view.iter().map(|d| d.c).collect();
+    // Byte offset in `text` → index in `view`, for the characters' first bytes.
+    let mut at = vec![0; text.len() + 1];
+    for (i, (offset, _)) in text.char_indices().enumerate() {
+        at[offset] = i;
+    }
+    for m in pieces.find_overlapping_iter(&text) {
+        let (first, last) = (at[m.start()], at[text.floor_char_boundary(m.end() - 1)]);
+        ranges.push((view[first].start, view[last].end));
     }
 }
 
