@@ -71,21 +71,7 @@ where
         } else if record.status == RunStatus::Waiting {
             return Ok(StepOutcome::Waiting(record));
         } else {
-            let wake_at = wake_at(desc);
-            let commit = StepCommit {
-                expected_version: record.version,
-                from_state: record.state_name.clone(),
-                to_state: record.state_name.clone(),
-                state: record.state.clone(),
-                kind: TransitionKind::Status,
-                status: RunStatus::Waiting,
-                waiting_for: Some(w.signal.clone()),
-                wake_at,
-                error: None,
-                consumed_signal: None,
-            };
-            let record = runner.commit(lease, &commit, &record.id).await?;
-            return Ok(StepOutcome::Waiting(record));
+            return commit_wait(runner, lease, &record, &w.signal, wake_at(desc)).await;
         }
     }
 
@@ -207,6 +193,21 @@ where
     if record.status == RunStatus::Waiting && record.waiting_for.as_deref() == Some(waiting_for) {
         return Ok(StepOutcome::Waiting(record));
     }
+    commit_wait(runner, lease, &record, waiting_for, None).await
+}
+
+/// Commit the run as waiting for `waiting_for` (a signal, or its children), in its state.
+async fn commit_wait<A, H>(
+    runner: &Runner<A, H>,
+    lease: &Lease,
+    record: &RunRecord,
+    waiting_for: &str,
+    wake_at: Option<Millis>,
+) -> Result<StepOutcome, RunnerError>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
     let commit = StepCommit {
         expected_version: record.version,
         from_state: record.state_name.clone(),
@@ -215,7 +216,7 @@ where
         kind: TransitionKind::Status,
         status: RunStatus::Waiting,
         waiting_for: Some(waiting_for.to_owned()),
-        wake_at: None,
+        wake_at,
         error: None,
         consumed_signal: None,
     };
