@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use durable_agents::__private::{Join, StepIo};
+use durable_agents::events::TokenSink;
 use durable_agents::runner::{Runner, RunnerConfig};
 use durable_agents::store::RunRecord;
 use durable_agents::store::memory::MemoryStore;
@@ -92,6 +93,7 @@ impl StepIo for Direct {
                 call_index: 0,
                 attempt: 1,
                 idempotency_key: None,
+                tokens: TokenSink::default(),
             };
             let n: u64 =
                 serde_json::from_value(input).map_err(|e| ToolError::permanent(e.to_string()))?;

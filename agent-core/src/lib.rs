@@ -24,6 +24,7 @@ extern crate self as agent_core;
 pub mod agent;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod events;
 pub mod graph;
 pub mod json;
 pub mod router;

@@ -76,6 +76,10 @@ pub struct RouteRequest {
     /// it has none). Providers allow parallel tool calls only above 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub tools_per_answer: u32,
+    /// Where a provider that streams sends the model's text as it comes (ephemeral, never
+    /// stored; not part of the request nor of its hash). The default sends nowhere.
+    #[serde(skip)]
+    pub tokens: crate::events::TokenSink,
 }
 
 fn one() -> u32 {
@@ -1038,6 +1042,7 @@ mod tests {
                 .collect(),
             feedback: vec![],
             tools_per_answer: 1,
+            tokens: crate::events::TokenSink::default(),
         };
         req.trim_to_budget(400);
         assert!(req.tool_results.len() < 10 && !req.tool_results.is_empty());

@@ -36,6 +36,7 @@ use serde_json::Value;
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ToolKind {
     /// No side effect. Journaled, served from the journal on resume, cacheable within a run.
     Read,
@@ -249,6 +250,7 @@ impl RetryPolicy {
 /// Why a call failed; decides whether the runner retries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ErrorClass {
     /// A passing fault: retried.
     Retryable,
@@ -361,6 +363,10 @@ pub struct ToolContext {
     /// Deterministic key of write and hybrid calls: derived from (run, version, call index),
     /// never from the attempt, so every retry and every resume reuses it.
     pub idempotency_key: Option<String>,
+    /// Where a tool that has a model write text sends it as it comes (ephemeral, never
+    /// stored: the call's journaled output is the durable answer). The default sends
+    /// nowhere.
+    pub tokens: crate::events::TokenSink,
 }
 
 impl ToolContext {

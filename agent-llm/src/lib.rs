@@ -58,6 +58,7 @@
 //!         tool_results: vec![],
 //!         feedback: vec![],
 //!         tools_per_answer: 1,
+//!         tokens: Default::default(),
 //!     };
 //!     let reply = router.decide(&request).await?;
 //!     match validate(&request.options, &reply, &|_, _| Ok(())) {

@@ -66,6 +66,7 @@ impl PgStore {
             .map_err(db_err)?;
         let written: i64 = row.try_get(0).map_err(|e| corrupt(&lease.run_id, e))?;
         if written > 0 {
+            self.event_written(&lease.run_id);
             return Ok(());
         }
         match head_of(self, &lease.run_id).await? {
@@ -154,6 +155,7 @@ impl PgStore {
         };
         if let Some(applied) = applied {
             let record = plan.applied(lease, commit, applied, &self.heads);
+            self.event_written(run_id);
             if record.status.is_final() {
                 self.wake_parent(&record).await;
             }

@@ -258,6 +258,7 @@ impl PgStore {
             heads: HeadCache::default(),
             work: Arc::new(Notify::new()),
             listener: Mutex::new(None),
+            events: crate::events::EventNotices::new(schema),
         })
     }
 

@@ -145,6 +145,7 @@ use tokio::sync::Notify;
 
 mod commit;
 mod connect;
+mod events;
 mod group_commit;
 mod operator;
 mod sql;
@@ -171,6 +172,8 @@ pub struct PgStore {
     heads: HeadCache,
     work: Arc<Notify>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Wake-ups of event followers (`events.rs`).
+    events: events::EventNotices,
     group: Arc<group_commit::GroupCommit>,
     /// How the pool connects; the group commit opens its connections the same way.
     options: PgConnectOptions,
@@ -190,6 +193,11 @@ impl Drop for PgStore {
 }
 
 impl PgStore {
+    /// After a write to `run_id` that gives events: wake their followers, if any.
+    fn event_written(&self, run_id: &str) {
+        self.events.written(&self.pool, run_id);
+    }
+
     /// Read a run row, remembering its head for the next commit.
     fn run_from_row(&self, row: &PgRow) -> Result<RunRecord, StoreError> {
         let head = rows::stored_run(row)?.head;
@@ -238,6 +246,7 @@ impl PgStore {
     ) -> Result<RunRecord, StoreError> {
         agent_core::store::validate_labels(&new.labels)?;
         if let Some(created) = self.insert_run(new, parent).await? {
+            self.event_written(&created.id);
             return Ok(created);
         }
         let row = sqlx::query(sql::LOAD_RUN)
@@ -269,6 +278,14 @@ impl SqlReads for PgStore {
     const JOURNAL: &'static str = sql::JOURNAL;
     const PENDING_SIGNALS: &'static str = sql::PENDING_SIGNALS;
     const TOOL_SWITCHES: &'static str = sql::TOOL_SWITCHES;
+
+    fn run_events_sql() -> &'static str {
+        sql::RUN_EVENTS.as_str()
+    }
+
+    fn scope_events_sql() -> &'static str {
+        sql::SCOPE_EVENTS.as_str()
+    }
 
     async fn fetch(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<PgRow>, StoreError> {
         bind(sqlx::query(sql), args)

@@ -91,6 +91,7 @@ impl PgStore {
                 .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
                 let applied = row.applied_row().map_err(c)?;
                 tx.commit().await.map_err(db_err)?;
+                self.event_written(run_id);
                 let lease = t.lease(run_id);
                 Ok(plan.applied(&lease, commit, applied, &self.heads))
             }

@@ -7,6 +7,7 @@
 use std::sync::LazyLock;
 
 use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
+use agent_sql::events::{Dialect, event_statement};
 use agent_sql::sql::final_statuses;
 
 /// The columns of a run, in the order `row_to_run` reads them.
@@ -112,9 +113,12 @@ pub(crate) static CLAIM_NEXT: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Take a run whose stored data does not read out of circulation.
-pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
+pub(crate) const QUARANTINE_CORRUPT: &str = "WITH upd AS (UPDATE runs SET status = 'quarantined', \
      error_code = 'row.unreadable', error_message = $2, lease_owner = NULL, \
-     lease_expires_at = NULL, updated_at = clock_timestamp() WHERE id = $1";
+     lease_expires_at = NULL, updated_at = clock_timestamp() WHERE id = $1 \
+     RETURNING id, version, status, error_code, error_message) \
+     INSERT INTO status_changes (run_id, version, status, error_code, error_message) \
+     SELECT id, version, status, error_code, error_message FROM upd";
 
 pub(crate) const RENEW_LEASE: &str = "UPDATE runs \
      SET lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond' \
@@ -137,16 +141,23 @@ pub(crate) const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner
      RETURNING id, status) \
      SELECT pg_notify($3, id) AS notified FROM upd";
 
-/// Insert or replace a journal entry, fenced: the `FOR SHARE` lock on the run row conflicts
-/// with a concurrent claim's update, so an entry is written only under the current epoch.
-pub(crate) const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND epoch = $2 FOR SHARE), \
+/// Insert or replace a journal entry, fenced: the lock on the run row conflicts with a
+/// concurrent claim's update, so an entry is written only under the current epoch. The lock
+/// is exclusive (`NO KEY UPDATE`, which foreign keys do not wait for), so that the entries
+/// of parallel calls draw their event positions in the order they commit; a call keeps
+/// the position of its first record, and its end gets one when it is recorded ended (an
+/// ended call recorded again keeps it).
+pub(crate) const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND epoch = $2 \
+       FOR NO KEY UPDATE), \
+     p AS (SELECT id, nextval('event_positions') AS n FROM fence), \
      j AS (INSERT INTO journal (run_id, version, seq, kind, state, name, tool_kind, input_hash, \
        input, idempotency_key, status, output, output_external, output_summary, output_bytes, \
-       error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at) \
+       error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at, \
+       started_position, finished_position) \
        SELECT id, $3::bigint, $4::integer, $5::text, $6::text, $7::text, $8::text, $9::text, \
        $10::jsonb, $11::text, $12::text, $13::jsonb, $14::boolean, $15::text, $16::integer, \
        $17::text, $18::text, $19::text, $20::integer, $21::bigint, ms_to_ts($22), \
-       ms_to_ts($23) FROM fence \
+       ms_to_ts($23), n, CASE WHEN $12::text <> 'started' THEN n END FROM p \
        ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = EXCLUDED.kind, \
        state = EXCLUDED.state, name = EXCLUDED.name, tool_kind = EXCLUDED.tool_kind, \
        input_hash = EXCLUDED.input_hash, input = EXCLUDED.input, \
@@ -155,8 +166,12 @@ pub(crate) const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE 
        output_summary = EXCLUDED.output_summary, output_bytes = EXCLUDED.output_bytes, \
        error_class = EXCLUDED.error_class, error_code = EXCLUDED.error_code, \
        error_message = EXCLUDED.error_message, attempts = EXCLUDED.attempts, \
-       duration_ms = EXCLUDED.duration_ms, started_at = EXCLUDED.started_at, \
-       finished_at = EXCLUDED.finished_at RETURNING 1), \
+       duration_ms = EXCLUDED.duration_ms, started_at = journal.started_at, \
+       finished_at = EXCLUDED.finished_at, \
+       finished_position = CASE WHEN EXCLUDED.status = 'started' THEN NULL \
+         WHEN journal.status = EXCLUDED.status THEN \
+           COALESCE(journal.finished_position, EXCLUDED.finished_position) \
+         ELSE EXCLUDED.finished_position END RETURNING 1), \
      o AS (INSERT INTO outputs (run_id, version, seq, output) \
        SELECT id, $3::bigint, $4::integer, $24::jsonb FROM fence WHERE $24::jsonb IS NOT NULL \
        ON CONFLICT (run_id, version, seq) DO UPDATE SET output = EXCLUDED.output), \
@@ -195,9 +210,11 @@ macro_rules! commit_step {
             $signal_check,
             " RETURNING id, version, status, epoch, lease_owner, lease_expires_at, updated_at), \
              tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, \
-             status, epoch, created_at, hash, payload_kind, payload) \
+             status, epoch, created_at, hash, payload_kind, payload, waiting_for, wake_at, \
+             error_code, error_message) \
              SELECT id, version, $4::text, $5::text, $14::text, status, epoch, updated_at, \
-             $12::text, $15::text, COALESCE($16::jsonb, $6::jsonb) FROM upd)",
+             $12::text, $15::text, COALESCE($16::jsonb, $6::jsonb), $8::text, ms_to_ts($9), \
+             $10::text, $11::text FROM upd)",
             $signal_update,
             " SELECT lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
              ts_to_ms(updated_at) AS updated_at FROM upd"
@@ -245,11 +262,13 @@ pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
      AND runs.cancel_requested_by IS NULL \
      RETURNING i.n, runs.id, runs.version, runs.status, runs.epoch, runs.lease_owner, \
      runs.lease_expires_at, runs.updated_at, i.from_state, i.to_state, i.kind, i.hash, \
-     i.payload_kind, COALESCE(i.patch, i.snapshot) AS payload), \
+     i.payload_kind, COALESCE(i.patch, i.snapshot) AS payload, runs.waiting_for, \
+     runs.wake_at, runs.error_code, runs.error_message), \
      tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
-     epoch, created_at, hash, payload_kind, payload) \
+     epoch, created_at, hash, payload_kind, payload, waiting_for, wake_at, error_code, \
+     error_message) \
      SELECT id, version, from_state, to_state, kind, status, epoch, updated_at, hash, \
-     payload_kind, payload FROM upd) \
+     payload_kind, payload, waiting_for, wake_at, error_code, error_message FROM upd) \
      SELECT n, lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
      ts_to_ms(updated_at) AS updated_at FROM upd",
         final_statuses = final_statuses()
@@ -269,6 +288,8 @@ pub(crate) const LIST_RUNS: &str = concat!(
        JOIN run_labels l ON l.key = w.key AND l.value = w.value \
        GROUP BY l.run_id HAVING count(*) = $4)) \
      AND ($6::text IS NULL OR spawned_by = $6) \
+     AND ($7::bigint IS NULL OR ts_to_ms(created_at) >= $7) \
+     AND ($8::bigint IS NULL OR ts_to_ms(created_at) < $8) \
      ORDER BY created_at DESC, seq DESC LIMIT $3"
 );
 
@@ -295,14 +316,18 @@ pub(crate) const OPERATOR_TRANSITION: &str = "WITH upd AS (UPDATE runs SET versi
      WHERE id = $1 AND version = $2 - 1 \
      RETURNING id, version, status, epoch, lease_owner, lease_expires_at, updated_at), \
      tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
-     epoch, created_at, hash, payload_kind, payload, note_by, note_reason) \
+     epoch, created_at, hash, payload_kind, payload, note_by, note_reason, error_code, \
+     error_message) \
      SELECT id, version, $11::text, $12::text, $13::text, status, epoch, updated_at, $8::text, \
-     $14::text, COALESCE($15::jsonb, $10::jsonb), $16::text, $17::text FROM upd) \
+     $14::text, COALESCE($15::jsonb, $10::jsonb), $16::text, $17::text, $4::text, $5::text \
+     FROM upd) \
      SELECT lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
      ts_to_ms(updated_at) AS updated_at, pg_notify($18, id) AS notified FROM upd";
 
+/// Sent under the run's row lock, as every write to a run: see [`RECORD_ENTRY`].
 pub(crate) const SEND_SIGNAL: &str = "WITH ins AS (INSERT INTO signals (run_id, name, payload) \
-     SELECT id, $2::text, $3::jsonb FROM runs WHERE id = $1 RETURNING id, run_id) \
+     SELECT id, $2::text, $3::jsonb FROM runs WHERE id = $1 FOR NO KEY UPDATE \
+     RETURNING id, run_id) \
      SELECT id, pg_notify($4, run_id) AS notified FROM ins";
 
 pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
@@ -311,10 +336,12 @@ pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
 
 /// `Store::quarantine`: fenced by the epoch, no version written, the lease ended.
 pub(crate) const QUARANTINE_UNDER_LEASE: &str = concat!(
-    "UPDATE runs SET status = 'quarantined', error_code = $3, error_message = $4, \
+    "WITH upd AS (UPDATE runs SET status = 'quarantined', error_code = $3, error_message = $4, \
      lease_owner = NULL, lease_expires_at = NULL, updated_at = clock_timestamp() \
      WHERE id = $1 AND epoch = $2 RETURNING ",
-    run_cols!()
+    run_cols!(),
+    "), ch AS (INSERT INTO status_changes (run_id, version, status, error_code, error_message) \
+     SELECT id, version, status, error_code, error_message FROM upd) SELECT * FROM upd"
 );
 
 pub(crate) const SET_STATUS: &str = concat!(
@@ -327,7 +354,9 @@ pub(crate) const SET_STATUS: &str = concat!(
      WHERE id = $1 AND NOT (lease_owner IS NOT NULL AND lease_expires_at > clock_timestamp()) \
      RETURNING ",
     run_cols!(),
-    ") SELECT upd.*, pg_notify($5, upd.id) AS notified FROM upd"
+    "), ch AS (INSERT INTO status_changes (run_id, version, status, error_code, error_message) \
+     SELECT id, version, status, error_code, error_message FROM upd) \
+     SELECT upd.*, pg_notify($5, upd.id) AS notified FROM upd"
 );
 
 /// Old journal entries, except a live run's saga log (completed hybrid calls and
@@ -393,3 +422,18 @@ pub(crate) const REPAIR_RUN: &str = "WITH upd AS (UPDATE runs SET state = $2::js
      created_at, hash, payload_kind, payload, note_by, note_reason) \
      SELECT id, version, $9, $3, 'repair', 'running', epoch, updated_at, $6, 'snapshot', state, \
      $10, $11 FROM upd";
+
+/// `SqlReads::run_events_sql`.
+pub(crate) static RUN_EVENTS: LazyLock<String> =
+    LazyLock::new(|| event_statement(PG, "{a}.run_id = $1::text"));
+
+/// `SqlReads::scope_events_sql`.
+pub(crate) static SCOPE_EVENTS: LazyLock<String> =
+    LazyLock::new(|| event_statement(PG, "($1::text IS NULL OR r.agent = $1::text)"));
+
+/// How event statements are written on PostgreSQL.
+const PG: Dialect = Dialect {
+    ms: "ts_to_ms",
+    is_true: "",
+    typed: true,
+};

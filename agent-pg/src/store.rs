@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    EntryKind, Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunError,
-    RunFilter, RunRecord, RunStatus, StoreError, ToolStats,
+    EntryKind, EventWakes, Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy,
+    RunError, RunFilter, RunRecord, RunStatus, StoreError, ToolStats,
 };
 use agent_sql::reads::{self, head_of};
 use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
@@ -153,6 +153,8 @@ agent_sql::impl_sql_store!(PgStore {
             .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
             .bind(sqlx::types::Json(&filter.labels))
             .bind(&filter.spawned_by)
+            .bind(filter.created_after)
+            .bind(filter.created_before)
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
@@ -182,6 +184,7 @@ agent_sql::impl_sql_store!(PgStore {
             .await
             .map_err(db_err)?
             .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        self.event_written(run_id);
         row.try_get("id").map_err(|e| corrupt(run_id, e))
     }
 
@@ -197,6 +200,7 @@ agent_sql::impl_sql_store!(PgStore {
         match row {
             Some(row) => {
                 let record = self.run_from_row(&row)?;
+                self.event_written(&record.id);
                 self.wake_parent(&record).await;
                 Ok(record)
             }
@@ -224,6 +228,7 @@ agent_sql::impl_sql_store!(PgStore {
         if written.rows_affected() != 1 {
             return Err(agent_sql::repair_refused(commit, self.load_run(run_id).await));
         }
+        self.event_written(run_id);
         // Wake idle workers: the run is runnable again. Best effort, like every wake-up
         // (workers poll too).
         let _ = sqlx::query("SELECT pg_notify($1, $2)")
@@ -253,7 +258,10 @@ agent_sql::impl_sql_store!(PgStore {
             .await
             .map_err(db_err)?;
         match row {
-            Some(row) => self.run_from_row(&row),
+            Some(row) => {
+                self.event_written(run_id);
+                self.run_from_row(&row)
+            }
             None => match head_of(self, run_id).await? {
                 None => Err(StoreError::NotFound(run_id.to_owned())),
                 Some((_, epoch)) => Err(StoreError::LeaseLost {
@@ -348,6 +356,25 @@ agent_sql::impl_sql_store!(PgStore {
             .collect()
     }
 
+    async fn event_wakes(&self) -> Result<Option<EventWakes>, StoreError> {
+        self.events.subscribe(&self.pool).await.map(Some)
+    }
+
+    async fn event_head(&self) -> Result<agent_core::store::EventCursor, StoreError> {
+        // Every position drawn so far is at or below the sequence's last value (one below
+        // it while it was never drawn from: `last_value` is then the next).
+        let last: i64 = sqlx::query_scalar(
+            "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END \
+             FROM event_positions",
+        )
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(agent_core::store::EventCursor::after_position(
+            u64::try_from(last).unwrap_or(0),
+        ))
+    }
+
     async fn wait_for_work(&self, timeout: Duration) {
         self.ensure_listener();
         let _ = tokio::time::timeout(timeout, self.work.notified()).await;
@@ -394,6 +421,7 @@ impl PgStore {
             .execute(&self.pool)
             .await
             .map_err(db_err)?;
+        self.event_written(run_id);
         Ok(())
     }
 }

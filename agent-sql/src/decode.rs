@@ -3,6 +3,7 @@
 
 use sqlx::{FromRow, Row};
 
+use crate::events::EventRow;
 use crate::rows::{
     AgentRow, Applied, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow, IdRow, PayloadRow,
     RunRow, SalvageRow, SignalRow, SpanRow, SwitchRow, TransitionRow,
@@ -87,6 +88,11 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn applied_row(&self) -> sqlx::Result<Applied>;
+    /// The row as a record of the event statements.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn event_row(&self) -> sqlx::Result<EventRow>;
 }
 
 impl<R> SqlRow for R
@@ -107,6 +113,7 @@ where
     for<'r> EnabledRow: FromRow<'r, R>,
     for<'r> CutoffRow: FromRow<'r, R>,
     for<'r> Applied: FromRow<'r, R>,
+    for<'r> EventRow: FromRow<'r, R>,
 {
     fn run_row(&self) -> sqlx::Result<RunRow> {
         RunRow::from_row(self)
@@ -152,5 +159,8 @@ where
     }
     fn applied_row(&self) -> sqlx::Result<Applied> {
         Applied::from_row(self)
+    }
+    fn event_row(&self) -> sqlx::Result<EventRow> {
+        EventRow::from_row(self)
     }
 }

@@ -13,6 +13,7 @@
 //!   not read as [`StoreError::Corrupt`] with the run it belongs to;
 //! - [`commit`]: the planning of a step commit, from the run's stored head to the payload
 //!   (snapshot or patch), the chained hash and the record after the commit;
+//! - [`events`]: `Store::events`, from the records positioned after a cursor;
 //! - [`heads`]: the cache of the heads of runs, so that a commit need not read its run back;
 //! - [`migrations`]: whether a database holds the migrations a binary embeds, for opens that
 //!   must not migrate;
@@ -32,6 +33,7 @@ use serde_json::Value;
 
 pub mod commit;
 mod decode;
+pub mod events;
 pub mod heads;
 pub mod migrations;
 pub mod reads;
@@ -43,8 +45,9 @@ pub mod sql;
 pub mod __private {
     pub use agent_core::graph::GraphDescription;
     pub use agent_core::store::{
-        InspectedRun, JournalEntry, Lease, OperatorNote, RunRecord, SignalRecord, StateAtVersion,
-        StepCommit, Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan, operator,
+        EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease, OperatorNote,
+        RunEvent, RunRecord, SignalRecord, StateAtVersion, StepCommit, Store, StoreError,
+        ToolSwitch, TransitionRecord, VersionSpan, operator,
     };
     pub use async_trait::async_trait;
 }

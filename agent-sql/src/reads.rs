@@ -74,6 +74,13 @@ pub trait SqlReads: Store + Sync {
     const HAND_BACK: &'static str;
     /// A run row in the columns of [`rows::RunRow`], `$1` the run.
     const LOAD_RUN: &'static str;
+    /// A run's records positioned at or after `$2`, in the columns of
+    /// [`EventRow`](crate::events::EventRow), `$1` the run, each arm cut at `$3` rows
+    /// (a function: the text is built once, on first use).
+    fn run_events_sql() -> &'static str;
+    /// As [`run_events_sql`](Self::run_events_sql) for every run of agent `$1`, or of all
+    /// agents when `NULL`.
+    fn scope_events_sql() -> &'static str;
 
     /// The rows of `sql` with `args` bound in order.
     ///
@@ -604,6 +611,18 @@ macro_rules! impl_sql_store {
                     })
                 })
                 .await
+            }
+
+            async fn events(
+                &self,
+                scope: &$crate::__private::EventScope,
+                after: $crate::__private::EventCursor,
+                limit: usize,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::RunEvent>,
+                $crate::__private::StoreError,
+            > {
+                $crate::events::events(self, scope, after, limit).await
             }
 
             $($methods)*

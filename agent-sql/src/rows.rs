@@ -403,7 +403,10 @@ pub fn parse_status(run_id: &str, s: &str) -> Result<RunStatus, StoreError> {
 }
 
 /// Parse a stored enum name through serde (for enums without a `parse`).
-fn parse_serde<T: serde::de::DeserializeOwned>(
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a name that is not one.
+pub fn parse_serde<T: serde::de::DeserializeOwned>(
     run_id: &str,
     what: &str,
     s: Option<String>,

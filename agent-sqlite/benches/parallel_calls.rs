@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use durable_agents::events::TokenSink;
 use durable_agents::runner::{Runner, RunnerConfig};
 use durable_agents::sqlite::SqliteStore;
 use durable_agents::store::Store;
@@ -85,6 +86,7 @@ async fn direct(concurrent: bool) -> Duration {
         call_index: 0,
         attempt: 1,
         idempotency_key: None,
+        tokens: TokenSink::default(),
     };
     if concurrent {
         futures::future::join_all((0..CALLS).map(|i| SlowWrite.execute(i, &cx))).await;

@@ -87,7 +87,9 @@ impl SqliteStore {
                 .await
                 .map_err(db_err)?;
         }
-        tx.commit().await.map_err(db_err)
+        tx.commit().await.map_err(db_err)?;
+        self.events.wake(&lease.run_id);
+        Ok(())
     }
 
     /// `Store::commit_step`: one `BEGIN IMMEDIATE` transaction.
@@ -188,6 +190,10 @@ impl SqliteStore {
             .bind(&plan.hash)
             .bind(payload_kind)
             .bind(&body)
+            .bind(&commit.waiting_for)
+            .bind(commit.wake_at)
+            .bind(commit.error.as_ref().map(|e| e.code.as_str()))
+            .bind(commit.error.as_ref().map(|e| e.message.as_str()))
             .execute(&mut *tx)
             .await
             .map_err(db_err)?;
@@ -206,6 +212,7 @@ impl SqliteStore {
             updated_at: now,
         };
         let record = plan.applied(lease, commit, applied, &self.heads);
+        self.events.wake(run_id);
         // A child run that ended may make its waiting parent claimable: wake the idle
         // workers (nothing is written to the parent). Other commits wake nobody: the worker
         // holding the run steps it on.

@@ -67,8 +67,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_core::store::{
-    Lease, NewRun, RunRecord, RunStatus, StoreError, TransitionKind, creation_hash, now_ms,
-    transition_hash, validate_labels,
+    Lease, NewRun, RunRecord, RunStatus, StoreError, TransitionKind, WakeHub, creation_hash,
+    now_ms, transition_hash, validate_labels,
 };
 use agent_sql::heads::HeadCache;
 use agent_sql::reads::{Arg, SqlReads, bind, head_of};
@@ -101,6 +101,8 @@ pub struct SqliteStore {
     /// read, until the store is dropped.
     _worker_lock: Option<Arc<open::ProcessLock>>,
     work: Notify,
+    /// Wake-ups of event followers in this process (others poll the file).
+    events: WakeHub,
     /// The head of each run as this store last committed it: with it, a commit writes
     /// without first reading the run back (and replaying its patches) inside the write
     /// transaction.
@@ -125,6 +127,19 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db_err)
+    }
+
+    /// Record a status set without a version, in the write transaction `tx` that set it.
+    async fn status_changed(
+        tx: &mut sqlx::SqliteConnection,
+        run_id: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(sql::INSERT_STATUS_CHANGE)
+            .bind(run_id)
+            .execute(tx)
+            .await
+            .map_err(db_err)
+            .map(|_| ())
     }
 
     /// Why a write fenced by `lease` matched no row: the run is gone, or the epoch moved.
@@ -191,6 +206,10 @@ impl SqliteStore {
                 .bind(&hash)
                 .bind("snapshot")
                 .bind(new.state.to_string())
+                .bind(None::<&str>)
+                .bind(None::<i64>)
+                .bind(None::<&str>)
+                .bind(None::<&str>)
                 .execute(&mut *tx)
                 .await
                 .map_err(db_err)?;
@@ -205,6 +224,7 @@ impl SqliteStore {
         let record = stored.head.record;
         if inserted == 1 {
             self.work.notify_waiters();
+            self.events.wake(&record.id);
             return Ok(record);
         }
         let same_parent = record.parent.as_ref().map(|(p, v)| (p.as_str(), *v)) == parent;
@@ -247,6 +267,14 @@ impl SqlReads for SqliteStore {
     const JOURNAL: &'static str = sql::JOURNAL;
     const PENDING_SIGNALS: &'static str = sql::PENDING_SIGNALS;
     const TOOL_SWITCHES: &'static str = sql::TOOL_SWITCHES;
+
+    fn run_events_sql() -> &'static str {
+        sql::RUN_EVENTS.as_str()
+    }
+
+    fn scope_events_sql() -> &'static str {
+        sql::SCOPE_EVENTS.as_str()
+    }
 
     async fn fetch(
         &self,

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use agent_core::store::WakeHub;
 use agent_core::store::location::StoreLocation;
 use agent_sql::heads::HeadCache;
 use agent_sql::migrations::{Applied, applied_sql};
@@ -361,6 +362,7 @@ impl SqliteStore {
             read_only,
             _worker_lock: None,
             work: Notify::new(),
+            events: WakeHub::new(),
             heads: HeadCache::default(),
         })
     }

@@ -56,6 +56,7 @@ impl SqliteStore {
                 let applied = write_transition(&mut tx, run_id, &t, &plan, &payload, now).await?;
                 tx.commit().await.map_err(db_err)?;
                 self.work.notify_waiters();
+                self.events.wake(run_id);
                 let lease = t.lease(run_id);
                 Ok(plan.applied(&lease, &t.commit, applied, &self.heads))
             }
@@ -110,6 +111,8 @@ async fn write_transition(
         .bind(&body)
         .bind(&t.note.by)
         .bind(&t.note.reason)
+        .bind(commit.error.as_ref().map(|e| e.code.as_str()))
+        .bind(commit.error.as_ref().map(|e| e.message.as_str()))
         .execute(&mut **tx)
         .await
         .map_err(db_err)?;

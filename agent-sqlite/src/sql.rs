@@ -6,6 +6,7 @@
 use std::sync::LazyLock;
 
 use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
+use agent_sql::events::{Dialect, event_statement};
 use agent_sql::sql::final_statuses;
 
 macro_rules! run_cols {
@@ -40,9 +41,19 @@ pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (id, agent, fingerprint, s
 pub(crate) const INSERT_LABELS: &str =
     "INSERT INTO run_labels (run_id, key, value) SELECT $1, key, value FROM json_each($2)";
 
+/// `$12` to `$15`: what the version waits for and until when, and its failure. Its event
+/// position is drawn from the clock, as every record's (see the migration `run_events`).
 pub(crate) const INSERT_TRANSITION: &str = "INSERT INTO transitions (run_id, version, from_state, \
-     to_state, kind, status, epoch, created_at, hash, payload_kind, payload) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+     to_state, kind, status, epoch, created_at, hash, payload_kind, payload, position, \
+     waiting_for, wake_at, error_code, error_message) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, (SELECT n + 1 FROM event_clock), \
+     $12, $13, $14, $15)";
+
+/// A status set without a version, for its event: `$1` the run.
+pub(crate) const INSERT_STATUS_CHANGE: &str = "INSERT INTO status_changes (position, run_id, \
+     version, status, error_code, error_message, created_at) \
+     SELECT (SELECT n + 1 FROM event_clock), id, version, status, error_code, error_message, \
+     updated_at FROM runs WHERE id = $1";
 
 pub(crate) const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
 
@@ -114,9 +125,10 @@ pub(crate) const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, leas
 pub(crate) const UPSERT_ENTRY: &str = "INSERT INTO journal (run_id, version, seq, kind, state, name, \
      tool_kind, input_hash, input, idempotency_key, status, output, output_external, \
      output_summary, output_bytes, error_class, error_code, error_message, attempts, \
-     duration_ms, started_at, finished_at) \
+     duration_ms, started_at, finished_at, started_position, finished_position) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-     $19, $20, $21, $22) \
+     $19, $20, $21, $22, (SELECT n + 1 FROM event_clock), \
+     CASE WHEN $11 <> 'started' THEN (SELECT n + 1 FROM event_clock) END) \
      ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = excluded.kind, \
      state = excluded.state, name = excluded.name, tool_kind = excluded.tool_kind, \
      input_hash = excluded.input_hash, input = excluded.input, \
@@ -125,8 +137,12 @@ pub(crate) const UPSERT_ENTRY: &str = "INSERT INTO journal (run_id, version, seq
      output_summary = excluded.output_summary, output_bytes = excluded.output_bytes, \
      error_class = excluded.error_class, error_code = excluded.error_code, \
      error_message = excluded.error_message, attempts = excluded.attempts, \
-     duration_ms = excluded.duration_ms, started_at = excluded.started_at, \
-     finished_at = excluded.finished_at";
+     duration_ms = excluded.duration_ms, started_at = journal.started_at, \
+     finished_at = excluded.finished_at, \
+     finished_position = CASE WHEN excluded.status = 'started' THEN NULL \
+       WHEN journal.status = excluded.status \
+       THEN COALESCE(journal.finished_position, excluded.finished_position) \
+       ELSE excluded.finished_position END";
 
 pub(crate) const UPSERT_OUTPUT: &str = "INSERT INTO outputs (run_id, version, seq, output) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, version, seq) DO UPDATE SET output = excluded.output";
@@ -192,6 +208,7 @@ pub(crate) const LIST_RUNS: &str = concat!(
        JOIN run_labels l ON l.key = w.key AND l.value = w.value \
        GROUP BY l.run_id HAVING count(*) = $4)) \
      AND ($6 IS NULL OR spawned_by = $6) \
+     AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8) \
      ORDER BY created_at DESC, seq DESC LIMIT $3"
 );
 
@@ -215,10 +232,13 @@ pub(crate) const OPERATOR_RUN: &str = "UPDATE runs SET version = $2, status = $3
 /// An operator's transition, with its note.
 pub(crate) const INSERT_OPERATOR_TRANSITION: &str = "INSERT INTO transitions (run_id, version, \
      from_state, to_state, kind, status, epoch, created_at, hash, payload_kind, payload, note_by, \
-     note_reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+     note_reason, position, error_code, error_message) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+     (SELECT n + 1 FROM event_clock), $14, $15)";
 
-pub(crate) const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload, created_at) \
-     SELECT id, $2, $3, $4 FROM runs WHERE id = $1 RETURNING id";
+pub(crate) const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload, created_at, \
+     position) SELECT id, $2, $3, $4, (SELECT n + 1 FROM event_clock) FROM runs WHERE id = $1 \
+     RETURNING id";
 
 pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, created_at, \
      consumed_at_version FROM signals WHERE run_id = $1 AND consumed_at_version IS NULL \
@@ -281,3 +301,18 @@ pub(crate) const REPAIR_RUN: &str = "UPDATE runs SET state = $2, state_name = $3
      WHERE id = $1 AND status = 'quarantined' AND epoch = $8 \
      AND (lease_owner IS NULL OR lease_expires_at <= $7) \
      AND (SELECT max(version) FROM transitions WHERE run_id = $1) = $9";
+
+/// `SqlReads::run_events_sql`.
+pub(crate) static RUN_EVENTS: LazyLock<String> =
+    LazyLock::new(|| event_statement(SQLITE, "{a}.run_id = $1"));
+
+/// `SqlReads::scope_events_sql`.
+pub(crate) static SCOPE_EVENTS: LazyLock<String> =
+    LazyLock::new(|| event_statement(SQLITE, "($1 IS NULL OR r.agent = $1)"));
+
+/// How event statements are written on SQLite: times are milliseconds already.
+const SQLITE: Dialect = Dialect {
+    ms: "",
+    is_true: " = 1",
+    typed: false,
+};

@@ -65,8 +65,10 @@ agent_sql::impl_sql_store!(SqliteStore {
                     Ok(Some((lease_of(&r, worker), r)))
                 }
                 Err(StoreError::Corrupt { run_id, message }) => {
-                    self.quarantine_unreadable(&self.pool, &run_id, &message)
+                    let mut tx = self.write_tx().await?;
+                    self.quarantine_unreadable(&mut tx, &run_id, &message)
                         .await?;
+                    tx.commit().await.map_err(db_err)?;
                     Err(StoreError::Corrupt { run_id, message })
                 }
                 Err(e) => Err(e),
@@ -113,7 +115,7 @@ agent_sql::impl_sql_store!(SqliteStore {
                     // A run whose stored data no longer reads must not keep the others from
                     // being claimed: quarantine it for an operator and go on.
                     Err(StoreError::Corrupt { run_id, message }) => {
-                        self.quarantine_unreadable(&mut *tx, &run_id, &message)
+                        self.quarantine_unreadable(&mut tx, &run_id, &message)
                             .await?;
                     }
                     Err(e) => return Err(e),
@@ -188,6 +190,8 @@ agent_sql::impl_sql_store!(SqliteStore {
             .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
             .bind(labels)
             .bind(&filter.spawned_by)
+            .bind(filter.created_after)
+            .bind(filter.created_before)
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
@@ -212,22 +216,31 @@ agent_sql::impl_sql_store!(SqliteStore {
             .map_err(db_err)?;
         let id = id.ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
         self.work.notify_waiters();
+        self.events.wake(run_id);
         Ok(id)
     }
 
     async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        let mut tx = self.write_tx().await?;
         let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
             .bind(&lease.run_id)
             .bind(to_i64(lease.epoch))
             .bind(&error.code)
             .bind(&error.message)
             .bind(now_ms())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(db_err)?;
+        if row.is_some() {
+            Self::status_changed(&mut tx, &lease.run_id).await?;
+            tx.commit().await.map_err(db_err)?;
+        } else {
+            drop(tx);
+        }
         match row {
             Some(row) => {
                 let record = rows::stored_run(&row)?.head.record;
+                self.events.wake(&record.id);
                 // A quarantined child may end its parent's wait (see `commit_step`).
                 if record.spawned_by.is_some() {
                     self.work.notify_waiters();
@@ -274,6 +287,8 @@ agent_sql::impl_sql_store!(SqliteStore {
             .bind(&state)
             .bind(&commit.note.by)
             .bind(&commit.note.reason)
+            .bind(None::<&str>)
+            .bind(None::<&str>)
             .execute(&mut *tx)
             .await
             .map_err(db_err)?;
@@ -286,6 +301,7 @@ agent_sql::impl_sql_store!(SqliteStore {
         tx.commit().await.map_err(db_err)?;
         self.heads.remember(stored.head.clone());
         self.work.notify_waiters();
+        self.events.wake(run_id);
         Ok(stored.head.record)
     }
 
@@ -295,18 +311,26 @@ agent_sql::impl_sql_store!(SqliteStore {
         status: RunStatus,
         error: Option<RunError>,
     ) -> Result<RunRecord, StoreError> {
+        let mut tx = self.write_tx().await?;
         let row = sqlx::query(sql::SET_STATUS)
             .bind(run_id)
             .bind(status.as_str())
             .bind(error.as_ref().map(|e| e.code.as_str()))
             .bind(error.as_ref().map(|e| e.message.as_str()))
             .bind(now_ms())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(db_err)?;
+        if row.is_some() {
+            Self::status_changed(&mut tx, run_id).await?;
+            tx.commit().await.map_err(db_err)?;
+        } else {
+            drop(tx);
+        }
         match row {
             Some(row) => {
                 self.work.notify_waiters();
+                self.events.wake(run_id);
                 rows::stored_run(&row).map(|s| s.head.record)
             }
             None => match self.load_run(run_id).await? {
@@ -388,6 +412,22 @@ agent_sql::impl_sql_store!(SqliteStore {
         let _ = tokio::time::timeout(timeout, self.work.notified()).await;
     }
 
+    async fn event_wakes(
+        &self,
+    ) -> Result<Option<agent_core::store::EventWakes>, StoreError> {
+        Ok(Some(self.events.subscribe()))
+    }
+
+    async fn event_head(&self) -> Result<agent_core::store::EventCursor, StoreError> {
+        let last: i64 = sqlx::query_scalar("SELECT n FROM event_clock")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(agent_core::store::EventCursor::after_position(
+            u64::try_from(last).unwrap_or(0),
+        ))
+    }
+
     async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
         let bytes: i64 = sqlx::query_scalar(sql::STORAGE_BYTES)
             .bind(run_id)
@@ -402,9 +442,9 @@ impl SqliteStore {
     /// Quarantine a run whose row does not read (`Store::claim_run`, `claim_next`): written
     /// without decoding anything, so that listings say what the row holds and no worker
     /// claims it again.
-    async fn quarantine_unreadable<'c>(
+    async fn quarantine_unreadable(
         &self,
-        executor: impl sqlx::SqliteExecutor<'c>,
+        tx: &mut sqlx::SqliteConnection,
         run_id: &str,
         message: &str,
     ) -> Result<(), StoreError> {
@@ -417,9 +457,11 @@ impl SqliteStore {
             .bind(run_id)
             .bind(message)
             .bind(now_ms())
-            .execute(executor)
+            .execute(&mut *tx)
             .await
             .map_err(db_err)?;
+        Self::status_changed(tx, run_id).await?;
+        self.events.wake(run_id);
         Ok(())
     }
 }

@@ -93,7 +93,7 @@ pub(crate) enum Command {
     /// List runs, newest first.
     Runs(RunsArgs),
     /// Show a run's timeline: versions, tool calls, decisions, compensations, signals.
-    Show(RunArg),
+    Show(ShowArgs),
     /// Print a run's state at a version (time travel), as JSON.
     State(StateArgs),
     /// Start a new run from a run's state at a version (what-if, or redo after a fix).
@@ -129,6 +129,36 @@ pub(crate) enum Command {
     Cancel(CancelArgs),
     /// Terminate a run: it stops at once, nothing compensated, recorded with who and why.
     Terminate(TerminateArgs),
+    /// Serve the store over HTTP: runs, history, live events, signal, cancel, retry
+    /// (`docs/http-api.md`).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// The run's id.
+    pub run: String,
+    /// Then print each event as it is committed, until the run ends (or Ctrl-C).
+    #[arg(long, short)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on. Off loopback, a token is required, and every request
+    /// needs it.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
+    pub listen: std::net::SocketAddr,
+    /// A file holding the bearer token requests must carry (every write, always): kept
+    /// out of the command line, where other users could read it.
+    #[arg(long, value_name = "PATH", conflicts_with = "token_env")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// The environment variable holding the bearer token.
+    #[arg(long, value_name = "VAR", default_value = "DURABLE_AGENTS_TOKEN")]
+    pub token_env: String,
+    /// Let browsers on this origin call the API (repeat it; none by default).
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -168,6 +198,7 @@ impl Command {
             | Self::Repair(_)
             | Self::Cancel(_)
             | Self::Terminate(_)
+            | Self::Serve(_)
             | Self::Migrate => true,
             Self::Tools(args) => !matches!(args.action, ToolsAction::List),
             Self::Runs(_)
@@ -262,6 +293,10 @@ pub(crate) struct RunsArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// Then print every event of the listed agent's runs (every run's without
+    /// `--agent`) as it is committed, until Ctrl-C.
+    #[arg(long, short)]
+    pub watch: bool,
 }
 
 /// Output formats of `graph`.

@@ -114,6 +114,7 @@
 //! | `sqlite` | yes | [`sqlite::SqliteStore`]: the embedded store, one process, zero setup |
 //! | `postgres` | no | `postgres::PgStore`: PostgreSQL, many workers on many machines |
 //! | `llm` | no | `llm`: routers over OpenAI-compatible chat completions and Anthropic messages |
+//! | `http` | no | `http`: the store over HTTP, an axum router to mount (runs, events as SSE, signals) |
 //! | `conformance` | no | [`store_conformance!`] and [`runner_conformance!`]: the checks every store backend runs |
 //!
 //! ## Guarantees
@@ -128,6 +129,8 @@
 
 pub use agent_core::*;
 
+#[cfg(feature = "http")]
+pub use agent_http as http;
 #[cfg(feature = "llm")]
 pub use agent_llm as llm;
 #[cfg(feature = "postgres")]

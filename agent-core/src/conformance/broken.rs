@@ -405,6 +405,19 @@ impl Store for Broken {
         }
         Ok(Some(total))
     }
+
+    async fn events(
+        &self,
+        scope: &crate::store::EventScope,
+        after: crate::store::EventCursor,
+        limit: usize,
+    ) -> Result<Vec<crate::store::RunEvent>, StoreError> {
+        self.inner.events(scope, after, limit).await
+    }
+
+    async fn event_wakes(&self) -> Result<Option<crate::store::EventWakes>, StoreError> {
+        self.inner.event_wakes().await
+    }
 }
 
 fn fails(flaw: Flaw, check: &str, result: checks::CheckResult) {

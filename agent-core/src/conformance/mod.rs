@@ -110,6 +110,12 @@ macro_rules! store_conformance {
             check_claim_next_waits_for_all_children,
             check_claim_next_wakes_on_first_child,
             check_prune_keeps_child_entries,
+            check_events_follow_the_records,
+            check_events_resume_from_any_cursor,
+            check_events_of_parallel_calls_are_not_lost,
+            check_events_by_agent_and_of_all,
+            check_followers_are_woken,
+            check_status_changes_are_events,
         );
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn check_corrupt_data_is_an_error() {

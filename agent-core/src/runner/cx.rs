@@ -406,6 +406,11 @@ impl<'r> StepCx<'r> {
             call_index: seq,
             attempt: prior_attempts + 1,
             idempotency_key: entry.idempotency_key.clone(),
+            tokens: self
+                .inner
+                .config
+                .ephemeral
+                .sink(&self.run_id, self.version, seq),
         };
         let result = self.attempts(tool, &input, cx, &mut entry).await;
         if self.is_interrupted() {

@@ -102,6 +102,10 @@ pub struct RunnerConfig {
     /// levels down fails with a budget error when it starts children (a guard against an
     /// agent that, through its children, starts itself without end).
     pub max_child_depth: u32,
+    /// Where the model's tokens go as they come, while a decision is asked or a tool
+    /// generates text ([events](crate::events)): share one bus with whoever shows them
+    /// (the HTTP server's event streams). Nothing is sent while nobody subscribes.
+    pub ephemeral: crate::events::EphemeralBus,
 }
 
 impl Default for RunnerConfig {
@@ -127,6 +131,7 @@ impl Default for RunnerConfig {
             secrets: Vec::new(),
             max_children_per_step: 1_000,
             max_child_depth: 8,
+            ephemeral: crate::events::EphemeralBus::new(),
         }
     }
 }

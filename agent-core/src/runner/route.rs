@@ -140,6 +140,7 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                     .collect(),
                 feedback: feedback.clone(),
                 tools_per_answer: cx.state.tools_per_answer.unwrap_or(1),
+                tokens: cx.inner.config.ephemeral.sink(&cx.run_id, cx.version, seq),
             };
             let config = &cx.inner.config;
             config.redact_value(&mut request.state_data);

@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    InspectedRun, JournalEntry, Lease, Millis, NewRun, OperatorNote, PruneReport, RepairCommit,
-    RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
-    StepCommit, StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionSpan,
-    compute_tool_stats,
+    EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease, Millis, NewRun,
+    OperatorNote, PruneReport, RepairCommit, RetentionPolicy, RunError, RunEvent, RunFilter,
+    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats,
+    ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
@@ -253,6 +253,41 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// storage-growth check; `None` when the backend cannot tell.
     async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
         let _ = run_id;
+        Ok(None)
+    }
+
+    /// The events in `scope` after `after`, in cursor order, at most `limit`
+    /// ([events](mod@super::events)). Derived from the records as committed: a read from
+    /// any cursor returns exactly the events a read from the start returns after it,
+    /// whatever crashed in between. Within a run, cursors grow in commit order. Events of
+    /// pruned versions are gone with them.
+    async fn events(
+        &self,
+        scope: &EventScope,
+        after: EventCursor,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, StoreError>;
+
+    /// A cursor at the end of every run's events now: following from it gives what is
+    /// committed from now on (`agentctl runs --watch`). On PostgreSQL, a record that drew
+    /// its position just before and commits just after may fall behind it. The default
+    /// reads every event.
+    async fn event_head(&self) -> Result<EventCursor, StoreError> {
+        let mut head = EventCursor::START;
+        loop {
+            let page = self.events(&EventScope::All, head, 1000).await?;
+            match page.last() {
+                Some(last) => head = last.cursor,
+                None => return Ok(head),
+            }
+        }
+    }
+
+    /// Wake-ups for a follower ([`Follower`](crate::events::Follower)): after every write
+    /// that gives events, the id of its run, while anyone listens, across processes where
+    /// the backend can (PostgreSQL's `LISTEN/NOTIFY`). `None`: this store sends none, and
+    /// followers poll. A write with nobody listening does no extra work.
+    async fn event_wakes(&self) -> Result<Option<EventWakes>, StoreError> {
         Ok(None)
     }
 

@@ -24,13 +24,16 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use super::events::{
+    EventCursor, EventLog, EventScope, EventWakes, RunEvent, StatusChange, TransitionFacts, WakeHub,
+};
 use super::history::{self, VersionPayload};
 use super::operator::{self, OperatorPlan, OperatorTransition};
 use super::{
-    JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
-    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
-    StoreError, ToolSwitch, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
-    creation_hash, now_ms, transition_hash, validate_labels,
+    CallStatus, JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit,
+    RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
+    StepCommit, Store, StoreError, ToolSwitch, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN,
+    WAIT_FIRST_CHILD, creation_hash, now_ms, transition_hash, validate_labels,
 };
 use crate::graph::GraphDescription;
 use crate::tool::ToolKind;
@@ -40,6 +43,7 @@ use crate::tool::ToolKind;
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     work: Notify,
+    events: WakeHub,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +58,11 @@ struct Inner {
     tools: BTreeMap<String, ToolSwitch>,
     /// Parent run → its children's ids, in creation order (for the parents' waits).
     children: HashMap<String, Vec<String>>,
+    /// The last event position drawn ([`events`](super::events)); every write draws under
+    /// the lock, so positions follow the order of the writes.
+    position: u64,
+    /// Signal id → its position.
+    signal_positions: HashMap<i64, u64>,
 }
 
 #[derive(Debug)]
@@ -65,6 +74,10 @@ struct RunData {
     patch_bytes_since_snapshot: u64,
     last_hash: String,
     journal: BTreeMap<(u64, u32), JournalEntry>,
+    /// `(version, seq)` → the positions of the call's start and end.
+    call_positions: BTreeMap<(u64, u32), (u64, Option<u64>)>,
+    /// Status changes without a version, with their positions.
+    status_changes: Vec<(u64, StatusChange)>,
 }
 
 #[derive(Debug)]
@@ -72,6 +85,8 @@ struct StoredVersion {
     payload: VersionPayload,
     state_name: String,
     transition: TransitionRecord,
+    position: u64,
+    facts: TransitionFacts,
 }
 
 impl StoredVersion {
@@ -116,6 +131,11 @@ fn ttl_ms(ttl: Duration) -> i64 {
 }
 
 impl Inner {
+    fn next_position(&mut self) -> u64 {
+        self.position += 1;
+        self.position
+    }
+
     fn run(&self, run_id: &str) -> Result<&RunData, StoreError> {
         self.runs.get(run_id).ok_or_else(|| not_found(run_id))
     }
@@ -209,6 +229,8 @@ impl Inner {
                 payload,
                 state_name: new.state_name.clone(),
                 transition,
+                position: self.next_position(),
+                facts: TransitionFacts::default(),
             },
         );
         self.run_seq += 1;
@@ -222,6 +244,8 @@ impl Inner {
                 patch_bytes_since_snapshot: since,
                 last_hash: hash,
                 journal: BTreeMap::new(),
+                call_positions: BTreeMap::new(),
+                status_changes: Vec::new(),
             },
         );
         record
@@ -284,6 +308,8 @@ impl RunData {
         epoch: u64,
         note: Option<&OperatorNote>,
         now: i64,
+        position: u64,
+        consumed_signal: Option<(i64, String)>,
     ) {
         let version = commit.expected_version + 1;
         let (payload, since) = history::encode(
@@ -317,6 +343,13 @@ impl RunData {
                     hash: hash.clone(),
                     note: note.cloned(),
                 },
+                position,
+                facts: TransitionFacts {
+                    waiting_for: commit.waiting_for.clone(),
+                    wake_at: commit.wake_at,
+                    error: commit.error.clone(),
+                    consumed_signal,
+                },
             },
         );
         self.patch_bytes_since_snapshot = since;
@@ -334,8 +367,8 @@ impl RunData {
     }
 
     /// Write an operator's transition.
-    fn apply_operator(&mut self, t: &OperatorTransition, now: i64) -> RunRecord {
-        self.append_version(&t.commit, t.epoch, Some(&t.note), now);
+    fn apply_operator(&mut self, t: &OperatorTransition, now: i64, position: u64) -> RunRecord {
+        self.append_version(&t.commit, t.epoch, Some(&t.note), now, position, None);
         let r = &mut self.record;
         r.epoch = t.epoch;
         r.cancel_requested = None;
@@ -344,6 +377,43 @@ impl RunData {
             r.lease_expires_at = None;
         }
         r.clone()
+    }
+
+    fn status_changed(&mut self, position: u64, now: i64) {
+        let r = &self.record;
+        let change = StatusChange {
+            run_id: r.id.clone(),
+            version: r.version,
+            status: r.status,
+            error: r.error.clone(),
+            at: now,
+        };
+        self.status_changes.push((position, change));
+    }
+
+    /// The events of this run's records positioned at or after `from`.
+    fn events(&self, log: &mut EventLog, from: u64, signals: &[(&SignalRecord, u64)]) {
+        let agent = &self.record.agent;
+        for v in self.versions.values().filter(|v| v.position >= from) {
+            log.transition(agent, v.position, &v.transition, &v.facts);
+        }
+        for (key, (started, finished)) in &self.call_positions {
+            let Some(entry) = self.journal.get(key) else {
+                continue;
+            };
+            if *started >= from {
+                log.call_started(agent, *started, entry);
+            }
+            if let Some(finished) = finished.filter(|f| *f >= from) {
+                log.call_finished(agent, finished, *started, entry);
+            }
+        }
+        for (signal, position) in signals.iter().filter(|(_, p)| *p >= from) {
+            log.signal(agent, *position, signal);
+        }
+        for (position, change) in self.status_changes.iter().filter(|(p, _)| *p >= from) {
+            log.status_change(agent, *position, change);
+        }
     }
 
     fn fenced(&self, lease: &Lease) -> Result<(), StoreError> {
@@ -361,7 +431,7 @@ impl RunData {
 /// Whether a journal entry belongs to the run's saga log (needed to compensate later); the
 /// children it started count too (a cancel of the run reaches them through it).
 pub(crate) fn is_saga_entry(e: &JournalEntry) -> bool {
-    use super::{CallStatus, EntryKind};
+    use super::EntryKind;
     match e.kind {
         EntryKind::Compensation | EntryKind::Child => true,
         EntryKind::Tool => {
@@ -419,6 +489,7 @@ impl Store for MemoryStore {
             g.insert_run(&run, None)
         };
         self.work.notify_waiters();
+        self.events.wake(&record.id);
         Ok(record)
     }
 
@@ -574,8 +645,25 @@ impl Store for MemoryStore {
                 entry.run_id, lease.run_id
             )));
         }
-        data.journal
-            .insert((entry.version, entry.seq), entry.clone());
+        let position = g.next_position();
+        let data = g.run_mut(&lease.run_id)?;
+        let key = (entry.version, entry.seq);
+        let mut entry = entry.clone();
+        if let Some(first) = data.journal.get(&key) {
+            entry.started_at = first.started_at;
+        }
+        let status = entry.status;
+        let previous = data.journal.insert(key, entry);
+        // A call keeps the position of its first record; its end gets one when recorded
+        // ended, and keeps it when recorded ended the same way again.
+        let (_, finished) = data.call_positions.entry(key).or_insert((position, None));
+        *finished = match previous {
+            _ if status == CallStatus::Started => None,
+            Some(p) if p.status == status && finished.is_some() => *finished,
+            _ => Some(position),
+        };
+        drop(g);
+        self.events.wake(&lease.run_id);
         Ok(())
     }
 
@@ -625,6 +713,11 @@ impl Store for MemoryStore {
                     )));
                 }
             }
+            let signals_of_commit = commit
+                .consumed_signal
+                .and_then(|id| g.signals.get(&id))
+                .map(|s| s.name.clone());
+            let position = g.next_position();
             let data = g.run_mut(&lease.run_id)?;
             data.fenced(lease)?;
             if data.record.version != commit.expected_version {
@@ -638,7 +731,10 @@ impl Store for MemoryStore {
                 return Err(StoreError::CancelRequested(lease.run_id.clone()));
             }
             let version = commit.expected_version + 1;
-            data.append_version(commit, lease.epoch, None, now);
+            let consumed = commit
+                .consumed_signal
+                .and_then(|id| signals_of_commit.as_ref().map(|name| (id, name.clone())));
+            data.append_version(commit, lease.epoch, None, now, position, consumed);
             let r = &mut data.record;
             if commit.status.is_final() {
                 // Nothing is left to do under the lease: it ends with the commit.
@@ -654,6 +750,7 @@ impl Store for MemoryStore {
             record
         };
         self.work.notify_waiters();
+        self.events.wake(&lease.run_id);
         Ok(record)
     }
 
@@ -707,6 +804,7 @@ impl Store for MemoryStore {
             g.insert_run(&new, Some((run_id.to_owned(), version)))
         };
         self.work.notify_waiters();
+        self.events.wake(&record.id);
         Ok(record)
     }
 
@@ -725,6 +823,12 @@ impl Store for MemoryStore {
                         .labels
                         .iter()
                         .all(|(k, v)| d.record.labels.get(k) == Some(v))
+                    && filter
+                        .created_after
+                        .is_none_or(|t| d.record.created_at >= t)
+                    && filter
+                        .created_before
+                        .is_none_or(|t| d.record.created_at < t)
             })
             .collect();
         runs.sort_by(|a, b| {
@@ -748,6 +852,8 @@ impl Store for MemoryStore {
             g.run(run_id)?;
             g.next_signal += 1;
             let id = g.next_signal;
+            let position = g.next_position();
+            g.signal_positions.insert(id, position);
             g.signals.insert(
                 id,
                 SignalRecord {
@@ -762,6 +868,7 @@ impl Store for MemoryStore {
             id
         };
         self.work.notify_waiters();
+        self.events.wake(run_id);
         Ok(id)
     }
 
@@ -776,16 +883,22 @@ impl Store for MemoryStore {
     }
 
     async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
         let mut g = self.lock();
+        g.run(&lease.run_id)?.fenced(lease)?;
+        let position = g.next_position();
         let data = g.run_mut(&lease.run_id)?;
-        data.fenced(lease)?;
         let r = &mut data.record;
         r.status = RunStatus::Quarantined;
         r.error = Some(error);
         r.lease_owner = None;
         r.lease_expires_at = None;
-        r.updated_at = now_ms();
-        Ok(r.clone())
+        r.updated_at = now;
+        data.status_changed(position, now);
+        let record = data.record.clone();
+        drop(g);
+        self.events.wake(&lease.run_id);
+        Ok(record)
     }
 
     async fn set_status(
@@ -797,6 +910,8 @@ impl Store for MemoryStore {
         let now = now_ms();
         let record = {
             let mut g = self.lock();
+            g.run(run_id)?;
+            let position = g.next_position();
             let data = g.run_mut(run_id)?;
             let r = &mut data.record;
             if lease_alive(r, now) {
@@ -816,9 +931,11 @@ impl Store for MemoryStore {
                 r.wake_at = None;
             }
             r.updated_at = now;
-            r.clone()
+            data.status_changed(position, now);
+            data.record.clone()
         };
         self.work.notify_waiters();
+        self.events.wake(run_id);
         Ok(record)
     }
 
@@ -840,6 +957,8 @@ impl Store for MemoryStore {
                 });
             }
             let version = commit.version();
+            let position = g.next_position();
+            let data = g.run_mut(&commit.run_id)?;
             data.versions.insert(
                 version,
                 StoredVersion {
@@ -857,6 +976,8 @@ impl Store for MemoryStore {
                         hash: commit.hash.clone(),
                         note: Some(commit.note.clone()),
                     },
+                    position,
+                    facts: TransitionFacts::default(),
                 },
             );
             data.patch_bytes_since_snapshot = 0;
@@ -877,6 +998,7 @@ impl Store for MemoryStore {
             r.clone()
         };
         self.work.notify_waiters();
+        self.events.wake(&commit.run_id);
         Ok(record)
     }
 
@@ -949,6 +1071,43 @@ impl Store for MemoryStore {
         let _ = tokio::time::timeout(timeout, self.work.notified()).await;
     }
 
+    async fn events(
+        &self,
+        scope: &EventScope,
+        after: EventCursor,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, StoreError> {
+        let g = self.lock();
+        let from = after.position();
+        let mut log = EventLog::new();
+        let mut of_run = |data: &RunData| {
+            let signals: Vec<_> = g
+                .signals
+                .values()
+                .filter(|s| s.run_id == data.record.id)
+                .filter_map(|s| g.signal_positions.get(&s.id).map(|p| (s, *p)))
+                .collect();
+            data.events(&mut log, from, &signals);
+        };
+        match scope {
+            EventScope::Run(id) => of_run(g.run(id)?),
+            EventScope::Agent(_) | EventScope::All => g
+                .runs
+                .values()
+                .filter(|d| scope.contains(&d.record.id, &d.record.agent))
+                .for_each(of_run),
+        }
+        Ok(log.finish(after, limit))
+    }
+
+    async fn event_wakes(&self) -> Result<Option<EventWakes>, StoreError> {
+        Ok(Some(self.events.subscribe()))
+    }
+
+    async fn event_head(&self) -> Result<EventCursor, StoreError> {
+        Ok(EventCursor::after_position(self.lock().position))
+    }
+
     async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
         let g = self.lock();
         let data = g.run(run_id)?;
@@ -965,6 +1124,8 @@ impl Store for MemoryStore {
         let now = now_ms();
         let record = {
             let mut g = self.lock();
+            g.run(run_id)?;
+            let position = g.next_position();
             let data = g.run_mut(run_id)?;
             match operator::plan_cancel(&data.record, note, now)? {
                 OperatorPlan::Unchanged => return Ok(data.record.clone()),
@@ -973,10 +1134,11 @@ impl Store for MemoryStore {
                     data.record.updated_at = now;
                     data.record.clone()
                 }
-                OperatorPlan::Transition(t) => data.apply_operator(&t, now),
+                OperatorPlan::Transition(t) => data.apply_operator(&t, now, position),
             }
         };
         self.work.notify_waiters();
+        self.events.wake(run_id);
         Ok(record)
     }
 
@@ -986,18 +1148,30 @@ impl Store for MemoryStore {
         note: &OperatorNote,
     ) -> Result<RunRecord, StoreError> {
         let mut g = self.lock();
+        g.run(run_id)?;
+        let position = g.next_position();
         let data = g.run_mut(run_id)?;
-        match operator::plan_terminate(&data.record, note)? {
-            OperatorPlan::Transition(t) => Ok(data.apply_operator(&t, now_ms())),
-            OperatorPlan::Unchanged | OperatorPlan::RequestCancel => Ok(data.record.clone()),
-        }
+        let record = match operator::plan_terminate(&data.record, note)? {
+            OperatorPlan::Transition(t) => data.apply_operator(&t, now_ms(), position),
+            OperatorPlan::Unchanged | OperatorPlan::RequestCancel => {
+                return Ok(data.record.clone());
+            }
+        };
+        drop(g);
+        self.events.wake(run_id);
+        Ok(record)
     }
 
     async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
         let mut g = self.lock();
+        g.run(&lease.run_id)?;
+        let position = g.next_position();
         let data = g.run_mut(&lease.run_id)?;
         let t = operator::plan_accept_cancel(&data.record, lease)?;
-        Ok(data.apply_operator(&t, now_ms()))
+        let record = data.apply_operator(&t, now_ms(), position);
+        drop(g);
+        self.events.wake(&lease.run_id);
+        Ok(record)
     }
 }
 

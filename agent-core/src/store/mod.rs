@@ -19,6 +19,7 @@ mod canonical;
 mod chain;
 mod contract;
 mod error;
+pub mod events;
 pub mod history;
 pub mod location;
 pub mod memory;
@@ -33,6 +34,10 @@ pub use canonical::{canonical_json, creation_hash, input_hash};
 pub use chain::{ChainLink, legacy_transition_hash, transition_hash};
 pub use contract::Store;
 pub use error::StoreError;
+pub use events::{
+    EventCursor, EventKind, EventLog, EventScope, EventWakes, RunEvent, StatusChange,
+    TransitionFacts, Wake, WakeHub,
+};
 pub use operator::{validate_label, validate_labels};
 pub use records::{
     CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis, NewRun, OperatorNote,

@@ -329,3 +329,90 @@ mod tests {
         assert!(validate_labels(&many).is_err());
     }
 }
+
+/// The error code of a saga whose compensations kept failing: a retry sends it back to
+/// compensating.
+pub const COMPENSATION_FAILED: &str = "compensation.failed";
+
+/// Which stopped runs an operator's re-queue takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequeueMode {
+    /// Quarantined and dead-lettered runs (`agentctl resume`).
+    Resume,
+    /// Those, and failed runs, whose failed step runs again (`agentctl retry`).
+    Retry,
+}
+
+/// What re-queueing a run does ([`plan_requeue`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// Nothing: the run is running or compensating already.
+    Already,
+    /// Set this status and error ([`Store::set_status`](super::Store::set_status)).
+    To(RunStatus, Option<RunError>),
+}
+
+/// Why a run cannot be re-queued, with what to do instead.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequeueRefused {
+    /// It waits for a signal: send it.
+    #[error("run `{run}` is waiting for `{waiting_for}`, not stuck")]
+    Waiting {
+        /// The run.
+        run: String,
+        /// What it waits for.
+        waiting_for: String,
+    },
+    /// It ended: start a new run, or fork this one.
+    #[error("run `{run}` is {status}: there is nothing to re-run")]
+    Ended {
+        /// The run.
+        run: String,
+        /// Its final status.
+        status: RunStatus,
+    },
+    /// It failed, and the mode was [`RequeueMode::Resume`]: retry it.
+    #[error("run `{run}` failed; resuming only re-queues quarantined and dead-lettered runs")]
+    Failed {
+        /// The run.
+        run: String,
+    },
+}
+
+/// What re-queueing `run` in `mode` does: a quarantined, dead-lettered (or, retrying, a
+/// failed) run goes back to running with its error cleared, or to compensating with its
+/// error kept when its compensations failed ([`COMPENSATION_FAILED`]).
+///
+/// # Errors
+/// [`RequeueRefused`] for a run that waits, ended, or failed when only resuming.
+pub fn plan_requeue(run: &RunRecord, mode: RequeueMode) -> Result<Requeue, RequeueRefused> {
+    match run.status {
+        RunStatus::Running | RunStatus::Compensating => Ok(Requeue::Already),
+        RunStatus::Waiting => Err(RequeueRefused::Waiting {
+            run: run.id.clone(),
+            waiting_for: run.waiting_for.clone().unwrap_or_default(),
+        }),
+        RunStatus::Completed
+        | RunStatus::Compensated
+        | RunStatus::Cancelled
+        | RunStatus::Terminated => Err(RequeueRefused::Ended {
+            run: run.id.clone(),
+            status: run.status,
+        }),
+        RunStatus::Failed if mode == RequeueMode::Resume => Err(RequeueRefused::Failed {
+            run: run.id.clone(),
+        }),
+        RunStatus::Failed | RunStatus::Quarantined | RunStatus::DeadLettered => {
+            let compensating = run
+                .error
+                .as_ref()
+                .is_some_and(|e| e.code == COMPENSATION_FAILED);
+            Ok(if compensating {
+                // The saga still has to finish undoing the run.
+                Requeue::To(RunStatus::Compensating, run.error.clone())
+            } else {
+                Requeue::To(RunStatus::Running, None)
+            })
+        }
+    }
+}

@@ -38,6 +38,7 @@ pub fn now_ms() -> Millis {
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum RunStatus {
     /// Has a next step to execute.
     Running,
@@ -114,6 +115,7 @@ impl RunStatus {
 
 /// A run's failure, stored with the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunError {
     /// Stable code: `tool.timeout`, `handler`, `budget`, `routing`, `state.corrupt`,
     /// `graph.incompatible`, `compensation.failed`, `crash_loop`, ...
@@ -124,6 +126,7 @@ pub struct RunError {
 
 /// One run, as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunRecord {
     /// Caller-chosen or generated id.
     pub id: String,
@@ -226,6 +229,7 @@ pub type Labels = BTreeMap<String, String>;
 /// Who asked for an operator's action on a run (cancel, terminate), and why; recorded
 /// with the transition it wrote (and covered by its hash).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperatorNote {
     /// The operator's identity (`agentctl` takes `--by`, or `$USER`).
     pub by: String,
@@ -280,6 +284,7 @@ pub struct NewRun {
 /// ([`WAIT_ALL_CHILDREN`], [`WAIT_FIRST_CHILD`]) waits for the runs spawned by it at
 /// `version - 1`: the step that started them, before it committed the wait.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpawnedBy {
     /// The parent run.
     pub run_id: String,
@@ -373,6 +378,7 @@ pub struct Lease {
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum EntryKind {
     /// A tool call made by a handler or chosen by the router.
     Tool,
@@ -416,6 +422,7 @@ impl EntryKind {
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum CallStatus {
     /// Sent, no result committed yet (a crash here means: retry with the same key).
     Started,
@@ -445,6 +452,7 @@ impl CallStatus {
 /// and `seq` the call's index within the step; recording the same key again replaces the
 /// entry (a `started` entry becomes `succeeded`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JournalEntry {
     /// The run.
     pub run_id: String,
@@ -480,7 +488,8 @@ pub struct JournalEntry {
     pub attempts: u32,
     /// Wall time of all attempts.
     pub duration_ms: u64,
-    /// When the call started.
+    /// When the call started: its first record's time, kept when it is recorded again
+    /// (ended, or started again after a crash), so that its start event never changes.
     pub started_at: Millis,
     /// When it finished.
     pub finished_at: Option<Millis>,
@@ -508,6 +517,7 @@ pub fn idempotency_key(run_id: &str, version: u64, seq: u32) -> String {
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum TransitionKind {
     /// The first version.
     Start,
@@ -568,6 +578,7 @@ pub struct StepCommit {
 
 /// One committed version, as history.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TransitionRecord {
     /// The run.
     pub run_id: String,
@@ -593,6 +604,7 @@ pub struct TransitionRecord {
 
 /// A signal sent to a run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignalRecord {
     /// Store-assigned id, increasing.
     pub id: i64,
@@ -621,6 +633,10 @@ pub struct RunFilter {
     pub labels: Labels,
     /// Only the children of this run ([`RunRecord::spawned_by`]), at any version.
     pub spawned_by: Option<String>,
+    /// Only runs created at or after this time.
+    pub created_after: Option<Millis>,
+    /// Only runs created before this time.
+    pub created_before: Option<Millis>,
 }
 
 /// A tool's switch in the tool registry.
@@ -656,6 +672,7 @@ pub struct PruneReport {
 
 /// The state of one version, for time travel.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StateAtVersion {
     /// The version.
     pub version: u64,

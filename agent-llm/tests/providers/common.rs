@@ -93,6 +93,7 @@ pub(crate) fn request() -> RouteRequest {
         }],
         feedback: vec![],
         tools_per_answer: 1,
+        tokens: agent_core::events::TokenSink::default(),
     }
 }
 

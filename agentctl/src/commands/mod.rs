@@ -13,6 +13,7 @@ use crate::store;
 
 mod agents;
 mod backup;
+mod follow;
 mod fork;
 mod graph;
 mod migrate;
@@ -21,6 +22,7 @@ mod prune;
 mod repair;
 mod requeue;
 mod runs;
+mod serve;
 mod show;
 mod signal;
 mod state;
@@ -88,7 +90,14 @@ pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
     let cx = Ctx { store, out };
     match cli.command {
         Command::Runs(args) => runs::run(&cx, args).await,
-        Command::Show(args) => show::run(&cx, &args.run).await,
+        Command::Show(args) => {
+            let code = show::run(&cx, &args.run).await?;
+            if args.follow {
+                follow::run(&cx, &args.run).await
+            } else {
+                Ok(code)
+            }
+        }
         Command::State(args) => state::run(&cx, &args).await,
         Command::Fork(args) => fork::run(&cx, &args).await,
         Command::Graph(args) => graph::run(&cx, args).await,
@@ -106,6 +115,7 @@ pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
         Command::Agents => agents::run(&cx).await,
         Command::Cancel(args) => operate::cancel(&cx, &args).await,
         Command::Terminate(args) => operate::terminate(&cx, &args).await,
+        Command::Serve(args) => serve::run(cx, args).await,
         Command::Migrate | Command::Backup(_) => unreachable!("dispatched above"),
     }
 }

@@ -1,84 +1,61 @@
-//! `agentctl resume RUN` and `agentctl retry RUN`: hand a stopped run back to the workers.
+//! `agentctl resume RUN` and `agentctl retry RUN`: hand a stopped run back to the workers
+//! (what it does is [`plan_requeue`]'s, as for the HTTP API's retry).
 
 use std::process::ExitCode;
 
-use agent_core::store::{RunError, RunStatus};
+use agent_core::store::operator::{Requeue, RequeueRefused, plan_requeue};
+
+pub(super) use agent_core::store::operator::RequeueMode as Mode;
 
 use super::Ctx;
 use crate::error::{CliError, Result};
 use crate::output::outln;
 
-/// Which command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Mode {
-    /// Quarantined or dead-lettered runs.
-    Resume,
-    /// Those, and failed runs.
-    Retry,
-}
-
-/// The error code of a saga whose compensations kept failing: it goes back to compensating.
-const COMPENSATION_FAILED: &str = "compensation.failed";
-
 pub(super) async fn run(cx: &Ctx, id: &str, mode: Mode) -> Result<ExitCode> {
     let run = cx.run(id).await?;
-    match run.status {
-        RunStatus::Running | RunStatus::Compensating => {
-            let msg = format!(
-                "run {} is already {}: the workers will pick it up",
-                run.id, run.status
-            );
+    let (status, error) = match plan_requeue(&run, mode) {
+        Ok(Requeue::To(status, error)) => (status, error),
+        Ok(Requeue::Already) => {
             if cx.out.json {
                 cx.out.print_json(&serde_json::json!({
                     "run": run.id, "status": run.status, "changed": false,
                 }));
             } else {
-                outln!("{msg}");
+                outln!(
+                    "run {} is already {}: the workers will pick it up",
+                    run.id,
+                    run.status
+                );
             }
             return Ok(ExitCode::SUCCESS);
         }
-        RunStatus::Waiting => {
-            let signal = run.waiting_for.as_deref().unwrap_or("<name>");
-            return Err(CliError::failed(format!(
-                "run `{}` is waiting for signal `{signal}`, not stuck",
-                run.id
-            ))
-            .hint(format!(
-                "send it: agentctl signal {} {signal} '<json>'",
-                run.id
-            )));
+        Err(refused) => {
+            let hint = match &refused {
+                RequeueRefused::Waiting { waiting_for, .. }
+                    if waiting_for.starts_with("children:") =>
+                {
+                    format!(
+                        "it waits for its children: agentctl runs --parent {}",
+                        run.id
+                    )
+                }
+                RequeueRefused::Waiting { waiting_for, .. } => {
+                    let signal = if waiting_for.is_empty() {
+                        "<name>"
+                    } else {
+                        waiting_for
+                    };
+                    format!("send it: agentctl signal {} {signal} '<json>'", run.id)
+                }
+                RequeueRefused::Ended { .. } => {
+                    "start a new run, or fork this one from an earlier version".to_owned()
+                }
+                RequeueRefused::Failed { .. } => {
+                    format!("re-run its failed step with `agentctl retry {}`", run.id)
+                }
+            };
+            return Err(CliError::failed(refused.to_string()).hint(hint));
         }
-        RunStatus::Completed
-        | RunStatus::Compensated
-        | RunStatus::Cancelled
-        | RunStatus::Terminated => {
-            return Err(CliError::failed(format!(
-                "run `{}` is {}: there is nothing to re-run",
-                run.id, run.status
-            ))
-            .hint("start a new run, or fork this one from an earlier version"));
-        }
-        RunStatus::Failed if mode == Mode::Resume => {
-            return Err(CliError::failed(format!(
-                "run `{}` failed; `resume` only re-queues quarantined and dead-lettered runs",
-                run.id
-            ))
-            .hint(format!(
-                "re-run its failed step with `agentctl retry {}`",
-                run.id
-            )));
-        }
-        RunStatus::Failed | RunStatus::Quarantined | RunStatus::DeadLettered => {}
-    }
-    let compensating = run
-        .error
-        .as_ref()
-        .is_some_and(|e| e.code == COMPENSATION_FAILED);
-    let (status, error) = if compensating {
-        // Keep the error: the saga still has to finish undoing the run.
-        (RunStatus::Compensating, run.error.clone())
-    } else {
-        (RunStatus::Running, None::<RunError>)
     };
     let updated = cx.store.set_status(&run.id, status, error).await?;
     if cx.out.json {

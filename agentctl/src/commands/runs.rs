@@ -1,8 +1,9 @@
-//! `agentctl runs`: list runs, newest first.
+//! `agentctl runs`: list runs, newest first; with `--watch`, then their events as they
+//! come.
 
 use std::process::ExitCode;
 
-use agent_core::store::{RunFilter, now_ms};
+use agent_core::store::{EventCursor, EventScope, RunFilter, now_ms};
 use comfy_table::Cell;
 
 use super::Ctx;
@@ -18,11 +19,18 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
         limit: Some(args.limit),
         labels: args.labels.iter().cloned().collect(),
         spawned_by: args.parent.clone(),
+        ..RunFilter::default()
+    };
+    // Watching starts from what is committed before the listing, so nothing falls between.
+    let head = if args.watch {
+        Some(cx.store.event_head().await?)
+    } else {
+        None
     };
     let runs = cx.store.list_runs(&filter).await?;
     if cx.out.json {
         cx.out.print_json(&runs);
-        return Ok(ExitCode::SUCCESS);
+        return watch(cx, &args, head).await;
     }
     if runs.is_empty() {
         let unfiltered = args.status.is_empty() && args.labels.is_empty();
@@ -40,7 +48,7 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
             cx.out
                 .note("the registered agents are listed by `agentctl agents`");
         }
-        return Ok(ExitCode::SUCCESS);
+        return watch(cx, &args, head).await;
     }
     let now = now_ms();
     let mut table = cx.out.table([
@@ -72,5 +80,16 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
             args.limit
         ));
     }
-    Ok(ExitCode::SUCCESS)
+    watch(cx, &args, head).await
+}
+
+async fn watch(cx: &Ctx, args: &RunsArgs, head: Option<EventCursor>) -> Result<ExitCode> {
+    let Some(head) = head else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let scope = args
+        .agent
+        .clone()
+        .map_or(EventScope::All, EventScope::Agent);
+    super::follow::events(cx, scope, head, false).await
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 use agent_core::graph::GraphDescription;
 use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
 use agent_core::store::{
-    JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RetentionPolicy, RunError, RunFilter,
-    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store, StoreError, ToolSwitch,
-    TransitionRecord, VersionSpan,
+    EventCursor, EventScope, JournalEntry, Lease, NewRun, OperatorNote, PruneReport,
+    RetentionPolicy, RunError, RunEvent, RunFilter, RunRecord, RunStatus, SignalRecord,
+    StateAtVersion, StepCommit, Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
 };
 use agent_pg::PgStore;
 use async_trait::async_trait;
@@ -186,6 +186,14 @@ impl Store for LateClaim {
     }
     async fn wait_for_work(&self, timeout: Duration) {
         self.inner.wait_for_work(timeout).await;
+    }
+    async fn events(
+        &self,
+        scope: &EventScope,
+        after: EventCursor,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, StoreError> {
+        self.inner.events(scope, after, limit).await
     }
     async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
         self.inner.version_span(run_id).await

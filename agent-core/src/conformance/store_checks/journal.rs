@@ -55,14 +55,17 @@ pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> Chec
             == Some(200 * 1024),
         "a large output did not round-trip"
     );
-    // Replace: started → succeeded on the same key.
-    let done = entry(
+    // Replace: started → succeeded on the same key. The call keeps the time it first
+    // started.
+    let first_started = j[1].started_at;
+    let mut done = entry(
         &r.id,
         0,
         1,
         CallStatus::Succeeded,
         Some(json!({ "charged": 42 })),
     );
+    done.started_at = first_started + 5_000;
     store
         .record_entry(&lease, &done)
         .await
@@ -73,6 +76,7 @@ pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> Chec
         "replacing an entry changed the count to {}",
         j.len()
     );
+    done.started_at = first_started;
     ensure!(j[1] == done, "replaced entry reads back as {:?}", j[1]);
     // Entries survive the commit and stay ordered across versions.
     store

@@ -1,0 +1,423 @@
+//! Following runs live: a [`Follower`] reads a run's (or an agent's, or every run's) events
+//! from the store after a cursor, and waits for more.
+//!
+//! Events come from the store only ([`Store::events`]), never from a wake-up: a wake-up
+//! ([`Store::event_wakes`]) only says when to read again, and the follower also reads every
+//! [`FollowConfig::poll`] without one. So a follower that disconnects and comes back with its
+//! last cursor misses nothing, a wake-up lost to a crash between a commit and its
+//! notification delays the follower by a poll at most, and a follower that falls behind
+//! (its wake-ups overflow, [`Follower::missed_wakeups`]) reads the rest from the store.
+//! The runner never waits for a follower: wake-ups go through a bounded channel that drops
+//! for the slow.
+//!
+//! What is only in memory, a model's tokens as they come, travels apart: an
+//! [`EphemeralBus`] carries [`Ephemeral`] events from the runner (a [`TokenSink`] per ask of
+//! the model and per generation) to whoever shows them, in the same process. They have no
+//! cursor and are never read back: a client that reconnects gets the committed answer.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use durable_agents::events::Follower;
+//! use durable_agents::store::{memory::MemoryStore, EventCursor, EventKind, EventScope, NewRun, Store};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let store = Arc::new(MemoryStore::new());
+//! store.create_run(NewRun::new("run-1", "Checkout", "f", "Browsing", serde_json::json!({}))).await.unwrap();
+//! let mut follower = Follower::new(store, EventScope::Run("run-1".into()), EventCursor::START).await.unwrap();
+//! let event = follower.next().await.unwrap();
+//! assert!(matches!(event.kind, EventKind::RunCreated { .. }));
+//! // Resume later from `follower.cursor()`: the next event, and nothing before it.
+//! # });
+//! ```
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::store::{
+    EventCursor, EventScope, EventWakes, Millis, RunEvent, Store, StoreError, Wake,
+};
+
+/// How a [`Follower`] reads.
+#[derive(Clone, Debug)]
+pub struct FollowConfig {
+    /// Events read from the store at a time.
+    pub batch: usize,
+    /// How long to wait for a wake-up before reading anyway.
+    pub poll: Duration,
+    /// For an agent's or every run's events: how far behind its cursor the follower reads
+    /// again, for events of other runs that committed after events it already delivered
+    /// (on PostgreSQL, runs committing at the same moment may commit in another order than
+    /// their positions). Events are delivered once; within a run, always in order.
+    pub settle: Duration,
+}
+
+impl Default for FollowConfig {
+    fn default() -> Self {
+        Self {
+            batch: 256,
+            poll: Duration::from_secs(1),
+            settle: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Follows the events of a scope from a cursor: [`next`](Self::next) returns each event
+/// once, in order, waiting for it when there is none yet.
+pub struct Follower {
+    store: Arc<dyn Store>,
+    scope: EventScope,
+    config: FollowConfig,
+    wakes: Option<EventWakes>,
+    /// Read, not yet returned.
+    pending: VecDeque<RunEvent>,
+    /// The cursor of the last event returned.
+    cursor: EventCursor,
+    /// For scopes of several runs: events returned within the settle window, by cursor,
+    /// with when; reads start after the newest older than the window.
+    recent: BTreeMap<EventCursor, Instant>,
+    floor: EventCursor,
+    missed_wakeups: u64,
+}
+
+impl std::fmt::Debug for Follower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follower")
+            .field("scope", &self.scope)
+            .field("cursor", &self.cursor)
+            .field("pending", &self.pending.len())
+            .field("missed_wakeups", &self.missed_wakeups)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Follower {
+    /// Follow `scope` from after `after` ([`EventCursor::START`] for everything), with the
+    /// default [`FollowConfig`].
+    ///
+    /// # Errors
+    /// The store's, when it cannot set up wake-ups.
+    pub async fn new(
+        store: Arc<dyn Store>,
+        scope: EventScope,
+        after: EventCursor,
+    ) -> Result<Self, StoreError> {
+        Self::with_config(store, scope, after, FollowConfig::default()).await
+    }
+
+    /// As [`new`](Self::new), configured.
+    ///
+    /// # Errors
+    /// The store's, when it cannot set up wake-ups.
+    pub async fn with_config(
+        store: Arc<dyn Store>,
+        scope: EventScope,
+        after: EventCursor,
+        config: FollowConfig,
+    ) -> Result<Self, StoreError> {
+        // Listen before the first read, so that nothing committed in between goes unwoken.
+        let wakes = store.event_wakes().await?;
+        Ok(Self {
+            store,
+            scope,
+            config,
+            wakes,
+            pending: VecDeque::new(),
+            cursor: after,
+            recent: BTreeMap::new(),
+            floor: after,
+            missed_wakeups: 0,
+        })
+    }
+
+    /// The cursor of the last event returned: give it to a new follower to go on from here.
+    #[must_use]
+    pub fn cursor(&self) -> EventCursor {
+        self.cursor
+    }
+
+    /// How many wake-ups this follower missed because it fell behind (it read the events
+    /// from the store all the same).
+    #[must_use]
+    pub fn missed_wakeups(&self) -> u64 {
+        self.missed_wakeups
+    }
+
+    /// The next event, waiting until there is one.
+    ///
+    /// # Errors
+    /// The store's, when a read fails (the follower can be asked again; it goes on from
+    /// where it was).
+    pub async fn next(&mut self) -> Result<RunEvent, StoreError> {
+        loop {
+            if let Some(event) = self.try_next().await? {
+                return Ok(event);
+            }
+            self.wait().await;
+        }
+    }
+
+    /// The next event if there is one now, without waiting.
+    ///
+    /// # Errors
+    /// The store's, when a read fails.
+    pub async fn try_next(&mut self) -> Result<Option<RunEvent>, StoreError> {
+        if self.pending.is_empty() {
+            self.read().await?;
+        }
+        let Some(event) = self.pending.pop_front() else {
+            return Ok(None);
+        };
+        if !matches!(self.scope, EventScope::Run(_)) {
+            self.recent.insert(event.cursor, Instant::now());
+        }
+        self.cursor = self.cursor.max(event.cursor);
+        Ok(Some(event))
+    }
+
+    /// The events as a stream (ends only with the stream; errors are items).
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<RunEvent, StoreError>> {
+        futures::stream::unfold(self, |mut follower| async move {
+            let item = follower.next().await;
+            Some((item, follower))
+        })
+    }
+
+    async fn read(&mut self) -> Result<(), StoreError> {
+        let mut after = match self.scope {
+            EventScope::Run(_) => self.cursor,
+            EventScope::Agent(_) | EventScope::All => self.settle(),
+        };
+        // Pages that hold only events already returned (within the settle window) are
+        // skipped, not taken for the end.
+        loop {
+            let events = self
+                .store
+                .events(&self.scope, after, self.config.batch)
+                .await?;
+            let full = events.len() >= self.config.batch;
+            let Some(last) = events.last().map(|e| e.cursor) else {
+                return Ok(());
+            };
+            let recent = &self.recent;
+            self.pending.extend(
+                events
+                    .into_iter()
+                    .filter(|e| !recent.contains_key(&e.cursor)),
+            );
+            if !self.pending.is_empty() || !full {
+                return Ok(());
+            }
+            after = last;
+        }
+    }
+
+    /// Forget the events returned longer ago than the settle window; read after the
+    /// newest of them.
+    fn settle(&mut self) -> EventCursor {
+        let Some(horizon) = Instant::now().checked_sub(self.config.settle) else {
+            return self.floor;
+        };
+        let old: Vec<EventCursor> = self
+            .recent
+            .iter()
+            .filter(|(_, at)| **at <= horizon)
+            .map(|(c, _)| *c)
+            .collect();
+        for cursor in old {
+            self.recent.remove(&cursor);
+            self.floor = self.floor.max(cursor);
+        }
+        // Nothing newer than the floor is forgotten, so it is never read twice.
+        self.floor
+    }
+
+    /// Until a wake-up that may concern this scope, or the poll interval.
+    async fn wait(&mut self) {
+        let poll = self.config.poll;
+        let Some(wakes) = self.wakes.as_mut() else {
+            tokio::time::sleep(poll).await;
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + poll;
+        loop {
+            match tokio::time::timeout_at(deadline, wakes.next()).await {
+                Err(_) => return,
+                Ok(Wake::Run(run)) => {
+                    if let EventScope::Run(id) = &self.scope
+                        && **id != *run
+                    {
+                        continue;
+                    }
+                    return;
+                }
+                Ok(Wake::Lagged) => {
+                    self.missed_wakeups += 1;
+                    return;
+                }
+                Ok(Wake::Closed) => {
+                    self.wakes = None;
+                    tokio::time::sleep_until(deadline).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What is only in memory, never stored: a model's tokens as they come, published while a
+/// decision is asked or a text is generated. A client shows them and drops them; the
+/// durable answer is the journaled decision or tool result, read as an ordinary
+/// [`RunEvent`] once committed. A subscriber that falls behind loses deltas, never the
+/// runner's time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Ephemeral {
+    /// The run.
+    pub run_id: String,
+    /// The version its step started from.
+    pub version: u64,
+    /// The call's index in the step (the decision's or the generating tool's).
+    pub call: u32,
+    /// The delta's place among the call's deltas, from 0; a gap says deltas were dropped.
+    pub seq: u64,
+    /// When it was published.
+    pub at: Millis,
+    /// What came.
+    #[serde(flatten)]
+    pub kind: EphemeralKind,
+}
+
+/// What an [`Ephemeral`] event carries. Tagged by `type` in JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum EphemeralKind {
+    /// Text the model wrote (for a decision: its reasoning or the tool call's arguments
+    /// as they come).
+    TokenDelta {
+        /// The text of this delta.
+        text: String,
+    },
+}
+
+/// Where ephemeral events go: one per process, shared by the runner (which hands a
+/// [`TokenSink`] to each ask of the model and each generation) and whoever shows them (the
+/// HTTP server's event streams). Publishing checks a counter and returns when nobody
+/// listens; the channel is bounded and drops for subscribers that fall behind.
+#[derive(Clone, Debug)]
+pub struct EphemeralBus {
+    tx: broadcast::Sender<Arc<Ephemeral>>,
+}
+
+impl Default for EphemeralBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EphemeralBus {
+    /// How many events a subscriber may be behind before it loses the oldest.
+    pub const CAPACITY: usize = 4096;
+
+    /// A bus nobody listens to yet.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            tx: broadcast::channel(Self::CAPACITY).0,
+        }
+    }
+
+    /// A new subscriber, for every run's ephemeral events (filter by
+    /// [`Ephemeral::run_id`]).
+    #[must_use]
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Ephemeral>> {
+        self.tx.subscribe()
+    }
+
+    /// A sink for the deltas of one call.
+    #[must_use]
+    pub fn sink(&self, run_id: &str, version: u64, call: u32) -> TokenSink {
+        TokenSink(Some(Arc::new(SinkTarget {
+            bus: self.clone(),
+            run_id: run_id.into(),
+            version,
+            call,
+            seq: AtomicU64::new(0),
+        })))
+    }
+
+    fn publish(&self, event: Ephemeral) {
+        if self.tx.receiver_count() > 0 {
+            let _ = self.tx.send(Arc::new(event));
+        }
+    }
+}
+
+/// Where a router or a generating tool sends the model's tokens as they come
+/// ([`RouteRequest::tokens`](crate::router::RouteRequest::tokens),
+/// [`ToolContext::tokens`](crate::tool::ToolContext::tokens)). The default sends nowhere.
+/// Sending never blocks and never fails.
+#[derive(Clone, Default)]
+pub struct TokenSink(Option<Arc<SinkTarget>>);
+
+struct SinkTarget {
+    bus: EphemeralBus,
+    run_id: Arc<str>,
+    version: u64,
+    call: u32,
+    seq: AtomicU64,
+}
+
+impl TokenSink {
+    /// Whether deltas sent here reach anyone now: a provider may skip asking for a stream
+    /// when not.
+    #[must_use]
+    pub fn is_listened(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|t| t.bus.tx.receiver_count() > 0)
+    }
+
+    /// Publish a delta of the model's text.
+    pub fn token(&self, text: &str) {
+        let Some(t) = &self.0 else { return };
+        if text.is_empty() || t.bus.tx.receiver_count() == 0 {
+            return;
+        }
+        t.bus.publish(Ephemeral {
+            run_id: t.run_id.to_string(),
+            version: t.version,
+            call: t.call,
+            seq: t.seq.fetch_add(1, Ordering::Relaxed),
+            at: crate::store::now_ms(),
+            kind: EphemeralKind::TokenDelta {
+                text: text.to_owned(),
+            },
+        });
+    }
+}
+
+impl fmt::Debug for TokenSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            None => f.write_str("TokenSink(none)"),
+            Some(t) => write!(f, "TokenSink({}/v{}/{})", t.run_id, t.version, t.call),
+        }
+    }
+}
+
+/// Sinks are not part of what they are attached to: two requests that differ only by
+/// their sinks are the same request.
+impl PartialEq for TokenSink {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for TokenSink {}

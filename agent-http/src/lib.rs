@@ -1,0 +1,209 @@
+//! # durable-agents-http
+//!
+//! The store of durable agents over HTTP, as an [axum](https://docs.rs/axum) router to mount
+//! in a service ([`router`]) or to run on its own ([`serve`], which `agentctl serve` runs
+//! for any store): list runs, read one with its history, journal and state at any version,
+//! follow its events live as server-sent events (resuming with `Last-Event-ID`), send it a
+//! signal, cancel it, retry it. No agent code is needed for any of it.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use durable_agents::http::{ApiConfig, router};
+//! use durable_agents::store::memory::MemoryStore;
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let store = Arc::new(MemoryStore::new());
+//! let api = router(store, ApiConfig::default().with_token("s3cret"));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, api).await
+//! # }
+//! ```
+//!
+//! ## Security
+//! - **Writes need a bearer token, always**: `Authorization: Bearer TOKEN`, compared in
+//!   constant time. Without a configured token, writes are refused (`403`).
+//! - **Reads need it off loopback**: [`serve`] refuses to listen on an address other than
+//!   loopback without a token, and with one, every request needs it.
+//!   [`ApiConfig::require_token_for_reads`] does the same for a mounted router.
+//! - **Bodies are bounded** ([`ApiConfig::max_body_bytes`], 64 KiB by default) and **CORS is
+//!   off** unless origins are given ([`ApiConfig::with_cors_origin`]).
+//!
+//! ## The document
+//! `GET /v1/openapi.json` serves the OpenAPI 3.1 document, generated from the handlers and
+//! the records' types ([`openapi`]); CI runs a property-based API tester against a live
+//! server with it. `docs/http-api.md` describes every endpoint.
+
+mod auth;
+mod error;
+mod events;
+mod openapi;
+mod runs;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use agent_core::store::Store;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderValue;
+use tower_http::cors::CorsLayer;
+
+pub use error::ApiError;
+pub use openapi::openapi;
+
+/// How the API serves.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    token: Option<String>,
+    reads_need_token: bool,
+    max_body_bytes: usize,
+    cors_origins: Vec<HeaderValue>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            token: None,
+            reads_need_token: false,
+            max_body_bytes: 64 * 1024,
+            cors_origins: Vec::new(),
+        }
+    }
+}
+
+impl ApiConfig {
+    /// The bearer token requests must carry (every write, and every request when reads
+    /// need it too).
+    #[must_use]
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Every request needs the token, reads too (for a server reachable off loopback).
+    #[must_use]
+    pub fn require_token_for_reads(mut self) -> Self {
+        self.reads_need_token = true;
+        self
+    }
+
+    /// Bodies larger than this are refused (`413`).
+    #[must_use]
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// Allow browsers on `origin` (`https://ops.example.com`) to call the API.
+    ///
+    /// # Errors
+    /// [`ApiError`] when `origin` is not a valid header value.
+    pub fn with_cors_origin(mut self, origin: &str) -> Result<Self, ApiError> {
+        let value = HeaderValue::from_str(origin)
+            .map_err(|_| ApiError::bad_request(format!("not an origin: `{origin}`")))?;
+        self.cors_origins.push(value);
+        Ok(self)
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone, Debug)]
+pub(crate) struct AppState {
+    pub(crate) store: Arc<dyn Store>,
+}
+
+/// The API over `store`, to mount in a service (`Router::nest`, `Router::merge`) or to
+/// serve as it is.
+pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
+    let state = AppState { store };
+    let mut app = Router::new()
+        .merge(runs::routes())
+        .merge(events::routes())
+        .merge(openapi::routes())
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(auth::Auth::new(
+                config.token.clone(),
+                config.reads_need_token,
+            )),
+            auth::check,
+        ))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes));
+    if !config.cors_origins.is_empty() {
+        app = app.layer(
+            CorsLayer::new()
+                .allow_origin(config.cors_origins)
+                .allow_methods(tower_http::cors::Any)
+                .allow_headers(tower_http::cors::Any),
+        );
+    }
+    app
+}
+
+/// Why [`serve`] did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Off loopback without a token: anyone who reaches the address could read every run.
+    #[error(
+        "refusing to listen on {0} without a token: every request there must carry one \
+         (give a token, or listen on 127.0.0.1)"
+    )]
+    NoToken(SocketAddr),
+    /// The address could not be bound, or the server failed.
+    #[error("cannot serve on {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Serve the API over `store` on `addr` until `shutdown` completes. Off loopback, a token
+/// is required and every request needs it.
+///
+/// # Errors
+/// [`ServeError::NoToken`] off loopback without a token; [`ServeError::Io`] when the
+/// address cannot be bound.
+pub async fn serve(
+    store: Arc<dyn Store>,
+    config: ApiConfig,
+    addr: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    if !addr.ip().is_loopback() && config.token.is_none() {
+        return Err(ServeError::NoToken(addr));
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Io { addr, source })?;
+    serve_on(store, config, listener, shutdown).await
+}
+
+/// [`serve`], on a listener already bound (tests, port 0).
+///
+/// # Errors
+/// [`ServeError::NoToken`] off loopback without a token; [`ServeError::Io`] when the
+/// server fails.
+pub async fn serve_on(
+    store: Arc<dyn Store>,
+    mut config: ApiConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr().map_err(|source| ServeError::Io {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
+    if !addr.ip().is_loopback() {
+        if config.token.is_none() {
+            return Err(ServeError::NoToken(addr));
+        }
+        config.reads_need_token = true;
+    }
+    tracing::info!(%addr, "serving the store over HTTP");
+    axum::serve(listener, router(store, config))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|source| ServeError::Io { addr, source })
+}

@@ -1,0 +1,413 @@
+//! Runs: list, read (with history, journal and state at a version), signal, cancel, retry.
+
+use agent_core::store::operator::{Requeue, RequeueMode, plan_requeue};
+use agent_core::store::{
+    JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunRecord, RunStatus, StateAtVersion,
+    TransitionRecord,
+};
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody};
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/runs", get(list_runs))
+        .route("/v1/runs/{id}", get(get_run))
+        .route("/v1/runs/{id}/history", get(history))
+        .route("/v1/runs/{id}/journal", get(journal))
+        .route("/v1/runs/{id}/state/{version}", get(state_at))
+        .route("/v1/runs/{id}/signals", post(send_signal))
+        .route("/v1/runs/{id}/cancel", post(cancel))
+        .route("/v1/runs/{id}/retry", post(retry))
+}
+
+/// Runs per page when the request does not say, and at most.
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 500;
+
+/// Which runs to list.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Only this agent's runs.
+    agent: Option<String>,
+    /// Only runs in these statuses, comma-separated (`running,waiting`).
+    status: Option<String>,
+    /// Only runs carrying every one of these labels, comma-separated `key=value` pairs.
+    label: Option<String>,
+    /// Only the children of this run.
+    parent: Option<String>,
+    /// Only runs created at or after this time (milliseconds since the epoch).
+    created_after: Option<Millis>,
+    /// Only runs created before this time (milliseconds since the epoch).
+    created_before: Option<Millis>,
+    /// Runs per page (default 50, at most 500).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<usize>,
+    /// The `next` of the previous page.
+    cursor: Option<String>,
+}
+
+/// A page of runs, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RunPage {
+    /// The runs.
+    runs: Vec<RunRecord>,
+    /// Give it as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+/// Where a page of runs ends: the creation time of its last run, and how many runs
+/// created at that same millisecond were listed so far (runs are listed newest first,
+/// those of one millisecond in a stable order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PageCursor {
+    created_at: Millis,
+    seen_at_that_time: usize,
+}
+
+impl PageCursor {
+    fn parse(s: &str) -> Result<Self, ApiError> {
+        let bad = || ApiError::bad_request(format!("not a cursor of this API: `{s}`"));
+        let (at, seen) = s.split_once('.').ok_or_else(bad)?;
+        Ok(Self {
+            created_at: at.parse().map_err(|_| bad())?,
+            seen_at_that_time: seen.parse().map_err(|_| bad())?,
+        })
+    }
+
+    fn render(self) -> String {
+        format!("{}.{}", self.created_at, self.seen_at_that_time)
+    }
+}
+
+fn parse_statuses(list: Option<&str>) -> Result<Vec<RunStatus>, ApiError> {
+    list.into_iter()
+        .flat_map(|l| l.split(','))
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            RunStatus::parse(s.trim()).ok_or_else(|| {
+                let known: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+                ApiError::bad_request(format!("unknown status `{s}`; one of {}", known.join(", ")))
+            })
+        })
+        .collect()
+}
+
+fn parse_labels(list: Option<&str>) -> Result<Labels, ApiError> {
+    list.into_iter()
+        .flat_map(|l| l.split(','))
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("a label is `key=value`, not `{pair}`"))
+                })
+        })
+        .collect()
+}
+
+/// List runs, newest first, a page at a time.
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery),
+    responses(
+        (status = 200, description = "A page of runs", body = RunPage),
+        (status = 400, description = "A filter or cursor that does not parse", body = ErrorBody),
+    ))]
+pub(crate) async fn list_runs(
+    State(app): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<RunPage>, ApiError> {
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit is 1 to {MAX_PAGE}, not {limit}"
+        )));
+    }
+    let cursor = q.cursor.as_deref().map(PageCursor::parse).transpose()?;
+    let skip = cursor.map_or(0, |c| c.seen_at_that_time);
+    let mut created_before = q.created_before;
+    if let Some(c) = cursor {
+        let through = c.created_at.saturating_add(1);
+        created_before = Some(created_before.map_or(through, |b| b.min(through)));
+    }
+    let filter = RunFilter {
+        agent: q.agent,
+        statuses: parse_statuses(q.status.as_deref())?,
+        // One more than the page, to know whether another follows.
+        limit: Some(skip + limit + 1),
+        labels: parse_labels(q.label.as_deref())?,
+        spawned_by: q.parent,
+        created_after: q.created_after,
+        created_before,
+    };
+    let listed = app.store.list_runs(&filter).await?;
+    let mut runs: Vec<RunRecord> = match cursor {
+        // Leave out the runs of the cursor's millisecond the earlier pages listed.
+        Some(c) => {
+            let mut left = c.seen_at_that_time;
+            listed
+                .into_iter()
+                .filter(|r| {
+                    if left > 0 && r.created_at == c.created_at {
+                        left -= 1;
+                        false
+                    } else {
+                        true
+                    }
+                })
+                .collect()
+        }
+        None => listed,
+    };
+    let more = runs.len() > limit;
+    runs.truncate(limit);
+    let next = match runs.last() {
+        Some(last) if more => {
+            let on_page = runs
+                .iter()
+                .filter(|r| r.created_at == last.created_at)
+                .count();
+            let before = cursor
+                .filter(|c| c.created_at == last.created_at)
+                .map_or(0, |c| c.seen_at_that_time);
+            Some(
+                PageCursor {
+                    created_at: last.created_at,
+                    seen_at_that_time: before + on_page,
+                }
+                .render(),
+            )
+        }
+        _ => None,
+    };
+    Ok(Json(RunPage { runs, next }))
+}
+
+async fn load(app: &AppState, id: &str) -> Result<RunRecord, ApiError> {
+    app.store
+        .load_run(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run `{id}` not found")))
+}
+
+/// One run, as stored now.
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "The run", body = RunRecord),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ))]
+pub(crate) async fn get_run(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<RunRecord>, ApiError> {
+    load(&app, &id).await.map(Json)
+}
+
+/// Every committed transition of a run, by version.
+#[utoipa::path(get, path = "/v1/runs/{id}/history", tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "The transitions", body = Vec<TransitionRecord>),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ))]
+pub(crate) async fn history(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<TransitionRecord>>, ApiError> {
+    Ok(Json(app.store.history(&id).await?))
+}
+
+/// Which journal entries.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct JournalQuery {
+    /// Only the calls of the step that started from this version.
+    #[param(minimum = 0)]
+    version: Option<u64>,
+}
+
+/// A run's journal: its tool calls, decisions, compensations and child starts, by version
+/// and index (secrets were redacted before they were stored).
+#[utoipa::path(get, path = "/v1/runs/{id}/journal", tag = "runs",
+    params(("id" = String, Path, description = "The run"), JournalQuery),
+    responses(
+        (status = 200, description = "The journal", body = Vec<JournalEntry>),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ))]
+pub(crate) async fn journal(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<JournalQuery>,
+) -> Result<Json<Vec<JournalEntry>>, ApiError> {
+    load(&app, &id).await?;
+    Ok(Json(app.store.journal(&id, q.version).await?))
+}
+
+/// A run's state at a version (time travel).
+#[utoipa::path(get, path = "/v1/runs/{id}/state/{version}", tag = "runs",
+    params(
+        ("id" = String, Path, description = "The run"),
+        ("version" = u64, Path, minimum = 0, description = "The version"),
+    ),
+    responses(
+        (status = 200, description = "The state", body = StateAtVersion),
+        (status = 404, description = "No such run or version (or it was pruned)", body = ErrorBody),
+    ))]
+pub(crate) async fn state_at(
+    State(app): State<AppState>,
+    Path((id, version)): Path<(String, u64)>,
+) -> Result<Json<StateAtVersion>, ApiError> {
+    app.store
+        .state_at(&id, version)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("run `{id}` has no version {version}")))
+}
+
+/// A signal to send.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SignalBody {
+    /// The signal's name (what the run waits for).
+    #[schema(min_length = 1, max_length = 200)]
+    name: String,
+    /// Its payload.
+    #[serde(default)]
+    payload: Value,
+}
+
+/// The id of a signal sent.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SignalSent {
+    /// Store-assigned, increasing.
+    id: i64,
+}
+
+/// Send a signal to a run; it is kept until a step that waits for it consumes it.
+#[utoipa::path(post, path = "/v1/runs/{id}/signals", tag = "operate",
+    params(("id" = String, Path, description = "The run")),
+    request_body = SignalBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Sent", body = SignalSent),
+        (status = 400, description = "A name that is empty or too long", body = ErrorBody),
+        (status = 401, description = "No token", body = ErrorBody),
+        (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ))]
+pub(crate) async fn send_signal(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Json(body): Json<SignalBody>,
+) -> Result<Json<SignalSent>, ApiError> {
+    let chars = body.name.chars().count();
+    if chars == 0 || chars > 200 {
+        return Err(ApiError::bad_request(format!(
+            "a signal's name has 1 to 200 characters, not {chars}"
+        )));
+    }
+    let id = app
+        .store
+        .send_signal(&id, &body.name, &body.payload)
+        .await?;
+    Ok(Json(SignalSent { id }))
+}
+
+/// Who asks for an operator's action, and why.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OperatorBody {
+    /// Who (recorded with the transition).
+    #[serde(default)]
+    #[schema(max_length = 200)]
+    by: Option<String>,
+    /// Why.
+    #[serde(default)]
+    #[schema(max_length = 2000)]
+    reason: Option<String>,
+}
+
+impl OperatorBody {
+    fn note(self) -> Result<OperatorNote, ApiError> {
+        let by = self.by.unwrap_or_else(|| "http".to_owned());
+        let reason = self.reason.unwrap_or_default();
+        if by.chars().count() > 200 || reason.chars().count() > 2000 {
+            return Err(ApiError::bad_request(
+                "`by` has at most 200 characters, `reason` at most 2000",
+            ));
+        }
+        Ok(OperatorNote::new(by, reason))
+    }
+}
+
+/// Cancel a run: its saga's compensations run and it ends cancelled. A run a worker holds
+/// gets the request, which the worker turns into the cancel at its next commit.
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "operate",
+    params(("id" = String, Path, description = "The run")),
+    request_body = OperatorBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Cancelled, compensating, or the cancel requested", body = RunRecord),
+        (status = 401, description = "No token", body = ErrorBody),
+        (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "The run ended otherwise", body = ErrorBody),
+    ))]
+pub(crate) async fn cancel(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    body: Option<Json<OperatorBody>>,
+) -> Result<Json<RunRecord>, ApiError> {
+    let note = body.map(|Json(b)| b).unwrap_or_default().note()?;
+    Ok(Json(app.store.cancel_run(&id, &note).await?))
+}
+
+/// Retry a failed, quarantined or dead-lettered run: it goes back to running (or, when
+/// its compensations failed, to compensating) for a worker to pick up.
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "operate",
+    params(("id" = String, Path, description = "The run")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Re-queued, or running already", body = RunRecord),
+        (status = 401, description = "No token", body = ErrorBody),
+        (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "The run waits or ended: nothing to retry", body = ErrorBody),
+    ))]
+pub(crate) async fn retry(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<RunRecord>, ApiError> {
+    let run = load(&app, &id).await?;
+    match plan_requeue(&run, RequeueMode::Retry) {
+        Ok(Requeue::Already) => Ok(Json(run)),
+        Ok(Requeue::To(status, error)) => Ok(Json(app.store.set_status(&id, status, error).await?)),
+        Err(refused) => Err(ApiError::conflict(refused.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PageCursor;
+
+    #[test]
+    fn page_cursors_read_back_and_refuse_garbage() {
+        let c = PageCursor {
+            created_at: 1_700_000_000_123,
+            seen_at_that_time: 3,
+        };
+        assert_eq!(PageCursor::parse(&c.render()).unwrap(), c);
+        for bad in ["", "12", "a.b", "12.-1", "1.2.3"] {
+            assert!(PageCursor::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

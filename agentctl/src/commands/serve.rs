@@ -1,0 +1,58 @@
+//! `agentctl serve`: the store over HTTP (`durable-agents-http`), until Ctrl-C.
+
+use std::process::ExitCode;
+
+use agent_http::{ApiConfig, ServeError};
+
+use super::Ctx;
+use crate::cli::ServeArgs;
+use crate::error::{CliError, Result};
+use crate::output::outln;
+
+pub(super) async fn run(cx: Ctx, args: ServeArgs) -> Result<ExitCode> {
+    let token = match &args.token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| {
+                    CliError::failed(format!(
+                        "cannot read the token file {}: {e}",
+                        path.display()
+                    ))
+                })?
+                .trim()
+                .to_owned(),
+        ),
+        None => std::env::var(&args.token_env).ok(),
+    }
+    .filter(|t| !t.is_empty());
+    let mut config = ApiConfig::default();
+    let has_token = token.is_some();
+    if let Some(token) = token {
+        config = config.with_token(token);
+    }
+    for origin in &args.cors_origins {
+        config = config
+            .with_cors_origin(origin)
+            .map_err(|e| CliError::usage(e.to_string()))?;
+    }
+    outln!(
+        "serving on http://{} (docs: /v1/openapi.json); Ctrl-C to stop",
+        args.listen
+    );
+    if !has_token {
+        cx.out.note(&format!(
+            "no token (${} or --token-file): reads only, every write is refused",
+            args.token_env
+        ));
+    }
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    match agent_http::serve(cx.store, config, args.listen, shutdown).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e @ ServeError::NoToken(_)) => Err(CliError::usage(e.to_string()).hint(
+            "give a token (--token-file, or $DURABLE_AGENTS_TOKEN), or --listen 127.0.0.1:PORT",
+        )),
+        Err(e) => Err(CliError::failed(e.to_string())),
+    }
+}
