@@ -894,6 +894,135 @@ fn children_are_listed_and_named(new_db: fn() -> Db) {
     assert_eq!(json["children"].as_array().map(Vec::len), Some(2));
 }
 
+/// Reads `child`'s stdout line by line on a thread, until it closes.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead as _;
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Lines from `rx` until one contains `needle` (all of them, that one last); panics
+/// after 30 s.
+fn until(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let found = line.contains(needle);
+                seen.push(line);
+                if found {
+                    return seen;
+                }
+            }
+            Err(e) => panic!("no line with {needle:?} ({e}); got {seen:#?}"),
+        }
+    }
+}
+
+/// `show RUN --follow` prints the timeline, then each event as the run commits it (here:
+/// a signal, then the steps it resumes), and ends with the run; `runs --watch` prints the
+/// events of every run as they come and ends quietly when its reader goes away. A final
+/// run has nothing to follow.
+fn follow_and_watch_print_events_as_they_come(new_db: fn() -> Db) {
+    let db = new_db();
+    let done = db.agentctl(&["show", DONE, "--follow"]);
+    assert!(
+        done.status.success() && stderr(&done).contains("nothing more will happen"),
+        "{}",
+        stderr(&done)
+    );
+
+    let mut show = db
+        .command(&["show", PAID_WAITING, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agentctl show --follow");
+    let mut watch = db
+        .command(&["--json", "runs", "--watch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agentctl runs --watch");
+    let shown = lines_of(&mut show);
+    // Reads until the run's end, then closes its end of the pipe.
+    let watched = {
+        use std::io::BufRead as _;
+        let out = watch.stdout.take().expect("piped stdout");
+        std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let end = line.contains("run_finished");
+                lines.push(line);
+                if end {
+                    break;
+                }
+            }
+            lines
+        })
+    };
+    until(&shown, "following");
+    db.ok(&["signal", PAID_WAITING, "confirm", r#"{"ok": true}"#]);
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let world = Arc::new(fixture::World::default());
+        let finished = common::runner(&store, &world, "Pay")
+            .run(PAID_WAITING)
+            .await
+            .expect("resume after the signal");
+        assert_eq!(finished.status, RunStatus::Completed);
+    });
+    let followed = until(&shown, "completed");
+    let text = followed.join("\n");
+    assert!(
+        text.contains("signal") && text.contains("confirm") && text.contains("Done"),
+        "show --follow printed: {text}"
+    );
+    let out = show.wait_with_output().expect("show --follow ends");
+    assert!(out.status.success(), "show --follow: {}", stderr(&out));
+
+    // After the list of runs, one JSON event per line, the run's end among them.
+    let lines = watched.join().expect("the reader of runs --watch");
+    let events: Vec<Value> = lines
+        .iter()
+        .filter(|l| l.starts_with("{\"cursor\""))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        events.len() >= 3 && events.iter().all(|e| e["run_id"] == PAID_WAITING),
+        "runs --watch printed: {lines:#?}"
+    );
+    // Its reader is gone: the next event it writes ends it quietly.
+    db.ok(&["retry", STUCK]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = watch.try_wait().expect("wait for runs --watch") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "runs --watch still running 30 s after its reader left"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let err = watch.wait_with_output().expect("runs --watch output");
+    assert!(
+        status.success() && !stderr(&err).contains("panicked"),
+        "runs --watch after its reader left: {status} {}",
+        stderr(&err)
+    );
+}
+
 /// Every test above runs on SQLite, and on PostgreSQL when one is configured.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -1066,4 +1195,5 @@ on_both_backends!(
     terminate_stops_a_run_with_who_and_why,
     runs_filter_by_label,
     children_are_listed_and_named,
+    follow_and_watch_print_events_as_they_come,
 );

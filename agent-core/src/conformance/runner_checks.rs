@@ -1291,6 +1291,94 @@ pub async fn check_terminate_stops_without_compensating(
     Ok(())
 }
 
+/// A follower of a run, started before its first step, sees every event of the run exactly
+/// once and in order, whatever crashed: the runner at each fault point (between a commit
+/// and its wake-up among them), resumed by another worker. What it followed equals a read
+/// of the run's events from the start once the run is final, and it never waited longer
+/// than its poll for an event whose wake-up was lost.
+///
+/// # Errors
+/// What went wrong, naming the fault point.
+pub async fn check_followers_miss_nothing_across_crashes(
+    store: Arc<dyn Store>,
+) -> Result<(), String> {
+    use crate::events::{FollowConfig, Follower};
+    use crate::store::{EventCursor, EventKind, EventScope};
+
+    let follow = FollowConfig {
+        poll: Duration::from_millis(50),
+        ..FollowConfig::default()
+    };
+    for point in FaultPoint::ALL {
+        let scenario = Scenario::Paid;
+        let world = scenario.world();
+        let router = Arc::new(fixture::router(scenario.choice()));
+        let hook = Arc::new(CrashAt::new(point, 0));
+        let run_id = format!("followed-{point}");
+        let crashy =
+            Runner::<Order, Behaviour>::new(Arc::clone(&store), Behaviour, fixture::tools(&world))
+                .map_err(|e| e.to_string())?
+                .with_router(router.clone())
+                .with_config(config("crashy"))
+                .with_faults(hook.clone());
+        start(&crashy, &run_id).await?;
+        let scope = EventScope::Run(run_id.clone());
+        let mut follower = Follower::with_config(
+            Arc::clone(&store),
+            scope.clone(),
+            EventCursor::START,
+            follow.clone(),
+        )
+        .await
+        .map_err(|e| format!("{run_id}: follower: {e}"))?;
+        let reader = tokio::spawn(async move {
+            let mut events = Vec::new();
+            loop {
+                let event = follower.next().await.map_err(|e| e.to_string())?;
+                let last = matches!(event.kind, EventKind::RunFinished { .. });
+                events.push(event);
+                if last {
+                    return Ok::<_, String>(events);
+                }
+            }
+        });
+        if let Err(e) = crashy.run(&run_id).await {
+            if !(hook.fired() && matches!(e, RunnerError::Crashed(_))) {
+                return Err(format!("{run_id}: first runner: {e}"));
+            }
+            tokio::time::sleep(LEASE + Duration::from_millis(20)).await;
+            runner(&store, &world, scenario.choice(), "healthy")?
+                .run(&run_id)
+                .await
+                .map_err(|e| format!("{run_id}: resume failed: {e}"))?;
+        }
+        let seen = tokio::time::timeout(Duration::from_secs(10), reader)
+            .await
+            .map_err(|_| format!("{run_id}: the follower did not see the run end in 10 s"))?
+            .map_err(|e| format!("{run_id}: follower task: {e}"))??;
+        let stored = store
+            .events(&scope, EventCursor::START, 10_000)
+            .await
+            .map_err(|e| format!("{run_id}: events: {e}"))?;
+        if seen != stored {
+            let at = seen
+                .iter()
+                .zip(&stored)
+                .position(|(a, b)| a != b)
+                .unwrap_or(seen.len().min(stored.len()));
+            return Err(format!(
+                "{run_id}: followed {} events, the store has {}; first difference at {at}: \
+                 {:?} vs {:?}",
+                seen.len(),
+                stored.len(),
+                seen.get(at),
+                stored.get(at)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Expand to one `#[tokio::test]` per runner check, each on a fresh store from `setup`
 /// (an `Arc` of a store, or an `Option` of one whose `None` skips the test).
 #[macro_export]
@@ -1320,6 +1408,7 @@ macro_rules! runner_conformance {
             check_terminate_stops_without_compensating,
             check_terminate_during_a_step_fences_the_worker,
             check_cancel_racing_the_runner,
+            check_followers_miss_nothing_across_crashes,
         );
     };
     (@each $setup:expr, $($check:ident),* $(,)?) => {
