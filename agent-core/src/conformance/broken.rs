@@ -46,6 +46,10 @@ enum Flaw {
     CancelsUnderTheHoldersEpoch,
     /// `list_runs` ignores the label filter.
     IgnoresLabels,
+    /// `events` reads from its cursor inclusive: the event at the cursor comes again.
+    EventsRepeatTheCursor,
+    /// `events` leaves out the starts of tool calls.
+    EventsLoseCallStarts,
 }
 
 #[derive(Debug)]
@@ -412,7 +416,25 @@ impl Store for Broken {
         after: crate::store::EventCursor,
         limit: usize,
     ) -> Result<Vec<crate::store::RunEvent>, StoreError> {
-        self.inner.events(scope, after, limit).await
+        match self.flaw {
+            Flaw::EventsRepeatTheCursor => {
+                let all = self
+                    .inner
+                    .events(scope, crate::store::EventCursor::START, usize::MAX)
+                    .await?;
+                Ok(all
+                    .into_iter()
+                    .filter(|e| e.cursor >= after)
+                    .take(limit)
+                    .collect())
+            }
+            Flaw::EventsLoseCallStarts => {
+                let mut events = self.inner.events(scope, after, limit).await?;
+                events.retain(|e| !matches!(e.kind, crate::store::EventKind::ToolStarted { .. }));
+                Ok(events)
+            }
+            _ => self.inner.events(scope, after, limit).await,
+        }
     }
 
     async fn event_wakes(&self) -> Result<Option<crate::store::EventWakes>, StoreError> {
@@ -533,3 +555,13 @@ async fn corrupt_data_must_not_panic() {
         result,
     );
 }
+catches!(
+    events_must_resume_after_the_cursor,
+    EventsRepeatTheCursor,
+    check_events_resume_from_any_cursor
+);
+catches!(
+    events_must_follow_every_record,
+    EventsLoseCallStarts,
+    check_events_follow_the_records
+);
