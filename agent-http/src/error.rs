@@ -26,7 +26,9 @@ pub(crate) struct ErrorBody {
 /// What went wrong.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct ErrorDetail {
-    /// A stable code: `not_found`, `conflict`, `unauthorized`, `bad_request`, ...
+    /// A stable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
+    /// `too_large`, `unsupported_media_type`, `unprocessable`, `unavailable`, `internal`,
+    /// `store`, `corrupt`.
     pub(crate) code: String,
     /// For a person.
     pub(crate) message: String,
@@ -59,6 +61,38 @@ impl ApiError {
     /// `404`.
     pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// `413`: a body over the limit.
+    pub(crate) fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is over the limit of {limit} bytes"),
+        )
+    }
+
+    /// `422`: a body that parses but is not acceptable (not an initial state of the agent).
+    pub(crate) fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", message)
+    }
+
+    /// `500`: the server is at fault (a misconfigured runner).
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    /// An extractor's rejection (a body, query or path that does not parse), with its
+    /// status and a code for it.
+    pub(crate) fn rejected(status: StatusCode, message: impl Into<String>) -> Self {
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+            s if s.is_server_error() => "internal",
+            _ => "bad_request",
+        };
+        Self::new(status, code, message)
     }
 
     /// `409`: the run is not in a state that allows it.

@@ -5,19 +5,23 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use agent_core::events::Follower;
+use std::sync::Arc;
+
+use agent_core::events::{Ephemeral, EphemeralBus, Follower};
 use agent_core::store::{EventCursor, EventKind, EventScope, RunEvent};
-use axum::extract::{Path, Query, State};
+use axum::Router;
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
-use axum::{Json, Router};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
+use crate::extract::{Json, Path, Query};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -118,7 +122,7 @@ async fn page(
     params(("id" = String, Path, description = "The run"), PageQuery),
     responses(
         (status = 200, description = "A page of the run's events", body = EventPage),
-        (status = 400, description = "A limit out of range", body = ErrorBody),
+        (status = 400, description = "A limit out of range, a cursor that is not a number", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
     ))]
 pub(crate) async fn run_events(
@@ -134,7 +138,7 @@ pub(crate) async fn run_events(
 #[utoipa::path(get, path = "/v1/events", tag = "events", params(ScopeQuery),
     responses(
         (status = 200, description = "A page of events", body = EventPage),
-        (status = 400, description = "A limit out of range", body = ErrorBody),
+        (status = 400, description = "A limit out of range, a cursor that is not a number", body = ErrorBody),
     ))]
 pub(crate) async fn events(
     State(app): State<AppState>,
@@ -173,28 +177,22 @@ fn stream_of(
     follower: Follower,
     until_finished: bool,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
-    follower
-        .into_stream()
-        .scan(false, move |ended, item| {
-            let out = if *ended {
-                None
-            } else {
-                match item {
-                    Ok(e) => {
-                        *ended = until_finished && matches!(e.kind, EventKind::RunFinished { .. });
-                        Some(sse_event(&e))
-                    }
-                    // The store is away: say so and end; the client reconnects with its
-                    // Last-Event-ID and misses nothing.
-                    Err(err) => {
-                        *ended = true;
-                        Some(Event::default().event("error").data(err.to_string()))
-                    }
-                }
-            };
-            std::future::ready(out)
-        })
-        .map(Ok)
+    // Ends right after the last event to send, without waiting for another.
+    futures::stream::unfold(Some(follower), move |follower| async move {
+        let mut follower = follower?;
+        match follower.next().await {
+            Ok(e) => {
+                let last = until_finished && matches!(e.kind, EventKind::RunFinished { .. });
+                Some((Ok(sse_event(&e)), (!last).then_some(follower)))
+            }
+            // The store is away: say so and end; the client reconnects with its
+            // Last-Event-ID and misses nothing.
+            Err(err) => Some((
+                Ok(Event::default().event("error").data(err.to_string())),
+                None,
+            )),
+        }
+    })
 }
 
 /// A run's events as server-sent events, live: what is stored after the cursor, then each
@@ -203,8 +201,8 @@ fn stream_of(
     params(("id" = String, Path, description = "The run"), StreamQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event received")),
     responses(
-        (status = 200, description = "`text/event-stream`: one event per SSE message, its id the cursor, its name the event's type, its data the event as JSON", content_type = "text/event-stream", body = String),
-        (status = 400, description = "A Last-Event-ID that is not a cursor", body = ErrorBody),
+        (status = 200, description = "`text/event-stream`: one event per SSE message, its id the cursor, its name the event's type, its data the event as JSON; on a server given the runner's bus, also `token` messages (ephemeral deltas, without an id)", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A Last-Event-ID or `after` that is not a cursor", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
     ))]
 pub(crate) async fn run_event_stream(
@@ -217,8 +215,53 @@ pub(crate) async fn run_event_stream(
     if app.store.load_run(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("run `{id}` not found")));
     }
-    let follower = Follower::new(app.store.clone(), EventScope::Run(id), after).await?;
-    Ok(Sse::new(stream_of(follower, q.until_finished)).keep_alive(keep_alive()))
+    // Subscribe before the first read, so that no delta published after it is missed.
+    let tokens = app.ephemeral.as_ref().map(EphemeralBus::subscribe);
+    let follower = Follower::new(app.store.clone(), EventScope::Run(id.clone()), after).await?;
+    let durable = stream_of(follower, q.until_finished);
+    let stream = match tokens {
+        None => durable.left_stream(),
+        Some(rx) => with_tokens(durable, rx, id).right_stream(),
+    };
+    Ok(Sse::new(stream).keep_alive(keep_alive()))
+}
+
+/// The durable events, and the run's token deltas as they come, interleaved; ends when the
+/// durable events end (`until_finished`). Deltas a slow client missed are dropped (their
+/// `seq` shows the gap); the durable events never are.
+fn with_tokens(
+    durable: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
+    rx: broadcast::Receiver<Arc<Ephemeral>>,
+    run_id: String,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let tokens = futures::stream::unfold(rx, move |mut rx| {
+        let run_id = run_id.clone();
+        async move {
+            loop {
+                match rx.recv().await {
+                    Ok(e) if e.run_id == run_id => return Some((Some(token_event(&e)), rx)),
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        }
+    });
+    // The durable stream's end is marked with `None`, which ends the merged stream.
+    let durable = durable
+        .map(|Ok(e)| Some(e))
+        .chain(futures::stream::once(std::future::ready(None)));
+    futures::stream::select(durable, tokens)
+        .scan((), |(), item| std::future::ready(item))
+        .map(Ok)
+}
+
+/// A token delta as SSE: named `token`, without an id (`Last-Event-ID` only ever names a
+/// durable event), the delta as JSON data.
+fn token_event(e: &Ephemeral) -> Event {
+    Event::default()
+        .event("token")
+        .json_data(e)
+        .unwrap_or_else(|_| Event::default().comment("a delta did not serialize"))
 }
 
 /// Every run's events (or an agent's) as server-sent events, live. Resume with
@@ -228,7 +271,7 @@ pub(crate) async fn run_event_stream(
         ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event received")),
     responses(
         (status = 200, description = "`text/event-stream`, as for one run", content_type = "text/event-stream", body = String),
-        (status = 400, description = "A Last-Event-ID that is not a cursor", body = ErrorBody),
+        (status = 400, description = "A Last-Event-ID or `after` that is not a cursor", body = ErrorBody),
     ))]
 pub(crate) async fn event_stream(
     State(app): State<AppState>,

@@ -4,7 +4,9 @@
 //! in a service ([`router`]) or to run on its own ([`serve`], which `agentctl serve` runs
 //! for any store): list runs, read one with its history, journal and state at any version,
 //! follow its events live as server-sent events (resuming with `Last-Event-ID`), send it a
-//! signal, cancel it, retry it. No agent code is needed for any of it.
+//! signal, cancel it, retry it. No agent code is needed for any of it. A router given the
+//! service's runners ([`ApiConfig::with_agent`]) also starts runs in a typed initial state,
+//! and one given the runners' bus ([`ApiConfig::with_ephemeral`]) streams token deltas.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -33,15 +35,21 @@
 //! the records' types ([`openapi`]); CI runs a property-based API tester against a live
 //! server with it. `docs/http-api.md` describes every endpoint.
 
+mod agents;
 mod auth;
 mod error;
 mod events;
+mod extract;
+mod limits;
 mod openapi;
 mod runs;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use agent_core::agent::{Agent, Handle};
+use agent_core::events::EphemeralBus;
+use agent_core::runner::Runner;
 use agent_core::store::Store;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -58,6 +66,8 @@ pub struct ApiConfig {
     reads_need_token: bool,
     max_body_bytes: usize,
     cors_origins: Vec<HeaderValue>,
+    ephemeral: Option<EphemeralBus>,
+    agents: agents::Starters,
 }
 
 impl Default for ApiConfig {
@@ -67,6 +77,8 @@ impl Default for ApiConfig {
             reads_need_token: false,
             max_body_bytes: 64 * 1024,
             cors_origins: Vec::new(),
+            ephemeral: None,
+            agents: agents::Starters::default(),
         }
     }
 }
@@ -104,31 +116,78 @@ impl ApiConfig {
         self.cors_origins.push(value);
         Ok(self)
     }
+
+    /// Carry the ephemeral events of `bus` (token deltas, [`EphemeralBus`]) in each run's
+    /// event stream, as SSE events named `token`, without an id. Give the bus the runners
+    /// publish on ([`RunnerConfig::ephemeral`](agent_core::runner::RunnerConfig::ephemeral)):
+    /// tokens reach only the clients of a server in the same process as the runner.
+    #[must_use]
+    pub fn with_ephemeral(mut self, bus: EphemeralBus) -> Self {
+        self.ephemeral = Some(bus);
+        self
+    }
+
+    /// Let clients start runs of agent `A` (`POST /v1/agents/{A::NAME}/runs`, a write):
+    /// the body's state is read as `A`, checked to be an initial state, and started with
+    /// `runner` ([`Runner::start_with_labels`]). The runs are then driven by whatever
+    /// drives the service's runs (a worker over the same store).
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use durable_agents::http::{ApiConfig, router};
+    /// # use durable_agents::runner::Runner;
+    /// # fn demo<A: durable_agents::Agent + durable_agents::Handle<H>, H: Send + Sync + 'static>(
+    /// #     store: Arc<dyn durable_agents::store::Store>, runner: Runner<A, H>) {
+    /// let api = router(store, ApiConfig::default().with_token("s3cret").with_agent(runner));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_agent<A, H>(mut self, runner: Runner<A, H>) -> Self
+    where
+        A: Agent + Handle<H>,
+        H: Send + Sync + 'static,
+    {
+        self.agents.0.insert(A::NAME.to_owned(), Arc::new(runner));
+        self
+    }
 }
 
 /// What every handler shares.
 #[derive(Clone, Debug)]
 pub(crate) struct AppState {
     pub(crate) store: Arc<dyn Store>,
+    pub(crate) ephemeral: Option<EphemeralBus>,
+    pub(crate) agents: agents::Starters,
 }
 
 /// The API over `store`, to mount in a service (`Router::nest`, `Router::merge`) or to
 /// serve as it is.
 pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
-    let state = AppState { store };
+    let state = AppState {
+        store,
+        ephemeral: config.ephemeral.clone(),
+        agents: config.agents.clone(),
+    };
+    let max_body = config.max_body_bytes;
     let mut app = Router::new()
         .merge(runs::routes())
         .merge(events::routes())
+        .merge(agents::routes())
         .merge(openapi::routes())
         .with_state(state)
+        // Bodies are refused by their declared length before anything reads them, and by
+        // what was read when they declare none (chunked).
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            limits::check_length(max_body, request, next)
+        }))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(auth::Auth::new(
                 config.token.clone(),
                 config.reads_need_token,
             )),
             auth::check,
-        ))
-        .layer(DefaultBodyLimit::max(config.max_body_bytes));
+        ));
     if !config.cors_origins.is_empty() {
         app = app.layer(
             CorsLayer::new()

@@ -28,12 +28,13 @@ use crate::AppState;
         crate::events::events,
         crate::events::run_event_stream,
         crate::events::event_stream,
+        crate::agents::start_run,
     ),
     modifiers(&BearerAuth),
     tags(
         (name = "runs", description = "Read runs"),
         (name = "events", description = "What runs did, as events"),
-        (name = "operate", description = "Act on runs (a token is needed)"),
+        (name = "operate", description = "Act on runs, start them (a token is needed)"),
     )
 )]
 struct Document;

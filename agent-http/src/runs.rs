@@ -5,15 +5,16 @@ use agent_core::store::{
     JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunRecord, RunStatus, StateAtVersion,
     TransitionRecord,
 };
-use axum::extract::{Path, Query, State};
+use axum::Router;
+use axum::extract::State;
 use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
+use crate::extract::{Json, Path, Query};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -241,6 +242,7 @@ pub(crate) struct JournalQuery {
     params(("id" = String, Path, description = "The run"), JournalQuery),
     responses(
         (status = 200, description = "The journal", body = Vec<JournalEntry>),
+        (status = 400, description = "A version that is not a number", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
     ))]
 pub(crate) async fn journal(
@@ -260,6 +262,7 @@ pub(crate) async fn journal(
     ),
     responses(
         (status = 200, description = "The state", body = StateAtVersion),
+        (status = 400, description = "A version that is not a number", body = ErrorBody),
         (status = 404, description = "No such run or version (or it was pruned)", body = ErrorBody),
     ))]
 pub(crate) async fn state_at(
@@ -299,7 +302,10 @@ pub(crate) struct SignalSent {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Sent", body = SignalSent),
-        (status = 400, description = "A name that is empty or too long", body = ErrorBody),
+        (status = 400, description = "A body that is not JSON, a name that is empty or too long", body = ErrorBody),
+        (status = 413, description = "A body over the limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
         (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
@@ -357,6 +363,10 @@ impl OperatorBody {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Cancelled, compensating, or the cancel requested", body = RunRecord),
+        (status = 400, description = "A body that is not JSON, a `by` or `reason` too long", body = ErrorBody),
+        (status = 413, description = "A body over the limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
         (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
@@ -378,6 +388,7 @@ pub(crate) async fn cancel(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Re-queued, or running already", body = RunRecord),
+        (status = 413, description = "A body over the limit (none is read)", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
         (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),

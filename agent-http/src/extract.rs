@@ -1,0 +1,90 @@
+//! axum's extractors, with their rejections answered as the API's JSON errors (axum's own
+//! answer in plain text, which the document does not describe).
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, OptionalFromRequest, Request};
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A JSON body ([`axum::Json`]), and a JSON answer.
+pub(crate) struct Json<T>(pub(crate) T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        <axum::Json<T> as FromRequest<S>>::from_request(req, state)
+            .await
+            .map(|axum::Json(v)| Self(v))
+            .map_err(|r| json_rejection(&r))
+    }
+}
+
+impl<T, S> OptionalFromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Option<Self>, Self::Rejection> {
+        <axum::Json<T> as OptionalFromRequest<S>>::from_request(req, state)
+            .await
+            .map(|v| v.map(|axum::Json(v)| Self(v)))
+            .map_err(|r| json_rejection(&r))
+    }
+}
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+fn json_rejection(r: &JsonRejection) -> ApiError {
+    ApiError::rejected(r.status(), r.body_text())
+}
+
+/// The query string ([`axum::extract::Query`]).
+pub(crate) struct Query<T>(pub(crate) T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(v)| Self(v))
+            .map_err(|r: QueryRejection| ApiError::rejected(r.status(), r.body_text()))
+    }
+}
+
+/// The path's parameters ([`axum::extract::Path`]).
+pub(crate) struct Path<T>(pub(crate) T);
+
+impl<T, S> FromRequestParts<S> for Path<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(v)| Self(v))
+            .map_err(|r: PathRejection| ApiError::rejected(r.status(), r.body_text()))
+    }
+}

@@ -1,0 +1,279 @@
+//! The harness: a SQLite store in a tempdir with runs of the conformance fixture agent,
+//! driven by the real runner; the API served on a loopback port; a small SSE client.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::conformance::fixture::{self, Behaviour, Order, World};
+use agent_core::runner::Runner;
+use agent_core::store::{Store, StoreError};
+use agent_http::{ApiConfig, ServeError};
+use futures::StreamExt;
+use serde_json::Value;
+
+pub(crate) const TOKEN: &str = "correct-horse-battery-staple";
+
+/// A store for one test.
+pub(crate) struct Db {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) store: Arc<dyn Store>,
+}
+
+impl Db {
+    /// An empty SQLite store in a tempdir.
+    pub(crate) async fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = agent_sqlite::SqliteStore::open(&dir.path().join("runs.sqlite3"))
+            .await
+            .expect("open the SQLite store");
+        Self {
+            dir,
+            store: Arc::new(store),
+        }
+    }
+
+    /// A SQLite store at `path` (kept).
+    pub(crate) async fn open(path: &std::path::Path) -> Self {
+        let store = agent_sqlite::SqliteStore::open(path)
+            .await
+            .expect("open the SQLite store");
+        Self {
+            dir: tempfile::tempdir().expect("tempdir"),
+            store: Arc::new(store),
+        }
+    }
+
+    /// A runner of the fixture agent whose router picks `choice` (`Pay`, `Cancelled`).
+    pub(crate) fn runner(&self, choice: &'static str) -> Runner<Order, Behaviour> {
+        runner(&self.store, choice)
+    }
+
+    /// Start run `id` and drive it until it waits or ends (`Pay`: it waits for `confirm`).
+    pub(crate) async fn drive(&self, id: &str, choice: &'static str) {
+        let r = self.runner(choice);
+        r.start(id, fixture::initial(&["apple", "kiwi"]))
+            .await
+            .expect("start");
+        r.run(id).await.expect("run");
+    }
+
+    /// The number of versions committed to `id`.
+    pub(crate) async fn history_len(&self, id: &str) -> usize {
+        self.store.history(id).await.expect("history").len()
+    }
+}
+
+pub(crate) fn runner(store: &Arc<dyn Store>, choice: &'static str) -> Runner<Order, Behaviour> {
+    let world = Arc::new(World::default());
+    Runner::new(Arc::clone(store), Behaviour, fixture::tools(&world))
+        .expect("runner")
+        .with_router(Arc::new(fixture::router(choice)))
+}
+
+/// The API served on a loopback port until dropped.
+pub(crate) struct Server {
+    pub(crate) base: String,
+    pub(crate) addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl Server {
+    /// `agent_http::serve_on` (what `agentctl serve` runs) on 127.0.0.1, port 0.
+    pub(crate) async fn serve(store: &Arc<dyn Store>, config: ApiConfig) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        Self::serve_on(store, config, listener)
+    }
+
+    pub(crate) fn serve_on(
+        store: &Arc<dyn Store>,
+        config: ApiConfig,
+        listener: tokio::net::TcpListener,
+    ) -> Self {
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(agent_http::serve_on(
+            Arc::clone(store),
+            config,
+            listener,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Self {
+            base: format!("http://127.0.0.1:{}", addr.port()),
+            addr,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    /// A router as a user mounts it in their own service (under `/api`).
+    pub(crate) async fn mounted(router: axum::Router) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = axum::Router::new()
+            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            .nest("/api", router);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.await;
+                })
+                .await
+                .map_err(|source| ServeError::Io { addr, source })
+        });
+        Self {
+            base: format!("http://127.0.0.1:{}/api", addr.port()),
+            addr,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.abort();
+    }
+}
+
+pub(crate) fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
+/// A response's status and JSON body (`Null` when the body is not JSON).
+pub(crate) async fn json(resp: reqwest::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Assert `body` is an error of the API: `{"error": {"code": CODE, "message": ...}}`.
+pub(crate) fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {
+    assert_eq!(status, want_status, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert_eq!(
+        body.as_object().map(serde_json::Map::len),
+        Some(1),
+        "only `error`: {body}"
+    );
+}
+
+/// One SSE message.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SseMessage {
+    pub(crate) event: Option<String>,
+    pub(crate) id: Option<String>,
+    pub(crate) data: String,
+}
+
+impl SseMessage {
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_str(&self.data).expect("JSON data")
+    }
+}
+
+/// Reads SSE messages from a streaming response.
+pub(crate) struct SseClient {
+    body: futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>,
+    buf: String,
+}
+
+impl SseClient {
+    /// GET `url` with `Accept: text/event-stream` and the given headers; must be 200.
+    pub(crate) async fn connect(url: &str, headers: &[(&str, String)]) -> Self {
+        let mut req = client().get(url).header("accept", "text/event-stream");
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let resp = req.send().await.expect("connect");
+        assert_eq!(resp.status(), 200, "{url}");
+        assert_eq!(
+            resp.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        Self {
+            body: resp.bytes_stream().boxed(),
+            buf: String::new(),
+        }
+    }
+
+    /// The next message (comments skipped), or `None` when the stream ended.
+    pub(crate) async fn next(&mut self) -> Option<SseMessage> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut msg = SseMessage {
+                    event: None,
+                    id: None,
+                    data: String::new(),
+                };
+                let mut any = false;
+                for line in block.lines() {
+                    if line.starts_with(':') || line.is_empty() {
+                        continue;
+                    }
+                    let (k, v) = line.split_once(':').unwrap_or((line, ""));
+                    let v = v.strip_prefix(' ').unwrap_or(v);
+                    any = true;
+                    match k {
+                        "event" => msg.event = Some(v.to_owned()),
+                        "id" => msg.id = Some(v.to_owned()),
+                        "data" => {
+                            if !msg.data.is_empty() {
+                                msg.data.push('\n');
+                            }
+                            msg.data.push_str(v);
+                        }
+                        _ => {}
+                    }
+                }
+                if any {
+                    return Some(msg);
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.body.next())
+                .await
+                .expect("an SSE message within 20 s")?;
+            self.buf
+                .push_str(std::str::from_utf8(&chunk.expect("chunk")).expect("utf-8"));
+        }
+    }
+}
+
+/// Every event of `scope` from the start, from the store.
+pub(crate) async fn stored_events(
+    store: &Arc<dyn Store>,
+    scope: &agent_core::store::EventScope,
+) -> Result<Vec<agent_core::store::RunEvent>, StoreError> {
+    store
+        .events(scope, agent_core::store::EventCursor::START, 100_000)
+        .await
+}
