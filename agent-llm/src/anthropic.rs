@@ -1,14 +1,18 @@
 //! Anthropic's messages API with tool use.
 
+use std::collections::BTreeMap;
+
 use agent_core::ErrorClass;
+use agent_core::events::TokenSink;
 use agent_core::router::{RawChoice, RouteRequest, Router, RouterError, RouterReply};
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::config::{ApiKey, ConfigError, Env, HttpSettings, check_base_url, join};
-use crate::http::Transport;
+use crate::config::{ApiKey, ConfigError, Env, HttpSettings, Streaming, check_base_url, join};
+use crate::generate::{GenerateInput, Written};
+use crate::http::{StreamFlow, Transport};
 use crate::{DEFAULT_MAX_TOKENS, malformed, option_description, parse_body, tool_parameters};
 
 /// Anthropic's endpoint.
@@ -38,6 +42,9 @@ pub struct AnthropicConfig {
     /// ([`crate::strict`]), with the [`STRICT_TOOLS_BETA`] header. Off by default (a beta
     /// not every model or proxy accepts). Every answer is still validated by the runner.
     pub strict_tools: bool,
+    /// Ask for a streamed answer (server-sent events) or a whole one;
+    /// [`Streaming::Auto`] by default: stream when someone listens.
+    pub stream: Streaming,
 }
 
 impl AnthropicConfig {
@@ -52,7 +59,15 @@ impl AnthropicConfig {
             temperature: None,
             http: HttpSettings::default(),
             strict_tools: false,
+            stream: Streaming::Auto,
         }
+    }
+
+    /// Stream answers always, never, or when someone listens ([`Streaming::Auto`]).
+    #[must_use]
+    pub fn with_streaming(mut self, stream: Streaming) -> Self {
+        self.stream = stream;
+        self
     }
 
     /// Use strict tool use, or not.
@@ -108,7 +123,8 @@ impl AnthropicConfig {
         let (max_tokens, http) = env.common()?;
         let mut config = Self::new(ApiKey::new(api_key), model)
             .with_base_url(base_url)
-            .with_http(http);
+            .with_http(http)
+            .with_streaming(env.streaming()?);
         if let Some(m) = max_tokens {
             config.max_tokens = m;
         }
@@ -201,6 +217,89 @@ impl AnthropicRouter {
         body
     }
 
+    /// The JSON body sent to have the model write text for `input` (no tools).
+    #[must_use]
+    pub fn generation_body(&self, input: &GenerateInput) -> Value {
+        let mut body = json!({
+            "model": self.config.model,
+            "max_tokens": input.max_tokens.unwrap_or(self.config.max_tokens),
+            "messages": [{"role": "user", "content": input.user_message()}],
+        });
+        if let Some(instructions) = input.instructions.as_deref().filter(|i| !i.is_empty()) {
+            body["system"] = json!(instructions);
+        }
+        if let Some(t) = self.config.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+
+    /// Have the model write text for `input`, streaming its tokens to `tokens` when
+    /// [`AnthropicConfig::stream`] says so.
+    pub(crate) async fn write(
+        &self,
+        input: &GenerateInput,
+        tokens: &TokenSink,
+    ) -> Result<Written, RouterError> {
+        let stream = self.config.stream.wanted(tokens);
+        let text = self
+            .complete(self.generation_body(input), stream, tokens, false)
+            .await?;
+        let reply = self
+            .transport
+            .parse_reply(&text, |body| parse_response(body, &self.config.model))?;
+        let root: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let written: String = root
+            .get("content")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect();
+        Ok(Written::new(reply, self.transport.redact(&written)))
+    }
+
+    /// The body of the complete answer to `body`: whole, or streamed and reassembled into
+    /// the shape of a whole message (so one parser reads both). Text deltas go to `tokens`,
+    /// and with `arguments` the tool inputs' JSON fragments too.
+    async fn complete(
+        &self,
+        mut body: Value,
+        stream: bool,
+        tokens: &TokenSink,
+        arguments: bool,
+    ) -> Result<String, RouterError> {
+        if stream {
+            body["stream"] = json!(true);
+        }
+        let bytes = serde_json::to_vec(&body).map_err(|e| {
+            RouterError::new(ErrorClass::Permanent, format!("anthropic: request: {e}"))
+        })?;
+        if !stream {
+            return Ok(self
+                .transport
+                .post_json(&self.url, self.headers()?, bytes)
+                .await?
+                .text);
+        }
+        let mut acc = EventStream::new(tokens.clone(), arguments);
+        let transport = &self.transport;
+        let whole = transport
+            .post_stream(&self.url, self.headers()?, bytes, &mut |event, data| {
+                acc.event(transport, event, data)
+            })
+            .await?;
+        match whole {
+            Some(body) => Ok(body.text),
+            None => acc
+                .into_body()
+                .map(|v| v.to_string())
+                .map_err(|e| transport.redact_error(e)),
+        }
+    }
+
     fn headers(&self) -> Result<HeaderMap, RouterError> {
         let mut headers = HeaderMap::new();
         let mut key = HeaderValue::from_str(self.config.api_key.expose()).map_err(|_| {
@@ -236,16 +335,12 @@ impl Router for AnthropicRouter {
             state = %request.state,
         );
         async {
-            let body = serde_json::to_vec(&self.request_body(request)).map_err(|e| {
-                RouterError::new(ErrorClass::Permanent, format!("anthropic: request: {e}"))
-            })?;
-            let response = self
-                .transport
-                .post_json(&self.url, self.headers()?, body)
+            let stream = self.config.stream.wanted(&request.tokens);
+            let text = self
+                .complete(self.request_body(request), stream, &request.tokens, true)
                 .await?;
-            self.transport.parse_reply(&response.text, |body| {
-                parse_response(body, &self.config.model)
-            })
+            self.transport
+                .parse_reply(&text, |body| parse_response(body, &self.config.model))
         }
         .instrument(span)
         .await
@@ -331,4 +426,184 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
     });
     reply.output_tokens = count("output_tokens");
     Ok(reply)
+}
+
+/// A streamed message being reassembled from its events.
+#[derive(Debug)]
+struct EventStream {
+    tokens: TokenSink,
+    /// Publish tool inputs' JSON fragments as deltas too (decisions), not only text.
+    arguments: bool,
+    /// The message of `message_start`, its `content` filled at the end.
+    message: Option<Value>,
+    blocks: BTreeMap<u64, Block>,
+}
+
+#[derive(Debug)]
+struct Block {
+    /// The block as `content_block_start` gave it, deltas applied.
+    block: Value,
+    /// A tool use's input as JSON text, from its `input_json_delta`s.
+    json: Option<String>,
+}
+
+impl EventStream {
+    fn new(tokens: TokenSink, arguments: bool) -> Self {
+        Self {
+            tokens,
+            arguments,
+            message: None,
+            blocks: BTreeMap::new(),
+        }
+    }
+
+    /// One event of the stream.
+    fn event(
+        &mut self,
+        transport: &Transport,
+        event: &str,
+        data: &str,
+    ) -> Result<StreamFlow, RouterError> {
+        if event == "error" {
+            return Err(transport.stream_error_event(data));
+        }
+        let fail = |what: &str| transport.redact_error(malformed("anthropic", what, data));
+        let root = parse_body("anthropic", data).map_err(|e| transport.redact_error(e))?;
+        let kind = root
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event)
+            .to_owned();
+        let index = root.get("index").and_then(Value::as_u64);
+        match kind.as_str() {
+            "error" => return Err(transport.stream_error_event(data)),
+            "message_start" => {
+                let message = root
+                    .get("message")
+                    .filter(|m| m.is_object())
+                    .ok_or_else(|| fail("`message_start` carries no message"))?;
+                self.message = Some(message.clone());
+            }
+            "content_block_start" => {
+                let (Some(index), Some(block)) = (index, root.get("content_block")) else {
+                    return Err(fail("`content_block_start` without an index or a block"));
+                };
+                let json = matches!(
+                    block.get("type").and_then(Value::as_str),
+                    Some("tool_use" | "server_tool_use")
+                )
+                .then(String::new);
+                if let Some(text) = block.get("text").and_then(Value::as_str) {
+                    self.tokens.token(text);
+                }
+                self.blocks.insert(
+                    index,
+                    Block {
+                        block: block.clone(),
+                        json,
+                    },
+                );
+            }
+            "content_block_delta" => {
+                let Some(block) = index.and_then(|i| self.blocks.get_mut(&i)) else {
+                    return Err(fail("`content_block_delta` for a block never started"));
+                };
+                let delta = root.get("delta").unwrap_or(&Value::Null);
+                let text = |field: &str| delta.get(field).and_then(Value::as_str);
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let t = text("text").unwrap_or_default();
+                        append(&mut block.block, "text", t);
+                        self.tokens.token(t);
+                    }
+                    Some("input_json_delta") => {
+                        let t = text("partial_json").unwrap_or_default();
+                        block.json.get_or_insert_default().push_str(t);
+                        if self.arguments {
+                            self.tokens.token(t);
+                        }
+                    }
+                    Some("thinking_delta") => {
+                        append(
+                            &mut block.block,
+                            "thinking",
+                            text("thinking").unwrap_or_default(),
+                        );
+                    }
+                    Some("signature_delta") => {
+                        block.block["signature"] = json!(text("signature").unwrap_or_default());
+                    }
+                    Some("citations_delta") => {
+                        if let Some(citation) = delta.get("citation") {
+                            let citations = &mut block.block["citations"];
+                            if !citations.is_array() {
+                                *citations = json!([]);
+                            }
+                            if let Some(list) = citations.as_array_mut() {
+                                list.push(citation.clone());
+                            }
+                        }
+                    }
+                    // Kinds of delta added later are not ours to guess at.
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                let message = self
+                    .message
+                    .as_mut()
+                    .ok_or_else(|| fail("`message_delta` before `message_start`"))?;
+                if let Some(delta) = root.get("delta").and_then(Value::as_object) {
+                    for (k, v) in delta {
+                        message[k.as_str()] = v.clone();
+                    }
+                }
+                // Counts in `message_delta` are cumulative: they replace those of the start.
+                if let Some(usage) = root.get("usage").and_then(Value::as_object) {
+                    if !message["usage"].is_object() {
+                        message["usage"] = json!({});
+                    }
+                    for (k, v) in usage.iter().filter(|(_, v)| !v.is_null()) {
+                        message["usage"][k.as_str()] = v.clone();
+                    }
+                }
+            }
+            "message_stop" => return Ok(StreamFlow::Done),
+            // `ping`, `content_block_stop`, and event types added later.
+            _ => {}
+        }
+        Ok(StreamFlow::More)
+    }
+
+    /// The message the events add up to. A tool use's input is parsed as the non-streaming
+    /// envelope is (duplicate keys refused).
+    fn into_body(self) -> Result<Value, RouterError> {
+        let mut message = self
+            .message
+            .ok_or_else(|| malformed("anthropic", "the stream has no `message_start`", ""))?;
+        let mut content = Vec::with_capacity(self.blocks.len());
+        for (_, Block { mut block, json }) in self.blocks {
+            if let Some(json) = json {
+                block["input"] = if json.trim().is_empty() {
+                    json!({})
+                } else {
+                    parse_body("anthropic", &json)?
+                };
+            }
+            content.push(block);
+        }
+        message["content"] = Value::Array(content);
+        Ok(message)
+    }
+}
+
+/// Append `text` to the string field `field` of `block`.
+fn append(block: &mut Value, field: &str, text: &str) {
+    let mut s = block
+        .get(field)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    s.push_str(text);
+    block[field] = json!(s);
 }

@@ -45,8 +45,14 @@ pub struct HttpSettings {
     /// Longest `retry-after` honoured; a provider asking for more fails the call at once
     /// with [`agent_core::ErrorClass::RateLimited`] instead of blocking the worker.
     pub max_retry_after: Duration,
-    /// Largest response body accepted; a larger one is rejected while it streams in.
+    /// Largest response body accepted; a larger one is rejected while it streams in. A
+    /// streamed answer counts every byte of its event stream against the same limit.
     pub max_response_bytes: usize,
+    /// Longest silence tolerated inside a streamed answer (no byte at all, keep-alive
+    /// comments and pings included), before its first event too. A stalled stream fails
+    /// with [`agent_core::ErrorClass::Timeout`], like a request past [`Self::timeout`],
+    /// which still bounds the whole stream.
+    pub stream_idle_timeout: Duration,
 }
 
 impl Default for HttpSettings {
@@ -59,6 +65,39 @@ impl Default for HttpSettings {
             max_backoff: Duration::from_secs(30),
             max_retry_after: Duration::from_mins(1),
             max_response_bytes: 1024 * 1024,
+            stream_idle_timeout: Duration::from_mins(1),
+        }
+    }
+}
+
+/// Whether a router (or a [`Generator`](crate::Generator)) asks the provider for a
+/// streamed answer (server-sent events) or a whole one.
+///
+/// Either way the answer is the same: a streamed one is reassembled into the provider's
+/// non-streaming shape and read by the same code, validated by the runner as a whole, and
+/// journaled once. Streaming only adds the deltas published on the request's
+/// [`TokenSink`](agent_core::events::TokenSink) while it comes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Streaming {
+    /// Stream when someone listens to the deltas
+    /// ([`TokenSink::is_listened`](agent_core::events::TokenSink::is_listened)); nothing
+    /// changes for those who do not watch.
+    #[default]
+    Auto,
+    /// Always stream (a server that answers with a whole JSON body anyway is still read).
+    Always,
+    /// Never stream.
+    Never,
+}
+
+impl Streaming {
+    /// Whether to stream an answer whose deltas go to `tokens`.
+    #[must_use]
+    pub fn wanted(self, tokens: &agent_core::events::TokenSink) -> bool {
+        match self {
+            Self::Auto => tokens.is_listened(),
+            Self::Always => true,
+            Self::Never => false,
         }
     }
 }
@@ -139,8 +178,25 @@ impl<'a> Env<'a> {
             .transpose()
     }
 
+    /// `AGENT_LLM_STREAM`: `auto`, `always` or `never`.
+    pub(crate) fn streaming(&self) -> Result<Streaming, ConfigError> {
+        match self
+            .get("AGENT_LLM_STREAM")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("auto") => Ok(Streaming::Auto),
+            Some("always") => Ok(Streaming::Always),
+            Some("never") => Ok(Streaming::Never),
+            Some(_) => Err(ConfigError::Invalid {
+                name: "AGENT_LLM_STREAM",
+                reason: "expected `auto`, `always` or `never`".into(),
+            }),
+        }
+    }
+
     /// The shared settings: `AGENT_LLM_MAX_TOKENS`, `AGENT_LLM_TIMEOUT_SECS`,
-    /// `AGENT_LLM_MAX_RETRIES`.
+    /// `AGENT_LLM_MAX_RETRIES`, `AGENT_LLM_STREAM_IDLE_SECS`.
     pub(crate) fn common(&self) -> Result<(Option<u32>, HttpSettings), ConfigError> {
         let max_tokens = self.number::<u32>("AGENT_LLM_MAX_TOKENS")?;
         if max_tokens == Some(0) {
@@ -161,6 +217,15 @@ impl<'a> Env<'a> {
         }
         if let Some(n) = self.number::<u32>("AGENT_LLM_MAX_RETRIES")? {
             http.max_retries = n;
+        }
+        if let Some(secs) = self.number::<u64>("AGENT_LLM_STREAM_IDLE_SECS")? {
+            if secs == 0 {
+                return Err(ConfigError::Invalid {
+                    name: "AGENT_LLM_STREAM_IDLE_SECS",
+                    reason: "must be at least 1".into(),
+                });
+            }
+            http.stream_idle_timeout = Duration::from_secs(secs);
         }
         Ok((max_tokens, http))
     }

@@ -6,7 +6,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use agent_core::ErrorClass;
-use agent_core::router::{RouterError, RouterReply};
+use agent_core::router::{RejectionCode, RouterError, RouterReply};
+use eventsource_stream::{EventStreamError, Eventsource as _};
+use futures::StreamExt as _;
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
 
@@ -98,11 +100,7 @@ impl Transport {
         body: &str,
         parse: impl FnOnce(&str) -> Result<RouterReply, RouterError>,
     ) -> Result<RouterReply, RouterError> {
-        let mut reply = parse(body).map_err(|e| RouterError {
-            message: self.redact(&e.message),
-            raw_output: e.raw_output.as_deref().map(|r| self.redact(r)),
-            ..e
-        })?;
+        let mut reply = parse(body).map_err(|e| self.redact_error(e))?;
         reply.raw_output = self.redact(&reply.raw_output);
         reply.model = self.redact(&reply.model);
         reply.refusal = reply.refusal.as_deref().map(|r| self.redact(r));
@@ -111,6 +109,13 @@ impl Transport {
             choice.arguments = self.redact(&choice.arguments);
         }
         Ok(reply)
+    }
+
+    /// `e` without the key in its message and raw output.
+    pub(crate) fn redact_error(&self, mut e: RouterError) -> RouterError {
+        e.message = self.redact(&e.message);
+        e.raw_output = e.raw_output.map(|r| self.redact(&r));
+        e
     }
 
     /// `text` without the key, in plain or JSON-escaped form.
@@ -134,69 +139,210 @@ impl Transport {
         headers: HeaderMap,
         body: Vec<u8>,
     ) -> Result<Body, RouterError> {
-        let mut attempt: u32 = 0;
+        let mut attempt = 0;
         loop {
-            let outcome = self
-                .client
-                .post(url.clone())
-                .headers(headers.clone())
-                .header(
-                    reqwest::header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                )
-                .body(body.clone())
-                .send()
-                .await;
-            let (error, wait) = match outcome {
-                Err(e) => {
-                    let class = classify_transport(&e);
-                    let error = self.error(class, &error_chain(&e));
-                    if class != ErrorClass::Retryable {
-                        return Err(error);
-                    }
-                    (error, None)
-                }
-                Ok(mut response) => {
-                    let status = response.status();
-                    if status.is_success() {
-                        match read_limited(&mut response, self.settings.max_response_bytes, false)
-                            .await
-                        {
-                            Ok(bytes) => {
-                                return Ok(Body {
-                                    text: String::from_utf8_lossy(&bytes).into_owned(),
-                                });
-                            }
-                            Err(e) => {
-                                let error = self.read_error(e);
-                                // A connection dropped mid-body may pass; anything else not.
-                                if error.class != ErrorClass::Retryable {
-                                    return Err(error);
-                                }
-                                (error, None)
-                            }
-                        }
-                    } else {
-                        self.failed_status(&mut response).await?
-                    }
-                }
-            };
-            if attempt >= self.settings.max_retries {
-                return Err(error);
+            match self.json_once(url, &headers, &body).await {
+                Ok(body) => return Ok(body),
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(e, wait)) => self.before_retry(&mut attempt, e, wait).await?,
             }
-            let wait = wait.unwrap_or_else(|| backoff(&self.settings, attempt));
-            // The class only: the provider's message may carry secrets the router does not
-            // know (the runner's); it is journaled, redacted, if the retries run out.
-            tracing::warn!(
-                provider = self.provider,
-                attempt = attempt + 1,
-                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                class = error.class.code(),
-                "retrying the LLM call"
-            );
-            tokio::time::sleep(wait).await;
-            attempt += 1;
         }
+    }
+
+    /// One POST and its body.
+    async fn json_once(
+        &self,
+        url: &reqwest::Url,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Body, Attempt> {
+        let mut response = self.send_once(url, headers, body).await?;
+        match read_limited(&mut response, self.settings.max_response_bytes, false).await {
+            Ok(bytes) => Ok(Body {
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+            }),
+            Err(e) => {
+                let error = self.read_error(e);
+                // A connection dropped mid-body may pass; anything else not.
+                if error.class == ErrorClass::Retryable {
+                    Err(Attempt::Retry(error, None))
+                } else {
+                    Err(Attempt::Fatal(error))
+                }
+            }
+        }
+    }
+
+    /// POST `body` asking for a stream of server-sent events and feed each event to `on`
+    /// until it says the stream is complete. Connecting and error statuses are retried as
+    /// for [`post_json`](Self::post_json); once events flow, nothing is retried here (deltas
+    /// were already published; the runner re-asks, or retries the tool, under its own
+    /// policy). Bounded by [`HttpSettings::max_response_bytes`] over the whole stream,
+    /// [`HttpSettings::timeout`] from the request's start, and
+    /// [`HttpSettings::stream_idle_timeout`] between two reads. A stream that ends before
+    /// `on` saw its last event is an error, never a partial answer.
+    ///
+    /// A server that answers with a whole JSON body instead (some OpenAI-compatible servers
+    /// ignore `stream`) has that body returned, read as on the non-streaming path.
+    pub(crate) async fn post_stream(
+        &self,
+        url: &reqwest::Url,
+        headers: HeaderMap,
+        body: Vec<u8>,
+        on: &mut (dyn FnMut(&str, &str) -> Result<StreamFlow, RouterError> + Send),
+    ) -> Result<Option<Body>, RouterError> {
+        let mut headers = headers;
+        headers.insert(
+            reqwest::header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let started = tokio::time::Instant::now();
+        let mut attempt = 0;
+        let mut response = loop {
+            match self.send_once(url, &headers, &body).await {
+                Ok(response) => break response,
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(e, wait)) => self.before_retry(&mut attempt, e, wait).await?,
+            }
+        };
+        let is_sse = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+        if !is_sse {
+            let bytes = read_limited(&mut response, self.settings.max_response_bytes, false)
+                .await
+                .map_err(|e| self.read_error(e))?;
+            return Ok(Some(Body {
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+            }));
+        }
+        let deadline = started + self.settings.timeout;
+        let bytes = BoundedBytes {
+            response,
+            read: 0,
+            limit: self.settings.max_response_bytes,
+            idle: self.settings.stream_idle_timeout,
+            deadline,
+        }
+        .into_stream();
+        let mut events = std::pin::pin!(bytes.eventsource());
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| self.stream_error(e))?;
+            if on(&event.event, &event.data)? == StreamFlow::Done {
+                return Ok(None);
+            }
+        }
+        Err(self.error(
+            ErrorClass::Retryable,
+            "the event stream ended before its last event (cut in the middle); no answer is taken from it",
+        ))
+    }
+
+    fn stream_error(&self, e: EventStreamError<StreamFailure>) -> RouterError {
+        match e {
+            EventStreamError::Transport(StreamFailure::Idle(idle)) => self.error(
+                ErrorClass::Timeout,
+                &format!(
+                    "the event stream stalled: nothing received for {} ms",
+                    idle.as_millis()
+                ),
+            ),
+            EventStreamError::Transport(StreamFailure::Deadline) => self.error(
+                ErrorClass::Timeout,
+                &format!(
+                    "the event stream did not complete within {} s",
+                    self.settings.timeout.as_secs_f64()
+                ),
+            ),
+            EventStreamError::Transport(StreamFailure::Read(e)) => self.read_error(e),
+            EventStreamError::Utf8(e) => self
+                .error(
+                    ErrorClass::Permanent,
+                    &format!("the event stream is not UTF-8: {e}"),
+                )
+                .with_code(RejectionCode::AskMalformed),
+            EventStreamError::Parser(e) => self
+                .error(
+                    ErrorClass::Permanent,
+                    &format!("the event stream does not parse: {e}"),
+                )
+                .with_code(RejectionCode::AskMalformed),
+        }
+    }
+
+    /// After failed attempt `attempt` (counted from 0): `Err` when the retries are spent,
+    /// else wait as the provider asked, or with backoff, and count the attempt.
+    async fn before_retry(
+        &self,
+        attempt: &mut u32,
+        error: RouterError,
+        wait: Option<Duration>,
+    ) -> Result<(), RouterError> {
+        if *attempt >= self.settings.max_retries {
+            return Err(error);
+        }
+        let wait = wait.unwrap_or_else(|| backoff(&self.settings, *attempt));
+        // The class only: the provider's message may carry secrets the router does not
+        // know (the runner's); it is journaled, redacted, if the retries run out.
+        tracing::warn!(
+            provider = self.provider,
+            attempt = *attempt + 1,
+            wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            class = error.class.code(),
+            "retrying the LLM call"
+        );
+        tokio::time::sleep(wait).await;
+        *attempt += 1;
+        Ok(())
+    }
+
+    /// One POST: the 2xx response, or what to do about the failure.
+    async fn send_once(
+        &self,
+        url: &reqwest::Url,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<reqwest::Response, Attempt> {
+        let outcome = self
+            .client
+            .post(url.clone())
+            .headers(headers.clone())
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )
+            .body(body.to_vec())
+            .send()
+            .await;
+        match outcome {
+            Err(e) => {
+                let class = classify_transport(&e);
+                let error = self.error(class, &error_chain(&e));
+                if class == ErrorClass::Retryable {
+                    Err(Attempt::Retry(error, None))
+                } else {
+                    Err(Attempt::Fatal(error))
+                }
+            }
+            Ok(response) if response.status().is_success() => Ok(response),
+            Ok(mut response) => match self.failed_status(&mut response).await {
+                Ok((error, wait)) => Err(Attempt::Retry(error, wait)),
+                Err(error) => Err(Attempt::Fatal(error)),
+            },
+        }
+    }
+
+    /// An `error` event inside a stream: the same classes as the error body of an HTTP
+    /// status (`overloaded_error` as a 529, `rate_limit_error` as a 429, ...).
+    pub(crate) fn stream_error_event(&self, data: &str) -> RouterError {
+        let class = error_event_class(data);
+        self.error(
+            class,
+            &format!("error event in the stream: {}", error_message(data)),
+        )
+        .with_raw_output(self.redact(data))
     }
 
     /// A non-2xx answer: `Err` when it must not be retried, else the error to report if
@@ -238,7 +384,7 @@ impl Transport {
         Ok((error, asked))
     }
 
-    fn read_error(&self, e: ReadError) -> RouterError {
+    pub(crate) fn read_error(&self, e: ReadError) -> RouterError {
         match e {
             ReadError::TooLarge { limit } => self.error(
                 ErrorClass::Permanent,
@@ -246,6 +392,88 @@ impl Transport {
             ),
             ReadError::Http(e) => self.error(classify_transport(&e), &error_chain(&e)),
         }
+    }
+}
+
+/// What a failed attempt calls for.
+enum Attempt {
+    /// Do not try again.
+    Fatal(RouterError),
+    /// Try again (after the wait the provider asked for, if any).
+    Retry(RouterError, Option<Duration>),
+}
+
+/// Whether a stream goes on after an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamFlow {
+    /// More events are expected.
+    More,
+    /// That was the last event: the answer is complete.
+    Done,
+}
+
+/// Why the bytes of a stream stopped coming.
+#[derive(Debug)]
+pub(crate) enum StreamFailure {
+    /// Nothing for this long.
+    Idle(Duration),
+    /// The whole-request deadline passed.
+    Deadline,
+    /// Past the byte limit, or the connection failed.
+    Read(ReadError),
+}
+
+impl std::fmt::Display for StreamFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Idle(d) => write!(f, "no data for {} ms", d.as_millis()),
+            Self::Deadline => f.write_str("deadline passed"),
+            Self::Read(ReadError::TooLarge { limit }) => write!(f, "more than {limit} bytes"),
+            Self::Read(ReadError::Http(e)) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A response body as a stream of chunks, each read within the idle timeout and before the
+/// deadline, all of them within the byte limit: what the SSE parser is fed, so it never
+/// buffers more than the limit nor waits longer than the bounds.
+struct BoundedBytes {
+    response: reqwest::Response,
+    read: usize,
+    limit: usize,
+    idle: Duration,
+    deadline: tokio::time::Instant,
+}
+
+impl BoundedBytes {
+    fn into_stream(
+        self,
+    ) -> impl futures::Stream<Item = Result<Vec<u8>, StreamFailure>> + Send + 'static {
+        futures::stream::unfold(Some(self), async |state| {
+            let mut s = state?;
+            let now = tokio::time::Instant::now();
+            if now >= s.deadline {
+                return Some((Err(StreamFailure::Deadline), None));
+            }
+            let wait = s.idle.min(s.deadline - now);
+            let chunk = match tokio::time::timeout(wait, s.response.chunk()).await {
+                Err(_) if wait < s.idle => Err(StreamFailure::Deadline),
+                Err(_) => Err(StreamFailure::Idle(s.idle)),
+                Ok(Err(e)) => Err(StreamFailure::Read(ReadError::Http(e))),
+                Ok(Ok(None)) => return None,
+                Ok(Ok(Some(chunk))) => {
+                    s.read += chunk.len();
+                    if s.read > s.limit {
+                        Err(StreamFailure::Read(ReadError::TooLarge { limit: s.limit }))
+                    } else {
+                        Ok(chunk.to_vec())
+                    }
+                }
+            };
+            // After a failure the stream ends: the failure is the last item.
+            let next = chunk.is_ok().then_some(s);
+            Some((chunk, next))
+        })
     }
 }
 
@@ -387,6 +615,45 @@ fn error_message(body: &str) -> String {
     });
     // Not shortened here: the runner redacts its secrets first, then shortens.
     message.unwrap_or_else(|| body.to_owned())
+}
+
+/// The class of a provider's error object (`{"error": {"type": ...}}` of an `error` event or
+/// an error body): the class of the HTTP status that carries that type.
+fn error_event_class(data: &str) -> ErrorClass {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(data).ok();
+    let error = parsed.as_ref().and_then(|v| v.get("error"));
+    let field = |name: &str| {
+        error
+            .and_then(|e| e.get(name))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    // A numeric `code` (some OpenAI-compatible servers) is the status itself.
+    if let Some(status) = error
+        .and_then(|e| e.get("code"))
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .and_then(|c| StatusCode::from_u16(c).ok())
+    {
+        return classify_status(status);
+    }
+    let status = match (field("type").as_str(), field("code").as_str()) {
+        // Anthropic's error types, with the statuses its API documents for them.
+        ("overloaded_error", _) => 529,
+        ("api_error" | "server_error", _) => 500,
+        ("timeout_error", _) => 504,
+        ("rate_limit_error" | "rate_limit_exceeded" | "requests" | "tokens", _)
+        | (_, "rate_limit_exceeded") => 429,
+        ("authentication_error", _) | (_, "invalid_api_key") => 401,
+        ("permission_error", _) => 403,
+        ("not_found_error", _) => 404,
+        ("request_too_large", _) => 413,
+        ("invalid_request_error", _) => 400,
+        // An error the stream does not name: a fault of the server's, which may pass.
+        _ => 500,
+    };
+    classify_status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
 }
 
 /// An error and its sources, `: `-joined (reqwest's own message hides the cause).

@@ -23,6 +23,23 @@
 //! tool calls off). The system prompt states the rules; the user message carries the typed
 //! state and the selected tool results (see [`RouteRequest::user_prompt`]).
 //!
+//! ## Streaming
+//!
+//! With [`Streaming::Auto`] (the default) a router asks for the provider's streamed answer
+//! when someone listens to the request's [`TokenSink`](agent_core::events::TokenSink), and
+//! publishes the text (and the tool call's argument fragments) as ephemeral deltas while it
+//! comes. The stream is reassembled into the non-streaming body and read by the same code,
+//! so the runner validates and journals the complete answer exactly as a whole one. It is
+//! bounded like a whole body (bytes, deadline) plus an idle timeout; a stream cut before
+//! its end is an error, never a partial decision. See the [guide](guide#streaming).
+//!
+//! ## Writing text
+//!
+//! [`GenerateText`] is a read tool that has the model write text for a handler, journaled
+//! like every tool (a resumed run is served the journaled text), its tokens streamed to the
+//! call's [`ToolContext::tokens`](agent_core::ToolContext::tokens), its usage and cost (by
+//! a [`PriceTable`]) in its output. See [`generate`].
+//!
 //! ## Tutorial
 //!
 //! Pick a router from the environment, falling back to a scripted one (what the examples
@@ -102,6 +119,8 @@
 //! | `AGENT_LLM_MAX_TOKENS` | all | output token limit of one decision | 1024 |
 //! | `AGENT_LLM_TIMEOUT_SECS` | all | whole-request timeout | 120 |
 //! | `AGENT_LLM_MAX_RETRIES` | all | retries after the first attempt | 3 |
+//! | `AGENT_LLM_STREAM` | all | `auto`, `always` or `never` ([`Streaming`]) | `auto` |
+//! | `AGENT_LLM_STREAM_IDLE_SECS` | all | longest silence inside a streamed answer | 60 |
 //!
 //! Empty variables count as unset. A missing or unusable one is a [`ConfigError`] naming it.
 //!
@@ -111,7 +130,8 @@
 //!   compiles; no aws-lc), the platform's certificate store (the bundled Mozilla roots when
 //!   the system has none), HTTP/1.1, no redirects (a redirect could carry the key to another
 //!   host).
-//! - Timeouts: connect and whole request ([`HttpSettings`]).
+//! - Timeouts: connect and whole request ([`HttpSettings`]), and for streamed answers the
+//!   silence between two reads.
 //! - Retries on 408, 409, 429, 5xx (Anthropic's 529 included) and connection errors, with
 //!   exponential backoff and jitter, honouring `retry-after-ms` and `retry-after` (seconds or
 //!   an HTTP date) and `x-should-retry`; a provider asking to wait longer than
@@ -140,12 +160,16 @@ use serde_json::Value;
 
 pub mod anthropic;
 mod config;
+pub mod generate;
 mod http;
 pub mod openai;
 pub mod strict;
 
 pub use anthropic::{AnthropicConfig, AnthropicRouter};
-pub use config::{ApiKey, ConfigError, HttpSettings};
+pub use config::{ApiKey, ConfigError, HttpSettings, Streaming};
+pub use generate::{
+    Cost, GenerateInput, GenerateText, Generation, Generator, Price, PriceTable, Usage,
+};
 pub use http::{backoff, classify_status, retry_after};
 pub use openai::{MaxTokensField, OpenAiConfig, OpenAiRouter};
 

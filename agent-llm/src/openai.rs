@@ -1,15 +1,19 @@
 //! OpenAI-compatible chat completions: OpenAI, Ollama, vLLM, llama.cpp's server, and any
 //! other server speaking `POST {base}/chat/completions` with function tools.
 
+use std::collections::BTreeMap;
+
 use agent_core::ErrorClass;
+use agent_core::events::TokenSink;
 use agent_core::router::{RawChoice, RouteRequest, Router, RouterError, RouterReply};
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
-use crate::config::{ApiKey, ConfigError, Env, HttpSettings, check_base_url, join};
-use crate::http::Transport;
+use crate::config::{ApiKey, ConfigError, Env, HttpSettings, Streaming, check_base_url, join};
+use crate::generate::{GenerateInput, Written};
+use crate::http::{StreamFlow, Transport};
 use crate::{DEFAULT_MAX_TOKENS, malformed, option_description, parse_body, tool_parameters};
 
 /// OpenAI's own endpoint.
@@ -51,6 +55,9 @@ pub struct OpenAiConfig {
     /// (vLLM and llama.cpp's server constrain tool calls to the schemas on their own when a
     /// tool call is required). Every answer is still validated by the runner.
     pub strict_tools: bool,
+    /// Ask for a streamed answer (server-sent events, with `stream_options.include_usage`)
+    /// or a whole one; [`Streaming::Auto`] by default: stream when someone listens.
+    pub stream: Streaming,
 }
 
 impl OpenAiConfig {
@@ -73,7 +80,15 @@ impl OpenAiConfig {
             temperature: None,
             http: HttpSettings::default(),
             strict_tools: openai,
+            stream: Streaming::Auto,
         }
+    }
+
+    /// Stream answers always, never, or when someone listens ([`Streaming::Auto`]).
+    #[must_use]
+    pub fn with_streaming(mut self, stream: Streaming) -> Self {
+        self.stream = stream;
+        self
     }
 
     /// Offer tools with `strict: true`, or not.
@@ -150,7 +165,9 @@ impl OpenAiConfig {
             });
         }
         let (max_tokens, http) = env.common()?;
-        let mut config = Self::new(base_url, model).with_http(http);
+        let mut config = Self::new(base_url, model)
+            .with_http(http)
+            .with_streaming(env.streaming()?);
         config.api_key = api_key;
         if let Some(m) = max_tokens {
             config.max_tokens = m;
@@ -244,6 +261,85 @@ impl OpenAiRouter {
         body
     }
 
+    /// The JSON body sent to have the model write text for `input` (no tools).
+    #[must_use]
+    pub fn generation_body(&self, input: &GenerateInput) -> Value {
+        let mut messages = Vec::new();
+        if let Some(instructions) = input.instructions.as_deref().filter(|i| !i.is_empty()) {
+            messages.push(json!({"role": "system", "content": instructions}));
+        }
+        messages.push(json!({"role": "user", "content": input.user_message()}));
+        let mut body = json!({"model": self.config.model, "messages": messages});
+        let field = match self.config.max_tokens_field {
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+            MaxTokensField::MaxTokens => "max_tokens",
+        };
+        body[field] = json!(input.max_tokens.unwrap_or(self.config.max_tokens));
+        if let Some(t) = self.config.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+
+    /// Have the model write text for `input`, streaming its tokens to `tokens` when
+    /// [`OpenAiConfig::stream`] says so.
+    pub(crate) async fn write(
+        &self,
+        input: &GenerateInput,
+        tokens: &TokenSink,
+    ) -> Result<Written, RouterError> {
+        let stream = self.config.stream.wanted(tokens);
+        let text = self
+            .complete(self.generation_body(input), stream, tokens, false)
+            .await?;
+        let reply = self
+            .transport
+            .parse_reply(&text, |body| parse_response(body, &self.config.model))?;
+        let root: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let written = root
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        Ok(Written::new(reply, self.transport.redact(written)))
+    }
+
+    /// The body of the complete answer to `body`: whole, or streamed and reassembled into
+    /// the shape of a whole one (so one parser reads both). Text deltas go to `tokens`, and
+    /// with `arguments` the tool calls' argument fragments too.
+    async fn complete(
+        &self,
+        mut body: Value,
+        stream: bool,
+        tokens: &TokenSink,
+        arguments: bool,
+    ) -> Result<String, RouterError> {
+        if stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        let bytes = serde_json::to_vec(&body).map_err(|e| {
+            RouterError::new(ErrorClass::Permanent, format!("openai: request: {e}"))
+        })?;
+        if !stream {
+            return Ok(self
+                .transport
+                .post_json(&self.url, self.headers()?, bytes)
+                .await?
+                .text);
+        }
+        let mut acc = ChunkStream::new(tokens.clone(), arguments);
+        let transport = &self.transport;
+        let whole = transport
+            .post_stream(&self.url, self.headers()?, bytes, &mut |event, data| {
+                acc.event(transport, event, data)
+            })
+            .await?;
+        Ok(match whole {
+            Some(body) => body.text,
+            None => acc.into_body().to_string(),
+        })
+    }
+
     fn headers(&self) -> Result<HeaderMap, RouterError> {
         let mut headers = HeaderMap::new();
         if let Some(key) = &self.config.api_key {
@@ -272,16 +368,12 @@ impl Router for OpenAiRouter {
             state = %request.state,
         );
         async {
-            let body = serde_json::to_vec(&self.request_body(request)).map_err(|e| {
-                RouterError::new(ErrorClass::Permanent, format!("openai: request: {e}"))
-            })?;
-            let response = self
-                .transport
-                .post_json(&self.url, self.headers()?, body)
+            let stream = self.config.stream.wanted(&request.tokens);
+            let text = self
+                .complete(self.request_body(request), stream, &request.tokens, true)
                 .await?;
-            self.transport.parse_reply(&response.text, |body| {
-                parse_response(body, &self.config.model)
-            })
+            self.transport
+                .parse_reply(&text, |body| parse_response(body, &self.config.model))
         }
         .instrument(span)
         .await
@@ -383,6 +475,186 @@ fn raw_call(function: &Value) -> RawChoice {
             Some(Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
         },
+    }
+}
+
+/// A streamed chat completion being reassembled from its `chat.completion.chunk`s.
+#[derive(Debug)]
+struct ChunkStream {
+    tokens: TokenSink,
+    /// Publish argument fragments as deltas too (decisions), not only text.
+    arguments: bool,
+    /// `id`, `created`, `model`, `system_fingerprint`, ... of the first chunk.
+    head: Map<String, Value>,
+    choices: BTreeMap<u64, ChoiceAcc>,
+    usage: Option<Value>,
+}
+
+#[derive(Debug, Default)]
+struct ChoiceAcc {
+    content: Option<String>,
+    refusal: Option<String>,
+    tool_calls: BTreeMap<u64, CallAcc>,
+    function_call: Option<CallAcc>,
+    finish_reason: Option<Value>,
+}
+
+#[derive(Debug, Default)]
+struct CallAcc {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+impl CallAcc {
+    /// Add a `function` delta: fragments of the name and of the arguments, concatenated.
+    fn add<'v>(&mut self, function: &'v Value) -> Option<&'v str> {
+        if let Some(name) = function.get("name").and_then(Value::as_str) {
+            self.name.push_str(name);
+        }
+        let fragment = function.get("arguments").and_then(Value::as_str)?;
+        self.arguments.push_str(fragment);
+        Some(fragment)
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"name": self.name, "arguments": self.arguments})
+    }
+}
+
+impl ChunkStream {
+    fn new(tokens: TokenSink, arguments: bool) -> Self {
+        Self {
+            tokens,
+            arguments,
+            head: Map::new(),
+            choices: BTreeMap::new(),
+            usage: None,
+        }
+    }
+
+    /// One event of the stream: a chunk, an error, or `[DONE]`.
+    fn event(
+        &mut self,
+        transport: &Transport,
+        event: &str,
+        data: &str,
+    ) -> Result<StreamFlow, RouterError> {
+        if data.trim() == "[DONE]" {
+            return Ok(StreamFlow::Done);
+        }
+        if event == "error" {
+            return Err(transport.stream_error_event(data));
+        }
+        let chunk = parse_body("openai", data).map_err(|e| transport.redact_error(e))?;
+        if chunk.get("error").is_some_and(|e| !e.is_null()) {
+            return Err(transport.stream_error_event(data));
+        }
+        let Some(root) = chunk.as_object() else {
+            return Err(transport.redact_error(malformed(
+                "openai",
+                "a stream chunk is not a JSON object",
+                data,
+            )));
+        };
+        for (key, value) in root {
+            if !matches!(key.as_str(), "choices" | "usage" | "object") {
+                self.head
+                    .entry(key.clone())
+                    .or_insert_with(|| value.clone());
+            }
+        }
+        if let Some(usage) = root.get("usage").filter(|u| !u.is_null()) {
+            self.usage = Some(usage.clone());
+        }
+        for choice in root
+            .get("choices")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let acc = self.choices.entry(index).or_default();
+            if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
+                acc.finish_reason = Some(reason.clone());
+            }
+            let Some(delta) = choice.get("delta") else {
+                continue;
+            };
+            if let Some(text) = delta.get("content").and_then(Value::as_str) {
+                acc.content.get_or_insert_default().push_str(text);
+                self.tokens.token(text);
+            }
+            if let Some(text) = delta.get("refusal").and_then(Value::as_str) {
+                acc.refusal.get_or_insert_default().push_str(text);
+                self.tokens.token(text);
+            }
+            for call in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
+                // Servers that omit `index` start a call with its `id`.
+                let count = acc.tool_calls.len() as u64;
+                let index = call.get("index").and_then(Value::as_u64).unwrap_or(
+                    if call.get("id").is_some_and(|id| !id.is_null()) {
+                        count
+                    } else {
+                        count.saturating_sub(1)
+                    },
+                );
+                let slot = acc.tool_calls.entry(index).or_default();
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    slot.id = Some(id.to_owned());
+                }
+                if let Some(fragment) = call.get("function").and_then(|f| slot.add(f))
+                    && self.arguments
+                {
+                    self.tokens.token(fragment);
+                }
+            }
+            if let Some(function) = delta.get("function_call").filter(|f| f.is_object())
+                && let Some(fragment) = acc.function_call.get_or_insert_default().add(function)
+                && self.arguments
+            {
+                self.tokens.token(fragment);
+            }
+        }
+        Ok(StreamFlow::More)
+    }
+
+    /// The `chat.completion` the chunks add up to.
+    fn into_body(self) -> Value {
+        let mut root = self.head;
+        root.insert("object".into(), json!("chat.completion"));
+        let choices: Vec<Value> = self
+            .choices
+            .into_iter()
+            .map(|(index, c)| {
+                let mut message = json!({
+                    "role": "assistant",
+                    "content": c.content,
+                    "refusal": c.refusal,
+                });
+                if !c.tool_calls.is_empty() {
+                    message["tool_calls"] = c
+                        .tool_calls
+                        .values()
+                        .map(|call| {
+                            json!({"id": call.id, "type": "function", "function": call.to_json()})
+                        })
+                        .collect();
+                }
+                if let Some(f) = &c.function_call {
+                    message["function_call"] = f.to_json();
+                }
+                json!({"index": index, "message": message, "finish_reason": c.finish_reason})
+            })
+            .collect();
+        root.insert("choices".into(), Value::Array(choices));
+        root.insert("usage".into(), self.usage.unwrap_or(Value::Null));
+        Value::Object(root)
     }
 }
 

@@ -5,6 +5,8 @@
 mod anthropic;
 mod common;
 mod config;
+mod generate;
 mod hostile;
 mod openai;
 mod runner;
+mod streaming;
