@@ -244,7 +244,13 @@ impl PgStore {
         let pool = pool
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options.clone());
+        let readers = PgPoolOptions::new()
+            .max_connections(crate::EVENT_READERS)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(options.clone());
         Ok(Self {
+            readers,
             group: Arc::new(GroupCommit::new(
                 pool.clone(),
                 options.clone(),

@@ -158,6 +158,11 @@ pub use group_commit::GroupCommitStats;
 /// Default of [`PgStore::with_group_commit`]: commit statements in flight at once.
 pub const COMMITS_IN_FLIGHT: usize = 4;
 
+/// How many connections the reads of event followers share ([`Store::events`]).
+///
+/// [`Store::events`]: agent_core::store::Store::events
+pub const EVENT_READERS: u32 = 2;
+
 /// Default of [`PgStore::with_group_commit`]: commits in one grouped statement at most.
 pub const COMMITS_PER_STATEMENT: usize = 64;
 
@@ -167,6 +172,10 @@ pub const COMMITS_PER_STATEMENT: usize = 64;
 #[derive(Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// Connections of event followers' reads, apart from `pool` and few
+    /// ([`EVENT_READERS`]): however many follow, their reads never take a connection a
+    /// commit waits for, and load the server at most this many at a time.
+    readers: PgPool,
     schema: String,
     channel: String,
     heads: HeadCache,
@@ -290,6 +299,17 @@ impl SqlReads for PgStore {
     async fn fetch(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<PgRow>, StoreError> {
         bind(sqlx::query(sql), args)
             .fetch_all(&self.pool)
+            .await
+            .map_err(connect::db_err)
+    }
+
+    async fn fetch_events(
+        &self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<PgRow>, StoreError> {
+        bind(sqlx::query(sql), args)
+            .fetch_all(&self.readers)
             .await
             .map_err(connect::db_err)
     }

@@ -78,7 +78,7 @@ pub async fn events<S: SqlReads>(
     let rows = match scope {
         EventScope::Run(run_id) => {
             store
-                .fetch(
+                .fetch_events(
                     S::run_events_sql(),
                     &[Arg::Text(run_id), Arg::Int(from), Arg::Int(cap)],
                 )
@@ -86,7 +86,7 @@ pub async fn events<S: SqlReads>(
         }
         EventScope::Agent(agent) => {
             store
-                .fetch(
+                .fetch_events(
                     S::scope_events_sql(),
                     &[Arg::OptText(Some(agent)), Arg::Int(from), Arg::Int(cap)],
                 )
@@ -94,7 +94,7 @@ pub async fn events<S: SqlReads>(
         }
         EventScope::All => {
             store
-                .fetch(
+                .fetch_events(
                     S::scope_events_sql(),
                     &[Arg::OptText(None), Arg::Int(from), Arg::Int(cap)],
                 )

@@ -92,6 +92,20 @@ pub trait SqlReads: Store + Sync {
         args: &[Arg<'_>],
     ) -> Result<Vec<Self::Row>, StoreError>;
 
+    /// As [`fetch`](Self::fetch), for the reads of event followers: a store whose writes
+    /// and reads share a connection reads them elsewhere, so that followers never hold
+    /// up a commit.
+    ///
+    /// # Errors
+    /// The store's error for a failed statement.
+    async fn fetch_events(
+        &self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<Self::Row>, StoreError> {
+        self.fetch(sql, args).await
+    }
+
     /// Create `new` as a fork of `parent` (run and version), as `Store::fork` does
     /// (idempotent: the same fork again returns the run it made).
     ///

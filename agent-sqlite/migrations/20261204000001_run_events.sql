@@ -1,9 +1,9 @@
 -- Run events (agent_core::store::events) are derived from the records, never written for
--- themselves: each record of a run carries its position, drawn from `event_clock` by the
--- statement that writes the record (`(SELECT n + 1 FROM event_clock)`, one row per
--- statement), which the triggers below then advance, inside the same statement. Writes
--- are serialized, so positions follow the order of the commits, for one run and across
--- runs.
+-- themselves: each record of a run carries its position, one more than the highest
+-- position of any record (read from the indexes below, and from `event_clock`, the floor
+-- that prune raises to the highest position before it deletes records, so that a position
+-- is never drawn twice). Writes are serialized, so positions follow the order of the
+-- commits, for one run and across runs; drawing one writes nothing more than the record.
 --
 -- - transitions: `position`, and what a version's events say besides its record (what it
 --   waits for, until when, and the failure).
@@ -66,21 +66,7 @@ DROP TABLE event_backfill;
 -- event.
 CREATE INDEX transitions_position ON transitions (position);
 CREATE INDEX journal_started_position ON journal (started_position);
-CREATE INDEX journal_finished_position ON journal (finished_position)
-    WHERE finished_position IS NOT NULL;
+CREATE INDEX journal_finished_position ON journal (finished_position);
 CREATE INDEX signals_position ON signals (position);
 CREATE INDEX signals_consumed ON signals (run_id, consumed_at_version)
     WHERE consumed_at_version IS NOT NULL;
-
--- Every statement that writes a record advances the clock past the position it drew. An
--- upsert of the journal fires one of the two (its insert or its update).
-CREATE TRIGGER transitions_advance_clock AFTER INSERT ON transitions
-BEGIN UPDATE event_clock SET n = n + 1; END;
-CREATE TRIGGER journal_insert_advances_clock AFTER INSERT ON journal
-BEGIN UPDATE event_clock SET n = n + 1; END;
-CREATE TRIGGER journal_update_advances_clock AFTER UPDATE ON journal
-BEGIN UPDATE event_clock SET n = n + 1; END;
-CREATE TRIGGER signals_advance_clock AFTER INSERT ON signals
-BEGIN UPDATE event_clock SET n = n + 1; END;
-CREATE TRIGGER status_changes_advance_clock AFTER INSERT ON status_changes
-BEGIN UPDATE event_clock SET n = n + 1; END;

@@ -94,6 +94,10 @@ pub use open::{Access, SqliteBackupError, SqliteOpenError};
 #[derive(Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Read-only connections for event followers: in WAL mode they read the last commit
+    /// while the writer goes on, so a follower never holds up a commit on `pool`'s one
+    /// connection. Opened on first use.
+    readers: SqlitePool,
     path: Option<PathBuf>,
     /// Opened with [`Access::ReadOnly`]: nothing to checkpoint on close.
     read_only: bool,
@@ -283,6 +287,17 @@ impl SqlReads for SqliteStore {
     ) -> Result<Vec<SqliteRow>, StoreError> {
         bind(sqlx::query(sql), args)
             .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)
+    }
+
+    async fn fetch_events(
+        &self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<SqliteRow>, StoreError> {
+        bind(sqlx::query(sql), args)
+            .fetch_all(&self.readers)
             .await
             .map_err(db_err)
     }

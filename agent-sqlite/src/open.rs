@@ -351,6 +351,10 @@ impl SqliteStore {
     ) -> Result<Self, SqliteOpenError> {
         // One connection: SQLite has one writer anyway, and queueing in the pool is cheaper
         // than busy-waiting on the file lock.
+        let readers = SqlitePoolOptions::new()
+            .max_connections(2)
+            .min_connections(0)
+            .connect_lazy_with(options.clone().read_only(true));
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(options)
@@ -358,6 +362,7 @@ impl SqliteStore {
             .map_err(SqliteOpenError::Open)?;
         Ok(Self {
             pool,
+            readers,
             path,
             read_only,
             _worker_lock: None,
@@ -371,6 +376,8 @@ impl SqliteStore {
     /// (`PRAGMA wal_checkpoint(TRUNCATE)`), so that the file alone holds every run, then
     /// close the connection. Call it before a worker process exits.
     pub async fn close(&self) {
+        // Readers first: an open read transaction would keep the checkpoint from finishing.
+        self.readers.close().await;
         if !self.read_only && !self.pool.is_closed() {
             // (busy, log frames, checkpointed frames): busy = 1 when a reader in another
             // process kept the checkpoint from finishing; the WAL then stays, still valid.

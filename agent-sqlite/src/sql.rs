@@ -9,6 +9,21 @@ use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
 use agent_sql::events::{Dialect, event_statement};
 use agent_sql::sql::final_statuses;
 
+/// The position of a record written now ([events](agent_core::store::events)): one more
+/// than the highest of any record, and than the floor prune leaves in `event_clock` before
+/// it deletes records. Read from indexes; writes are serialized, so no two records draw
+/// the same one, and drawing one writes nothing.
+macro_rules! next_position {
+    () => {
+        "(SELECT max(n) + 1 FROM (SELECT n FROM event_clock \
+         UNION ALL SELECT max(position) FROM transitions \
+         UNION ALL SELECT max(started_position) FROM journal \
+         UNION ALL SELECT max(finished_position) FROM journal \
+         UNION ALL SELECT max(position) FROM signals \
+         UNION ALL SELECT max(position) FROM status_changes))"
+    };
+}
+
 macro_rules! run_cols {
     () => {
         "id, agent, fingerprint, state_name, state, version, status, waiting_for, wake_at, \
@@ -43,17 +58,25 @@ pub(crate) const INSERT_LABELS: &str =
 
 /// `$12` to `$15`: what the version waits for and until when, and its failure. Its event
 /// position is drawn from the clock, as every record's (see the migration `run_events`).
-pub(crate) const INSERT_TRANSITION: &str = "INSERT INTO transitions (run_id, version, from_state, \
+pub(crate) const INSERT_TRANSITION: &str = concat!(
+    "INSERT INTO transitions (run_id, version, from_state, \
      to_state, kind, status, epoch, created_at, hash, payload_kind, payload, position, \
      waiting_for, wake_at, error_code, error_message) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, (SELECT n + 1 FROM event_clock), \
-     $12, $13, $14, $15)";
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, ",
+    next_position!(),
+    ", \
+     $12, $13, $14, $15)"
+);
 
 /// A status set without a version, for its event: `$1` the run.
-pub(crate) const INSERT_STATUS_CHANGE: &str = "INSERT INTO status_changes (position, run_id, \
+pub(crate) const INSERT_STATUS_CHANGE: &str = concat!(
+    "INSERT INTO status_changes (position, run_id, \
      version, status, error_code, error_message, created_at) \
-     SELECT (SELECT n + 1 FROM event_clock), id, version, status, error_code, error_message, \
-     updated_at FROM runs WHERE id = $1";
+     SELECT ",
+    next_position!(),
+    ", id, version, status, error_code, error_message, \
+     updated_at FROM runs WHERE id = $1"
+);
 
 pub(crate) const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
 
@@ -122,13 +145,18 @@ pub(crate) const EXPIRE_LEASES_OF: &str = "UPDATE runs SET lease_expires_at = $2
 pub(crate) const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
      claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
-pub(crate) const UPSERT_ENTRY: &str = "INSERT INTO journal (run_id, version, seq, kind, state, name, \
+pub(crate) const UPSERT_ENTRY: &str = concat!(
+    "INSERT INTO journal (run_id, version, seq, kind, state, name, \
      tool_kind, input_hash, input, idempotency_key, status, output, output_external, \
      output_summary, output_bytes, error_class, error_code, error_message, attempts, \
      duration_ms, started_at, finished_at, started_position, finished_position) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-     $19, $20, $21, $22, (SELECT n + 1 FROM event_clock), \
-     CASE WHEN $11 <> 'started' THEN (SELECT n + 1 FROM event_clock) END) \
+     $19, $20, $21, $22, ",
+    next_position!(),
+    ", \
+     CASE WHEN $11 <> 'started' THEN ",
+    next_position!(),
+    " END) \
      ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = excluded.kind, \
      state = excluded.state, name = excluded.name, tool_kind = excluded.tool_kind, \
      input_hash = excluded.input_hash, input = excluded.input, \
@@ -142,7 +170,8 @@ pub(crate) const UPSERT_ENTRY: &str = "INSERT INTO journal (run_id, version, seq
      finished_position = CASE WHEN excluded.status = 'started' THEN NULL \
        WHEN journal.status = excluded.status \
        THEN COALESCE(journal.finished_position, excluded.finished_position) \
-       ELSE excluded.finished_position END";
+       ELSE excluded.finished_position END"
+);
 
 pub(crate) const UPSERT_OUTPUT: &str = "INSERT INTO outputs (run_id, version, seq, output) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, version, seq) DO UPDATE SET output = excluded.output";
@@ -230,15 +259,23 @@ pub(crate) const OPERATOR_RUN: &str = "UPDATE runs SET version = $2, status = $3
      WHERE id = $1 AND version = $2 - 1 RETURNING lease_owner, lease_expires_at";
 
 /// An operator's transition, with its note.
-pub(crate) const INSERT_OPERATOR_TRANSITION: &str = "INSERT INTO transitions (run_id, version, \
+pub(crate) const INSERT_OPERATOR_TRANSITION: &str = concat!(
+    "INSERT INTO transitions (run_id, version, \
      from_state, to_state, kind, status, epoch, created_at, hash, payload_kind, payload, note_by, \
      note_reason, position, error_code, error_message) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-     (SELECT n + 1 FROM event_clock), $14, $15)";
+     ",
+    next_position!(),
+    ", $14, $15)"
+);
 
-pub(crate) const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload, created_at, \
-     position) SELECT id, $2, $3, $4, (SELECT n + 1 FROM event_clock) FROM runs WHERE id = $1 \
-     RETURNING id";
+pub(crate) const SEND_SIGNAL: &str = concat!(
+    "INSERT INTO signals (run_id, name, payload, created_at, \
+     position) SELECT id, $2, $3, $4, ",
+    next_position!(),
+    " FROM runs WHERE id = $1 \
+     RETURNING id"
+);
 
 pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, created_at, \
      consumed_at_version FROM signals WHERE run_id = $1 AND consumed_at_version IS NULL \
@@ -316,3 +353,11 @@ const SQLITE: Dialect = Dialect {
     is_true: " = 1",
     typed: false,
 };
+
+/// The highest position drawn so far (`Store::event_head`).
+pub(crate) const LAST_POSITION: &str = concat!("SELECT ", next_position!(), " - 1");
+
+/// Before prune deletes records: keep their highest position as the floor, so that it is
+/// never drawn again.
+pub(crate) const RAISE_POSITION_FLOOR: &str =
+    concat!("UPDATE event_clock SET n = ", next_position!(), " - 1");

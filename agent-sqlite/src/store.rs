@@ -355,6 +355,10 @@ agent_sql::impl_sql_store!(SqliteStore {
                 .await?
                 .is_some_and(|r| r.status.is_final());
             let mut tx = self.write_tx().await?;
+            sqlx::query(sql::RAISE_POSITION_FLOOR)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
             sqlx::query(agent_sql::sql::PRUNE_SNAPSHOT)
                 .bind(&id)
                 .bind(to_i64(cutoff))
@@ -419,7 +423,7 @@ agent_sql::impl_sql_store!(SqliteStore {
     }
 
     async fn event_head(&self) -> Result<agent_core::store::EventCursor, StoreError> {
-        let last: i64 = sqlx::query_scalar("SELECT n FROM event_clock")
+        let last: i64 = sqlx::query_scalar(sql::LAST_POSITION)
             .fetch_one(&self.pool)
             .await
             .map_err(db_err)?;
