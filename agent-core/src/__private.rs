@@ -15,7 +15,13 @@ pub use ::std::vec;
 pub use ::std::vec::Vec;
 
 use crate::agent::{StepError, Wake};
-use crate::graph::{GraphDescription, Routing, StateDescription, ToolDescription, WaitDescription};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::graph::{
+    GraphDescription, Routing, StateDescription, ToolDescription, TransitionArguments, TypedCheck,
+    WaitDescription,
+};
 use crate::tool::ToolKind;
 
 /// A state as the derive writes it: literals only, turned into a
@@ -41,6 +47,16 @@ pub struct StateSpec {
     pub children: &'static [&'static str],
     pub children_outlive: bool,
     pub data: &'static str,
+    pub arguments: &'static [ArgumentSpec],
+}
+
+/// A typed transition as the derive writes it: `to(Payment(args = PayArgs))`.
+#[derive(Debug)]
+pub struct ArgumentSpec {
+    pub to: &'static str,
+    pub type_name: &'static str,
+    pub schema: fn() -> Value,
+    pub check: fn(&Value) -> Result<(), String>,
 }
 
 /// A declared tool as the derive writes it.
@@ -99,6 +115,16 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
                 children: strings(s.children),
                 children_outlive: s.children_outlive,
                 data: s.data.to_owned(),
+                arguments: s
+                    .arguments
+                    .iter()
+                    .map(|a| TransitionArguments {
+                        to: a.to.to_owned(),
+                        type_name: a.type_name.to_owned(),
+                        schema: (a.schema)(),
+                        typed: TypedCheck(Some(a.check)),
+                    })
+                    .collect(),
             })
             .collect(),
         tools: spec
@@ -113,19 +139,77 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
     }
 }
 
-/// The route the runner chose for an LLM-routed state, as the state's route enum.
+/// The route the runner chose for an LLM-routed state, as the state's route enum, with the
+/// typed argument of a transition that declares one.
 ///
 /// # Errors
-/// [`StepError::Routing`] when there is no route or it is not a successor.
+/// [`StepError::Routing`] when there is no route, it is not a successor, or its arguments
+/// are not its declared type (the runner checked them; a journal written by another build
+/// may still disagree).
 pub fn route<R: RouteChoice>(io: &dyn StepIo, state: &'static str) -> Result<R, StepError> {
     let Some(name) = io.route() else {
         return Err(StepError::Routing(format!(
             "state `{state}` is LLM-routed but the runner gave no route"
         )));
     };
-    R::from_name(name).ok_or_else(|| {
-        StepError::Routing(format!("`{name}` is not a successor of state `{state}`"))
-    })
+    let empty = Value::Object(serde_json::Map::new());
+    let arguments = io.route_arguments().unwrap_or(&empty);
+    match R::from_choice(name, arguments) {
+        None => Err(StepError::Routing(format!(
+            "`{name}` is not a successor of state `{state}`"
+        ))),
+        Some(Err(e)) => Err(StepError::Routing(format!(
+            "the arguments of `{state}` -> `{name}` are not its declared type: {e}"
+        ))),
+        Some(Ok(route)) => Ok(route),
+    }
+}
+
+/// The argument type of a typed transition: what the model's arguments deserialize into.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the argument of a transition: it does not implement `Deserialize`",
+    label = "the model's arguments are deserialized into this type",
+    note = "derive it: `#[derive(serde::Deserialize, schemars::JsonSchema)]`"
+)]
+pub trait ArgumentType: Sized + Send + 'static {
+    /// The arguments as this type.
+    ///
+    /// # Errors
+    /// The deserializer's error.
+    fn decode(arguments: &Value) -> Result<Self, String>;
+
+    /// Whether the arguments deserialize into this type.
+    ///
+    /// # Errors
+    /// The deserializer's error.
+    fn check(arguments: &Value) -> Result<(), String> {
+        Self::decode(arguments).map(drop)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: DeserializeOwned + Send + 'static> ArgumentType for T {
+    fn decode(arguments: &Value) -> Result<Self, String> {
+        T::deserialize(arguments).map_err(|e| e.to_string())
+    }
+}
+
+/// The schema of a typed transition's argument, as the model is shown it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the argument of a transition: it has no JSON schema",
+    label = "the model is shown this type's schema, and its answer is checked against it",
+    note = "derive it: `#[derive(serde::Deserialize, schemars::JsonSchema)]`"
+)]
+pub trait ArgumentSchema {
+    /// The schema, every object closed.
+    fn schema() -> Value;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: schemars::JsonSchema> ArgumentSchema for T {
+    fn schema() -> Value {
+        crate::schema::schema_for::<T>()
+    }
 }
 
 /// What woke a waiting state.

@@ -529,7 +529,10 @@ impl<'a, S: State> Ctx<'a, S> {
         self.io.version()
     }
 
-    /// In an LLM-routed state: the arguments the router gave with its chosen transition.
+    /// In an LLM-routed state: the arguments the router gave with its chosen transition, as
+    /// checked: `{}` for a transition that declares no argument, else a value of its
+    /// declared type (`to(Payment(args = PayArgs))`), which the route enum already hands
+    /// the handler typed (`ReviewRoute::Payment(args)`). The untyped JSON, for logging.
     #[must_use]
     pub fn route_arguments(&self) -> Option<&Value> {
         self.io.route_arguments()
@@ -552,5 +555,7 @@ pub trait Handle<H>: Agent {
 /// A generated `route = llm` successor enum.
 #[doc(hidden)]
 pub trait RouteChoice: Sized {
-    fn from_name(name: &str) -> Option<Self>;
+    /// The route to `name` with its `arguments`: `None` for a name that is not a successor,
+    /// an error for arguments that are not the transition's declared type.
+    fn from_choice(name: &str, arguments: &Value) -> Option<Result<Self, String>>;
 }

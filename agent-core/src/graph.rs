@@ -94,6 +94,97 @@ pub struct StateDescription {
     /// Part of the fingerprint: changing a state's data type changes the graph.
     #[serde(default)]
     pub data: String,
+    /// LLM-routed states: the successors in `to(...)` that take an argument from the model
+    /// (`to(Payment(args = PayArgs))`), in the order written. Every other transition takes
+    /// none: it is offered with the closed empty object. Left out when empty, as
+    /// `tools_per_answer` is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<TransitionArguments>,
+}
+
+/// The argument a transition takes from the model: its type and the JSON Schema the model
+/// is shown, which its answer is checked against before it is deserialized.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransitionArguments {
+    /// The target state.
+    pub to: String,
+    /// The argument's type, as written in `args = ...` (part of the fingerprint, as
+    /// [`StateDescription::data`] is).
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// The type's schema, every object closed, as generated for a tool's input.
+    pub schema: serde_json::Value,
+    /// The typed check (the type's `Deserialize`), present in the description the derive
+    /// builds and absent from one read back from JSON or YAML.
+    #[serde(skip)]
+    pub(crate) typed: TypedCheck,
+}
+
+impl TransitionArguments {
+    /// Check `arguments` against the type: the schema first (the validator the model's
+    /// answers go through), then the type's `Deserialize`, so a value accepted here is one
+    /// the handler receives typed.
+    ///
+    /// # Errors
+    /// What is wrong: the schema's violations, or the deserializer's error.
+    pub fn check(&self, arguments: &serde_json::Value) -> Result<(), String> {
+        crate::schema::compiled(&self.schema)
+            .map_err(|e| e.to_string())?
+            .check(arguments)?;
+        self.check_typed(arguments)
+    }
+
+    /// Only the type's `Deserialize` (for arguments the schema already accepted).
+    ///
+    /// # Errors
+    /// The deserializer's error.
+    pub fn check_typed(&self, arguments: &serde_json::Value) -> Result<(), String> {
+        self.typed.0.map_or(Ok(()), |check| check(arguments))
+    }
+}
+
+/// The type's own check of a transition's arguments, as a function of the derive. Not part
+/// of the description's value: two descriptions that differ only here are equal.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TypedCheck(pub(crate) Option<ArgumentCheck>);
+
+/// Whether arguments deserialize into a transition's argument type, with the error if not.
+pub(crate) type ArgumentCheck = fn(&serde_json::Value) -> Result<(), String>;
+
+impl PartialEq for TypedCheck {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for TypedCheck {}
+
+impl std::fmt::Debug for TypedCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "typed" } else { "untyped" })
+    }
+}
+
+impl StateDescription {
+    /// The argument the transition to `to` takes, if it declares one.
+    #[must_use]
+    pub fn arguments_of(&self, to: &str) -> Option<&TransitionArguments> {
+        self.arguments.iter().find(|a| a.to == to)
+    }
+
+    /// Check the arguments of the transition to `to`: against its declared argument, or,
+    /// for a transition that declares none, against the closed empty object.
+    ///
+    /// # Errors
+    /// What is wrong with them.
+    pub fn check_arguments(&self, to: &str, arguments: &serde_json::Value) -> Result<(), String> {
+        match self.arguments_of(to) {
+            Some(declared) => declared.check(arguments),
+            None => crate::schema::compiled(&crate::schema::closed_empty_object())
+                .map_err(|e| e.to_string())?
+                .check(arguments),
+        }
+    }
 }
 
 /// Who picks the next step in a state.
@@ -531,6 +622,7 @@ mod tests {
             children: Vec::new(),
             children_outlive: false,
             data: String::new(),
+            arguments: Vec::new(),
         };
         let mut browsing = state("Browsing", &["Review"]);
         browsing.initial = true;

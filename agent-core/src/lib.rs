@@ -37,7 +37,9 @@ pub use agent::{
     Agent, AllowsChild, AllowsTool, AllowsTransition, ChildOutcome, ChildRun, Ctx, Failure, Handle,
     Next, State, StepError, StepResult, Target, Wake,
 };
-pub use graph::{GraphDescription, PathOverlay, Routing, StateDescription, ToolDescription};
+pub use graph::{
+    GraphDescription, PathOverlay, Routing, StateDescription, ToolDescription, TransitionArguments,
+};
 pub use tool::{
     Compensate, DynTool, ErrorClass, Execute, RetryPolicy, Tool, ToolBox, ToolContext, ToolError,
     ToolKind, ToolPolicy, kind,
@@ -70,6 +72,7 @@ pub use tool::{
 /// | `terminal` | runs end here (no transitions, no handler) |
 /// | `compensate` | entering this state runs the saga's compensations |
 /// | `to(A, B)` | the declared successors |
+/// | `to(A(args = T), B)` | with `route = llm`: the model must give an argument of type `T` (`Deserialize + JsonSchema`) when it chooses `A`; it is shown `T`'s schema (objects closed), its answer is checked against that schema and then deserialized (a refused one is journaled with its code and re-asked), and the handler receives it typed in the route enum, `ReviewRoute::A(t)`. A transition without `args` takes none: it is offered with the closed empty object and any argument is refused (`decision.schema_violation`) |
 /// | `tools(X, Y)` | the tools legal in this state (declared on the enum) |
 /// | `route = llm` | the LLM chooses among the `to(...)` targets |
 /// | `wait = "signal"` | the handler runs once the named signal arrives |
@@ -85,8 +88,10 @@ pub use tool::{
 /// Checked at compile time: unknown states and tools, one initial state, reachability, a way
 /// out of every state and a way to a terminal state, terminal states without transitions,
 /// LLM states with options, cycles under `dag`, hybrid compensations, that each tool's
-/// `Tool` impl has the declared kind and name, and that each child is an `Agent` started
-/// only where declared. See [`compile_errors`] for every message.
+/// `Tool` impl has the declared kind and name, that each child is an `Agent` started
+/// only where declared, and that transition arguments are declared only on LLM-routed
+/// states, with types that are `Deserialize` and `JsonSchema`. See [`compile_errors`] for
+/// every message.
 ///
 /// # What it generates
 ///
@@ -94,7 +99,9 @@ pub use tool::{
 /// - `impl Agent for Checkout`: [`Agent::graph`] is the checked [`GraphDescription`];
 /// - `mod checkout`: a zero-sized marker per state (`checkout::Browsing`) implementing
 ///   [`State`], and for each `route = llm` state an enum of its `to(...)` targets
-///   (`checkout::ReviewRoute`);
+///   (`checkout::ReviewRoute`), whose variant of a typed transition carries its argument
+///   (`ReviewRoute::Payment(PayArgs)`; such an enum is neither `Copy` nor comparable, and
+///   its `Debug` leaves the arguments out);
 /// - constructors `checkout::Review::new(cart) -> Target<checkout::Review>` (struct variants
 ///   take the fields in order, tuple variants `f0, f1, ...`, unit variants nothing);
 /// - [`AllowsTool`], [`AllowsTransition`] and [`AllowsChild`] for exactly the declared

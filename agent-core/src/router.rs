@@ -42,7 +42,9 @@ pub struct RouteOption {
     pub name: String,
     /// What it does.
     pub description: String,
-    /// For tools: the JSON schema of the input.
+    /// The JSON schema of the arguments, the document the answer is checked against: a
+    /// tool's input schema; a transition's declared argument's schema, or the closed empty
+    /// object for a transition that takes none. `None` reads as the closed empty object.
     pub schema: Option<Value>,
 }
 
@@ -599,10 +601,21 @@ fn validate_choice(
         )
     })?;
     compiled.check(&arguments).map_err(|e| {
+        // A transition that declares no argument is offered with the closed empty object.
+        let hint = if option.kind == OptionKind::Transition
+            && *schema == crate::schema::closed_empty_object()
+        {
+            format!(
+                "; `{}` takes no arguments: call it with `{{}}`",
+                option.name
+            )
+        } else {
+            String::new()
+        };
         Rejection::new(
             RejectionCode::SchemaViolation,
             format!(
-                "arguments of `{}` break its schema: {}",
+                "arguments of `{}` break its schema: {}{hint}",
                 option.name,
                 quote(&e, 400)
             ),
@@ -630,6 +643,35 @@ fn validate_choice(
             })
         }
     }
+}
+
+/// The second half of checking a transition the model chose in `state`: its arguments,
+/// which [`validate_answer`] checked against the schema offered, must also deserialize into
+/// the transition's declared type (`to(Payment(args = PayArgs))`), as a tool's input must
+/// into its input type. Any other decision, and a transition that declares no argument,
+/// passes as it is.
+///
+/// # Errors
+/// A [`Rejection`] with [`RejectionCode::InvalidArguments`]; nothing may execute.
+pub fn check_transition_arguments(
+    state: &crate::graph::StateDescription,
+    decision: Decision,
+    redact: &dyn Fn(&str) -> String,
+) -> Result<Decision, Rejection> {
+    if let Decision::Transition { to, arguments } = &decision
+        && let Some(declared) = state.arguments_of(to)
+        && let Err(e) = declared.check_typed(arguments)
+    {
+        return Err(Rejection::new(
+            RejectionCode::InvalidArguments,
+            format!(
+                "arguments of `{to}` do not match its argument `{}`: {}",
+                declared.type_name,
+                truncate(&redact(&e), 300)
+            ),
+        ));
+    }
+    Ok(decision)
 }
 
 fn parse_arguments(raw: &str) -> Result<Value, Rejection> {

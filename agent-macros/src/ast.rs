@@ -32,6 +32,8 @@ pub(crate) struct State {
     pub(crate) wait: Option<(Span, String)>,
     pub(crate) wait_timeout_ms: Option<(Span, u64)>,
     pub(crate) to: Vec<Ident>,
+    /// The typed transitions among `to(...)`, in the order written.
+    pub(crate) args: Vec<Argument>,
     pub(crate) to_span: Option<Span>,
     pub(crate) on_error: Option<Ident>,
     pub(crate) tools: Vec<Ident>,
@@ -46,7 +48,22 @@ pub(crate) struct State {
     pub(crate) children_outlive: Option<Span>,
 }
 
+/// `to(Payment(args = PayArgs))`: the argument the model gives with a transition.
+pub(crate) struct Argument {
+    /// The target, as written in `to(...)`.
+    pub(crate) to: Ident,
+    /// The span of the `args` key.
+    pub(crate) key: Span,
+    pub(crate) ty: syn::Type,
+}
+
 impl State {
+    /// The argument of the transition to `target`, if it declares one (the first, when the
+    /// target is listed twice).
+    pub(crate) fn argument(&self, target: &Ident) -> Option<&Argument> {
+        self.args.iter().find(|a| names::same(&a.to, target))
+    }
+
     pub(crate) fn name(&self) -> String {
         names::unraw(&self.ident)
     }
@@ -131,6 +148,19 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         for f in &v.fields {
             attr::reject(cx, &f.attrs, "fields");
         }
+        let to_span = va.to.span();
+        let targets = va.to.take().unwrap_or_default();
+        let to: Vec<Ident> = targets.iter().map(|t| t.ident.clone()).collect();
+        let args: Vec<Argument> = targets
+            .into_iter()
+            .filter_map(|t| {
+                t.args.map(|(key, ty)| Argument {
+                    to: t.ident,
+                    key,
+                    ty,
+                })
+            })
+            .collect();
         states.push(State {
             ident: v.ident.clone(),
             fields: v.fields.clone(),
@@ -143,7 +173,7 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
                 .wait_timeout_ms
                 .span()
                 .zip(va.wait_timeout_ms.get().copied()),
-            to_span: va.to.span(),
+            to_span,
             tools_span: va.tools.span(),
             max_tool_calls: va
                 .max_tool_calls
@@ -162,7 +192,8 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
             children_outlive: va.children_outlive.span(),
             children: va.children.take().unwrap_or_default(),
             on_error: va.on_error.take(),
-            to: va.to.take().unwrap_or_default(),
+            to,
+            args,
             tools: va.tools.take().unwrap_or_default(),
         });
     }

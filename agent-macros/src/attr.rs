@@ -37,6 +37,8 @@ pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 pub(crate) const DECISION_TIMEOUT_MS: &str = "decision_timeout_ms";
 pub(crate) const CHILDREN: &str = "children";
 pub(crate) const CHILDREN_OUTLIVE: &str = "children_outlive";
+/// Inside `to(...)`: `Payment(args = PayArgs)`.
+pub(crate) const ARGS: &str = "args";
 
 pub(crate) const KIND: &str = "kind";
 pub(crate) const INPUT: &str = "input";
@@ -179,6 +181,13 @@ pub(crate) struct ToolDecl {
     pub(crate) compensate: Option<Ident>,
 }
 
+/// `Payment` or `Payment(args = PayArgs)` inside a state's `to(...)`.
+pub(crate) struct TargetDecl {
+    pub(crate) ident: Ident,
+    /// The argument the model must give with this transition: the span of `args`, the type.
+    pub(crate) args: Option<(Span, Type)>,
+}
+
 pub(crate) struct EnumAttrs {
     pub(crate) tools: Attr<Vec<ToolDecl>>,
     pub(crate) dag: Attr<()>,
@@ -193,7 +202,7 @@ pub(crate) struct VariantAttrs {
     pub(crate) initial: Attr<()>,
     pub(crate) terminal: Attr<()>,
     pub(crate) compensate: Attr<()>,
-    pub(crate) to: Attr<Vec<Ident>>,
+    pub(crate) to: Attr<Vec<TargetDecl>>,
     pub(crate) tools: Attr<Vec<Ident>>,
     pub(crate) route_llm: Attr<()>,
     pub(crate) wait: Attr<String>,
@@ -357,6 +366,80 @@ fn path_list(cx: &Ctxt, meta: &ParseNestedMeta<'_>, what: &str) -> syn::Result<O
             );
             skip_value(item.input)?;
         }
+        Ok(())
+    });
+    if let Err(e) = nested {
+        cx.syn_error(e);
+    }
+    Ok(Some(out))
+}
+
+/// `to(A, B(args = Type))`: the successors, each optionally with the type of the argument
+/// the model gives with it, written as a hybrid tool names its compensation.
+fn targets(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec<TargetDecl>>> {
+    if !meta.input.peek(syn::token::Paren) {
+        cx.error(meta.path.span(), "expected `to(...)` with a list of states");
+        skip_value(meta.input)?;
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    let nested = meta.parse_nested_meta(|item| {
+        let Some(ident) = item.path.get_ident().cloned() else {
+            cx.error(
+                item.path.span(),
+                "expected a list of states in `to(...)`, like `to(A, B)`",
+            );
+            return skip_value(item.input);
+        };
+        if item.input.is_empty() || item.input.peek(Token![,]) {
+            out.push(TargetDecl { ident, args: None });
+            return Ok(());
+        }
+        if !item.input.peek(syn::token::Paren) {
+            cx.error(
+                item.path.span(),
+                "expected a list of states in `to(...)`, like `to(A, B)`",
+            );
+            return skip_value(item.input);
+        }
+        let mut args: Option<(Span, Type)> = None;
+        let mut given = false;
+        let target = names::unraw(&ident);
+        item.parse_nested_meta(|a| {
+            let key = key_of(&a);
+            if key == ARGS {
+                if given {
+                    cx.error(
+                        a.path.span(),
+                        Message::new(format!("duplicate key `args` on transition `{target}`"))
+                            .help("a transition takes one argument; make it a struct with one field per value"),
+                    );
+                    return skip_value(a.input);
+                }
+                given = true;
+                if let Some(ty) = value(cx, &a, "Type", Type::parse)? {
+                    args = Some((a.path.span(), ty));
+                }
+                Ok(())
+            } else if !a.input.peek(Token![=]) {
+                // `Payment(PayArgs)`: a type where `args = Type` belongs.
+                let ty = if a.input.is_empty() || a.input.peek(Token![,]) {
+                    key
+                } else {
+                    "Type".to_owned()
+                };
+                cx.error(
+                    a.path.span(),
+                    Message::new(format!("expected `{target}(args = {ty})`")).help(format!(
+                        "a transition's argument is declared with `args = Type`, as a hybrid tool's compensation is with `compensate = Tool`: `to({target}(args = {ty}))`"
+                    )),
+                );
+                skip_value(a.input)
+            } else {
+                unknown_key(cx, &a, AGENT, &[ARGS], Some("a transition"))
+            }
+        })?;
+        out.push(TargetDecl { ident, args });
         Ok(())
     });
     if let Err(e) = nested {
@@ -589,7 +672,7 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
             TERMINAL => flag(cx, &meta, &mut out.terminal)?,
             COMPENSATE => flag(cx, &meta, &mut out.compensate)?,
             TO => {
-                if let Some(v) = name_list(cx, &meta, "states")? {
+                if let Some(v) = targets(cx, &meta)? {
                     out.to.set(cx, span, v);
                 }
             }

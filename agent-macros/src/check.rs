@@ -274,6 +274,19 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             }
             seen.push(target);
         }
+        if s.llm.is_none() && s.terminal.is_none() {
+            for a in &s.args {
+                cx.error(
+                    a.key,
+                    Message::new(format!(
+                        "transition `{name}` -> `{}` takes an argument, but `{name}` is not LLM-routed",
+                        names::unraw(&a.to)
+                    ))
+                    .note("a transition's argument is what the model gives when it chooses the transition")
+                    .help(format!("add `route = llm` to `{name}`, or remove `args = ...` and pass the data to `{}::{}::new(...)` in the handler", agent.module, names::unraw(&a.to))),
+                );
+            }
+        }
         if let Some(target) = &s.on_error
             && agent.state(target).is_none()
         {

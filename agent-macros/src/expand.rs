@@ -6,7 +6,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Fields, Ident, Type, Visibility};
 
-use crate::ast::{Agent, State};
+use crate::ast::{Agent, Argument, State};
 use crate::attr::Kind;
 use crate::names;
 
@@ -40,6 +40,48 @@ pub(crate) fn marker(agent: &Agent, state: &State) -> TokenStream {
 
 pub(crate) fn route_ident(state: &State) -> Ident {
     format_ident!("{}Route", names::unraw(&state.ident))
+}
+
+/// The hidden trait, next to the route enum, whose associated types are the arguments of
+/// the state's typed transitions (so the module names the user's types without a path to
+/// them: its impl is written where the enum is).
+fn route_args_ident(state: &State) -> Ident {
+    format_ident!("__{}RouteArgs", names::unraw(&state.ident))
+}
+
+/// The successors the router chooses among: `to(...)`, known states, each once.
+fn route_successors<'a>(agent: &Agent, state: &'a State) -> Vec<&'a Ident> {
+    let mut out: Vec<&Ident> = Vec::new();
+    for t in &state.to {
+        if agent.state(t).is_some() && !out.iter().any(|o| names::same(o, t)) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The routed successors that declare an argument, with it.
+fn typed_successors<'a>(agent: &Agent, state: &'a State) -> Vec<(&'a Ident, &'a Argument)> {
+    if state.llm.is_none() {
+        return Vec::new();
+    }
+    route_successors(agent, state)
+        .into_iter()
+        .filter_map(|t| state.argument(t).map(|a| (t, a)))
+        .collect()
+}
+
+/// `<checkout::Review as checkout::__ReviewRouteArgs>::Payment`: the argument's type, named
+/// through the route's trait so the user's type is written once in the expansion (one
+/// error, not one per use, when it does not resolve).
+/// Spanned at the type as written, so that its unmet bounds are reported there.
+fn argument_type(agent: &Agent, state: &State, target: &Ident, span: Span) -> TokenStream {
+    let module = &agent.module;
+    let v = &state.ident;
+    let tr = route_args_ident(state);
+    let mut target = target.clone();
+    target.set_span(span);
+    quote_spanned!(span=> <#module::#v as #module::#tr>::#target)
 }
 
 /// The name of the state's handler method, without `r#`.
@@ -111,6 +153,20 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                 .map(|c| quote!(<#c as #krate::Agent>::NAME));
             let children_outlive = s.children_outlive.is_some();
             let data = lit(&s.data());
+            let arguments = typed_successors(agent, s).into_iter().map(|(t, a)| {
+                let to = lit(&names::unraw(t));
+                let type_name = lit(&quote::ToTokens::to_token_stream(&a.ty).to_string());
+                let span = a.ty.span();
+                let ty = argument_type(agent, s, t, span);
+                quote_spanned! {span=>
+                    #krate::__private::ArgumentSpec {
+                        to: #to,
+                        type_name: #type_name,
+                        schema: <#ty as #krate::__private::ArgumentSchema>::schema,
+                        check: <#ty as #krate::__private::ArgumentType>::check,
+                    }
+                }
+            });
             quote! {
                 #krate::__private::StateSpec {
                     name: #n, initial: #initial, terminal: #terminal, compensate: #compensate,
@@ -119,6 +175,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                     tools_per_answer: #tools_per_answer, timeout_ms: #timeout,
                     decision_timeout_ms: #decision_timeout, children: &[#(#children),*],
                     children_outlive: #children_outlive, data: #data,
+                    arguments: &[#(#arguments),*],
                 }
             }
         });
@@ -213,37 +270,120 @@ pub(crate) fn markers(agent: &Agent) -> TokenStream {
     });
     let routes = agent.states.iter().filter(|s| s.llm.is_some()).map(|s| {
         let route = route_ident(s);
+        let v = &s.ident;
         // The router chooses among `to(...)` only; `on_error` is taken by the runner on failure.
-        let succ: Vec<&Ident> = s.to.iter().filter(|t| agent.state(t).is_some()).collect();
+        let succ = route_successors(agent, s);
+        let typed = typed_successors(agent, s);
         let doc = format!(
             "The successors the LLM may choose in state `{}` of agent `{agent_name}`.",
             s.name()
         );
+        let args_trait = route_args_ident(s);
         let variants = succ.iter().map(|t| {
-            let doc = format!("Move to `{}`.", names::unraw(t));
-            quote!(#[doc = #doc] #t,)
+            if s.argument(t).is_some() {
+                let doc = format!(
+                    "Move to `{}`, with the argument the model gave (checked against its schema, then deserialized).",
+                    names::unraw(t)
+                );
+                quote!(#[doc = #doc] #t(<#v as #args_trait>::#t),)
+            } else {
+                let doc = format!("Move to `{}`.", names::unraw(t));
+                quote!(#[doc = #doc] #t,)
+            }
         });
+        // A route that carries arguments is moved into the handler: its arguments' types
+        // need not be `Copy`, `Clone` or comparable (its `Debug` is written below).
+        let derives = if typed.is_empty() {
+            quote!(#[derive(Debug, Clone, Copy, PartialEq, Eq)])
+        } else {
+            TokenStream::new()
+        };
+        let args = if typed.is_empty() {
+            TokenStream::new()
+        } else {
+            let assoc = typed.iter().map(|(t, _)| quote!(type #t;));
+            let doc = format!(
+                "The arguments of the typed transitions of state `{}`, by target.",
+                s.name()
+            );
+            quote! {
+                #[doc = #doc]
+                #[doc(hidden)]
+                #inner trait #args_trait {
+                    #(#assoc)*
+                }
+            }
+        };
         quote! {
             #[doc = #doc]
-            #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+            #derives
             #inner enum #route {
                 #(#variants)*
             }
+            #args
         }
     });
     let route_impls = agent.states.iter().filter(|s| s.llm.is_some()).map(|s| {
         let route = route_ident(s);
-        let arms = s.to.iter().filter(|t| agent.state(t).is_some()).map(|t| {
+        let private = quote!(#krate::__private);
+        let arguments = Ident::new("arguments", Span::mixed_site());
+        let arms = route_successors(agent, s).into_iter().map(|t| {
             let n = lit(&names::unraw(t));
-            quote!(#n => #krate::__private::Option::Some(Self::#t),)
+            if let Some(a) = s.argument(t) {
+                let ty = argument_type(agent, s, t, a.ty.span());
+                let decode = quote_spanned!(a.ty.span()=> <#ty as #private::ArgumentType>::decode);
+                quote!(#n => #private::Option::Some(#decode(#arguments).map(Self::#t)),)
+            } else {
+                quote!(#n => #private::Option::Some(#private::core::result::Result::Ok(Self::#t)),)
+            }
         });
+        let typed = typed_successors(agent, s);
+        let extra = if typed.is_empty() {
+            TokenStream::new()
+        } else {
+            let m = marker(agent, s);
+            let args_trait = route_args_ident(s);
+            let assoc = typed.iter().map(|(t, a)| {
+                let ty = &a.ty;
+                quote_spanned!(ty.span()=> type #t = #ty;)
+            });
+            let debug_arms = route_successors(agent, s).into_iter().map(|t| {
+                if s.argument(t).is_some() {
+                    let text = lit(&format!("{}(..)", names::unraw(t)));
+                    quote!(Self::#t(..) => f.write_str(#text),)
+                } else {
+                    let text = lit(&names::unraw(t));
+                    quote!(Self::#t => f.write_str(#text),)
+                }
+            });
+            quote! {
+                #[automatically_derived]
+                impl #module::#args_trait for #m {
+                    #(#assoc)*
+                }
+                // The route without its arguments, which need not be `Debug` (they are in
+                // the journal's decision record).
+                #[automatically_derived]
+                impl #private::core::fmt::Debug for #module::#route {
+                    fn fmt(&self, f: &mut #private::core::fmt::Formatter<'_>) -> #private::core::fmt::Result {
+                        match self {
+                            #(#debug_arms)*
+                        }
+                    }
+                }
+            }
+        };
         quote! {
+            #extra
             #[automatically_derived]
-            impl #krate::__private::RouteChoice for #module::#route {
-                fn from_name(name: &str) -> #krate::__private::Option<Self> {
+            impl #private::RouteChoice for #module::#route {
+                fn from_choice(
+                    name: &str,
+                    #arguments: &#private::serde_json::Value,
+                ) -> #private::Option<#private::core::result::Result<Self, #private::String>> {
                     match name {
                         #(#arms)*
-                        _ => #krate::__private::Option::None,
+                        _ => #private::Option::None,
                     }
                 }
             }

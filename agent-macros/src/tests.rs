@@ -26,7 +26,7 @@ fn checkout() -> DeriveInput {
         pub enum Checkout {
             #[agent(initial, tools(SearchProducts, GetCart), to(Review))]
             Browsing { cart: Cart },
-            #[agent(route = llm, tools(ReserveInventory), to(Payment, Browsing), on_error = Failed)]
+            #[agent(route = llm, tools(ReserveInventory), to(Payment(args = PayArgs), Browsing), on_error = Failed)]
             Review { cart: Cart },
             #[agent(tools(ChargePayment), to(Confirm, Failed), max_tool_calls = 3, timeout_ms = 30_000)]
             Payment { order: Order },
@@ -335,4 +335,45 @@ fn tool_attribute_mistakes_are_each_reported_and_a_stub_is_emitted() {
     assert_eq!(out.matches("compile_error").count(), 4);
     assert!(out.contains("impl :: durable_agents :: Tool for Count"));
     assert!(out.contains("type Input = String"));
+}
+
+#[test]
+fn transition_arguments_need_a_routed_state_and_well_formed_syntax() {
+    let input = parse_quote! {
+        enum A {
+            #[agent(initial, to(B(args = X), C))]
+            A,
+            #[agent(route = llm, to(C(Y), A(arg = X), B(args = X, args = Y)))]
+            B,
+            #[agent(terminal)]
+            C,
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "expected `C(args = Y)`",
+            "unknown key `arg` in `#[agent(...)]` on a transition",
+            "duplicate key `args` on transition `B`",
+            "transition `A` -> `B` takes an argument, but `A` is not LLM-routed",
+        ]
+    );
+    let ok = parse_quote! {
+        enum A {
+            #[agent(initial, route = llm, to(B(args = Vec<u8>), C(args = path::to::X), A))]
+            A,
+            #[agent(to(C))]
+            B,
+            #[agent(terminal)]
+            C,
+        }
+    };
+    assert_eq!(errors(&ok), Vec::<String>::new());
+    let cx = Ctxt::new();
+    let agent = ast::parse(&cx, &ok).unwrap();
+    let a = &agent.states[0];
+    assert_eq!(a.to.len(), 3);
+    assert_eq!(a.args.len(), 2);
+    assert_eq!(a.args[0].to, "B");
+    assert!(a.argument(&a.to[2]).is_none());
 }

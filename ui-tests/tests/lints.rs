@@ -1,6 +1,7 @@
 //! The expansion is lint-clean: deriving under `deny(warnings)`, `missing_docs` and clippy's
 //! pedantic group compiles (run by `cargo clippy --all-targets -- -D warnings`), for a public
-//! agent with tools, routes and waits, and for a private agent declared inside a function.
+//! agent with tools, routes (one transition typed) and waits, and for a private agent declared
+//! inside a function.
 #![deny(warnings, missing_docs, clippy::pedantic)]
 
 use durable_agents::{Agent, Ctx, StepResult, Wake};
@@ -24,7 +25,7 @@ pub enum Checkout {
         cart: Cart,
     },
     /// The LLM decides.
-    #[agent(route = llm, tools(ReserveInventory), to(Payment, Browsing), on_error = Failed)]
+    #[agent(route = llm, tools(ReserveInventory), to(Payment(args = Order), Browsing), on_error = Failed)]
     Review {
         /// The cart.
         cart: Cart,
@@ -65,9 +66,7 @@ impl CheckoutHandlers for Shop {
         cart: Cart,
     ) -> StepResult<checkout::Review> {
         Ok(match route {
-            checkout::ReviewRoute::Payment => ctx.to(checkout::Payment::new(Order {
-                id: cart.items.join(","),
-            })),
+            checkout::ReviewRoute::Payment(order) => ctx.to(checkout::Payment::new(order)),
             checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(cart)),
         })
     }

@@ -11,7 +11,8 @@ use super::{FaultPoint, RunnerError};
 use crate::agent::StepError;
 use crate::router::{
     Decision, DecisionRecord, OptionKind, Rejection, RejectionCode, RouteOption, RouteRequest,
-    RouterError, RouterReply, ToolResultView, truncate, validate_answer,
+    RouterError, RouterReply, ToolResultView, check_transition_arguments, truncate,
+    validate_answer,
 };
 use crate::store::{CallStatus, EntryKind};
 
@@ -45,11 +46,13 @@ pub(crate) fn options(cx: &StepCx<'_>) -> Vec<RouteOption> {
     transitions.chain(tools).collect()
 }
 
-/// The schema a transition is offered with, and its arguments are checked against. Every
-/// transition takes none yet: the closed empty object, so whatever the model puts there is
-/// refused instead of reaching the handler.
-fn transition_schema(_cx: &StepCx<'_>, _to: &str) -> Value {
-    crate::schema::closed_empty_object()
+/// The schema a transition is offered with, and its arguments are checked against: its
+/// declared argument's (`to(Payment(args = PayArgs))`), else the closed empty object, so
+/// whatever the model puts there is refused instead of reaching the handler.
+fn transition_schema(cx: &StepCx<'_>, to: &str) -> Value {
+    cx.state
+        .arguments_of(to)
+        .map_or_else(crate::schema::closed_empty_object, |a| a.schema.clone())
 }
 
 /// Longest error message of a failed ask kept in the journal (after redaction).
@@ -100,15 +103,30 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                             calls.iter().map(|c| (&c.tool, OptionKind::Tool)).collect()
                         }
                     };
-                    let gone = chosen.into_iter().find(|(name, kind)| {
-                        !options.iter().any(|o| &o.name == *name && o.kind == *kind)
-                    });
-                    if let Some((name, _)) = gone {
+                    let gone = chosen
+                        .into_iter()
+                        .find(|(name, kind)| {
+                            !options.iter().any(|o| &o.name == *name && o.kind == *kind)
+                        })
+                        .map(|(name, _)| {
+                            format!("`{name}`, which the current graph no longer offers there")
+                        })
+                        // ... or its transition's argument may have changed type.
+                        .or_else(|| match &d {
+                            Decision::Transition { to, arguments } => {
+                                (cx.state).check_arguments(to, arguments).err().map(|e| {
+                                    format!(
+                                        "`{to}` with arguments its argument type now refuses: {e}"
+                                    )
+                                })
+                            }
+                            _ => None,
+                        });
+                    if let Some(what) = gone {
                         cx.set_quarantine(crate::store::RunError {
                             code: "graph.incompatible".into(),
                             message: format!(
-                                "journaled decision #{seq} in `{}` chose `{name}`, which the current graph no \
-                                 longer offers there",
+                                "journaled decision #{seq} in `{}` chose {what}",
                                 cx.state.name
                             ),
                         });
@@ -263,7 +281,8 @@ async fn ask(
     let (reply, outcome) = match answer {
         Ok(reply) => {
             let outcome =
-                validate_answer(options, &reply, check, &redact, request.tools_per_answer);
+                validate_answer(options, &reply, check, &redact, request.tools_per_answer)
+                    .and_then(|d| check_transition_arguments(cx.state, d, &redact));
             (reply, outcome)
         }
         Err(e) => {

@@ -1,0 +1,36 @@
+// A transition that declares no argument has none to take: its route variant carries nothing.
+use durable_agents::{Agent, Ctx, StepResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Deserialize, JsonSchema)]
+pub struct PayArgs {
+    pub amount_cents: u64,
+}
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+enum Checkout {
+    #[agent(initial, route = llm, to(Payment(args = PayArgs), Done))]
+    Review,
+    #[agent(to(Done))]
+    Payment { cents: u64 },
+    #[agent(terminal)]
+    Done,
+}
+
+struct Shop;
+
+impl CheckoutHandlers for Shop {
+    async fn review(&self, ctx: Ctx<'_, checkout::Review>, route: checkout::ReviewRoute) -> StepResult<checkout::Review> {
+        Ok(match route {
+            checkout::ReviewRoute::Payment(args) => ctx.to(checkout::Payment::new(args.amount_cents)),
+            checkout::ReviewRoute::Done(_reason) => ctx.to(checkout::Done::new()),
+        })
+    }
+
+    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, _cents: u64) -> StepResult<checkout::Payment> {
+        Ok(ctx.to(checkout::Done::new()))
+    }
+}
+
+fn main() {}
