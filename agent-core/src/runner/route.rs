@@ -79,7 +79,15 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
     let mut tool_calls = 0;
     loop {
         let seq = cx.next_seq();
-        let outcome: Result<Decision, Rejection> = if let Some(entry) = cx.journaled(seq) {
+        // An ask that a crash interrupted left its `started` entry: it is asked again under
+        // the same index, counting the attempt that was in flight.
+        let (journaled, prior_asks) = match cx.journaled(seq) {
+            Some(e) if e.kind == EntryKind::Decision && e.status == CallStatus::Started => {
+                (None, e.attempts)
+            }
+            other => (other, 0),
+        };
+        let outcome: Result<Decision, Rejection> = if let Some(entry) = journaled {
             // A committed question is never asked again.
             if entry.kind != EntryKind::Decision {
                 return Err(StepError::Handler(format!(
@@ -170,7 +178,11 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
             }
             request.trim_to_budget(cx.inner.config.prompt_token_budget);
             let span = info_span!("decision", run_id = %cx.run_id, state = %cx.state.name, version = cx.version, seq);
-            ask(cx, router.as_ref(), &request, &options, &check, seq)
+            let asked = Asked {
+                seq,
+                prior: prior_asks,
+            };
+            ask(cx, router.as_ref(), &request, &options, &check, asked)
                 .instrument(span)
                 .await?
         };
@@ -241,6 +253,13 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
     }
 }
 
+/// Which ask: its journal index, and how many earlier asks under it a crash interrupted.
+#[derive(Clone, Copy, Debug)]
+struct Asked {
+    seq: u32,
+    prior: u32,
+}
+
 /// One ask, journaled as decision entry `seq`: accepted, rejected, or failed (an error, a
 /// timeout, a body that is not the provider's shape), each with its code.
 async fn ask(
@@ -249,12 +268,24 @@ async fn ask(
     request: &RouteRequest,
     options: &[RouteOption],
     check: &(dyn Fn(&str, &Value) -> Result<(), String> + Sync),
-    seq: u32,
+    Asked { seq, prior }: Asked,
 ) -> Result<Result<Decision, Rejection>, StepError> {
+    let config = &cx.inner.config;
+    let redact = |s: &str| config.redact_text(s);
+    // Journaled before it is sent, so that an ask a crash interrupts leaves a trace (and an
+    // event a follower sees while the model thinks); the answer replaces it.
+    let input = json!({
+        "prompt_hash": request.prompt_hash(),
+        "options": request.options.iter().map(|o| redact(&o.name)).collect::<Vec<_>>(),
+    });
+    let mut entry = cx.new_entry(seq, EntryKind::Decision, "router", input);
+    entry.attempts = prior + 1;
+    if !cx.record(entry.clone()).await {
+        return Err(interrupted());
+    }
     if cx.fault(FaultPoint::LlmSent) {
         return Err(interrupted());
     }
-    let config = &cx.inner.config;
     let started = Instant::now();
     // Providers retry transient failures themselves (with `retry-after`), inside this
     // timeout; the runner's re-asks come on top, within `max_reasks`. The lease is kept
@@ -277,7 +308,6 @@ async fn ask(
     if cx.fault(FaultPoint::LlmAnswered) {
         return Err(interrupted());
     }
-    let redact = |s: &str| config.redact_text(s);
     let (reply, outcome) = match answer {
         Ok(reply) => {
             let outcome =
@@ -313,12 +343,6 @@ async fn ask(
         }
         None => {}
     }
-    let input = json!({
-        "prompt_hash": record.prompt_hash,
-        "options": record.options,
-    });
-    let mut entry = cx.new_entry(seq, EntryKind::Decision, "router", input);
-    entry.attempts = 1;
     entry.duration_ms = latency;
     entry.finished_at = Some(crate::store::now_ms());
     match &record.rejection {
