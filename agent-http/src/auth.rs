@@ -27,7 +27,13 @@ impl Auth {
         }
     }
 
-    fn accepts(&self, presented: Option<&str>) -> bool {
+    /// Whether reads need the token too (the inspector's pages follow the same rule).
+    pub(crate) fn reads_need_token(&self) -> bool {
+        self.reads_need_token
+    }
+
+    /// Whether `presented` is the token (in constant time); never without one configured.
+    pub(crate) fn accepts(&self, presented: Option<&str>) -> bool {
         match (&self.token, presented) {
             (Some(token), Some(presented)) => {
                 bool::from(token.as_bytes().ct_eq(presented.as_bytes()))

@@ -21,6 +21,12 @@
 //! # }
 //! ```
 //!
+//! ## The run inspector
+//! Every router also serves the run inspector under `/ui/`: web pages that show every run
+//! as its graph, its timeline and its journal, live, and act on runs through this API with
+//! its token (`docs/inspector.md`). Reads follow the rules below; where reads need the
+//! token, a sign-in form (`/ui/login`) sets a cookie that reads the pages only.
+//!
 //! ## Security
 //! - **Writes need a bearer token, always**: `Authorization: Bearer TOKEN`, compared in
 //!   constant time. Without a configured token, writes are refused (`403`).
@@ -40,9 +46,11 @@ mod auth;
 mod error;
 mod events;
 mod extract;
+mod inspector;
 mod limits;
 mod openapi;
 mod runs;
+mod tools;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -169,25 +177,34 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         agents: config.agents.clone(),
     };
     let max_body = config.max_body_bytes;
-    let mut app = Router::new()
-        .merge(runs::routes())
-        .merge(events::routes())
-        .merge(agents::routes())
-        .merge(openapi::routes())
-        .with_state(state)
-        // Bodies are refused by their declared length before anything reads them, and by
-        // what was read when they declare none (chunked).
-        .layer(DefaultBodyLimit::max(max_body))
-        .layer(axum::middleware::from_fn(move |request, next| {
-            limits::check_length(max_body, request, next)
-        }))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(auth::Auth::new(
-                config.token.clone(),
-                config.reads_need_token,
-            )),
-            auth::check,
-        ));
+    let auth = Arc::new(auth::Auth::new(
+        config.token.clone(),
+        config.reads_need_token,
+    ));
+    let limits = move |router: Router| {
+        router
+            // Bodies are refused by their declared length before anything reads them, and
+            // by what was read when they declare none (chunked).
+            .layer(DefaultBodyLimit::max(max_body))
+            .layer(axum::middleware::from_fn(move |request, next| {
+                limits::check_length(max_body, request, next)
+            }))
+    };
+    let api = limits(
+        Router::new()
+            .merge(runs::routes())
+            .merge(events::routes())
+            .merge(agents::routes())
+            .merge(tools::routes())
+            .merge(openapi::routes())
+            .with_state(state.clone()),
+    )
+    .layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&auth),
+        auth::check,
+    ));
+    // The inspector's pages (`/ui/`) check reads their own way (a sign-in cookie too).
+    let mut app = api.merge(limits(inspector::routes(state, auth)));
     if !config.cors_origins.is_empty() {
         app = app.layer(
             CorsLayer::new()

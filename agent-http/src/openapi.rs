@@ -13,7 +13,7 @@ use crate::AppState;
 #[openapi(
     info(
         title = "durable agents",
-        description = "Runs of durable agents: read them, follow their events live, signal, cancel and retry them. Writes need a bearer token, always; reads need it off loopback.",
+        description = "Runs of durable agents: read them, follow their events live, signal, cancel and retry them; switch tools off and on. Writes need a bearer token, always; reads need it off loopback.",
     ),
     paths(
         crate::runs::list_runs,
@@ -29,6 +29,9 @@ use crate::AppState;
         crate::events::run_event_stream,
         crate::events::event_stream,
         crate::agents::start_run,
+        crate::tools::list_tools,
+        crate::tools::enable,
+        crate::tools::disable,
     ),
     modifiers(&BearerAuth),
     tags(

@@ -37,32 +37,32 @@ const MAX_PAGE: usize = 500;
 #[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
     /// Only this agent's runs.
-    agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// Only runs in these statuses, comma-separated (`running,waiting`).
-    status: Option<String>,
+    pub(crate) status: Option<String>,
     /// Only runs carrying every one of these labels, comma-separated `key=value` pairs.
-    label: Option<String>,
+    pub(crate) label: Option<String>,
     /// Only the children of this run.
-    parent: Option<String>,
+    pub(crate) parent: Option<String>,
     /// Only runs created at or after this time (milliseconds since the epoch).
-    created_after: Option<Millis>,
+    pub(crate) created_after: Option<Millis>,
     /// Only runs created before this time (milliseconds since the epoch).
-    created_before: Option<Millis>,
+    pub(crate) created_before: Option<Millis>,
     /// Runs per page (default 50, at most 500).
     #[param(minimum = 1, maximum = 500)]
-    limit: Option<usize>,
+    pub(crate) limit: Option<usize>,
     /// The `next` of the previous page.
-    cursor: Option<String>,
+    pub(crate) cursor: Option<String>,
 }
 
 /// A page of runs, newest first.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct RunPage {
     /// The runs.
-    runs: Vec<RunRecord>,
+    pub(crate) runs: Vec<RunRecord>,
     /// Give it as `cursor` for the next page; absent on the last.
     #[serde(skip_serializing_if = "Option::is_none")]
-    next: Option<String>,
+    pub(crate) next: Option<String>,
 }
 
 /// Where a page of runs ends: the creation time of its last run, and how many runs
@@ -126,6 +126,11 @@ pub(crate) async fn list_runs(
     State(app): State<AppState>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
+    list_page(&app, q).await.map(Json)
+}
+
+/// A page of runs (what `GET /v1/runs` answers; the inspector's runs page shows it).
+pub(crate) async fn list_page(app: &AppState, q: ListQuery) -> Result<RunPage, ApiError> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::bad_request(format!(
@@ -189,7 +194,7 @@ pub(crate) async fn list_runs(
         }
         _ => None,
     };
-    Ok(Json(RunPage { runs, next }))
+    Ok(RunPage { runs, next })
 }
 
 async fn load(app: &AppState, id: &str) -> Result<RunRecord, ApiError> {

@@ -1,0 +1,155 @@
+//! The run inspector: web pages under `/ui/` that show every run as its graph, its
+//! timeline and its journal, live (`docs/inspector.md`).
+//!
+//! Pages are rendered on the server from askama templates (compiled and checked with the
+//! crate, escaping HTML by default) and made live by one small script: server-sent events
+//! from the API's streams, and the page's sections fetched again when the run moves.
+//! Actions (signal, cancel, retry, tool switches) go through the JSON API with the bearer
+//! token the page asks for once and keeps in `sessionStorage`. The stylesheet and the
+//! script are embedded with `include_str!`: two files need no asset crate, and nothing is
+//! loaded from anywhere else at run time.
+//!
+//! Reads follow the API's rules: open on loopback, and when reads need the token, the pages
+//! take it from the `Authorization` header or from a cookie set by the sign-in form
+//! (`/ui/login`), which authorizes reads of `/ui/` only; every write still needs the
+//! bearer header.
+
+mod graph;
+mod pages;
+mod view;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+
+use crate::AppState;
+use crate::auth::Auth;
+
+/// The cookie the sign-in form sets: the token, hex-encoded.
+pub(crate) const COOKIE: &str = "durable_agents_ui";
+
+const CSS: &str = include_str!("../../inspector/assets/inspector.css");
+const JS: &str = include_str!("../../inspector/assets/inspector.js");
+
+/// The inspector's routes, with their own read check (the API's, plus the cookie).
+pub(crate) fn routes(state: AppState, auth: Arc<Auth>) -> Router {
+    Router::new()
+        .route("/ui", get(|| async { Redirect::to("ui/") }))
+        .route("/ui/", get(pages::runs))
+        .route("/ui/runs/{id}", get(pages::run))
+        .route("/ui/runs/{id}/entries/{version}/{seq}", get(pages::entry))
+        .route("/ui/agents", get(pages::agents))
+        .route("/ui/agents/{name}", get(pages::agent))
+        .route(
+            "/ui/login",
+            get(pages::login).post({
+                let auth = Arc::clone(&auth);
+                move |uri: axum::http::Uri, form| {
+                    std::future::ready(pages::sign_in(&auth, &uri, form))
+                }
+            }),
+        )
+        .route("/ui/stream/events", get(crate::events::event_stream))
+        .route("/ui/stream/runs/{id}", get(crate::events::run_event_stream))
+        .route("/ui/assets/inspector.css", get(css))
+        .route("/ui/assets/inspector.js", get(js))
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(auth, check))
+}
+
+async fn css() -> Response {
+    asset(CSS, "text/css; charset=utf-8")
+}
+
+async fn js() -> Response {
+    asset(JS, "text/javascript; charset=utf-8")
+}
+
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The relative way from a page at `path` (`/ui/runs/x`) back to the router's root (`../../`),
+/// so that links work wherever the router is mounted (`Router::nest`).
+pub(crate) fn root_of(path: &str) -> String {
+    "../".repeat(path.matches('/').count().saturating_sub(1).max(1))
+}
+
+/// Let a read through when reads are open, or it carries the token (header or cookie);
+/// send a page to the sign-in form, and anything else away with `401`. The sign-in form
+/// and the assets are always served. Writes are left to the API's own check.
+async fn check(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let open = !auth.reads_need_token() || path == "/ui/login" || path.starts_with("/ui/assets/");
+    if open {
+        return secure(next.run(request).await);
+    }
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let cookie = request
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .find_map(|hexed| String::from_utf8(hex::decode(hexed).ok()?).ok());
+    if bearer.or(cookie).is_some_and(|t| auth.accepts(Some(&t))) {
+        return secure(next.run(request).await);
+    }
+    if path.starts_with("/ui/stream/") {
+        return (StatusCode::UNAUTHORIZED, "sign in at /ui/login").into_response();
+    }
+    let to = format!("{}ui/login", root_of(path));
+    Redirect::to(&to).into_response()
+}
+
+/// Every page: no framing by other sites, no script or style from anywhere but here.
+fn secure(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; \
+             connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::root_of;
+
+    #[test]
+    fn the_root_is_found_from_any_page() {
+        assert_eq!(root_of("/ui/"), "../");
+        assert_eq!(root_of("/ui/agents"), "../");
+        assert_eq!(root_of("/ui/runs/a"), "../../");
+        assert_eq!(root_of("/ui/runs/a/entries/1/2"), "../../../../../");
+    }
+}

@@ -1,0 +1,165 @@
+//! Small helpers that turn records into text for the pages: times, JSON, the change from
+//! one state to the next.
+
+use std::collections::BTreeMap;
+
+use agent_core::store::Millis;
+use serde_json::Value;
+
+/// A time as `2026-01-31 12:34:56Z` (UTC), or `—` for none.
+pub(crate) fn time(ms: Millis) -> String {
+    if ms <= 0 {
+        return "—".to_owned();
+    }
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// JSON, pretty, cut at `max` bytes (on a character boundary) with a note saying so.
+pub(crate) fn json(value: &Value, max: usize) -> (String, bool) {
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (
+        format!("{}\n… ({} bytes in all)", &text[..end], text.len()),
+        true,
+    )
+}
+
+/// One line of a state's change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Change {
+    /// `+` added, `-` removed, `~` changed.
+    pub(crate) sign: &'static str,
+    /// Where, as a JSON pointer (`/cart/items/0`).
+    pub(crate) path: String,
+    /// The value before (changed, removed).
+    pub(crate) before: String,
+    /// The value after (changed, added).
+    pub(crate) after: String,
+}
+
+fn flatten(value: &Value, path: String, out: &mut BTreeMap<String, String>) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, v) in map {
+                let key = k.replace('~', "~0").replace('/', "~1");
+                flatten(v, format!("{path}/{key}"), out);
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            for (i, v) in items.iter().enumerate() {
+                flatten(v, format!("{path}/{i}"), out);
+            }
+        }
+        leaf => {
+            out.insert(
+                if path.is_empty() {
+                    "/".to_owned()
+                } else {
+                    path
+                },
+                leaf.to_string(),
+            );
+        }
+    }
+}
+
+/// What changed from `before` to `after`, leaf by leaf, in path order.
+pub(crate) fn diff(before: &Value, after: &Value) -> Vec<Change> {
+    let mut a = BTreeMap::new();
+    let mut b = BTreeMap::new();
+    flatten(before, String::new(), &mut a);
+    flatten(after, String::new(), &mut b);
+    let mut out = Vec::new();
+    for (path, old) in &a {
+        match b.get(path) {
+            None => out.push(Change {
+                sign: "-",
+                path: path.clone(),
+                before: old.clone(),
+                after: String::new(),
+            }),
+            Some(new) if new != old => out.push(Change {
+                sign: "~",
+                path: path.clone(),
+                before: old.clone(),
+                after: new.clone(),
+            }),
+            Some(_) => {}
+        }
+    }
+    for (path, new) in &b {
+        if !a.contains_key(path) {
+            out.push(Change {
+                sign: "+",
+                path: path.clone(),
+                before: String::new(),
+                after: new.clone(),
+            });
+        }
+    }
+    out.sort_by(|x, y| x.path.cmp(&y.path));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{diff, json, time};
+    use serde_json::json;
+
+    #[test]
+    fn times_read_as_utc() {
+        assert_eq!(time(0), "—");
+        assert_eq!(time(1_700_000_000_000), "2023-11-14 22:13:20Z");
+        assert_eq!(time(951_782_400_000), "2000-02-29 00:00:00Z");
+    }
+
+    #[test]
+    fn a_diff_names_each_leaf_added_removed_or_changed() {
+        let a = json!({"Cart": {"items": ["apple", "kiwi"], "n": 2}});
+        let b = json!({"Cart": {"items": ["apple"], "n": 1, "note": "x"}});
+        let d: Vec<(String, String)> = diff(&a, &b)
+            .into_iter()
+            .map(|c| (c.sign.to_owned(), c.path))
+            .collect();
+        assert_eq!(
+            d,
+            [
+                ("-".to_owned(), "/Cart/items/1".to_owned()),
+                ("~".to_owned(), "/Cart/n".to_owned()),
+                ("+".to_owned(), "/Cart/note".to_owned()),
+            ]
+        );
+        assert!(diff(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn long_json_is_cut_on_a_character_boundary() {
+        let (text, cut) = json(&json!("ééééééééé"), 6);
+        assert!(cut);
+        assert!(text.contains("bytes in all"));
+    }
+}

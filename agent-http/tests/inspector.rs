@@ -1,0 +1,382 @@
+//! The run inspector's pages over HTTP: what each page shows, that hostile strings in a run
+//! are escaped, that reads follow the API's token rules (with the sign-in cookie), that the
+//! pages work where the router is mounted, and the tool switches of the API.
+
+extern crate durable_agents_http as agent_http;
+
+mod common;
+
+use agent_core::graph::GraphDescription;
+use agent_core::store::NewRun;
+use agent_http::ApiConfig;
+use common::{Db, Server, TOKEN, client, json};
+use serde_json::json;
+
+async fn page(url: &str) -> (u16, String, String) {
+    let resp = client().get(url).send().await.expect("get");
+    let status = resp.status().as_u16();
+    let ctype = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, ctype, resp.text().await.expect("body"))
+}
+
+/// A store with a waiting run, a completed one and a cancelled one of the fixture agent.
+async fn fixture() -> Db {
+    let db = Db::new().await;
+    db.drive("order-waiting", "Pay").await;
+    db.drive("order-cancelled", "Cancelled").await;
+    db.drive("order-done", "Pay").await;
+    let r = db.runner("Pay");
+    r.signal("order-done", "confirm", json!({"ok": true}))
+        .await
+        .unwrap();
+    r.run("order-done").await.unwrap();
+    db
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_page_lists_filters_counts_and_pages() {
+    let db = fixture().await;
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, ctype, body) = page(&server.url("/ui/")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(ctype.starts_with("text/html"), "{ctype}");
+    for id in ["order-waiting", "order-cancelled", "order-done"] {
+        assert!(body.contains(id), "{id} missing");
+    }
+    // Counts per status, in words (not by colour alone).
+    assert!(
+        body.contains(r#"<span class="status s-waiting">waiting</span> 1"#),
+        "{body}"
+    );
+    assert!(body.contains(r#"<span class="status s-completed">completed</span> 1"#));
+    // Links work wherever the router is mounted: relative to the page.
+    assert!(
+        body.contains(r#"href="../ui/runs/order-waiting""#),
+        "{body}"
+    );
+    assert!(body.contains(r#"href="../ui/assets/inspector.css""#));
+
+    // Filters: status, agent, age.
+    let (_, _, waiting) = page(&server.url("/ui/?status=waiting")).await;
+    assert!(waiting.contains("order-waiting") && !waiting.contains("order-done\""));
+    assert!(!waiting.contains(r#"data-run="order-done""#));
+    let (_, _, none) = page(&server.url("/ui/?agent=Nobody")).await;
+    assert!(none.contains("No run matches."));
+    let (_, _, recent) = page(&server.url("/ui/?age=1h")).await;
+    assert!(recent.contains(r#"data-run="order-done""#));
+    let (status, _, bad) = page(&server.url("/ui/?age=forever")).await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad.contains("age is 1h, 24h, 7d or 30d"), "{bad}");
+
+    // Cursor pagination: one run a page, three pages, every run once.
+    let mut seen = Vec::new();
+    let mut url = server.url("/ui/?limit=1");
+    for _ in 0..5 {
+        let (status, _, body) = page(&url).await;
+        assert_eq!(status, 200);
+        let row = body
+            .split(r#"<tr data-run=""#)
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .expect("a row")
+            .to_owned();
+        seen.push(row);
+        match body.split(r#"id="next-page" href="./?"#).nth(1) {
+            Some(rest) => {
+                let q = rest
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .replace("&#38;", "&")
+                    .replace("&amp;", "&");
+                url = server.url(&format!("/ui/?{q}"));
+            }
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["order-cancelled", "order-done", "order-waiting"]);
+
+    // The live section alone, as the script fetches it.
+    let (_, _, rows) = page(&server.url("/ui/?fragment=rows")).await;
+    assert!(rows.contains("runs-table") && !rows.contains("<html"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_page_shows_graph_path_timeline_journal_decisions_and_verdict() {
+    let db = fixture().await;
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/order-waiting")).await;
+    assert_eq!(status, 200, "{body}");
+    // The graph, laid out in Rust, with the path and the current state in words.
+    assert!(body.contains("<svg"), "{body}");
+    assert!(
+        body.contains(r#"class="node waits visited current""#),
+        "{body}"
+    );
+    assert!(body.contains("● current · waits `confirm`"), "{body}");
+    assert!(body.contains(r#"class="edge taken""#));
+    assert!(body.contains("Start → Decide"));
+    // The wait, and the form to answer it.
+    assert!(body.contains(r#"id="signal-form""#));
+    assert!(body.contains(r#"id="signal-name" name="name" value="confirm""#));
+    assert!(body.contains(r#"id="cancel-button""#));
+    // Timeline with each version's state and its change from the previous one.
+    assert!(body.contains(r#"<li id="v1">"#), "{body}");
+    assert!(body.contains("Change from the previous version"));
+    // The journal: tools with kinds and keys; the decisions with their options.
+    assert!(body.contains("Reserve") && body.contains("hybrid"));
+    assert!(
+        body.contains("<code>order-waiting:0:1</code>"),
+        "idempotency key: {body}"
+    );
+    assert!(body.contains(r#"<table id="decisions">"#));
+    assert!(body.contains("Lookup, Pay, Cancelled") || body.contains("Pay, Cancelled"));
+    // The hash chain checks out.
+    assert!(body.contains("✔ intact"), "{body}");
+
+    // A final run offers no signal form and no cancel.
+    let (_, _, done) = page(&server.url("/ui/runs/order-done")).await;
+    assert!(!done.contains(r#"id="signal-form""#) && !done.contains(r#"id="cancel-button""#));
+    assert!(done.contains(r#"<span id="run-status" class="status s-completed">completed</span>"#));
+
+    // The live section alone.
+    let (_, _, live) = page(&server.url("/ui/runs/order-waiting?fragment=live")).await;
+    assert!(live.contains("run-facts") && !live.contains("<html"));
+
+    // One entry whole; unknown runs and entries are pages that say so.
+    let (status, _, entry) = page(&server.url("/ui/runs/order-waiting/entries/0/0")).await;
+    assert_eq!(status, 200);
+    assert!(entry.contains("idempotency_key"));
+    let (status, ctype, missing) = page(&server.url("/ui/runs/nope")).await;
+    assert_eq!(status, 404);
+    assert!(ctype.starts_with("text/html") && missing.contains("run `nope` not found"));
+    let (status, _, _) = page(&server.url("/ui/runs/order-waiting/entries/9/9")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_page_shows_states_by_role_and_tools_with_kinds() {
+    let db = fixture().await;
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+    let (_, _, agents) = page(&server.url("/ui/agents")).await;
+    let agent = db.store.agents().await.unwrap().remove(0);
+    assert!(agents.contains(&agent));
+    let (status, _, body) = page(&server.url(&format!("/ui/agents/{agent}"))).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("<svg"));
+    assert!(
+        body.contains(r#"<th scope="row">Decide</th><td>LLM-routed</td>"#),
+        "{body}"
+    );
+    assert!(body.contains(r#"<th scope="row">Start</th><td>initial, handler</td>"#));
+    assert!(body.contains("Reserve (hybrid)"), "{body}");
+    assert!(body.contains(r#"data-action="tool" data-tool="Charge" data-enable="false""#));
+    let (status, _, _) = page(&server.url("/ui/agents/Nobody")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_strings_in_a_run_are_escaped_everywhere() {
+    let db = Db::new().await;
+    let evil = "<script>alert(1)</script>";
+    let graph: GraphDescription = serde_json::from_value(json!({
+        "agent": "Evil",
+        "states": [
+            {"name": evil, "initial": true, "to": ["Done\"><img src=x onerror=alert(2)>"]},
+            {"name": "Done\"><img src=x onerror=alert(2)>", "terminal": true}
+        ],
+        "tools": []
+    }))
+    .unwrap();
+    db.store.register_agent(&graph).await.unwrap();
+    db.store
+        .create_run(
+            NewRun::new(
+                "evil-run",
+                "Evil",
+                "f",
+                evil,
+                json!({ "note": evil, evil: "</pre><script>alert(3)</script>" }),
+            )
+            .with_label("who", "x"),
+        )
+        .await
+        .unwrap();
+    db.store
+        .send_signal("evil-run", evil, &json!({"p": evil}))
+        .await
+        .unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+    for path in ["/ui/", "/ui/runs/evil-run", "/ui/agents/Evil"] {
+        let (status, _, body) = page(&server.url(path)).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(!body.contains("<script>alert"), "{path}: {body}");
+        assert!(!body.contains("<img src=x"), "{path}: {body}");
+        assert!(
+            body.contains("&lt;script&gt;alert(1)&lt;/script&gt;")
+                || body.contains("&#60;script&#62;"),
+            "{path}: {body}"
+        );
+    }
+    // The pages allow no inline script at all.
+    let resp = client().get(server.url("/ui/")).send().await.unwrap();
+    let csp = resp.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_loopback_rules_the_pages_need_the_token_or_the_sign_in_cookie() {
+    let db = fixture().await;
+    let server = Server::serve(
+        &db.store,
+        ApiConfig::default()
+            .with_token(TOKEN)
+            .require_token_for_reads(),
+    )
+    .await;
+    let plain = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    // Without the token: pages go to the sign-in form, streams are refused.
+    let resp = plain
+        .get(server.url("/ui/runs/order-waiting"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 303);
+    assert_eq!(resp.headers()["location"], "../../ui/login");
+    let resp = plain
+        .get(server.url("/ui/stream/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    // The form and the assets are served to anyone.
+    let resp = plain.get(server.url("/ui/login")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = plain
+        .get(server.url("/ui/assets/inspector.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // With the bearer header.
+    let resp = plain
+        .get(server.url("/ui/"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // A wrong token does not sign in; the right one sets a cookie that reads the pages.
+    let resp = plain
+        .post(server.url("/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    let resp = plain
+        .post(server.url("/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 303);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let resp = plain
+        .get(server.url("/ui/runs/order-waiting"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // The cookie reads pages only: the API still wants the header.
+    let resp = plain
+        .get(server.url("/v1/runs"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = plain
+        .post(server.url("/v1/runs/order-waiting/cancel"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_work_where_the_router_is_mounted() {
+    let db = fixture().await;
+    let server = Server::mounted(agent_http::router(db.store.clone(), ApiConfig::default())).await;
+    let (status, _, body) = page(&server.url("/ui/")).await;
+    assert_eq!(status, 200, "{body}");
+    // `../ui/...` from `/api/ui/` is `/api/ui/...`.
+    let (status, ctype, css) = page(&server.url("/ui/assets/inspector.css")).await;
+    assert_eq!(status, 200);
+    assert!(ctype.starts_with("text/css") && css.contains("svg.graph"));
+    let (status, _, _) = page(&server.url("/ui/runs/order-waiting")).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_are_switched_off_and_on_with_the_token() {
+    let db = Db::new().await;
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let c = client();
+    let (status, _) = json(
+        c.post(server.url("/v1/tools/Charge/disable"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (status, body) = json(
+        c.post(server.url("/v1/tools/Charge/disable"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"reason": "the gateway is down"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["enabled"], false);
+    assert_eq!(body["reason"], "the gateway is down");
+    assert!(!db.store.tool_enabled("Charge").await.unwrap());
+    let (_, list) = json(c.get(server.url("/v1/tools")).send().await.unwrap()).await;
+    assert_eq!(list[0]["tool"], "Charge");
+    let (status, body) = json(
+        c.post(server.url("/v1/tools/Charge/enable"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["enabled"], true);
+    assert!(db.store.tool_enabled("Charge").await.unwrap());
+    // In the document.
+    let (_, doc) = json(c.get(server.url("/v1/openapi.json")).send().await.unwrap()).await;
+    assert!(doc["paths"]["/v1/tools/{name}/disable"]["post"].is_object());
+}

@@ -1,0 +1,418 @@
+//! The run inspector in a real browser: Debian's Chromium, headless, driven through
+//! chromedriver (the `WebDriver` protocol) with fantoccini. Open the runs page and filter it, open a run
+//! and see its graph and journal, refuse an action without a token, approve a waiting run
+//! from the form and watch it complete without reloading, reach the actions by keyboard and
+//! cancel a run through the confirmation dialog.
+//!
+//! Needs `chromium` and `chromedriver` on `PATH` (or `CHROMIUM` and `CHROMEDRIVER`); without
+//! them it says so and passes, except under `CI=true`, where it fails (`.ci/run` installs
+//! both). `scripts/browser-test` runs it alone. `INSPECTOR_SCREENSHOTS=DIR` saves what the
+//! browser saw (the docs' pictures come from there).
+
+extern crate durable_agents_http as agent_http;
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_core::store::{RunStatus, Store};
+use agent_http::ApiConfig;
+use common::{Db, Server, TOKEN};
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+const TAB: char = '\u{e004}';
+const ENTER: char = '\u{e007}';
+
+fn which(names: &[&str], env: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|n| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(n))
+            .find(|p| p.is_file())
+    })
+}
+
+/// chromedriver on a free loopback port, killed when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_driver(chromedriver: &Path) -> Driver {
+    let port = free_port();
+    let child = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let driver = Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "chromedriver did not listen");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    driver
+}
+
+async fn browser(driver: &Driver, chromium: &Path, profile: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        json!({
+            "binary": chromium,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync",
+                "--window-size=1280,800",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a WebDriver session in Chromium")
+}
+
+/// Poll `script`'s value until `ok` holds, for up to 15 s.
+async fn until(c: &Client, script: &str, ok: impl Fn(&Value) -> bool, what: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let v = c.execute(script, vec![]).await.expect("script");
+        if ok(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: last saw {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn text_of(c: &Client, id: &str) -> String {
+    c.execute(
+        "const e = document.getElementById(arguments[0]); return e ? e.textContent : null;",
+        vec![json!(id)],
+    )
+    .await
+    .expect("script")
+    .as_str()
+    .unwrap_or_default()
+    .to_owned()
+}
+
+async fn key(c: &Client, k: char) {
+    c.perform_actions(
+        KeyActions::new("keyboard".to_owned())
+            .then(KeyAction::Down { value: k })
+            .then(KeyAction::Up { value: k }),
+    )
+    .await
+    .expect("key");
+}
+
+async fn shot(c: &Client, name: &str) {
+    if let Some(dir) = std::env::var_os("INSPECTOR_SCREENSHOTS") {
+        let png = c.screenshot().await.expect("screenshot");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(Path::new(&dir).join(name), png).unwrap();
+    }
+}
+
+/// A worker: runs every run that can move (runnable, or waiting with a signal in).
+fn worker(db: &Db, ids: &'static [&'static str]) -> tokio::task::JoinHandle<()> {
+    let store: Arc<dyn Store> = Arc::clone(&db.store);
+    let runner = db.runner("Pay");
+    tokio::spawn(async move {
+        loop {
+            for id in ids {
+                let Ok(Some(run)) = store.load_run(id).await else {
+                    continue;
+                };
+                let signalled = run.status == RunStatus::Waiting
+                    && !store
+                        .pending_signals(id)
+                        .await
+                        .unwrap_or_default()
+                        .is_empty();
+                if run.status.is_runnable() || signalled {
+                    let _ = runner.run(id).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_in_chromium() {
+    let (Some(chromium), Some(chromedriver)) = (
+        which(
+            &["chromium", "chromium-browser", "google-chrome"],
+            "CHROMIUM",
+        ),
+        which(&["chromedriver"], "CHROMEDRIVER"),
+    ) else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI needs chromium and chromedriver (apt-get install chromium chromium-driver)"
+        );
+        eprintln!(
+            "SKIPPED the browser test: chromium or chromedriver is not installed \
+             (apt-get install chromium chromium-driver, or set CHROMIUM and CHROMEDRIVER)"
+        );
+        return;
+    };
+
+    let db = Db::new().await;
+    db.drive("order-approve", "Pay").await;
+    db.drive("order-cancel", "Pay").await;
+    db.drive("order-cancelled", "Cancelled").await;
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let work = worker(&db, &["order-approve", "order-cancel"]);
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+
+    // The runs page, live, filtered to the waiting runs.
+    c.goto(&server.url("/ui/")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Css("#runs-table"))
+        .await
+        .unwrap();
+    until(
+        &c,
+        "return document.getElementById('live-state').textContent",
+        |v| v == "live updates: on",
+        "the runs page follows the events",
+    )
+    .await;
+    shot(&c, "inspector-runs.png").await;
+    c.find(Locator::Css("select[name=status]"))
+        .await
+        .unwrap()
+        .select_by_value("waiting")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.filters button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let rows = until(
+        &c,
+        "return location.search.includes('status=waiting') ? Array.from(document.querySelectorAll('#runs-table tbody tr[data-run]')).map(r => r.dataset.run).sort() : null",
+        Value::is_array,
+        "the filtered page",
+    )
+    .await;
+    assert_eq!(rows, json!(["order-approve", "order-cancel"]));
+
+    // Into a run: its graph with the path, its journal.
+    c.find(Locator::LinkText("order-approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("#graph svg .node.current"))
+        .await
+        .unwrap();
+    let current = c
+        .find(Locator::Css("#graph svg .node.current"))
+        .await
+        .unwrap()
+        .attr("data-state")
+        .await
+        .unwrap();
+    assert_eq!(current.as_deref(), Some("Confirm"));
+    assert!(
+        !c.find_all(Locator::Css("#graph svg .edge.taken"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(text_of(&c, "journal").await.contains("Reserve"));
+    assert_eq!(text_of(&c, "run-status").await, "waiting");
+    until(
+        &c,
+        "return document.getElementById('live-state').textContent",
+        |v| v == "live updates: on",
+        "the run page follows the run",
+    )
+    .await;
+    // A mark that a reload would wipe.
+    c.execute("window.__notReloaded = true; return null;", vec![])
+        .await
+        .unwrap();
+
+    // Without a token, the action is refused (the dialog asks, nobody answers).
+    c.find(Locator::Id("signal-send"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("#token-dialog[open]"))
+        .await
+        .unwrap();
+    c.find(Locator::Css("#token-dialog button[value=cancel]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "return document.getElementById('action-result').textContent",
+        |v| v.as_str().is_some_and(|s| s.contains("No token")),
+        "the refusal",
+    )
+    .await;
+    assert!(
+        db.store
+            .pending_signals("order-approve")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Approve from the form, with the token: the run completes on the page, no reload.
+    let payload = c.find(Locator::Id("signal-payload")).await.unwrap();
+    payload.clear().await.unwrap();
+    payload.send_keys(r#"{"ok": true}"#).await.unwrap();
+    c.find(Locator::Id("signal-send"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("#token-dialog[open]"))
+        .await
+        .unwrap();
+    c.find(Locator::Id("token-input"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    c.find(Locator::Id("token-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "return document.getElementById('run-status').textContent",
+        |v| v == "completed",
+        "the run completes on the page",
+    )
+    .await;
+    let not_reloaded = c
+        .execute("return window.__notReloaded === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(not_reloaded, json!(true), "the page was reloaded");
+    assert!(
+        text_of(&c, "feed")
+            .await
+            .contains("run finished: completed")
+    );
+    shot(&c, "inspector-run.png").await;
+    c.execute(
+        "document.getElementById('graph').scrollIntoView(); return null;",
+        vec![],
+    )
+    .await
+    .unwrap();
+    shot(&c, "inspector-graph.png").await;
+
+    // Another run: reach Cancel by keyboard, confirm in the dialog.
+    c.goto(&server.url("/ui/runs/order-cancel")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Id("cancel-button"))
+        .await
+        .unwrap();
+    let mut reached = false;
+    for _ in 0..80 {
+        key(&c, TAB).await;
+        let id = c
+            .execute("return document.activeElement.id;", vec![])
+            .await
+            .unwrap();
+        if id == "cancel-button" {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "Tab never reached the cancel button");
+    key(&c, ENTER).await;
+    c.wait()
+        .for_element(Locator::Css("#confirm-dialog[open]"))
+        .await
+        .unwrap();
+    c.find(Locator::Id("confirm-reason"))
+        .await
+        .unwrap()
+        .send_keys("the customer asked")
+        .await
+        .unwrap();
+    c.find(Locator::Id("confirm-yes"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "return document.getElementById('run-status').textContent",
+        |v| v == "cancelled",
+        "the run is cancelled on the page",
+    )
+    .await;
+    let history = db.store.history("order-cancel").await.unwrap();
+    let note = history
+        .iter()
+        .find_map(|t| t.note.clone())
+        .expect("the cancel's note");
+    assert_eq!(note.reason, "the customer asked");
+
+    c.close().await.unwrap();
+    work.abort();
+}
