@@ -36,7 +36,8 @@ pub(super) async fn run(cx: Ctx, args: ServeArgs) -> Result<ExitCode> {
             .map_err(|e| CliError::usage(e.to_string()))?;
     }
     outln!(
-        "serving on http://{} (docs: /v1/openapi.json); Ctrl-C to stop",
+        "serving on http://{} (inspector: /ui/, API document: /v1/openapi.json); Ctrl-C to \
+         stop",
         args.listen
     );
     if !has_token {
