@@ -12,7 +12,9 @@
 //! - [`db`]: reaching PostgreSQL (or failing loudly under CI), a schema per test, and a
 //!   throwaway cluster of our own for the restart test;
 //! - [`procs`]: worker processes and in-process workers, the chaos driver's tools;
-//! - [`proxy`]: a TCP proxy that injects network faults between a worker and the database.
+//! - [`proxy`]: a TCP proxy that injects network faults between a worker and the database;
+//! - [`tree`]: a parent agent that fans out to five child agents, and its checker (the
+//!   children soak, issue 17).
 //!
 //! `RELIABILITY.md` at the workspace root reports the figures and how to reproduce them.
 
@@ -23,6 +25,7 @@ pub mod proxy;
 pub mod service;
 pub mod shop;
 pub mod stats;
+pub mod tree;
 
 /// Whether the full sizes were asked for (`E2E_SCALE=full`, from `scripts/reliability`).
 #[must_use]

@@ -14,11 +14,26 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::service::{Latency, Service};
-use crate::shop;
+use crate::{shop, tree};
+
+/// Which agents a worker drives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Agents {
+    /// The shop ([`shop::Shop`]): one worker.
+    #[default]
+    Shop,
+    /// The tree ([`tree::Fanout`] parents and their [`tree::Leaf`] children): one worker
+    /// per agent, on the same store, in the same process.
+    Tree,
+}
 
 /// Everything a worker needs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerOpts {
+    /// The agents it drives (the shop when absent).
+    #[serde(default)]
+    pub agents: Agents,
     /// The store's database (possibly through the fault proxy).
     pub url: String,
     /// The fake service's database (direct).
@@ -52,6 +67,7 @@ impl WorkerOpts {
     #[must_use]
     pub fn new(url: &str, schema: &str, worker_id: &str) -> Self {
         Self {
+            agents: Agents::Shop,
             url: url.to_owned(),
             service_url: url.to_owned(),
             schema: schema.to_owned(),
@@ -84,6 +100,17 @@ pub struct WorkerReport {
     pub vm_hwm_kb: u64,
     /// Wall time, ms.
     pub wall_ms: u64,
+}
+
+/// What a process's workers did, added up (one worker for the shop, two for the tree).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerCounts {
+    /// Runs driven to a final or waiting status.
+    pub runs_driven: u64,
+    /// Runs given up because another worker held or took them.
+    pub leases_lost: u64,
+    /// Runs stopped by an error.
+    pub errors: u64,
 }
 
 /// Peak resident set of this process in KiB, from `/proc/self/status`.
@@ -176,15 +203,11 @@ pub async fn run_worker(
         ..RunnerConfig::default()
     };
     let store_dyn: Arc<dyn Store> = store.clone();
-    let runner = shop::runner(store_dyn, &svc, config);
-    let worker = Worker::new(
-        runner,
-        WorkerConfig {
-            concurrency: opts.concurrency,
-            poll_interval: Duration::from_millis(opts.poll_ms),
-            ..WorkerConfig::default()
-        },
-    );
+    let workers = WorkerConfig {
+        concurrency: opts.concurrency,
+        poll_interval: Duration::from_millis(opts.poll_ms),
+        ..WorkerConfig::default()
+    };
     let expect = opts.exit_when_done;
     let done = async {
         if expect == 0 {
@@ -200,7 +223,19 @@ pub async fn run_worker(
             () = done => {}
         }
     };
-    let stats = worker.run_until(stop).await;
+    let stats = match opts.agents {
+        Agents::Shop => {
+            let s = Worker::new(shop::runner(store_dyn, &svc, config), workers)
+                .run_until(stop)
+                .await;
+            WorkerCounts {
+                runs_driven: s.runs_driven,
+                leases_lost: s.leases_lost,
+                errors: s.errors,
+            }
+        }
+        Agents::Tree => tree::run_workers(store_dyn, &svc, &config, &workers, stop).await,
+    };
     WorkerReport {
         worker_id: opts.worker_id.clone(),
         runs_driven: stats.runs_driven,

@@ -1,4 +1,5 @@
-//! A worker process of the reliability battery: drives runs of the shop agent from a
+//! A worker process of the reliability battery: drives runs of the shop agent (or, with
+//! `"agents": "tree"`, of the tree's parent and child agents, one worker each) from a
 //! PostgreSQL schema until SIGTERM (or until every run is final), then prints one JSON line,
 //! its [`e2e::procs::WorkerReport`]. Options come as JSON in `E2E_WORKER_OPTS`.
 
