@@ -52,8 +52,9 @@ pub struct OpenAiConfig {
     /// Offer tools with `strict: true` (structured outputs): the provider constrains
     /// decoding to the strict form of each option's schema ([`crate::strict`]). On by
     /// default for `OpenAI`'s own endpoint only; compatible servers differ in what they accept
-    /// (vLLM and llama.cpp's server constrain tool calls to the schemas on their own when a
-    /// tool call is required). Every answer is still validated by the runner.
+    /// (vLLM constrains a required tool call to the schemas on its own; llama.cpp's server
+    /// does not, its grammar lets free text come first). Every answer is still validated by
+    /// the runner.
     pub strict_tools: bool,
     /// Ask for a streamed answer (server-sent events, with `stream_options.include_usage`)
     /// or a whole one; [`Streaming::Auto`] by default: stream when someone listens.

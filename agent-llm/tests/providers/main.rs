@@ -1,4 +1,5 @@
 //! Both providers against local HTTP servers replaying the providers' real response shapes,
+//! the OpenAI router against a real llama.cpp server (when built, see `llama_server`),
 //! the hostile-output suite end to end through `validate`, and configuration. One test
 //! binary, so reqwest and wiremock are linked once.
 
@@ -7,6 +8,7 @@ mod common;
 mod config;
 mod generate;
 mod hostile;
+mod llama_server;
 mod openai;
 mod runner;
 mod streaming;

@@ -64,7 +64,7 @@ pub(crate) struct RefundInput {
 /// Issue a refund (a write): counts how often it starts.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Refund {
-    started: Arc<AtomicU32>,
+    pub(crate) started: Arc<AtomicU32>,
 }
 
 impl Tool for Refund {
