@@ -171,7 +171,7 @@ pub use generate::{
     Cost, GenerateInput, GenerateText, Generation, Generator, Price, PriceTable, Usage,
 };
 pub use http::{backoff, classify_status, retry_after};
-pub use openai::{MaxTokensField, OpenAiConfig, OpenAiRouter};
+pub use openai::{Decoding, MaxTokensField, OpenAiConfig, OpenAiRouter};
 
 #[doc = include_str!("../../docs/llm-providers.md")]
 pub mod guide {}

@@ -59,6 +59,23 @@ pub struct OpenAiConfig {
     /// Ask for a streamed answer (server-sent events, with `stream_options.include_usage`)
     /// or a whole one; [`Streaming::Auto`] by default: stream when someone listens.
     pub stream: Streaming,
+    /// How the options are put to the model: as tools (the default), or as one JSON
+    /// schema the answer's text must match ([`Decoding::JsonSchema`], for servers that
+    /// constrain decoding to a `response_format` but not to a required tool call, such as
+    /// llama.cpp's).
+    pub decoding: Decoding,
+}
+
+/// How [`OpenAiRouter`] asks: the answer is validated the same way in both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Decoding {
+    /// Every option a function tool, `tool_choice: "required"`.
+    #[default]
+    Tools,
+    /// No tools: `response_format` is a JSON schema with one branch per option,
+    /// `{"option": <its name>, "arguments": <its schema>}`, and the answer is the message's
+    /// text. One option per answer (a state's `tools_per_answer` is not used).
+    JsonSchema,
 }
 
 impl OpenAiConfig {
@@ -82,7 +99,15 @@ impl OpenAiConfig {
             http: HttpSettings::default(),
             strict_tools: openai,
             stream: Streaming::Auto,
+            decoding: Decoding::Tools,
         }
+    }
+
+    /// Ask with tools, or with one JSON schema ([`Decoding`]).
+    #[must_use]
+    pub fn with_decoding(mut self, decoding: Decoding) -> Self {
+        self.decoding = decoding;
+        self
     }
 
     /// Stream answers always, never, or when someone listens ([`Streaming::Auto`]).
@@ -259,6 +284,9 @@ impl OpenAiRouter {
         if let Some(t) = self.config.temperature {
             body["temperature"] = json!(t);
         }
+        if self.config.decoding == Decoding::JsonSchema {
+            into_json_schema_mode(&mut body);
+        }
         body
     }
 
@@ -373,8 +401,14 @@ impl Router for OpenAiRouter {
             let text = self
                 .complete(self.request_body(request), stream, &request.tokens, true)
                 .await?;
-            self.transport
-                .parse_reply(&text, |body| parse_response(body, &self.config.model))
+            match self.config.decoding {
+                Decoding::Tools => self
+                    .transport
+                    .parse_reply(&text, |body| parse_response(body, &self.config.model)),
+                Decoding::JsonSchema => self.transport.parse_reply(&text, |body| {
+                    parse_json_schema_response(body, &self.config.model)
+                }),
+            }
         }
         .instrument(span)
         .await
@@ -461,6 +495,89 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
     reply.output_tokens = usage
         .and_then(|u| u.get("completion_tokens"))
         .and_then(Value::as_u64);
+    Ok(reply)
+}
+
+/// The tools of a request body turned into one `response_format` schema: a branch
+/// `{"option": <name>, "arguments": <parameters>}` per tool, each tool's `$defs` moved to the
+/// root (where its `#/$defs/...` references then point).
+fn into_json_schema_mode(body: &mut Value) {
+    let mut defs = Map::new();
+    let branches: Vec<Value> = body["tools"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|tool| {
+            let mut parameters = tool["function"]["parameters"].clone();
+            if let Some(Value::Object(own)) =
+                parameters.as_object_mut().and_then(|p| p.remove("$defs"))
+            {
+                defs.extend(own);
+            }
+            json!({
+                "type": "object",
+                "properties": {
+                    "option": {"const": tool["function"]["name"]},
+                    "arguments": parameters,
+                },
+                "required": ["option", "arguments"],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    let mut schema = json!({"anyOf": branches});
+    if !defs.is_empty() {
+        schema["$defs"] = Value::Object(defs);
+    }
+    if let Some(object) = body.as_object_mut() {
+        for key in ["tools", "tool_choice", "parallel_tool_calls"] {
+            object.remove(key);
+        }
+        object.insert(
+            "response_format".into(),
+            json!({"type": "json_schema",
+                   "json_schema": {"name": "decision", "strict": true, "schema": schema}}),
+        );
+    }
+}
+
+/// [`parse_response`] for [`Decoding::JsonSchema`]: the choice is the message's text, a
+/// JSON object `{"option": …, "arguments": …}` whose keys are unique at every depth
+/// (a duplicate is refused as [`RejectionCode::DuplicateKey`]). Text of another shape gives
+/// no choice, which validation refuses; a tool call the server sent all the same is read
+/// as one.
+///
+/// # Errors
+/// As [`parse_response`], and a duplicate key in the text.
+///
+/// [`RejectionCode::DuplicateKey`]: agent_core::router::RejectionCode::DuplicateKey
+pub fn parse_json_schema_response(
+    body: &str,
+    fallback_model: &str,
+) -> Result<RouterReply, RouterError> {
+    let mut reply = parse_response(body, fallback_model)?;
+    if !reply.choices.is_empty() {
+        return Ok(reply);
+    }
+    let root = parse_body("openai", body)?;
+    let text = root
+        .pointer("/choices/0/message/content")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if text.trim().is_empty() {
+        return Ok(reply);
+    }
+    let answer = parse_body("openai", text).map_err(|e| e.with_raw_output(body))?;
+    let option = answer.get("option").and_then(Value::as_str);
+    let arguments = answer.get("arguments");
+    let only_those = answer.as_object().is_some_and(|o| o.len() == 2);
+    if let (Some(option), Some(arguments), true) = (option, arguments, only_those) {
+        reply.choices.push(RawChoice {
+            name: option.to_owned(),
+            arguments: arguments.to_string(),
+        });
+    }
     Ok(reply)
 }
 
@@ -665,4 +782,92 @@ pub(crate) fn from_lookup(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<OpenAiRouter, ConfigError> {
     OpenAiRouter::new(OpenAiConfig::from_lookup(default_base_url, lookup)?)
+}
+
+#[cfg(test)]
+mod json_schema_tests {
+    use agent_core::router::RejectionCode;
+    use serde_json::json;
+
+    use super::{into_json_schema_mode, parse_json_schema_response};
+
+    fn completion(content: &str) -> String {
+        json!({
+            "model": "m",
+            "choices": [{"message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn the_tools_become_one_schema_with_their_defs_at_the_root() {
+        let mut body = json!({
+            "model": "m",
+            "tools": [
+                {"type": "function", "function": {"name": "Pay", "parameters": {
+                    "type": "object", "properties": {"line": {"$ref": "#/$defs/Line"}},
+                    "$defs": {"Line": {"type": "string"}}}}},
+                {"type": "function", "function": {"name": "Closed", "parameters": {
+                    "type": "object", "properties": {}, "additionalProperties": false}}},
+            ],
+            "tool_choice": "required",
+            "parallel_tool_calls": false,
+        });
+        into_json_schema_mode(&mut body);
+        assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
+        let schema = &body["response_format"]["json_schema"]["schema"];
+        assert_eq!(schema["$defs"]["Line"], json!({"type": "string"}));
+        assert_eq!(
+            schema["anyOf"][0]["properties"]["option"],
+            json!({"const": "Pay"})
+        );
+        assert!(
+            schema["anyOf"][0]["properties"]["arguments"]
+                .get("$defs")
+                .is_none()
+        );
+        assert_eq!(
+            schema["anyOf"][1]["properties"]["option"],
+            json!({"const": "Closed"})
+        );
+    }
+
+    #[test]
+    fn the_answer_is_the_text_and_its_keys_must_be_unique() {
+        let reply =
+            parse_json_schema_response(&completion(r#"{"option":"Pay","arguments":{"n":1}}"#), "m")
+                .unwrap();
+        assert_eq!(reply.choices.len(), 1);
+        assert_eq!(reply.choices[0].name, "Pay");
+        assert_eq!(reply.choices[0].arguments, r#"{"n":1}"#);
+
+        for duplicated in [
+            r#"{"option":"Closed","option":"Pay","arguments":{}}"#,
+            r#"{"option":"Pay","arguments":{"n":1,"n":999999}}"#,
+        ] {
+            let e = parse_json_schema_response(&completion(duplicated), "m").unwrap_err();
+            assert_eq!(
+                e.rejection_code(),
+                RejectionCode::DuplicateKey,
+                "{duplicated}"
+            );
+        }
+        // Free text, another shape, or extra keys: no choice (validation refuses it).
+        for other in [
+            "I would pay.",
+            r#"{"option":"Pay"}"#,
+            r#"{"option":"Pay","arguments":{},"also":"Closed"}"#,
+            "",
+        ] {
+            let reply = parse_json_schema_response(&completion(other), "m");
+            assert!(
+                reply.as_ref().is_ok_and(|r| r.choices.is_empty())
+                    || reply
+                        .as_ref()
+                        .is_err_and(|e| e.rejection_code() == RejectionCode::AskMalformed),
+                "{other}: {reply:?}"
+            );
+        }
+    }
 }

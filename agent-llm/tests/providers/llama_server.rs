@@ -32,15 +32,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use agent_core::router::{
-    Decision, OptionKind, RawChoice, RejectionCode, RouteOption, RouteRequest, Router, RouterReply,
-    validate,
+    Decision, OptionKind, RejectionCode, RouteOption, RouteRequest, Router, validate,
 };
 use agent_core::runner::{Runner, RunnerConfig};
 use agent_core::store::memory::MemoryStore;
 use agent_core::store::{EntryKind, RunStatus, Store};
 use agent_core::{Tool, ToolBox};
-use agent_llm::{HttpSettings, OpenAiConfig, OpenAiRouter, Streaming};
-use serde_json::{Value, json};
+use agent_llm::{Decoding, HttpSettings, OpenAiConfig, OpenAiRouter, Streaming};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{check_input, request};
@@ -229,6 +228,16 @@ impl LlamaServer {
     /// A router on this server: no key, a generous timeout (the machine is shared), few
     /// retries (a real error should show, not be retried away).
     fn router(&self, max_tokens: u32, strict: bool, stream: Streaming) -> OpenAiRouter {
+        self.router_decoding(max_tokens, strict, stream, Decoding::Tools)
+    }
+
+    fn router_decoding(
+        &self,
+        max_tokens: u32,
+        strict: bool,
+        stream: Streaming,
+        decoding: Decoding,
+    ) -> OpenAiRouter {
         let mut http = HttpSettings::default();
         http.timeout = Duration::from_mins(2);
         http.max_retries = 1;
@@ -238,6 +247,7 @@ impl LlamaServer {
                 .with_max_tokens(max_tokens)
                 .with_strict_tools(strict)
                 .with_streaming(stream)
+                .with_decoding(decoding)
                 .with_http(http),
         )
         .unwrap()
@@ -321,123 +331,10 @@ fn decision_name(decision: &Decision) -> String {
     }
 }
 
-/// Ask through llama.cpp's JSON-schema mode (`response_format: json_schema`) what the
-/// router offers as tools: the schema is built from the router's own request body, one
-/// `{"option": <name>, "arguments": <the tool's parameters>}` branch per offered tool, and
-/// the answer becomes the `RawChoice` a router in that mode would report.
-async fn ask_json_schema(
-    server: &LlamaServer,
-    router: &OpenAiRouter,
-    request: &RouteRequest,
-) -> RouterReply {
-    let mut body = router.request_body(request);
-    // Each tool's `$defs` move to the root, where its `$ref`s (`#/$defs/...`) now point.
-    let mut defs = serde_json::Map::new();
-    let branches: Vec<Value> = body["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|tool| {
-            let mut parameters = tool["function"]["parameters"].clone();
-            if let Some(Value::Object(own)) =
-                parameters.as_object_mut().and_then(|p| p.remove("$defs"))
-            {
-                for (name, def) in own {
-                    let previous = defs.insert(name.clone(), def.clone());
-                    assert!(
-                        previous.is_none_or(|p| p == def),
-                        "two tools define `{name}` differently"
-                    );
-                }
-            }
-            json!({
-                "type": "object",
-                "properties": {
-                    "option": {"const": tool["function"]["name"]},
-                    "arguments": parameters,
-                },
-                "required": ["option", "arguments"],
-                "additionalProperties": false,
-            })
-        })
-        .collect();
-    let mut schema = json!({"anyOf": branches});
-    if !defs.is_empty() {
-        schema["$defs"] = Value::Object(defs);
-    }
-    let object = body.as_object_mut().unwrap();
-    for key in ["tools", "tool_choice", "parallel_tool_calls"] {
-        object.remove(key);
-    }
-    object.insert(
-        "response_format".into(),
-        json!({"type": "json_schema", "json_schema": {"name": "decision", "strict": true, "schema": schema}}),
-    );
-    let (status, text) = post(&server.base, "/v1/chat/completions", &body.to_string()).await;
-    assert_eq!(
-        status,
-        200,
-        "json_schema mode refused: {text}\nserver log:\n{}",
-        server.log()
-    );
-    let root = agent_core::json::from_str_unique(&text).unwrap();
-    let content = root["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap_or_default();
-    let mut reply = RouterReply {
-        choices: vec![],
-        raw_output: text.clone(),
-        model: "tiny-random".into(),
-        input_tokens: None,
-        output_tokens: None,
-        refusal: None,
-        truncated: root["choices"][0]["finish_reason"] == "length",
-    };
-    if let Ok(answer) = agent_core::json::from_str_unique(content)
-        && let (Some(name), Some(arguments)) = (answer["option"].as_str(), answer.get("arguments"))
-    {
-        reply.choices.push(RawChoice {
-            name: name.to_owned(),
-            arguments: arguments.to_string(),
-        });
-    }
-    reply
-}
-
-/// A plain HTTP/1.1 POST on loopback: the status and the body.
-async fn post(base: &str, path: &str, body: &str) -> (u16, String) {
-    let addr = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    tokio::time::timeout(Duration::from_mins(2), stream.read_to_end(&mut response))
-        .await
-        .expect("llama-server answered within 120 s")
-        .unwrap();
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(
-        !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked"),
-        "unexpected chunked response: {head}"
-    );
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_owned())
-}
-
 // ---- the tests ----
 
-/// llama.cpp's JSON-schema mode, with the option schemas the router sends (the checkout's
+/// The router in `Decoding::JsonSchema` (whole and streamed) against llama.cpp, with the
+/// checkout's
 /// options, and the refund desk's: ranges, lengths, patterns, a tagged enum, closed nested
 /// objects): the server accepts them, and every one of the random model's answers is an
 /// offered option whose arguments pass the advertised schema and deserialize. Legality can
@@ -448,8 +345,12 @@ async fn json_schema_mode_gives_only_legal_options() {
         return;
     };
     let server = LlamaServer::start(&setup, None).await;
-    for strict in [false, true] {
-        let router = server.router(512, strict, Streaming::Never);
+    for (strict, stream) in [
+        (false, Streaming::Never),
+        (true, Streaming::Never),
+        (false, Streaming::Always),
+    ] {
+        let router = server.router_decoding(512, strict, stream, Decoding::JsonSchema);
         for (label, request, check) in [
             (
                 "checkout",
@@ -461,10 +362,15 @@ async fn json_schema_mode_gives_only_legal_options() {
             let names: Vec<&str> = request.options.iter().map(|o| o.name.as_str()).collect();
             let mut chosen = BTreeMap::new();
             for i in 0..ASKS {
-                let reply = ask_json_schema(&server, &router, &request).await;
+                let reply = router.decide(&request).await.unwrap_or_else(|e| {
+                    panic!(
+                        "{label} (strict {strict}), ask {i}: the JSON-schema body was refused: {e}\nserver log:\n{}",
+                        server.log()
+                    )
+                });
                 let decision = validate(&request.options, &reply, check).unwrap_or_else(|r| {
                     panic!(
-                        "{label} (strict {strict}), ask {i}: constrained decoding gave an illegal answer ({}): {}\nraw output: {}",
+                        "{label} (strict {strict}, {stream:?}), ask {i}: constrained decoding gave an illegal answer ({}): {}\nraw output: {}",
                         r.code, r.message, reply.raw_output
                     )
                 });
@@ -473,7 +379,7 @@ async fn json_schema_mode_gives_only_legal_options() {
                 *chosen.entry(name).or_insert(0) += 1;
             }
             eprintln!(
-                "llama-server json_schema, {label} (strict {strict}): {ASKS} asks, all legal: {chosen:?}"
+                "llama-server json_schema, {label} (strict {strict}, {stream:?}): {ASKS} asks, all legal: {chosen:?}"
             );
         }
     }
