@@ -427,22 +427,10 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
             }
         }
     }
-    for ((run, version), workers) in &steps {
-        let mut blocks: Vec<&String> = Vec::new();
-        for w in workers {
-            if blocks.last() != Some(&w) {
-                blocks.push(w);
-            }
-        }
-        let distinct: HashSet<&&String> = blocks.iter().collect();
-        if distinct.len() > 1 {
-            report.steps_taken_over += 1;
-        }
-        if distinct.len() != blocks.len() {
-            report.violation(format!(
-                "run {run} v{version}: two executors interleaved: {blocks:?}"
-            ));
-        }
+    let (taken_over, interleaved) = executors_per_step(&steps);
+    report.steps_taken_over += taken_over;
+    for v in interleaved {
+        report.violation(v);
     }
     let llm = sqlx::query(
         "SELECT run_id, question, worker FROM e2e_llm_calls ORDER BY run_id, question, at_ms, id",
@@ -504,4 +492,32 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
         }
     }
     report
+}
+
+/// The executions of each step `(run, version)`, by worker in the order they started: how
+/// many steps more than one worker executed (taken over after a kill), and a violation for
+/// each step whose executors interleaved (a worker came back after another had taken over).
+pub(crate) fn executors_per_step(
+    steps: &BTreeMap<(String, i64), Vec<String>>,
+) -> (u64, Vec<String>) {
+    let mut taken_over = 0;
+    let mut violations = Vec::new();
+    for ((run, version), workers) in steps {
+        let mut blocks: Vec<&String> = Vec::new();
+        for w in workers {
+            if blocks.last() != Some(&w) {
+                blocks.push(w);
+            }
+        }
+        let distinct: HashSet<&&String> = blocks.iter().collect();
+        if distinct.len() > 1 {
+            taken_over += 1;
+        }
+        if distinct.len() != blocks.len() {
+            violations.push(format!(
+                "run {run} v{version}: two executors interleaved: {blocks:?}"
+            ));
+        }
+    }
+    (taken_over, violations)
 }

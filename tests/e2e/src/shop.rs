@@ -98,8 +98,9 @@ fn call<'a>(cx: &'a ToolContext, tool: &'a str) -> Call<'a> {
     }
 }
 
-/// Execute a keyed call: record the execution, take the service's time, apply once per key.
-async fn effect(
+/// Execute a keyed call: record the execution, take the service's time, apply once per key
+/// (the tree agents' tools use it too).
+pub(crate) async fn effect(
     svc: &Service,
     cx: &ToolContext,
     tool: &str,

@@ -28,7 +28,8 @@ use serde_json::Value;
 use sqlx::{PgPool, Row};
 
 use crate::procs::WorkerCounts;
-use crate::service::{Call, Latency, Service};
+use crate::service::{Latency, Service};
+use crate::shop::effect;
 
 /// Children per parent.
 pub const CHILDREN: u32 = 5;
@@ -102,34 +103,6 @@ fn policy() -> ToolPolicy {
         },
         cache: true,
     }
-}
-
-/// Execute a keyed call: record the execution, take the service's time, apply once per key.
-async fn effect(
-    svc: &Service,
-    cx: &ToolContext,
-    tool: &str,
-    target: &str,
-) -> Result<(), ToolError> {
-    let id = svc
-        .record_call(&Call {
-            run_id: &cx.run_id,
-            version: cx.version,
-            seq: cx.call_index,
-            tool,
-            key: cx.idempotency_key.as_deref(),
-        })
-        .await
-        .map_err(ToolError::retryable)?;
-    svc.tool_latency.sleep().await;
-    let key = cx.idempotency_key();
-    if key.is_empty() {
-        return Err(ToolError::permanent("an effect without an idempotency key"));
-    }
-    svc.apply(key, tool, &cx.run_id, target)
-        .await
-        .map_err(ToolError::retryable)?;
-    svc.finish_call(&id).await.map_err(ToolError::retryable)
 }
 
 impl Tool for Work {
@@ -773,23 +746,9 @@ pub async fn check_tree(pool: &PgPool, store: &dyn Store, parents: u64) -> TreeR
             .or_default()
             .push(c.get("worker"));
     }
-    for ((run, version), workers) in &steps {
-        let mut blocks: Vec<&String> = Vec::new();
-        for w in workers {
-            if blocks.last() != Some(&w) {
-                blocks.push(w);
-            }
-        }
-        let distinct: HashSet<&&String> = blocks.iter().collect();
-        if distinct.len() > 1 {
-            report.steps_taken_over += 1;
-        }
-        if distinct.len() != blocks.len() {
-            v.push(format!(
-                "run {run} v{version}: two executors interleaved: {blocks:?}"
-            ));
-        }
-    }
+    let (taken_over, interleaved) = crate::check::executors_per_step(&steps);
+    report.steps_taken_over += taken_over;
+    v.extend(interleaved);
     report.violations = v;
     report
 }
