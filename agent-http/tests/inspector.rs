@@ -380,3 +380,72 @@ async fn tools_are_switched_off_and_on_with_the_token() {
     let (_, doc) = json(c.get(server.url("/v1/openapi.json")).send().await.unwrap()).await;
     assert!(doc["paths"]["/v1/tools/{name}/disable"]["post"].is_object());
 }
+
+/// A run with a long journal shows it a page at a time, newest first, with links both ways;
+/// the counts per status on the runs page are exact beyond any cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_journal_is_paged_and_counts_are_exact() {
+    use std::time::Duration;
+
+    let db = Db::new().await;
+    db.store
+        .create_run(NewRun::new("long", "Checkout", "f", "Start", json!({})))
+        .await
+        .unwrap();
+    let (lease, _) = db
+        .store
+        .claim_run("long", "test", Duration::from_mins(5))
+        .await
+        .unwrap()
+        .unwrap();
+    for seq in 0..450_u32 {
+        db.store
+            .record_entry(&lease, &common::lookup_entry("long", seq))
+            .await
+            .unwrap();
+    }
+    for i in 0..1_205 {
+        db.store
+            .create_run(NewRun::new(
+                format!("bulk-{i}"),
+                "Bulk",
+                "f",
+                "Start",
+                json!({}),
+            ))
+            .await
+            .unwrap();
+    }
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, newest) = page(&server.url("/ui/runs/long")).await;
+    assert_eq!(status, 200, "{newest}");
+    assert!(
+        newest.contains("450 entries, 200 shown (page 1 of 3"),
+        "{newest}"
+    );
+    assert!(newest.contains("sku-0449") && newest.contains("sku-0250"));
+    assert!(
+        !newest.contains("sku-0249"),
+        "an older entry on the newest page"
+    );
+    assert!(newest.contains(r#"id="journal-older" href="?journal=1#journal-h""#));
+    assert!(!newest.contains(r#"id="journal-newer""#));
+
+    let (_, _, oldest) = page(&server.url("/ui/runs/long?journal=2")).await;
+    assert!(oldest.contains("page 3 of 3") && oldest.contains("sku-0000"));
+    assert!(oldest.contains("sku-0049") && !oldest.contains("sku-0050"));
+    assert!(oldest.contains(r#"id="journal-newer" href="?journal=1#journal-h""#));
+    assert!(!oldest.contains(r#"id="journal-older""#));
+    // A page past the end shows the oldest; the live fragment keeps the page asked for.
+    let (_, _, past) = page(&server.url("/ui/runs/long?journal=99")).await;
+    assert!(past.contains("page 3 of 3"), "{past}");
+    let (_, _, live) = page(&server.url("/ui/runs/long?journal=1&fragment=live")).await;
+    assert!(live.contains("page 2 of 3") && live.contains("sku-0249"));
+
+    let (_, _, runs) = page(&server.url("/ui/?agent=Bulk")).await;
+    assert!(
+        runs.contains(r#"<span class="status s-running">running</span> 1205"#),
+        "{runs}"
+    );
+}

@@ -14,8 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use agent_core::store::{CallStatus, EntryKind, JournalEntry, NewRun, RunStatus, now_ms};
-use agent_core::tool::ToolKind;
+use agent_core::store::{NewRun, RunFilter, RunStatus};
 use agent_http::ApiConfig;
 use common::{Db, Server, client};
 use serde_json::json;
@@ -43,6 +42,28 @@ async fn time(url: &str, n: usize) -> (Duration, String) {
     }
     times.sort();
     (times[times.len() / 2], body)
+}
+
+/// The median of `n` runs of `read`, after one to warm up: the store's part of a page.
+async fn time_reads<F, Fut>(n: usize, mut read: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut times = Vec::new();
+    for i in 0..=n {
+        let t = Instant::now();
+        read().await;
+        if i > 0 {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn ratio(page: Duration, floor: Duration) -> f64 {
+    page.as_secs_f64() / floor.as_secs_f64().max(1e-9)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,38 +113,39 @@ async fn inspector_pages_on_a_large_store() {
     for seq in 0..entries {
         let seq = u32::try_from(seq).unwrap();
         db.store
-            .record_entry(
-                &lease,
-                &JournalEntry {
-                    run_id: "long".into(),
-                    version: 0,
-                    seq,
-                    kind: EntryKind::Tool,
-                    state: "Start".into(),
-                    name: "Lookup".into(),
-                    tool_kind: Some(ToolKind::Read),
-                    input_hash: "0".repeat(64),
-                    input: json!({"sku": format!("sku-{seq}")}),
-                    idempotency_key: None,
-                    status: CallStatus::Succeeded,
-                    output: Some(json!({"cents": seq, "sku": format!("sku-{seq}")})),
-                    error_class: None,
-                    error_code: None,
-                    error_message: None,
-                    attempts: 1,
-                    duration_ms: 3,
-                    started_at: now_ms(),
-                    finished_at: Some(now_ms()),
-                },
-            )
+            .record_entry(&lease, &common::lookup_entry("long", seq))
             .await
             .unwrap();
     }
     println!("recorded {entries} journal entries in {:.1?}", t.elapsed());
 
+    // Floors measured in this run: the store reads each page needs, without HTTP or HTML.
+    let store = &db.store;
+    let first_reads = time_reads(5, || async {
+        let page = RunFilter {
+            limit: Some(51),
+            ..RunFilter::default()
+        };
+        store.list_runs(&page).await.unwrap();
+        store.count_runs(&RunFilter::default()).await.unwrap();
+    })
+    .await;
+    let journal_read = time_reads(3, || async {
+        store.load_run("long").await.unwrap();
+        store.journal("long", None).await.unwrap();
+        store.history("long").await.unwrap();
+    })
+    .await;
+    println!(
+        "floors: list 51 runs + count per status {first_reads:.1?}; load + journal + history of the long run {journal_read:.1?}"
+    );
+
     let server = Server::serve(&db.store, ApiConfig::default()).await;
     let (first, body) = time(&server.url("/ui/"), 5).await;
-    println!("runs page, first page of 50 (with counts per status): {first:.1?}");
+    println!(
+        "runs page, first page of 50 (with counts per status): {first:.1?} ({:.2}x its store reads)",
+        ratio(first, first_reads)
+    );
     // Walk 20 pages down the cursor chain and time the page there.
     let mut url = server.url("/ui/");
     let mut page = body;
@@ -146,7 +168,10 @@ async fn inspector_pages_on_a_large_store() {
             .unwrap();
     }
     let (deep, _) = time(&url, 5).await;
-    println!("runs page, 21st page (cursor): {deep:.1?}");
+    println!(
+        "runs page, 21st page (cursor): {deep:.1?} ({:.2}x the first page's store reads)",
+        ratio(deep, first_reads)
+    );
     let (filtered, _) = time(
         &server.url("/ui/?agent=Refund&status=failed&label=tenant%3Dacme"),
         5,
@@ -155,7 +180,8 @@ async fn inspector_pages_on_a_large_store() {
     println!("runs page, filtered by agent, status and label: {filtered:.1?}");
     let (run_page, body) = time(&server.url("/ui/runs/long"), 3).await;
     println!(
-        "run page with {entries} journal entries: {run_page:.1?} ({} KiB of HTML)",
-        body.len() / 1024
+        "run page with {entries} journal entries: {run_page:.1?} ({} KiB of HTML; {:.2}x its store reads)",
+        body.len() / 1024,
+        ratio(run_page, journal_read)
     );
 }

@@ -279,18 +279,33 @@ pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, 
      ts_to_ms(created_at) AS created_at, hash, note_by, note_reason FROM transitions \
      WHERE run_id = $1 ORDER BY version";
 
-pub(crate) const LIST_RUNS: &str = concat!(
-    "SELECT ",
-    run_cols!(),
-    " FROM runs WHERE ($1::text IS NULL OR agent = $1) \
+/// The filter of `Store::list_runs` and `Store::count_runs` (binds `$1`, `$2`, `$4`-`$8`;
+/// `$3` is the listing's limit).
+macro_rules! runs_filter {
+    () => {
+        " FROM runs WHERE ($1::text IS NULL OR agent = $1) \
      AND (cardinality($2::text[]) = 0 OR status = ANY($2)) \
      AND ($4::bigint = 0 OR id IN (SELECT l.run_id FROM jsonb_each_text($5::jsonb) w \
        JOIN run_labels l ON l.key = w.key AND l.value = w.value \
        GROUP BY l.run_id HAVING count(*) = $4)) \
      AND ($6::text IS NULL OR spawned_by = $6) \
      AND ($7::bigint IS NULL OR ts_to_ms(created_at) >= $7) \
-     AND ($8::bigint IS NULL OR ts_to_ms(created_at) < $8) \
-     ORDER BY created_at DESC, seq DESC LIMIT $3"
+     AND ($8::bigint IS NULL OR ts_to_ms(created_at) < $8)"
+    };
+}
+
+pub(crate) const LIST_RUNS: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    runs_filter!(),
+    " ORDER BY created_at DESC, seq DESC LIMIT $3"
+);
+
+/// `Store::count_runs`: runs per status under the listing's filter (`$3` unused).
+pub(crate) const COUNT_RUNS: &str = concat!(
+    "SELECT status, count(*) AS n",
+    runs_filter!(),
+    " AND $3::bigint IS NULL GROUP BY status"
 );
 
 /// Lock run `$1`'s row for an operator's action: nothing commits to it until the action's

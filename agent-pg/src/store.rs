@@ -145,16 +145,8 @@ agent_sql::impl_sql_store!(PgStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
-        let rows = sqlx::query(sql::LIST_RUNS)
-            .bind(&filter.agent)
-            .bind(&statuses)
-            .bind(filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
-            .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
-            .bind(sqlx::types::Json(&filter.labels))
-            .bind(&filter.spawned_by)
-            .bind(filter.created_after)
-            .bind(filter.created_before)
+        let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let rows = filtered(sql::LIST_RUNS, filter, limit)
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
@@ -167,6 +159,14 @@ agent_sql::impl_sql_store!(PgStore {
             out.push(record);
         }
         Ok(out)
+    }
+
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let rows = filtered(sql::COUNT_RUNS, filter, None)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows::status_counts(&rows)
     }
 
     async fn send_signal(
@@ -424,4 +424,22 @@ impl PgStore {
         self.event_written(run_id);
         Ok(())
     }
+}
+
+/// `sql` (`LIST_RUNS` or `COUNT_RUNS`, which share their parameters) bound to `filter`.
+fn filtered<'q>(
+    sql: &'static str,
+    filter: &'q RunFilter,
+    limit: Option<i64>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let statuses: Vec<&'static str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+    sqlx::query(sql)
+        .bind(&filter.agent)
+        .bind(statuses)
+        .bind(limit)
+        .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
+        .bind(sqlx::types::Json(&filter.labels))
+        .bind(&filter.spawned_by)
+        .bind(filter.created_after)
+        .bind(filter.created_before)
 }

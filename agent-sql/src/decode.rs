@@ -5,8 +5,8 @@ use sqlx::{FromRow, Row};
 
 use crate::events::EventRow;
 use crate::rows::{
-    AgentRow, Applied, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow, IdRow, PayloadRow,
-    RunRow, SalvageRow, SignalRow, SpanRow, SwitchRow, TransitionRow,
+    AgentRow, Applied, CountRow, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow, IdRow,
+    PayloadRow, RunRow, SalvageRow, SignalRow, SpanRow, SwitchRow, TransitionRow,
 };
 
 /// A row of either dialect that decodes into every row type of [`rows`](crate::rows). Implemented
@@ -78,6 +78,11 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn cutoff_row(&self) -> sqlx::Result<CutoffRow>;
+    /// The row as a count per status.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn count_row(&self) -> sqlx::Result<CountRow>;
     /// The row as a tool switch row.
     ///
     /// # Errors
@@ -112,6 +117,7 @@ where
     for<'r> GraphRow: FromRow<'r, R>,
     for<'r> EnabledRow: FromRow<'r, R>,
     for<'r> CutoffRow: FromRow<'r, R>,
+    for<'r> CountRow: FromRow<'r, R>,
     for<'r> Applied: FromRow<'r, R>,
     for<'r> EventRow: FromRow<'r, R>,
 {
@@ -153,6 +159,9 @@ where
     }
     fn cutoff_row(&self) -> sqlx::Result<CutoffRow> {
         CutoffRow::from_row(self)
+    }
+    fn count_row(&self) -> sqlx::Result<CountRow> {
+        CountRow::from_row(self)
     }
     fn switch_row(&self) -> sqlx::Result<SwitchRow> {
         SwitchRow::from_row(self)

@@ -236,6 +236,13 @@ pub struct EnabledRow {
     enabled: bool,
 }
 
+/// A status and its number of runs (`count_runs`).
+#[derive(Debug, FromRow)]
+pub struct CountRow {
+    status: String,
+    n: i64,
+}
+
 /// A prune candidate's first kept version.
 #[derive(Debug, FromRow)]
 pub struct CutoffRow {
@@ -400,6 +407,25 @@ fn current_state(run_id: &str, base: Value, tail: Option<Value>) -> Result<Value
 /// [`StoreError::Corrupt`] for a name that is not a status.
 pub fn parse_status(run_id: &str, s: &str) -> Result<RunStatus, StoreError> {
     RunStatus::parse(s).ok_or_else(|| corrupt(run_id, format!("unknown run status `{s}`")))
+}
+
+/// The rows of `count_runs` (a status and its number of runs each), in [`RunStatus::ALL`]'s
+/// order, statuses without runs left out.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a name that is not a status or a count that does not read.
+pub fn status_counts(rows: &[impl SqlRow]) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+    let mut counts = rows
+        .iter()
+        .map(|row| {
+            let c = |e: sqlx::Error| corrupt("(count)", e);
+            let r = row.count_row().map_err(c)?;
+            Ok((parse_status("(count)", &r.status)?, to_u64(r.n).map_err(c)?))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    counts.retain(|(_, n)| *n > 0);
+    counts.sort_by_key(|(s, _)| RunStatus::ALL.iter().position(|a| a == s));
+    Ok(counts)
 }
 
 /// Parse a stored enum name through serde (for enums without a `parse`).

@@ -228,17 +228,32 @@ pub(crate) const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version 
 pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
      created_at, hash, note_by, note_reason FROM transitions WHERE run_id = $1 ORDER BY version";
 
-pub(crate) const LIST_RUNS: &str = concat!(
-    "SELECT ",
-    run_cols!(),
-    " FROM runs WHERE ($1 IS NULL OR agent = $1) \
+/// The filter of `Store::list_runs` and `Store::count_runs` (binds `$1`, `$2`, `$4`-`$8`;
+/// `$3` is the listing's limit).
+macro_rules! runs_filter {
+    () => {
+        " FROM runs WHERE ($1 IS NULL OR agent = $1) \
      AND (json_array_length($2) = 0 OR status IN (SELECT value FROM json_each($2))) \
      AND ($4 = 0 OR id IN (SELECT l.run_id FROM json_each($5) w \
        JOIN run_labels l ON l.key = w.key AND l.value = w.value \
        GROUP BY l.run_id HAVING count(*) = $4)) \
      AND ($6 IS NULL OR spawned_by = $6) \
-     AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8) \
-     ORDER BY created_at DESC, seq DESC LIMIT $3"
+     AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8)"
+    };
+}
+
+pub(crate) const LIST_RUNS: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    runs_filter!(),
+    " ORDER BY created_at DESC, seq DESC LIMIT $3"
+);
+
+/// `Store::count_runs`: runs per status under the listing's filter (`$3` unused).
+pub(crate) const COUNT_RUNS: &str = concat!(
+    "SELECT status, count(*) AS n",
+    runs_filter!(),
+    " AND $3 IS NULL GROUP BY status"
 );
 
 /// `Store::cancel_run` under a live lease: the request, for the holder's next commit.

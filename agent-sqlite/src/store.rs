@@ -174,30 +174,24 @@ agent_sql::impl_sql_store!(SqliteStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
-        let statuses =
-            serde_json::to_string(&statuses).map_err(|e| StoreError::Backend(e.to_string()))?;
-        let labels = serde_json::to_string(&filter.labels)
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let rows = sqlx::query(sql::LIST_RUNS)
-            .bind(&filter.agent)
-            .bind(statuses)
-            .bind(
-                filter
-                    .limit
-                    .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)),
-            )
-            .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
-            .bind(labels)
-            .bind(&filter.spawned_by)
-            .bind(filter.created_after)
-            .bind(filter.created_before)
+        let limit = filter
+            .limit
+            .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        let rows = filtered(sql::LIST_RUNS, filter, Some(limit))?
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
         rows.iter()
             .map(|r| rows::listed_run(r).map(|(record, _)| record))
             .collect()
+    }
+
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let rows = filtered(sql::COUNT_RUNS, filter, None)?
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows::status_counts(&rows)
     }
 
     async fn send_signal(
@@ -468,4 +462,26 @@ impl SqliteStore {
         self.events.wake(run_id);
         Ok(())
     }
+}
+
+/// `sql` (`LIST_RUNS` or `COUNT_RUNS`, which share their parameters) bound to `filter`.
+fn filtered<'q>(
+    sql: &'static str,
+    filter: &'q RunFilter,
+    limit: Option<i64>,
+) -> Result<sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>, StoreError> {
+    let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+    let statuses =
+        serde_json::to_string(&statuses).map_err(|e| StoreError::Backend(e.to_string()))?;
+    let labels =
+        serde_json::to_string(&filter.labels).map_err(|e| StoreError::Backend(e.to_string()))?;
+    Ok(sqlx::query(sql)
+        .bind(&filter.agent)
+        .bind(statuses)
+        .bind(limit)
+        .bind(i64::try_from(filter.labels.len()).unwrap_or(i64::MAX))
+        .bind(labels)
+        .bind(&filter.spawned_by)
+        .bind(filter.created_after)
+        .bind(filter.created_before))
 }

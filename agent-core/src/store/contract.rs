@@ -163,6 +163,22 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// [`RunRecord::unreadable`], not as an error for the whole listing.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
 
+    /// How many runs match the filter, per status (statuses with no run left out, in
+    /// [`RunStatus::ALL`]'s order). [`RunFilter::limit`] is ignored: this counts them all.
+    /// The default lists the runs; SQL stores count in the database.
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let all = RunFilter {
+            limit: None,
+            ..filter.clone()
+        };
+        let runs = self.list_runs(&all).await?;
+        Ok(RunStatus::ALL
+            .into_iter()
+            .map(|s| (s, runs.iter().filter(|r| r.status == s).count() as u64))
+            .filter(|(_, n)| *n > 0)
+            .collect())
+    }
+
     /// Send a signal; kept until a waiting step consumes it (also when sent early).
     async fn send_signal(
         &self,

@@ -126,7 +126,7 @@
       pending = null;
       const page = body.dataset.page;
       let url, target;
-      if (page === "run") { url = "?fragment=live"; target = $("run-live"); }
+      if (page === "run") { const q = new URLSearchParams(location.search); q.set("fragment", "live"); url = "?" + q.toString(); target = $("run-live"); }
       else if (page === "runs") { const q = body.dataset.query; url = "?" + (q ? q + "&" : "") + "fragment=rows"; target = $("runs-live"); }
       else return;
       // Never replace a form someone is typing in; try again a little later.

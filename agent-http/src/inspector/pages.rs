@@ -27,11 +27,10 @@ use crate::error::ApiError;
 use crate::extract::{Path, Query};
 use crate::runs::{ListQuery, list_page};
 
-/// Runs counted per status, at most; the count reads `1000+` above (the store has no
-/// count, so each count lists up to this many runs: a bounded cost at any size).
-const COUNT_CAP: usize = 1000;
 /// Versions whose state (and change) the timeline shows; older ones link to the API.
 const TIMELINE_STATES: usize = 200;
+/// Journal entries on one page of a run's journal (newest page first).
+const JOURNAL_PAGE: usize = 200;
 /// Inputs and outputs shown inline up to this many bytes; the rest on the entry's page.
 const INLINE_JSON: usize = 2048;
 
@@ -247,43 +246,35 @@ pub(crate) async fn runs(
             cursor: q.cursor.as_deref().and_then(non_empty),
             ..ListQuery::default()
         };
-        let statuses_filter = list.status.clone();
+        let statuses: Vec<RunStatus> = list
+            .status
+            .as_deref()
+            .map(|f| {
+                f.split(',')
+                    .filter_map(|s| RunStatus::parse(s.trim()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let page = list_page(&app, list).await?;
-        let mut counts = Vec::new();
         let labels: BTreeMap<String, String> = non_empty(&q.label)
             .iter()
             .flat_map(|l| l.split(','))
             .filter_map(|p| p.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        for status in RunStatus::ALL {
-            if statuses_filter
-                .as_deref()
-                .is_some_and(|f| !f.split(',').any(|s| s.trim() == status.as_str()))
-            {
-                continue;
-            }
-            let n = app
-                .store
-                .list_runs(&RunFilter {
-                    agent: non_empty(&q.agent),
-                    statuses: vec![status],
-                    limit: Some(COUNT_CAP + 1),
-                    labels: labels.clone(),
-                    created_after,
-                    ..RunFilter::default()
-                })
-                .await?
-                .len();
-            if n > 0 {
-                let shown = if n > COUNT_CAP {
-                    format!("{COUNT_CAP}+")
-                } else {
-                    n.to_string()
-                };
-                counts.push((status.as_str(), shown));
-            }
-        }
+        let counts = app
+            .store
+            .count_runs(&RunFilter {
+                agent: non_empty(&q.agent),
+                statuses,
+                labels,
+                created_after,
+                ..RunFilter::default()
+            })
+            .await?
+            .into_iter()
+            .map(|(status, n)| (status.as_str(), n.to_string()))
+            .collect();
         let query = [
             ("agent", q.agent.trim()),
             ("status", q.status.trim()),
@@ -417,6 +408,10 @@ struct RunView {
     timeline: Vec<TimelineRow>,
     timeline_older: usize,
     journal: Vec<EntryRow>,
+    /// Which page of the journal is shown (0: the newest entries) and how many there are.
+    journal_page: usize,
+    journal_pages: usize,
+    journal_total: usize,
     decisions: Vec<DecisionRow>,
     signals: Vec<SignalRow>,
     children: Vec<RunRow>,
@@ -559,7 +554,7 @@ fn decision_row(e: &JournalEntry) -> DecisionRow {
     }
 }
 
-async fn run_view(app: &AppState, id: &str) -> Result<RunView, PageError> {
+async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunView, PageError> {
     let head = app.store.event_head().await?.get();
     let run = app
         .store
@@ -647,6 +642,12 @@ async fn run_view(app: &AppState, id: &str) -> Result<RunView, PageError> {
         .map(decision_row)
         .collect();
     let is_final = run.status.is_final();
+    // The journal a page at a time, newest page first: a run with 10,000 entries is not
+    // one page of 10,000 rows. Entries stay in journal order within a page.
+    let journal_pages = journal.len().div_ceil(JOURNAL_PAGE).max(1);
+    let journal_page = journal_page.min(journal_pages - 1);
+    let end = journal.len().saturating_sub(journal_page * JOURNAL_PAGE);
+    let shown = end.saturating_sub(JOURNAL_PAGE)..end;
     Ok(RunView {
         id: run.id.clone(),
         agent: run.agent.clone(),
@@ -689,7 +690,10 @@ async fn run_view(app: &AppState, id: &str) -> Result<RunView, PageError> {
         path,
         timeline,
         timeline_older: older,
-        journal: journal.iter().map(entry_row).collect(),
+        journal: journal[shown].iter().map(entry_row).collect(),
+        journal_page,
+        journal_pages,
+        journal_total: journal.len(),
         decisions,
         signals: signals
             .iter()
@@ -722,6 +726,9 @@ pub(crate) struct RunQuery {
     /// `live`: only the section that moves with the run.
     #[serde(default)]
     fragment: String,
+    /// The page of the journal (0, the default: the newest entries).
+    #[serde(default)]
+    journal: usize,
 }
 
 /// `GET /ui/runs/{id}`: one run, whole.
@@ -733,7 +740,7 @@ pub(crate) async fn run(
 ) -> Response {
     let root = root_of(uri.path());
     let result = async {
-        let view = run_view(&app, &id).await?;
+        let view = run_view(&app, &id, q.journal).await?;
         let title = format!("Run {id}");
         Ok(if q.fragment == "live" {
             RunLive {

@@ -277,3 +277,30 @@ pub(crate) async fn stored_events(
         .events(scope, agent_core::store::EventCursor::START, 100_000)
         .await
 }
+
+/// A succeeded read-tool call `Lookup` of run `run_id` at version 0, entry `seq`, looking up
+/// `sku-{seq:04}`: the long journals of the inspector's tests and bench.
+pub(crate) fn lookup_entry(run_id: &str, seq: u32) -> agent_core::store::JournalEntry {
+    use agent_core::store::{CallStatus, EntryKind, JournalEntry, now_ms};
+    JournalEntry {
+        run_id: run_id.into(),
+        version: 0,
+        seq,
+        kind: EntryKind::Tool,
+        state: "Start".into(),
+        name: "Lookup".into(),
+        tool_kind: Some(agent_core::tool::ToolKind::Read),
+        input_hash: "0".repeat(64),
+        input: serde_json::json!({"sku": format!("sku-{seq:04}")}),
+        idempotency_key: None,
+        status: CallStatus::Succeeded,
+        output: Some(serde_json::json!({"cents": seq})),
+        error_class: None,
+        error_code: None,
+        error_message: None,
+        attempts: 1,
+        duration_ms: 3,
+        started_at: now_ms(),
+        finished_at: Some(now_ms()),
+    }
+}

@@ -588,6 +588,18 @@ pub async fn check_labels_filter_runs(store: Arc<dyn Store>) -> CheckResult {
     );
     let none = listed(&[("region", "mars")]).await?;
     ensure!(none.is_empty(), "no run carries region=mars: {none:?}");
+    let counted = store
+        .count_runs(&RunFilter {
+            agent: Some(agent.clone()),
+            labels: [("region".to_owned(), "eu".to_owned())].into(),
+            ..RunFilter::default()
+        })
+        .await
+        .ctx("count_runs")?;
+    ensure!(
+        counted.iter().map(|(_, n)| n).sum::<u64>() == 2,
+        "count_runs with region=eu must count the 2 runs listed: {counted:?}"
+    );
     let everyone = listed(&[]).await?;
     ensure!(
         everyone.len() == 4,

@@ -111,7 +111,8 @@ pub async fn check_create_run_is_idempotent(store: Arc<dyn Store>) -> CheckResul
     Ok(())
 }
 
-/// `list_runs` filters by agent and status, newest first, with a limit.
+/// `list_runs` filters by agent and status, newest first, with a limit; `count_runs`
+/// counts what it lists, per status, ignoring the limit.
 ///
 /// # Errors
 /// What the store did wrong, when it breaks the guarantee.
@@ -175,6 +176,49 @@ pub async fn check_list_runs(store: Arc<dyn Store>) -> CheckResult {
         .await
         .ctx("list_runs")?;
     ensure!(two.len() == 2 && two[0].id == ids[4], "limit failed");
+
+    // `count_runs` counts what `list_runs` lists, per status, whatever the limit.
+    let mut want: Vec<(RunStatus, u64)> = RunStatus::ALL
+        .into_iter()
+        .map(|s| (s, all.iter().filter(|r| r.status == s).count() as u64))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let counted = store
+        .count_runs(&RunFilter {
+            agent: Some(agent.clone()),
+            limit: Some(2),
+            ..RunFilter::default()
+        })
+        .await
+        .ctx("count_runs")?;
+    ensure!(
+        counted == want && want.iter().map(|(_, n)| n).sum::<u64>() == 5,
+        "count_runs by agent: got {counted:?}, want {want:?}"
+    );
+    want.retain(|(s, _)| *s == RunStatus::Failed);
+    let counted = store
+        .count_runs(&RunFilter {
+            agent: Some(agent.clone()),
+            statuses: vec![RunStatus::Failed],
+            ..RunFilter::default()
+        })
+        .await
+        .ctx("count_runs")?;
+    ensure!(
+        counted == vec![(RunStatus::Failed, 1)],
+        "count_runs by status: got {counted:?}, want [(Failed, 1)]"
+    );
+    let none = store
+        .count_runs(&RunFilter {
+            agent: Some(unique("NoSuchAgent")),
+            ..RunFilter::default()
+        })
+        .await
+        .ctx("count_runs")?;
+    ensure!(
+        none.is_empty(),
+        "count_runs of an agent without runs: {none:?}"
+    );
     Ok(())
 }
 
