@@ -13,7 +13,7 @@ use crate::AppState;
 #[openapi(
     info(
         title = "durable agents",
-        description = "Runs of durable agents: read them, follow their events live, signal, cancel and retry them; switch tools off and on. Writes need a bearer token, always; reads need it off loopback.",
+        description = "Runs of durable agents: read them, follow their events live, signal, cancel, retry and fork them; switch tools off and on. Writes need a bearer token, always; reads need it off loopback.",
     ),
     paths(
         crate::runs::list_runs,
@@ -24,6 +24,7 @@ use crate::AppState;
         crate::runs::send_signal,
         crate::runs::cancel,
         crate::runs::retry,
+        crate::runs::fork,
         crate::events::run_events,
         crate::events::events,
         crate::events::run_event_stream,

@@ -1,4 +1,5 @@
-//! Runs: list, read (with history, journal and state at a version), signal, cancel, retry.
+//! Runs: list, read (with history, journal and state at a version), signal, cancel, retry,
+//! fork.
 
 use agent_core::store::operator::{Requeue, RequeueMode, plan_requeue};
 use agent_core::store::{
@@ -26,6 +27,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/runs/{id}/signals", post(send_signal))
         .route("/v1/runs/{id}/cancel", post(cancel))
         .route("/v1/runs/{id}/retry", post(retry))
+        .route("/v1/runs/{id}/fork", post(fork))
 }
 
 /// Runs per page when the request does not say, and at most.
@@ -409,6 +411,60 @@ pub(crate) async fn retry(
         Ok(Requeue::To(status, error)) => Ok(Json(app.store.set_status(&id, status, error).await?)),
         Err(refused) => Err(ApiError::conflict(refused.to_string())),
     }
+}
+
+/// Where to fork a run.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ForkBody {
+    /// The version whose state the new run starts from.
+    version: u64,
+    /// The new run's id (1 to 200 characters); `{id}.fork-v{version}` when absent, so that
+    /// sending the same request twice forks once.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
+    new_id: Option<String>,
+}
+
+/// Fork a run: a new run, at version 0, from the run's state at a version, for a worker to
+/// pick up. The run itself is not changed. Forking is idempotent by the new run's id.
+#[utoipa::path(post, path = "/v1/runs/{id}/fork", tag = "operate",
+    params(("id" = String, Path, description = "The run to fork")),
+    request_body = ForkBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The new run (or the same fork, already made)", body = RunRecord),
+        (status = 400, description = "A body that is not JSON, an id that is not valid, a version after the run's", body = ErrorBody),
+        (status = 413, description = "A body over the limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape", body = ErrorBody),
+        (status = 401, description = "No token", body = ErrorBody),
+        (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
+        (status = 404, description = "No such run, or that version is no longer stored", body = ErrorBody),
+        (status = 409, description = "A run of the new id exists with other content", body = ErrorBody),
+    ))]
+pub(crate) async fn fork(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Json(body): Json<ForkBody>,
+) -> Result<Json<RunRecord>, ApiError> {
+    let run = load(&app, &id).await?;
+    if body.version > run.version {
+        return Err(ApiError::bad_request(format!(
+            "run `{id}` is at version {}; there is no version {} to fork",
+            run.version, body.version
+        )));
+    }
+    let new_id = body
+        .new_id
+        .unwrap_or_else(|| format!("{id}.fork-v{}", body.version));
+    let chars = new_id.chars().count();
+    if !(1..=200).contains(&chars) || new_id.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!(
+            "a run's id has 1 to 200 characters and no control character ({chars} given)"
+        )));
+    }
+    Ok(Json(app.store.fork(&id, body.version, &new_id).await?))
 }
 
 #[cfg(test)]

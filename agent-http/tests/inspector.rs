@@ -449,3 +449,73 @@ async fn a_long_journal_is_paged_and_counts_are_exact() {
         "{runs}"
     );
 }
+
+/// A run is forked at a version of its timeline through the API, with the token: once per
+/// new id, never past the run's version; the run page offers the fork on each version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_forked_at_a_version_with_the_token() {
+    let db = fixture().await;
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let done = db.store.load_run("order-done").await.unwrap().unwrap();
+    assert!(done.version >= 2, "{done:?}");
+
+    let (_, _, body) = page(&server.url("/ui/runs/order-done")).await;
+    assert!(
+        body.contains(r#"data-action="fork" data-run="order-done" data-version="1""#),
+        "{body}"
+    );
+
+    let fork = |body: serde_json::Value| {
+        client()
+            .post(server.url("/v1/runs/order-done/fork"))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .json(&body)
+            .send()
+    };
+    let (status, first) = json(fork(json!({"version": 1})).await.unwrap()).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["id"], "order-done.fork-v1");
+    let forked = db
+        .store
+        .load_run("order-done.fork-v1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(forked.parent, Some(("order-done".to_owned(), 1)));
+    let at_one = db.store.state_at("order-done", 1).await.unwrap().unwrap();
+    assert_eq!(forked.state, at_one.state);
+    // The same request again is the same fork; the forked run is not changed.
+    let (status, again) = json(fork(json!({"version": 1})).await.unwrap()).await;
+    assert_eq!((status, &again["id"]), (200, &first["id"]));
+    assert_eq!(
+        db.store
+            .load_run("order-done")
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        done.version
+    );
+    // A chosen id; a version past the run's; an id that is not valid; no token.
+    let (status, named) = json(
+        fork(json!({"version": 0, "new_id": "try-again"}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, named["id"].as_str()), (200, Some("try-again")));
+    let (status, body) = json(fork(json!({"version": done.version + 1})).await.unwrap()).await;
+    common::assert_error(status, &body, 400, "bad_request");
+    let (status, body) = json(fork(json!({"version": 0, "new_id": ""})).await.unwrap()).await;
+    common::assert_error(status, &body, 400, "bad_request");
+    let (status, body) = json(fork(json!({"version": 0, "extra": 1})).await.unwrap()).await;
+    assert_eq!(status, 422, "{body}");
+    let resp = client()
+        .post(server.url("/v1/runs/order-done/fork"))
+        .json(&json!({"version": 0, "new_id": "no-token"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert!(db.store.load_run("no-token").await.unwrap().is_none());
+}

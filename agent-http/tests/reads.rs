@@ -218,6 +218,11 @@ async fn unknown_runs_are_404_and_bad_parameters_400_as_documented() {
         ("/v1/runs/nope/cancel", "/v1/runs/{id}/cancel", json!({})),
         ("/v1/runs/nope/retry", "/v1/runs/{id}/retry", json!({})),
         (
+            "/v1/runs/nope/fork",
+            "/v1/runs/{id}/fork",
+            json!({"version": 0}),
+        ),
+        (
             "/v1/agents/Nobody/runs",
             "/v1/agents/{agent}/runs",
             json!({"state": {}}),

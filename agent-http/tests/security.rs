@@ -76,6 +76,10 @@ fn writes(id: &str) -> Vec<(String, serde_json::Value)> {
         ),
         (format!("/v1/runs/{id}/retry"), json!({})),
         (
+            format!("/v1/runs/{id}/fork"),
+            json!({"version": 0, "new_id": "sneaky-fork"}),
+        ),
+        (
             "/v1/agents/Order/runs".to_owned(),
             json!({"id": "sneaky", "state": {"Start": {"items": ["x"]}}}),
         ),
@@ -128,6 +132,7 @@ async fn writes_without_the_token_are_refused_and_change_nothing() {
         "a refused write changed the store"
     );
     assert!(db.store.load_run("sneaky").await.unwrap().is_none());
+    assert!(db.store.load_run("sneaky-fork").await.unwrap().is_none());
 
     // With the token, each works.
     let bearer = format!("Bearer {TOKEN}");
@@ -313,6 +318,10 @@ async fn bodies_over_the_limit_are_refused_and_change_nothing() {
         ),
         // A handler that reads no body is refused by the declared length all the same.
         (format!("/v1/runs/{WAITING}/retry"), json!({"big": big})),
+        (
+            format!("/v1/runs/{WAITING}/fork"),
+            json!({"version": 0, "new_id": big}),
+        ),
         (
             "/v1/agents/Order/runs".to_owned(),
             json!({"id": "big", "state": {"Start": {"items": [big]}}}),

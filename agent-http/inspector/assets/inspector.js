@@ -93,6 +93,19 @@
       if (r) { say(action === "cancel" ? "Cancel sent: the run is " + r.status + "." : "Retry sent: the run is " + r.status + "."); refresh(); }
       return;
     }
+    if (action === "fork") {
+      const run = b.dataset.run;
+      const version = Number(b.dataset.version);
+      const c = await confirmAction("Fork run " + run + " at version " + version + "? A new run starts from the state at that version; this run is not changed.");
+      if (!c.ok) { say("Nothing done."); return; }
+      const r = await post("v1/runs/" + enc(run) + "/fork", { version: version });
+      if (r) {
+        say("Forked into run " + r.id + " (" + r.status + ").");
+        const link = $("fork-result");
+        if (link) { link.href = root + "ui/runs/" + enc(r.id); link.textContent = "Open run " + r.id; link.hidden = false; }
+      }
+      return;
+    }
     if (action === "tool") {
       const tool = b.dataset.tool;
       const enable = b.dataset.enable === "true";
