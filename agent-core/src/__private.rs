@@ -37,6 +37,8 @@ pub struct StateSpec {
     pub llm: bool,
     pub wait: Option<&'static str>,
     pub wait_timeout_ms: Option<u64>,
+    /// The JSON Schema of the signal's payload (`wait_payload = Type`).
+    pub wait_payload: Option<fn() -> Value>,
     pub to: &'static [&'static str],
     pub on_error: Option<&'static str>,
     pub tools: &'static [&'static str],
@@ -104,6 +106,7 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
                 wait: s.wait.map(|signal| WaitDescription {
                     signal: signal.to_owned(),
                     timeout_ms: s.wait_timeout_ms,
+                    payload_schema: s.wait_payload.map(|schema| schema()),
                 }),
                 to: strings(s.to),
                 on_error: s.on_error.map(str::to_owned),
@@ -207,6 +210,24 @@ pub trait ArgumentSchema {
 
 #[diagnostic::do_not_recommend]
 impl<T: schemars::JsonSchema> ArgumentSchema for T {
+    fn schema() -> Value {
+        crate::schema::schema_for::<T>()
+    }
+}
+
+/// The schema of a wait's signal payload (`wait_payload = Type`), for the people who send it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the payload of a signal: it has no JSON schema",
+    label = "`wait_payload` describes the signal's payload by this type's schema",
+    note = "derive it: `#[derive(serde::Deserialize, schemars::JsonSchema)]`"
+)]
+pub trait PayloadSchema {
+    /// The schema, every object closed.
+    fn schema() -> Value;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: schemars::JsonSchema> PayloadSchema for T {
     fn schema() -> Value {
         crate::schema::schema_for::<T>()
     }

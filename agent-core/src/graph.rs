@@ -206,6 +206,11 @@ pub struct WaitDescription {
     /// After this long without the signal, the handler runs with a timeout.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// The JSON Schema of the signal's payload, when the state declares its type
+    /// (`wait_payload = Type`): the inspector builds its signal form from it. Left out of
+    /// the description (and so of the fingerprint) when not declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_schema: Option<serde_json::Value>,
 }
 
 /// A tool declared on the agent.

@@ -126,6 +126,16 @@ async fn a_run_page_shows_graph_path_timeline_journal_decisions_and_verdict() {
     // The wait, and the form to answer it.
     assert!(body.contains(r#"id="signal-form""#));
     assert!(body.contains(r#"id="signal-name" name="name" value="confirm""#));
+    // Built from the wait's payload type (`wait_payload = Confirmation`): a checkbox for
+    // the required `ok`, a text box for the optional `note`, each with its doc comment.
+    assert!(body.contains(r#"data-fields="true""#), "{body}");
+    assert!(
+        body.contains(r#"<input type="checkbox" id="sig-ok" data-key="ok" data-control="boolean""#),
+        "{body}"
+    );
+    assert!(body.contains("The customer confirms the order."));
+    assert!(body.contains(r#"id="sig-note" data-key="note" data-control="string""#));
+    assert!(!body.contains(r#"id="signal-payload""#));
     assert!(body.contains(r#"id="cancel-button""#));
     // Timeline with each version's state and its change from the previous one.
     assert!(body.contains(r#"<li id="v1">"#), "{body}");

@@ -150,8 +150,13 @@ async fn shot(c: &Client, name: &str) {
     }
 }
 
-/// A worker: runs every run that can move (runnable, or waiting with a signal in).
-fn worker(db: &Db, ids: &'static [&'static str]) -> tokio::task::JoinHandle<()> {
+/// A worker: runs every run that can move (runnable, or waiting with a signal in). The
+/// payloads of the signals it sees go to `seen`.
+fn worker(
+    db: &Db,
+    ids: &'static [&'static str],
+    seen: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+) -> tokio::task::JoinHandle<()> {
     let store: Arc<dyn Store> = Arc::clone(&db.store);
     let runner = db.runner("Pay");
     tokio::spawn(async move {
@@ -160,12 +165,11 @@ fn worker(db: &Db, ids: &'static [&'static str]) -> tokio::task::JoinHandle<()> 
                 let Ok(Some(run)) = store.load_run(id).await else {
                     continue;
                 };
-                let signalled = run.status == RunStatus::Waiting
-                    && !store
-                        .pending_signals(id)
-                        .await
-                        .unwrap_or_default()
-                        .is_empty();
+                let pending = store.pending_signals(id).await.unwrap_or_default();
+                seen.lock()
+                    .unwrap()
+                    .extend(pending.iter().map(|s| s.payload.clone()));
+                let signalled = run.status == RunStatus::Waiting && !pending.is_empty();
                 if run.status.is_runnable() || signalled {
                     let _ = runner.run(id).await;
                 }
@@ -200,7 +204,8 @@ async fn the_inspector_in_chromium() {
     db.drive("order-cancel", "Pay").await;
     db.drive("order-cancelled", "Cancelled").await;
     let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
-    let work = worker(&db, &["order-approve", "order-cancel"]);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let work = worker(&db, &["order-approve", "order-cancel"], Arc::clone(&seen));
     let driver = start_driver(&chromedriver).await;
     let profile = tempfile::tempdir().unwrap();
     let c = browser(&driver, &chromium, profile.path()).await;
@@ -312,9 +317,19 @@ async fn the_inspector_in_chromium() {
     );
 
     // Approve from the form, with the token: the run completes on the page, no reload.
-    let payload = c.find(Locator::Id("signal-payload")).await.unwrap();
-    payload.clear().await.unwrap();
-    payload.send_keys(r#"{"ok": true}"#).await.unwrap();
+    // The form was built from the payload's schema: tick `ok`, write a note.
+    c.find(Locator::Id("sig-ok"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Id("sig-note"))
+        .await
+        .unwrap()
+        .send_keys("approved in the browser")
+        .await
+        .unwrap();
     c.find(Locator::Id("signal-send"))
         .await
         .unwrap()
@@ -344,6 +359,11 @@ async fn the_inspector_in_chromium() {
         "the run completes on the page",
     )
     .await;
+    // The payload the form built, typed by the schema, is what the run received.
+    assert_eq!(
+        seen.lock().unwrap().first(),
+        Some(&json!({"ok": true, "note": "approved in the browser"}))
+    );
     let not_reloaded = c
         .execute("return window.__notReloaded === true;", vec![])
         .await

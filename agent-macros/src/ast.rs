@@ -31,6 +31,8 @@ pub(crate) struct State {
     pub(crate) llm: Option<Span>,
     pub(crate) wait: Option<(Span, String)>,
     pub(crate) wait_timeout_ms: Option<(Span, u64)>,
+    /// `wait_payload = Type`: the signal payload's type.
+    pub(crate) wait_payload: Option<(Span, syn::Type)>,
     pub(crate) to: Vec<Ident>,
     /// The typed transitions among `to(...)`, in the order written.
     pub(crate) args: Vec<Argument>,
@@ -173,6 +175,7 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
                 .wait_timeout_ms
                 .span()
                 .zip(va.wait_timeout_ms.get().copied()),
+            wait_payload: va.wait_payload.span().zip(va.wait_payload.take()),
             to_span,
             tools_span: va.tools.span(),
             max_tool_calls: va

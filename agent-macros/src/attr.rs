@@ -30,6 +30,7 @@ pub(crate) const TO: &str = "to";
 pub(crate) const ROUTE: &str = "route";
 pub(crate) const WAIT: &str = "wait";
 pub(crate) const WAIT_TIMEOUT_MS: &str = "wait_timeout_ms";
+pub(crate) const WAIT_PAYLOAD: &str = "wait_payload";
 pub(crate) const ON_ERROR: &str = "on_error";
 pub(crate) const MAX_TOOL_CALLS: &str = "max_tool_calls";
 pub(crate) const TOOLS_PER_ANSWER: &str = "tools_per_answer";
@@ -56,6 +57,7 @@ const VARIANT_KEYS: &[&str] = &[
     ROUTE,
     WAIT,
     WAIT_TIMEOUT_MS,
+    WAIT_PAYLOAD,
     ON_ERROR,
     MAX_TOOL_CALLS,
     TOOLS_PER_ANSWER,
@@ -207,6 +209,8 @@ pub(crate) struct VariantAttrs {
     pub(crate) route_llm: Attr<()>,
     pub(crate) wait: Attr<String>,
     pub(crate) wait_timeout_ms: Attr<u64>,
+    /// The type of the signal's payload, for its JSON Schema in the graph description.
+    pub(crate) wait_payload: Attr<syn::Type>,
     pub(crate) on_error: Attr<Ident>,
     pub(crate) max_tool_calls: Attr<u32>,
     pub(crate) tools_per_answer: Attr<u32>,
@@ -657,6 +661,7 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
         route_llm: Attr::none(ROUTE),
         wait: Attr::none(WAIT),
         wait_timeout_ms: Attr::none(WAIT_TIMEOUT_MS),
+        wait_payload: Attr::none(WAIT_PAYLOAD),
         on_error: Attr::none(ON_ERROR),
         max_tool_calls: Attr::none(MAX_TOOL_CALLS),
         tools_per_answer: Attr::none(TOOLS_PER_ANSWER),
@@ -724,6 +729,11 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
             WAIT_TIMEOUT_MS => {
                 if let Some(v) = value(cx, &meta, "N (milliseconds)", positive_u64)? {
                     out.wait_timeout_ms.set(cx, span, v);
+                }
+            }
+            WAIT_PAYLOAD => {
+                if let Some(v) = value(cx, &meta, "Type", syn::Type::parse)? {
+                    out.wait_payload.set(cx, span, v);
                 }
             }
             ON_ERROR => {

@@ -257,6 +257,13 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 .help("add `wait = \"signal_name\"`, or remove `wait_timeout_ms`"),
             );
         }
+        if let (Some((span, _)), None) = (&s.wait_payload, &s.wait) {
+            cx.error(
+                *span,
+                Message::new(format!("`wait_payload` without `wait` on state `{name}`"))
+                    .help("add `wait = \"signal_name\"`, or remove `wait_payload`"),
+            );
+        }
         let mut seen: Vec<&Ident> = Vec::new();
         for target in &s.to {
             if agent.state(target).is_none() {

@@ -140,6 +140,12 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             let llm = s.llm.is_some();
             let wait = option(agent, s.wait.as_ref().map(|w| lit(&w.1)));
             let wait_timeout = option(agent, s.wait_timeout_ms.map(|w| w.1));
+            let wait_payload = option(
+                agent,
+                s.wait_payload.as_ref().map(|(span, ty)| {
+                    quote_spanned!(*span=> <#ty as #krate::__private::PayloadSchema>::schema)
+                }),
+            );
             let to = s.to.iter().map(|t| lit(&names::unraw(t)));
             let on_error = option(agent, s.on_error.as_ref().map(|t| lit(&names::unraw(t))));
             let tools = s.tools.iter().map(|t| lit(&names::unraw(t)));
@@ -170,7 +176,8 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             quote! {
                 #krate::__private::StateSpec {
                     name: #n, initial: #initial, terminal: #terminal, compensate: #compensate,
-                    llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout, to: &[#(#to),*],
+                    llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout,
+                    wait_payload: #wait_payload, to: &[#(#to),*],
                     on_error: #on_error, tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
                     tools_per_answer: #tools_per_answer, timeout_ms: #timeout,
                     decision_timeout_ms: #decision_timeout, children: &[#(#children),*],

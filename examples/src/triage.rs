@@ -57,7 +57,7 @@ impl RefundRequest {
 }
 
 /// The payload of an `approval` signal.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Approval {
     /// [`RefundRequest::binding`] of the refund approved.
     pub refund_hash: String,
@@ -97,7 +97,7 @@ pub enum Triage {
         order: OrderInfo,
     },
     /// Wait for a person to approve this exact refund.
-    #[agent(wait = "approval", to(Refund, Answer, AwaitApproval))]
+    #[agent(wait = "approval", wait_payload = Approval, to(Refund, Answer, AwaitApproval))]
     AwaitApproval {
         /// The ticket.
         ticket: Ticket,

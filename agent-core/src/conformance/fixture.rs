@@ -91,6 +91,16 @@ impl World {
 }
 
 /// A SKU.
+/// The payload of the `confirm` signal: the customer's answer.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Confirmation {
+    /// The customer confirms the order.
+    pub ok: bool,
+    /// What the customer said, if anything.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Sku {
     /// Its code.
@@ -295,7 +305,7 @@ pub enum Order {
         cents: u64,
     },
     /// Wait for the customer's confirmation.
-    #[agent(wait = "confirm", to(Done, Failed))]
+    #[agent(wait = "confirm", wait_payload = Confirmation, to(Done, Failed))]
     Confirm {
         /// The payment.
         payment_id: String,

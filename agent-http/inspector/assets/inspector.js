@@ -121,8 +121,25 @@
     if (form.id !== "signal-form") return;
     ev.preventDefault();
     let payload;
-    try { payload = JSON.parse($("signal-payload").value || "null"); }
-    catch (e) { say("The payload is not JSON: " + e.message, true); $("signal-payload").focus(); return; }
+    if (form.dataset.fields) {
+      // The controls generated from the payload's schema: one key each, typed.
+      payload = {};
+      for (const el of form.querySelectorAll("[data-key]")) {
+        const key = el.dataset.key, control = el.dataset.control;
+        if (control === "boolean") { payload[key] = el.checked; continue; }
+        if (el.value === "") continue;
+        if (control === "integer" || control === "number") { payload[key] = Number(el.value); continue; }
+        if (control === "json") {
+          try { payload[key] = JSON.parse(el.value); }
+          catch (e) { say(key + " is not JSON: " + e.message, true); el.focus(); return; }
+          continue;
+        }
+        payload[key] = el.value;
+      }
+    } else {
+      try { payload = JSON.parse($("signal-payload").value || "null"); }
+      catch (e) { say("The payload is not JSON: " + e.message, true); $("signal-payload").focus(); return; }
+    }
     const name = $("signal-name").value;
     const r = await post("v1/runs/" + enc(form.dataset.run) + "/signals", { name: name, payload: payload });
     if (r) say("Signal " + name + " sent (id " + r.id + "); the run moves when a worker consumes it.");

@@ -395,6 +395,8 @@ struct RunView {
     waiting_for: String,
     /// The run waits for a signal a person can send (not for its children).
     waits_for_signal: bool,
+    /// The signal form's controls, from the wait's payload schema (`None`: JSON).
+    signal_fields: Option<Vec<view::FormField>>,
     wake_at: String,
     error: String,
     lease: String,
@@ -595,6 +597,12 @@ async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunVi
             Some(p) => format!("version {}: {} ({})", p.version, p.message, p.kind.as_str()),
         },
     };
+    let signal_fields = graph
+        .as_ref()
+        .and_then(|g| g.states.iter().find(|s| s.name == run.state_name))
+        .and_then(|s| s.wait.as_ref())
+        .and_then(|w| w.payload_schema.as_ref())
+        .and_then(view::form_fields);
     let over = overlay(&run, &history);
     let path: Vec<String> = history
         .iter()
@@ -661,6 +669,7 @@ async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunVi
                 .waiting_for
                 .as_deref()
                 .is_some_and(|w| !w.starts_with("children:")),
+        signal_fields,
         wake_at: run.wake_at.map(view::time).unwrap_or_default(),
         error: run
             .error

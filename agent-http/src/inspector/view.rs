@@ -163,3 +163,124 @@ mod tests {
         assert!(text.contains("bytes in all"));
     }
 }
+
+/// One control of a signal form, built from a property of the payload's JSON Schema.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct FormField {
+    /// The property's name (the payload's key).
+    pub(crate) name: String,
+    /// `boolean`, `integer`, `number`, `string`, `choice` (a string enum) or `json` (any
+    /// other shape, typed as JSON).
+    pub(crate) control: &'static str,
+    pub(crate) required: bool,
+    /// The property's description (its doc comment), shown as help.
+    pub(crate) help: String,
+    /// The choices of a string enum.
+    pub(crate) choices: Vec<String>,
+}
+
+/// The controls of a form for a payload whose schema is `schema`: one per property of an
+/// object schema, in the order the schema's object lists them; `None` when the payload is not an object with
+/// properties (the page then asks for JSON).
+pub(crate) fn form_fields(schema: &Value) -> Option<Vec<FormField>> {
+    let properties = schema.get("properties")?.as_object()?;
+    if properties.is_empty() {
+        return None;
+    }
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    Some(
+        properties
+            .iter()
+            .map(|(name, p)| {
+                let choices: Vec<String> = p
+                    .get("enum")
+                    .and_then(Value::as_array)
+                    .map(|e| {
+                        e.iter()
+                            .filter_map(|v| v.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                // `Option<T>` reads `"type": ["T", "null"]`: the control is T's, not required.
+                let types: Vec<&str> = match p.get("type") {
+                    Some(Value::String(t)) => vec![t.as_str()],
+                    Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+                    _ => Vec::new(),
+                };
+                let non_null: Vec<&str> = types.into_iter().filter(|t| *t != "null").collect();
+                let control = match non_null.as_slice() {
+                    ["string"] if !choices.is_empty() => "choice",
+                    ["boolean"] => "boolean",
+                    ["integer"] => "integer",
+                    ["number"] => "number",
+                    ["string"] => "string",
+                    _ => "json",
+                };
+                FormField {
+                    name: name.clone(),
+                    control,
+                    required: required.contains(&name.as_str()),
+                    help: p
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    choices,
+                }
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod form_tests {
+    use serde_json::json;
+
+    use super::form_fields;
+
+    #[test]
+    fn a_form_has_one_control_per_property_typed_by_its_schema() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "approved": {"type": "boolean", "description": "Yes or no."},
+                "cents": {"type": "integer"},
+                "rate": {"type": "number"},
+                "who": {"type": "string"},
+                "note": {"type": ["string", "null"]},
+                "level": {"type": "string", "enum": ["low", "high"]},
+                "items": {"type": "array", "items": {"type": "string"}},
+                "refund": {"$ref": "#/$defs/Refund"}
+            },
+            "required": ["approved", "who"],
+            "additionalProperties": false
+        });
+        let fields = form_fields(&schema).unwrap();
+        let mut got: Vec<(&str, &str, bool)> = fields
+            .iter()
+            .map(|f| (f.name.as_str(), f.control, f.required))
+            .collect();
+        got.sort_unstable();
+        let mut want = vec![
+            ("approved", "boolean", true),
+            ("cents", "integer", false),
+            ("rate", "number", false),
+            ("who", "string", true),
+            ("note", "string", false),
+            ("level", "choice", false),
+            ("items", "json", false),
+            ("refund", "json", false),
+        ];
+        want.sort_unstable();
+        assert_eq!(got, want);
+        let field = |name: &str| fields.iter().find(|f| f.name == name).unwrap();
+        assert_eq!(field("approved").help, "Yes or no.");
+        assert_eq!(field("level").choices, ["low", "high"]);
+        assert!(form_fields(&json!({"type": "boolean"})).is_none());
+        assert!(form_fields(&json!({"type": "object", "properties": {}})).is_none());
+    }
+}
