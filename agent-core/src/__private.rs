@@ -24,6 +24,23 @@ use crate::graph::{
 };
 use crate::tool::ToolKind;
 
+/// The JSON round trip an agent's enum needs to be stored (the serde bounds of
+/// [`Agent`](crate::Agent)), as one trait the derive implements for the enum. That impl is
+/// unconditional, so every other use of the enum as an agent holds; the derive's other impls
+/// assume it with `where for<'a> Enum: StoredAsJson` (a bound under a binder is not checked
+/// where it is written). An enum without the serde derives is then reported at this impl
+/// only, once per missing trait, instead of at every impl whose trait bounds `Agent`.
+pub trait StoredAsJson: DerivesSerde {}
+
+/// The serde impls of an agent's enum, behind a bound the user's crate can name: bounded
+/// on `serde`'s traits directly, [`StoredAsJson`] would be called "sealed" by rustc in a crate
+/// that does not name `serde` itself (the usual case when the derives were forgotten).
+/// `for<'de> Deserialize<'de>` rather than `DeserializeOwned` for the same reason: that
+/// trait lives in `serde_core`, which the user's crate never names.
+pub trait DerivesSerde: serde::Serialize + for<'de> serde::Deserialize<'de> {}
+
+impl<T: serde::Serialize + for<'de> serde::Deserialize<'de>> DerivesSerde for T {}
+
 /// A state as the derive writes it: literals only, turned into a
 /// [`StateDescription`] once per process.
 // Each flag is a role the attribute gives the state, written as a literal by the derive.

@@ -109,7 +109,9 @@ pub use tool::{
 ///   compile only when legal;
 /// - `trait CheckoutHandlers`: one method per non-terminal state (its name in snake case),
 ///   taking the [`Ctx`], then the route for `route = llm` states, then the [`Wake`] for
-///   `wait` states, then the state's fields; implement it with `async fn`s;
+///   `wait` states, then the state's fields; implement it with `async fn`s. The trait is
+///   not in your source: run `cargo doc --open` and find it next to your enum, where each
+///   method's docs list its parameters in order;
 /// - `impl<H: CheckoutHandlers> Handle<H> for Checkout`, which the runner dispatches through.
 ///
 /// # Example
