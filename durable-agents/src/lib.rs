@@ -129,6 +129,30 @@
 
 pub use agent_core::*;
 
+/// What an agent file needs, in one import: `use durable_agents::prelude::*;`.
+///
+/// The derives and the tool attribute ([`Agent`](macro@crate::Agent),
+/// [`Tool`](macro@crate::Tool), [`tool_fn`](macro@crate::tool_fn)), what handlers and tools
+/// name ([`Ctx`], [`StepResult`], [`StepError`], [`ToolContext`], [`ToolError`], [`Shared`]),
+/// the tool traits and kinds, what runs an agent ([`Runner`], [`Worker`], the stores), and
+/// the derives the types of states and tools need: `Serialize` and `Deserialize` (serde's
+/// derives expand to `serde::...` paths, so add `serde` with its `derive` feature to your
+/// manifest) and [`JsonSchema`](schemars::JsonSchema), re-exported with the `schemars` crate
+/// itself so that its derive finds it: no `schemars` in your manifest, and no major version
+/// of it to match.
+pub mod prelude {
+    pub use agent_core::{
+        Agent, BuildTool, Compensate, Ctx, Execute, Failure, FromShared, MemoryStore, RunRecord,
+        RunStatus, Runner, RunnerConfig, Shared, StepError, StepResult, Store, Tool, ToolBox,
+        ToolContext, ToolError, ToolKind, ToolResult, ToolsFor, Wake, Worker, WorkerConfig,
+        tool_fn,
+    };
+    #[cfg(feature = "sqlite")]
+    pub use agent_sqlite::SqliteStore;
+    pub use schemars::{self, JsonSchema};
+    pub use serde::{Deserialize, Serialize};
+}
+
 #[cfg(feature = "http")]
 pub use agent_http as http;
 #[cfg(feature = "llm")]
