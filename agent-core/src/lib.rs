@@ -12,9 +12,9 @@
 //! |---|---|
 //! | [`graph`] | the checked graph as data: DOT, Mermaid, JSON, YAML exports, a stable fingerprint |
 //! | [`tool`] | [`Tool`] (derivable), [`Execute`], [`Compensate`]; kinds read, write, hybrid; policies |
-//! | [`runner`] | [`Runner`](runner::Runner) and [`Worker`](runner::Worker): steps, journal, sagas, waits, budgets, leases, fault points |
+//! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
-//! | [`store`] | the [`Store`](store::Store) contract, records, delta history, the hash chain and its verifier, an in-memory store |
+//! | [`store`] | the [`Store`] contract, records, delta history, the hash chain and its verifier, an in-memory store |
 //! | `conformance` | the suite every store backend runs (feature `conformance`) |
 
 // Lets the derives' `::agent_core::…` paths resolve inside this crate (the conformance fixture).
@@ -118,7 +118,16 @@ pub use store::{RunRecord, RunStatus, Store, StoreError};
 /// - `trait CheckoutHandlers`: one method per non-terminal state (its name in snake case),
 ///   taking the [`Ctx`], then the route for `route = llm` states, then the [`Wake`] for
 ///   `wait` states, then the state's fields; implement it with `async fn`s;
-/// - `impl<H: CheckoutHandlers> Handle<H> for Checkout`, which the runner dispatches through.
+/// - `impl<H: CheckoutHandlers> Handle<H> for Checkout`, which the runner dispatches through;
+/// - `checkout::new::Review { cart }`: each state as a struct with the variant's fields, by
+///   name, which [`Ctx::to`] takes like `checkout::Review::new(cart)` ([`IntoTarget`]);
+/// - `struct CheckoutTools`: one public field per declared tool (its name in snake case),
+///   what [`Runner::new`](runner::Runner::new) takes ([`ToolsFor`]), so a runner built
+///   without one of the agent's tools does not compile; `CheckoutTools::from_shared(&app)`
+///   builds every tool from the application's shared state ([`BuildTool`]).
+///
+/// Open `cargo doc --open` on your crate to read the generated handler trait with each
+/// method's parameters.
 ///
 /// # Example
 ///
