@@ -288,3 +288,41 @@ pub const fn str_eq(a: &str, b: &str) -> bool {
     }
     true
 }
+
+/// A declared read or write tool, added to the tool box by the agent's tools struct. A
+/// helper trait so that the struct's `ToolsFor` impl can require it under `for<'a>`: the
+/// requirement is then checked where the struct is used, not where the agent is derived
+/// (an agent may be declared, and its graph checked, before its tools run).
+#[diagnostic::on_unimplemented(
+    message = "tool `{Self}` cannot be run by a runner: it is not `Execute` as a read or write tool",
+    label = "not runnable as declared",
+    note = "implement `Execute` for it (or write it as a `#[tool_fn]`); a hybrid tool is declared `hybrid(...)` on the agent"
+)]
+pub trait PlainTool {
+    fn add_to(self, tools: crate::ToolBox) -> crate::ToolBox;
+}
+
+impl<T: crate::Execute> PlainTool for T
+where
+    T::Kind: crate::kind::Plain,
+{
+    fn add_to(self, tools: crate::ToolBox) -> crate::ToolBox {
+        tools.with(self)
+    }
+}
+
+/// A declared hybrid tool, added with its compensation (see [`PlainTool`]).
+#[diagnostic::on_unimplemented(
+    message = "hybrid tool `{Self}` cannot be run by a runner: it is not `Execute` and `Compensate`",
+    label = "not runnable as declared",
+    note = "implement `Execute` and `Compensate` for it, or write it as `#[tool_fn(hybrid, compensate = ...)]`"
+)]
+pub trait HybridTool {
+    fn add_to(self, tools: crate::ToolBox) -> crate::ToolBox;
+}
+
+impl<T: crate::Execute + crate::Compensate> HybridTool for T {
+    fn add_to(self, tools: crate::ToolBox) -> crate::ToolBox {
+        tools.hybrid(self)
+    }
+}

@@ -86,6 +86,23 @@ impl<S: State> Target<S> {
     }
 }
 
+/// A value that names its target state: a [`Target`], or the named-field form the derive
+/// generates for every state (`checkout::new::Receipt { customer, cart, payment_id }`),
+/// which cannot swap two fields of one type as a positional `new(...)` can.
+pub trait IntoTarget {
+    /// The state it is a value of.
+    type State: State;
+    /// The target.
+    fn into_target(self) -> Target<Self::State>;
+}
+
+impl<S: State> IntoTarget for Target<S> {
+    type State = S;
+    fn into_target(self) -> Target<S> {
+        self
+    }
+}
+
 /// The outcome of a handler in state `S`: the next state, one of `S`'s declared successors.
 pub struct Next<S: State> {
     value: S::Agent,
@@ -504,15 +521,17 @@ impl<'a, S: State> Ctx<'a, S> {
         }
     }
 
-    /// Move to `target`. Compiles only when the target is a declared successor.
+    /// Move to `target`: `checkout::Review::new(cart)`, or by field names,
+    /// `checkout::new::Review { cart }`. Compiles only when the target is a declared
+    /// successor.
     #[must_use]
-    pub fn to<T>(self, target: Target<T>) -> Next<S>
+    pub fn to<T>(self, target: impl IntoTarget<State = T>) -> Next<S>
     where
         T: State<Agent = S::Agent>,
         S: AllowsTransition<T>,
     {
         Next {
-            value: target.value,
+            value: target.into_target().value,
             marker: PhantomData,
         }
     }

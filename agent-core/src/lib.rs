@@ -12,9 +12,9 @@
 //! |---|---|
 //! | [`graph`] | the checked graph as data: DOT, Mermaid, JSON, YAML exports, a stable fingerprint |
 //! | [`tool`] | [`Tool`] (derivable), [`Execute`], [`Compensate`]; kinds read, write, hybrid; policies |
-//! | [`runner`] | [`Runner`](runner::Runner) and [`Worker`](runner::Worker): steps, journal, sagas, waits, budgets, leases, fault points |
+//! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
-//! | [`store`] | the [`Store`](store::Store) contract, records, delta history, the hash chain and its verifier, an in-memory store |
+//! | [`store`] | the [`Store`] contract, records, delta history, the hash chain and its verifier, an in-memory store |
 //! | `conformance` | the suite every store backend runs (feature `conformance`) |
 
 // Lets the derives' `::agent_core::…` paths resolve inside this crate (the conformance fixture).
@@ -32,18 +32,26 @@ pub mod runner;
 pub mod schema;
 pub mod store;
 pub mod tool;
+pub mod toolset;
 
 pub use agent::{
     Agent, AllowsChild, AllowsTool, AllowsTransition, ChildOutcome, ChildRun, Ctx, Failure, Handle,
-    Next, State, StepError, StepResult, Target, Wake,
+    IntoTarget, Next, State, StepError, StepResult, Target, Wake,
 };
 pub use graph::{
     GraphDescription, PathOverlay, Routing, StateDescription, ToolDescription, TransitionArguments,
 };
 pub use tool::{
     Compensate, DynTool, ErrorClass, Execute, RetryPolicy, Tool, ToolBox, ToolContext, ToolError,
-    ToolKind, ToolPolicy, kind,
+    ToolKind, ToolPolicy, ToolResult, kind,
 };
+pub use toolset::{BuildTool, FromShared, Shared, ToolsFor};
+// What a program that runs agents names most: reachable without knowing the modules.
+pub use runner::{
+    Runner, RunnerConfig, RunnerError, StepOutcome, Worker, WorkerConfig, WorkerStats,
+};
+pub use store::memory::MemoryStore;
+pub use store::{RunRecord, RunStatus, Store, StoreError};
 
 /// Derive an agent from an enum of states: a graph checked at compile time.
 ///
@@ -112,7 +120,13 @@ pub use tool::{
 ///   `wait` states, then the state's fields; implement it with `async fn`s. The trait is
 ///   not in your source: run `cargo doc --open` and find it next to your enum, where each
 ///   method's docs list its parameters in order;
-/// - `impl<H: CheckoutHandlers> Handle<H> for Checkout`, which the runner dispatches through.
+/// - `impl<H: CheckoutHandlers> Handle<H> for Checkout`, which the runner dispatches through;
+/// - `checkout::new::Review { cart }`: each state as a struct with the variant's fields, by
+///   name, which [`Ctx::to`] takes like `checkout::Review::new(cart)` ([`IntoTarget`]);
+/// - `struct CheckoutTools`: one public field per declared tool (its name in snake case),
+///   what [`Runner::new`](runner::Runner::new) takes ([`ToolsFor`]), so a runner built
+///   without one of the agent's tools does not compile; `CheckoutTools::from_shared(&app)`
+///   builds every tool from the application's shared state ([`BuildTool`]).
 ///
 /// # Example
 ///
@@ -191,6 +205,61 @@ pub use agent_macros::Agent;
 /// [`ToolPolicy::default`]. `NAME` is the type's name and `DESCRIPTION` its doc comment.
 /// Implement [`Execute`] (and [`Compensate`] for a hybrid tool) by hand.
 pub use agent_macros::Tool;
+
+/// Make a tool of an `async fn`.
+///
+/// ```text
+/// #[tool_fn(read | write | hybrid, timeout_ms = N, retries = N, cache = bool,
+///           compensate = WriteTool, compensate_input = path::to_fn, crate = path)]
+/// ```
+///
+/// The function stays as written, and next to it comes the tool type, named after it in
+/// `CamelCase` (`charge_payment` -> `ChargePayment`): the name agents list in
+/// `#[agent(tools(...))]` and handlers call with `ctx.call::<ChargePayment>(input)`. It is
+/// the same [`Tool`] as a `#[derive(Tool)]` struct with an [`Execute`] impl: `NAME` is the
+/// type's name, `DESCRIPTION` the function's doc comment (what the model reads), and the
+/// policy comes from the keys, as for [`derive@Tool`].
+///
+/// The parameters are told apart by their types, in any order:
+/// - [`Shared<T>`](Shared): a resource (a client, a pool). The tool type holds one `T` per
+///   such parameter and passes a clone to each call; `ChargePayment::new(t)` builds it, and
+///   the agent's tools struct builds it from the application's shared state
+///   ([`BuildTool`], [`FromShared`]);
+/// - `&ToolContext`: the call ([`ToolContext::idempotency_key`] for write tools);
+/// - at most one other: the input, whose JSON schema the model is shown (none means `()`).
+///
+/// The return type is `Result<Output, E>` for any `E: Into<ToolError>`.
+///
+/// A hybrid tool names the write tool that undoes it with `compensate = ReleaseInventory`;
+/// the compensation's input is this tool's output converted with `From` (an identity when
+/// they are one type), or what `compensate_input = my_fn` computes, a
+/// `fn(&Input, &Output) -> <ReleaseInventory as Tool>::Input`.
+///
+/// ```
+/// use durable_agents::prelude::*;
+/// use std::sync::Arc;
+///
+/// # #[derive(Debug)] struct Gateway;
+/// # impl Gateway { async fn charge(&self, _: &str, _: u64) -> Result<String, ToolError> { Ok("pay-1".into()) } }
+/// #[derive(Serialize, Deserialize, JsonSchema)]
+/// pub struct Charge { card: String, cents: u64 }
+///
+/// /// Charge a card. (The model reads this line.)
+/// #[tool_fn(write, timeout_ms = 800, retries = 3)]
+/// pub async fn charge_payment(
+///     Shared(gateway): Shared<Arc<Gateway>>,
+///     charge: Charge,
+///     cx: &ToolContext,
+/// ) -> Result<String, ToolError> {
+///     let _key = cx.idempotency_key(); // the gateway's idempotency key
+///     gateway.charge(&charge.card, charge.cents).await
+/// }
+///
+/// assert_eq!(<ChargePayment as Tool>::NAME, "ChargePayment");
+/// assert_eq!(<ChargePayment as Tool>::DESCRIPTION, "Charge a card. (The model reads this line.)");
+/// let _tool = ChargePayment::new(Arc::new(Gateway));
+/// ```
+pub use agent_macros::tool_fn;
 
 /// How to read the compile errors of `#[derive(Agent)]`, each with what to do about it.
 #[doc = include_str!("../../docs/compile-errors.md")]

@@ -145,6 +145,11 @@ pub trait Tool: Send + Sync + 'static {
 }
 
 /// The call itself. Implement it for every tool; the runner is the only caller.
+#[diagnostic::on_unimplemented(
+    message = "tool `{Self}` cannot run: it has no `Execute` impl",
+    label = "no `Execute` impl",
+    note = "implement `durable_agents::Execute for {Self}`, or write the tool as an `async fn` with `#[tool_fn]`"
+)]
 pub trait Execute: Tool {
     /// Run the tool once. Write and hybrid tools must honour `cx.idempotency_key()`: a
     /// second call with the same key must not apply the effect twice.
@@ -346,6 +351,9 @@ impl ToolError {
         }
     }
 }
+
+/// What a tool function returns: its output, or why the call failed.
+pub type ToolResult<T> = Result<T, ToolError>;
 
 /// What a tool sees of the call: who calls it, and the idempotency key of effects.
 #[derive(Clone, Debug, PartialEq, Eq)]

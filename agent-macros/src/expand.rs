@@ -19,9 +19,11 @@ pub(crate) fn expand(agent: &Agent) -> TokenStream {
     let handle = handle_impl(agent, false);
     let allows = allows(agent);
     let tool_checks = tool_checks(agent);
+    let toolset = crate::toolset::toolset(agent, false);
     quote! {
         #agent_impl
         #markers
+        #toolset
         #constructors
         #handlers
         #handle
@@ -425,14 +427,18 @@ pub(crate) fn markers(agent: &Agent) -> TokenStream {
             }
         }
     });
+    let named_inside = crate::named::inside(agent, &inner);
+    let named_outside = crate::named::outside(agent);
     quote! {
         #[doc = #module_doc]
         #[allow(dead_code)]
         #vis mod #module {
             #(#structs)*
             #(#routes)*
+            #named_inside
         }
         #(#state_impls)*
+        #named_outside
         #(#route_impls)*
     }
 }

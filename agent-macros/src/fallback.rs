@@ -17,6 +17,7 @@ pub(crate) fn fallback(agent: &Agent) -> TokenStream {
     let constructors = expand::constructors(agent);
     let handlers = expand::handler_trait(agent);
     let handle = expand::handle_impl(agent, true);
+    let toolset = crate::toolset::toolset(agent, true);
     let allows = agent.states.iter().map(|s| {
         let m = expand::marker(agent, s);
         quote! {
@@ -35,6 +36,7 @@ pub(crate) fn fallback(agent: &Agent) -> TokenStream {
         #constructors
         #handlers
         #handle
+        #toolset
         #(#allows)*
     }
 }

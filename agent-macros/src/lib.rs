@@ -13,8 +13,11 @@ mod ctxt;
 mod expand;
 mod fallback;
 mod krate;
+mod named;
 mod names;
 mod tool;
+mod tool_fn;
+mod toolset;
 
 use proc_macro::TokenStream;
 
@@ -30,6 +33,12 @@ pub fn derive_agent(input: TokenStream) -> TokenStream {
 pub fn derive_tool(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
     tool::derive(&input).into()
+}
+
+/// See `durable_agents::tool_fn`.
+#[proc_macro_attribute]
+pub fn tool_fn(args: TokenStream, item: TokenStream) -> TokenStream {
+    tool_fn::expand(args.into(), &item.into()).into()
 }
 
 fn derive_agent_impl(input: &syn::DeriveInput) -> proc_macro2::TokenStream {

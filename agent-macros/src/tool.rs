@@ -75,7 +75,7 @@ fn model(input: &DeriveInput, attrs: ToolAttrs) -> Tool {
             .take()
             .unwrap_or_else(crate::krate::default_path),
         name: names::unraw(&input.ident),
-        description: description(input),
+        description: description(&input.attrs),
         kind: attrs
             .kind
             .get()
@@ -91,9 +91,9 @@ fn model(input: &DeriveInput, attrs: ToolAttrs) -> Tool {
 }
 
 /// The doc comment, one line per `///`, without the leading space.
-fn description(input: &DeriveInput) -> String {
+pub(crate) fn description(attrs: &[syn::Attribute]) -> String {
     let mut lines = Vec::new();
-    for attr in &input.attrs {
+    for attr in attrs {
         if !attr.path().is_ident("doc") {
             continue;
         }
@@ -127,7 +127,7 @@ pub(crate) fn tool_impl(tool: &Tool, body: &TokenStream) -> TokenStream {
     }
 }
 
-fn expand(tool: &Tool) -> TokenStream {
+pub(crate) fn expand(tool: &Tool) -> TokenStream {
     let krate = &tool.krate;
     let in_ty = &tool.input;
     let out_ty = &tool.output;

@@ -4,29 +4,27 @@
 //!
 //! An agent is an enum of states. [`#[derive(Agent)]`](macro@Agent) turns it into a graph
 //! checked at compile time: which state may follow which, and which tools are legal in each.
-//! A [`Runner`](runner::Runner) executes it one durable step at a time over a
-//! [`Store`](store::Store): every tool call and every LLM decision is journaled as it
+//! A [`Runner`] executes it one durable step at a time over a
+//! [`Store`]: every tool call and every LLM decision is journaled as it
 //! completes, every transition is a compare-and-set commit, and a crash resumes from the last
 //! committed version without repeating a committed effect or re-asking a committed question.
+//!
+//! **New here?** Read the tutorial, [`docs/tutorial.md`](https://example.invalid/durable-agents/blob/main/docs/tutorial.md)
+//! in the repository: from `cargo new` to an agent served by a worker on SQLite, with tools
+//! as functions, a wait and a signal, a model-routed state, and tests that replay a journal.
+//! Its code is compiled and run by the test suite (the crate `tutorial/`).
 //!
 //! ## A complete agent
 //!
 //! ```
 //! use std::sync::Arc;
-//! use durable_agents::runner::Runner;
-//! use durable_agents::store::{memory::MemoryStore, RunStatus};
-//! use durable_agents::{Agent, Ctx, Execute, StepResult, Tool, ToolBox, ToolContext, ToolError};
-//! use serde::{Deserialize, Serialize};
+//! use durable_agents::prelude::*;
 //!
-//! /// Look a word up (a read tool: no side effect, journaled, served from the journal on resume).
-//! #[derive(Tool)]
-//! #[tool(kind = read, input = String, output = usize)]
-//! struct CountLetters;
-//!
-//! impl Execute for CountLetters {
-//!     async fn execute(&self, word: String, _: &ToolContext) -> Result<usize, ToolError> {
-//!         Ok(word.len())
-//!     }
+//! /// Count the letters of a word (a read tool: no side effect, journaled, served from the
+//! /// journal on resume). The doc comment is what a model reads about the tool.
+//! #[tool_fn(read)]
+//! async fn count_letters(word: String) -> ToolResult<usize> {
+//!     Ok(word.len())
 //! }
 //!
 //! #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
@@ -43,14 +41,15 @@
 //! impl SpellerHandlers for Behaviour {
 //!     async fn start(&self, ctx: Ctx<'_, speller::Start>, word: String) -> StepResult<speller::Start> {
 //!         let letters = ctx.call::<CountLetters>(word).await?; // only tools listed in `Start` compile
-//!         Ok(ctx.to(speller::Done::new(letters)))               // only declared successors compile
+//!         Ok(ctx.to(speller::new::Done { letters }))           // only declared successors compile
 //!     }
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Arc::new(MemoryStore::new()); // or agent_sqlite::SqliteStore, agent_pg::PgStore
-//! let runner = Runner::new(store, Behaviour, ToolBox::new().with(CountLetters))?;
+//! let store = Arc::new(MemoryStore::new()); // or SqliteStore, durable_agents::postgres::PgStore
+//! // `SpellerTools` has a field per declared tool: leaving one out does not compile.
+//! let runner = Runner::new(store, Behaviour, SpellerTools { count_letters: CountLetters })?;
 //! runner.start("run-1", Speller::Start { word: "durable".into() }).await?;
 //! let done = runner.run("run-1").await?;
 //! assert_eq!(done.status, RunStatus::Completed);
@@ -96,9 +95,9 @@
 //! |---|---|
 //! | [`graph`] | the checked graph as data: DOT, Mermaid, JSON, YAML exports, a stable fingerprint |
 //! | [`tool`] | [`Tool`] (derivable), [`Execute`], [`Compensate`]; kinds read, write, hybrid; policies |
-//! | [`runner`] | [`Runner`](runner::Runner) and [`Worker`](runner::Worker): steps, journal, sagas, waits, budgets, leases, fault points |
+//! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
-//! | [`store`] | the [`Store`](store::Store) contract, records, delta history, an in-memory store |
+//! | [`store`] | the [`Store`] contract, records, delta history, an in-memory store |
 //! | `conformance` | the suite every store backend runs (feature `conformance`) |
 //!
 //! Backends: [`sqlite`] (the embedded default, feature `sqlite`) and `postgres` (PostgreSQL,
@@ -128,6 +127,30 @@
 //! storage grows linearly with the number of steps. Each is a test in the conformance suite.
 
 pub use agent_core::*;
+
+/// What an agent file needs, in one import: `use durable_agents::prelude::*;`.
+///
+/// The derives and the tool attribute ([`Agent`](macro@crate::Agent),
+/// [`Tool`](macro@crate::Tool), [`tool_fn`](macro@crate::tool_fn)), what handlers and tools
+/// name ([`Ctx`], [`StepResult`], [`StepError`], [`ToolContext`], [`ToolError`], [`Shared`]),
+/// the tool traits and kinds, what runs an agent ([`Runner`], [`Worker`], the stores), and
+/// the derives the types of states and tools need: `Serialize` and `Deserialize` (serde's
+/// derives expand to `serde::...` paths, so add `serde` with its `derive` feature to your
+/// manifest) and [`JsonSchema`](schemars::JsonSchema), re-exported with the `schemars` crate
+/// itself so that its derive finds it: no `schemars` in your manifest, and no major version
+/// of it to match.
+pub mod prelude {
+    pub use agent_core::{
+        Agent, BuildTool, Compensate, Ctx, Execute, Failure, FromShared, MemoryStore, RunRecord,
+        RunStatus, Runner, RunnerConfig, Shared, StepError, StepResult, Store, Tool, ToolBox,
+        ToolContext, ToolError, ToolKind, ToolResult, ToolsFor, Wake, Worker, WorkerConfig,
+        tool_fn,
+    };
+    #[cfg(feature = "sqlite")]
+    pub use agent_sqlite::SqliteStore;
+    pub use schemars::{self, JsonSchema};
+    pub use serde::{Deserialize, Serialize};
+}
 
 #[cfg(feature = "http")]
 pub use agent_http as http;

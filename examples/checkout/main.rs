@@ -96,9 +96,13 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         worker_id: "checkout-example".to_owned(),
         ..RunnerConfig::default()
     };
-    let mut runner = Runner::new(Arc::clone(&store), Handlers, checkout::tools(&shop))?
-        .with_router(router)
-        .with_config(config);
+    let mut runner = Runner::new(
+        Arc::clone(&store),
+        Handlers,
+        checkout::checkout_tools(&shop),
+    )?
+    .with_router(router)
+    .with_config(config);
     if let Some(n) = args.crash_after_steps {
         runner = runner.with_faults(Arc::new(CrashAfter::new(n, "checkout")));
     }

@@ -10,13 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use durable_agents::prelude::*;
 use durable_agents::router::{RouterReply, ScriptedRouter};
-use durable_agents::{
-    Agent, Compensate, Ctx, Execute, Failure, StepError, StepResult, Tool, ToolBox, ToolContext,
-    ToolError,
-};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::shop::{Product, Shop, ShopError, ShopState};
@@ -145,6 +141,8 @@ pub enum Checkout {
 }
 
 // --- Tools -------------------------------------------------------------------------------
+// Each tool is an async fn; `#[tool_fn]` generates the type named after it (`ChargePayment`)
+// that the agent lists and the handlers call. All of them share the shop (`Shared`).
 
 /// A search.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
@@ -221,244 +219,179 @@ pub struct ReceiptSent {
     pub receipt_id: String,
 }
 
-/// Search the catalogue by name or SKU.
-#[derive(Debug, Clone, Tool)]
-#[tool(kind = read, input = Query, output = Vec<Product>, timeout_ms = 1000, retries = 3)]
-pub struct SearchProducts(pub Arc<Shop>);
-
-/// Recommend products related to the cart, never one in the cart or removed from it.
-#[derive(Debug, Clone, Tool)]
-#[tool(kind = read, input = RecommendFor, output = Vec<Product>, timeout_ms = 1000, retries = 3)]
-pub struct Recommend(pub Arc<Shop>);
-
-/// Put a product in the customer's cart.
-#[derive(Debug, Clone, Tool)]
-#[tool(kind = write, input = CartChange, output = Product, timeout_ms = 1000, retries = 3)]
-pub struct AddToCart(pub Arc<Shop>);
-
-/// Take a product out of the customer's cart.
-#[derive(Debug, Clone, Tool)]
-#[tool(kind = write, input = CartChange, output = (), timeout_ms = 1000, retries = 3)]
-pub struct RemoveFromCart(pub Arc<Shop>);
-
-/// Reserve one unit of stock.
-#[derive(Debug, Clone, Tool)]
-#[tool(kind = hybrid, input = ReserveRequest, output = Reservation, timeout_ms = 1000, retries = 3)]
-pub struct ReserveInventory(pub Arc<Shop>);
-
-/// Release a reservation (the compensation of `ReserveInventory`).
-#[derive(Debug, Clone, Tool)]
-#[tool(kind = write, input = Reservation, output = (), timeout_ms = 1000, retries = 5)]
-pub struct ReleaseInventory(pub Arc<Shop>);
-
-/// Charge a card through the payment gateway.
-#[derive(Debug, Clone, Tool)]
-#[tool(kind = write, input = ChargeRequest, output = PaymentConfirmation, timeout_ms = 800, retries = 3)]
-pub struct ChargePayment(pub Arc<Shop>);
-
-/// Email the receipt.
-#[derive(Debug, Clone, Tool)]
-#[tool(kind = write, input = ReceiptRequest, output = ReceiptSent, timeout_ms = 1000, retries = 3)]
-pub struct SendReceipt(pub Arc<Shop>);
-
-fn refused(e: ShopError) -> ToolError {
-    match e {
-        ShopError::Refused(m) => ToolError::permanent(m),
-        e @ ShopError::File { .. } => ToolError::retryable(e.to_string()),
+impl From<ShopError> for ToolError {
+    fn from(e: ShopError) -> Self {
+        match e {
+            ShopError::Refused(m) => ToolError::permanent(m),
+            e @ ShopError::File { .. } => ToolError::retryable(e.to_string()),
+        }
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ToolError> {
+/// Apply `op` once per idempotency key (the shop's effect log), and decode its result.
+fn effect<T: DeserializeOwned>(
+    shop: &Shop,
+    op: &str,
+    cx: &ToolContext,
+    apply: impl FnOnce(&mut ShopState) -> Result<(Value, String), ShopError>,
+) -> ToolResult<T> {
+    let v = shop.effect(op, cx.idempotency_key(), apply)?;
     serde_json::from_value(v).map_err(|e| ToolError::permanent(e.to_string()))
 }
 
-impl Execute for SearchProducts {
-    async fn execute(&self, input: Query, _: &ToolContext) -> Result<Vec<Product>, ToolError> {
-        Ok(self.0.search(&input.query))
-    }
+/// Search the catalogue by name or SKU.
+#[tool_fn(read, timeout_ms = 1000, retries = 3)]
+pub async fn search_products(
+    Shared(shop): Shared<Arc<Shop>>,
+    q: Query,
+) -> ToolResult<Vec<Product>> {
+    Ok(shop.search(&q.query))
 }
 
-impl Execute for Recommend {
-    async fn execute(
-        &self,
-        input: RecommendFor,
-        _: &ToolContext,
-    ) -> Result<Vec<Product>, ToolError> {
-        Ok(self.0.recommend(&input.cart, &input.exclude))
-    }
+/// Recommend products related to the cart, never one in the cart or removed from it.
+#[tool_fn(read, timeout_ms = 1000, retries = 3)]
+pub async fn recommend(
+    Shared(shop): Shared<Arc<Shop>>,
+    r: RecommendFor,
+) -> ToolResult<Vec<Product>> {
+    Ok(shop.recommend(&r.cart, &r.exclude))
 }
 
-impl Execute for AddToCart {
-    async fn execute(&self, input: CartChange, cx: &ToolContext) -> Result<Product, ToolError> {
-        let v =
-            self.0
-                .effect("add_to_cart", cx.idempotency_key(), |s: &mut ShopState| {
-                    let p =
-                        s.catalogue.get(&input.sku).cloned().ok_or_else(|| {
-                            ShopError::Refused(format!("no product `{}`", input.sku))
-                        })?;
-                    s.carts
-                        .entry(input.user.clone())
-                        .or_default()
-                        .push(input.sku.clone());
-                    Ok((json!(p), format!("{} += {}", input.user, input.sku)))
-                })
-                .map_err(refused)?;
-        decode(v)
-    }
+/// Put a product in the customer's cart.
+#[tool_fn(write, timeout_ms = 1000, retries = 3)]
+pub async fn add_to_cart(
+    Shared(shop): Shared<Arc<Shop>>,
+    c: CartChange,
+    cx: &ToolContext,
+) -> ToolResult<Product> {
+    effect(&shop, "add_to_cart", cx, |s| {
+        let p = s.catalogue.get(&c.sku).cloned();
+        let p = p.ok_or_else(|| ShopError::Refused(format!("no product `{}`", c.sku)))?;
+        s.carts
+            .entry(c.user.clone())
+            .or_default()
+            .push(c.sku.clone());
+        Ok((json!(p), format!("{} += {}", c.user, c.sku)))
+    })
 }
 
-impl Execute for RemoveFromCart {
-    async fn execute(&self, input: CartChange, cx: &ToolContext) -> Result<(), ToolError> {
-        self.0
-            .effect(
-                "remove_from_cart",
-                cx.idempotency_key(),
-                |s: &mut ShopState| {
-                    let cart = s.carts.entry(input.user.clone()).or_default();
-                    let at = cart.iter().position(|x| x == &input.sku).ok_or_else(|| {
-                        ShopError::Refused(format!("`{}` is not in the cart", input.sku))
-                    })?;
-                    cart.remove(at);
-                    Ok((Value::Null, format!("{} -= {}", input.user, input.sku)))
-                },
-            )
-            .map_err(refused)?;
-        Ok(())
-    }
+/// Take a product out of the customer's cart.
+#[tool_fn(write, timeout_ms = 1000, retries = 3)]
+pub async fn remove_from_cart(
+    Shared(shop): Shared<Arc<Shop>>,
+    c: CartChange,
+    cx: &ToolContext,
+) -> ToolResult<()> {
+    effect(&shop, "remove_from_cart", cx, |s| {
+        let cart = s.carts.entry(c.user.clone()).or_default();
+        let at = cart.iter().position(|x| x == &c.sku);
+        let at = at.ok_or_else(|| ShopError::Refused(format!("`{}` is not in the cart", c.sku)))?;
+        cart.remove(at);
+        Ok((Value::Null, format!("{} -= {}", c.user, c.sku)))
+    })
 }
 
-impl Execute for ReserveInventory {
-    async fn execute(
-        &self,
-        input: ReserveRequest,
-        cx: &ToolContext,
-    ) -> Result<Reservation, ToolError> {
-        let v = self
-            .0
-            .effect("reserve", cx.idempotency_key(), |s: &mut ShopState| {
-                let stock = s.stock.entry(input.sku.clone()).or_default();
-                if *stock == 0 {
-                    return Err(ShopError::Refused(format!(
-                        "`{}` is out of stock",
-                        input.sku
-                    )));
-                }
-                *stock -= 1;
-                let id = Shop::next_id(s, "res");
-                s.reservations.insert(id.clone(), input.sku.clone());
-                Ok((
-                    json!({ "reservation_id": id }),
-                    format!("reserved 1 {} as {id}", input.sku),
-                ))
-            })
-            .map_err(refused)?;
-        decode(v)
-    }
-}
-
-impl Compensate for ReserveInventory {
-    type With = ReleaseInventory;
-    fn compensation(&self, _: &ReserveRequest, output: &Reservation) -> Reservation {
-        output.clone()
-    }
-}
-
-impl Execute for ReleaseInventory {
-    async fn execute(&self, input: Reservation, cx: &ToolContext) -> Result<(), ToolError> {
-        self.0
-            .effect("release", cx.idempotency_key(), |s: &mut ShopState| {
-                let Some(sku) = s.reservations.remove(&input.reservation_id) else {
-                    return Ok((
-                        Value::Null,
-                        format!("{} was not held", input.reservation_id),
-                    ));
-                };
-                *s.stock.entry(sku.clone()).or_default() += 1;
-                Ok((
-                    Value::Null,
-                    format!("released {} ({sku})", input.reservation_id),
-                ))
-            })
-            .map_err(refused)?;
-        Ok(())
-    }
-}
-
-impl Execute for ChargePayment {
-    async fn execute(
-        &self,
-        input: ChargeRequest,
-        cx: &ToolContext,
-    ) -> Result<PaymentConfirmation, ToolError> {
-        let mut timed_out = false;
-        self.0
-            .configure(|s| {
-                if s.gateway_timeouts > 0 {
-                    s.gateway_timeouts -= 1;
-                    timed_out = true;
-                    // The request reached the gateway; it applies nothing before answering.
-                    *s.requests
-                        .entry(cx.idempotency_key().to_owned())
-                        .or_default() += 1;
-                }
-            })
-            .map_err(refused)?;
-        if timed_out {
-            // The gateway hangs past the tool's timeout: the runner retries with the same key.
-            tokio::time::sleep(Duration::from_secs(5)).await;
+/// Reserve one unit of stock.
+#[tool_fn(hybrid, compensate = ReleaseInventory, timeout_ms = 1000, retries = 3)]
+pub async fn reserve_inventory(
+    Shared(shop): Shared<Arc<Shop>>,
+    r: ReserveRequest,
+    cx: &ToolContext,
+) -> ToolResult<Reservation> {
+    effect(&shop, "reserve", cx, |s| {
+        let stock = s.stock.entry(r.sku.clone()).or_default();
+        if *stock == 0 {
+            return Err(ShopError::Refused(format!("`{}` is out of stock", r.sku)));
         }
-        let v = self
-            .0
-            .effect("charge", cx.idempotency_key(), |s: &mut ShopState| {
-                if s.declined_cards.contains(&input.card) {
-                    return Err(ShopError::Refused(format!("card {} declined", input.card)));
-                }
-                let id = Shop::next_id(s, "pay");
-                s.payments.insert(id.clone(), input.cents);
-                Ok((
-                    json!({ "payment_id": id }),
-                    format!("charged {} cents to {}", input.cents, input.user),
-                ))
-            })
-            .map_err(refused)?;
-        decode(v)
-    }
+        *stock -= 1;
+        let id = Shop::next_id(s, "res");
+        s.reservations.insert(id.clone(), r.sku.clone());
+        Ok((
+            json!({ "reservation_id": id }),
+            format!("reserved 1 {} as {id}", r.sku),
+        ))
+    })
 }
 
-impl Execute for SendReceipt {
-    async fn execute(
-        &self,
-        input: ReceiptRequest,
-        cx: &ToolContext,
-    ) -> Result<ReceiptSent, ToolError> {
-        let v = self
-            .0
-            .effect("send_receipt", cx.idempotency_key(), |s: &mut ShopState| {
-                let id = Shop::next_id(s, "rcpt");
-                s.receipts.insert(id.clone(), input.user.clone());
-                Ok((
-                    json!({ "receipt_id": id }),
-                    format!("receipt {id} for {}", input.payment_id),
-                ))
-            })
-            .map_err(refused)?;
-        decode(v)
-    }
+/// Release a reservation (the compensation of `ReserveInventory`).
+#[tool_fn(write, timeout_ms = 1000, retries = 5)]
+pub async fn release_inventory(
+    Shared(shop): Shared<Arc<Shop>>,
+    r: Reservation,
+    cx: &ToolContext,
+) -> ToolResult<()> {
+    effect(&shop, "release", cx, |s| {
+        let id = r.reservation_id;
+        let Some(sku) = s.reservations.remove(&id) else {
+            return Ok((Value::Null, format!("{id} was not held")));
+        };
+        *s.stock.entry(sku.clone()).or_default() += 1;
+        Ok((Value::Null, format!("released {id} ({sku})")))
+    })
 }
 
-/// The tool box acting on `shop`.
+/// Charge a card through the payment gateway.
+#[tool_fn(write, timeout_ms = 800, retries = 3)]
+pub async fn charge_payment(
+    Shared(shop): Shared<Arc<Shop>>,
+    c: ChargeRequest,
+    cx: &ToolContext,
+) -> ToolResult<PaymentConfirmation> {
+    let mut timed_out = false;
+    shop.configure(|s| {
+        if s.gateway_timeouts > 0 {
+            s.gateway_timeouts -= 1;
+            timed_out = true;
+            // The request reached the gateway; it applies nothing before answering.
+            *s.requests
+                .entry(cx.idempotency_key().to_owned())
+                .or_default() += 1;
+        }
+    })?;
+    if timed_out {
+        // The gateway hangs past the tool's timeout: the runner retries with the same key.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    effect(&shop, "charge", cx, |s| {
+        if s.declined_cards.contains(&c.card) {
+            return Err(ShopError::Refused(format!("card {} declined", c.card)));
+        }
+        let id = Shop::next_id(s, "pay");
+        s.payments.insert(id.clone(), c.cents);
+        Ok((
+            json!({ "payment_id": id }),
+            format!("charged {} cents to {}", c.cents, c.user),
+        ))
+    })
+}
+
+/// Email the receipt.
+#[tool_fn(write, timeout_ms = 1000, retries = 3)]
+pub async fn send_receipt(
+    Shared(shop): Shared<Arc<Shop>>,
+    r: ReceiptRequest,
+    cx: &ToolContext,
+) -> ToolResult<ReceiptSent> {
+    effect(&shop, "send_receipt", cx, |s| {
+        let id = Shop::next_id(s, "rcpt");
+        s.receipts.insert(id.clone(), r.user.clone());
+        Ok((
+            json!({ "receipt_id": id }),
+            format!("receipt {id} for {}", r.payment_id),
+        ))
+    })
+}
+
+/// Every tool of the checkout, acting on `shop`: a missing one would not compile.
+#[must_use]
+pub fn checkout_tools(shop: &Arc<Shop>) -> CheckoutTools {
+    CheckoutTools::from_shared(shop)
+}
+
+/// The same tools as a `ToolBox`, for agents that share the checkout's tools.
 #[must_use]
 pub fn tools(shop: &Arc<Shop>) -> ToolBox {
-    ToolBox::new()
-        .with(SearchProducts(Arc::clone(shop)))
-        .with(Recommend(Arc::clone(shop)))
-        .with(AddToCart(Arc::clone(shop)))
-        .with(RemoveFromCart(Arc::clone(shop)))
-        .with(ReleaseInventory(Arc::clone(shop)))
-        .with(ChargePayment(Arc::clone(shop)))
-        .with(SendReceipt(Arc::clone(shop)))
-        .hybrid(ReserveInventory(Arc::clone(shop)))
+    checkout_tools(shop).into_tool_box()
 }
 
 // --- Handlers ----------------------------------------------------------------------------
@@ -509,7 +442,11 @@ impl CheckoutHandlers for Handlers {
                 exclude: cart.removed.clone(),
             })
             .await?;
-        Ok(ctx.to(checkout::Review::new(customer, cart, recommendations)))
+        Ok(ctx.to(checkout::new::Review {
+            customer,
+            cart,
+            recommendations,
+        }))
     }
 
     async fn review(
@@ -543,7 +480,11 @@ impl CheckoutHandlers for Handlers {
         for r in ctx.call_each::<ReserveInventory>(requests, 4).await {
             reservations.push(r?.reservation_id);
         }
-        Ok(ctx.to(checkout::Payment::new(customer, cart, reservations)))
+        Ok(ctx.to(checkout::new::Payment {
+            customer,
+            cart,
+            reservations,
+        }))
     }
 
     async fn payment(
@@ -560,7 +501,11 @@ impl CheckoutHandlers for Handlers {
                 cents: cart.total_cents(),
             })
             .await?;
-        Ok(ctx.to(checkout::Receipt::new(customer, cart, paid.payment_id)))
+        Ok(ctx.to(checkout::new::Receipt {
+            customer,
+            cart,
+            payment_id: paid.payment_id,
+        }))
     }
 
     async fn receipt(
@@ -577,7 +522,10 @@ impl CheckoutHandlers for Handlers {
                 skus: cart.skus(),
             })
             .await?;
-        Ok(ctx.to(checkout::Done::new(sent.receipt_id, cart.total_cents())))
+        Ok(ctx.to(checkout::new::Done {
+            receipt_id: sent.receipt_id,
+            total_cents: cart.total_cents(),
+        }))
     }
 }
 

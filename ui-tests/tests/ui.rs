@@ -1,6 +1,7 @@
-//! The compile-time contract of `#[derive(Agent)]` and `#[derive(Tool)]`: every mistake the
-//! macros catch has a spec under `ui/{attr,graph,tools,transitions,children}/`, and the legal
-//! counterparts compile under `ui/pass/`.
+//! The compile-time contract of `#[derive(Agent)]`, `#[derive(Tool)]` and `#[tool_fn]`: every
+//! mistake the macros catch has a spec under
+//! `ui/{attr,graph,tools,transitions,children,tool-fn}/`, and the legal counterparts compile
+//! under `ui/pass/`.
 //!
 //! The `.stderr` files belong to the compiler recorded in `RUSTC_VERSION`. On any other
 //! compiler the specs are skipped with one line saying how to regenerate them, except under
@@ -37,4 +38,5 @@ fn ui() {
     t.compile_fail("tests/ui/tools/*.rs");
     t.compile_fail("tests/ui/transitions/*.rs");
     t.compile_fail("tests/ui/children/*.rs");
+    t.compile_fail("tests/ui/tool-fn/*.rs");
 }

@@ -45,7 +45,7 @@ use tracing::{Instrument, info_span, warn};
 
 pub use children::child_run_id;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
-pub use worker::{SUSPECT_CLAIMS, Worker, WorkerConfig};
+pub use worker::{SUSPECT_CLAIMS, Worker, WorkerConfig, WorkerStats};
 
 use crate::agent::{Agent, Handle};
 use crate::graph::GraphDescription;
@@ -55,6 +55,7 @@ use crate::store::{
     TransitionKind,
 };
 use crate::tool::{ToolBox, ToolKind};
+use crate::toolset::ToolsFor;
 
 /// Settings of a runner.
 #[derive(Clone, Debug)]
@@ -262,10 +263,19 @@ where
 {
     /// A runner for agent `A` over `store`, calling `handlers` and `tools`.
     ///
+    /// `tools` is the agent's generated tools struct (`CheckoutTools` for `Checkout`: a
+    /// missing tool does not compile) or a [`ToolBox`] (checked here, for tools known only
+    /// at run time).
+    ///
     /// # Errors
     /// [`RunnerError::ToolBox`] when a tool declared on the agent is missing from the tool
     /// box, has another kind, or a hybrid's compensation is missing.
-    pub fn new(store: Arc<dyn Store>, handlers: H, tools: ToolBox) -> Result<Self, RunnerError> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        handlers: H,
+        tools: impl ToolsFor<A>,
+    ) -> Result<Self, RunnerError> {
+        let tools = tools.into_tool_box();
         let graph = A::graph();
         for declared in &graph.tools {
             let problem = match tools.get(&declared.name) {

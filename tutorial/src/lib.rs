@@ -1,0 +1,3 @@
+#![doc = include_str!("../../docs/tutorial.md")]
+
+include!(concat!(env!("OUT_DIR"), "/lib.rs"));
