@@ -25,7 +25,7 @@
 //! ```
 //!
 //! What is checked when, what a call journals and how idempotency keys reach the server:
-//! `docs/mcp.md`.
+//! [`guide`] (`docs/mcp.md`).
 
 mod import;
 mod server;
@@ -34,3 +34,6 @@ mod tool;
 pub use import::{ImportError, McpImport, import};
 pub use server::{ConnectError, McpServer};
 pub use tool::{IDEMPOTENCY_KEY_META, McpTool, imported_name};
+
+#[doc = include_str!("../../docs/mcp.md")]
+pub mod guide {}
