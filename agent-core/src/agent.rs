@@ -405,6 +405,24 @@ impl<'a, S: State> Ctx<'a, S> {
         })
     }
 
+    /// Call a tool imported at start-up (from an MCP server) by its name, with JSON
+    /// arguments, through the runner like [`call`](Self::call): timeout, retries, journal,
+    /// idempotency key. The compiler cannot see imported tools; the runner checked at
+    /// start-up that the tool exists and which states may call it
+    /// ([`ImportedTools::allow`](crate::runner::ImportedTools::allow)), and refuses a call
+    /// the state does not allow.
+    ///
+    /// # Errors
+    /// A permanent error when the state does not allow the tool, else as [`call`](Self::call).
+    #[must_use]
+    pub fn call_imported(
+        &self,
+        tool: &'static str,
+        arguments: Value,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        self.io.call(tool, arguments)
+    }
+
     /// Call tool `T` once per input, at most `concurrency` calls at a time (at least one),
     /// and return the results in the order of the inputs. The calls take consecutive journal
     /// indices in that order, so a resumed step matches them however they finished; each

@@ -425,6 +425,19 @@ pub trait DynTool: Send + Sync {
         input: &Value,
         output: &Value,
     ) -> Option<Result<(String, Value), String>>;
+    /// For tools whose schema the compiler never saw (imported from an MCP server): a
+    /// fingerprint of the input schema the tool was imported with. The runner journals it
+    /// with every call (the journaled input is `{"arguments": …, "schema": …}`) and holds a
+    /// run whose journal names another fingerprint for the tool (code
+    /// [`SCHEMA_CHANGED`](crate::runner::SCHEMA_CHANGED)) instead of replaying it against a
+    /// different tool. `None` (the default) for compiled tools: their schema is the graph's.
+    fn schema_fingerprint(&self) -> Option<String> {
+        None
+    }
+    /// For hybrid tools: the name of the write tool that undoes a call.
+    fn compensated_by(&self) -> Option<String> {
+        None
+    }
 }
 
 struct Typed<T>(T);
@@ -502,6 +515,9 @@ impl<T: Execute + Compensate> DynTool for TypedHybrid<T> {
             Ok((<T::With as Tool>::NAME.to_owned(), value))
         };
         Some(run())
+    }
+    fn compensated_by(&self) -> Option<String> {
+        Some(<T::With as Tool>::NAME.to_owned())
     }
 }
 

@@ -114,6 +114,7 @@
 //! | `postgres` | no | `postgres::PgStore`: PostgreSQL, many workers on many machines |
 //! | `llm` | no | `llm`: routers over OpenAI-compatible chat completions and Anthropic messages |
 //! | `http` | no | `http`: the store over HTTP, an axum router to mount (runs, events as SSE, signals) |
+//! | `mcp` | no | `mcp`: tools imported from MCP servers (stdio, streamable HTTP), each with a declared kind |
 //! | `conformance` | no | [`store_conformance!`] and [`runner_conformance!`]: the checks every store backend runs |
 //!
 //! ## Guarantees
@@ -156,6 +157,8 @@ pub mod prelude {
 pub use agent_http as http;
 #[cfg(feature = "llm")]
 pub use agent_llm as llm;
+#[cfg(feature = "mcp")]
+pub use agent_mcp as mcp;
 #[cfg(feature = "postgres")]
 pub use agent_pg as postgres;
 #[cfg(feature = "sqlite")]

@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tracing::{Instrument, info_span};
 
-use super::{FaultPoint, Inner, RunnerError, keyed, renew_if_due};
+use super::{FaultPoint, Inner, RunnerError, imported, keyed, renew_if_due};
 use crate::agent::{Join, StepError, StepIo, Wake};
 use crate::graph::{GraphDescription, StateDescription};
 use crate::store::{
@@ -294,7 +294,7 @@ impl<'r> StepCx<'r> {
             self.set_step_error(e.clone());
             return Err(ToolError::permanent(e.to_string()));
         }
-        let legal = self.state.tools.iter().any(|t| t == name);
+        let legal = self.inner.tools_in(self.state).any(|t| t == name);
         let Some(tool) = self.inner.tools.get(name).filter(|_| legal) else {
             // Unreachable through the typed API and the validated router; refused anyway.
             return Err(ToolError::permanent(format!(
@@ -317,9 +317,17 @@ impl<'r> StepCx<'r> {
         input: Value,
     ) -> Result<Value, ToolError> {
         let name = tool.name();
-        let hash = input_hash(&input);
+        // An imported tool's calls are journaled with the fingerprint of its schema.
+        let journal_input = imported::journaled_input(tool, input.clone());
+        let hash = input_hash(&journal_input);
         let mut prior_attempts = 0;
         if let Some(e) = self.journaled(seq) {
+            if e.name == name
+                && let Some(held) = imported::schema_changed(tool, &e)
+            {
+                self.set_quarantine(held);
+                return Err(Self::interrupted_error());
+            }
             if e.name != name || e.input_hash != hash {
                 let err = StepError::Handler(format!(
                     "nondeterministic step: call #{seq} was `{}` with input {}, now `{name}` with input {}; \
@@ -341,12 +349,15 @@ impl<'r> StepCx<'r> {
                 CallStatus::Failed | CallStatus::Started => prior_attempts = e.attempts,
             }
         }
+        if tool.schema_fingerprint().is_some() && !self.same_schema_as_journaled(tool).await {
+            return Err(Self::interrupted_error());
+        }
         let policy = tool.policy();
         if tool.kind() == ToolKind::Read && policy.cache && kind == EntryKind::Tool {
             if let Some(out) = self.cached_read(name, &hash).await {
                 // Journaled as a call served from the cache (no attempt), so the audit trail
                 // and the router's view of this visit are the same on every replay.
-                let mut entry = self.new_entry(seq, kind, name, input);
+                let mut entry = self.new_entry(seq, kind, name, journal_input);
                 entry.tool_kind = Some(ToolKind::Read);
                 entry.status = CallStatus::Succeeded;
                 let mut stored = out.clone();
@@ -362,7 +373,7 @@ impl<'r> StepCx<'r> {
                 return Err(Self::interrupted_error());
             }
         }
-        let mut entry = self.new_entry(seq, kind, name, input.clone());
+        let mut entry = self.new_entry(seq, kind, name, journal_input);
         entry.tool_kind = Some(tool.kind());
         entry.attempts = prior_attempts;
         if keyed(tool.kind()) || kind == EntryKind::Compensation {
@@ -523,6 +534,31 @@ impl<'r> StepCx<'r> {
             cache.insert(key, v.clone());
         }
         result
+    }
+
+    /// Whether every call of imported `tool` the run journaled (at any version) was made
+    /// under the schema the tool has now; if not, the run is held (quarantined with
+    /// [`SCHEMA_CHANGED`](super::SCHEMA_CHANGED)) and this returns `false`. Only imported
+    /// tools pay for reading the journal.
+    async fn same_schema_as_journaled(&self, tool: &dyn DynTool) -> bool {
+        let entries = match self.inner.store.journal(&self.run_id, None).await {
+            Ok(entries) => entries,
+            Err(e) => {
+                self.set_fatal(e.into());
+                return false;
+            }
+        };
+        let held = entries
+            .iter()
+            .filter(|e| e.name == tool.name())
+            .find_map(|e| imported::schema_changed(tool, e));
+        match held {
+            Some(held) => {
+                self.set_quarantine(held);
+                false
+            }
+            None => true,
+        }
     }
 
     /// The tool registry, read once per step: a switch takes effect at the next step.

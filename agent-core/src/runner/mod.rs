@@ -29,6 +29,7 @@
 mod children;
 mod cx;
 mod faults;
+mod imported;
 mod route;
 mod saga;
 mod step;
@@ -45,6 +46,7 @@ use tracing::{Instrument, info_span, warn};
 
 pub use children::child_run_id;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
+pub use imported::{ImportedTools, SCHEMA_CHANGED};
 pub use worker::{SUSPECT_CLAIMS, Worker, WorkerConfig, WorkerStats};
 
 use crate::agent::{Agent, Handle};
@@ -223,6 +225,8 @@ impl<A: Agent, H> fmt::Debug for Runner<A, H> {
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) tools: ToolBox,
+    /// Tools imported at start-up and the states that may call them.
+    pub(crate) imported: ImportedTools,
     pub(crate) router: Option<Arc<dyn Router>>,
     pub(crate) config: RunnerConfig,
     pub(crate) faults: Arc<dyn FaultHook>,
@@ -299,6 +303,7 @@ where
             inner: Arc::new(Inner {
                 store,
                 tools,
+                imported: ImportedTools::new(),
                 router: None,
                 config: RunnerConfig::default(),
                 faults: Arc::new(NoFaults),
@@ -313,6 +318,29 @@ where
 
     fn inner_mut(&mut self) -> &mut Inner {
         Arc::get_mut(&mut self.inner).expect("configure the runner before cloning it")
+    }
+
+    /// Add tools imported at start-up (from MCP servers: `durable-agents-mcp`) and the
+    /// states that may call them.
+    ///
+    /// # Errors
+    /// [`RunnerError::ToolBox`] naming every problem: a state the agent does not have or a
+    /// terminal one, a tool allowed but not imported, an imported tool with the name of a
+    /// compiled one, a hybrid whose compensation is missing or not a write.
+    pub fn with_imported_tools(mut self, imported: ImportedTools) -> Result<Self, RunnerError> {
+        let problems = imported.problems(self.inner.graph, &self.inner.tools);
+        if !problems.is_empty() {
+            return Err(RunnerError::ToolBox {
+                agent: A::NAME.to_owned(),
+                problem: problems.join("; "),
+            });
+        }
+        let inner = self.inner_mut();
+        for tool in imported.tools() {
+            inner.tools = std::mem::take(&mut inner.tools).with_dyn(Arc::clone(tool));
+        }
+        inner.imported = imported;
+        Ok(self)
     }
 
     /// Use `router` in `route = llm` states.

@@ -34,11 +34,11 @@ pub(crate) fn options(cx: &StepCx<'_>) -> Vec<RouteOption> {
         }),
         schema: Some(transition_schema(cx, to)),
     });
-    let tools = cx.state.tools.iter().filter_map(|name| {
+    let tools = cx.inner.tools_in(cx.state).filter_map(|name| {
         let tool = cx.inner.tools.get(name)?;
         Some(RouteOption {
             kind: OptionKind::Tool,
-            name: name.clone(),
+            name: name.to_owned(),
             description: tool.description().to_owned(),
             schema: Some(tool.input_schema()),
         })

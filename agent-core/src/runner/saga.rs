@@ -97,7 +97,10 @@ where
                 .ok_or_else(|| format!("hybrid tool `{}` is not in the tool box", original.name))?;
             let output = original.output.clone().unwrap_or_default();
             let (comp_name, comp_input) = tool
-                .compensation(&original.input, &output)
+                .compensation(
+                    super::imported::journaled_arguments(tool.as_ref(), &original.input),
+                    &output,
+                )
                 .ok_or_else(|| format!("tool `{}` declares no compensation", original.name))??;
             let comp = inner
                 .tools

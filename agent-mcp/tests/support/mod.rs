@@ -1,0 +1,2 @@
+//! Shared by the tests and the `rust_mcp_server` example.
+pub(crate) mod notes_server;
