@@ -307,16 +307,19 @@ pub(crate) static COMMIT_STEP_CONSUMING: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Several runs' steps in one statement (group commit, `group_commit.rs`): the same writes as
-/// [`COMMIT_STEP`], one row of parameter arrays per commit, each row fenced by its own
-/// compare-and-set on version and epoch. A row that matches nothing writes nothing and
-/// returns nothing; `n` (the commit's place in the arrays, from 1) says which rows applied.
+/// [`COMMIT_STEP`] and [`COMMIT_STEP_CONSUMING`], one row of parameter arrays per commit,
+/// each row fenced by its own compare-and-set on version and epoch (and, for a step that
+/// consumes a signal, `$17`, on that signal still pending). A row that matches nothing
+/// writes nothing and returns nothing; `n` (the commit's place in the arrays, from 1) says
+/// which rows applied.
 pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH i AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], \
      $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], \
-     $12::text[], $13::bigint[], $14::text[], $15::text[], $16::jsonb[]) WITH ORDINALITY \
-     AS i(id, epoch, expected, from_state, to_state, snapshot, status, waiting_for, wake_at, \
-     error_code, error_message, hash, patch_bytes, kind, payload_kind, patch, n)), \
+     $12::text[], $13::bigint[], $14::text[], $15::text[], $16::jsonb[], $17::bigint[]) \
+     WITH ORDINALITY AS i(id, epoch, expected, from_state, to_state, snapshot, status, \
+     waiting_for, wake_at, error_code, error_message, hash, patch_bytes, kind, payload_kind, \
+     patch, signal, n)), \
      upd AS (UPDATE runs SET version = i.expected + 1, state_name = i.to_state, \
      state = COALESCE(i.snapshot, runs.state), \
      snapshot_version = CASE WHEN i.snapshot IS NULL THEN runs.snapshot_version \
@@ -329,15 +332,19 @@ pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
      ELSE runs.lease_expires_at END \
      FROM i WHERE runs.id = i.id AND runs.epoch = i.epoch AND runs.version = i.expected \
      AND runs.cancel_requested_by IS NULL \
+     AND (i.signal IS NULL OR EXISTS (SELECT 1 FROM signals WHERE signals.id = i.signal \
+       AND signals.run_id = i.id AND signals.consumed_at_version IS NULL)) \
      RETURNING i.n, runs.id, runs.version, runs.status, runs.epoch, runs.lease_owner, \
      runs.lease_expires_at, runs.updated_at, i.from_state, i.to_state, i.kind, i.hash, \
      i.payload_kind, COALESCE(i.patch, i.snapshot) AS payload, runs.waiting_for, \
-     runs.wake_at, runs.error_code, runs.error_message), \
+     runs.wake_at, runs.error_code, runs.error_message, i.signal), \
      tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
      epoch, created_at, hash, payload_kind, payload, waiting_for, wake_at, error_code, \
      error_message) \
      SELECT id, version, from_state, to_state, kind, status, epoch, updated_at, hash, \
-     payload_kind, payload, waiting_for, wake_at, error_code, error_message FROM upd) \
+     payload_kind, payload, waiting_for, wake_at, error_code, error_message FROM upd), \
+     sig AS (UPDATE signals SET consumed_at_version = upd.version FROM upd \
+     WHERE signals.id = upd.signal AND signals.run_id = upd.id) \
      SELECT n, lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
      ts_to_ms(updated_at) AS updated_at FROM upd",
         final_statuses = final_statuses()
