@@ -181,6 +181,18 @@ fn claim_candidates() -> String {
     arms.replace("clock_timestamp()", "statement_timestamp()")
 }
 
+/// `Store::next_due`: milliseconds until the earliest live lease of a run that is not
+/// final runs out or its earliest timer is due (`runs_lease_expiry`, `runs_waiting_wake`);
+/// `NULL` when there is none.
+/// (`statement_timestamp()` bounds the index scans; see [`claim_candidates`].)
+pub(crate) const NEXT_DUE: &str = "SELECT ts_to_ms(least( \
+     (SELECT min(lease_expires_at) FROM runs WHERE lease_owner IS NOT NULL \
+       AND status IN ('running', 'compensating', 'waiting') \
+       AND lease_expires_at > statement_timestamp()), \
+     (SELECT min(wake_at) FROM runs WHERE wake_at > statement_timestamp() \
+       AND status IN ('running', 'compensating', 'waiting')))) \
+     - ts_to_ms(clock_timestamp())";
+
 /// Take a run whose stored data does not read out of circulation.
 pub(crate) const QUARANTINE_CORRUPT: &str = "WITH upd AS (UPDATE runs SET status = 'quarantined', \
      error_code = 'row.unreadable', error_message = $2, lease_owner = NULL, \
