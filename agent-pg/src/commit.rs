@@ -5,7 +5,6 @@ use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError};
 use agent_sql::commit::{CommitPlan, check_entry, read_head};
 use agent_sql::reads::{commit_refused, head_of};
-use agent_sql::rows::SqlRow;
 use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
 use sqlx::Row;
 
@@ -102,57 +101,30 @@ impl PgStore {
             VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
             VersionPayload::Patch(v) => ("patch", None, Some(v)),
         };
-        let applied = match commit.consumed_signal {
-            // Consuming a signal is rare and touches `signals` too: a statement of its own.
-            Some(signal) => {
-                let row = sqlx::query(sql::COMMIT_STEP_CONSUMING.as_str())
-                    .bind(run_id)
-                    .bind(to_i64(lease.epoch))
-                    .bind(to_i64(commit.expected_version))
-                    .bind(&commit.from_state)
-                    .bind(&commit.to_state)
-                    .bind(snapshot_state)
-                    .bind(commit.status.as_str())
-                    .bind(&commit.waiting_for)
-                    .bind(commit.wake_at)
-                    .bind(commit.error.as_ref().map(|e| e.code.as_str()))
-                    .bind(commit.error.as_ref().map(|e| e.message.as_str()))
-                    .bind(&plan.hash)
-                    .bind(to_i64(plan.patch_bytes))
-                    .bind(commit.kind.as_str())
-                    .bind(payload_kind)
-                    .bind(&patch)
-                    .bind(signal)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(db_err)?;
-                row.map(|r| r.applied_row())
-                    .transpose()
-                    .map_err(|e| corrupt(run_id, e))?
-            }
-            None => {
-                self.group
-                    .commit(CommitRow {
-                        run_id: run_id.to_owned(),
-                        epoch: to_i64(lease.epoch),
-                        expected: to_i64(commit.expected_version),
-                        from_state: commit.from_state.clone(),
-                        to_state: commit.to_state.clone(),
-                        snapshot: snapshot_state.cloned(),
-                        status: commit.status.as_str(),
-                        waiting_for: commit.waiting_for.clone(),
-                        wake_at: commit.wake_at,
-                        error_code: commit.error.as_ref().map(|e| e.code.clone()),
-                        error_message: commit.error.as_ref().map(|e| e.message.clone()),
-                        hash: plan.hash.clone(),
-                        patch_bytes: to_i64(plan.patch_bytes),
-                        kind: commit.kind.as_str(),
-                        payload_kind,
-                        patch,
-                    })
-                    .await?
-            }
-        };
+        // A step consuming a signal goes through the group commit like any other: its row
+        // also checks that the signal is pending and marks it consumed.
+        let applied = self
+            .group
+            .commit(CommitRow {
+                run_id: run_id.to_owned(),
+                epoch: to_i64(lease.epoch),
+                expected: to_i64(commit.expected_version),
+                from_state: commit.from_state.clone(),
+                to_state: commit.to_state.clone(),
+                snapshot: snapshot_state.cloned(),
+                status: commit.status.as_str(),
+                waiting_for: commit.waiting_for.clone(),
+                wake_at: commit.wake_at,
+                error_code: commit.error.as_ref().map(|e| e.code.clone()),
+                error_message: commit.error.as_ref().map(|e| e.message.clone()),
+                hash: plan.hash.clone(),
+                patch_bytes: to_i64(plan.patch_bytes),
+                kind: commit.kind.as_str(),
+                payload_kind,
+                patch,
+                signal: commit.consumed_signal,
+            })
+            .await?;
         if let Some(applied) = applied {
             let record = plan.applied(lease, commit, applied, &self.heads);
             self.event_written(run_id);

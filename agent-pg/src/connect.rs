@@ -393,6 +393,29 @@ impl PgStore {
         self.group.stats()
     }
 
+    /// The plan PostgreSQL chooses now for [`Store::claim_next`](agent_core::store::Store)
+    /// of these agents, `limit` at a time (`EXPLAIN`, nothing executed): for an operator
+    /// or a benchmark checking that claims go through indexes however many runs wait.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the statement fails.
+    pub async fn explain_claim_next(
+        &self,
+        agents: &[String],
+        limit: usize,
+    ) -> Result<String, StoreError> {
+        let explain = format!("EXPLAIN (COSTS OFF) {}", crate::sql::CLAIM_NEXT.as_str());
+        let rows: Vec<String> = sqlx::query_scalar(AssertSqlSafe(explain))
+            .bind(agents)
+            .bind("explain")
+            .bind(0_i64)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(rows.join("\n"))
+    }
+
     /// The connection pool, for callers that add their own tables or measure (benchmarks).
     #[must_use]
     pub fn pool(&self) -> &PgPool {

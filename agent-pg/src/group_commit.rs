@@ -68,6 +68,9 @@ pub(crate) struct CommitRow {
     pub payload_kind: &'static str,
     /// The JSON Patch from the previous version, when this version is not a snapshot.
     pub patch: Option<Value>,
+    /// The signal this step consumes: it must still be pending (part of the
+    /// compare-and-set), and is marked consumed at the new version in the same statement.
+    pub signal: Option<i64>,
 }
 
 /// `Ok(None)`: the compare-and-set matched no row; the caller finds out why.
@@ -353,11 +356,17 @@ impl GroupCommit {
         }
     }
 
-    /// One commit, one statement ([`sql::COMMIT_STEP`]).
+    /// One commit, one statement ([`sql::COMMIT_STEP`], or [`sql::COMMIT_STEP_CONSUMING`]
+    /// for a step that consumes a signal).
     async fn one(&self, row: &CommitRow) -> Outcome {
         self.statements.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let query = sqlx::query(sql::COMMIT_STEP.as_str())
+        let statement = if row.signal.is_some() {
+            sql::COMMIT_STEP_CONSUMING.as_str()
+        } else {
+            sql::COMMIT_STEP.as_str()
+        };
+        let mut query = sqlx::query(statement)
             .bind(&row.run_id)
             .bind(row.epoch)
             .bind(row.expected)
@@ -374,6 +383,9 @@ impl GroupCommit {
             .bind(row.kind)
             .bind(row.payload_kind)
             .bind(&row.patch);
+        if let Some(signal) = row.signal {
+            query = query.bind(signal);
+        }
         let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
         let returned = query.fetch_optional(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);
@@ -410,7 +422,8 @@ impl GroupCommit {
             .bind(rows().map(|r| r.patch_bytes).collect::<Vec<_>>())
             .bind(rows().map(|r| r.kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.payload_kind).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.patch.as_ref()).collect::<Vec<_>>());
+            .bind(rows().map(|r| r.patch.as_ref()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.signal).collect::<Vec<_>>());
         let (mut conn, opened) = self.connections.take(&self.pool).await?;
         let returned = query.fetch_all(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);

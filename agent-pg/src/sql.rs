@@ -78,26 +78,17 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
 /// the cancel. A parent waiting for its children (`waiting_for` one of the two `children:`
 /// values) is claimable once none of the runs its step at `version - 1` spawned is in a
 /// status that is not final, or (the first) once one of them completed. Its subqueries run
-/// only for waiting rows with one of those values (the arms before them are cheaper), on
-/// the index `runs_spawned_by`.
+/// only for waiting rows with one of those values, on the index `runs_spawned_by`.
+///
+/// The rule ([`claimable`]) is checked on every row picked. The rows are found by
+/// [`claim_candidates`]: one index per way of being claimable, so that runs waiting for a
+/// signal that has not come (a million of them, say) are never read.
 pub(crate) static CLAIM_NEXT: LazyLock<String> = LazyLock::new(|| {
     format!(
         concat!(
-            "WITH picked AS (SELECT r.id AS pick_id FROM runs r \
-             WHERE r.status IN ('running', 'compensating', 'waiting') \
-             AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
-             AND (r.lease_owner IS NULL OR r.lease_expires_at <= clock_timestamp()) \
-             AND (r.cancel_requested_by IS NOT NULL OR (r.status IN ('running', 'compensating') \
-                   AND (r.wake_at IS NULL OR r.wake_at <= clock_timestamp())) \
-               OR (r.status = 'waiting' AND (r.wake_at <= clock_timestamp() OR EXISTS ( \
-                   SELECT 1 FROM signals s WHERE s.run_id = r.id AND s.consumed_at_version IS NULL \
-                   AND (r.waiting_for IS NULL OR s.name = r.waiting_for)) \
-                 OR (r.waiting_for IN ('{all}', '{first}') AND r.version > 0 AND (NOT EXISTS ( \
-                   SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
-                   AND c.spawned_at_version = r.version - 1 AND c.status NOT IN {final_statuses}) \
-                   OR (r.waiting_for = '{first}' AND EXISTS ( \
-                   SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
-                   AND c.spawned_at_version = r.version - 1 AND c.status = '{completed}'))))))) \
+            "WITH candidates AS ({candidates}), \
+             picked AS (SELECT r.id AS pick_id FROM runs r \
+             WHERE r.id IN (SELECT id FROM candidates) AND {claimable} \
              ORDER BY r.created_at, r.seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
              UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
              lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
@@ -105,12 +96,102 @@ pub(crate) static CLAIM_NEXT: LazyLock<String> = LazyLock::new(|| {
              FROM picked WHERE id = pick_id RETURNING ",
             run_cols!()
         ),
+        candidates = claim_candidates(),
+        claimable = claimable(),
+    )
+});
+
+/// The agents asked for (`$1`, all when empty).
+const OF_AGENTS: &str = "(cardinality($1::text[]) = 0 OR r.agent = ANY($1))";
+/// No live lease.
+const LEASE_FREE: &str = "(r.lease_owner IS NULL OR r.lease_expires_at <= clock_timestamp())";
+/// A runnable run's timer, if any, is due.
+const TIMER_DUE: &str = "(r.wake_at IS NULL OR r.wake_at <= clock_timestamp())";
+/// A signal the waiting run `r` waits for is pending.
+const SIGNAL_PENDING: &str = "EXISTS (SELECT 1 FROM signals s WHERE s.run_id = r.id \
+     AND s.consumed_at_version IS NULL AND (r.waiting_for IS NULL OR s.name = r.waiting_for))";
+
+/// The waiting parent `r`'s wait for its children holds.
+fn children_ready() -> String {
+    format!(
+        "(r.waiting_for IN ('{all}', '{first}') AND r.version > 0 AND (NOT EXISTS ( \
+           SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
+           AND c.spawned_at_version = r.version - 1 AND c.status NOT IN {final_statuses}) \
+           OR (r.waiting_for = '{first}' AND EXISTS ( \
+           SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
+           AND c.spawned_at_version = r.version - 1 AND c.status = '{completed}'))))",
         all = WAIT_ALL_CHILDREN,
         first = WAIT_FIRST_CHILD,
         completed = RunStatus::Completed.as_str(),
         final_statuses = final_statuses()
     )
-});
+}
+
+/// Whether run `r` may be claimed now by a worker of the agents `$1`.
+fn claimable() -> String {
+    format!(
+        "r.status IN ('running', 'compensating', 'waiting') AND {OF_AGENTS} AND {LEASE_FREE} \
+         AND (r.cancel_requested_by IS NOT NULL \
+           OR (r.status IN ('running', 'compensating') AND {TIMER_DUE}) \
+           OR (r.status = 'waiting' AND (r.wake_at <= clock_timestamp() OR {SIGNAL_PENDING} \
+             OR {children})))",
+        children = children_ready()
+    )
+}
+
+/// The runs [`CLAIM_NEXT`] picks from: each arm yields only runs [`claimable`] accepts, at
+/// most `$4`, through an index of its own (migration `claim_indexes`), so that no arm
+/// reads runs that cannot be claimed (which, read first, would also use up its `$4`):
+/// runnable runs without a lease, oldest first (`runs_unleased`); runnable runs whose
+/// lease expired, soonest first (`runs_lease_expiry`); waiting runs whose signal is
+/// pending, from the pending signals (`signals_pending`); waiting runs whose timer is due
+/// (`runs_waiting_wake`); parents whose children are done (`runs_waiting_children`); runs
+/// with a cancel requested (`runs_cancel_requested`). A filter added to `claimable`
+/// belongs in every arm too.
+///
+/// The arms compare times with `statement_timestamp()`, where the rule uses
+/// `clock_timestamp()`: a volatile function cannot bound an index scan (the expired
+/// leases and due timers would be found by reading every lease and timer), and a lease
+/// expired at the statement's start is expired when the rule looks too.
+fn claim_candidates() -> String {
+    let arms = format!(
+        "(SELECT r.id FROM runs r WHERE r.status IN ('running', 'compensating') \
+           AND r.lease_owner IS NULL AND {OF_AGENTS} AND {TIMER_DUE} \
+           ORDER BY r.created_at, r.seq LIMIT $4) \
+         UNION (SELECT r.id FROM runs r WHERE r.status IN ('running', 'compensating') \
+           AND r.lease_owner IS NOT NULL AND r.lease_expires_at <= clock_timestamp() \
+           AND {OF_AGENTS} AND {TIMER_DUE} ORDER BY r.lease_expires_at LIMIT $4) \
+         UNION (SELECT r.id FROM signals s JOIN runs r ON r.id = s.run_id \
+           WHERE s.consumed_at_version IS NULL AND r.status = 'waiting' \
+           AND (r.waiting_for IS NULL OR s.name = r.waiting_for) AND {LEASE_FREE} \
+           AND {OF_AGENTS} ORDER BY s.id LIMIT $4) \
+         UNION (SELECT r.id FROM runs r WHERE r.status = 'waiting' \
+           AND r.wake_at <= clock_timestamp() AND {LEASE_FREE} AND {OF_AGENTS} \
+           ORDER BY r.wake_at LIMIT $4) \
+         UNION (SELECT r.id FROM runs r WHERE r.status = 'waiting' \
+           AND r.waiting_for IN ('{all}', '{first}') AND {LEASE_FREE} AND {OF_AGENTS} \
+           AND {children} ORDER BY r.created_at, r.seq LIMIT $4) \
+         UNION (SELECT r.id FROM runs r WHERE r.cancel_requested_by IS NOT NULL \
+           AND r.status IN ('running', 'compensating', 'waiting') AND {LEASE_FREE} \
+           AND {OF_AGENTS} ORDER BY r.created_at, r.seq LIMIT $4)",
+        all = WAIT_ALL_CHILDREN,
+        first = WAIT_FIRST_CHILD,
+        children = children_ready()
+    );
+    arms.replace("clock_timestamp()", "statement_timestamp()")
+}
+
+/// `Store::next_due`: milliseconds until the earliest live lease of a run that is not
+/// final runs out or its earliest timer is due (`runs_lease_expiry`, `runs_waiting_wake`);
+/// `NULL` when there is none.
+/// (`statement_timestamp()` bounds the index scans; see [`claim_candidates`].)
+pub(crate) const NEXT_DUE: &str = "SELECT ts_to_ms(least( \
+     (SELECT min(lease_expires_at) FROM runs WHERE lease_owner IS NOT NULL \
+       AND status IN ('running', 'compensating', 'waiting') \
+       AND lease_expires_at > statement_timestamp()), \
+     (SELECT min(wake_at) FROM runs WHERE wake_at > statement_timestamp() \
+       AND status IN ('running', 'compensating', 'waiting')))) \
+     - ts_to_ms(clock_timestamp())";
 
 /// Take a run whose stored data does not read out of circulation.
 pub(crate) const QUARANTINE_CORRUPT: &str = "WITH upd AS (UPDATE runs SET status = 'quarantined', \
@@ -238,16 +319,19 @@ pub(crate) static COMMIT_STEP_CONSUMING: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Several runs' steps in one statement (group commit, `group_commit.rs`): the same writes as
-/// [`COMMIT_STEP`], one row of parameter arrays per commit, each row fenced by its own
-/// compare-and-set on version and epoch. A row that matches nothing writes nothing and
-/// returns nothing; `n` (the commit's place in the arrays, from 1) says which rows applied.
+/// [`COMMIT_STEP`] and [`COMMIT_STEP_CONSUMING`], one row of parameter arrays per commit,
+/// each row fenced by its own compare-and-set on version and epoch (and, for a step that
+/// consumes a signal, `$17`, on that signal still pending). A row that matches nothing
+/// writes nothing and returns nothing; `n` (the commit's place in the arrays, from 1) says
+/// which rows applied.
 pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH i AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], \
      $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], \
-     $12::text[], $13::bigint[], $14::text[], $15::text[], $16::jsonb[]) WITH ORDINALITY \
-     AS i(id, epoch, expected, from_state, to_state, snapshot, status, waiting_for, wake_at, \
-     error_code, error_message, hash, patch_bytes, kind, payload_kind, patch, n)), \
+     $12::text[], $13::bigint[], $14::text[], $15::text[], $16::jsonb[], $17::bigint[]) \
+     WITH ORDINALITY AS i(id, epoch, expected, from_state, to_state, snapshot, status, \
+     waiting_for, wake_at, error_code, error_message, hash, patch_bytes, kind, payload_kind, \
+     patch, signal, n)), \
      upd AS (UPDATE runs SET version = i.expected + 1, state_name = i.to_state, \
      state = COALESCE(i.snapshot, runs.state), \
      snapshot_version = CASE WHEN i.snapshot IS NULL THEN runs.snapshot_version \
@@ -260,15 +344,19 @@ pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
      ELSE runs.lease_expires_at END \
      FROM i WHERE runs.id = i.id AND runs.epoch = i.epoch AND runs.version = i.expected \
      AND runs.cancel_requested_by IS NULL \
+     AND (i.signal IS NULL OR EXISTS (SELECT 1 FROM signals WHERE signals.id = i.signal \
+       AND signals.run_id = i.id AND signals.consumed_at_version IS NULL)) \
      RETURNING i.n, runs.id, runs.version, runs.status, runs.epoch, runs.lease_owner, \
      runs.lease_expires_at, runs.updated_at, i.from_state, i.to_state, i.kind, i.hash, \
      i.payload_kind, COALESCE(i.patch, i.snapshot) AS payload, runs.waiting_for, \
-     runs.wake_at, runs.error_code, runs.error_message), \
+     runs.wake_at, runs.error_code, runs.error_message, i.signal), \
      tr AS (INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
      epoch, created_at, hash, payload_kind, payload, waiting_for, wake_at, error_code, \
      error_message) \
      SELECT id, version, from_state, to_state, kind, status, epoch, updated_at, hash, \
-     payload_kind, payload, waiting_for, wake_at, error_code, error_message FROM upd) \
+     payload_kind, payload, waiting_for, wake_at, error_code, error_message FROM upd), \
+     sig AS (UPDATE signals SET consumed_at_version = upd.version FROM upd \
+     WHERE signals.id = upd.signal AND signals.run_id = upd.id) \
      SELECT n, lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
      ts_to_ms(updated_at) AS updated_at FROM upd",
         final_statuses = final_statuses()

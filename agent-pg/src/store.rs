@@ -380,6 +380,14 @@ agent_sql::impl_sql_store!(PgStore {
         let _ = tokio::time::timeout(timeout, self.work.notified()).await;
     }
 
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let ms: Option<i64> = sqlx::query_scalar(sql::NEXT_DUE)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+    }
+
     async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
         let row = sqlx::query(sql::STORAGE_BYTES)
             .bind(run_id)

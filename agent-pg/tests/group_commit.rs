@@ -326,3 +326,63 @@ async fn commits_stop_when_the_pool_is_closed() {
     assert_eq!(state_of(&other, "closing").await.0, 1);
     common::drop_store(Arc::new(other)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_consuming_commits_are_grouped_and_each_checks_its_signal() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let mut goods = Vec::new();
+    for i in 0..5 {
+        let id = format!("signalled-{i}");
+        let lease = claimed(&store, &id).await;
+        let signal = store
+            .send_signal(&id, "go", &json!(i))
+            .await
+            .expect("signal");
+        goods.push((lease, signal));
+    }
+    // A commit naming another run's signal: its row must not apply, and must not consume
+    // that signal for the run it belongs to.
+    let wrong = claimed(&store, "wrong").await;
+    let (lock, held) = stall_commits(&store).await;
+    let consuming = |expected: u64, cart: &str, signal: i64| StepCommit {
+        consumed_signal: Some(signal),
+        ..step(expected, cart)
+    };
+    let good_commits: Vec<_> = goods
+        .iter()
+        .map(|(lease, signal)| spawn_commit(&store, lease, consuming(0, "woken", *signal)))
+        .collect();
+    let wrong_commit = spawn_commit(&store, &wrong, consuming(0, "woken", goods[0].1));
+    until(&store, "6 queued commits", |s| s.queued == 6).await;
+    lock.commit().await.expect("release the lock");
+
+    held.await.unwrap().expect("held commit");
+    for (i, c) in good_commits.into_iter().enumerate() {
+        assert_eq!(c.await.unwrap().expect("good commit").version, 1);
+        let id = format!("signalled-{i}");
+        assert!(
+            store
+                .pending_signals(&id)
+                .await
+                .expect("pending")
+                .is_empty(),
+            "the commit consumed {id}'s signal"
+        );
+    }
+    match wrong_commit.await.unwrap() {
+        Err(StoreError::Backend(message)) => {
+            assert!(message.contains("is not pending"), "{message}");
+        }
+        other => panic!("expected the wrong signal to be refused, got {other:?}"),
+    }
+    assert_eq!(state_of(&store, "wrong").await.0, 0);
+    let stats = store.group_commit_stats();
+    assert_eq!(
+        (stats.statements, stats.commits, stats.regrouped),
+        (2, 7, 0),
+        "the held commit alone, then the 6 signal-consuming ones in one statement"
+    );
+    common::drop_store(store).await;
+}

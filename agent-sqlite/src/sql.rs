@@ -124,6 +124,14 @@ pub(crate) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// `Store::next_due`: the earliest time after `$1` at which a live lease of a run that is
+/// not final runs out or a timer is due; `NULL` when there is none.
+pub(crate) const NEXT_DUE: &str = "SELECT min(at) FROM ( \
+     SELECT min(lease_expires_at) AS at FROM runs WHERE lease_owner IS NOT NULL \
+       AND status IN ('running', 'compensating', 'waiting') AND lease_expires_at > $1 \
+     UNION ALL SELECT min(wake_at) FROM runs WHERE wake_at > $1 \
+       AND status IN ('running', 'compensating', 'waiting'))";
+
 /// Take a run whose stored data does not read out of circulation.
 pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
      error_code = 'row.unreadable', error_message = $2, lease_owner = NULL, \

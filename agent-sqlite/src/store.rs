@@ -410,6 +410,16 @@ agent_sql::impl_sql_store!(SqliteStore {
         let _ = tokio::time::timeout(timeout, self.work.notified()).await;
     }
 
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let now = now_ms();
+        let at: Option<i64> = sqlx::query_scalar(sql::NEXT_DUE)
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(at.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))))
+    }
+
     async fn event_wakes(
         &self,
     ) -> Result<Option<agent_core::store::EventWakes>, StoreError> {

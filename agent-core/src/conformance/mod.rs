@@ -99,6 +99,7 @@ macro_rules! store_conformance {
             check_list_runs,
             check_agent_graphs,
             check_wait_for_work_returns,
+            check_next_due_is_no_later_than_a_live_lease,
             check_tool_stats_match_the_journal,
             check_terminate_stops_runs_at_once,
             check_cancel_moves_free_runs_to_compensating,

@@ -913,6 +913,61 @@ pub async fn check_worker_expires_its_old_leases_at_start(
     Ok(())
 }
 
+/// A worker with nothing to claim takes a run over when the lease of its dead holder
+/// expires, not at its next poll: here the worker polls once an hour, and the run's lease
+/// runs out after 300 ms ([`Store::next_due`]).
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_worker_takes_over_when_a_lease_expires(
+    store: Arc<dyn Store>,
+) -> Result<(), String> {
+    let world = Arc::new(World::default());
+    let r = runner(&store, &world, "Pay", "survivor")?;
+    start(&r, "abandoned").await?;
+    store
+        .claim_run("abandoned", "dead", Duration::from_millis(300))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("could not claim a free run")?;
+    let worker = Worker::new(
+        r,
+        WorkerConfig {
+            concurrency: 4,
+            poll_interval: Duration::from_hours(1),
+            expire_own_leases_at_start: false,
+        },
+    );
+    let finished = {
+        let store = Arc::clone(&store);
+        async move {
+            loop {
+                if let Ok(Some(run)) = store.load_run("abandoned").await
+                    && run.status.is_final()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_mins(1), worker.run_until(finished))
+        .await
+        .map_err(|_| {
+            "the run was not taken over when its lease expired (the worker polls once an hour)"
+                .to_owned()
+        })?;
+    let run = store
+        .load_run("abandoned")
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the run vanished")?;
+    if run.status != RunStatus::Completed {
+        return Err(format!("the run taken over ended {}", run.status));
+    }
+    Ok(())
+}
+
 /// Reservations released once each, last first, nothing held; `Charge` applied `charges`
 /// times; no effect twice.
 fn compensated_once(world: &World, charges: usize) -> Result<(), String> {
@@ -1403,6 +1458,7 @@ macro_rules! runner_conformance {
             check_redaction,
             check_worker_runs_suspects_alone,
             check_worker_expires_its_old_leases_at_start,
+            check_worker_takes_over_when_a_lease_expires,
             check_cancel_compensates_a_waiting_run_once,
             check_cancel_during_a_step_takes_its_place,
             check_terminate_stops_without_compensating,

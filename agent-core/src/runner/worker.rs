@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio::task::JoinSet;
@@ -201,6 +201,7 @@ where
         // again at once (each try counted) and not suspected of crashing the process.
         let mut panicked: Vec<String> = Vec::new();
         let mut store_backoff = Duration::from_millis(50);
+        let mut due = Due::default();
         if self.config.expire_own_leases_at_start {
             self.expire_own_leases(&store, &cfg.worker_id).await;
         }
@@ -273,14 +274,17 @@ where
             if stop_when_idle && tasks.is_empty() {
                 return stats;
             }
+            let limit = due
+                .wait_limit(store.as_ref(), self.config.poll_interval)
+                .await;
             let wait = async {
                 if tasks.is_empty() {
-                    store.wait_for_work(self.config.poll_interval).await;
+                    store.wait_for_work(limit).await;
                     None
                 } else {
                     tokio::select! {
                         done = tasks.join_next() => done,
-                        () = store.wait_for_work(self.config.poll_interval) => None,
+                        () = store.wait_for_work(limit) => None,
                     }
                 }
             };
@@ -300,6 +304,37 @@ where
                 tally(&mut stats, done, &mut panicked);
             }
         }
+    }
+}
+
+/// When the next lease or timer comes due ([`Store::next_due`]), as last asked of the
+/// store: a worker with nothing to claim waits for a notification at most until then, so
+/// that a run whose holder died is taken over when its lease expires, not at the next
+/// poll. Asked at most once per poll interval, and again once the time it gave has come.
+#[derive(Debug, Default)]
+struct Due {
+    asked: Option<Instant>,
+    at: Option<Instant>,
+}
+
+impl Due {
+    async fn wait_limit(&mut self, store: &dyn Store, poll: Duration) -> Duration {
+        let now = Instant::now();
+        let stale = self.asked.is_none_or(|asked| now - asked >= poll)
+            || self.at.is_some_and(|at| at <= now);
+        if stale {
+            self.asked = Some(now);
+            self.at = match store.next_due().await {
+                // A millisecond past it: the store's clock decides, in whole milliseconds.
+                Ok(due) => due.map(|d| now + d + Duration::from_millis(1)),
+                Err(e) => {
+                    debug!(error = %e, "could not ask when the next lease expires; polling");
+                    None
+                }
+            };
+        }
+        self.at
+            .map_or(poll, |at| at.saturating_duration_since(now).min(poll))
     }
 }
 

@@ -236,6 +236,17 @@ pub trait Store: Send + Sync + fmt::Debug {
         tokio::time::sleep(timeout).await;
     }
 
+    /// How long until a run that cannot be claimed now may become claimable by time alone:
+    /// the earliest live lease on a run that is not final to run out, or the earliest
+    /// timer (`wake_at`) still to come. `None` when there is none, or when the backend
+    /// cannot tell (the default). A [`Worker`](crate::runner::Worker) with nothing to claim
+    /// waits for work at most this long, so that a run whose holder died is taken over
+    /// when its lease expires, not at the next poll. Any run counts, whatever its agent: a
+    /// worker woken for another agent's run finds nothing and waits again.
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        Ok(None)
+    }
+
     /// The first and last stored versions of a run and how many there are, or `None` when
     /// it has none. A consistent run has `last == run.version` and
     /// `count == last - first + 1` (`first > 0` only after pruning). The runner checks it

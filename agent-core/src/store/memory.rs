@@ -1071,6 +1071,24 @@ impl Store for MemoryStore {
         let _ = tokio::time::timeout(timeout, self.work.notified()).await;
     }
 
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let now = now_ms();
+        let g = self.lock();
+        let due = g
+            .runs
+            .values()
+            .map(|d| &d.record)
+            .filter(|r| !r.status.is_final())
+            .flat_map(|r| {
+                let lease = r.lease_owner.as_ref().and(r.lease_expires_at);
+                [lease, r.wake_at]
+            })
+            .flatten()
+            .filter(|&at| at > now)
+            .min();
+        Ok(due.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))))
+    }
+
     async fn events(
         &self,
         scope: &EventScope,

@@ -477,3 +477,40 @@ pub async fn check_wait_for_work_returns(store: Arc<dyn Store>) -> CheckResult {
     );
     Ok(())
 }
+
+/// `next_due` is never later than the earliest live lease: a lease taken for 2 s is due
+/// within 2 s (another run's may be sooner), and a run whose lease ended counts no more.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_next_due_is_no_later_than_a_live_lease(store: Arc<dyn Store>) -> CheckResult {
+    let ttl = Duration::from_secs(2);
+    let r = create(&store, "due", json!({})).await?;
+    let (lease, _) = store
+        .claim_run(&r.id, "a", ttl)
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of a free run returned None")?;
+    let due = store.next_due().await.ctx("next_due")?;
+    ensure!(
+        due.is_some_and(|d| d <= ttl),
+        "next_due is {due:?} with a lease of {ttl:?} live"
+    );
+    let mut fin = step(0, json!({}));
+    fin.status = RunStatus::Completed;
+    store.commit_step(&lease, &fin).await.ctx("commit")?;
+    let waiting = create(&store, "due-timer", json!({})).await?;
+    let l = claim(&store, &waiting.id, "setup").await?;
+    let mut wait = step(0, json!({}));
+    wait.status = RunStatus::Waiting;
+    wait.waiting_for = Some("go".into());
+    wait.wake_at = Some(now_ms() + 1_500);
+    store.commit_step(&l, &wait).await.ctx("commit wait")?;
+    store.release_lease(&l).await.ctx("release_lease")?;
+    let due = store.next_due().await.ctx("next_due")?;
+    ensure!(
+        due.is_some_and(|d| d <= Duration::from_millis(1_500)),
+        "next_due is {due:?} with a timer due in 1.5 s"
+    );
+    Ok(())
+}

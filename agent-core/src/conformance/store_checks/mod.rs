@@ -192,7 +192,8 @@ pub use leases::{
     check_claim_next_selects_runnable_runs, check_claim_next_takes_the_oldest_first,
     check_concurrent_claim_next_is_disjoint, check_expire_leases_of_frees_one_workers_runs,
     check_hand_back_does_not_count_the_claim,
-    check_live_lease_blocks_and_expired_lease_is_reclaimed, check_wait_for_work_returns,
+    check_live_lease_blocks_and_expired_lease_is_reclaimed,
+    check_next_due_is_no_later_than_a_live_lease, check_wait_for_work_returns,
 };
 pub use operator::{
     check_cancel_moves_free_runs_to_compensating,
