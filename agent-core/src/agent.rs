@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::graph::GraphDescription;
-use crate::store::{RunError, RunRecord, RunStatus};
+use crate::store::{RunFailure, RunRecord, RunStatus};
 use crate::tool::{Tool, ToolError};
 
 /// An agent: an enum of states whose graph was checked at compile time.
@@ -230,7 +230,7 @@ pub enum ChildOutcome<C> {
         status: RunStatus,
         /// Why (a child whose completed state no longer reads is reported here too, with
         /// code `state.corrupt`).
-        error: RunError,
+        error: RunFailure,
     },
 }
 
@@ -279,14 +279,14 @@ impl<C: Agent> ChildRun<C> {
                 Ok(state) => ChildOutcome::Completed(state),
                 Err(e) => ChildOutcome::Ended {
                     status: record.status,
-                    error: RunError {
+                    error: RunFailure {
                         code: "state.corrupt".into(),
                         message: format!("the child's terminal state does not read: {e}"),
                     },
                 },
             }
         } else {
-            let error = record.error.unwrap_or_else(|| RunError {
+            let error = record.error.unwrap_or_else(|| RunFailure {
                 code: record.status.as_str().to_owned(),
                 message: format!("the child run ended {}", record.status),
             });

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use crate::store::{
-    EventCursor, EventScope, EventWakes, Millis, RunEvent, Store, StoreError, Wake,
+    EventCursor, EventScope, EventWake, EventWakes, Millis, RunEvent, Store, StoreError,
 };
 
 /// How a [`Follower`] reads.
@@ -247,7 +247,7 @@ impl Follower {
         loop {
             match tokio::time::timeout_at(deadline, wakes.next()).await {
                 Err(_) => return,
-                Ok(Wake::Run(run)) => {
+                Ok(EventWake::Run(run)) => {
                     if let EventScope::Run(id) = &self.scope
                         && **id != *run
                     {
@@ -255,11 +255,11 @@ impl Follower {
                     }
                     return;
                 }
-                Ok(Wake::Lagged) => {
+                Ok(EventWake::Lagged) => {
                     self.missed_wakeups += 1;
                     return;
                 }
-                Ok(Wake::Closed) => {
+                Ok(EventWake::Closed) => {
                     self.wakes = None;
                     tokio::time::sleep_until(deadline).await;
                     return;

@@ -6,7 +6,7 @@ extern crate durable_agents_http as agent_http;
 
 mod common;
 
-use agent_core::store::{RunError, RunStatus};
+use agent_core::store::{RunFailure, RunStatus};
 use common::Db;
 use serde_json::json;
 
@@ -30,7 +30,7 @@ async fn write_fixture_db() {
         .set_status(
             "order-stuck",
             RunStatus::DeadLettered,
-            Some(RunError {
+            Some(RunFailure {
                 code: "crash_loop".into(),
                 message: "claimed 5 times without progress".into(),
             }),

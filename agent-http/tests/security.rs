@@ -53,7 +53,7 @@ async fn fixture_db() -> Db {
         .set_status(
             FAILED,
             RunStatus::Failed,
-            Some(agent_core::store::RunError {
+            Some(agent_core::store::RunFailure {
                 code: "tool.timeout".into(),
                 message: "the charge timed out".into(),
             }),

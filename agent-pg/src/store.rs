@@ -9,7 +9,7 @@ use std::time::Duration;
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
     EntryKind, EventWakes, Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy,
-    RunError, RunFilter, RunRecord, RunStatus, StoreError, ToolStats,
+    RunFailure, RunFilter, RunRecord, RunStatus, StoreError, ToolStats,
 };
 use agent_sql::reads::{self, head_of};
 use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
@@ -188,7 +188,7 @@ agent_sql::impl_sql_store!(PgStore {
         row.try_get("id").map_err(|e| corrupt(run_id, e))
     }
 
-    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
         let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
             .bind(&lease.run_id)
             .bind(to_i64(lease.epoch))
@@ -246,7 +246,7 @@ agent_sql::impl_sql_store!(PgStore {
         &self,
         run_id: &str,
         status: RunStatus,
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     ) -> Result<RunRecord, StoreError> {
         let row = sqlx::query(sql::SET_STATUS)
             .bind(run_id)

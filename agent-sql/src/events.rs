@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use agent_core::store::{
     CallStatus, EntryKind, EventCursor, EventLog, EventScope, JournalEntry, Millis, OperatorNote,
-    RunError, RunEvent, SignalRecord, StatusChange, StoreError, TransitionFacts, TransitionKind,
+    RunEvent, RunFailure, SignalRecord, StatusChange, StoreError, TransitionFacts, TransitionKind,
     TransitionRecord,
 };
 use serde_json::Value;
@@ -141,7 +141,7 @@ fn add(log: &mut EventLog, r: EventRow, position: u64) -> Result<(), StoreError>
         .transpose()
         .map_err(c)?
         .unwrap_or_default();
-    let error = r.error_code.clone().map(|code| RunError {
+    let error = r.error_code.clone().map(|code| RunFailure {
         code,
         message: r.error_message.clone().unwrap_or_default(),
     });

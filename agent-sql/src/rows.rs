@@ -10,7 +10,7 @@ use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
     CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Millis, OperatorNote,
-    ROW_UNREADABLE, RunError, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion,
+    ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion,
     StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
 };
 use serde_json::Value;
@@ -114,7 +114,7 @@ impl SalvageRow {
             status,
             waiting_for: self.waiting_for,
             wake_at: self.wake_at,
-            error: self.error_code.map(|code| RunError {
+            error: self.error_code.map(|code| RunFailure {
                 code,
                 message: self.error_message.unwrap_or_default(),
             }),
@@ -321,7 +321,7 @@ pub fn listed_run(row: &impl SqlRow) -> Result<(RunRecord, Option<RunHead>), Sto
         (inspected, Some(head)) => Ok((inspected.record, Some(head))),
         (inspected, None) => {
             let mut record = inspected.record;
-            record.error = Some(RunError {
+            record.error = Some(RunFailure {
                 code: ROW_UNREADABLE.to_owned(),
                 message: inspected.unreadable.unwrap_or_default(),
             });

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunError, RunFilter, RunRecord,
+    Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord,
     RunStatus, StoreError, TransitionKind, now_ms,
 };
 use agent_sql::{lease_of, ms, reads, repair_refused, rows, to_i64};
@@ -214,7 +214,7 @@ agent_sql::impl_sql_store!(SqliteStore {
         Ok(id)
     }
 
-    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
         let mut tx = self.write_tx().await?;
         let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
             .bind(&lease.run_id)
@@ -303,7 +303,7 @@ agent_sql::impl_sql_store!(SqliteStore {
         &self,
         run_id: &str,
         status: RunStatus,
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     ) -> Result<RunRecord, StoreError> {
         let mut tx = self.write_tx().await?;
         let row = sqlx::query(sql::SET_STATUS)

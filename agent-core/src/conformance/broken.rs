@@ -11,7 +11,7 @@ use crate::graph::GraphDescription;
 use crate::store::memory::MemoryStore;
 use crate::store::{
     JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
-    RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
+    RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
     StoreError, ToolSwitch, TransitionRecord,
 };
 
@@ -320,7 +320,7 @@ impl Store for Broken {
         Ok(pending)
     }
 
-    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
         if self.flaw == Flaw::IgnoresEpoch {
             return self
                 .inner
@@ -338,7 +338,7 @@ impl Store for Broken {
         &self,
         run_id: &str,
         status: RunStatus,
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     ) -> Result<RunRecord, StoreError> {
         self.inner.set_status(run_id, status, error).await
     }

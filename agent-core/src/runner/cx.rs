@@ -15,7 +15,7 @@ use super::{FaultPoint, Inner, RunnerError, imported, keyed, renew_if_due};
 use crate::agent::{Join, StepError, StepIo, Wake};
 use crate::graph::{GraphDescription, StateDescription};
 use crate::store::{
-    CallStatus, EntryKind, JournalEntry, Lease, RunError, RunRecord, SpawnedBy, StoreError,
+    CallStatus, EntryKind, JournalEntry, Lease, RunFailure, RunRecord, SpawnedBy, StoreError,
     idempotency_key, input_hash, now_ms,
 };
 use crate::tool::{DynTool, ErrorClass, ToolContext, ToolError, ToolKind};
@@ -47,7 +47,7 @@ pub(crate) struct StepCx<'r> {
     /// A failure the handler must not be able to swallow (budget, nondeterminism).
     step_error: Mutex<Option<StepError>>,
     /// The journal contradicts the current graph: quarantine instead of committing.
-    quarantine: Mutex<Option<RunError>>,
+    quarantine: Mutex<Option<RunFailure>>,
     interrupted: AtomicBool,
     /// The run's parent, for the depth limit of the children it starts.
     pub(crate) spawned_by: Option<SpawnedBy>,
@@ -147,7 +147,7 @@ impl<'r> StepCx<'r> {
 
     /// Stop the step and quarantine the run: what the journal says cannot be replayed
     /// under the current graph.
-    pub(crate) fn set_quarantine(&self, e: RunError) {
+    pub(crate) fn set_quarantine(&self, e: RunFailure) {
         self.interrupted.store(true, Ordering::SeqCst);
         let mut q = lock(&self.quarantine);
         if q.is_none() {
@@ -156,7 +156,7 @@ impl<'r> StepCx<'r> {
     }
 
     /// Why the run must be quarantined instead of committing, if the journal said so.
-    pub(crate) fn take_quarantine(&self) -> Option<RunError> {
+    pub(crate) fn take_quarantine(&self) -> Option<RunFailure> {
         lock(&self.quarantine).take()
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::graph::GraphDescription;
-use crate::store::{JournalEntry, RunError};
+use crate::store::{JournalEntry, RunFailure};
 use crate::tool::{DynTool, ToolKind};
 
 /// The error code of a run held because an imported tool's input schema changed since the
@@ -162,10 +162,10 @@ pub(crate) fn journaled_fingerprint(entry: &JournalEntry) -> Option<&str> {
 }
 
 /// The error a run is held with when `entry` was journaled under another schema of `tool`.
-pub(crate) fn schema_changed(tool: &dyn DynTool, entry: &JournalEntry) -> Option<RunError> {
+pub(crate) fn schema_changed(tool: &dyn DynTool, entry: &JournalEntry) -> Option<RunFailure> {
     let now = tool.schema_fingerprint()?;
     let then = journaled_fingerprint(entry)?;
-    (now != then).then(|| RunError {
+    (now != then).then(|| RunFailure {
         code: SCHEMA_CHANGED.into(),
         message: format!(
             "the input schema of tool `{}` changed since this run called it at version {} \

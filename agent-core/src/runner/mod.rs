@@ -53,7 +53,7 @@ use crate::agent::{Agent, Handle};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
-    Labels, Lease, NewRun, RunError, RunRecord, RunStatus, StepCommit, Store, StoreError,
+    Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store, StoreError,
     TransitionKind,
 };
 use crate::tool::{ToolBox, ToolKind};
@@ -508,7 +508,7 @@ where
             let mut lease = lease;
             let mut record = record;
             if record.claims_without_progress > self.inner.config.max_claims_without_progress {
-                let error = RunError {
+                let error = RunFailure {
                     code: "crash_loop".into(),
                     message: format!(
                         "claimed {} times without progress; the step crashes its worker",
@@ -569,7 +569,7 @@ where
 
     /// Whether the stored history of a claimed run contradicts its run row: no versions, a
     /// last version other than the run's, or a gap.
-    async fn history_problem(&self, record: &RunRecord) -> Result<Option<RunError>, RunnerError> {
+    async fn history_problem(&self, record: &RunRecord) -> Result<Option<RunFailure>, RunnerError> {
         let problem = match self.inner.store.version_span(&record.id).await {
             Err(StoreError::Corrupt { message, .. }) => {
                 Some(format!("history unreadable: {message}"))
@@ -586,7 +586,7 @@ where
             )),
             Ok(Some(_)) => None,
         };
-        Ok(problem.map(|message| RunError {
+        Ok(problem.map(|message| RunFailure {
             code: "history.inconsistent".into(),
             message,
         }))
@@ -676,11 +676,11 @@ where
 
     /// Refuse to execute a run whose stored state no longer deserializes, or whose graph
     /// changed so that its state no longer exists: quarantine it before any tool call.
-    fn check_loaded(&self, record: &RunRecord) -> Result<A, RunError> {
+    fn check_loaded(&self, record: &RunRecord) -> Result<A, RunFailure> {
         let graph = self.inner.graph;
         if record.fingerprint != self.inner.fingerprint && graph.state(&record.state_name).is_none()
         {
-            return Err(RunError {
+            return Err(RunFailure {
                 code: "graph.incompatible".into(),
                 message: format!(
                     "the run is in state `{}`, which the current graph of `{}` (fingerprint {}) \
@@ -692,7 +692,7 @@ where
                 ),
             });
         }
-        let state = A::deserialize(&record.state).map_err(|e| RunError {
+        let state = A::deserialize(&record.state).map_err(|e| RunFailure {
             code: "state.corrupt".into(),
             message: format!(
                 "stored state of `{}` does not deserialize: {e}",
@@ -700,7 +700,7 @@ where
             ),
         })?;
         if state.state_name() != record.state_name {
-            return Err(RunError {
+            return Err(RunFailure {
                 code: "state.corrupt".into(),
                 message: format!(
                     "stored state name `{}` disagrees with the stored state `{}`",
@@ -718,7 +718,7 @@ where
         lease: &Lease,
         record: &RunRecord,
         status: RunStatus,
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     ) -> Result<RunRecord, RunnerError> {
         let commit = StepCommit {
             expected_version: record.version,

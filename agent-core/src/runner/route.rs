@@ -131,7 +131,7 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                             _ => None,
                         });
                     if let Some(what) = gone {
-                        cx.set_quarantine(crate::store::RunError {
+                        cx.set_quarantine(crate::store::RunFailure {
                             code: "graph.incompatible".into(),
                             message: format!(
                                 "journaled decision #{seq} in `{}` chose {what}",

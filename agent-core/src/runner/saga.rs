@@ -19,7 +19,7 @@ use crate::agent::{Agent, Handle};
 use crate::graph::StateDescription;
 use crate::store::operator;
 use crate::store::{
-    CallStatus, EntryKind, JournalEntry, Lease, RunError, RunRecord, RunStatus, Store, StoreError,
+    CallStatus, EntryKind, JournalEntry, Lease, RunFailure, RunRecord, RunStatus, Store, StoreError,
 };
 use crate::tool::ToolKind;
 
@@ -119,7 +119,7 @@ where
             return Err(fatal);
         }
         if let Err(message) = result {
-            let error = RunError {
+            let error = RunFailure {
                 code: "compensation.failed".into(),
                 message: format!("compensating `{}` failed: {message}", original.name),
             };

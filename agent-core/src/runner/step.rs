@@ -11,8 +11,8 @@ use super::{Runner, RunnerError, StepOutcome, children, route, saga};
 use crate::agent::{Agent, Failure, Handle, Join, StepError, Wake};
 use crate::graph::{Routing, StateDescription};
 use crate::store::{
-    EntryKind, JournalEntry, Lease, Millis, RunError, RunRecord, RunStatus, StepCommit, StoreError,
-    TransitionKind, now_ms,
+    EntryKind, JournalEntry, Lease, Millis, RunFailure, RunRecord, RunStatus, StepCommit,
+    StoreError, TransitionKind, now_ms,
 };
 
 /// Execute one step of a claimed, checked run.
@@ -240,7 +240,7 @@ async fn enter<A, H>(
     to: &str,
     value: Value,
     kind: TransitionKind,
-    error: Option<RunError>,
+    error: Option<RunFailure>,
     consumed: Option<i64>,
 ) -> Result<RunRecord, RunnerError>
 where
@@ -289,7 +289,7 @@ where
     A: Agent + Handle<H>,
     H: Send + Sync + 'static,
 {
-    let error = RunError {
+    let error = RunFailure {
         code: e.code().to_owned(),
         message: runner.inner.config.redact_text(&e.to_string()),
     };

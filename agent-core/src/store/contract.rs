@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{
     EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease, Millis, NewRun,
-    OperatorNote, PruneReport, RepairCommit, RetentionPolicy, RunError, RunEvent, RunFilter,
+    OperatorNote, PruneReport, RepairCommit, RetentionPolicy, RunEvent, RunFailure, RunFilter,
     RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats,
     ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
 };
@@ -194,7 +194,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// stored history does not allow one), and end the lease, in one write fenced by the
     /// epoch: no other worker can claim the run in between. [`StoreError::LeaseLost`] when
     /// the epoch moved.
-    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError>;
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError>;
 
     /// Put a run that is not held by a live lease into `status` with `error` (quarantine,
     /// dead-letter), or back to running for an operator's retry (clearing the error).
@@ -202,7 +202,7 @@ pub trait Store: Send + Sync + fmt::Debug {
         &self,
         run_id: &str,
         status: RunStatus,
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     ) -> Result<RunRecord, StoreError>;
 
     /// Write a planned [repair](mod@super::repair) of a quarantined run in one write: the

@@ -24,7 +24,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CallStatus, EntryKind, JournalEntry, Millis, OperatorNote, RunError, RunStatus, SignalRecord,
+    CallStatus, EntryKind, JournalEntry, Millis, OperatorNote, RunFailure, RunStatus, SignalRecord,
     TransitionKind, TransitionRecord,
 };
 use crate::router::{Decision, DecisionRecord};
@@ -321,7 +321,7 @@ pub enum EventKind {
         status: RunStatus,
         /// Why, for a failure.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     },
     /// The run reached a final status.
     RunFinished {
@@ -331,7 +331,7 @@ pub enum EventKind {
         status: RunStatus,
         /// Why, for a failure.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     },
 }
 
@@ -343,7 +343,7 @@ pub struct TransitionFacts {
     /// For a version that waits with a timeout: when it wakes.
     pub wake_at: Option<Millis>,
     /// The failure, for failed, compensating and quarantined versions.
-    pub error: Option<RunError>,
+    pub error: Option<RunFailure>,
     /// The signal its commit consumed: id and name.
     pub consumed_signal: Option<(i64, String)>,
 }
@@ -359,7 +359,7 @@ pub struct StatusChange {
     /// The new status.
     pub status: RunStatus,
     /// Why, for a failure.
-    pub error: Option<RunError>,
+    pub error: Option<RunFailure>,
     /// When.
     pub at: Millis,
 }
@@ -641,7 +641,7 @@ pub struct EventWakes {
 
 /// What [`EventWakes::next`] saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Wake {
+pub enum EventWake {
     /// This run has new events.
     Run(std::sync::Arc<str>),
     /// Wake-ups were dropped because this follower fell behind: any run may have new
@@ -653,13 +653,13 @@ pub enum Wake {
 
 impl EventWakes {
     /// The next wake-up.
-    pub async fn next(&mut self) -> Wake {
+    pub async fn next(&mut self) -> EventWake {
         use tokio::sync::broadcast::error::RecvError;
         match self.rx.recv().await {
-            Ok(run) if run.is_empty() => Wake::Lagged,
-            Ok(run) => Wake::Run(run),
-            Err(RecvError::Lagged(_)) => Wake::Lagged,
-            Err(RecvError::Closed) => Wake::Closed,
+            Ok(run) if run.is_empty() => EventWake::Lagged,
+            Ok(run) => EventWake::Run(run),
+            Err(RecvError::Lagged(_)) => EventWake::Lagged,
+            Err(RecvError::Closed) => EventWake::Closed,
         }
     }
 }

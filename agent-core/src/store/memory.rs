@@ -31,7 +31,7 @@ use super::history::{self, VersionPayload};
 use super::operator::{self, OperatorPlan, OperatorTransition};
 use super::{
     CallStatus, JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit,
-    RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
+    RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
     StepCommit, Store, StoreError, ToolSwitch, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN,
     WAIT_FIRST_CHILD, creation_hash, now_ms, transition_hash, validate_labels,
 };
@@ -882,7 +882,7 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
         let now = now_ms();
         let mut g = self.lock();
         g.run(&lease.run_id)?.fenced(lease)?;
@@ -905,7 +905,7 @@ impl Store for MemoryStore {
         &self,
         run_id: &str,
         status: RunStatus,
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     ) -> Result<RunRecord, StoreError> {
         let now = now_ms();
         let record = {

@@ -35,13 +35,13 @@ pub use chain::{ChainLink, legacy_transition_hash, transition_hash};
 pub use contract::Store;
 pub use error::StoreError;
 pub use events::{
-    EventCursor, EventKind, EventLog, EventScope, EventWakes, RunEvent, StatusChange,
-    TransitionFacts, Wake, WakeHub,
+    EventCursor, EventKind, EventLog, EventScope, EventWake, EventWakes, RunEvent, StatusChange,
+    TransitionFacts, WakeHub,
 };
 pub use operator::{validate_label, validate_labels};
 pub use records::{
     CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis, NewRun, OperatorNote,
-    PruneReport, ROW_UNREADABLE, RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus,
+    PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus,
     SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch, TransitionKind,
     TransitionRecord, VersionSpan, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, idempotency_key, now_ms,
 };

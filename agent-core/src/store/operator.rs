@@ -6,7 +6,7 @@
 //! plan says in the same write.
 
 use super::{
-    ChainLink, Labels, Lease, Millis, OperatorNote, RunError, RunRecord, RunStatus, StepCommit,
+    ChainLink, Labels, Lease, Millis, OperatorNote, RunFailure, RunRecord, RunStatus, StepCommit,
     StoreError, TransitionKind,
 };
 
@@ -178,7 +178,7 @@ fn transition(
             status,
             waiting_for: None,
             wake_at: None,
-            error: Some(RunError {
+            error: Some(RunFailure {
                 code: code.to_owned(),
                 message: format!("{verb} by {}: {}", note.by, note.reason),
             }),
@@ -349,7 +349,7 @@ pub enum Requeue {
     /// Nothing: the run is running or compensating already.
     Already,
     /// Set this status and error ([`Store::set_status`](super::Store::set_status)).
-    To(RunStatus, Option<RunError>),
+    To(RunStatus, Option<RunFailure>),
 }
 
 /// Why a run cannot be re-queued, with what to do instead.

@@ -116,7 +116,7 @@ impl RunStatus {
 /// A run's failure, stored with the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct RunError {
+pub struct RunFailure {
     /// Stable code: `tool.timeout`, `handler`, `budget`, `routing`, `state.corrupt`,
     /// `graph.incompatible`, `compensation.failed`, `crash_loop`, ...
     pub code: String,
@@ -147,7 +147,7 @@ pub struct RunRecord {
     /// For waiting runs with a timeout, and for runs backing off: when to wake.
     pub wake_at: Option<Millis>,
     /// The failure, if any.
-    pub error: Option<RunError>,
+    pub error: Option<RunFailure>,
     /// The current lease epoch (0 before the first claim).
     pub epoch: u64,
     /// The worker holding the lease, while it is held.
@@ -187,7 +187,7 @@ impl RunRecord {
             status: RunStatus::Quarantined,
             waiting_for: None,
             wake_at: None,
-            error: Some(RunError {
+            error: Some(RunFailure {
                 code: ROW_UNREADABLE.to_owned(),
                 message,
             }),
@@ -571,7 +571,7 @@ pub struct StepCommit {
     /// For `Waiting` with a timeout: when to wake.
     pub wake_at: Option<Millis>,
     /// The failure, for failed, compensating and quarantined runs.
-    pub error: Option<RunError>,
+    pub error: Option<RunFailure>,
     /// A signal consumed by this step, marked delivered in the same transaction.
     pub consumed_signal: Option<i64>,
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use agent_core::conformance::fixture::{self, Behaviour, Order, World};
 use agent_core::runner::Runner;
-use agent_core::store::{RunError, RunStatus, Store};
+use agent_core::store::{RunFailure, RunStatus, Store};
 use serde_json::json;
 
 /// A database for one test, with the fixture's runs in it.
@@ -127,7 +127,7 @@ impl Db {
             .set_status(
                 STUCK,
                 RunStatus::DeadLettered,
-                Some(RunError {
+                Some(RunFailure {
                     code: "crash_loop".into(),
                     message: "claimed 5 times without progress".into(),
                 }),
@@ -139,7 +139,7 @@ impl Db {
             .set_status(
                 SAGA_STUCK,
                 RunStatus::DeadLettered,
-                Some(RunError {
+                Some(RunFailure {
                     code: "compensation.failed".into(),
                     message: "Release kept failing".into(),
                 }),

@@ -11,7 +11,7 @@ use agent_core::Agent;
 use agent_core::conformance::fixture::Order;
 use agent_core::runner::{Runner, RunnerError, StepOutcome};
 use agent_core::store::{
-    JournalEntry, NewRun, RunError, RunRecord, RunStatus, StepCommit, Store, TransitionKind,
+    JournalEntry, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store, TransitionKind,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -32,7 +32,7 @@ pub struct Version {
     /// For waiting runs.
     pub waiting_for: Option<String>,
     /// The run's error after it.
-    pub error: Option<RunError>,
+    pub error: Option<RunFailure>,
 }
 
 /// A signal sent to a captured run.

@@ -14,7 +14,7 @@ use agent_core::graph::GraphDescription;
 use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
 use agent_core::store::{
     EventCursor, EventScope, JournalEntry, Lease, NewRun, OperatorNote, PruneReport,
-    RetentionPolicy, RunError, RunEvent, RunFilter, RunRecord, RunStatus, SignalRecord,
+    RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord,
     StateAtVersion, StepCommit, Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
 };
 use agent_pg::PgStore;
@@ -85,7 +85,7 @@ impl Store for LateClaim {
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.hand_back(lease).await
     }
-    async fn quarantine(&self, lease: &Lease, error: RunError) -> Result<RunRecord, StoreError> {
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
         self.inner.quarantine(lease, error).await
     }
     async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
@@ -144,7 +144,7 @@ impl Store for LateClaim {
         &self,
         run_id: &str,
         status: RunStatus,
-        error: Option<RunError>,
+        error: Option<RunFailure>,
     ) -> Result<RunRecord, StoreError> {
         self.inner.set_status(run_id, status, error).await
     }

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, entry, grow, new_run, step, stored, unique};
 use crate::store::{
-    CallStatus, EntryKind, NewRun, RetentionPolicy, RunError, RunFilter, RunRecord, RunStatus,
+    CallStatus, EntryKind, NewRun, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus,
     SpawnedBy, Store, StoreError, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
 };
 
@@ -116,7 +116,7 @@ async fn expect_claimable(
 }
 
 async fn finish(store: &Arc<dyn Store>, run: &RunRecord, status: RunStatus) -> CheckResult {
-    let error = (status != RunStatus::Completed).then(|| RunError {
+    let error = (status != RunStatus::Completed).then(|| RunFailure {
         code: "child.ended".into(),
         message: format!("ended as {status}"),
     });
@@ -364,7 +364,7 @@ pub async fn check_claim_next_waits_for_all_children(store: Arc<dyn Store>) -> C
     expect_claimable(&store, &agent, &parent, false, "with one child waiting").await?;
     let mut failed = step(1, json!({}));
     failed.status = RunStatus::Failed;
-    failed.error = Some(RunError {
+    failed.error = Some(RunFailure {
         code: "child.failed".into(),
         message: "failed".into(),
     });

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored, verify_chain};
-use crate::store::{CallStatus, RunError, RunStatus, Store, StoreError};
+use crate::store::{CallStatus, RunFailure, RunStatus, Store, StoreError};
 
 /// N committers race the same expected version with the same lease: exactly one wins per
 /// round, and the versions form one chain with a valid hash chain.
@@ -285,7 +285,7 @@ pub async fn check_quarantine_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         .ok_or("claim of a free run returned None")?;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let current = claim(&store, &run.id, "b").await?;
-    let error = RunError {
+    let error = RunFailure {
         code: "history.inconsistent".into(),
         message: "conformance".into(),
     };

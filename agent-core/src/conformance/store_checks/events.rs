@@ -12,8 +12,8 @@ use super::{CheckResult, Ctx, claim, entry, new_run, step, unique};
 use crate::events::{FollowConfig, Follower};
 use crate::router::{Decision, DecisionRecord};
 use crate::store::{
-    CallStatus, EntryKind, EventCursor, EventKind, EventScope, JournalEntry, RunEvent, RunStatus,
-    Store, StoreError, Wake,
+    CallStatus, EntryKind, EventCursor, EventKind, EventScope, EventWake, JournalEntry, RunEvent,
+    RunStatus, Store, StoreError,
 };
 
 async fn all_events(store: &Arc<dyn Store>, scope: &EventScope) -> Result<Vec<RunEvent>, String> {
@@ -443,8 +443,8 @@ pub async fn check_followers_are_woken(store: Arc<dyn Store>) -> CheckResult {
         Some(w) => loop {
             match tokio::time::timeout(Duration::from_secs(10), w.next()).await {
                 Err(_) => break Err("no wake-up within 10 s of writes".to_owned()),
-                Ok(Wake::Run(run)) if *run == *id => break Ok(()),
-                Ok(Wake::Closed) => break Err("wake-ups closed".to_owned()),
+                Ok(EventWake::Run(run)) if *run == *id => break Ok(()),
+                Ok(EventWake::Closed) => break Err("wake-ups closed".to_owned()),
                 Ok(_) => {}
             }
         },
@@ -465,7 +465,7 @@ pub async fn check_status_changes_are_events(store: Arc<dyn Store>) -> CheckResu
         .create_run(new_run(&id, "Agent", json!({})))
         .await
         .ctx("create_run")?;
-    let error = crate::store::RunError {
+    let error = crate::store::RunFailure {
         code: "crash_loop".to_owned(),
         message: "too many claims".to_owned(),
     };

@@ -6,8 +6,8 @@ use serde_json::json;
 
 use super::{CheckResult, Ctx, claim, create, grow, step, stored, verify_chain};
 use crate::store::{
-    OperatorNote, RepairError, RunError, RunStatus, Store, StoreError, TransitionKind, plan_repair,
-    repair,
+    OperatorNote, RepairError, RunFailure, RunStatus, Store, StoreError, TransitionKind,
+    plan_repair, repair,
 };
 
 fn note() -> OperatorNote {
@@ -34,7 +34,7 @@ pub async fn check_repair_resets_a_quarantined_run(store: Arc<dyn Store>) -> Che
         Err(RepairError::NotQuarantined { .. }) => {}
         other => return Err(format!("repair of a running run gave {other:?}")),
     }
-    let error = RunError {
+    let error = RunFailure {
         code: "state.corrupt".into(),
         message: "conformance".into(),
     };

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{CheckResult, Ctx, LONG, claim, create, grow, new_run, step, stored, unique};
 use crate::graph::GraphDescription;
 use crate::store::{
-    Lease, RunError, RunFilter, RunStatus, Store, StoreError, TransitionKind, now_ms,
+    Lease, RunFailure, RunFilter, RunStatus, Store, StoreError, TransitionKind, now_ms,
 };
 
 /// Create, load, and the errors for unknown runs.
@@ -135,7 +135,7 @@ pub async fn check_list_runs(store: Arc<dyn Store>) -> CheckResult {
         .set_status(
             &ids[1],
             RunStatus::Failed,
-            Some(RunError {
+            Some(RunFailure {
                 code: "handler".into(),
                 message: "x".into(),
             }),
@@ -229,7 +229,7 @@ pub async fn check_list_runs(store: Arc<dyn Store>) -> CheckResult {
 /// What the store did wrong, when it breaks the guarantee.
 pub async fn check_set_status(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "status", json!({})).await?;
-    let err = RunError {
+    let err = RunFailure {
         code: "state.corrupt".into(),
         message: "missing field `cart`".into(),
     };
