@@ -55,8 +55,8 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
     let (bounds, build, into_box) = if stub {
         (
             Vec::new(),
-            quote!(let _ = shared; #krate::__private::core::unimplemented!(
-                "the agent does not compile"
+            quote!(let _ = shared; #krate::__private::core::unreachable!(
+                "never run: the derive reported an error, so the crate does not compile"
             )),
             quote!(#krate::ToolBox::new()),
         )
