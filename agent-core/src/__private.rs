@@ -13,6 +13,7 @@ pub use ::std::string::String;
 pub use ::std::sync::OnceLock;
 pub use ::std::vec;
 pub use ::std::vec::Vec;
+pub use crate::versions::{migrate_via, older_via};
 
 use crate::agent::{StepError, Wake};
 use serde::de::DeserializeOwned;
@@ -90,6 +91,7 @@ pub struct ToolSpec {
 #[derive(Debug)]
 pub struct AgentSpec {
     pub name: &'static str,
+    pub version: u32,
     pub dag: bool,
     pub max_steps: Option<u64>,
     pub states: &'static [StateSpec],
@@ -105,6 +107,7 @@ fn strings(names: &[&str]) -> Vec<String> {
 pub fn graph(spec: &AgentSpec) -> GraphDescription {
     GraphDescription {
         agent: spec.name.to_owned(),
+        version: spec.version,
         dag: spec.dag,
         max_steps: spec.max_steps,
         states: spec

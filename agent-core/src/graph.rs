@@ -19,6 +19,10 @@ use crate::tool::ToolKind;
 pub struct GraphDescription {
     /// The agent's name (the enum's name unless overridden with `#[agent(name = "...")]`).
     pub agent: String,
+    /// The agent's version (`#[agent(version = N)]`). Left out of the JSON (and so of the
+    /// fingerprint) when it is 1, so graphs written before versions keep their fingerprint.
+    #[serde(default = "first_version", skip_serializing_if = "is_first_version")]
+    pub version: u32,
     /// Whether the agent was declared `#[agent(dag)]` (no cycles allowed).
     #[serde(default)]
     pub dag: bool,
@@ -29,6 +33,18 @@ pub struct GraphDescription {
     pub states: Vec<StateDescription>,
     /// Tools declared on the agent, in declaration order.
     pub tools: Vec<ToolDescription>,
+}
+
+fn first_version() -> u32 {
+    1
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_first_version(v: &u32) -> bool {
+    *v == 1
 }
 
 /// One state (one variant of the agent's enum).
@@ -639,6 +655,7 @@ mod tests {
         failed.compensate = true;
         GraphDescription {
             agent: "Checkout".into(),
+            version: 1,
             dag: false,
             max_steps: None,
             states: vec![browsing, review, state("Done", &[]), failed],

@@ -14,6 +14,7 @@
 //! | [`tool`] | [`Tool`] (derivable), [`Execute`], [`Compensate`]; kinds read, write, hybrid; policies |
 //! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
+//! | [`versions`] | an agent's versions and the migrations between them |
 //! | [`store`] | the [`Store`] contract, records, delta history, the hash chain and its verifier, an in-memory store |
 //! | `conformance` | the suite every store backend runs (feature `conformance`) |
 
@@ -33,6 +34,7 @@ pub mod schema;
 pub mod store;
 pub mod tool;
 pub mod toolset;
+pub mod versions;
 
 pub use agent::{
     Agent, AllowsChild, AllowsTool, AllowsTransition, ChildOutcome, ChildRun, Ctx, Failure, Handle,

@@ -204,6 +204,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             GRAPH.get_or_init(|| {
                 #krate::__private::graph(&#krate::__private::AgentSpec {
                     name: #name,
+                    version: <Self as #krate::Agent>::VERSION,
                     dag: #dag,
                     max_steps: #max_steps,
                     tools: &[#(#tools),*],

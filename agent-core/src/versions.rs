@@ -1,0 +1,111 @@
+//! Versions of an agent, and the migrations between them.
+//!
+//! An agent has a version (`#[agent(version = N)]`, 1 when not given); every run records
+//! the version it is on ([`RunRecord::agent_version`](crate::store::RunRecord)). To change
+//! an agent while runs are in flight, keep the old enum in your code (say in a module
+//! `v1`), raise the version of the new one and declare where it migrates from:
+//!
+//! ```text
+//! #[agent(version = 2, migrate_from(v1::Checkout, with = from_v1))]
+//! enum Checkout { ... }
+//!
+//! fn from_v1(old: v1::Checkout) -> Checkout { match old { ... } }
+//! ```
+//!
+//! The mapping is a plain function, so the compiler checks that every old state is
+//! mapped. The derive generates [`Agent::migrate`] and [`Agent::older_versions`] from it,
+//! composing chains: version 3 migrating from version 2, which migrates from version 1,
+//! can run runs of all three without a `v1 -> v3` function.
+
+use serde_json::Value;
+
+use crate::agent::Agent;
+use crate::graph::GraphDescription;
+
+/// Why a stored state of an older version could not be brought to this one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MigrationError {
+    /// The stored state does not deserialize as the older version's enum.
+    #[error("the stored state does not read as `{agent}` version {version}: {message}")]
+    Unreadable {
+        /// The agent.
+        agent: String,
+        /// The version it was read as.
+        version: u32,
+        /// serde's message.
+        message: String,
+    },
+    /// The mapped state does not serialize.
+    #[error("the migrated state of `{agent}` version {version} does not serialize: {message}")]
+    Unwritable {
+        /// The agent.
+        agent: String,
+        /// The version it was mapped to.
+        version: u32,
+        /// serde's message.
+        message: String,
+    },
+}
+
+/// An older version an agent can run by migrating its runs (`migrate_from`, transitively).
+#[derive(Clone, Debug)]
+pub struct OlderVersion {
+    /// The version.
+    pub version: u32,
+    /// Its graph (its fingerprint is the one its runs recorded).
+    pub graph: &'static GraphDescription,
+    /// Signals of that version's waiting states that the chain from it may leave unwaited
+    /// (`skip_signal(...)` on any migration of the chain).
+    pub skipped_signals: Vec<&'static str>,
+}
+
+/// [`Agent::migrate`] of an agent declaring `migrate_from(Old, with = map)`: bring a state
+/// of version `from` to `Old`'s version through `Old`'s own chain, then map it.
+#[doc(hidden)]
+pub fn migrate_via<Old: Agent, New: Agent>(
+    from: u32,
+    state: Value,
+    map: fn(Old) -> New,
+) -> Option<Result<Value, MigrationError>> {
+    if from == New::VERSION {
+        return Some(Ok(state));
+    }
+    let old = match Old::migrate(from, state)? {
+        Ok(old) => old,
+        Err(e) => return Some(Err(e)),
+    };
+    let old: Old = match serde_json::from_value(old) {
+        Ok(old) => old,
+        Err(e) => {
+            return Some(Err(MigrationError::Unreadable {
+                agent: Old::NAME.to_owned(),
+                version: Old::VERSION,
+                message: e.to_string(),
+            }));
+        }
+    };
+    Some(
+        serde_json::to_value(map(old)).map_err(|e| MigrationError::Unwritable {
+            agent: New::NAME.to_owned(),
+            version: New::VERSION,
+            message: e.to_string(),
+        }),
+    )
+}
+
+/// [`Agent::older_versions`] of an agent declaring `migrate_from(Old, skip_signal(...))`:
+/// `Old`'s older versions and `Old` itself, each with `skipped` added to what it may skip.
+#[doc(hidden)]
+#[must_use]
+pub fn older_via<Old: Agent>(skipped: &[&'static str]) -> Vec<OlderVersion> {
+    let mut older = Old::older_versions();
+    older.push(OlderVersion {
+        version: Old::VERSION,
+        graph: Old::graph(),
+        skipped_signals: Vec::new(),
+    });
+    for o in &mut older {
+        o.skipped_signals.extend_from_slice(skipped);
+    }
+    older
+}
