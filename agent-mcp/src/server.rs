@@ -7,7 +7,7 @@ use rmcp::ServiceExt as _;
 use rmcp::model::Tool;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, TokioChildProcess};
 
 /// The client side of one connection (kept alive as long as a tool of the server is).
 pub(crate) type Client = RunningService<RoleClient, ()>;
@@ -81,19 +81,13 @@ impl McpServer {
     /// # Errors
     /// [`ConnectError`] when the process does not start, the handshake or the listing fails.
     pub async fn stdio(name: &str, command: tokio::process::Command) -> Result<Self, ConnectError> {
-        check_name(name)?;
-        let transport = TokioChildProcess::new(command).map_err(|source| ConnectError::Spawn {
-            server: name.to_owned(),
-            source,
-        })?;
-        let client =
-            ().serve(transport)
-                .await
-                .map_err(|e| ConnectError::Handshake {
-                    server: name.to_owned(),
-                    message: e.to_string(),
-                })?;
-        Self::listed(name, client).await
+        Self::connect(name, || {
+            TokioChildProcess::new(command).map_err(|source| ConnectError::Spawn {
+                server: name.to_owned(),
+                source,
+            })
+        })
+        .await
     }
 
     /// Connect to the streamable HTTP endpoint `url` (`http://host:port/mcp`) and list its
@@ -124,22 +118,34 @@ impl McpServer {
         url: &str,
         http: reqwest::Client,
     ) -> Result<Self, ConnectError> {
+        Self::connect(name, || {
+            Ok(StreamableHttpClientTransport::with_client(
+                http,
+                StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
+            ))
+        })
+        .await
+    }
+
+    /// The one way in for every transport: check the name before the transport is made
+    /// (no process is started for a server that could not be named), shake hands, list
+    /// the tools.
+    async fn connect<T, E, A>(
+        name: &str,
+        transport: impl FnOnce() -> Result<T, ConnectError>,
+    ) -> Result<Self, ConnectError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         check_name(name)?;
-        let transport = StreamableHttpClientTransport::with_client(
-            http,
-            StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
-        );
         let client =
-            ().serve(transport)
+            ().serve(transport()?)
                 .await
                 .map_err(|e| ConnectError::Handshake {
                     server: name.to_owned(),
                     message: e.to_string(),
                 })?;
-        Self::listed(name, client).await
-    }
-
-    async fn listed(name: &str, client: Client) -> Result<Self, ConnectError> {
         let tools = client
             .list_all_tools()
             .await

@@ -13,7 +13,7 @@ use durable_agents::runner::{
     CrashAt, FaultPoint, ImportedTools, Runner, RunnerConfig, RunnerError, SCHEMA_CHANGED,
 };
 use durable_agents::store::memory::MemoryStore;
-use durable_agents::store::{EntryKind, RunStatus, Store};
+use durable_agents::store::{CallStatus, EntryKind, RunStatus, Store};
 use durable_agents::{Agent, Ctx, StepError, StepResult, ToolBox};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -424,4 +424,105 @@ async fn a_schema_changed_after_an_earlier_step_holds_the_run_too() {
     let held = upgraded.run("n-later").await.unwrap();
     assert_eq!(held.status, RunStatus::Quarantined);
     assert_eq!(held.error.unwrap().code, SCHEMA_CHANGED);
+}
+
+/// Reserves a slot with an MCP hybrid tool, then fails at the confirmation: the saga
+/// undoes the reservation with the hybrid's compensation, an MCP write.
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+enum Slots {
+    #[agent(initial, to(Confirm))]
+    Reserve { text: String },
+    #[agent(to(Booked))]
+    Confirm { text: String },
+    #[agent(terminal)]
+    Booked,
+}
+
+impl SlotsHandlers for Behaviour {
+    async fn reserve(
+        &self,
+        ctx: Ctx<'_, slots::Reserve>,
+        text: String,
+    ) -> StepResult<slots::Reserve> {
+        ctx.call_imported("notes__reserve_slot", json!({ "text": text }))
+            .await?;
+        Ok(ctx.to(slots::Confirm::new(text)))
+    }
+
+    async fn confirm(
+        &self,
+        _: Ctx<'_, slots::Confirm>,
+        text: String,
+    ) -> StepResult<slots::Confirm> {
+        Err(StepError::handler(format!("the venue refused `{text}`")))
+    }
+}
+
+#[tokio::test]
+async fn a_failed_run_compensates_its_mcp_hybrid_once_with_a_key() {
+    let (notes, url) = http_server(1).await;
+    let server = McpServer::http("notes", &url).await.unwrap();
+    let tools = import([McpImport::new(server)
+        .hybrid(
+            "reserve_slot",
+            "remove_note",
+            |args, _| json!({ "text": args["text"] }),
+        )
+        .write("remove_note")
+        .allow::<slots::Reserve, _, _>(["reserve_slot"])])
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runner = Runner::<Slots, Behaviour>::new(Arc::clone(&store), Behaviour, ToolBox::new())
+        .unwrap()
+        .with_imported_tools(tools)
+        .unwrap()
+        .with_config(config("w"));
+    runner
+        .start(
+            "s-1",
+            Slots::Reserve {
+                text: "10:00".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let record = runner.run("s-1").await.unwrap();
+    assert_eq!(record.status, RunStatus::Compensated, "{:?}", record.error);
+    assert!(
+        record
+            .error
+            .unwrap()
+            .message
+            .contains("the venue refused `10:00`"),
+        "the run's failure is the confirmation's"
+    );
+
+    // The server reserved once, then was asked once to undo it, with the key of the
+    // compensation's journal slot (not the reservation's).
+    assert_eq!(
+        notes.requests(),
+        [("10:00".to_owned(), Some("s-1:0:0".to_owned()))]
+    );
+    let removals = notes.removals();
+    assert_eq!(removals.len(), 1, "{removals:?}");
+    assert_eq!(removals[0].0, "10:00");
+    assert!(notes.notes().is_empty(), "the slot was released");
+
+    // The journal has the compensation, succeeded, under the key the server saw.
+    let journal = store.journal("s-1", None).await.unwrap();
+    let compensations: Vec<_> = journal
+        .iter()
+        .filter(|e| e.kind == EntryKind::Compensation)
+        .collect();
+    assert_eq!(compensations.len(), 1, "{journal:?}");
+    let undo = compensations[0];
+    assert_eq!(undo.name, "notes__remove_note");
+    assert_eq!(undo.status, CallStatus::Succeeded);
+    assert_eq!(undo.input["arguments"], json!({ "text": "10:00" }));
+    let key = undo
+        .idempotency_key
+        .clone()
+        .expect("a compensation has a key");
+    assert_ne!(key, "s-1:0:0", "its own key, not the hybrid's");
+    assert_eq!(removals[0].1.as_deref(), Some(key.as_str()));
 }

@@ -27,6 +27,8 @@ struct Book {
     applied: BTreeMap<String, Value>,
     /// Every `add_note` request as it arrived: (text, key).
     requests: Vec<(String, Option<String>)>,
+    /// Every `remove_note` request as it arrived: (text, key).
+    removals: Vec<(String, Option<String>)>,
 }
 
 /// The notebook server.
@@ -56,6 +58,12 @@ impl NotesServer {
     #[allow(dead_code)]
     pub(crate) fn requests(&self) -> Vec<(String, Option<String>)> {
         self.book.lock().unwrap().requests.clone()
+    }
+
+    /// `remove_note` requests as they arrived: (text, idempotency key).
+    #[allow(dead_code)]
+    pub(crate) fn removals(&self) -> Vec<(String, Option<String>)> {
+        self.book.lock().unwrap().removals.clone()
     }
 
     /// The notes, in order.
@@ -131,8 +139,18 @@ impl NotesServer {
             }
             "remove_note" => {
                 let text = text.ok_or("`text` is required")?;
+                book.removals.push((text.clone(), key.clone()));
+                if let Some(key) = &key
+                    && let Some(first) = book.applied.get(key)
+                {
+                    return Ok(first.clone());
+                }
                 book.notes.retain(|n| *n != text);
-                Ok(json!({"count": book.notes.len()}))
+                let answer = json!({"count": book.notes.len()});
+                if let Some(key) = key {
+                    book.applied.insert(key, answer.clone());
+                }
+                Ok(answer)
             }
             other => Err(format!("no tool `{other}`")),
         }
