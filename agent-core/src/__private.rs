@@ -3,8 +3,11 @@
 //! Generated code names only `::durable_agents::__private::…`, so everything else can move.
 
 pub use crate::agent::{Join, RouteChoice, StepIo};
+pub use crate::versions::{migrate_via, older_via};
 pub use ::core;
 pub use ::futures::future::BoxFuture;
+pub use ::schemars;
+pub use ::serde;
 pub use ::serde_json;
 pub use ::std::borrow::ToOwned;
 pub use ::std::boxed::Box;
@@ -13,7 +16,6 @@ pub use ::std::string::String;
 pub use ::std::sync::OnceLock;
 pub use ::std::vec;
 pub use ::std::vec::Vec;
-pub use crate::versions::{migrate_via, older_via};
 
 use crate::agent::{StepError, Wake};
 use serde::de::DeserializeOwned;

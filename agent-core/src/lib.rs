@@ -38,7 +38,7 @@ pub mod versions;
 
 pub use agent::{
     Agent, AllowsChild, AllowsTool, AllowsTransition, ChildOutcome, ChildRun, Ctx, Failure, Handle,
-    IntoTarget, Next, State, StepError, StepResult, Target, Wake,
+    IntoTarget, Next, RoutedByCode, RoutedByLlm, State, StepError, StepResult, Target, Wake,
 };
 pub use graph::{
     GraphDescription, PathOverlay, Routing, StateDescription, ToolDescription, TransitionArguments,
@@ -228,9 +228,19 @@ pub use agent_macros::Tool;
 ///   the agent's tools struct builds it from the application's shared state
 ///   ([`BuildTool`], [`FromShared`]);
 /// - `&ToolContext`: the call ([`ToolContext::idempotency_key`] for write tools);
-/// - at most one other: the input, whose JSON schema the model is shown (none means `()`).
+/// - the others are the input, whose JSON schema the model is shown:
+///   - **arguments**: several parameters, or documented ones, become the fields of a
+///     generated struct named after the tool with `Input` appended (`ChargePaymentInput`),
+///     public, each field named and documented as its parameter (the doc comment is the
+///     field's description in the schema); handlers call
+///     `ctx.call::<ChargePayment>(ChargePaymentInput { card, cents })`, and a tool of one
+///     argument converts from it (`ctx.call::<LookupOrder>(order_id.into())`);
+///   - **a struct**: one parameter without a doc comment is the input itself, a type you
+///     derive `Deserialize` and `JsonSchema` for;
+///   - none: the input is `()`.
 ///
-/// The return type is `Result<Output, E>` for any `E: Into<ToolError>`.
+/// The return type is `Result<Output, E>` for any `E: Into<ToolError>`, where `Output` is
+/// any serializable type with a schema: a struct, a `String`, a number, `()`.
 ///
 /// A hybrid tool names the write tool that undoes it with `compensate = ReleaseInventory`;
 /// the compensation's input is this tool's output converted with `From` (an identity when
@@ -243,22 +253,23 @@ pub use agent_macros::Tool;
 ///
 /// # #[derive(Debug)] struct Gateway;
 /// # impl Gateway { async fn charge(&self, _: &str, _: u64) -> Result<String, ToolError> { Ok("pay-1".into()) } }
-/// #[derive(Serialize, Deserialize, JsonSchema)]
-/// pub struct Charge { card: String, cents: u64 }
-///
 /// /// Charge a card. (The model reads this line.)
 /// #[tool_fn(write, timeout_ms = 800, retries = 3)]
 /// pub async fn charge_payment(
 ///     Shared(gateway): Shared<Arc<Gateway>>,
-///     charge: Charge,
+///     /// The card to charge. (The model reads this one in the input's schema.)
+///     card: String,
+///     /// Amount in cents.
+///     cents: u64,
 ///     cx: &ToolContext,
 /// ) -> Result<String, ToolError> {
 ///     let _key = cx.idempotency_key(); // the gateway's idempotency key
-///     gateway.charge(&charge.card, charge.cents).await
+///     gateway.charge(&card, cents).await
 /// }
 ///
 /// assert_eq!(<ChargePayment as Tool>::NAME, "ChargePayment");
 /// assert_eq!(<ChargePayment as Tool>::DESCRIPTION, "Charge a card. (The model reads this line.)");
+/// let _input = ChargePaymentInput { card: "4242".into(), cents: 1200 };
 /// let _tool = ChargePayment::new(Arc::new(Gateway));
 /// ```
 pub use agent_macros::tool_fn;

@@ -54,9 +54,8 @@ impl Router for Model {
 }
 
 fn runner(store: &Arc<dyn Store>, model: &Arc<Model>, worker: &str) -> Runner<Ticket, Handlers> {
-    Runner::new(Arc::clone(store), Handlers, ToolBox::new())
+    Runner::routed(Arc::clone(store), Handlers, ToolBox::new(), model.clone())
         .unwrap()
-        .with_router(model.clone())
         .with_config(RunnerConfig {
             worker_id: worker.to_owned(),
             lease_ttl: Duration::from_millis(100),

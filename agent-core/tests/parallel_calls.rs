@@ -308,9 +308,7 @@ fn routed(
     let tools = ToolBox::new()
         .hybrid(Hold(Arc::clone(service)))
         .with(Release(Arc::clone(service)));
-    Runner::new(Arc::clone(store), Handlers, tools)
-        .unwrap()
-        .with_router(router)
+    Runner::routed(Arc::clone(store), Handlers, tools, router).unwrap()
 }
 
 #[tokio::test]

@@ -105,9 +105,8 @@ fn runner(
     handlers: &Handlers,
     router: Arc<ScriptedRouter>,
 ) -> Runner<Desk, Handlers> {
-    Runner::<Desk, _>::new(Arc::clone(store), handlers.clone(), ToolBox::new())
+    Runner::<Desk, _>::routed(Arc::clone(store), handlers.clone(), ToolBox::new(), router)
         .unwrap()
-        .with_router(router)
         .with_config(RunnerConfig {
             max_reasks: 8,
             ..RunnerConfig::default()
@@ -372,10 +371,13 @@ async fn a_journaled_argument_the_new_type_refuses_quarantines_the_run() {
 
     // Deployed again with `amount_cents` at most 100: the journaled 250 no longer fits.
     let (silent, asked) = script(&[]);
-    let newer =
-        Runner::<stricter::Desk, _>::new(Arc::clone(&store), stricter::Handlers, ToolBox::new())
-            .unwrap()
-            .with_router(silent);
+    let newer = Runner::<stricter::Desk, _>::routed(
+        Arc::clone(&store),
+        stricter::Handlers,
+        ToolBox::new(),
+        silent,
+    )
+    .unwrap();
     let record = newer.run("changed").await.unwrap();
     assert_eq!(record.status, RunStatus::Quarantined, "{record:?}");
     let error = record.error.unwrap();

@@ -219,8 +219,26 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
         #[automatically_derived]
         impl #krate::__private::StoredAsJson for #ident {}
     };
+    // Which constructor builds the agent's runner: `Runner::routed`, which takes the router,
+    // when a state is routed by an LLM, else `Runner::new`. The stub implements both, so a
+    // mistake elsewhere is not reported again at the runner.
+    let routed = agent.states.iter().any(|s| s.llm.is_some());
+    let by_code = quote! {
+        #[automatically_derived]
+        impl #krate::RoutedByCode for #ident {}
+    };
+    let by_llm = quote! {
+        #[automatically_derived]
+        impl #krate::RoutedByLlm for #ident {}
+    };
+    let routing = match (stub, routed) {
+        (true, _) => quote!(#by_code #by_llm),
+        (false, true) => by_llm,
+        (false, false) => by_code,
+    };
     quote! {
         #stored_impl
+        #routing
         #[automatically_derived]
         impl #krate::Agent for #ident #stored {
             const NAME: &'static str = #name;

@@ -9,9 +9,11 @@
 //! and a macro of the same name in scope would make every `#[tool(...)]` ambiguous.
 //!
 //! Parameters, told apart by their types: `Shared<T>` (a resource the tool type holds and
-//! clones into each call), `&ToolContext` (the call: run, attempt, idempotency key), and at
-//! most one other, the input (none means `()`). The return type is `Result<Output, E>` with
-//! `E: Into<ToolError>`.
+//! clones into each call), `&ToolContext` (the call: run, attempt, idempotency key), and the
+//! others, which make the input: one without a doc comment is the input itself (a struct
+//! the user wrote); several, or documented ones, are the fields of a generated
+//! `{Tool}Input` struct whose schema carries their doc comments; none means `()`. The
+//! return type is `Result<Output, E>` with `E: Into<ToolError>`, any serializable `Output`.
 
 use heck::ToUpperCamelCase;
 use proc_macro2::{Span, TokenStream};
@@ -50,12 +52,22 @@ enum Param {
     Shared { field: Ident, ty: Box<Type> },
     /// `&ToolContext`.
     Context,
-    /// The tool's input.
+    /// The tool's input (the struct form: one undocumented parameter).
     Input,
+    /// A field of the input struct generated from the parameters (the arguments form).
+    Argument(Ident),
+}
+
+/// A parameter that is neither `Shared<T>` nor `&ToolContext`: the input, or one argument.
+struct Plain {
+    ident: Option<Ident>,
+    span: Span,
+    ty: Type,
+    docs: Vec<syn::Attribute>,
 }
 
 pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
-    let Ok(func) = syn::parse2::<ItemFn>(item.clone()) else {
+    let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
         let e = syn::Error::new(
             Span::call_site(),
             format!("`#[{ATTR}]` makes a tool of an `async fn`; put it on a function"),
@@ -65,7 +77,12 @@ pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
     };
     let cx = Ctxt::new();
     let args = parse_args(&cx, args);
-    let (params, input) = params(&cx, &func);
+    let name = names::unraw(&func.sig.ident).to_upper_camel_case();
+    let input_ident = format_ident!("{name}Input", span = func.sig.ident.span());
+    let (params, input, arguments) = params(&cx, &mut func, &input_ident);
+    // The function as written, without its parameters' doc comments: they became the
+    // schema's descriptions, and rustc accepts no doc comment on a parameter.
+    let item = quote!(#func);
     let output = output(&cx, &func);
     check_signature(&cx, &func);
     let kind = args.kind.map(|(_, k)| k);
@@ -81,7 +98,6 @@ pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
         );
     }
     check_compensation(&cx, &args, &func);
-    let name = names::unraw(&func.sig.ident).to_upper_camel_case();
     let model = Tool {
         ident: Ident::new(&name, func.sig.ident.span()),
         generics: syn::Generics::default(),
@@ -106,20 +122,26 @@ pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
         })
         .collect();
     let item_type = item_type(&model, &func, &shared);
+    let input_type = arguments
+        .as_ref()
+        .map(|a| input_struct(&model, &func, &input_ident, a))
+        .unwrap_or_default();
     if let Some(errors) = cx.into_compile_errors() {
         let stub = fallback::tool_fallback(&model);
-        return quote!(#item #errors #item_type #stub);
+        return quote!(#item #errors #item_type #input_type #stub);
     }
     let tool_impl = tool::expand(&model);
-    let execute = execute_impl(&model, &func, &params);
+    let execute = execute_impl(&model, &func, &params, arguments.is_some());
     let build = build_impl(&model, &shared);
     let compensate = compensate_impl(&model, &args);
-    // The signature is the macro's contract: `async` even when the body does not wait, and
-    // the doc comment is what the model reads, not a place for an `# Errors` section.
+    // The signature is the macro's contract: `async` even when the body does not wait,
+    // arguments by value (each call deserializes its own), and the doc comment is what the
+    // model reads, not a place for an `# Errors` section.
     quote! {
-        #[allow(clippy::unused_async, clippy::missing_errors_doc)]
+        #[allow(clippy::unused_async, clippy::missing_errors_doc, clippy::needless_pass_by_value)]
         #item
         #item_type
+        #input_type
         #tool_impl
         #execute
         #build
@@ -195,7 +217,7 @@ fn parse_args(cx: &Ctxt, args: TokenStream) -> Args {
                         "`{key}` is not a key of `#[{ATTR}]`: the {key} type is the function's"
                     ))
                     .help(if key == "input" {
-                        "the input is the parameter that is neither `Shared<T>` nor `&ToolContext`"
+                        "the input is made of the parameters that are neither `Shared<T>` nor `&ToolContext`"
                     } else {
                         "the output is `T` in the return type `Result<T, E>`"
                     }),
@@ -269,11 +291,22 @@ fn check_signature(cx: &Ctxt, func: &ItemFn) {
     }
 }
 
-/// The parameters, and the input type (`()` when the function takes none).
-fn params(cx: &Ctxt, func: &ItemFn) -> (Vec<Param>, Type) {
+/// The parameters, the input type, and the arguments when the input is generated from
+/// them.
+///
+/// One parameter without a doc comment is the input itself (the struct form: its type is
+/// the input). Otherwise, with several such parameters or any documented one, the input is
+/// a struct generated from them (`{Tool}Input`), one field per parameter, named as it is,
+/// documented by its doc comment (what the model reads in the schema). No such parameter
+/// means the input `()`. The parameters' doc comments are taken off the function.
+fn params(
+    cx: &Ctxt,
+    func: &mut ItemFn,
+    input_ident: &Ident,
+) -> (Vec<Param>, Type, Option<Vec<Plain>>) {
     let mut params = Vec::new();
-    let mut input: Option<Type> = None;
-    for (i, arg) in func.sig.inputs.iter().enumerate() {
+    let mut plain = Vec::new();
+    for (i, arg) in func.sig.inputs.iter_mut().enumerate() {
         let FnArg::Typed(pt) = arg else {
             cx.error(
                 arg.span(),
@@ -282,6 +315,10 @@ fn params(cx: &Ctxt, func: &ItemFn) -> (Vec<Param>, Type) {
             );
             continue;
         };
+        let (docs, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut pt.attrs)
+            .into_iter()
+            .partition(|a| a.path().is_ident("doc"));
+        pt.attrs = rest;
         if let Some(ty) = shared_type(&pt.ty) {
             let field = binding(&pt.pat).unwrap_or_else(|| format_ident!("shared_{i}"));
             params.push(Param::Shared {
@@ -290,19 +327,101 @@ fn params(cx: &Ctxt, func: &ItemFn) -> (Vec<Param>, Type) {
             });
         } else if is_context(&pt.ty) {
             params.push(Param::Context);
-        } else if input.is_some() {
-            cx.error(
-                pt.ty.span(),
-                Message::new("a tool function takes one input")
-                    .help("gather the inputs in one struct (`#[derive(Deserialize, JsonSchema)]`): the model fills in its fields")
-                    .note("the other parameters may be `Shared<T>` resources and the `&ToolContext`"),
-            );
         } else {
-            input = Some((*pt.ty).clone());
+            let ident = match &*pt.pat {
+                Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => Some(p.ident.clone()),
+                _ => None,
+            };
+            plain.push(Plain {
+                ident,
+                span: pt.pat.span(),
+                ty: (*pt.ty).clone(),
+                docs,
+            });
             params.push(Param::Input);
         }
     }
-    (params, input.unwrap_or_else(|| syn::parse_quote!(())))
+    let struct_form = plain.len() == 1 && plain[0].docs.is_empty();
+    if plain.is_empty() {
+        return (params, syn::parse_quote!(()), None);
+    }
+    if struct_form {
+        let ty = plain.remove(0).ty;
+        return (params, ty, None);
+    }
+    let mut fields = plain.iter().filter_map(|p| p.ident.clone());
+    for p in &plain {
+        if p.ident.is_none() {
+            cx.error(
+                p.span,
+                Message::new("an argument of a tool is named by a plain identifier")
+                    .help("write `name: Type`: the model fills in the field `name` of the tool's input")
+                    .note("destructure in the body; or take one struct as the input (a single parameter without doc comment)"),
+            );
+        }
+    }
+    for p in &mut params {
+        if matches!(p, Param::Input)
+            && let Some(field) = fields.next()
+        {
+            *p = Param::Argument(field);
+        }
+    }
+    let ty = syn::parse_quote!(#input_ident);
+    (params, ty, Some(plain))
+}
+
+/// The input generated from the arguments: a struct with one public field per argument,
+/// documented by the argument's doc comment, with serde and JSON-schema derives (through
+/// the framework's paths, so the user's crate needs neither dependency), and `From` the
+/// argument's type when there is one argument.
+fn input_struct(model: &Tool, func: &ItemFn, ident: &Ident, arguments: &[Plain]) -> TokenStream {
+    let vis = &func.vis;
+    let krate = &model.krate;
+    let private = quote!(#krate::__private);
+    let serde_path = quote!(#private::serde).to_string();
+    let schemars_path = quote!(#private::schemars).to_string();
+    let tool = &model.ident;
+    let doc = format!(
+        "The input of tool [`{tool}`]: the arguments of [`{}`], generated by `#[{ATTR}]`.",
+        func.sig.ident
+    );
+    let fields = arguments.iter().filter_map(|p| {
+        let name = p.ident.as_ref()?;
+        let ty = &p.ty;
+        let docs = &p.docs;
+        Some(quote!(#(#docs)* pub #name: #ty))
+    });
+    let from = match arguments {
+        [
+            Plain {
+                ident: Some(name),
+                ty,
+                ..
+            },
+        ] => quote! {
+            #[automatically_derived]
+            impl #private::core::convert::From<#ty> for #ident {
+                fn from(#name: #ty) -> Self {
+                    Self { #name }
+                }
+            }
+        },
+        _ => TokenStream::new(),
+    };
+    // An undocumented argument is an undocumented field: its description in the schema is
+    // the parameter's doc comment or nothing, never a filler the model would read.
+    quote! {
+        #[doc = #doc]
+        #[allow(missing_docs)]
+        #[derive(#private::serde::Serialize, #private::serde::Deserialize, #private::schemars::JsonSchema)]
+        #[serde(crate = #serde_path)]
+        #[schemars(crate = #schemars_path)]
+        #vis struct #ident {
+            #(#fields,)*
+        }
+        #from
+    }
 }
 
 /// `T` of a parameter typed `Shared<T>`.
@@ -460,7 +579,7 @@ fn item_type(model: &Tool, func: &ItemFn, shared: &[(&Ident, &Type)]) -> TokenSt
     }
 }
 
-fn execute_impl(model: &Tool, func: &ItemFn, params: &[Param]) -> TokenStream {
+fn execute_impl(model: &Tool, func: &ItemFn, params: &[Param], generated: bool) -> TokenStream {
     let krate = &model.krate;
     let private = quote!(#krate::__private);
     let ident = &model.ident;
@@ -475,7 +594,17 @@ fn execute_impl(model: &Tool, func: &ItemFn, params: &[Param]) -> TokenStream {
         }
         Param::Context => quote!(#cx),
         Param::Input => quote!(#input),
+        Param::Argument(field) => quote!(#field),
     });
+    let unpack = if generated {
+        let fields = params.iter().filter_map(|p| match p {
+            Param::Argument(f) => Some(f),
+            _ => None,
+        });
+        quote!(let #input_ty { #(#fields),* } = #input;)
+    } else {
+        quote!(let _ = &#input;)
+    };
     let span = func.sig.output.span();
     let convert = quote_spanned!(span=> #private::core::convert::Into::<#krate::ToolError>::into);
     quote! {
@@ -486,7 +615,7 @@ fn execute_impl(model: &Tool, func: &ItemFn, params: &[Param]) -> TokenStream {
                 #input: #input_ty,
                 #cx: &#krate::ToolContext,
             ) -> #private::core::result::Result<#output_ty, #krate::ToolError> {
-                let _ = &#input;
+                #unpack
                 let _ = #cx;
                 #fn_name(#(#args),*).await.map_err(#convert)
             }

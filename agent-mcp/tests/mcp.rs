@@ -103,12 +103,16 @@ fn runner(
     tools: ImportedTools,
     worker: &str,
 ) -> Runner<Notebook, Behaviour> {
-    Runner::new(Arc::clone(store), Behaviour, ToolBox::new())
-        .unwrap()
-        .with_imported_tools(tools)
-        .unwrap()
-        .with_router(router(Arc::default()))
-        .with_config(config(worker))
+    Runner::routed(
+        Arc::clone(store),
+        Behaviour,
+        ToolBox::new(),
+        router(Arc::default()),
+    )
+    .unwrap()
+    .with_imported_tools(tools)
+    .unwrap()
+    .with_config(config(worker))
 }
 
 /// The stdio server: the `rust_mcp_server` example next to this test binary.
@@ -153,11 +157,15 @@ async fn stdio_tools_are_legal_per_state_and_the_model_sees_only_its_own() {
     let tools = import([notebook_import(server)]).unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let offered = Arc::new(Mutex::new(Vec::new()));
-    let runner = Runner::<Notebook, Behaviour>::new(Arc::clone(&store), Behaviour, ToolBox::new())
-        .unwrap()
-        .with_imported_tools(tools)
-        .unwrap()
-        .with_router(router(Arc::clone(&offered)));
+    let runner = Runner::<Notebook, Behaviour>::routed(
+        Arc::clone(&store),
+        Behaviour,
+        ToolBox::new(),
+        router(Arc::clone(&offered)),
+    )
+    .unwrap()
+    .with_imported_tools(tools)
+    .unwrap();
     runner
         .start(
             "n-1",
@@ -259,11 +267,15 @@ async fn states_and_compensations_are_checked_against_the_agent() {
         .write("add_note")
         .allow_in("Wirte", ["add_note"])])
     .unwrap();
-    let err =
-        Runner::<Notebook, Behaviour>::new(Arc::new(MemoryStore::new()), Behaviour, ToolBox::new())
-            .unwrap()
-            .with_imported_tools(tools)
-            .unwrap_err();
+    let err = Runner::<Notebook, Behaviour>::routed(
+        Arc::new(MemoryStore::new()),
+        Behaviour,
+        ToolBox::new(),
+        router(Arc::default()),
+    )
+    .unwrap()
+    .with_imported_tools(tools)
+    .unwrap_err();
     let RunnerError::ToolBox { problem, .. } = &err else {
         panic!("{err}")
     };
@@ -414,13 +426,16 @@ async fn a_schema_changed_after_an_earlier_step_holds_the_run_too() {
         "notes__add_note",
         r#"{"text": "more", "author": "ann"}"#,
     )]));
-    let upgraded =
-        Runner::<Notebook, Behaviour>::new(Arc::clone(&store), Behaviour, ToolBox::new())
-            .unwrap()
-            .with_imported_tools(import([import_with(v2)]).unwrap())
-            .unwrap()
-            .with_router(router)
-            .with_config(config("upgraded"));
+    let upgraded = Runner::<Notebook, Behaviour>::routed(
+        Arc::clone(&store),
+        Behaviour,
+        ToolBox::new(),
+        router,
+    )
+    .unwrap()
+    .with_imported_tools(import([import_with(v2)]).unwrap())
+    .unwrap()
+    .with_config(config("upgraded"));
     let held = upgraded.run("n-later").await.unwrap();
     assert_eq!(held.status, RunStatus::Quarantined);
     assert_eq!(held.error.unwrap().code, SCHEMA_CHANGED);

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use durable_agents::router::{OptionKind, RouteOption, ScriptedRouter, validate};
 use durable_agents::schema::{closed_empty_object, schema_for};
-use examples::checkout::{ChargeRequest, Query};
+use examples::checkout::{ChargePaymentInput, SearchProductsInput};
 use serde_json::Value;
 
 const ROUNDS: usize = 5;
@@ -32,21 +32,23 @@ fn options() -> Vec<RouteOption> {
             kind: OptionKind::Tool,
             name: "SearchProducts".to_owned(),
             description: String::new(),
-            schema: Some(schema_for::<Query>()),
+            schema: Some(schema_for::<SearchProductsInput>()),
         },
         RouteOption {
             kind: OptionKind::Tool,
             name: "ChargePayment".to_owned(),
             description: String::new(),
-            schema: Some(schema_for::<ChargeRequest>()),
+            schema: Some(schema_for::<ChargePaymentInput>()),
         },
     ]
 }
 
 fn typed(tool: &str, input: &Value) -> Result<(), String> {
     match tool {
-        "SearchProducts" => serde_json::from_value::<Query>(input.clone()).map(|_| ()),
-        _ => serde_json::from_value::<ChargeRequest>(input.clone()).map(|_| ()),
+        "SearchProducts" => {
+            serde_json::from_value::<SearchProductsInput>(input.clone()).map(|_| ())
+        }
+        _ => serde_json::from_value::<ChargePaymentInput>(input.clone()).map(|_| ()),
     }
     .map_err(|e| e.to_string())
 }
@@ -83,10 +85,10 @@ fn main() {
         });
         let alone = per_call(|| match name {
             "SearchProducts" => {
-                black_box(serde_json::from_str::<Query>(black_box(args)).is_ok());
+                black_box(serde_json::from_str::<SearchProductsInput>(black_box(args)).is_ok());
             }
             "ChargePayment" => {
-                black_box(serde_json::from_str::<ChargeRequest>(black_box(args)).is_ok());
+                black_box(serde_json::from_str::<ChargePaymentInput>(black_box(args)).is_ok());
             }
             _ => {
                 black_box(serde_json::from_str::<Value>(black_box(args)).is_ok());

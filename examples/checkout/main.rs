@@ -96,12 +96,12 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         worker_id: "checkout-example".to_owned(),
         ..RunnerConfig::default()
     };
-    let mut runner = Runner::new(
+    let mut runner = Runner::routed(
         Arc::clone(&store),
         Handlers,
         checkout::checkout_tools(&shop),
+        router,
     )?
-    .with_router(router)
     .with_config(config);
     if let Some(n) = args.crash_after_steps {
         runner = runner.with_faults(Arc::new(CrashAfter::new(n, "checkout")));
@@ -265,13 +265,7 @@ async fn prove(
     let reserved: Vec<String> = journal
         .iter()
         .filter(|e| e.name == "ReserveInventory" && e.status == CallStatus::Succeeded)
-        .filter_map(|e| {
-            e.output
-                .as_ref()?
-                .get("reservation_id")?
-                .as_str()
-                .map(str::to_owned)
-        })
+        .filter_map(|e| e.output.as_ref()?.as_str().map(str::to_owned))
         .collect();
     let compensations: Vec<String> = journal
         .iter()

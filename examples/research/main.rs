@@ -93,12 +93,12 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         ..RunnerConfig::default()
     };
     let reports_dir = opened.shop_path.with_extension("reports");
-    let parents = Runner::<Report, Handlers>::new(
+    let parents = Runner::<Report, Handlers>::routed(
         Arc::clone(&store),
         Handlers,
         research::report_tools(reports_dir),
+        Arc::new(research::scripted_reviewer()),
     )?
-    .with_router(Arc::new(research::scripted_reviewer()))
     .with_config(config("research-example-reports"))
     .with_faults(Arc::clone(&faults));
     let children = Runner::<Research, Handlers>::new(

@@ -12,10 +12,8 @@ use std::time::Duration;
 
 use durable_agents::prelude::*;
 use durable_agents::router::{RouterReply, ScriptedRouter};
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
 
-use crate::shop::{Product, Shop, ShopError, ShopState};
+use crate::shop::{Product, Shop, ShopError};
 
 /// What a customer does while browsing (the demo's scripted customer).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -142,82 +140,8 @@ pub enum Checkout {
 
 // --- Tools -------------------------------------------------------------------------------
 // Each tool is an async fn; `#[tool_fn]` generates the type named after it (`ChargePayment`)
-// that the agent lists and the handlers call. All of them share the shop (`Shared`).
-
-/// A search.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Query {
-    /// Text to look for.
-    pub query: String,
-}
-
-/// A cart change.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct CartChange {
-    /// Whose cart.
-    pub user: String,
-    /// Which product.
-    pub sku: String,
-}
-
-/// A recommendation request: built by the handler from typed state, never from a log.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct RecommendFor {
-    /// SKUs in the cart.
-    pub cart: Vec<String>,
-    /// SKUs never to recommend.
-    pub exclude: Vec<String>,
-}
-
-/// A reservation request.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct ReserveRequest {
-    /// Which product.
-    pub sku: String,
-}
-
-/// A reservation.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Reservation {
-    /// Its id.
-    pub reservation_id: String,
-}
-
-/// A charge.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct ChargeRequest {
-    /// Whose card.
-    pub user: String,
-    /// The card.
-    pub card: String,
-    /// Amount in cents.
-    pub cents: u64,
-}
-
-/// A payment.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct PaymentConfirmation {
-    /// Its id.
-    pub payment_id: String,
-}
-
-/// A receipt to send.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct ReceiptRequest {
-    /// To whom.
-    pub user: String,
-    /// For which payment.
-    pub payment_id: String,
-    /// What was bought.
-    pub skus: Vec<String>,
-}
-
-/// A sent receipt.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct ReceiptSent {
-    /// Its id.
-    pub receipt_id: String,
-}
+// that the agent lists and the handlers call, and its input from the documented parameters
+// (`ChargePaymentInput`, whose schema the model reads). All of them share the shop.
 
 impl From<ShopError> for ToolError {
     fn from(e: ShopError) -> Self {
@@ -228,158 +152,106 @@ impl From<ShopError> for ToolError {
     }
 }
 
-/// Apply `op` once per idempotency key (the shop's effect log), and decode its result.
-fn effect<T: DeserializeOwned>(
-    shop: &Shop,
-    op: &str,
-    cx: &ToolContext,
-    apply: impl FnOnce(&mut ShopState) -> Result<(Value, String), ShopError>,
-) -> ToolResult<T> {
-    let v = shop.effect(op, cx.idempotency_key(), apply)?;
-    serde_json::from_value(v).map_err(|e| ToolError::permanent(e.to_string()))
-}
-
 /// Search the catalogue by name or SKU.
 #[tool_fn(read, timeout_ms = 1000, retries = 3)]
 pub async fn search_products(
     Shared(shop): Shared<Arc<Shop>>,
-    q: Query,
+    /// Text to look for.
+    query: String,
 ) -> ToolResult<Vec<Product>> {
-    Ok(shop.search(&q.query))
+    Ok(shop.search(&query))
 }
 
 /// Recommend products related to the cart, never one in the cart or removed from it.
 #[tool_fn(read, timeout_ms = 1000, retries = 3)]
 pub async fn recommend(
     Shared(shop): Shared<Arc<Shop>>,
-    r: RecommendFor,
+    /// SKUs in the cart.
+    cart: Vec<String>,
+    /// SKUs never to recommend.
+    exclude: Vec<String>,
 ) -> ToolResult<Vec<Product>> {
-    Ok(shop.recommend(&r.cart, &r.exclude))
+    Ok(shop.recommend(&cart, &exclude))
 }
 
 /// Put a product in the customer's cart.
 #[tool_fn(write, timeout_ms = 1000, retries = 3)]
 pub async fn add_to_cart(
     Shared(shop): Shared<Arc<Shop>>,
-    c: CartChange,
+    /// Whose cart.
+    user: String,
+    /// Which product.
+    sku: String,
     cx: &ToolContext,
 ) -> ToolResult<Product> {
-    effect(&shop, "add_to_cart", cx, |s| {
-        let p = s.catalogue.get(&c.sku).cloned();
-        let p = p.ok_or_else(|| ShopError::Refused(format!("no product `{}`", c.sku)))?;
-        s.carts
-            .entry(c.user.clone())
-            .or_default()
-            .push(c.sku.clone());
-        Ok((json!(p), format!("{} += {}", c.user, c.sku)))
-    })
+    Ok(shop.add_to_cart(cx.idempotency_key(), &user, &sku)?)
 }
 
 /// Take a product out of the customer's cart.
 #[tool_fn(write, timeout_ms = 1000, retries = 3)]
 pub async fn remove_from_cart(
     Shared(shop): Shared<Arc<Shop>>,
-    c: CartChange,
+    /// Whose cart.
+    user: String,
+    /// Which product.
+    sku: String,
     cx: &ToolContext,
 ) -> ToolResult<()> {
-    effect(&shop, "remove_from_cart", cx, |s| {
-        let cart = s.carts.entry(c.user.clone()).or_default();
-        let at = cart.iter().position(|x| x == &c.sku);
-        let at = at.ok_or_else(|| ShopError::Refused(format!("`{}` is not in the cart", c.sku)))?;
-        cart.remove(at);
-        Ok((Value::Null, format!("{} -= {}", c.user, c.sku)))
-    })
+    Ok(shop.remove_from_cart(cx.idempotency_key(), &user, &sku)?)
 }
 
-/// Reserve one unit of stock.
+/// Reserve one unit of stock; the reservation's id is what `ReleaseInventory` takes.
 #[tool_fn(hybrid, compensate = ReleaseInventory, timeout_ms = 1000, retries = 3)]
 pub async fn reserve_inventory(
     Shared(shop): Shared<Arc<Shop>>,
-    r: ReserveRequest,
+    /// Which product.
+    sku: String,
     cx: &ToolContext,
-) -> ToolResult<Reservation> {
-    effect(&shop, "reserve", cx, |s| {
-        let stock = s.stock.entry(r.sku.clone()).or_default();
-        if *stock == 0 {
-            return Err(ShopError::Refused(format!("`{}` is out of stock", r.sku)));
-        }
-        *stock -= 1;
-        let id = Shop::next_id(s, "res");
-        s.reservations.insert(id.clone(), r.sku.clone());
-        Ok((
-            json!({ "reservation_id": id }),
-            format!("reserved 1 {} as {id}", r.sku),
-        ))
-    })
+) -> ToolResult<String> {
+    Ok(shop.reserve(cx.idempotency_key(), &sku)?)
 }
 
 /// Release a reservation (the compensation of `ReserveInventory`).
 #[tool_fn(write, timeout_ms = 1000, retries = 5)]
 pub async fn release_inventory(
     Shared(shop): Shared<Arc<Shop>>,
-    r: Reservation,
+    /// The reservation's id.
+    reservation_id: String,
     cx: &ToolContext,
 ) -> ToolResult<()> {
-    effect(&shop, "release", cx, |s| {
-        let id = r.reservation_id;
-        let Some(sku) = s.reservations.remove(&id) else {
-            return Ok((Value::Null, format!("{id} was not held")));
-        };
-        *s.stock.entry(sku.clone()).or_default() += 1;
-        Ok((Value::Null, format!("released {id} ({sku})")))
-    })
+    Ok(shop.release(cx.idempotency_key(), &reservation_id)?)
 }
 
-/// Charge a card through the payment gateway.
+/// Charge a card through the payment gateway; the payment's id.
 #[tool_fn(write, timeout_ms = 800, retries = 3)]
 pub async fn charge_payment(
     Shared(shop): Shared<Arc<Shop>>,
-    c: ChargeRequest,
+    /// Whose card.
+    user: String,
+    /// The card.
+    card: String,
+    /// Amount in cents.
+    cents: u64,
     cx: &ToolContext,
-) -> ToolResult<PaymentConfirmation> {
-    let mut timed_out = false;
-    shop.configure(|s| {
-        if s.gateway_timeouts > 0 {
-            s.gateway_timeouts -= 1;
-            timed_out = true;
-            // The request reached the gateway; it applies nothing before answering.
-            *s.requests
-                .entry(cx.idempotency_key().to_owned())
-                .or_default() += 1;
-        }
-    })?;
-    if timed_out {
-        // The gateway hangs past the tool's timeout: the runner retries with the same key.
+) -> ToolResult<String> {
+    if shop.gateway_hangs(cx.idempotency_key())? {
+        // Past the tool's timeout: the runner retries with the same key.
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
-    effect(&shop, "charge", cx, |s| {
-        if s.declined_cards.contains(&c.card) {
-            return Err(ShopError::Refused(format!("card {} declined", c.card)));
-        }
-        let id = Shop::next_id(s, "pay");
-        s.payments.insert(id.clone(), c.cents);
-        Ok((
-            json!({ "payment_id": id }),
-            format!("charged {} cents to {}", c.cents, c.user),
-        ))
-    })
+    Ok(shop.charge(cx.idempotency_key(), &user, &card, cents)?)
 }
 
-/// Email the receipt.
+/// Email the receipt; the receipt's id.
 #[tool_fn(write, timeout_ms = 1000, retries = 3)]
 pub async fn send_receipt(
     Shared(shop): Shared<Arc<Shop>>,
-    r: ReceiptRequest,
+    /// To whom.
+    user: String,
+    /// For which payment.
+    payment_id: String,
     cx: &ToolContext,
-) -> ToolResult<ReceiptSent> {
-    effect(&shop, "send_receipt", cx, |s| {
-        let id = Shop::next_id(s, "rcpt");
-        s.receipts.insert(id.clone(), r.user.clone());
-        Ok((
-            json!({ "receipt_id": id }),
-            format!("receipt {id} for {}", r.payment_id),
-        ))
-    })
+) -> ToolResult<String> {
+    Ok(shop.send_receipt(cx.idempotency_key(), &user, &payment_id)?)
 }
 
 /// Every tool of the checkout, acting on `shop`: a missing one would not compile.
@@ -412,12 +284,13 @@ impl CheckoutHandlers for Handlers {
         for action in std::mem::take(&mut customer.plan) {
             match action {
                 CartAction::Search(query) => {
-                    ctx.call::<SearchProducts>(Query { query }).await?;
+                    ctx.call::<SearchProducts>(query.into()).await?;
                 }
                 CartAction::Add(sku) => {
+                    let user = customer.user.clone();
                     let product = ctx
-                        .call::<AddToCart>(CartChange {
-                            user: customer.user.clone(),
+                        .call::<AddToCart>(AddToCartInput {
+                            user,
                             sku: sku.clone(),
                         })
                         .await?;
@@ -425,8 +298,9 @@ impl CheckoutHandlers for Handlers {
                     cart.items.push(product);
                 }
                 CartAction::Remove(sku) => {
-                    ctx.call::<RemoveFromCart>(CartChange {
-                        user: customer.user.clone(),
+                    let user = customer.user.clone();
+                    ctx.call::<RemoveFromCart>(RemoveFromCartInput {
+                        user,
                         sku: sku.clone(),
                     })
                     .await?;
@@ -437,7 +311,7 @@ impl CheckoutHandlers for Handlers {
         }
         // The recommender reads the typed cart, so a removed item cannot come back.
         let recommendations = ctx
-            .call::<Recommend>(RecommendFor {
+            .call::<Recommend>(RecommendInput {
                 cart: cart.skus(),
                 exclude: cart.removed.clone(),
             })
@@ -475,10 +349,10 @@ impl CheckoutHandlers for Handlers {
         // One reservation per item, up to four at a time: each keeps the journal index of
         // its item, so a resumed step replays them by item however they finished. If one
         // fails, the step fails and the saga releases the ones that were made.
-        let requests = cart.skus().into_iter().map(|sku| ReserveRequest { sku });
+        let requests = cart.skus().into_iter().map(ReserveInventoryInput::from);
         let mut reservations = Vec::new();
         for r in ctx.call_each::<ReserveInventory>(requests, 4).await {
-            reservations.push(r?.reservation_id);
+            reservations.push(r?);
         }
         Ok(ctx.to(checkout::new::Payment {
             customer,
@@ -494,8 +368,8 @@ impl CheckoutHandlers for Handlers {
         cart: Cart,
         _reservations: Vec<String>,
     ) -> StepResult<checkout::Payment> {
-        let paid = ctx
-            .call::<ChargePayment>(ChargeRequest {
+        let payment_id = ctx
+            .call::<ChargePayment>(ChargePaymentInput {
                 user: customer.user.clone(),
                 card: customer.card.clone(),
                 cents: cart.total_cents(),
@@ -504,7 +378,7 @@ impl CheckoutHandlers for Handlers {
         Ok(ctx.to(checkout::new::Receipt {
             customer,
             cart,
-            payment_id: paid.payment_id,
+            payment_id,
         }))
     }
 
@@ -515,15 +389,14 @@ impl CheckoutHandlers for Handlers {
         cart: Cart,
         payment_id: String,
     ) -> StepResult<checkout::Receipt> {
-        let sent = ctx
-            .call::<SendReceipt>(ReceiptRequest {
+        let receipt_id = ctx
+            .call::<SendReceipt>(SendReceiptInput {
                 user: customer.user,
                 payment_id,
-                skus: cart.skus(),
             })
             .await?;
         Ok(ctx.to(checkout::new::Done {
-            receipt_id: sent.receipt_id,
+            receipt_id,
             total_cents: cart.total_cents(),
         }))
     }

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A product of the catalogue.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -215,6 +215,130 @@ impl Shop {
         state.next_id += 1;
         format!("{prefix}-{}", state.next_id)
     }
+
+    // The shop's API, as the checkout's tools call it: one operation per effect, each
+    // applied once per idempotency key.
+
+    /// Put `sku` in `user`'s cart.
+    ///
+    /// # Errors
+    /// Refused for an unknown product; file errors.
+    pub fn add_to_cart(&self, key: &str, user: &str, sku: &str) -> Result<Product, ShopError> {
+        typed(self.effect("add_to_cart", key, |s| {
+            let p = s.catalogue.get(sku).cloned();
+            let p = p.ok_or_else(|| ShopError::Refused(format!("no product `{sku}`")))?;
+            s.carts
+                .entry(user.to_owned())
+                .or_default()
+                .push(sku.to_owned());
+            Ok((json!(p), format!("{user} += {sku}")))
+        }))
+    }
+
+    /// Take `sku` out of `user`'s cart.
+    ///
+    /// # Errors
+    /// Refused when it is not in the cart; file errors.
+    pub fn remove_from_cart(&self, key: &str, user: &str, sku: &str) -> Result<(), ShopError> {
+        typed(self.effect("remove_from_cart", key, |s| {
+            let cart = s.carts.entry(user.to_owned()).or_default();
+            let at = cart.iter().position(|x| x == sku);
+            let at = at.ok_or_else(|| ShopError::Refused(format!("`{sku}` is not in the cart")))?;
+            cart.remove(at);
+            Ok((Value::Null, format!("{user} -= {sku}")))
+        }))
+    }
+
+    /// Reserve one unit of `sku`; the reservation's id.
+    ///
+    /// # Errors
+    /// Refused when it is out of stock; file errors.
+    pub fn reserve(&self, key: &str, sku: &str) -> Result<String, ShopError> {
+        typed(self.effect("reserve", key, |s| {
+            let stock = s.stock.entry(sku.to_owned()).or_default();
+            if *stock == 0 {
+                return Err(ShopError::Refused(format!("`{sku}` is out of stock")));
+            }
+            *stock -= 1;
+            let id = Shop::next_id(s, "res");
+            s.reservations.insert(id.clone(), sku.to_owned());
+            Ok((json!(id), format!("reserved 1 {sku} as {id}")))
+        }))
+    }
+
+    /// Release reservation `id` (releasing one that is not held changes nothing).
+    ///
+    /// # Errors
+    /// File errors.
+    pub fn release(&self, key: &str, id: &str) -> Result<(), ShopError> {
+        typed(self.effect("release", key, |s| {
+            let Some(sku) = s.reservations.remove(id) else {
+                return Ok((Value::Null, format!("{id} was not held")));
+            };
+            *s.stock.entry(sku.clone()).or_default() += 1;
+            Ok((Value::Null, format!("released {id} ({sku})")))
+        }))
+    }
+
+    /// Whether the payment gateway hangs on this request (the demo's timeouts): the
+    /// request is counted as received, and nothing is applied.
+    ///
+    /// # Errors
+    /// File errors.
+    pub fn gateway_hangs(&self, key: &str) -> Result<bool, ShopError> {
+        let mut hangs = false;
+        self.configure(|s| {
+            if s.gateway_timeouts > 0 {
+                s.gateway_timeouts -= 1;
+                hangs = true;
+                *s.requests.entry(key.to_owned()).or_default() += 1;
+            }
+        })?;
+        Ok(hangs)
+    }
+
+    /// Charge `cents` to `user`'s `card`; the payment's id.
+    ///
+    /// # Errors
+    /// Refused for a declined card; file errors.
+    pub fn charge(
+        &self,
+        key: &str,
+        user: &str,
+        card: &str,
+        cents: u64,
+    ) -> Result<String, ShopError> {
+        typed(self.effect("charge", key, |s| {
+            if s.declined_cards.contains(card) {
+                return Err(ShopError::Refused(format!("card {card} declined")));
+            }
+            let id = Shop::next_id(s, "pay");
+            s.payments.insert(id.clone(), cents);
+            Ok((json!(id), format!("charged {cents} cents to {user}")))
+        }))
+    }
+
+    /// Send `user` the receipt of `payment_id`; the receipt's id.
+    ///
+    /// # Errors
+    /// File errors.
+    pub fn send_receipt(
+        &self,
+        key: &str,
+        user: &str,
+        payment_id: &str,
+    ) -> Result<String, ShopError> {
+        typed(self.effect("send_receipt", key, |s| {
+            let id = Shop::next_id(s, "rcpt");
+            s.receipts.insert(id.clone(), user.to_owned());
+            Ok((json!(id), format!("receipt {id} for {payment_id}")))
+        }))
+    }
+}
+
+/// An effect's recorded result, read back as the operation's type.
+fn typed<T: serde::de::DeserializeOwned>(v: Result<Value, ShopError>) -> Result<T, ShopError> {
+    serde_json::from_value(v?).map_err(|e| ShopError::Refused(format!("recorded result: {e}")))
 }
 
 fn file_error(path: &std::path::Path, e: &dyn std::fmt::Display) -> ShopError {

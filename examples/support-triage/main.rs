@@ -71,10 +71,12 @@ fn runner(
     store: &Arc<dyn Store>,
     desk: &Arc<Desk>,
 ) -> Result<Runner<Triage, Handlers>, Box<dyn std::error::Error>> {
-    Ok(
-        Runner::new(Arc::clone(store), Handlers, triage::tools(desk))?
-            .with_router(Arc::new(triage::scripted_classifier())),
-    )
+    Ok(Runner::routed(
+        Arc::clone(store),
+        Handlers,
+        triage::tools(desk),
+        Arc::new(triage::scripted_classifier()),
+    )?)
 }
 
 async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {

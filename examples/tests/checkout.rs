@@ -27,13 +27,17 @@ fn shop() -> Arc<Shop> {
 }
 
 fn runner(store: &Arc<dyn Store>, shop: &Arc<Shop>, worker: &str) -> Runner<Checkout, Handlers> {
-    Runner::new(Arc::clone(store), Handlers, checkout::tools(shop))
-        .unwrap()
-        .with_router(Arc::new(checkout::scripted_reviewer()))
-        .with_config(RunnerConfig {
-            worker_id: worker.into(),
-            ..RunnerConfig::default()
-        })
+    Runner::routed(
+        Arc::clone(store),
+        Handlers,
+        checkout::tools(shop),
+        Arc::new(checkout::scripted_reviewer()),
+    )
+    .unwrap()
+    .with_config(RunnerConfig {
+        worker_id: worker.into(),
+        ..RunnerConfig::default()
+    })
 }
 
 #[tokio::test]
@@ -87,7 +91,7 @@ async fn checkout_proves_its_guarantees() {
     let reserved: Vec<_> = bob
         .iter()
         .filter(|e| e.name == "ReserveInventory")
-        .map(|e| e.output.as_ref().unwrap()["reservation_id"].clone())
+        .map(|e| e.output.clone().unwrap())
         .collect();
     assert_eq!(released, reserved.into_iter().rev().collect::<Vec<_>>());
     assert_eq!(
@@ -136,13 +140,13 @@ async fn triage_approval_is_bound_to_the_exact_refund_and_survives_restart() {
     let store = sqlite(&dir).await;
     let desk = Arc::new(Desk::with_orders(&[("big", 50_000), ("other", 20_000)]));
     let make = || {
-        Runner::<Triage, triage::Handlers>::new(
+        Runner::<Triage, triage::Handlers>::routed(
             Arc::clone(&store),
             triage::Handlers,
             triage::tools(&desk),
+            Arc::new(triage::scripted_classifier()),
         )
         .unwrap()
-        .with_router(Arc::new(triage::scripted_classifier()))
     };
     let first = make();
     for (id, order) in [("a", "big"), ("b", "other")] {

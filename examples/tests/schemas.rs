@@ -8,7 +8,8 @@
 
 use durable_agents::schema::{compiled_for, schema_for};
 use examples::checkout::{
-    CartChange, ChargeRequest, Query, ReceiptRequest, RecommendFor, Reservation, ReserveRequest,
+    AddToCartInput, ChargePaymentInput, RecommendInput, ReleaseInventoryInput,
+    ReserveInventoryInput, SearchProductsInput, SendReceiptInput,
 };
 use examples::triage::{OrderId, RefundRequest, Reply};
 use proptest::prelude::*;
@@ -133,22 +134,30 @@ macro_rules! property {
     };
 }
 
-property!(query, Query, &[("query", Field::Str)]);
+property!(query, SearchProductsInput, &[("query", Field::Str)]);
 property!(
     cart_change,
-    CartChange,
+    AddToCartInput,
     &[("user", Field::Str), ("sku", Field::Str)]
 );
 property!(
     recommend_for,
-    RecommendFor,
+    RecommendInput,
     &[("cart", Field::Strings), ("exclude", Field::Strings)]
 );
-property!(reserve_request, ReserveRequest, &[("sku", Field::Str)]);
-property!(reservation, Reservation, &[("reservation_id", Field::Str)]);
+property!(
+    reserve_request,
+    ReserveInventoryInput,
+    &[("sku", Field::Str)]
+);
+property!(
+    reservation,
+    ReleaseInventoryInput,
+    &[("reservation_id", Field::Str)]
+);
 property!(
     charge_request,
-    ChargeRequest,
+    ChargePaymentInput,
     &[
         ("user", Field::Str),
         ("card", Field::Str),
@@ -157,12 +166,8 @@ property!(
 );
 property!(
     receipt_request,
-    ReceiptRequest,
-    &[
-        ("user", Field::Str),
-        ("payment_id", Field::Str),
-        ("skus", Field::Strings)
-    ]
+    SendReceiptInput,
+    &[("user", Field::Str), ("payment_id", Field::Str)]
 );
 property!(order_id, OrderId, &[("order_id", Field::Str)]);
 property!(

@@ -1,7 +1,8 @@
 //! The expansion is lint-clean: deriving under `deny(warnings)`, `missing_docs` and clippy's
 //! pedantic group compiles (run by `cargo clippy --all-targets -- -D warnings`), for a public
-//! agent with tools, routes (one transition typed) and waits, and for a private agent declared
-//! inside a function.
+//! agent with tools, routes (one transition typed) and waits, for a private agent declared
+//! inside a function, and for a tool function whose input is its arguments (one documented,
+//! one not).
 #![deny(warnings, missing_docs, clippy::pedantic)]
 
 use durable_agents::{Agent, Ctx, StepResult, Wake};
@@ -9,6 +10,16 @@ use serde::{Deserialize, Serialize};
 use ui_tests::{
     Cart, ChargePayment, GetCart, Order, ReleaseInventory, ReserveInventory, SearchProducts,
 };
+
+/// Add a note (a tool whose input is its arguments).
+#[durable_agents::tool_fn(write)]
+pub async fn add_note(
+    /// The note's text.
+    text: String,
+    pinned: bool,
+) -> durable_agents::ToolResult<String> {
+    Ok(if pinned { text } else { String::new() })
+}
 
 /// The checkout agent.
 #[derive(Agent, Clone, Debug, Serialize, Deserialize)]
@@ -117,4 +128,10 @@ fn derives_are_lint_clean() {
     handles::<Local, L>();
     assert_eq!(Checkout::graph().states.len(), 6);
     assert_eq!(Local::graph().states.len(), 2);
+    let note = AddNoteInput {
+        text: "milk".to_owned(),
+        pinned: true,
+    };
+    assert!(note.pinned && note.text == "milk");
+    assert_eq!(<AddNote as durable_agents::Tool>::NAME, "AddNote");
 }

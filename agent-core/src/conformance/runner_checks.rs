@@ -44,12 +44,14 @@ fn runner(
     choice: &'static str,
     worker: &str,
 ) -> Result<Runner<Order, Behaviour>, String> {
-    Ok(
-        Runner::new(Arc::clone(store), Behaviour, fixture::tools(world))
-            .map_err(|e| e.to_string())?
-            .with_router(Arc::new(fixture::router(choice)))
-            .with_config(config(worker)),
+    Ok(Runner::routed(
+        Arc::clone(store),
+        Behaviour,
+        fixture::tools(world),
+        Arc::new(fixture::router(choice)),
     )
+    .map_err(|e| e.to_string())?
+    .with_config(config(worker)))
 }
 
 /// How a fixture run should end.
@@ -226,13 +228,13 @@ pub async fn check_crash_sweep(store: Arc<dyn Store>) -> Result<(), String> {
                 let router = Arc::new(fixture::router(scenario.choice()));
                 let hook = Arc::new(CrashAt::new(point, nth));
                 let run_id = format!("sweep-{scenario:?}-{point}-{nth}");
-                let crashy = Runner::<Order, Behaviour>::new(
+                let crashy = Runner::<Order, Behaviour>::routed(
                     Arc::clone(&store),
                     Behaviour,
                     fixture::tools(&world),
+                    router.clone(),
                 )
                 .map_err(|e| e.to_string())?
-                .with_router(router.clone())
                 .with_config(config("crashy"))
                 .with_faults(hook.clone());
                 start(&crashy, &run_id).await?;
@@ -243,13 +245,13 @@ pub async fn check_crash_sweep(store: Arc<dyn Store>) -> Result<(), String> {
                         *fired.entry(point).or_insert(0) += 1;
                         // The crashed worker's lease must expire before another takes over.
                         tokio::time::sleep(LEASE + Duration::from_millis(20)).await;
-                        let healthy = Runner::<Order, Behaviour>::new(
+                        let healthy = Runner::<Order, Behaviour>::routed(
                             Arc::clone(&store),
                             Behaviour,
                             fixture::tools(&world),
+                            router.clone(),
                         )
                         .map_err(|e| e.to_string())?
-                        .with_router(router.clone())
                         .with_config(config("healthy"));
                         healthy
                             .run(&run_id)
@@ -609,10 +611,14 @@ pub async fn check_illegal_router_answers(store: Arc<dyn Store>) -> Result<(), S
     let hostile = Arc::new(crate::router::ScriptedRouter::from_fn(|_| {
         crate::router::ScriptedRouter::choose("Charge", r#"{"cents": 1000000}"#)
     }));
-    let r = Runner::<Order, Behaviour>::new(Arc::clone(&store), Behaviour, fixture::tools(&world))
-        .map_err(|e| e.to_string())?
-        .with_router(hostile.clone())
-        .with_config(config("w"));
+    let r = Runner::<Order, Behaviour>::routed(
+        Arc::clone(&store),
+        Behaviour,
+        fixture::tools(&world),
+        hostile.clone(),
+    )
+    .map_err(|e| e.to_string())?
+    .with_config(config("w"));
     start(&r, "hostile").await?;
     let record = r.run("hostile").await.map_err(|e| e.to_string())?;
     if world.state().applied.iter().any(|(t, _)| t == "Charge") {
@@ -704,18 +710,22 @@ pub async fn check_redaction(store: Arc<dyn Store>) -> Result<(), String> {
             crate::router::ScriptedRouter::choose("Lookup", r#"{"sku":"router-check"}"#)
         }
     });
-    let r = Runner::<Order, Behaviour>::new(Arc::clone(&store), Behaviour, fixture::tools(&world))
-        .map_err(|e| e.to_string())?
-        .with_router(Arc::new(router))
-        .with_config(RunnerConfig {
-            redact_fields: vec![
-                "cents".into(),
-                "reservation".into(),
-                "reservations".into(),
-                "sku".into(),
-            ],
-            ..config("w")
-        });
+    let r = Runner::<Order, Behaviour>::routed(
+        Arc::clone(&store),
+        Behaviour,
+        fixture::tools(&world),
+        Arc::new(router),
+    )
+    .map_err(|e| e.to_string())?
+    .with_config(RunnerConfig {
+        redact_fields: vec![
+            "cents".into(),
+            "reservation".into(),
+            "reservations".into(),
+            "sku".into(),
+        ],
+        ..config("w")
+    });
     start(&r, "redacted").await?;
     let record = r.run("redacted").await.map_err(|e| e.to_string())?;
     if record.status != RunStatus::Completed {
@@ -1370,12 +1380,15 @@ pub async fn check_followers_miss_nothing_across_crashes(
         let router = Arc::new(fixture::router(scenario.choice()));
         let hook = Arc::new(CrashAt::new(point, 0));
         let run_id = format!("followed-{point}");
-        let crashy =
-            Runner::<Order, Behaviour>::new(Arc::clone(&store), Behaviour, fixture::tools(&world))
-                .map_err(|e| e.to_string())?
-                .with_router(router.clone())
-                .with_config(config("crashy"))
-                .with_faults(hook.clone());
+        let crashy = Runner::<Order, Behaviour>::routed(
+            Arc::clone(&store),
+            Behaviour,
+            fixture::tools(&world),
+            router.clone(),
+        )
+        .map_err(|e| e.to_string())?
+        .with_config(config("crashy"))
+        .with_faults(hook.clone());
         start(&crashy, &run_id).await?;
         let scope = EventScope::Run(run_id.clone());
         let mut follower = Follower::with_config(

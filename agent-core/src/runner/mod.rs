@@ -49,7 +49,7 @@ pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use imported::{ImportedTools, SCHEMA_CHANGED};
 pub use worker::{SUSPECT_CLAIMS, Worker, WorkerConfig, WorkerStats};
 
-use crate::agent::{Agent, Handle};
+use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
@@ -177,7 +177,7 @@ pub enum RunnerError {
     },
     /// An LLM-routed state, but no router.
     #[error(
-        "state `{0}` is routed by an LLM but the runner has no router; add one with `with_router`"
+        "state `{0}` is routed by an LLM but the runner has no router; build it with `Runner::routed`"
     )]
     NoRouter(String),
     /// A signal no state of the agent waits for.
@@ -265,7 +265,10 @@ where
     A: Agent + Handle<H>,
     H: Send + Sync + 'static,
 {
-    /// A runner for agent `A` over `store`, calling `handlers` and `tools`.
+    /// A runner for agent `A` over `store`, calling `handlers` and `tools`, for an agent
+    /// no state of which is routed by an LLM ([`RoutedByCode`]); an agent with a
+    /// `route = llm` state is built with [`routed`](Self::routed), which takes the router,
+    /// so a runner without one does not compile.
     ///
     /// `tools` is the agent's generated tools struct (`CheckoutTools` for `Checkout`: a
     /// missing tool does not compile) or a [`ToolBox`] (checked here, for tools known only
@@ -273,13 +276,45 @@ where
     ///
     /// # Errors
     /// [`RunnerError::ToolBox`] when a tool declared on the agent is missing from the tool
-    /// box, has another kind, or a hybrid's compensation is missing.
+    /// box, has another kind, or a hybrid's compensation is missing;
+    /// [`RunnerError::NoRouter`] when the agent's graph has a routed state anyway (only a
+    /// hand-written [`RoutedByCode`] impl can say so wrongly).
     pub fn new(
         store: Arc<dyn Store>,
         handlers: H,
         tools: impl ToolsFor<A>,
+    ) -> Result<Self, RunnerError>
+    where
+        A: RoutedByCode,
+    {
+        Self::build(store, handlers, tools.into_tool_box(), None)
+    }
+
+    /// A runner for an agent with `route = llm` states ([`RoutedByLlm`]): as
+    /// [`new`](Self::new), and `router` answers in those states (a provider from
+    /// `durable-agents-llm` in production, a [`ScriptedRouter`](crate::router::ScriptedRouter)
+    /// in tests).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn routed(
+        store: Arc<dyn Store>,
+        handlers: H,
+        tools: impl ToolsFor<A>,
+        router: Arc<dyn Router>,
+    ) -> Result<Self, RunnerError>
+    where
+        A: RoutedByLlm,
+    {
+        Self::build(store, handlers, tools.into_tool_box(), Some(router))
+    }
+
+    fn build(
+        store: Arc<dyn Store>,
+        handlers: H,
+        tools: ToolBox,
+        router: Option<Arc<dyn Router>>,
     ) -> Result<Self, RunnerError> {
-        let tools = tools.into_tool_box();
         let graph = A::graph();
         for declared in &graph.tools {
             let problem = match tools.get(&declared.name) {
@@ -299,12 +334,20 @@ where
                 });
             }
         }
+        if router.is_none()
+            && let Some(state) = graph
+                .states
+                .iter()
+                .find(|s| s.route == crate::graph::Routing::Llm)
+        {
+            return Err(RunnerError::NoRouter(state.name.clone()));
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 store,
                 tools,
                 imported: ImportedTools::new(),
-                router: None,
+                router,
                 config: RunnerConfig::default(),
                 faults: Arc::new(NoFaults),
                 graph,
@@ -341,13 +384,6 @@ where
         }
         inner.imported = imported;
         Ok(self)
-    }
-
-    /// Use `router` in `route = llm` states.
-    #[must_use]
-    pub fn with_router(mut self, router: Arc<dyn Router>) -> Self {
-        self.inner_mut().router = Some(router);
-        self
     }
 
     /// Replace the settings.
@@ -483,7 +519,8 @@ where
     /// [`RunnerError::NoRouter`] for an agent with a routed state and no router: found
     /// before the first run is created or claimed, not at the routed state after commits;
     /// a [`Worker`](super::Worker) checks it before its first claim and claims nothing.
-    /// (`Runner::new` cannot tell: the router comes later, from `with_router`.)
+    /// (A derived agent cannot get here: `Runner::new` does not compile for it and
+    /// `Runner::routed` takes the router.)
     pub(crate) fn check_router(&self) -> Result<(), RunnerError> {
         if self.inner.router.is_some() {
             return Ok(());

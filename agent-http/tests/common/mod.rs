@@ -68,9 +68,13 @@ impl Db {
 
 pub(crate) fn runner(store: &Arc<dyn Store>, choice: &'static str) -> Runner<Order, Behaviour> {
     let world = Arc::new(World::default());
-    Runner::new(Arc::clone(store), Behaviour, fixture::tools(&world))
-        .expect("runner")
-        .with_router(Arc::new(fixture::router(choice)))
+    Runner::routed(
+        Arc::clone(store),
+        Behaviour,
+        fixture::tools(&world),
+        Arc::new(fixture::router(choice)),
+    )
+    .expect("runner")
 }
 
 /// The API served on a loopback port until dropped.

@@ -256,13 +256,17 @@ async fn run_once(
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let refund = Refund::default();
     let started = Arc::clone(&refund.started);
-    let runner = Runner::<Desk, _>::new(Arc::clone(&store), Handlers, ToolBox::new().with(refund))
-        .unwrap()
-        .with_router(router(provider, server))
-        .with_config(RunnerConfig {
-            max_reasks: 2,
-            ..RunnerConfig::default()
-        });
+    let runner = Runner::<Desk, _>::routed(
+        Arc::clone(&store),
+        Handlers,
+        ToolBox::new().with(refund),
+        router(provider, server),
+    )
+    .unwrap()
+    .with_config(RunnerConfig {
+        max_reasks: 2,
+        ..RunnerConfig::default()
+    });
     runner.start("d", Desk::Intake).await.unwrap();
     let record = runner.run("d").await.unwrap();
     let journal = store.journal("d", None).await.unwrap();
@@ -430,13 +434,13 @@ async fn a_slow_ask_times_out_into_the_journal_and_the_failure_path() {
         .mount(&server)
         .await;
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner = Runner::<Desk, _>::new(
+    let runner = Runner::<Desk, _>::routed(
         Arc::clone(&store),
         Handlers,
         ToolBox::new().with(Refund::default()),
+        router(Provider::OpenAi, &server),
     )
     .unwrap()
-    .with_router(router(Provider::OpenAi, &server))
     .with_config(RunnerConfig {
         max_reasks: 1,
         decision_timeout: std::time::Duration::from_millis(200),
@@ -471,13 +475,13 @@ async fn an_unreachable_endpoint_is_labelled_router_unavailable() {
         listener.local_addr().unwrap()
     };
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner = Runner::<Desk, _>::new(
+    let runner = Runner::<Desk, _>::routed(
         Arc::clone(&store),
         Handlers,
         ToolBox::new().with(Refund::default()),
+        Arc::new(openai(&format!("http://{closed}"))),
     )
     .unwrap()
-    .with_router(Arc::new(openai(&format!("http://{closed}"))))
     .with_config(RunnerConfig {
         max_reasks: 1,
         ..RunnerConfig::default()

@@ -244,9 +244,13 @@ pub(crate) fn runner(
     world: &Arc<World>,
     choice: &'static str,
 ) -> Runner<Order, Behaviour> {
-    Runner::new(Arc::clone(store), Behaviour, fixture::tools(world))
-        .expect("runner")
-        .with_router(Arc::new(fixture::router(choice)))
+    Runner::routed(
+        Arc::clone(store),
+        Behaviour,
+        fixture::tools(world),
+        Arc::new(fixture::router(choice)),
+    )
+    .expect("runner")
 }
 
 async fn drive(

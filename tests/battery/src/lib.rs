@@ -577,9 +577,8 @@ pub mod order {
         router: Arc<dyn Router>,
         config: RunnerConfig,
     ) -> Runner<Order, Handlers> {
-        Runner::new(Arc::clone(store), Handlers, tools)
+        Runner::routed(Arc::clone(store), Handlers, tools, router)
             .expect("the fixture's tool box matches")
-            .with_router(router)
             .with_config(config)
     }
 

@@ -371,10 +371,14 @@ pub fn runner(
     svc: &Arc<Service>,
     config: RunnerConfig,
 ) -> Runner<Shop, Behaviour> {
-    Runner::new(store, Behaviour, tools(svc))
-        .expect("the tool box matches the graph")
-        .with_router(Arc::new(ScriptedShopRouter::new(Arc::clone(svc))))
-        .with_config(config)
+    Runner::routed(
+        store,
+        Behaviour,
+        tools(svc),
+        Arc::new(ScriptedShopRouter::new(Arc::clone(svc))),
+    )
+    .expect("the tool box matches the graph")
+    .with_config(config)
 }
 
 /// The initial state of order `id`: two or three items.

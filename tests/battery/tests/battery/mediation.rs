@@ -295,13 +295,13 @@ async fn llm_routed_states_mediation_matrix() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let world = Arc::new(World::default());
     let runner_for = |router: Arc<ScriptedRouter>, log: Arc<CallLog>| {
-        Runner::<Mediated, Follow>::new(
+        Runner::<Mediated, Follow>::routed(
             Arc::clone(&store),
             Follow,
             probe_all(&order::tools(&world), &log, &pass()),
+            router,
         )
         .expect("tool box matches")
-        .with_router(router)
         .with_config(RunnerConfig {
             max_reasks: 1,
             ..order::config("mediator", std::time::Duration::from_secs(5))

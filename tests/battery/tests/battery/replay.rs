@@ -12,7 +12,7 @@ use agent_core::conformance::fixture::{Behaviour, Charge, Lookup, Order, Release
 use agent_core::router::Router;
 use agent_core::runner::{Runner, RunnerConfig};
 use agent_core::store::{RunRecord, RunStatus, Store};
-use agent_core::{Agent, Ctx, Handle, StepError, StepResult, Wake};
+use agent_core::{Agent, Ctx, Handle, RoutedByLlm, StepError, StepResult, Wake};
 use battery::backends::{Backend, Fresh};
 use battery::order::{self, advance};
 use battery::replay::{Capture, load, load_all};
@@ -29,19 +29,19 @@ fn sealed<A, H>(
     handlers: H,
 ) -> (Runner<A, H>, Arc<CallLog>, Arc<ForbiddenRouter>)
 where
-    A: Agent + Handle<H>,
+    A: Agent + Handle<H> + RoutedByLlm,
     H: Send + Sync + 'static,
 {
     let log = CallLog::new();
     let router = forbidden_router();
     let world = Arc::new(World::default());
-    let runner = Runner::<A, H>::new(
+    let runner = Runner::<A, H>::routed(
         Arc::clone(store),
         handlers,
         probe_all(&order::tools(&world), &log, &forbid()),
+        Arc::clone(&router) as Arc<dyn Router>,
     )
     .expect("tool box matches")
-    .with_router(Arc::clone(&router) as Arc<dyn Router>)
     .with_config(config());
     (runner, log, router)
 }
@@ -320,7 +320,7 @@ async fn replay_changed<A>(
     state: &str,
 ) -> Option<Result<RunRecord, String>>
 where
-    A: Agent + Handle<Unreached>,
+    A: Agent + Handle<Unreached> + RoutedByLlm,
 {
     let at = capture
         .versions

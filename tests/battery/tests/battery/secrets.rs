@@ -292,9 +292,8 @@ async fn run_flow_with(
             mode,
         });
     let router: Arc<dyn agent_core::router::Router> = llm.unwrap_or(router);
-    let runner = Runner::<Support, Desk>::new(Arc::clone(&store), Desk, tools)
+    let runner = Runner::<Support, Desk>::routed(Arc::clone(&store), Desk, tools, router)
         .expect("tool box matches")
-        .with_router(router)
         .with_config(RunnerConfig {
             worker_id: "secrets".into(),
             secrets,

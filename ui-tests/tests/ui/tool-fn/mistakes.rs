@@ -1,6 +1,6 @@
 // What `#[tool_fn]` refuses, all reported at once: no kind, a duplicate key, an unknown key,
-// `input =` (the input is the parameter), a function that is not async, two inputs, a
-// return type that is not a `Result`, a hybrid tool without its compensation, and a
+// `input =` (the input is the parameters), a function that is not async, an argument
+// that is a pattern (it names a field of the generated input), a return type that is not a `Result`, a hybrid tool without its compensation, and a
 // compensation on a write tool.
 use durable_agents::prelude::*;
 
@@ -12,8 +12,8 @@ async fn no_kind(x: u8) -> ToolResult<u8> {
 
 /// Says its input.
 #[tool_fn(read, input = u8)]
-fn not_async(x: u8, y: u8) -> ToolResult<u8> {
-    Ok(x + y)
+fn not_async((x, y): (u8, u8), z: u8) -> ToolResult<u8> {
+    Ok(x + y + z)
 }
 
 /// Returns no result.
