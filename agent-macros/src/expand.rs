@@ -221,15 +221,17 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
     };
     // Which constructor builds the agent's runner: `Runner::routed`, which takes the router,
     // when a state is routed by an LLM, else `Runner::new`. The stub implements both, so a
-    // mistake elsewhere is not reported again at the runner.
+    // mistake elsewhere is not reported again at the runner. Both are under the `Agent`
+    // impl's own bound, so an enum without the serde derives is reported once per derive,
+    // not again here.
     let routed = agent.states.iter().any(|s| s.llm.is_some());
     let by_code = quote! {
         #[automatically_derived]
-        impl #krate::RoutedByCode for #ident {}
+        impl #krate::RoutedByCode for #ident #stored {}
     };
     let by_llm = quote! {
         #[automatically_derived]
-        impl #krate::RoutedByLlm for #ident {}
+        impl #krate::RoutedByLlm for #ident #stored {}
     };
     let routing = match (stub, routed) {
         (true, _) => quote!(#by_code #by_llm),
