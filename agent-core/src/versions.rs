@@ -17,6 +17,9 @@
 //! composing chains: version 3 migrating from version 2, which migrates from version 1,
 //! can run runs of all three without a `v1 -> v3` function.
 
+// Reached by the derive's expansions through `__private`.
+pub(crate) mod checks;
+
 use serde_json::Value;
 
 use crate::agent::Agent;
