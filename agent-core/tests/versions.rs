@@ -189,7 +189,7 @@ fn a_state_that_is_not_of_the_old_version_is_a_clear_error() {
             assert_eq!(agent, "Checkout");
             assert_eq!(*version, 1);
         }
-        other => panic!("expected Unreadable, got {other:?}"),
+        other @ MigrationError::Unwritable { .. } => panic!("expected Unreadable, got {other:?}"),
     }
     assert!(err.to_string().contains("`Checkout` version 1"), "{err}");
 }

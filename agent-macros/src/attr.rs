@@ -658,6 +658,12 @@ fn version(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<u32>> {
         }
         Some(Ok(n)) => Ok(Some(n)),
         _ => {
+            // `- 1` as tokens print it, `-1` as written.
+            let text = if text.starts_with('"') {
+                text
+            } else {
+                text.replace(' ', "")
+            };
             let shown = if text.is_empty() {
                 "nothing".to_owned()
             } else {
@@ -794,7 +800,10 @@ fn skip_signals(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Vec
     }
     let content;
     syn::parenthesized!(content in meta.input);
-    let list = match content.parse_terminated(<LitStr as Parse>::parse, Token![,]) {
+    // Taken whole, so that a malformed list is one error, not one more for what is left.
+    let tokens: proc_macro2::TokenStream = content.parse()?;
+    let strings = syn::punctuated::Punctuated::<LitStr, Token![,]>::parse_terminated;
+    let list = match syn::parse::Parser::parse2(strings, tokens) {
         Ok(list) => list,
         Err(e) => {
             cx.error(e.span(), expected());

@@ -143,6 +143,10 @@ impl Text {
 }
 
 /// Fail the build with the message of a failed check.
+///
+/// # Panics
+/// With the message, when there is one: evaluated in a `const` item, that is the compile
+/// error (`#[track_caller]`, so that it is reported at the item, at the user's token).
 #[track_caller]
 pub const fn fail_if(message: Option<Text>) {
     if let Some(message) = message {
@@ -351,27 +355,27 @@ const fn compensations_kept<Old: AgentFacts, New: AgentFacts>() -> Option<Text> 
     let old = Old::HYBRID_TOOLS;
     let mut i = 0;
     while i < old.len() {
-        if let Some(new) = compensation_of(New::HYBRID_TOOLS, old[i].0) {
-            if !str_eq(new, old[i].1) {
-                return Some(
-                    Text::header::<Old, New>()
-                        .push(", which compensates hybrid tool ")
-                        .code(old[i].0)
-                        .push(" with ")
-                        .code(old[i].1)
-                        .push(", but version ")
-                        .push_u32(New::VERSION)
-                        .push(" declares `compensate = ")
-                        .push(new)
-                        .push("`: calls completed on version ")
-                        .push_u32(Old::VERSION)
-                        .push(" would be undone by another tool; keep `hybrid(")
-                        .push(old[i].0)
-                        .push("(compensate = ")
-                        .push(old[i].1)
-                        .push("))`, and give a new compensation to a new tool"),
-                );
-            }
+        if let Some(new) = compensation_of(New::HYBRID_TOOLS, old[i].0)
+            && !str_eq(new, old[i].1)
+        {
+            return Some(
+                Text::header::<Old, New>()
+                    .push(", which compensates hybrid tool ")
+                    .code(old[i].0)
+                    .push(" with ")
+                    .code(old[i].1)
+                    .push(", but version ")
+                    .push_u32(New::VERSION)
+                    .push(" declares `compensate = ")
+                    .push(new)
+                    .push("`: calls completed on version ")
+                    .push_u32(Old::VERSION)
+                    .push(" would be undone by another tool; keep `hybrid(")
+                    .push(old[i].0)
+                    .push("(compensate = ")
+                    .push(old[i].1)
+                    .push("))`, and give a new compensation to a new tool"),
+            );
         }
         i += 1;
     }
@@ -473,9 +477,17 @@ const fn skip_signal<Old: AgentFacts, New: Agent>(signal: &str) -> Option<Text> 
         );
     }
     text = text
-        .push("the signals version ")
+        .push(if old.len() == 1 {
+            "the signal version "
+        } else {
+            "the signals version "
+        })
         .push_u32(Old::VERSION)
-        .push(" waits for are ");
+        .push(if old.len() == 1 {
+            " waits for is "
+        } else {
+            " waits for are "
+        });
     let mut i = 0;
     while i < old.len() {
         text = separator(text, i, old.len()).code(old[i].1);
