@@ -395,9 +395,14 @@ pub const fn check_signals_kept<New: MigratesFrom>() -> Option<Text> {
 const fn signals_kept<Old: AgentFacts, New: AgentFacts>(skipped: &[&str]) -> Option<Text> {
     let old = Old::WAITS;
     let mut missing = 0;
+    // The first signal missing, named in the fix when it is the only one.
+    let mut first = "";
     let mut i = 0;
     while i < old.len() {
         if !waits_for(New::WAITS, old[i].1) && !contains(skipped, old[i].1) {
+            if missing == 0 {
+                first = old[i].1;
+            }
             missing += 1;
         }
         i += 1;
@@ -430,7 +435,9 @@ const fn signals_kept<Old: AgentFacts, New: AgentFacts>(skipped: &[&str]) -> Opt
         .push(if missing == 1 { "it" } else { "each" })
         .push(" in a state of version ")
         .push_u32(New::VERSION)
-        .push(" (`#[agent(wait = \"...\")]`), or, if the migration moves such runs past the wait, add `skip_signal(");
+        .push(" (`#[agent(wait = \"")
+        .push(if missing == 1 { first } else { "..." })
+        .push("\")]`), or, if the migration moves such runs past the wait, add `skip_signal(");
     listed = 0;
     i = 0;
     while i < old.len() {
