@@ -3,6 +3,10 @@
 //! Generated code names only `::durable_agents::__private::…`, so everything else can move.
 
 pub use crate::agent::{Join, RouteChoice, StepIo};
+pub use crate::versions::checks::{
+    AgentFacts, MigratesFrom, Text, check_compensations_kept, check_hybrid_kept,
+    check_signals_kept, check_skip_signal, check_source, fail_if, migrate, older_versions,
+};
 pub use crate::versions::{migrate_via, older_via};
 pub use ::core;
 pub use ::futures::future::BoxFuture;

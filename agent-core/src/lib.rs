@@ -73,6 +73,9 @@ pub use store::{RunRecord, RunStatus, Store, StoreError};
 /// | `handlers = Ident` | the generated handler trait (default: `{Enum}Handlers`) |
 /// | `crate = path` | where the framework is (default: the `durable-agents` dependency, under the name the manifest gives it), for re-exports |
 /// | `max_steps = N` | budget: at most `N` steps per run |
+/// | `version = N` | the agent's version, a whole number from 1 (the default); every run records the version it is on ([`versions`]) |
+/// | `migrate_from(v1::Enum, with = f)` | with `version`: this version runs the runs of the version `v1::Enum` (the previous version's enum, kept in your code), after `f: fn(v1::Enum) -> Self` maps their state; chains compose ([`Agent::migrate`], [`Agent::older_versions`]) |
+/// | `migrate_from(..., skip_signal("a", "b"))` | signals the old version's states wait for that this version may leave unwaited (a run waiting for one is moved past the wait by `f`) |
 ///
 /// On a variant:
 ///
@@ -100,13 +103,18 @@ pub use store::{RunRecord, RunStatus, Store, StoreError};
 /// LLM states with options, cycles under `dag`, hybrid compensations, that each tool's
 /// `Tool` impl has the declared kind and name, that each child is an `Agent` started
 /// only where declared, and that transition arguments are declared only on LLM-routed
-/// states, with types that are `Deserialize` and `JsonSchema`. See [`compile_errors`] for
-/// every message.
+/// states, with types that are `Deserialize` and `JsonSchema`; with `migrate_from`, that the
+/// source is an older version of the same agent, that the mapping is a `fn(Old) -> Self`,
+/// that every hybrid tool of the old version is kept with its compensation, and that every
+/// signal the old version waits for is still waited for or named in `skip_signal`. See
+/// [`compile_errors`] for every message.
 ///
 /// # What it generates
 ///
 /// For `enum Checkout`, with the enum's visibility:
 /// - `impl Agent for Checkout`: [`Agent::graph`] is the checked [`GraphDescription`];
+///   with `version`, [`Agent::VERSION`]; with `migrate_from`, [`Agent::migrate`] and
+///   [`Agent::older_versions`] through the chain of mappings;
 /// - `mod checkout`: a zero-sized marker per state (`checkout::Browsing`) implementing
 ///   [`State`], and for each `route = llm` state an enum of its `to(...)` targets
 ///   (`checkout::ReviewRoute`), whose variant of a typed transition carries its argument

@@ -5,17 +5,80 @@
 //! an agent while runs are in flight, keep the old enum in your code (say in a module
 //! `v1`), raise the version of the new one and declare where it migrates from:
 //!
-//! ```text
-//! #[agent(version = 2, migrate_from(v1::Checkout, with = from_v1))]
-//! enum Checkout { ... }
+//! ```
+//! use durable_agents::Agent;
+//! use serde::{Deserialize, Serialize};
 //!
-//! fn from_v1(old: v1::Checkout) -> Checkout { match old { ... } }
+//! /// Version 1, kept as it was deployed.
+//! mod v1 {
+//!     use durable_agents::Agent;
+//!     use serde::{Deserialize, Serialize};
+//!
+//!     #[derive(Agent, Clone, Debug, Serialize, Deserialize)]
+//!     pub enum Checkout {
+//!         #[agent(initial, to(Approval))]
+//!         Payment { cart: Vec<String> },
+//!         #[agent(wait = "approval", to(Done))]
+//!         Approval { cart: Vec<String> },
+//!         #[agent(terminal)]
+//!         Done,
+//!     }
+//! }
+//!
+//! /// Version 2 ships between payment and approval.
+//! #[derive(Agent, Clone, Debug, PartialEq, Serialize, Deserialize)]
+//! #[agent(version = 2, migrate_from(v1::Checkout, with = from_v1))]
+//! enum Checkout {
+//!     #[agent(initial, to(Shipping))]
+//!     Payment { cart: Vec<String> },
+//!     #[agent(to(Approval))]
+//!     Shipping { cart: Vec<String> },
+//!     #[agent(wait = "approval", to(Done))]
+//!     Approval { cart: Vec<String>, shipped: bool },
+//!     #[agent(terminal)]
+//!     Done,
+//! }
+//!
+//! /// Every state of version 1, mapped: forgetting one does not compile.
+//! fn from_v1(old: v1::Checkout) -> Checkout {
+//!     match old {
+//!         v1::Checkout::Payment { cart } => Checkout::Payment { cart },
+//!         // Runs waiting for approval were paid before shipping existed.
+//!         v1::Checkout::Approval { cart } => Checkout::Approval { cart, shipped: false },
+//!         v1::Checkout::Done => Checkout::Done,
+//!     }
+//! }
+//!
+//! let stored = serde_json::json!({"Approval": {"cart": ["socks"]}}); // a version 1 run
+//! let migrated = Checkout::migrate(1, stored).expect("a chain from 1").expect("readable");
+//! assert_eq!(
+//!     serde_json::from_value::<Checkout>(migrated).unwrap(),
+//!     Checkout::Approval { cart: vec!["socks".into()], shipped: false },
+//! );
+//! assert!(Checkout::migrate(0, serde_json::json!("Done")).is_none()); // no chain from 0
+//! let older = Checkout::older_versions();
+//! assert_eq!(older[0].version, 1);
+//! assert_eq!(older[0].graph.fingerprint(), v1::Checkout::graph().fingerprint());
 //! ```
 //!
 //! The mapping is a plain function, so the compiler checks that every old state is
 //! mapped. The derive generates [`Agent::migrate`] and [`Agent::older_versions`] from it,
 //! composing chains: version 3 migrating from version 2, which migrates from version 1,
 //! can run runs of all three without a `v1 -> v3` function.
+//!
+//! The derive also checks, while your crate compiles, what the compiler alone cannot (each
+//! error is shown in [`compile_errors`](crate::compile_errors#versions)):
+//! - the source is an agent, of the same name, with a lower version;
+//! - every hybrid tool of the old version is declared hybrid in the new one with the same
+//!   compensation: a call completed on the old version may still be compensated after the
+//!   migration, by the new version's runner;
+//! - every signal a state of the old version waits for is waited for by a state of the new
+//!   one, or named in `migrate_from(..., skip_signal("approval"))`, which says the mapping
+//!   moves runs waiting for it past the wait; a `skip_signal` naming a signal the old
+//!   version never waits for is refused (a typo would skip nothing).
+
+// Reached by the derive's expansions through `__private`.
+pub(crate) mod checks;
 
 use serde_json::Value;
 

@@ -4,7 +4,7 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, Ident, Path, Visibility};
 
-use crate::attr::{self, Kind, ToolDecl};
+use crate::attr::{self, Kind, MigrateFrom, ToolDecl};
 use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
@@ -18,6 +18,10 @@ pub(crate) struct Agent {
     pub(crate) krate: Path,
     pub(crate) dag: bool,
     pub(crate) max_steps: Option<u64>,
+    /// `version = N`, with the span of `version`.
+    pub(crate) version: Option<(Span, u32)>,
+    /// `migrate_from(...)`, with the span of `migrate_from`.
+    pub(crate) migrate_from: Option<(Span, MigrateFrom)>,
     pub(crate) tools: Vec<ToolDecl>,
     pub(crate) states: Vec<State>,
 }
@@ -142,6 +146,18 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         return None;
     }
     let ea = attr::enum_attrs(cx, &input.attrs);
+    if let Some(span) = ea.migrate_from.span()
+        && !ea.version.is_given()
+    {
+        cx.error(
+            span,
+            Message::new(format!(
+                "`migrate_from(...)` needs a `version = N` on `{}`, above the version it migrates from",
+                input.ident
+            ))
+            .help("give this enum the next version, like `#[agent(version = 2, migrate_from(...))]`; the enum it migrates from keeps its own (1 when it has none)"),
+        );
+    }
     let ident = input.ident.clone();
     let name_text = names::unraw(&ident);
     let mut states = Vec::new();
@@ -223,6 +239,8 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         krate,
         dag: ea.dag.is_set(),
         max_steps: ea.max_steps.get().copied(),
+        version: ea.version.span().zip(ea.version.get().copied()),
+        migrate_from: ea.migrate_from.span().zip(ea.migrate_from.take()),
         tools: ea.tools.take().unwrap_or_default(),
         states,
         ident,

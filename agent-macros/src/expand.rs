@@ -20,8 +20,12 @@ pub(crate) fn expand(agent: &Agent) -> TokenStream {
     let allows = allows(agent);
     let tool_checks = tool_checks(agent);
     let toolset = crate::toolset::toolset(agent, false);
+    let facts = facts_impl(agent);
+    let migration = migration(agent);
     quote! {
         #agent_impl
+        #facts
+        #migration
         #markers
         #toolset
         #constructors
@@ -213,6 +217,28 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             })
         }
     };
+    let version = agent.version.map(|(span, n)| {
+        let n = syn::LitInt::new(&n.to_string(), span);
+        quote!(const VERSION: u32 = #n;)
+    });
+    let migrate = if stub || agent.migrate_from.is_none() {
+        None
+    } else {
+        let private = quote!(#krate::__private);
+        let from = Ident::new("from", Span::mixed_site());
+        let state = Ident::new("state", Span::mixed_site());
+        Some(quote! {
+            fn migrate(
+                #from: u32,
+                #state: #private::serde_json::Value,
+            ) -> #private::Option<#private::core::result::Result<#private::serde_json::Value, #krate::versions::MigrationError>> {
+                #private::migrate::<Self>(#from, #state)
+            }
+            fn older_versions() -> #private::Vec<#krate::versions::OlderVersion> {
+                #private::older_versions::<Self>()
+            }
+        })
+    };
     let stored = stored_as_json(agent);
     // Spanned at the enum's name: a missing serde derive is reported there.
     let stored_impl = quote_spanned! {ident.span()=>
@@ -244,6 +270,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
         #[automatically_derived]
         impl #krate::Agent for #ident #stored {
             const NAME: &'static str = #name;
+            #version
             fn graph() -> &'static #krate::GraphDescription {
                 #graph
             }
@@ -252,7 +279,93 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                     #(#arms)*
                 }
             }
+            #migrate
         }
+    }
+}
+
+/// `impl AgentFacts`: the hybrid tools and waits of this version, for the checks of a
+/// version migrating from it. Emitted with the stubs too, so that a later version does not
+/// also report this one as "not an agent".
+pub(crate) fn facts_impl(agent: &Agent) -> TokenStream {
+    let krate = &agent.krate;
+    let ident = &agent.ident;
+    let hybrid = agent
+        .tools
+        .iter()
+        .filter(|t| t.kind == Kind::Hybrid)
+        .map(|t| {
+            let tool = lit(&names::unraw(&t.ident));
+            let comp = lit(&t.compensate.as_ref().map(names::unraw).unwrap_or_default());
+            quote!((#tool, #comp))
+        });
+    let waits = agent.states.iter().filter_map(|s| {
+        let (_, signal) = s.wait.as_ref()?;
+        let state = lit(&s.name());
+        let signal = lit(signal);
+        Some(quote!((#state, #signal)))
+    });
+    let stored = stored_as_json(agent);
+    quote! {
+        #[automatically_derived]
+        impl #krate::__private::AgentFacts for #ident #stored {
+            const HYBRID_TOOLS: &'static [(&'static str, &'static str)] = &[#(#hybrid),*];
+            const WAITS: &'static [(&'static str, &'static str)] = &[#(#waits),*];
+        }
+    }
+}
+
+/// For `migrate_from(Old, with = map, skip_signal(...))`: `impl MigratesFrom` (where a
+/// source that is not an agent, and a mapping of the wrong type, are reported at the
+/// user's tokens) and the const checks, each panicking at compile time with its message.
+pub(crate) fn migration(agent: &Agent) -> TokenStream {
+    let Some((key, m)) = &agent.migrate_from else {
+        return TokenStream::new();
+    };
+    let krate = &agent.krate;
+    let private = quote!(#krate::__private);
+    let ident = &agent.ident;
+    let source = &m.source;
+    let with = &m.with;
+    let source_span = source.span();
+    let with_span = with.span();
+    let old_text = lit(&crate::attr::path_text(source));
+    let stored = stored_as_json(agent);
+    // Every token at the user's: a failed const evaluation is reported where its
+    // expression is, and a token of the derive's own would put it on `#[derive(Agent)]`.
+    let check = |span: Span, call: TokenStream| {
+        respan(quote!(const _: () = #private::fail_if(#call);), span)
+    };
+    // At the source's last segment, the enum's name (a path's span is its first token).
+    let source_name = source
+        .segments
+        .last()
+        .map_or(source_span, |s| s.ident.span());
+    let source_check = check(
+        source_name,
+        quote!(#private::check_source::<#ident>(#old_text)),
+    );
+    let hybrid_check = check(*key, quote!(#private::check_hybrid_kept::<#ident>()));
+    let compensation_check = check(*key, quote!(#private::check_compensations_kept::<#ident>()));
+    let signal_check = check(*key, quote!(#private::check_signals_kept::<#ident>()));
+    let skipped = &m.skip_signals;
+    let skip_checks = skipped
+        .iter()
+        .map(|s| check(s.span(), quote!(#private::check_skip_signal::<#ident>(#s))));
+    let old_type = quote_spanned!(source_span=> type Old = #source;);
+    let map = quote_spanned!(with_span=> const MAP: fn(Self::Old) -> Self = #with;);
+    quote! {
+        #[automatically_derived]
+        impl #private::MigratesFrom for #ident #stored {
+            #old_type
+            #map
+            const SKIPPED_SIGNALS: &'static [&'static str] = &[#(#skipped),*];
+        }
+        #source_check
+        #hybrid_check
+        #compensation_check
+        #signal_check
+        #(#skip_checks)*
     }
 }
 

@@ -18,6 +18,12 @@ pub(crate) fn fallback(agent: &Agent) -> TokenStream {
     let handlers = expand::handler_trait(agent);
     let handle = expand::handle_impl(agent, true);
     let toolset = crate::toolset::toolset(agent, true);
+    let facts = expand::facts_impl(agent);
+    // Use the mapping, so that it is not reported as dead code on top of the errors.
+    let mapping = agent.migrate_from.as_ref().map(|(_, m)| {
+        let with = &m.with;
+        quote!(const _: () = { let _ = #with; };)
+    });
     let allows = agent.states.iter().map(|s| {
         let m = expand::marker(agent, s);
         quote! {
@@ -32,6 +38,8 @@ pub(crate) fn fallback(agent: &Agent) -> TokenStream {
             let _ = #krate::__private::core::marker::PhantomData::<(#(#tools,)*)>;
         };
         #agent_impl
+        #facts
+        #mapping
         #markers
         #constructors
         #handlers

@@ -377,3 +377,163 @@ fn transition_arguments_need_a_routed_state_and_well_formed_syntax() {
     assert_eq!(a.args[0].to, "B");
     assert!(a.argument(&a.to[2]).is_none());
 }
+
+#[test]
+fn version_takes_a_whole_number_of_one_or_more() {
+    let agent = |version: proc_macro2::TokenStream| -> DeriveInput {
+        parse_quote! {
+            #[agent(version = #version)]
+            enum A {
+                #[agent(initial, to(Done))]
+                Start,
+                #[agent(terminal)]
+                Done,
+            }
+        }
+    };
+    assert_eq!(errors(&agent(quote::quote!(7))), Vec::<String>::new());
+    assert_eq!(
+        errors(&agent(quote::quote!(0))),
+        ["versions start at 1: `version = 0` is not a version"]
+    );
+    for (written, shown) in [
+        (quote::quote!(-1), "`-1`"),
+        (quote::quote!(1.5), "`1.5`"),
+        (quote::quote!("2"), "`\"2\"`"),
+        (quote::quote!(2u8), "`2u8`"),
+        (quote::quote!(4294967296), "`4294967296`"),
+    ] {
+        assert_eq!(
+            errors(&agent(written)),
+            [format!(
+                "expected `version = N` with N a whole number of 1 or more, found {shown}"
+            )]
+        );
+    }
+}
+
+fn migrating(attr: &proc_macro2::TokenStream) -> DeriveInput {
+    parse_quote! {
+        #[agent(#attr)]
+        enum Checkout {
+            #[agent(initial, to(Done))]
+            Start,
+            #[agent(terminal)]
+            Done,
+        }
+    }
+}
+
+#[test]
+fn migrate_from_is_read_whole() {
+    let cx = Ctxt::new();
+    let input = migrating(&quote::quote!(
+        version = 3,
+        migrate_from(v2::Checkout, with = maps::from_v2, skip_signal("a", "b"))
+    ));
+    let agent = ast::parse(&cx, &input).expect("an agent");
+    assert!(cx.into_errors().is_empty());
+    assert_eq!(agent.version.map(|v| v.1), Some(3));
+    let (_, m) = agent.migrate_from.as_ref().expect("migrate_from");
+    assert_eq!(crate::attr::path_text(&m.source), "v2::Checkout");
+    assert_eq!(crate::attr::path_text(&m.with), "maps::from_v2");
+    let skipped: Vec<String> = m.skip_signals.iter().map(syn::LitStr::value).collect();
+    assert_eq!(skipped, ["a", "b"]);
+}
+
+#[test]
+fn malformed_migrate_from_is_reported_and_dropped() {
+    let cases = [
+        (
+            quote::quote!(migrate_from(v1::Checkout, with = from_v1)),
+            "`migrate_from(...)` needs a `version = N` on `Checkout`, above the version it migrates from",
+        ),
+        (
+            quote::quote!(version = 2, migrate_from(v1::Checkout)),
+            "`migrate_from(v1::Checkout)` has no `with = function` mapping its states",
+        ),
+        (
+            quote::quote!(version = 2, migrate_from(with = from_v1)),
+            "`migrate_from(...)` does not name the previous version's enum",
+        ),
+        (
+            quote::quote!(
+                version = 2,
+                migrate_from(v1::Checkout, with = from_v1, skip = "a")
+            ),
+            "unknown key `skip` in `#[agent(...)]` on `migrate_from(...)`",
+        ),
+        (
+            quote::quote!(
+                version = 2,
+                migrate_from(v1::Checkout, v0::Checkout, with = from_v1)
+            ),
+            "`migrate_from(...)` names one source, and `v0::Checkout` is a second",
+        ),
+        (
+            quote::quote!(
+                version = 2,
+                migrate_from(v1::Checkout, with = from_v1, skip_signal(a))
+            ),
+            "expected `skip_signal(\"signal\", ...)` with the signals' names as strings",
+        ),
+        (
+            quote::quote!(
+                version = 2,
+                migrate_from(v1::Checkout, with = from_v1, skip_signal("a", "a"))
+            ),
+            "signal `a` is named twice in `skip_signal(...)`",
+        ),
+        (
+            quote::quote!(
+                version = 2,
+                migrate_from(v1::Checkout, with = from_v1, skip_signal())
+            ),
+            "`skip_signal()` names no signal",
+        ),
+        (
+            quote::quote!(version = 2, migrate_from),
+            "expected `migrate_from(...)` with the previous version's enum and its mapping",
+        ),
+    ];
+    for (attr, expected) in cases {
+        let cx = Ctxt::new();
+        let input = migrating(&attr);
+        let agent = ast::parse(&cx, &input).expect("an agent");
+        let errors: Vec<String> = cx
+            .into_errors()
+            .into_iter()
+            .map(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(errors, [expected], "for `{attr}`");
+        if expected.contains("needs a `version") {
+            continue;
+        }
+        assert!(agent.migrate_from.is_none(), "kept a malformed `{attr}`");
+    }
+}
+
+#[test]
+fn migration_expansion_snapshot() {
+    let input = migrating(&quote::quote!(
+        version = 2,
+        migrate_from(v1::Checkout, with = from_v1, skip_signal("approval"))
+    ));
+    let tokens = crate::derive_agent_impl(&input);
+    let file: syn::File = syn::parse2(tokens).expect("the expansion parses as a file");
+    let text = prettyplease::unparse(&file);
+    // The parts this feature adds; the rest is the ordinary expansion, snapshotted above.
+    let start = text
+        .find("impl ::durable_agents::__private::AgentFacts")
+        .expect("the facts impl");
+    let end = text.find("mod checkout {").expect("the markers module");
+    let version_and_migrate: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("VERSION") || l.contains("migrate") || l.contains("older_versions"))
+        .collect();
+    insta::assert_snapshot!(format!(
+        "{}\n---\n{}",
+        version_and_migrate.join("\n"),
+        &text[start..end]
+    ));
+}

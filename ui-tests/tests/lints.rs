@@ -1,8 +1,8 @@
 //! The expansion is lint-clean: deriving under `deny(warnings)`, `missing_docs` and clippy's
 //! pedantic group compiles (run by `cargo clippy --all-targets -- -D warnings`), for a public
 //! agent with tools, routes (one transition typed) and waits, for a private agent declared
-//! inside a function, and for a tool function whose input is its arguments (one documented,
-//! one not).
+//! inside a function, for a tool function whose input is its arguments (one documented,
+//! one not), and for a version 2 migrating from the public agent.
 #![deny(warnings, missing_docs, clippy::pedantic)]
 
 use durable_agents::{Agent, Ctx, StepResult, Wake};
@@ -103,6 +103,46 @@ impl CheckoutHandlers for Shop {
     }
 }
 
+/// Version 2 of the checkout agent: no approval step.
+pub mod v2 {
+    use durable_agents::Agent;
+    use serde::{Deserialize, Serialize};
+    use ui_tests::{ReleaseInventory, ReserveInventory};
+
+    /// The checkout agent, version 2.
+    #[derive(Agent, Clone, Debug, Serialize, Deserialize)]
+    #[agent(
+        name = "Checkout",
+        version = 2,
+        migrate_from(super::Checkout, with = from_v1, skip_signal("approval")),
+        tools(write(ReleaseInventory), hybrid(ReserveInventory(compensate = ReleaseInventory)))
+    )]
+    pub enum CheckoutV2 {
+        /// Reserving.
+        #[agent(initial, tools(ReserveInventory), to(Done, Failed))]
+        Reserving,
+        /// Paid.
+        #[agent(terminal)]
+        Done,
+        /// Gave up.
+        #[agent(terminal, compensate)]
+        Failed {
+            /// Why.
+            reason: String,
+        },
+    }
+
+    fn from_v1(old: super::Checkout) -> CheckoutV2 {
+        match old {
+            super::Checkout::Browsing { .. }
+            | super::Checkout::Review { .. }
+            | super::Checkout::Payment(_) => CheckoutV2::Reserving,
+            super::Checkout::Confirm | super::Checkout::Done => CheckoutV2::Done,
+            super::Checkout::Failed { reason } => CheckoutV2::Failed { reason },
+        }
+    }
+}
+
 fn handles<A: durable_agents::Handle<H>, H>() {}
 
 #[test]
@@ -134,4 +174,5 @@ fn derives_are_lint_clean() {
     };
     assert!(note.pinned && note.text == "milk");
     assert_eq!(<AddNote as durable_agents::Tool>::NAME, "AddNote");
+    assert_eq!(v2::CheckoutV2::older_versions().len(), 1);
 }

@@ -1,0 +1,35 @@
+// The mapping is a plain `fn(Old) -> New`: one of another type is reported at `with = ...`.
+use durable_agents::Agent;
+use serde::{Deserialize, Serialize};
+
+mod v1 {
+    use durable_agents::Agent;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Agent, Clone, Serialize, Deserialize)]
+    pub enum Checkout {
+        #[agent(initial, to(Done))]
+        Browsing,
+        #[agent(terminal)]
+        Done,
+    }
+}
+
+#[derive(Agent, Clone, Serialize, Deserialize)]
+#[agent(version = 2, migrate_from(v1::Checkout, with = from_v1))]
+pub enum Checkout {
+    #[agent(initial, to(Done))]
+    Browsing,
+    #[agent(terminal)]
+    Done,
+}
+
+// Takes the old state by reference.
+fn from_v1(old: &v1::Checkout) -> Checkout {
+    match old {
+        v1::Checkout::Browsing => Checkout::Browsing,
+        v1::Checkout::Done => Checkout::Done,
+    }
+}
+
+fn main() {}
