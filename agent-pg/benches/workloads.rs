@@ -893,6 +893,7 @@ async fn child_main(task: ChildTask) {
             concurrency: task.concurrency,
             poll_interval: Duration::from_millis(task.poll_ms),
             expire_own_leases_at_start: task.expire_own,
+            retention: None,
         },
     );
     println!("ready");
@@ -937,6 +938,7 @@ async fn in_flight_child(store: &Arc<dyn Store>, task: &ChildTask, w4: InFlight)
                 concurrency: w4.runs,
                 poll_interval: Duration::from_millis(100),
                 expire_own_leases_at_start: false,
+                retention: None,
             },
         );
         let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -1313,6 +1315,7 @@ async fn w5(place: &Place, sizes: &Sizes) {
                 concurrency: 16,
                 poll_interval: Duration::from_millis(500),
                 expire_own_leases_at_start: false,
+                retention: None,
             },
         ));
         let stop = Arc::new(tokio::sync::Notify::new());

@@ -273,8 +273,15 @@ agent_sql::impl_sql_store!(PgStore {
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
-        let candidates = reads::prune_candidates(self, policy).await?;
         let mut report = PruneReport::default();
+        if let Some(before) = policy.delete_final_before {
+            for id in reads::expired_runs(self, policy).await? {
+                if self.delete_expired(&id, before).await? {
+                    report.runs_deleted += 1;
+                }
+            }
+        }
+        let candidates = reads::prune_candidates(self, policy).await?;
         for candidate in &candidates {
             let Some((id, cutoff, at)) = reads::prune_point(self, candidate).await? else {
                 continue;
@@ -305,6 +312,7 @@ agent_sql::impl_sql_store!(PgStore {
             tx.commit().await.map_err(db_err)?;
             report.versions_removed += removed;
             report.entries_removed += u64::try_from(entries).unwrap_or(0);
+            report.runs_pruned += u64::from(removed > 0);
         }
         Ok(report)
     }
@@ -450,4 +458,33 @@ fn filtered<'q>(
         .bind(&filter.spawned_by)
         .bind(filter.created_after)
         .bind(filter.created_before)
+}
+
+impl PgStore {
+    /// Delete run `id` whole, in one transaction, if it is still final and last updated
+    /// before `before` (retention); whether it was.
+    async fn delete_expired(&self, id: &str, before: Millis) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let deleted = sqlx::query(sql::DELETE_EXPIRED_RUN.as_str())
+            .bind(id)
+            .bind(before)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        if deleted == 0 {
+            return Ok(false);
+        }
+        for statement in agent_sql::sql::DELETE_RUN_ROWS {
+            sqlx::query(statement)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        self.heads.forget(id);
+        self.event_written(id);
+        Ok(true)
+    }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord,
-    RunStatus, StoreError, TransitionKind, now_ms,
+    Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter,
+    RunRecord, RunStatus, StoreError, TransitionKind, now_ms,
 };
 use agent_sql::{lease_of, ms, reads, repair_refused, rows, to_i64};
 use serde_json::Value;
@@ -338,8 +338,15 @@ agent_sql::impl_sql_store!(SqliteStore {
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
-        let candidates = reads::prune_candidates(self, policy).await?;
         let mut report = PruneReport::default();
+        if let Some(before) = policy.delete_final_before {
+            for id in reads::expired_runs(self, policy).await? {
+                if self.delete_expired(&id, before).await? {
+                    report.runs_deleted += 1;
+                }
+            }
+        }
+        let candidates = reads::prune_candidates(self, policy).await?;
         for candidate in &candidates {
             let Some((id, cutoff, at)) = reads::prune_point(self, candidate).await? else {
                 continue;
@@ -385,6 +392,7 @@ agent_sql::impl_sql_store!(SqliteStore {
             tx.commit().await.map_err(db_err)?;
             report.versions_removed += removed;
             report.entries_removed += entries;
+            report.runs_pruned += u64::from(removed > 0);
         }
         Ok(report)
     }
@@ -447,6 +455,38 @@ agent_sql::impl_sql_store!(SqliteStore {
 });
 
 impl SqliteStore {
+    /// Delete run `id` whole, in one transaction, if it is still final and last updated
+    /// before `before` (retention); whether it was.
+    async fn delete_expired(&self, id: &str, before: Millis) -> Result<bool, StoreError> {
+        let mut tx = self.write_tx().await?;
+        // The deleted records' positions are never drawn again (followers past them).
+        sqlx::query(sql::RAISE_POSITION_FLOOR)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let deleted = sqlx::query(sql::DELETE_EXPIRED_RUN.as_str())
+            .bind(id)
+            .bind(before)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        if deleted == 0 {
+            return Ok(false);
+        }
+        for statement in agent_sql::sql::DELETE_RUN_ROWS {
+            sqlx::query(statement)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        self.heads.forget(id);
+        self.events.wake(id);
+        Ok(true)
+    }
+
     /// Quarantine a run whose row does not read (`Store::claim_run`, `claim_next`): written
     /// without decoding anything, so that listings say what the row holds and no worker
     /// claims it again.
