@@ -1061,7 +1061,7 @@ impl Store for MemoryStore {
         ids.sort();
         let ids: Vec<String> = ids.into_iter().cloned().collect();
         for id in ids {
-            if report.runs_pruned as usize >= limit {
+            if usize::try_from(report.runs_pruned).is_ok_and(|n| n >= limit) {
                 break;
             }
             let Some(data) = g.runs.get_mut(&id) else {
