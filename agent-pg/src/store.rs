@@ -275,10 +275,9 @@ agent_sql::impl_sql_store!(PgStore {
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
         let mut report = PruneReport::default();
         if let Some(before) = policy.delete_final_before {
-            for id in reads::expired_runs(self, policy).await? {
-                if self.delete_expired(&id, before).await? {
-                    report.runs_deleted += 1;
-                }
+            let expired = reads::expired_runs(self, policy).await?;
+            if !expired.is_empty() {
+                report.runs_deleted = self.delete_expired(&expired, before).await?;
             }
         }
         let candidates = reads::prune_candidates(self, policy).await?;
@@ -461,30 +460,37 @@ fn filtered<'q>(
 }
 
 impl PgStore {
-    /// Delete run `id` whole, in one transaction, if it is still final and last updated
-    /// before `before` (retention); whether it was.
-    async fn delete_expired(&self, id: &str, before: Millis) -> Result<bool, StoreError> {
+    /// Delete the runs `ids` whole, in one transaction (one writer's turn for the batch,
+    /// not one per run), each if it is still final and last updated before `before`
+    /// (retention); how many were.
+    async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError> {
         let mut tx = self.pool.begin().await.map_err(db_err)?;
-        let deleted = sqlx::query(sql::DELETE_EXPIRED_RUN.as_str())
-            .bind(id)
-            .bind(before)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?
-            .rows_affected();
-        if deleted == 0 {
-            return Ok(false);
-        }
-        for statement in agent_sql::sql::DELETE_RUN_ROWS {
-            sqlx::query(statement)
+        let mut deleted = Vec::new();
+        for id in ids {
+            let gone = sqlx::query(sql::DELETE_EXPIRED_RUN.as_str())
                 .bind(id)
+                .bind(before)
                 .execute(&mut *tx)
                 .await
-                .map_err(db_err)?;
+                .map_err(db_err)?
+                .rows_affected();
+            if gone == 0 {
+                continue;
+            }
+            for statement in agent_sql::sql::DELETE_RUN_ROWS {
+                sqlx::query(statement)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+            }
+            deleted.push(id);
         }
         tx.commit().await.map_err(db_err)?;
-        self.heads.forget(id);
-        self.event_written(id);
-        Ok(true)
+        for id in &deleted {
+            self.heads.forget(id);
+            self.event_written(id);
+        }
+        Ok(deleted.len() as u64)
     }
 }
