@@ -27,6 +27,12 @@
 //! - **W6 more workers** (PostgreSQL): 1, 2 and 4 worker processes sharing the W2 load
 //!   (64 runs in flight in all); throughput, p99, and CPU per step (workers and server).
 //!
+//! - **Retention** (`WORKLOADS_ONLY=retention`): the W2 load with the worker's retention
+//!   (`runner::Retention`) applied every 200 ms (versions older than 1 s compacted, final
+//!   runs deleted 2 s after they ended) against the same load without, alternating in the
+//!   same run; then the W2 load back to back for `RETENTION_SECS` seconds (default 120)
+//!   with retention running, printing the store's size as it goes (steady state).
+//!
 //! Floors: one transition as bare SQL through the pool and on a held connection, and the
 //! W1 and W2 shapes as bare SQL (a run row and its first transition created, then one
 //! statement per transition; on SQLite one `BEGIN IMMEDIATE` transaction each). Ratios
@@ -46,7 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_core::runner::{
-    Crash, FaultHook, FaultPoint, Runner, RunnerConfig, Worker, WorkerConfig,
+    Crash, FaultHook, FaultPoint, Retention, Runner, RunnerConfig, Worker, WorkerConfig,
 };
 use agent_core::store::{RunStatus, Store, now_ms};
 use agent_core::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, kind};
@@ -893,6 +899,7 @@ async fn child_main(task: ChildTask) {
             concurrency: task.concurrency,
             poll_interval: Duration::from_millis(task.poll_ms),
             expire_own_leases_at_start: task.expire_own,
+            retention: None,
         },
     );
     println!("ready");
@@ -937,6 +944,7 @@ async fn in_flight_child(store: &Arc<dyn Store>, task: &ChildTask, w4: InFlight)
                 concurrency: w4.runs,
                 poll_interval: Duration::from_millis(100),
                 expire_own_leases_at_start: false,
+                retention: None,
             },
         );
         let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -1313,6 +1321,7 @@ async fn w5(place: &Place, sizes: &Sizes) {
                 concurrency: 16,
                 poll_interval: Duration::from_millis(500),
                 expire_own_leases_at_start: false,
+                retention: None,
             },
         ));
         let stop = Arc::new(tokio::sync::Notify::new());
@@ -1506,6 +1515,12 @@ async fn main() {
         if run("w4") {
             w4(place, &sizes).await;
         }
+        if run("retention") {
+            let p = place.fresh("ret");
+            let opened = p.open().await;
+            retention(&p, &opened, &sizes).await;
+            opened.remove(&p).await;
+        }
     }
     if let Some(pg) = &pg {
         if run("w5") {
@@ -1515,4 +1530,197 @@ async fn main() {
             w6(pg, &sizes).await;
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Retention run by the worker: its cost under W2, and the size of a store it keeps
+
+/// The retention the bench applies: aggressive, so that it works during every round.
+fn bench_retention() -> Retention {
+    Retention {
+        interval: Duration::from_millis(200),
+        history_window: Some(Duration::from_secs(1)),
+        delete_final_after: Some(Duration::from_secs(2)),
+        max_runs_per_batch: 500,
+    }
+}
+
+/// Apply `retention` every interval until `stop` (what the worker's retention task does);
+/// what it removed in all.
+async fn retention_loop(
+    store: Arc<dyn Store>,
+    retention: Retention,
+    stop: Arc<tokio::sync::Notify>,
+) -> agent_core::store::PruneReport {
+    let mut total = agent_core::store::PruneReport::default();
+    loop {
+        tokio::select! {
+            () = stop.notified() => return total,
+            () = tokio::time::sleep(retention.interval) => {}
+        }
+        // A pass that cannot keep up goes on batch after batch: stop it where it is (its
+        // transaction in flight rolls back).
+        let r = tokio::select! {
+            () = stop.notified() => return total,
+            r = retention.apply(store.as_ref()) => r.expect("retention pass"),
+        };
+        total.versions_removed += r.versions_removed;
+        total.runs_pruned += r.runs_pruned;
+        total.runs_deleted += r.runs_deleted;
+    }
+}
+
+/// Runs, versions and bytes the store holds (SQLite: the pages in use, and the file with
+/// its write-ahead log; PostgreSQL: tables, indexes and TOAST of the store's schema).
+async fn store_size(opened: &Opened, place: &Place) -> (i64, i64, i64, i64) {
+    match opened {
+        Opened::Sqlite(s) => {
+            let q = |sql: &'static str| async move {
+                sqlx::query_scalar::<_, i64>(sql)
+                    .fetch_one(s.pool())
+                    .await
+                    .expect(sql)
+            };
+            let runs = q("SELECT count(*) FROM runs").await;
+            let versions = q("SELECT count(*) FROM transitions").await;
+            let used = (q("PRAGMA page_count").await - q("PRAGMA freelist_count").await)
+                * q("PRAGMA page_size").await;
+            let file = match place {
+                Place::Sqlite { path } => ["", "-wal"]
+                    .iter()
+                    .filter_map(|x| std::fs::metadata(format!("{path}{x}")).ok())
+                    .map(|m| i64::try_from(m.len()).unwrap_or(0))
+                    .sum(),
+                Place::Pg { .. } => 0,
+            };
+            (runs, versions, used, file)
+        }
+        Opened::Pg(s) => {
+            let q = |sql: &'static str| async move {
+                sqlx::query_scalar::<_, i64>(sql)
+                    .fetch_one(s.pool())
+                    .await
+                    .expect(sql)
+            };
+            let runs = q("SELECT count(*) FROM runs").await;
+            let versions = q("SELECT count(*) FROM transitions").await;
+            let bytes = q(
+                "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = current_schema() AND c.relkind = 'r'",
+            )
+            .await;
+            (runs, versions, bytes, bytes)
+        }
+    }
+}
+
+async fn retention(place: &Place, opened: &Opened, sizes: &Sizes) {
+    let store = opened.store();
+    let label = place.label();
+    whole_runs(&store, "warm", 1, 5, PLAN10).await;
+    println!(
+        "\n## Retention run by the worker: {label}, W2 load ({} agents x {} runs x 10 steps), \
+         retention every 200 ms (history window 1 s, final runs deleted after 2 s), {} rounds",
+        sizes.w2_agents, sizes.w2_runs, sizes.rounds
+    );
+    let mut ratios = Vec::new();
+    for round in 0..sizes.rounds {
+        let (without, _, _) = whole_runs(
+            &store,
+            &format!("rn{round}"),
+            sizes.w2_agents,
+            sizes.w2_runs,
+            PLAN10,
+        )
+        .await;
+        // Let the runs of the round without age past the window, so that the round with
+        // retention has work to do from its start.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let task = tokio::spawn(retention_loop(
+            store.clone(),
+            bench_retention(),
+            stop.clone(),
+        ));
+        let (with, _, _) = whole_runs(
+            &store,
+            &format!("rw{round}"),
+            sizes.w2_agents,
+            sizes.w2_runs,
+            PLAN10,
+        )
+        .await;
+        stop.notify_one();
+        let removed = task.await.expect("retention task");
+        println!(
+            "  round {round}: without {without:>6.0}/s, with retention {with:>6.0}/s, ratio \
+             {:.2}; retention removed {} versions of {} runs and deleted {} runs meanwhile",
+            with / without,
+            removed.versions_removed,
+            removed.runs_pruned,
+            removed.runs_deleted
+        );
+        ratios.push(with / without);
+    }
+    println!(
+        "  ratio with retention / without: per-round median {:.2}",
+        median(ratios)
+    );
+
+    let secs: u64 = std::env::var("RETENTION_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
+    println!(
+        "\n## Retention steady state: {label}, the W2 load back to back for {secs} s with retention"
+    );
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let task = tokio::spawn(retention_loop(
+        store.clone(),
+        bench_retention(),
+        stop.clone(),
+    ));
+    let started = Instant::now();
+    let mut next_report = Duration::ZERO;
+    let mut round = 0;
+    let mut transitions = 0.0;
+    while started.elapsed() < Duration::from_secs(secs) {
+        let (_, _, per_run) = whole_runs(
+            &store,
+            &format!("ss{round}"),
+            sizes.w2_agents,
+            sizes.w2_runs,
+            PLAN10,
+        )
+        .await;
+        transitions += (sizes.w2_agents * sizes.w2_runs) as f64 * per_run as f64;
+        round += 1;
+        if started.elapsed() >= next_report {
+            let (runs, versions, used, file) = store_size(opened, place).await;
+            println!(
+                "  at {:>4.0} s: {runs:>6} runs, {versions:>7} versions stored; {:.1} MB in use, \
+                 {:.1} MB on disk ({} W2 rounds so far)",
+                started.elapsed().as_secs_f64(),
+                used as f64 / 1e6,
+                file as f64 / 1e6,
+                round
+            );
+            next_report += Duration::from_secs(10);
+        }
+    }
+    stop.notify_one();
+    let removed = task.await.expect("retention task");
+    let (runs, versions, used, file) = store_size(opened, place).await;
+    println!(
+        "  end, {:.0} s, {round} W2 rounds (~{:.0} transitions): {runs} runs, {versions} \
+         versions stored; {:.1} MB in use, {:.1} MB on disk; retention deleted {} runs and \
+         removed {} versions",
+        started.elapsed().as_secs_f64(),
+        transitions,
+        used as f64 / 1e6,
+        file as f64 / 1e6,
+        removed.runs_deleted,
+        removed.versions_removed
+    );
 }

@@ -296,6 +296,14 @@ impl SqlReads for PgStore {
         sql::SCOPE_EVENTS.as_str()
     }
 
+    fn prune_candidates_sql() -> &'static str {
+        sql::PRUNE_CANDIDATES.as_str()
+    }
+
+    fn expired_runs_sql() -> &'static str {
+        sql::EXPIRED_RUNS.as_str()
+    }
+
     async fn fetch(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<PgRow>, StoreError> {
         bind(sqlx::query(sql), args)
             .fetch_all(&self.pool)

@@ -540,3 +540,15 @@ const PG: Dialect = Dialect {
     is_true: "",
     typed: true,
 };
+
+/// `Store::prune`'s candidates ([`agent_sql::sql::prune_candidates`]).
+pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::prune_candidates("ms_to_ts($3)"));
+
+/// The final runs retention deletes ([`agent_sql::sql::expired_runs`]).
+pub(crate) static EXPIRED_RUNS: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::expired_runs("ms_to_ts($1)"));
+
+/// Delete one of them, checked again ([`agent_sql::sql::delete_expired_run`]).
+pub(crate) static DELETE_EXPIRED_RUN: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::delete_expired_run("ms_to_ts($2)"));

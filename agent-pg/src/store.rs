@@ -273,8 +273,14 @@ agent_sql::impl_sql_store!(PgStore {
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
-        let candidates = reads::prune_candidates(self, policy).await?;
         let mut report = PruneReport::default();
+        if let Some(before) = policy.delete_final_before {
+            let expired = reads::expired_runs(self, policy).await?;
+            if !expired.is_empty() {
+                report.runs_deleted = self.delete_expired(&expired, before).await?;
+            }
+        }
+        let candidates = reads::prune_candidates(self, policy).await?;
         for candidate in &candidates {
             let Some((id, cutoff, at)) = reads::prune_point(self, candidate).await? else {
                 continue;
@@ -305,6 +311,7 @@ agent_sql::impl_sql_store!(PgStore {
             tx.commit().await.map_err(db_err)?;
             report.versions_removed += removed;
             report.entries_removed += u64::try_from(entries).unwrap_or(0);
+            report.runs_pruned += u64::from(removed > 0);
         }
         Ok(report)
     }
@@ -450,4 +457,40 @@ fn filtered<'q>(
         .bind(&filter.spawned_by)
         .bind(filter.created_after)
         .bind(filter.created_before)
+}
+
+impl PgStore {
+    /// Delete the runs `ids` whole, in one transaction (one writer's turn for the batch,
+    /// not one per run), each if it is still final and last updated before `before`
+    /// (retention); how many were.
+    async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut deleted = Vec::new();
+        for id in ids {
+            let gone = sqlx::query(sql::DELETE_EXPIRED_RUN.as_str())
+                .bind(id)
+                .bind(before)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+            if gone == 0 {
+                continue;
+            }
+            for statement in agent_sql::sql::DELETE_RUN_ROWS {
+                sqlx::query(statement)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+            }
+            deleted.push(id);
+        }
+        tx.commit().await.map_err(db_err)?;
+        for id in &deleted {
+            self.heads.forget(id);
+            self.event_written(id);
+        }
+        Ok(deleted.len() as u64)
+    }
 }

@@ -40,6 +40,14 @@ impl HeadCache {
         heads.insert(head.record.id.clone(), head);
     }
 
+    /// Forget `run_id`'s head (the run was deleted).
+    pub fn forget(&self, run_id: &str) {
+        self.heads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(run_id);
+    }
+
     /// The remembered head of `run_id`, if it is at `version`.
     #[must_use]
     pub fn at(&self, run_id: &str, version: u64) -> Option<RunHead> {

@@ -81,6 +81,10 @@ pub trait SqlReads: Store + Sync {
     /// As [`run_events_sql`](Self::run_events_sql) for every run of agent `$1`, or of all
     /// agents when `NULL`.
     fn scope_events_sql() -> &'static str;
+    /// [`sql::prune_candidates`] in the store's dialect.
+    fn prune_candidates_sql() -> &'static str;
+    /// [`sql::expired_runs`] in the store's dialect.
+    fn expired_runs_sql() -> &'static str;
 
     /// The rows of `sql` with `args` bound in order.
     ///
@@ -392,7 +396,8 @@ pub async fn tool_enabled<S: SqlReads>(store: &S, tool: &str) -> Result<bool, St
     rows.first().map_or(Ok(true), rows::enabled)
 }
 
-/// The runs `policy` prunes: rows of `(id, cutoff)`, the first version kept.
+/// The runs `policy` prunes: rows of `(id, cutoff)`, the first version kept (at most
+/// `policy.max_runs`).
 ///
 /// # Errors
 /// The store's error for a failed statement.
@@ -403,10 +408,43 @@ pub async fn prune_candidates<S: SqlReads>(
     let keep = to_i64(policy.keep_last_versions.max(1));
     store
         .fetch(
-            sql::PRUNE_CANDIDATES.as_str(),
-            &[Arg::Int(keep), Arg::Bool(policy.only_final_runs)],
+            S::prune_candidates_sql(),
+            &[
+                Arg::Int(keep),
+                Arg::Bool(policy.only_final_runs),
+                Arg::OptInt(policy.keep_versions_since),
+                Arg::Int(limit(policy.max_runs)),
+            ],
         )
         .await
+}
+
+/// The final runs `policy` deletes (none without `delete_final_before`), oldest first, at
+/// most `policy.max_runs`.
+///
+/// # Errors
+/// The store's error for a failed statement; [`StoreError::Corrupt`] for an id that does
+/// not read.
+pub async fn expired_runs<S: SqlReads>(
+    store: &S,
+    policy: &RetentionPolicy,
+) -> Result<Vec<String>, StoreError> {
+    let Some(before) = policy.delete_final_before else {
+        return Ok(Vec::new());
+    };
+    let rows = store
+        .fetch(
+            S::expired_runs_sql(),
+            &[Arg::Int(before), Arg::Int(limit(policy.max_runs))],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| r.id().map_err(|e| corrupt("?", e)))
+        .collect()
+}
+
+fn limit(max: Option<usize>) -> i64 {
+    max.map_or(i64::MAX, |m| i64::try_from(m).unwrap_or(i64::MAX))
 }
 
 /// Where a candidate of [`prune_candidates`] is cut: its id, the first kept version and

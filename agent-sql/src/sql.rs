@@ -1,8 +1,6 @@
 //! Statements whose text is the same on PostgreSQL and SQLite (positional `$n` parameters
 //! work on both), and the SQL list of final statuses that dialect statements build on.
 
-use std::sync::LazyLock;
-
 use agent_core::store::RunStatus;
 
 /// The statuses a run never leaves on its own, as an SQL list:
@@ -45,17 +43,65 @@ pub const VERSION_SPAN: &str = "SELECT min(version) AS first, max(version) AS la
 /// Whether a tool is switched on (no row: it is).
 pub const TOOL_ENABLED: &str = "SELECT enabled FROM tool_switches WHERE tool = $1";
 
-/// Runs with versions older than the policy keeps: `(id, cutoff)`, the first kept version;
-/// `$2`: only runs in a final status.
-pub static PRUNE_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+/// Runs with versions older than the policy keeps: `(id, cutoff)`, the first kept version,
+/// at most `$4` of them. `$1`: versions kept at least; `$2`: only runs in a final status;
+/// `$3`: keep every version committed since then too (`NULL`: no such window), as the
+/// dialect's expression `since` of `$3` (the stores keep times in different types).
+#[must_use]
+pub fn prune_candidates(since: &str) -> String {
     format!(
-        "SELECT r.id, r.version + 1 - $1 AS cutoff FROM runs r \
-         WHERE r.version + 1 > $1 AND (NOT $2 OR r.status IN {final_statuses}) \
-         AND EXISTS (SELECT 1 FROM transitions t WHERE t.run_id = r.id \
-         AND t.version < r.version + 1 - $1) ORDER BY r.id",
+        "SELECT id, cutoff FROM ( \
+           SELECT id, CASE WHEN by_count < by_time THEN by_count ELSE by_time END AS cutoff \
+           FROM ( \
+             SELECT r.id, r.version + 1 - $1 AS by_count, \
+               CASE WHEN $3 IS NULL THEN r.version ELSE COALESCE(( \
+                 SELECT min(w.version) FROM transitions w WHERE w.run_id = r.id \
+                 AND w.created_at >= {since}), r.version) END AS by_time \
+             FROM runs r WHERE (NOT $2 OR r.status IN {final_statuses})) k) c \
+         WHERE cutoff > 0 AND EXISTS (SELECT 1 FROM transitions t \
+           WHERE t.run_id = c.id AND t.version < c.cutoff) \
+         ORDER BY id LIMIT $4",
         final_statuses = final_statuses()
     )
-});
+}
+
+/// Final runs last updated before `$1` (the dialect's expression `before` of it), oldest
+/// first, at most `$2`: `id`. A final child whose parent is not final stays (the parent may
+/// still read its result), and so does a final run with a child not final.
+#[must_use]
+pub fn expired_runs(before: &str) -> String {
+    format!(
+        "SELECT r.id FROM runs r WHERE r.status IN {finals} AND r.updated_at < {before} \
+         AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
+           AND c.status NOT IN {finals}) \
+         AND NOT EXISTS (SELECT 1 FROM runs p WHERE p.id = r.spawned_by \
+           AND p.status NOT IN {finals}) \
+         ORDER BY r.updated_at, r.id LIMIT $2",
+        finals = final_statuses()
+    )
+}
+
+/// Delete run `$1` if it is still final and last updated before `$2` (the dialect's
+/// expression `before` of it); the rest of its rows go after ([`DELETE_RUN_ROWS`]) only
+/// when this deleted it.
+#[must_use]
+pub fn delete_expired_run(before: &str) -> String {
+    format!(
+        "DELETE FROM runs WHERE id = $1 AND status IN {finals} AND updated_at < {before}",
+        finals = final_statuses()
+    )
+}
+
+/// The rows of deleted run `$1` in the other tables, outputs before the journal entries
+/// they belong to.
+pub const DELETE_RUN_ROWS: [&str; 6] = [
+    "DELETE FROM outputs WHERE run_id = $1",
+    "DELETE FROM journal WHERE run_id = $1",
+    "DELETE FROM transitions WHERE run_id = $1",
+    "DELETE FROM signals WHERE run_id = $1",
+    "DELETE FROM run_labels WHERE run_id = $1",
+    "DELETE FROM status_changes WHERE run_id = $1",
+];
 
 /// The first kept version of a pruned run becomes a snapshot, so every kept version replays.
 pub const PRUNE_SNAPSHOT: &str = "UPDATE transitions SET payload_kind = 'snapshot', payload = $3 \
@@ -97,6 +143,7 @@ mod tests {
 
     #[test]
     fn prune_candidates_use_the_final_statuses() {
-        assert!(PRUNE_CANDIDATES.contains(&final_statuses()));
+        assert!(prune_candidates("$3").contains(&final_statuses()));
+        assert!(expired_runs("$1").contains(&final_statuses()));
     }
 }

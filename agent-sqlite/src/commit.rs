@@ -1,15 +1,15 @@
-//! The writes of a step: journal entries and the step's commit, each one `BEGIN IMMEDIATE`
-//! transaction on the store's one connection.
+//! The writes of a step: journal entries, each one `BEGIN IMMEDIATE` transaction on the
+//! store's one connection, and the step's commit, through the group commit.
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError, now_ms};
 use agent_sql::commit::{CommitPlan, check_entry, read_head};
 use agent_sql::reads::commit_refused;
-use agent_sql::rows::{self, Applied};
-use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
+use agent_sql::rows;
+use agent_sql::{LARGE_OUTPUT_BYTES, serde_name, summary, to_i64};
 use serde_json::Value;
-use sqlx::Row;
 
+use crate::group_commit::CommitRow;
 use crate::{SqliteStore, db_err, sql};
 
 impl SqliteStore {
@@ -92,124 +92,76 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// `Store::commit_step`: one `BEGIN IMMEDIATE` transaction.
+    /// `Store::commit_step`: planned here, from the head this store remembers (or reads),
+    /// then written by the group commit, alone or with other runs' commits in one
+    /// `BEGIN IMMEDIATE` transaction.
     pub(crate) async fn commit(
         &self,
         lease: &Lease,
         commit: &StepCommit,
     ) -> Result<RunRecord, StoreError> {
         let run_id = lease.run_id.as_str();
-        let now = now_ms();
-        let cached = self.heads.at(run_id, commit.expected_version);
-        let mut tx = self.write_tx().await?;
-        let head = if let Some(cached) = cached {
+        let head = if let Some(cached) = self.heads.at(run_id, commit.expected_version) {
             cached
         } else {
+            // Read outside the write transaction: the statement's compare-and-set still
+            // decides, and a head read here that the run has moved past writes nothing.
             let row = sqlx::query(sql::LOAD_RUN)
                 .bind(run_id)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&self.pool)
                 .await
                 .map_err(db_err)?;
             read_head(row.as_ref(), lease, commit.expected_version)?
         };
-        if let Some(signal) = commit.consumed_signal {
-            let pending = sqlx::query(sql::SIGNAL_PENDING)
-                .bind(signal)
-                .bind(run_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            if pending.is_none() {
-                return Err(StoreError::Backend(format!(
-                    "signal {signal} is not pending for run `{run_id}`"
-                )));
-            }
-        }
         let (plan, payload) = CommitPlan::new(head, lease, commit);
-        let version = plan.version;
         let (payload_kind, body) = match &payload {
             VersionPayload::Snapshot(v) => ("snapshot", v.to_string()),
             VersionPayload::Patch(v) => ("patch", v.to_string()),
         };
         // The run row keeps the state of the latest snapshot only; a snapshot's payload is
         // that same state, serialized once for both rows.
-        let snapshot_state = payload.is_snapshot().then_some(body.as_str());
-        let update = |statement| {
-            sqlx::query(statement)
-                .bind(run_id)
-                .bind(to_i64(version))
-                .bind(&commit.to_state)
-                .bind(snapshot_state)
-                .bind(commit.status.as_str())
-                .bind(&commit.waiting_for)
-                .bind(commit.wake_at)
-                .bind(commit.error.as_ref().map(|e| e.code.as_str()))
-                .bind(commit.error.as_ref().map(|e| e.message.as_str()))
-                .bind(&plan.hash)
-                .bind(to_i64(plan.patch_bytes))
-                .bind(now)
-                .bind(to_i64(lease.epoch))
-                .bind(to_i64(commit.expected_version))
-        };
-        // Most steps keep the run's status: a statement that leaves the indexed status
-        // and lease columns alone, then the full one if the stored status differs.
-        let mut updated = None;
-        if commit.status == plan.base().status && !commit.status.is_final() {
-            updated = update(sql::COMMIT_RUN_SAME_STATUS)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_err)?;
-        }
-        if updated.is_none() {
-            updated = update(sql::COMMIT_RUN.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_err)?;
-        }
-        let Some(updated) = updated else {
-            // The cached head is one the run has moved past (another store on the same
-            // file wrote since): nothing was written. Say why from the stored head.
-            drop(tx);
+        let snapshot_state = payload.is_snapshot().then(|| body.clone());
+        let now = now_ms();
+        let applied = self
+            .group
+            .commit(CommitRow {
+                run_id: run_id.to_owned(),
+                epoch: to_i64(lease.epoch),
+                expected: to_i64(commit.expected_version),
+                version: to_i64(plan.version),
+                from_state: commit.from_state.clone(),
+                to_state: commit.to_state.clone(),
+                snapshot_state,
+                status: commit.status.as_str(),
+                same_status: commit.status == plan.base().status && !commit.status.is_final(),
+                waiting_for: commit.waiting_for.clone(),
+                wake_at: commit.wake_at,
+                error_code: commit.error.as_ref().map(|e| e.code.clone()),
+                error_message: commit.error.as_ref().map(|e| e.message.clone()),
+                hash: plan.hash.clone(),
+                patch_bytes: to_i64(plan.patch_bytes),
+                kind: commit.kind.as_str(),
+                payload_kind,
+                body,
+                signal: commit.consumed_signal,
+                now,
+            })
+            .await?;
+        let Some(applied) = applied else {
+            // The head is one the run has moved past (another store on the same file wrote
+            // since, or a stale caller), or the signal is no longer pending: nothing was
+            // written. Say why from the stored head.
             return Err(commit_refused(self, lease, commit.expected_version, || {
-                StoreError::Backend(format!("run `{run_id}` refused a commit it matches"))
+                match commit.consumed_signal {
+                    Some(signal) => StoreError::Backend(format!(
+                        "signal {signal} is not pending for run `{run_id}`"
+                    )),
+                    None => {
+                        StoreError::Backend(format!("run `{run_id}` refused a commit it matches"))
+                    }
+                }
             })
             .await);
-        };
-        let c = |e: sqlx::Error| corrupt(run_id, e);
-        let lease_owner: Option<String> = updated.try_get("lease_owner").map_err(c)?;
-        let lease_expires_at: Option<i64> = updated.try_get("lease_expires_at").map_err(c)?;
-        sqlx::query(sql::INSERT_TRANSITION)
-            .bind(run_id)
-            .bind(to_i64(version))
-            .bind(&commit.from_state)
-            .bind(&commit.to_state)
-            .bind(commit.kind.as_str())
-            .bind(commit.status.as_str())
-            .bind(to_i64(lease.epoch))
-            .bind(now)
-            .bind(&plan.hash)
-            .bind(payload_kind)
-            .bind(&body)
-            .bind(&commit.waiting_for)
-            .bind(commit.wake_at)
-            .bind(commit.error.as_ref().map(|e| e.code.as_str()))
-            .bind(commit.error.as_ref().map(|e| e.message.as_str()))
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        if let Some(signal) = commit.consumed_signal {
-            sqlx::query(sql::CONSUME_SIGNAL)
-                .bind(signal)
-                .bind(to_i64(version))
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-        }
-        tx.commit().await.map_err(db_err)?;
-        let applied = Applied {
-            lease_owner,
-            lease_expires_at,
-            updated_at: now,
         };
         let record = plan.applied(lease, commit, applied, &self.heads);
         self.events.wake(run_id);

@@ -53,8 +53,11 @@
 //!   contract, same conformance suite.
 //! - **No `LISTEN/NOTIFY`.** [`Store::wait_for_work`] wakes on work created through this
 //!   store instance, and otherwise sleeps until its timeout (workers poll).
-//! - **Throughput** is bounded by one writer and an fsync per commit (`synchronous = FULL`
-//!   in WAL mode keeps every acknowledged commit across power loss).
+//! - **Throughput** is bounded by one writer and an fsync per transaction
+//!   (`synchronous = FULL` in WAL mode keeps every acknowledged commit across power loss).
+//!   Step commits of different runs that arrive while the writer is busy share one
+//!   transaction (group commit), each with its own compare-and-set, so many runs stepping
+//!   at once share one fsync.
 //!
 //! ## Feature flags
 //!
@@ -80,12 +83,14 @@ use sqlx::{Sqlite, Transaction};
 use tokio::sync::Notify;
 
 mod commit;
+mod group_commit;
 mod open;
 mod operator;
 mod sql;
 mod store;
 
 pub use agent_sql::LARGE_OUTPUT_BYTES;
+pub use group_commit::GroupCommitStats;
 pub use open::{Access, SqliteBackupError, SqliteOpenError};
 
 /// A [`Store`] in one SQLite file.
@@ -111,6 +116,8 @@ pub struct SqliteStore {
     /// without first reading the run back (and replaying its patches) inside the write
     /// transaction.
     heads: HeadCache,
+    /// Step commits of different runs written together while the writer is busy.
+    group: Arc<group_commit::GroupCommit>,
 }
 
 impl SqliteStore {
@@ -124,6 +131,13 @@ impl SqliteStore {
     #[must_use]
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// How many step commits were written in how many transactions so far (benchmarks,
+    /// tests): their ratio is the group commit's average batch.
+    #[must_use]
+    pub fn group_commit_stats(&self) -> GroupCommitStats {
+        self.group.stats()
     }
 
     async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
@@ -278,6 +292,14 @@ impl SqlReads for SqliteStore {
 
     fn scope_events_sql() -> &'static str {
         sql::SCOPE_EVENTS.as_str()
+    }
+
+    fn prune_candidates_sql() -> &'static str {
+        sql::PRUNE_CANDIDATES.as_str()
+    }
+
+    fn expired_runs_sql() -> &'static str {
+        sql::EXPIRED_RUNS.as_str()
     }
 
     async fn fetch(

@@ -18,6 +18,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use tokio::sync::Notify;
 
 use crate::SqliteStore;
+use crate::group_commit::GroupCommit;
 
 /// The sentence a second process gets.
 const ONE_PROCESS: &str = "SQLite serves one process; use PostgreSQL for several";
@@ -361,6 +362,7 @@ impl SqliteStore {
             .await
             .map_err(SqliteOpenError::Open)?;
         Ok(Self {
+            group: Arc::new(GroupCommit::new(pool.clone(), GroupCommit::MAX_BATCH)),
             pool,
             readers,
             path,

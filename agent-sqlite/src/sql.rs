@@ -384,3 +384,15 @@ pub(crate) const LAST_POSITION: &str = concat!("SELECT ", next_position!(), " - 
 /// never drawn again.
 pub(crate) const RAISE_POSITION_FLOOR: &str =
     concat!("UPDATE event_clock SET n = ", next_position!(), " - 1");
+
+/// `Store::prune`'s candidates ([`agent_sql::sql::prune_candidates`]).
+pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::prune_candidates("$3"));
+
+/// The final runs retention deletes ([`agent_sql::sql::expired_runs`]).
+pub(crate) static EXPIRED_RUNS: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::expired_runs("$1"));
+
+/// Delete one of them, checked again ([`agent_sql::sql::delete_expired_run`]).
+pub(crate) static DELETE_EXPIRED_RUN: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::delete_expired_run("$2"));

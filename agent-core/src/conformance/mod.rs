@@ -93,6 +93,8 @@ macro_rules! store_conformance {
             check_concurrent_claim_next_is_disjoint,
             check_history_time_travel_and_fork,
             check_prune_keeps_resume_working,
+            check_retention_keeps_the_window,
+            check_retention_deletes_old_final_runs,
             check_storage_grows_linearly,
             check_tool_registry,
             check_set_status,

@@ -870,6 +870,7 @@ pub async fn check_worker_expires_its_old_leases_at_start(
         concurrency: 4,
         poll_interval: Duration::from_millis(10),
         expire_own_leases_at_start: expire,
+        retention: None,
     };
     let r = runner(&store, &world, "Pay", "slot-1")?;
     start(&r, "orphaned").await?;
@@ -946,6 +947,7 @@ pub async fn check_worker_takes_over_when_a_lease_expires(
             concurrency: 4,
             poll_interval: Duration::from_hours(1),
             expire_own_leases_at_start: false,
+            retention: None,
         },
     );
     let finished = {

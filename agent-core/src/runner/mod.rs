@@ -30,6 +30,7 @@ mod children;
 mod cx;
 mod faults;
 mod imported;
+mod retention;
 mod route;
 mod saga;
 mod step;
@@ -47,6 +48,7 @@ use tracing::{Instrument, info_span, warn};
 pub use children::child_run_id;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use imported::{ImportedTools, SCHEMA_CHANGED};
+pub use retention::Retention;
 pub use worker::{SUSPECT_CLAIMS, Worker, WorkerConfig, WorkerStats};
 
 use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};

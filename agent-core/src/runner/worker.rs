@@ -9,6 +9,7 @@ use futures::FutureExt;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use super::retention::{Retention, RetentionTask};
 use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
 use crate::store::{Lease, RunRecord, Store};
@@ -38,6 +39,11 @@ pub struct WorkerConfig {
     /// work is wasted. Off by default, and useless with the default id, which is new in
     /// every process.
     pub expire_own_leases_at_start: bool,
+    /// Retention the worker applies to its store while it works (see [`Retention`]):
+    /// final runs deleted after an age, versions older than a window compacted. `None`
+    /// (the default): nothing is removed unless an operator prunes
+    /// ([`Store::prune`](crate::store::Store::prune), `agentctl prune`).
+    pub retention: Option<Retention>,
 }
 
 impl Default for WorkerConfig {
@@ -46,6 +52,7 @@ impl Default for WorkerConfig {
             concurrency: 16,
             poll_interval: Duration::from_millis(500),
             expire_own_leases_at_start: false,
+            retention: None,
         }
     }
 }
@@ -205,6 +212,12 @@ where
         if self.config.expire_own_leases_at_start {
             self.expire_own_leases(&store, &cfg.worker_id).await;
         }
+        let _retention = RetentionTask(
+            self.config
+                .retention
+                .clone()
+                .map(|r| r.spawn(Arc::clone(&store))),
+        );
         loop {
             while let Some(done) = tasks.try_join_next() {
                 tally(&mut stats, done, &mut panicked);

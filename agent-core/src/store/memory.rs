@@ -30,7 +30,7 @@ use super::events::{
 use super::history::{self, VersionPayload};
 use super::operator::{self, OperatorPlan, OperatorTransition};
 use super::{
-    CallStatus, JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit,
+    CallStatus, JournalEntry, Lease, Millis, NewRun, OperatorNote, PruneReport, RepairCommit,
     RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
     StepCommit, Store, StoreError, ToolSwitch, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN,
     WAIT_FIRST_CHILD, creation_hash, now_ms, transition_hash, validate_labels,
@@ -63,6 +63,48 @@ struct Inner {
     position: u64,
     /// Signal id → its position.
     signal_positions: HashMap<i64, u64>,
+}
+
+impl Inner {
+    /// [`RetentionPolicy::delete_final_before`]: delete up to `limit` final runs last
+    /// updated before `before` (oldest first), with everything stored of them; a final
+    /// child whose parent is not final, and a final run with a child not final, stay.
+    fn delete_final_runs(&mut self, before: Millis, limit: usize) -> Vec<String> {
+        let not_final = |runs: &HashMap<String, RunData>, id: &str| {
+            runs.get(id).is_some_and(|d| !d.record.status.is_final())
+        };
+        let mut expired: Vec<(Millis, String)> = self
+            .runs
+            .values()
+            .filter(|d| d.record.status.is_final() && d.record.updated_at < before)
+            .filter(|d| {
+                d.record
+                    .spawned_by
+                    .as_ref()
+                    .is_none_or(|p| !not_final(&self.runs, &p.run_id))
+            })
+            .filter(|d| {
+                self.children
+                    .get(&d.record.id)
+                    .is_none_or(|c| c.iter().all(|c| !not_final(&self.runs, c)))
+            })
+            .map(|d| (d.record.updated_at, d.record.id.clone()))
+            .collect();
+        expired.sort();
+        expired.truncate(limit);
+        let ids: Vec<String> = expired.into_iter().map(|(_, id)| id).collect();
+        for id in &ids {
+            self.runs.remove(id);
+            self.children.remove(id);
+            self.signals.retain(|_, s| &s.run_id != id);
+        }
+        for children in self.children.values_mut() {
+            children.retain(|c| !ids.contains(c));
+        }
+        self.signal_positions
+            .retain(|sid, _| self.signals.contains_key(sid));
+        ids
+    }
 }
 
 #[derive(Debug)]
@@ -1005,14 +1047,41 @@ impl Store for MemoryStore {
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
         let mut g = self.lock();
         let mut report = PruneReport::default();
-        for data in g.runs.values_mut() {
+        let limit = policy.max_runs.unwrap_or(usize::MAX);
+        if let Some(before) = policy.delete_final_before {
+            let deleted = g.delete_final_runs(before, limit);
+            report.runs_deleted = deleted.len() as u64;
+            drop(g);
+            for id in &deleted {
+                self.events.wake(id);
+            }
+            g = self.lock();
+        }
+        let mut ids: Vec<&String> = g.runs.keys().collect();
+        ids.sort();
+        let ids: Vec<String> = ids.into_iter().cloned().collect();
+        for id in ids {
+            if usize::try_from(report.runs_pruned).is_ok_and(|n| n >= limit) {
+                break;
+            }
+            let Some(data) = g.runs.get_mut(&id) else {
+                continue;
+            };
             if policy.only_final_runs && !data.record.status.is_final() {
                 continue;
             }
             let keep = policy.keep_last_versions.max(1);
-            let Some(cutoff) = (data.record.version + 1).checked_sub(keep) else {
+            let Some(mut cutoff) = (data.record.version + 1).checked_sub(keep) else {
                 continue;
             };
+            if let Some(since) = policy.keep_versions_since {
+                let first_recent = data
+                    .versions
+                    .iter()
+                    .find(|(_, v)| v.transition.created_at >= since)
+                    .map_or(data.record.version, |(k, _)| *k);
+                cutoff = cutoff.min(first_recent);
+            }
             let Some(first) = data.versions.keys().next().copied() else {
                 continue;
             };
@@ -1032,6 +1101,7 @@ impl Store for MemoryStore {
                 data.versions.remove(k);
             }
             report.versions_removed += removed.len() as u64;
+            report.runs_pruned += 1;
             let final_run = data.record.status.is_final();
             let before = data.journal.len();
             data.journal

@@ -652,22 +652,52 @@ pub struct ToolSwitch {
     pub updated_at: Millis,
 }
 
-/// What to prune.
+/// What to prune ([`Store::prune`](super::Store::prune)).
+///
+/// A run's versions before its cutoff are removed, and the first kept version becomes a
+/// snapshot, so that every kept version still replays and the kept chain still verifies
+/// (anchored at its first row, see [`verify`](super::verify)). The cutoff keeps at least the
+/// last [`keep_last_versions`](Self::keep_last_versions) versions and, with
+/// [`keep_versions_since`](Self::keep_versions_since), every version committed since then
+/// (time travel within that window). Journal entries of removed versions go too, except
+/// the saga's (completed hybrid calls, compensations, children) of runs not final.
+///
+/// With [`delete_final_before`](Self::delete_final_before), final runs not updated since
+/// then are deleted whole (run, versions, journal, signals, labels), except a final child
+/// whose parent is not final (the parent may still read its result) and a final run with
+/// a child not final.
+///
+/// Idempotent, and bounded by [`max_runs`](Self::max_runs): several callers (a worker's
+/// retention in each of several processes) may prune the same store at once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RetentionPolicy {
     /// Keep at least this many most recent versions of every run (the current one always).
     pub keep_last_versions: u64,
     /// Only prune runs in a final status (completed, compensated, failed...) when true.
     pub only_final_runs: bool,
+    /// Keep every version committed at or after this time too (`None`: only
+    /// `keep_last_versions` counts).
+    pub keep_versions_since: Option<Millis>,
+    /// Delete final runs last updated before this time (`None`: delete no run).
+    pub delete_final_before: Option<Millis>,
+    /// Prune at most this many runs' versions, and delete at most this many runs, in one
+    /// call (`None`: all there are).
+    pub max_runs: Option<usize>,
 }
 
 /// What [`Store::prune`](super::Store::prune) removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PruneReport {
-    /// Versions removed.
+    /// Versions removed (those of deleted runs not counted).
     pub versions_removed: u64,
-    /// Journal entries removed.
+    /// Journal entries removed (those of deleted runs not counted).
     pub entries_removed: u64,
+    /// Runs whose older versions were removed.
+    #[serde(default)]
+    pub runs_pruned: u64,
+    /// Final runs deleted whole.
+    #[serde(default)]
+    pub runs_deleted: u64,
 }
 
 /// The state of one version, for time travel.

@@ -15,6 +15,7 @@ pub(super) async fn run(cx: &Ctx, args: &PruneArgs) -> Result<ExitCode> {
     let policy = RetentionPolicy {
         keep_last_versions: args.keep_last,
         only_final_runs: args.only_final,
+        ..RetentionPolicy::default()
     };
     // One store call does the work: a spinner on a terminal shows it is alive.
     let spinner = (cx.out.tty_err && !cx.out.json).then(|| {

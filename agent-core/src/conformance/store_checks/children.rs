@@ -38,6 +38,19 @@ async fn spawn(
         .ctx("create_run of a child")
 }
 
+/// A running parent of agent `agent` and a running child it spawned at version 0.
+pub(super) async fn children_of(
+    store: &Arc<dyn Store>,
+    agent: &str,
+) -> Result<(RunRecord, RunRecord), String> {
+    let parent = store
+        .create_run(new_run(&unique("parent"), agent, json!({})))
+        .await
+        .ctx("create_run")?;
+    let child = spawn(store, "Child", &parent.id, 0).await?;
+    Ok((parent, child))
+}
+
 /// A parent run of `agent` that has spawned `children` (agent `child_agent`) at each
 /// version before `wait_version` given, then committed a wait for them (`waiting_for`) at
 /// `wait_version`, its lease released. Returns the parent and, per step, its children.
@@ -539,6 +552,7 @@ pub async fn check_prune_keeps_child_entries(store: Arc<dyn Store>) -> CheckResu
         .prune(&RetentionPolicy {
             keep_last_versions: 2,
             only_final_runs: false,
+            ..RetentionPolicy::default()
         })
         .await
         .ctx("prune")?;

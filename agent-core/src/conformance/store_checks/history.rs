@@ -147,6 +147,7 @@ pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckRes
         .prune(&RetentionPolicy {
             keep_last_versions: 5,
             only_final_runs: true,
+            ..RetentionPolicy::default()
         })
         .await
         .ctx("prune")?;
@@ -170,6 +171,7 @@ pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckRes
         .prune(&RetentionPolicy {
             keep_last_versions: 10,
             only_final_runs: false,
+            ..RetentionPolicy::default()
         })
         .await
         .ctx("prune")?;
@@ -230,6 +232,7 @@ pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckRes
         .prune(&RetentionPolicy {
             keep_last_versions: 10,
             only_final_runs: false,
+            ..RetentionPolicy::default()
         })
         .await
         .ctx("prune")?;

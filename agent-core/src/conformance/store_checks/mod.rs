@@ -157,6 +157,7 @@ async fn verify_chain(store: &Arc<dyn Store>, run_id: &str) -> CheckResult {
 }
 
 mod children;
+use children::children_of;
 mod commits;
 mod events;
 mod history;
@@ -164,6 +165,7 @@ mod journal;
 mod leases;
 mod operator;
 mod repair;
+mod retention;
 mod runs;
 
 pub use children::{
@@ -201,6 +203,7 @@ pub use operator::{
     check_labels_filter_runs, check_terminate_stops_runs_at_once,
 };
 pub use repair::check_repair_resets_a_quarantined_run;
+pub use retention::{check_retention_deletes_old_final_runs, check_retention_keeps_the_window};
 pub use runs::{
     check_agent_graphs, check_corrupt_data_is_an_error, check_create_run_is_idempotent,
     check_list_runs, check_set_status, check_store_and_load_runs,

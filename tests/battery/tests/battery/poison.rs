@@ -255,6 +255,7 @@ async fn child_abort_worker() {
             poll_interval: Duration::from_millis(20),
             // What the previous process of this slot held is taken over at once.
             expire_own_leases_at_start: true,
+            retention: None,
         },
     );
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -1,0 +1,401 @@
+//! Group commit for the embedded store: step commits of different runs that arrive while
+//! the store's one writer is busy are written together, in one `BEGIN IMMEDIATE`
+//! transaction, so that they share its `fsync` (issue 22).
+//!
+//! Why: SQLite has one writer, and with `synchronous = FULL` every transaction waits for
+//! its write-ahead log to reach the disk. With many runs stepping at once, that wait, not
+//! the rows, is what a commit costs; sixty-four commits in one transaction pay it once.
+//!
+//! How, and what it keeps:
+//! - **No waiting when the writer is idle.** A commit that finds no batch being written
+//!   and nobody queued writes its own transaction at once, in its caller's task: a run
+//!   stepping alone pays nothing for the grouping. Otherwise it queues, and when the
+//!   transaction being written ends, everything queued (up to [`GroupCommit::max_batch`])
+//!   goes in the next one, written by a task of its own.
+//! - **Each commit keeps its own fence.** Every commit runs its own compare-and-set on
+//!   version and epoch (and no operator's cancel waiting, and its consumed signal still
+//!   pending); one that fails it writes nothing, and its caller learns why exactly as after
+//!   a transaction of its own.
+//! - **One bad commit does not fail the others.** Each commit of a batch runs inside a
+//!   savepoint: a statement error rolls back that commit alone, and the others are
+//!   committed. If the transaction itself fails (its `COMMIT`, or a savepoint SQLite
+//!   could not keep), nothing of the batch was written and every caller gets the error.
+//! - **Cancelled callers.** A queued commit whose caller stopped waiting is dropped
+//!   unwritten. Batches are written by tasks of their own, so a caller that stops waiting
+//!   does not cancel the others' commits.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_core::store::{Millis, StoreError};
+use agent_sql::rows::Applied;
+use sqlx::sqlite::SqlitePool;
+use sqlx::{Row, SqliteConnection};
+use tokio::sync::oneshot;
+
+use crate::{db_err, sql};
+
+/// The statements' parameters of one step commit, owned (a batch is written by another
+/// task than its callers').
+#[derive(Debug)]
+pub(crate) struct CommitRow {
+    pub run_id: String,
+    pub epoch: i64,
+    pub expected: i64,
+    pub version: i64,
+    pub from_state: String,
+    pub to_state: String,
+    /// The whole state, when this version is a snapshot (the run row keeps it).
+    pub snapshot_state: Option<String>,
+    pub status: &'static str,
+    /// The commit keeps the run's (non-final) status as the head it was planned on had
+    /// it: try the statement that leaves status and lease columns alone first.
+    pub same_status: bool,
+    pub waiting_for: Option<String>,
+    pub wake_at: Option<Millis>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub hash: String,
+    pub patch_bytes: i64,
+    pub kind: &'static str,
+    pub payload_kind: &'static str,
+    /// The version's payload: the snapshot or the JSON Patch, serialized.
+    pub body: String,
+    /// The signal this step consumes: it must still be pending, and is marked consumed at
+    /// the new version in the same transaction.
+    pub signal: Option<i64>,
+    pub now: Millis,
+}
+
+/// `Ok(None)`: the compare-and-set (or the signal's check) matched nothing and nothing was
+/// written; the caller finds out why.
+pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
+
+/// How many commits went to the database in how many transactions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupCommitStats {
+    /// Commit transactions written (single and grouped).
+    pub transactions: u64,
+    /// Commits they carried.
+    pub commits: u64,
+    /// Commits that waited in the queue (the others found the writer idle).
+    pub waited: u64,
+}
+
+struct Queued {
+    row: CommitRow,
+    reply: oneshot::Sender<Outcome>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Queued>,
+    /// A commit transaction is being written (by a caller or by a flushing task).
+    writing: bool,
+}
+
+/// The group-commit state of one store.
+pub(crate) struct GroupCommit {
+    pool: SqlitePool,
+    queue: Mutex<Queue>,
+    /// Commits in one transaction at most.
+    pub max_batch: usize,
+    transactions: AtomicU64,
+    commits: AtomicU64,
+    waited: AtomicU64,
+}
+
+impl std::fmt::Debug for GroupCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit")
+            .field("max_batch", &self.max_batch)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A commit's turn: its own transaction now, or a place in the queue.
+// One short-lived value per commit, on the stack: boxing the row would cost more.
+#[allow(clippy::large_enum_variant)]
+enum Turn {
+    Now(CommitRow),
+    Queued(oneshot::Receiver<Outcome>),
+}
+
+impl GroupCommit {
+    /// Commits of one transaction at most, by default: the W2 shape's 64 runs in flight
+    /// fit twice.
+    pub(crate) const MAX_BATCH: usize = 128;
+
+    pub(crate) fn new(pool: SqlitePool, max_batch: usize) -> Self {
+        Self {
+            pool,
+            queue: Mutex::new(Queue::default()),
+            max_batch: max_batch.max(1),
+            transactions: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            waited: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> GroupCommitStats {
+        GroupCommitStats {
+            transactions: self.transactions.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            waited: self.waited.load(Ordering::Relaxed),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Commit `row`: in a transaction of its own when the writer is idle, else with the
+    /// next batch.
+    pub(crate) async fn commit(self: &Arc<Self>, row: CommitRow) -> Outcome {
+        let turn = {
+            let mut queue = self.lock();
+            if !queue.writing && queue.waiting.is_empty() {
+                queue.writing = true;
+                Turn::Now(row)
+            } else {
+                let (reply, receiver) = oneshot::channel();
+                queue.waiting.push_back(Queued { row, reply });
+                self.waited.fetch_add(1, Ordering::Relaxed);
+                let start = !queue.writing;
+                queue.writing = true;
+                drop(queue);
+                if start {
+                    self.spawn_flusher();
+                }
+                Turn::Queued(receiver)
+            }
+        };
+        match turn {
+            Turn::Now(row) => {
+                // The writer passes to the queue when this transaction ends, even if this
+                // future is dropped before.
+                let _writer = Writer(self);
+                self.one(&row).await
+            }
+            Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "the grouped commit transaction was interrupted; whether it applied is \
+                     unknown"
+                        .into(),
+                ))
+            }),
+        }
+    }
+
+    fn spawn_flusher(self: &Arc<Self>) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.flush().await });
+    }
+
+    /// Write what is queued, a transaction at a time, until nothing is; then leave the
+    /// writer idle.
+    async fn flush(self: Arc<Self>) {
+        loop {
+            let batch = {
+                let mut queue = self.lock();
+                let mut batch = Vec::new();
+                while batch.len() < self.max_batch {
+                    let Some(next) = queue.waiting.pop_front() else {
+                        break;
+                    };
+                    if !next.reply.is_closed() {
+                        batch.push(next);
+                    }
+                }
+                if batch.is_empty() {
+                    queue.writing = false;
+                    return;
+                }
+                batch
+            };
+            self.many(batch).await;
+        }
+    }
+
+    /// One commit, one transaction.
+    async fn one(&self, row: &CommitRow) -> Outcome {
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_err)?;
+        let applied = apply(&mut tx, row).await?;
+        if applied.is_some() {
+            tx.commit().await.map_err(db_err)?;
+        }
+        Ok(applied)
+    }
+
+    /// Several commits (possibly of the same run: each reads what the earlier ones of the
+    /// batch wrote), one transaction, each in a savepoint of its own; each caller gets its
+    /// commit's outcome.
+    async fn many(&self, batch: Vec<Queued>) {
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.commits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        match self.write_batch(&batch).await {
+            Ok(outcomes) => {
+                for (q, outcome) in batch.into_iter().zip(outcomes) {
+                    let _ = q.reply.send(outcome);
+                }
+            }
+            Err(error) => {
+                for q in batch {
+                    let _ = q.reply.send(Err(same_error(&error)));
+                }
+            }
+        }
+    }
+
+    /// The batch's transaction: `Err` when nothing of it was written (or whether it was
+    /// is unknown), else each commit's outcome in order.
+    async fn write_batch(&self, batch: &[Queued]) -> Result<Vec<Outcome>, StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_err)?;
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for q in batch {
+            sqlx::query("SAVEPOINT step_commit")
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            let outcome = apply(&mut tx, &q.row).await;
+            if outcome.is_err() {
+                // Only this commit's statements are undone. Should SQLite have rolled the
+                // whole transaction back (a full disk, an I/O error), the savepoint is gone
+                // and this fails: the batch fails as one.
+                sqlx::query("ROLLBACK TO step_commit")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+            }
+            sqlx::query("RELEASE step_commit")
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            outcomes.push(outcome);
+        }
+        tx.commit().await.map_err(db_err)?;
+        Ok(outcomes)
+    }
+}
+
+/// Write one commit on `conn`, inside a transaction: `Ok(None)` when its compare-and-set
+/// (or its signal's check) matched nothing, in which case it wrote nothing.
+async fn apply(conn: &mut SqliteConnection, row: &CommitRow) -> Outcome {
+    if let Some(signal) = row.signal {
+        let pending = sqlx::query(sql::SIGNAL_PENDING)
+            .bind(signal)
+            .bind(&row.run_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_err)?;
+        if pending.is_none() {
+            return Ok(None);
+        }
+    }
+    let update = |statement| {
+        sqlx::query(statement)
+            .bind(&row.run_id)
+            .bind(row.version)
+            .bind(&row.to_state)
+            .bind(row.snapshot_state.as_deref())
+            .bind(row.status)
+            .bind(&row.waiting_for)
+            .bind(row.wake_at)
+            .bind(&row.error_code)
+            .bind(&row.error_message)
+            .bind(&row.hash)
+            .bind(row.patch_bytes)
+            .bind(row.now)
+            .bind(row.epoch)
+            .bind(row.expected)
+    };
+    // Most steps keep the run's status: a statement that leaves the indexed status and
+    // lease columns alone, then the full one if the stored status differs.
+    let mut updated = None;
+    if row.same_status {
+        updated = update(sql::COMMIT_RUN_SAME_STATUS)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_err)?;
+    }
+    if updated.is_none() {
+        updated = update(sql::COMMIT_RUN.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_err)?;
+    }
+    let Some(updated) = updated else {
+        return Ok(None);
+    };
+    let c = |e: sqlx::Error| agent_sql::corrupt(&row.run_id, e);
+    let applied = Applied {
+        lease_owner: updated.try_get("lease_owner").map_err(c)?,
+        lease_expires_at: updated.try_get("lease_expires_at").map_err(c)?,
+        updated_at: row.now,
+    };
+    sqlx::query(sql::INSERT_TRANSITION)
+        .bind(&row.run_id)
+        .bind(row.version)
+        .bind(&row.from_state)
+        .bind(&row.to_state)
+        .bind(row.kind)
+        .bind(row.status)
+        .bind(row.epoch)
+        .bind(row.now)
+        .bind(&row.hash)
+        .bind(row.payload_kind)
+        .bind(&row.body)
+        .bind(&row.waiting_for)
+        .bind(row.wake_at)
+        .bind(&row.error_code)
+        .bind(&row.error_message)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_err)?;
+    if let Some(signal) = row.signal {
+        sqlx::query(sql::CONSUME_SIGNAL)
+            .bind(signal)
+            .bind(row.version)
+            .execute(&mut *conn)
+            .await
+            .map_err(db_err)?;
+    }
+    Ok(Some(applied))
+}
+
+/// The same answer for each caller of a failed batch.
+fn same_error(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        other => StoreError::Backend(other.to_string()),
+    }
+}
+
+/// The writer, held by a caller writing its own transaction. When it ends (or the caller's
+/// future is dropped), the writer goes to the queue if anyone waits.
+struct Writer<'a>(&'a Arc<GroupCommit>);
+
+impl Drop for Writer<'_> {
+    fn drop(&mut self) {
+        let mut queue = self.0.lock();
+        if queue.waiting.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            queue.writing = false;
+        } else {
+            drop(queue);
+            self.0.spawn_flusher();
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Group commit on SQLite: step commits of different runs that arrive while the writer is
+//! busy share one transaction, and each keeps its own compare-and-set. A stale commit in a
+//! batch is refused, alone; the others of the batch are committed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agent_core::conformance::store_checks::step;
+use agent_core::store::verify::verify_run;
+use agent_core::store::{Lease, NewRun, RunStatus, Store, StoreError};
+use agent_sqlite::SqliteStore;
+use futures::future::join_all;
+use serde_json::json;
+
+const RUNS: usize = 16;
+
+/// A store on a new file holding `RUNS` claimed runs at version 1 (the head each commit
+/// starts from is the one the store remembers).
+async fn claimed_runs() -> (SqliteStore, Vec<Lease>, PathBuf) {
+    let dir = std::env::temp_dir().join("agent-sqlite-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
+    let store = SqliteStore::open(&path).await.unwrap();
+    let mut leases = Vec::new();
+    for i in 0..RUNS {
+        let id = format!("r{i}");
+        store
+            .create_run(NewRun::new(&id, "A", "fp", "Start", json!({ "n": 0 })))
+            .await
+            .unwrap();
+        let (lease, _) = store
+            .claim_run(&id, "w", Duration::from_hours(1))
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .commit_step(&lease, &step(0, json!({ "n": 1 })))
+            .await
+            .unwrap();
+        leases.push(lease);
+    }
+    (store, leases, path)
+}
+
+async fn remove(store: SqliteStore, path: PathBuf) {
+    store.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_commit_in_a_batch_is_refused_and_the_others_commit() {
+    let (store, leases, path) = claimed_runs().await;
+    let stale = RUNS / 2;
+    // Another store on the file moves one run to version 2: `store` still remembers it at
+    // version 1, so its commit of that run enters the batch and must be refused there.
+    let other = SqliteStore::open(&path).await.unwrap();
+    other
+        .commit_step(&leases[stale], &step(1, json!({ "n": "other" })))
+        .await
+        .unwrap();
+    other.close().await;
+    let before = store.group_commit_stats();
+    // Every commit starts at once: the first writes its own transaction, the others queue
+    // behind it and go together.
+    let outcomes = join_all(leases.iter().enumerate().map(|(i, lease)| {
+        let commit = step(1, json!({ "n": 2, "run": i }));
+        let store = &store;
+        async move { store.commit_step(lease, &commit).await }
+    }))
+    .await;
+    let after = store.group_commit_stats();
+    let commits = after.commits - before.commits;
+    let transactions = after.transactions - before.transactions;
+    assert_eq!(commits, RUNS as u64);
+    assert!(
+        transactions < commits,
+        "{commits} concurrent commits took {transactions} transactions: nothing was grouped"
+    );
+    assert!(after.waited > before.waited, "no commit waited for a batch");
+
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        let run = store.load_run(&format!("r{i}")).await.unwrap().unwrap();
+        if i == stale {
+            match outcome {
+                Err(StoreError::Conflict {
+                    expected: 1,
+                    found: 2,
+                    ..
+                }) => {}
+                other => panic!("the stale commit must be a conflict, got {other:?}"),
+            }
+            assert_eq!((run.version, &run.state), (2, &json!({ "n": "other" })));
+        } else {
+            let record = outcome.unwrap_or_else(|e| panic!("run {i}'s commit failed: {e}"));
+            assert_eq!(record.version, 2);
+            assert_eq!((run.version, &run.state), (2, &json!({ "n": 2, "run": i })));
+        }
+        let versions: Vec<u64> = store
+            .history(&run.id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.version)
+            .collect();
+        assert_eq!(versions, (0..=run.version).collect::<Vec<_>>());
+        let report = verify_run(&store, &run).await.unwrap();
+        assert!(
+            report.ok,
+            "run {i}'s hash chain does not verify: {report:?}"
+        );
+    }
+    remove(store, path).await;
+}
+
+/// Fencing holds inside a batch: a commit under a lease another claim replaced is refused
+/// with `LeaseLost`, and a final status ends the lease of the run it commits, while the
+/// other commits of the batch go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_keeps_fencing_and_final_statuses_end_leases() {
+    let (store, mut leases, path) = claimed_runs().await;
+    // Run 0's lease expires and is claimed again: its old lease is stale.
+    let old = leases[0].clone();
+    store.expire_leases_of("w").await.unwrap();
+    for (i, lease) in leases.iter_mut().enumerate() {
+        *lease = store
+            .claim_run(&format!("r{i}"), "w", Duration::from_hours(1))
+            .await
+            .unwrap()
+            .unwrap()
+            .0;
+    }
+    leases[0] = old;
+    let outcomes = join_all(leases.iter().enumerate().map(|(i, lease)| {
+        let mut commit = step(1, json!({ "n": 2 }));
+        if i == 1 {
+            commit.status = RunStatus::Completed;
+            commit.to_state = "Done".into();
+        }
+        let store = &store;
+        async move { store.commit_step(lease, &commit).await }
+    }))
+    .await;
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        let run = store.load_run(&format!("r{i}")).await.unwrap().unwrap();
+        match (i, outcome) {
+            (0, Err(StoreError::LeaseLost { .. })) => assert_eq!(run.version, 1),
+            (0, other) => panic!("a stale epoch must lose the lease, got {other:?}"),
+            (1, Ok(record)) => {
+                assert_eq!(record.status, RunStatus::Completed);
+                assert_eq!(run.lease_owner, None, "a final status keeps its lease");
+            }
+            (_, Ok(record)) => {
+                assert_eq!(record.version, 2);
+                assert_eq!(run.lease_owner.as_deref(), Some("w"));
+            }
+            (_, Err(e)) => panic!("run {i}'s commit failed: {e}"),
+        }
+    }
+    remove(store, path).await;
+}
