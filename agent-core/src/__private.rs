@@ -3,6 +3,7 @@
 //! Generated code names only `::durable_agents::__private::…`, so everything else can move.
 
 pub use crate::agent::{Join, RouteChoice, StepIo};
+pub use crate::versions::{migrate_via, older_via};
 pub use ::core;
 pub use ::futures::future::BoxFuture;
 pub use ::serde_json;
@@ -13,7 +14,6 @@ pub use ::std::string::String;
 pub use ::std::sync::OnceLock;
 pub use ::std::vec;
 pub use ::std::vec::Vec;
-pub use crate::versions::{migrate_via, older_via};
 
 use crate::agent::{StepError, Wake};
 use serde::de::DeserializeOwned;

@@ -114,6 +114,12 @@ async fn check_history(store: &dyn Store, record: &RunRecord) -> Result<(), Stri
             }
             // An operator's reset goes back to a state the run was in, not along an edge.
             TransitionKind::Repair => graph.state(&t.to_state).is_some(),
+            // A migration maps a state of an older version to one of this version's: it
+            // names who wrote it, and leads to a state the graph has.
+            TransitionKind::Migrated => {
+                t.note.as_ref().is_some_and(|n| n.by == "migration")
+                    && graph.state(&t.to_state).is_some()
+            }
         };
         if !legal {
             return Err(format!(
