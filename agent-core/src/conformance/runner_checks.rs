@@ -22,6 +22,11 @@ use crate::store::{
 };
 use crate::tool::ToolKind;
 
+pub use super::version_checks::{
+    check_compensating_v1_run_is_compensated_by_v2, check_older_runner_leaves_newer_runs_alone,
+    check_v1_run_interrupted_mid_step_finishes_on_v2,
+};
+
 pub use super::child_checks::{
     check_cancelled_parent_cancels_its_children, check_children_budget, check_children_join_all,
     check_children_join_first_cancels_the_rest, check_crash_sweep_children,
@@ -1471,6 +1476,9 @@ macro_rules! runner_conformance {
             check_terminate_during_a_step_fences_the_worker,
             check_cancel_racing_the_runner,
             check_followers_miss_nothing_across_crashes,
+            check_v1_run_interrupted_mid_step_finishes_on_v2,
+            check_compensating_v1_run_is_compensated_by_v2,
+            check_older_runner_leaves_newer_runs_alone,
         );
     };
     (@each $setup:expr, $($check:ident),* $(,)?) => {
