@@ -164,6 +164,7 @@ impl PgStore {
             .bind(m.resume_base.map(to_i64))
             .bind(&m.waiting_for)
             .bind(m.wake_at)
+            .bind(&m.to_state)
             .execute(&mut *tx)
             .await
             .map_err(db_err)?;

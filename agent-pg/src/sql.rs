@@ -534,9 +534,11 @@ pub(crate) const REPAIR_RUN: &str = "WITH upd AS (UPDATE runs SET state = $2::js
 
 /// `Store::migrate_run`, after [`OPERATOR_TRANSITION`] wrote the `migrated` version in the
 /// same transaction: the run row's agent version (`$2`), fingerprint (`$3`), the version
-/// migrated at (`$4`) and the resume base (`$5`), and what the run waits for (`$6`, `$7`),
-/// on the row and on the transition (for its events).
+/// migrated at (`$4`) and the resume base (`$5`), what the run waits for (`$6`, `$7`), on
+/// the row and on the transition (for its events), and the mapped state's name (`$8`: an
+/// operator's transition keeps the run's).
 pub(crate) const MIGRATED_ROW: &str = "WITH upd AS (UPDATE runs SET agent_version = $2, \
+     state_name = $8, \
      fingerprint = $3, migrated_at_version = $4, resume_base = $5, waiting_for = $6, \
      wake_at = ms_to_ts($7) WHERE id = $1 AND version = $4 RETURNING id) \
      UPDATE transitions SET waiting_for = $6, wake_at = ms_to_ts($7) \

@@ -101,6 +101,7 @@ impl SqliteStore {
             .bind(m.resume_base.map(to_i64))
             .bind(&m.waiting_for)
             .bind(m.wake_at)
+            .bind(&m.to_state)
             .execute(&mut *tx)
             .await
             .map_err(db_err)?;

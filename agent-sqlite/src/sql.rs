@@ -298,8 +298,10 @@ pub(crate) const INSERT_OPERATOR_TRANSITION: &str = concat!(
 
 /// `Store::migrate_run`, after the `migrated` version was written in the same
 /// transaction: the run row's agent version (`$2`), fingerprint (`$3`), the version
-/// migrated at (`$4`), the resume base (`$5`) and what the run waits for (`$6`, `$7`).
+/// migrated at (`$4`), the resume base (`$5`), what the run waits for (`$6`, `$7`) and the
+/// mapped state's name (`$8`: an operator's transition keeps the run's).
 pub(crate) const MIGRATED_ROW: &str = "UPDATE runs SET agent_version = $2, fingerprint = $3, \
+     state_name = $8, \
      migrated_at_version = $4, resume_base = $5, waiting_for = $6, wake_at = $7 \
      WHERE id = $1 AND version = $4";
 
