@@ -45,11 +45,13 @@ pub trait Agent: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
     /// Bring a stored state of version `from` to this version, through the declared
     /// `migrate_from` chain: `None` when no chain leads from `from` (the state of this
     /// version itself comes back unchanged).
+    #[must_use]
     fn migrate(from: u32, state: Value) -> Option<Result<Value, MigrationError>> {
         (from == Self::VERSION).then_some(Ok(state))
     }
     /// The older versions whose runs this agent's code can run by migrating them, oldest
     /// first (empty without `migrate_from`).
+    #[must_use]
     fn older_versions() -> Vec<OlderVersion> {
         Vec::new()
     }

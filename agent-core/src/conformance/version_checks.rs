@@ -143,6 +143,9 @@ fn effects_once(world: &World) -> Result<(), String> {
 /// interrupted step's calls over by index), replays them from the journal, and finishes the
 /// run: every write applied and executed once, one `migrated` transition, the chain
 /// verified across it, the run on version 2.
+///
+/// # Errors
+/// What the store or the runner did wrong, when it breaks the guarantee.
 pub async fn check_v1_run_interrupted_mid_step_finishes_on_v2(
     store: Arc<dyn Store>,
 ) -> Result<(), String> {
@@ -228,6 +231,9 @@ pub async fn check_v1_run_interrupted_mid_step_finishes_on_v2(
 /// A version 1 run that failed into its compensating state crashes before its
 /// compensations; a version 2 runner compensates it at version 1 (no migration), every
 /// reservation released exactly once, and the run ends compensated on version 1.
+///
+/// # Errors
+/// What the store or the runner did wrong, when it breaks the guarantee.
 pub async fn check_compensating_v1_run_is_compensated_by_v2(
     store: Arc<dyn Store>,
 ) -> Result<(), String> {
@@ -286,6 +292,9 @@ pub async fn check_compensating_v1_run_is_compensated_by_v2(
 
 /// A version 1 runner does not run a run already on version 2: it is an error naming the
 /// versions, and the run is left as it is (not quarantined).
+///
+/// # Errors
+/// What the store or the runner did wrong, when it breaks the guarantee.
 pub async fn check_older_runner_leaves_newer_runs_alone(
     store: Arc<dyn Store>,
 ) -> Result<(), String> {

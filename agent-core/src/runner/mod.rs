@@ -674,7 +674,8 @@ where
             return Ok(StepOutcome::Finished(record));
         }
         if record.agent_version != A::VERSION {
-            return self.step_other_version(lease, record).await;
+            // Boxed, as the step below: it is rare, and kept out of every step's future.
+            return Box::pin(self.step_other_version(lease, record)).await;
         }
         let state: A = match self.check_loaded(&record) {
             Ok(state) => state,

@@ -162,7 +162,7 @@ impl MigrationNote {
             self.to_fingerprint
         );
         if let Some(base) = self.resume_base {
-            reason.push_str(&format!("; resumes the step begun at version {base}"));
+            reason = format!("{reason}; resumes the step begun at version {base}");
         }
         OperatorNote::new(Self::BY, reason)
     }
@@ -229,8 +229,9 @@ pub fn versioned_agent(agent: &str, version: u32) -> String {
     format!("{agent}@{version}")
 }
 
-/// Whether a run of `agent` on version `version` is one [`Store::claim_next`]
-/// (super::Store::claim_next) may claim for these entries: all runs when there is none,
+/// Whether a run of `agent` on version `version` is one
+/// [`Store::claim_next`](super::Store::claim_next) may claim for these entries: all runs
+/// when there is none,
 /// else an entry naming the agent (any version) or `agent@version`.
 #[must_use]
 pub fn claimable_by(agents: &[String], agent: &str, version: u32) -> bool {

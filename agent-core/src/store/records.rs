@@ -175,8 +175,9 @@ pub struct RunRecord {
     /// ([`Store::migrate_run`](super::Store::migrate_run)).
     #[serde(default = "first_agent_version")]
     pub agent_version: u32,
-    /// The version at which the run was last migrated ([`Store::migrate_run`]
-    /// (super::Store::migrate_run)); with [`resume_base`](Self::resume_base), meaningful
+    /// The version at which the run was last migrated
+    /// ([`Store::migrate_run`](super::Store::migrate_run)); with
+    /// [`resume_base`](Self::resume_base), meaningful
     /// only while the run is still at that version (see
     /// [`migration_resume_base`](Self::migration_resume_base)).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -46,6 +46,9 @@ fn to_v2(version: u64) -> MigrationCommit {
 /// the same version, or one under a stale lease, is refused with nothing written; the
 /// chain verifies across it; time travel shows both sides; a fork from before it starts
 /// on the old version, one from after it on the new.
+///
+/// # Errors
+/// What the store or the runner did wrong, when it breaks the guarantee.
 pub async fn check_migration_is_a_fenced_transition_once(
     store: Arc<dyn Store>,
 ) -> Result<(), String> {
@@ -190,6 +193,9 @@ pub async fn check_migration_is_a_fenced_transition_once(
 }
 
 /// A compensating run, or one whose cancel is requested, is not migrated.
+///
+/// # Errors
+/// What the store or the runner did wrong, when it breaks the guarantee.
 pub async fn check_migration_refuses_compensating_runs(
     store: Arc<dyn Store>,
 ) -> Result<(), String> {
@@ -241,6 +247,9 @@ pub async fn check_migration_refuses_compensating_runs(
 
 /// `claim_next` takes `Agent` (any version) and `Agent@N` (that version only); listing
 /// and counting filter by agent version alike.
+///
+/// # Errors
+/// What the store or the runner did wrong, when it breaks the guarantee.
 pub async fn check_claim_next_filters_by_version(store: Arc<dyn Store>) -> Result<(), String> {
     for (id, version) in [("v1-a", 1), ("v2-a", 2), ("v3-a", 3), ("v1-b", 1)] {
         store
