@@ -91,6 +91,9 @@ pub(crate) enum ColorChoice {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// List runs, newest first.
+    // `--version` filters by agent version here: the binary's version stays on
+    // `agentctl --version`.
+    #[command(disable_version_flag = true)]
     Runs(RunsArgs),
     /// Show a run's timeline: versions, tool calls, decisions, compensations, signals.
     Show(ShowArgs),
