@@ -3,14 +3,14 @@
 //! what the plan saw and what it writes.
 
 use agent_core::store::history::VersionPayload;
-use agent_core::store::operator::OperatorPlan;
+use agent_core::store::operator::{OperatorPlan, OperatorTransition};
 use agent_core::store::{
     Lease, MigrationCommit, Millis, OperatorNote, RunRecord, StoreError, TransitionKind,
 };
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::RunHead;
 use agent_sql::reads::bind;
-use agent_sql::rows::{self, SqlRow};
+use agent_sql::rows::{self, Applied, SqlRow};
 use agent_sql::{corrupt, to_i64};
 use sqlx::Row;
 
@@ -71,28 +71,9 @@ impl PgStore {
             OperatorPlan::Transition(t) => {
                 let (plan, payload) = CommitPlan::operator(head, &t);
                 let commit = &t.commit;
-                let (payload_kind, snapshot, patch) = match payload {
-                    VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
-                    VersionPayload::Patch(v) => ("patch", None, Some(v)),
-                };
-                let row = bind(
-                    sqlx::query(sql::OPERATOR_TRANSITION),
-                    &operator_args(run_id, &t, &plan),
-                )
-                .bind(snapshot)
-                .bind(&commit.from_state)
-                .bind(&commit.to_state)
-                .bind(commit.kind.as_str())
-                .bind(payload_kind)
-                .bind(&patch)
-                .bind(&t.note.by)
-                .bind(&t.note.reason)
-                .bind(&self.channel)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
-                let applied = row.applied_row().map_err(c)?;
+                let applied = self
+                    .write_transition(&mut tx, run_id, &t, &plan, payload)
+                    .await?;
                 tx.commit().await.map_err(db_err)?;
                 self.event_written(run_id);
                 let lease = t.lease(run_id);
@@ -133,29 +114,9 @@ impl PgStore {
         debug_assert_eq!(t.commit.kind, TransitionKind::Migrated);
         let (plan, payload) = CommitPlan::operator(head, &t);
         let commit = &t.commit;
-        let (payload_kind, snapshot, patch) = match payload {
-            VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
-            VersionPayload::Patch(v) => ("patch", None, Some(v)),
-        };
-        let c = |e: sqlx::Error| corrupt(run_id, e);
-        let row = bind(
-            sqlx::query(sql::OPERATOR_TRANSITION),
-            &operator_args(run_id, &t, &plan),
-        )
-        .bind(snapshot)
-        .bind(&commit.from_state)
-        .bind(&commit.to_state)
-        .bind(commit.kind.as_str())
-        .bind(payload_kind)
-        .bind(&patch)
-        .bind(&t.note.by)
-        .bind(&t.note.reason)
-        .bind(&self.channel)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_err)?
-        .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
-        let applied = row.applied_row().map_err(c)?;
+        let applied = self
+            .write_transition(&mut tx, run_id, &t, &plan, payload)
+            .await?;
         sqlx::query(sql::MIGRATED_ROW)
             .bind(run_id)
             .bind(i32::try_from(m.to_agent_version).unwrap_or(i32::MAX))
@@ -182,5 +143,40 @@ impl PgStore {
             patch_bytes,
         });
         Ok(record)
+    }
+
+    /// Write the version an operator's transition (or a migration) plans, in `tx`, which
+    /// locked the run: the run row and the transition with its note.
+    async fn write_transition(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        run_id: &str,
+        t: &OperatorTransition,
+        plan: &CommitPlan,
+        payload: VersionPayload,
+    ) -> Result<Applied, StoreError> {
+        let commit = &t.commit;
+        let (payload_kind, snapshot, patch) = match payload {
+            VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
+            VersionPayload::Patch(v) => ("patch", None, Some(v)),
+        };
+        let row = bind(
+            sqlx::query(sql::OPERATOR_TRANSITION),
+            &operator_args(run_id, t, plan),
+        )
+        .bind(snapshot)
+        .bind(&commit.from_state)
+        .bind(&commit.to_state)
+        .bind(commit.kind.as_str())
+        .bind(payload_kind)
+        .bind(&patch)
+        .bind(&t.note.by)
+        .bind(&t.note.reason)
+        .bind(&self.channel)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_err)?
+        .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
+        row.applied_row().map_err(|e| corrupt(run_id, e))
     }
 }
