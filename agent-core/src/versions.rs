@@ -172,3 +172,93 @@ pub fn older_via<Old: Agent>(skipped: &[&'static str]) -> Vec<OlderVersion> {
     }
     older
 }
+
+/// What [`migrate_runs`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// Runs moved to this version, by the version they were on.
+    pub migrated: std::collections::BTreeMap<u32, u64>,
+    /// Runs quarantined because their state did not map (`migration.failed`,
+    /// `migration.skips_signal`).
+    pub quarantined: Vec<String>,
+    /// Claimed runs handed back untouched: compensating runs (never migrated), and runs
+    /// another worker moved first.
+    pub left: u64,
+}
+
+/// Migrate every claimable run of an older version that `runner` can run, now, instead of
+/// at its next step (`agentctl migrate` applies nothing itself: it has no agent code). Each
+/// run is claimed and migrated with one [`Store::migrate_run`](crate::store::Store::migrate_run)
+/// under that lease, exactly as a worker would before its next step; nothing else of it
+/// runs. Compensating runs are handed back (they are compensated at their own version).
+/// Runs waiting for a signal that has not come are not claimable: they are migrated when
+/// it comes.
+///
+/// # Errors
+/// The store's, claiming.
+pub async fn migrate_runs<A, H>(
+    runner: &crate::runner::Runner<A, H>,
+) -> Result<MigrateReport, crate::store::StoreError>
+where
+    A: Agent + crate::agent::Handle<H>,
+    H: Send + Sync + 'static,
+{
+    use crate::runner::StepOutcome;
+    use crate::store::{RunStatus, versioned_agent};
+    let store = runner.store();
+    let config = runner.config();
+    let entries: Vec<String> = A::older_versions()
+        .iter()
+        .map(|o| versioned_agent(A::NAME, o.version))
+        .collect();
+    let mut report = MigrateReport::default();
+    if entries.is_empty() {
+        return Ok(report);
+    }
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let batch = store
+            .claim_next(&entries, &config.worker_id, config.lease_ttl, 64)
+            .await?;
+        if batch.is_empty() {
+            return Ok(report);
+        }
+        let mut progressed = false;
+        for (mut lease, record) in batch {
+            if record.status == RunStatus::Compensating || !seen.insert(record.id.clone()) {
+                report.left += 1;
+                store.hand_back(&lease).await?;
+                continue;
+            }
+            progressed = true;
+            let from = record.agent_version;
+            match runner.step(&mut lease, record).await {
+                Ok(StepOutcome::Committed(r) | StepOutcome::Waiting(r))
+                    if r.agent_version == A::VERSION =>
+                {
+                    *report.migrated.entry(from).or_default() += 1;
+                    store.release_lease(&lease).await?;
+                }
+                Ok(StepOutcome::Finished(r)) if r.status == RunStatus::Quarantined => {
+                    report.quarantined.push(r.id);
+                }
+                Ok(
+                    StepOutcome::Committed(r) | StepOutcome::Waiting(r) | StepOutcome::Finished(r),
+                ) => {
+                    report.left += 1;
+                    if r.lease_owner.is_some() {
+                        store.release_lease(&lease).await?;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not migrate a run; it migrates at its next step");
+                    report.left += 1;
+                    let _ = store.hand_back(&lease).await;
+                }
+            }
+        }
+        if !progressed {
+            return Ok(report);
+        }
+    }
+}

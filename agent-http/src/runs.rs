@@ -50,6 +50,8 @@ pub(crate) struct ListQuery {
     pub(crate) created_after: Option<Millis>,
     /// Only runs created before this time (milliseconds since the epoch).
     pub(crate) created_before: Option<Millis>,
+    /// Only runs on this version of their agent.
+    pub(crate) agent_version: Option<u32>,
     /// Runs per page (default 50, at most 500).
     #[param(minimum = 1, maximum = 500)]
     pub(crate) limit: Option<usize>,
@@ -155,6 +157,7 @@ pub(crate) async fn list_page(app: &AppState, q: ListQuery) -> Result<RunPage, A
         spawned_by: q.parent,
         created_after: q.created_after,
         created_before,
+        agent_version: q.agent_version,
     };
     let listed = app.store.list_runs(&filter).await?;
     let mut runs: Vec<RunRecord> = match cursor {

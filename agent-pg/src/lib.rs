@@ -240,6 +240,7 @@ impl PgStore {
                     .as_ref()
                     .map(|p| agent_sql::to_i64(p.version)),
             )
+            .bind(i32::try_from(new.agent_version).unwrap_or(i32::MAX))
             .fetch_optional(&self.pool)
             .await
             .map_err(connect::db_err)?;

@@ -3,12 +3,15 @@
 //! what the plan saw and what it writes.
 
 use agent_core::store::history::VersionPayload;
-use agent_core::store::operator::OperatorPlan;
-use agent_core::store::{Millis, OperatorNote, RunRecord, StoreError};
+use agent_core::store::operator::{OperatorPlan, OperatorTransition};
+use agent_core::store::{
+    Lease, MigrationCommit, Millis, OperatorNote, RunRecord, StoreError, TransitionKind,
+};
 use agent_sql::commit::{CommitPlan, operator_args};
-use agent_sql::corrupt;
+use agent_sql::heads::RunHead;
 use agent_sql::reads::bind;
-use agent_sql::rows::{self, SqlRow};
+use agent_sql::rows::{self, Applied, SqlRow};
+use agent_sql::{corrupt, to_i64};
 use sqlx::Row;
 
 use crate::connect::db_err;
@@ -68,33 +71,112 @@ impl PgStore {
             OperatorPlan::Transition(t) => {
                 let (plan, payload) = CommitPlan::operator(head, &t);
                 let commit = &t.commit;
-                let (payload_kind, snapshot, patch) = match payload {
-                    VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
-                    VersionPayload::Patch(v) => ("patch", None, Some(v)),
-                };
-                let row = bind(
-                    sqlx::query(sql::OPERATOR_TRANSITION),
-                    &operator_args(run_id, &t, &plan),
-                )
-                .bind(snapshot)
-                .bind(&commit.from_state)
-                .bind(&commit.to_state)
-                .bind(commit.kind.as_str())
-                .bind(payload_kind)
-                .bind(&patch)
-                .bind(&t.note.by)
-                .bind(&t.note.reason)
-                .bind(&self.channel)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
-                let applied = row.applied_row().map_err(c)?;
+                let applied = self
+                    .write_transition(&mut tx, run_id, &t, &plan, payload)
+                    .await?;
                 tx.commit().await.map_err(db_err)?;
                 self.event_written(run_id);
                 let lease = t.lease(run_id);
                 Ok(plan.applied(&lease, commit, applied, &self.heads))
             }
         }
+    }
+
+    /// `Store::migrate_run`: the run row locked and read, the migration checked against it
+    /// ([`MigrationCommit::refusal`]), then the `migrated` version written as an operator's
+    /// transition (its note chained into the hash) with the lease kept, and the row's
+    /// agent version, fingerprint, resume base and wait set, in one transaction.
+    pub(crate) async fn write_migration(
+        &self,
+        lease: &Lease,
+        m: &MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        let run_id = lease.run_id.as_str();
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let locked = sqlx::query(sql::LOCK_RUN)
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if locked.is_none() {
+            return Err(StoreError::NotFound(run_id.to_owned()));
+        }
+        let row = sqlx::query(sql::LOAD_RUN)
+            .bind(run_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let head = rows::stored_run(&row)?.head;
+        if let Some(refused) = m.refusal(&head.record, lease.epoch) {
+            return Err(refused);
+        }
+        let t = m.transition(lease.epoch);
+        debug_assert_eq!(t.commit.kind, TransitionKind::Migrated);
+        let (plan, payload) = CommitPlan::operator(head, &t);
+        let commit = &t.commit;
+        let applied = self
+            .write_transition(&mut tx, run_id, &t, &plan, payload)
+            .await?;
+        sqlx::query(sql::MIGRATED_ROW)
+            .bind(run_id)
+            .bind(i32::try_from(m.to_agent_version).unwrap_or(i32::MAX))
+            .bind(&m.fingerprint)
+            .bind(to_i64(m.version()))
+            .bind(m.resume_base.map(to_i64))
+            .bind(&m.waiting_for)
+            .bind(m.wake_at)
+            .bind(&m.to_state)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        self.event_written(run_id);
+        let (last_hash, patch_bytes) = (plan.hash.clone(), plan.patch_bytes);
+        let mut record = plan.applied(lease, commit, applied, &self.heads);
+        record.agent_version = m.to_agent_version;
+        record.fingerprint.clone_from(&m.fingerprint);
+        record.migrated_at_version = Some(m.version());
+        record.resume_base = m.resume_base;
+        self.heads.remember(RunHead {
+            record: record.clone(),
+            last_hash,
+            patch_bytes,
+        });
+        Ok(record)
+    }
+
+    /// Write the version an operator's transition (or a migration) plans, in `tx`, which
+    /// locked the run: the run row and the transition with its note.
+    async fn write_transition(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        run_id: &str,
+        t: &OperatorTransition,
+        plan: &CommitPlan,
+        payload: VersionPayload,
+    ) -> Result<Applied, StoreError> {
+        let commit = &t.commit;
+        let (payload_kind, snapshot, patch) = match payload {
+            VersionPayload::Snapshot(_) => ("snapshot", Some(&commit.state), None),
+            VersionPayload::Patch(v) => ("patch", None, Some(v)),
+        };
+        let row = bind(
+            sqlx::query(sql::OPERATOR_TRANSITION),
+            &operator_args(run_id, t, plan),
+        )
+        .bind(snapshot)
+        .bind(&commit.from_state)
+        .bind(&commit.to_state)
+        .bind(commit.kind.as_str())
+        .bind(payload_kind)
+        .bind(&patch)
+        .bind(&t.note.by)
+        .bind(&t.note.reason)
+        .bind(&self.channel)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_err)?
+        .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
+        row.applied_row().map_err(|e| corrupt(run_id, e))
     }
 }

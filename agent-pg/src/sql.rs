@@ -19,6 +19,7 @@ macro_rules! run_cols {
          parent_version, ts_to_ms(created_at) AS created_at, ts_to_ms(updated_at) AS updated_at, \
          creation_hash, last_hash, patch_bytes, snapshot_version, labels, \
          cancel_requested_by, cancel_reason, spawned_by, spawned_at_version, \
+         agent_version, migrated_at_version, resume_base, \
          (SELECT jsonb_agg(jsonb_build_array(t.payload_kind, t.payload) ORDER BY t.version) \
           FROM transitions t WHERE t.run_id = runs.id AND t.version > runs.snapshot_version \
           AND t.version <= runs.version) AS tail"
@@ -44,8 +45,9 @@ pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 
 
 pub(crate) const INSERT_RUN: &str = concat!(
     "WITH ins AS (INSERT INTO runs (id, agent, fingerprint, state_name, state, creation_hash, \
-     last_hash, parent_id, parent_version, labels, spawned_by, spawned_at_version) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12, $13) \
+     last_hash, parent_id, parent_version, labels, spawned_by, spawned_at_version, \
+     agent_version) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12, $13, $14) \
      ON CONFLICT (id) DO NOTHING RETURNING ",
     run_cols!(),
     "), lb AS (INSERT INTO run_labels (run_id, key, value) \
@@ -101,8 +103,11 @@ pub(crate) static CLAIM_NEXT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The agents asked for (`$1`, all when empty).
-const OF_AGENTS: &str = "(cardinality($1::text[]) = 0 OR r.agent = ANY($1))";
+/// The agents asked for (`$1`, all when empty): an entry `Agent` takes any of its runs, an
+/// entry `Agent@N` only those on version `N` (`Store::claim_next`). Checked on rows an
+/// index of the arm found, so it needs no index of its own.
+const OF_AGENTS: &str = "(cardinality($1::text[]) = 0 OR r.agent = ANY($1) \
+     OR (r.agent || '@' || r.agent_version) = ANY($1))";
 /// No live lease.
 const LEASE_FREE: &str = "(r.lease_owner IS NULL OR r.lease_expires_at <= clock_timestamp())";
 /// A runnable run's timer, if any, is due.
@@ -367,7 +372,7 @@ pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, 
      ts_to_ms(created_at) AS created_at, hash, note_by, note_reason FROM transitions \
      WHERE run_id = $1 ORDER BY version";
 
-/// The filter of `Store::list_runs` and `Store::count_runs` (binds `$1`, `$2`, `$4`-`$8`;
+/// The filter of `Store::list_runs` and `Store::count_runs` (binds `$1`, `$2`, `$4`-`$9`;
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
     () => {
@@ -378,7 +383,8 @@ macro_rules! runs_filter {
        GROUP BY l.run_id HAVING count(*) = $4)) \
      AND ($6::text IS NULL OR spawned_by = $6) \
      AND ($7::bigint IS NULL OR ts_to_ms(created_at) >= $7) \
-     AND ($8::bigint IS NULL OR ts_to_ms(created_at) < $8)"
+     AND ($8::bigint IS NULL OR ts_to_ms(created_at) < $8) \
+     AND ($9::integer IS NULL OR agent_version = $9)"
     };
 }
 
@@ -525,6 +531,18 @@ pub(crate) const REPAIR_RUN: &str = "WITH upd AS (UPDATE runs SET state = $2::js
      created_at, hash, payload_kind, payload, note_by, note_reason) \
      SELECT id, version, $9, $3, 'repair', 'running', epoch, updated_at, $6, 'snapshot', state, \
      $10, $11 FROM upd";
+
+/// `Store::migrate_run`, after [`OPERATOR_TRANSITION`] wrote the `migrated` version in the
+/// same transaction: the run row's agent version (`$2`), fingerprint (`$3`), the version
+/// migrated at (`$4`) and the resume base (`$5`), what the run waits for (`$6`, `$7`), on
+/// the row and on the transition (for its events), and the mapped state's name (`$8`: an
+/// operator's transition keeps the run's).
+pub(crate) const MIGRATED_ROW: &str = "WITH upd AS (UPDATE runs SET agent_version = $2, \
+     state_name = $8, \
+     fingerprint = $3, migrated_at_version = $4, resume_base = $5, waiting_for = $6, \
+     wake_at = ms_to_ts($7) WHERE id = $1 AND version = $4 RETURNING id) \
+     UPDATE transitions SET waiting_for = $6, wake_at = ms_to_ts($7) \
+     FROM upd WHERE transitions.run_id = upd.id AND transitions.version = $4";
 
 /// `SqlReads::run_events_sql`.
 pub(crate) static RUN_EVENTS: LazyLock<String> =

@@ -208,6 +208,14 @@ agent_sql::impl_sql_store!(PgStore {
         }
     }
 
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &agent_core::store::MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        self.write_migration(lease, commit).await
+    }
+
     async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
         let run_id = commit.run_id.as_str();
         let written = sqlx::query(sql::REPAIR_RUN)
@@ -457,6 +465,11 @@ fn filtered<'q>(
         .bind(&filter.spawned_by)
         .bind(filter.created_after)
         .bind(filter.created_before)
+        .bind(
+            filter
+                .agent_version
+                .map(|v| i32::try_from(v).unwrap_or(i32::MAX)),
+        )
 }
 
 impl PgStore {

@@ -324,14 +324,12 @@ pub async fn fork<S: SqlReads>(
     let at = replay_at(store, run_id, version)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("{run_id}@{version}")))?;
-    let new = NewRun::new(
-        new_id,
-        source.agent,
-        source.fingerprint,
-        at.state_name,
-        at.state,
-    )
-    .with_labels(source.labels);
+    // The state at `version` is of the agent version the run was on then.
+    let (agent_version, fingerprint) =
+        agent_core::store::agent_version_at(&source, &history(store, run_id).await?, version);
+    let new = NewRun::new(new_id, source.agent, fingerprint, at.state_name, at.state)
+        .with_labels(source.labels)
+        .with_agent_version(agent_version);
     store.insert_fork(&new, (run_id, version)).await
 }
 

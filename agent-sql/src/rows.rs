@@ -63,6 +63,10 @@ pub struct SalvageRow {
     labels: Json<Labels>,
     cancel_requested_by: Option<String>,
     cancel_reason: Option<String>,
+    /// `integer` on PostgreSQL, so read as `i32` (SQLite's `INTEGER` decodes too).
+    agent_version: i32,
+    migrated_at_version: Option<i64>,
+    resume_base: Option<i64>,
 }
 
 /// How [`SalvageRow::into_record`] treats a value the store never writes.
@@ -129,6 +133,13 @@ impl SalvageRow {
             updated_at: self.updated_at,
             labels: self.labels.0,
             cancel_requested: note(self.cancel_requested_by, self.cancel_reason),
+            agent_version: match read {
+                Read::Strict => u32::try_from(self.agent_version)
+                    .map_err(|e| corrupt(&id, format!("agent_version: {e}")))?,
+                Read::Lenient => u32::try_from(self.agent_version).unwrap_or(0),
+            },
+            migrated_at_version: self.migrated_at_version.map(number).transpose()?,
+            resume_base: self.resume_base.map(number).transpose()?,
             id,
         })
     }

@@ -201,6 +201,7 @@ impl SqliteStore {
             .bind(&labels)
             .bind(new.spawned_by.as_ref().map(|p| p.run_id.as_str()))
             .bind(new.spawned_by.as_ref().map(|p| to_i64(p.version)))
+            .bind(i64::from(new.agent_version))
             .execute(&mut *tx)
             .await
             .map_err(db_err)?

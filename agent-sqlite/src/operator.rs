@@ -4,8 +4,11 @@
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::operator::{OperatorPlan, OperatorTransition};
-use agent_core::store::{Millis, OperatorNote, RunRecord, StoreError, now_ms};
+use agent_core::store::{
+    Lease, MigrationCommit, Millis, OperatorNote, RunRecord, StoreError, now_ms,
+};
 use agent_sql::commit::{CommitPlan, operator_args};
+use agent_sql::heads::RunHead;
 use agent_sql::reads::bind;
 use agent_sql::rows::{self, Applied};
 use agent_sql::{corrupt, to_i64};
@@ -61,6 +64,69 @@ impl SqliteStore {
                 Ok(plan.applied(&lease, &t.commit, applied, &self.heads))
             }
         }
+    }
+}
+
+impl SqliteStore {
+    /// `Store::migrate_run`: the run read, the migration checked against it
+    /// ([`MigrationCommit::refusal`]), then the `migrated` version written as an operator's
+    /// transition (its note chained into the hash) with the lease kept, and the row's
+    /// agent version, fingerprint, resume base and wait set, in one write transaction.
+    pub(crate) async fn write_migration(
+        &self,
+        lease: &Lease,
+        m: &MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        let run_id = lease.run_id.as_str();
+        let now = now_ms();
+        let mut tx = self.write_tx().await?;
+        let row = sqlx::query(sql::LOAD_RUN)
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        let head = rows::stored_run(&row)?.head;
+        if let Some(refused) = m.refusal(&head.record, lease.epoch) {
+            return Err(refused);
+        }
+        let t = m.transition(lease.epoch);
+        let (plan, payload) = CommitPlan::operator(head, &t);
+        let applied = write_transition(&mut tx, run_id, &t, &plan, &payload, now).await?;
+        sqlx::query(sql::MIGRATED_ROW)
+            .bind(run_id)
+            .bind(i64::from(m.to_agent_version))
+            .bind(&m.fingerprint)
+            .bind(to_i64(m.version()))
+            .bind(m.resume_base.map(to_i64))
+            .bind(&m.waiting_for)
+            .bind(m.wake_at)
+            .bind(&m.to_state)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::MIGRATED_TRANSITION)
+            .bind(run_id)
+            .bind(&m.waiting_for)
+            .bind(m.wake_at)
+            .bind(to_i64(m.version()))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        self.events.wake(run_id);
+        let (last_hash, patch_bytes) = (plan.hash.clone(), plan.patch_bytes);
+        let mut record = plan.applied(lease, &t.commit, applied, &self.heads);
+        record.agent_version = m.to_agent_version;
+        record.fingerprint.clone_from(&m.fingerprint);
+        record.migrated_at_version = Some(m.version());
+        record.resume_base = m.resume_base;
+        self.heads.remember(RunHead {
+            record: record.clone(),
+            last_hash,
+            patch_bytes,
+        });
+        Ok(record)
     }
 }
 

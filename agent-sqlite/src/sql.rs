@@ -31,6 +31,7 @@ macro_rules! run_cols {
          claims_without_progress, parent_id, parent_version, created_at, updated_at, \
          creation_hash, last_hash, patch_bytes, snapshot_version, labels, \
          cancel_requested_by, cancel_reason, spawned_by, spawned_at_version, \
+         agent_version, migrated_at_version, resume_base, \
          (SELECT json_group_array(json_array(t.payload_kind, json(t.payload))) FROM ( \
             SELECT payload_kind, payload FROM transitions t WHERE t.run_id = runs.id \
             AND t.version > runs.snapshot_version AND t.version <= runs.version \
@@ -48,9 +49,9 @@ pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 
 
 pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (id, agent, fingerprint, state_name, state, \
      creation_hash, last_hash, parent_id, parent_version, created_at, updated_at, seq, labels, \
-     spawned_by, spawned_at_version) \
+     spawned_by, spawned_at_version, agent_version) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, \
-     (SELECT COALESCE(max(seq), 0) + 1 FROM runs), $11, $12, $13) ON CONFLICT (id) DO NOTHING";
+     (SELECT COALESCE(max(seq), 0) + 1 FROM runs), $11, $12, $13, $14) ON CONFLICT (id) DO NOTHING";
 
 /// The labels of a run just inserted, one row each from its JSON object `$2`.
 pub(crate) const INSERT_LABELS: &str =
@@ -93,7 +94,8 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Runnable runs, oldest first; `$1` is a JSON array of agent names (all when empty). A
+/// Runnable runs, oldest first; `$1` is a JSON array of agent names (all when empty), each
+/// `Agent` (any version of it) or `Agent@N` (its runs on version `N`). A
 /// run whose cancel is requested is runnable whatever it waits for: its claimer writes
 /// the cancel. A parent waiting for its children (`waiting_for` one of the two `children:`
 /// values) is runnable once none of the runs its step at `version - 1` spawned is in a
@@ -103,7 +105,8 @@ pub(crate) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT r.id FROM runs r \
      WHERE r.status IN ('running', 'compensating', 'waiting') \
-     AND (json_array_length($1) = 0 OR r.agent IN (SELECT value FROM json_each($1))) \
+     AND (json_array_length($1) = 0 OR r.agent IN (SELECT value FROM json_each($1)) \
+       OR (r.agent || '@' || r.agent_version) IN (SELECT value FROM json_each($1))) \
      AND (r.lease_owner IS NULL OR r.lease_expires_at <= $2) \
      AND (r.cancel_requested_by IS NOT NULL \
        OR (r.status IN ('running', 'compensating') AND (r.wake_at IS NULL OR r.wake_at <= $2)) \
@@ -236,7 +239,7 @@ pub(crate) const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version 
 pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
      created_at, hash, note_by, note_reason FROM transitions WHERE run_id = $1 ORDER BY version";
 
-/// The filter of `Store::list_runs` and `Store::count_runs` (binds `$1`, `$2`, `$4`-`$8`;
+/// The filter of `Store::list_runs` and `Store::count_runs` (binds `$1`, `$2`, `$4`-`$9`;
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
     () => {
@@ -246,7 +249,8 @@ macro_rules! runs_filter {
        JOIN run_labels l ON l.key = w.key AND l.value = w.value \
        GROUP BY l.run_id HAVING count(*) = $4)) \
      AND ($6 IS NULL OR spawned_by = $6) \
-     AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8)"
+     AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8) \
+     AND ($9 IS NULL OR agent_version = $9)"
     };
 }
 
@@ -291,6 +295,19 @@ pub(crate) const INSERT_OPERATOR_TRANSITION: &str = concat!(
     next_position!(),
     ", $14, $15)"
 );
+
+/// `Store::migrate_run`, after the `migrated` version was written in the same
+/// transaction: the run row's agent version (`$2`), fingerprint (`$3`), the version
+/// migrated at (`$4`), the resume base (`$5`), what the run waits for (`$6`, `$7`) and the
+/// mapped state's name (`$8`: an operator's transition keeps the run's).
+pub(crate) const MIGRATED_ROW: &str = "UPDATE runs SET agent_version = $2, fingerprint = $3, \
+     state_name = $8, \
+     migrated_at_version = $4, resume_base = $5, waiting_for = $6, wake_at = $7 \
+     WHERE id = $1 AND version = $4";
+
+/// The same wait on the `migrated` transition, for its events.
+pub(crate) const MIGRATED_TRANSITION: &str = "UPDATE transitions SET waiting_for = $2, \
+     wake_at = $3 WHERE run_id = $1 AND version = $4";
 
 pub(crate) const SEND_SIGNAL: &str = concat!(
     "INSERT INTO signals (run_id, name, payload, created_at, \

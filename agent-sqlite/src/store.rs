@@ -245,6 +245,14 @@ agent_sql::impl_sql_store!(SqliteStore {
         }
     }
 
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &agent_core::store::MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        self.write_migration(lease, commit).await
+    }
+
     async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
         let run_id = commit.run_id.as_str();
         let now = now_ms();
@@ -539,5 +547,6 @@ fn filtered<'q>(
         .bind(labels)
         .bind(&filter.spawned_by)
         .bind(filter.created_after)
-        .bind(filter.created_before))
+        .bind(filter.created_before)
+        .bind(filter.agent_version.map(i64::from)))
 }

@@ -91,6 +91,9 @@ pub(crate) enum ColorChoice {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// List runs, newest first.
+    // `--version` filters by agent version here: the binary's version stays on
+    // `agentctl --version`.
+    #[command(disable_version_flag = true)]
     Runs(RunsArgs),
     /// Show a run's timeline: versions, tool calls, decisions, compensations, signals.
     Show(ShowArgs),
@@ -290,6 +293,10 @@ pub(crate) struct RunsArgs {
     /// Only the child runs this run started (at any step).
     #[arg(long, value_name = "RUN")]
     pub parent: Option<String>,
+    /// Only runs on this version of their agent (`#[agent(version = N)]`; runs started
+    /// before versions existed are version 1).
+    #[arg(long, value_name = "N")]
+    pub version: Option<u32>,
     /// At most this many runs.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,

@@ -226,6 +226,14 @@ impl Store for Broken {
         self.inner.journal(run_id, version).await
     }
 
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &crate::store::MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.migrate_run(lease, commit).await
+    }
+
     async fn commit_step(
         &self,
         lease: &Lease,

@@ -36,6 +36,7 @@ pub mod child_checks;
 pub mod fixture;
 pub mod runner_checks;
 pub mod store_checks;
+pub mod version_checks;
 
 #[cfg(test)]
 mod broken;
@@ -90,6 +91,9 @@ macro_rules! store_conformance {
             check_final_commit_ends_the_lease,
             check_quarantine_is_fenced,
             check_repair_resets_a_quarantined_run,
+            check_migration_is_a_fenced_transition_once,
+            check_migration_refuses_compensating_runs,
+            check_claim_next_filters_by_version,
             check_concurrent_claim_next_is_disjoint,
             check_history_time_travel_and_fork,
             check_prune_keeps_resume_working,

@@ -22,6 +22,11 @@ use crate::store::{
 };
 use crate::tool::ToolKind;
 
+pub use super::version_checks::{
+    check_compensating_v1_run_is_compensated_by_v2, check_older_runner_leaves_newer_runs_alone,
+    check_v1_run_interrupted_mid_step_finishes_on_v2,
+};
+
 pub use super::child_checks::{
     check_cancelled_parent_cancels_its_children, check_children_budget, check_children_join_all,
     check_children_join_first_cancels_the_rest, check_crash_sweep_children,
@@ -116,6 +121,12 @@ async fn check_history(store: &dyn Store, record: &RunRecord) -> Result<(), Stri
             }
             // An operator's reset goes back to a state the run was in, not along an edge.
             TransitionKind::Repair => graph.state(&t.to_state).is_some(),
+            // A migration maps a state of an older version to one of this version's: it
+            // names who wrote it, and leads to a state the graph has.
+            TransitionKind::Migrated => {
+                t.note.as_ref().is_some_and(|n| n.by == "migration")
+                    && graph.state(&t.to_state).is_some()
+            }
         };
         if !legal {
             return Err(format!(
@@ -1480,6 +1491,9 @@ macro_rules! runner_conformance {
             check_terminate_during_a_step_fences_the_worker,
             check_cancel_racing_the_runner,
             check_followers_miss_nothing_across_crashes,
+            check_v1_run_interrupted_mid_step_finishes_on_v2,
+            check_compensating_v1_run_is_compensated_by_v2,
+            check_older_runner_leaves_newer_runs_alone,
         );
     };
     (@each $setup:expr, $($check:ident),* $(,)?) => {

@@ -34,6 +34,7 @@ mod retention;
 mod route;
 mod saga;
 mod step;
+mod versions;
 mod worker;
 
 use std::collections::HashMap;
@@ -49,7 +50,10 @@ pub use children::child_run_id;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use imported::{ImportedTools, SCHEMA_CHANGED};
 pub use retention::Retention;
-pub use worker::{SUSPECT_CLAIMS, Worker, WorkerConfig, WorkerStats};
+pub use versions::{MIGRATION_FAILED, MIGRATION_SKIPS_SIGNAL, claim_entries};
+pub use worker::{
+    CHANGED_GRAPH_LISTED, SUSPECT_CLAIMS, VersionReport, Worker, WorkerConfig, WorkerStats,
+};
 
 use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};
 use crate::graph::GraphDescription;
@@ -182,6 +186,23 @@ pub enum RunnerError {
         "state `{0}` is routed by an LLM but the runner has no router; build it with `Runner::routed`"
     )]
     NoRouter(String),
+    /// The run is on a version of the agent this runner cannot run: a newer one, or an
+    /// older one it declares no migration from. The run is left as it is (not
+    /// quarantined), for a worker that can run it.
+    #[error(
+        "run `{run_id}` is on version {version} of `{agent}`, which this runner cannot run \
+         (it runs {runs})"
+    )]
+    VersionNotRunnable {
+        /// The run.
+        run_id: String,
+        /// The agent.
+        agent: String,
+        /// The run's version of the agent.
+        version: u32,
+        /// What this runner runs, as claim entries (`Agent@N`).
+        runs: String,
+    },
     /// A signal no state of the agent waits for.
     #[error(
         "no state of agent `{agent}` waits for a signal named `{signal}`; the signals it waits for: {waits}"
@@ -449,7 +470,8 @@ where
         let state = serde_json::to_value(&initial)
             .map_err(|e| StoreError::Backend(format!("initial state does not serialize: {e}")))?;
         let new = NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
-            .with_labels(labels);
+            .with_labels(labels)
+            .with_agent_version(A::VERSION);
         Ok(self.inner.store.create_run(new).await?)
     }
 
@@ -650,6 +672,13 @@ where
         if matches!(error, RunnerError::LeaseLost(_) | RunnerError::Crashed(_)) {
             return;
         }
+        if matches!(error, RunnerError::VersionNotRunnable { .. }) {
+            // Nothing was executed: the claim does not count against the run.
+            if let Err(e) = self.inner.store.hand_back(lease).await {
+                warn!(error = %e, "could not hand a run of another version back; its lease will expire");
+            }
+            return;
+        }
         if let Err(e) = self.inner.store.release_lease(lease).await {
             warn!(error = %e, "could not release lease after a step error; it will expire");
         }
@@ -682,6 +711,10 @@ where
         }
         if record.status.is_final() {
             return Ok(StepOutcome::Finished(record));
+        }
+        if record.agent_version != A::VERSION {
+            // Boxed, as the step below: it is rare, and kept out of every step's future.
+            return Box::pin(self.step_other_version(lease, record)).await;
         }
         let state: A = match self.check_loaded(&record) {
             Ok(state) => state,

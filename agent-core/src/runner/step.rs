@@ -76,14 +76,15 @@ where
     }
 
     // A step that waited for its children resumes at the version it began at: the wait
-    // was committed as the next one.
-    let resumed = children::waits_for_children(&record);
-    let base = if resumed {
-        record.version.saturating_sub(1)
-    } else {
-        record.version
+    // was committed as the next one. So does the first step after a migration that
+    // carried a step of the old version over (its completed calls, by index).
+    let migrated_base = record.migration_resume_base();
+    let base = match migrated_base {
+        Some(base) => base,
+        None if children::waits_for_children(&record) => record.version.saturating_sub(1),
+        None => record.version,
     };
-    let journal: BTreeMap<u32, JournalEntry> = if fresh {
+    let journal: BTreeMap<u32, JournalEntry> = if fresh && migrated_base.is_none() {
         BTreeMap::new()
     } else {
         inner
@@ -224,7 +225,7 @@ where
     Ok(StepOutcome::Waiting(record))
 }
 
-fn wake_at(desc: &StateDescription) -> Option<Millis> {
+pub(super) fn wake_at(desc: &StateDescription) -> Option<Millis> {
     desc.wait
         .as_ref()
         .and_then(|w| w.timeout_ms)

@@ -68,7 +68,33 @@ pub struct WorkerStats {
     pub errors: u64,
 }
 
+/// What a worker found at start-up about the versions of its agent's runs in the store
+/// ([`Worker::version_report`]). Reported (a `tracing::warn`), never quarantined: another
+/// worker may run them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VersionReport {
+    /// Runs that are not final, by agent version, of versions this worker cannot run (newer,
+    /// or older without a migration): it never claims them.
+    pub unrunnable: std::collections::BTreeMap<u32, u64>,
+    /// How many runs that are not final are on this worker's own version but recorded
+    /// another graph fingerprint: the graph changed without a new version.
+    pub changed_graph: u64,
+    /// The first [`CHANGED_GRAPH_LISTED`] of them.
+    pub changed_graph_runs: Vec<String>,
+}
+
+/// How many run ids [`VersionReport::changed_graph_runs`] lists.
+pub const CHANGED_GRAPH_LISTED: usize = 20;
+
 /// Claims runnable runs of one agent (leases, fencing) and drives them.
+///
+/// # Versions
+///
+/// A worker claims only the runs it can run: those on its agent's version, and those on
+/// an older version it declares a migration from ([`claim_entries`](super::claim_entries)),
+/// which the runner migrates before their next step. At its first start it reports
+/// ([`version_report`](Self::version_report)) the runs it leaves to other workers and the
+/// runs of its own version whose graph changed without a new version.
 ///
 /// # Runs that crash their worker
 ///
@@ -97,6 +123,8 @@ pub struct Worker<A, H> {
     /// Whether `expire_own_leases_at_start` has been done (once per worker, not per call
     /// of `run_until*`: later calls would expire this worker's own live leases).
     own_leases_expired: tokio::sync::OnceCell<()>,
+    /// Whether the versions of the store's runs were reported (once per worker).
+    versions_reported: tokio::sync::OnceCell<()>,
 }
 
 impl<A, H> std::fmt::Debug for Worker<A, H>
@@ -123,7 +151,64 @@ where
             runner,
             config,
             own_leases_expired: tokio::sync::OnceCell::new(),
+            versions_reported: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The runs of this agent that are not final and that this worker leaves alone or
+    /// that disagree with its graph: counts of runs on versions it cannot run, and the runs
+    /// of its own version whose recorded fingerprint is not its graph's.
+    ///
+    /// # Errors
+    /// The store's, listing the runs.
+    pub async fn version_report(&self) -> Result<VersionReport, crate::store::StoreError> {
+        use crate::store::{RunFilter, RunStatus};
+        let store = self.runner.store();
+        let filter = RunFilter {
+            agent: Some(A::NAME.to_owned()),
+            statuses: RunStatus::ALL
+                .into_iter()
+                .filter(|s| !s.is_final())
+                .collect(),
+            ..RunFilter::default()
+        };
+        let fingerprint = A::graph().fingerprint();
+        let runnable = super::claim_entries::<A>();
+        let mut report = VersionReport::default();
+        for run in store.list_runs(&filter).await? {
+            if !crate::store::claimable_by(&runnable, &run.agent, run.agent_version) {
+                *report.unrunnable.entry(run.agent_version).or_default() += 1;
+            } else if run.agent_version == A::VERSION && run.fingerprint != fingerprint {
+                report.changed_graph += 1;
+                if report.changed_graph_runs.len() < CHANGED_GRAPH_LISTED {
+                    report.changed_graph_runs.push(run.id);
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Log [`version_report`](Self::version_report), once per worker.
+    async fn report_versions(&self) {
+        self.versions_reported
+            .get_or_init(|| async {
+                match self.version_report().await {
+                    Ok(report) => {
+                        for (version, runs) in &report.unrunnable {
+                            warn!(agent = A::NAME, version, runs, worker_version = A::VERSION,
+                                "runs of a version this worker cannot run are left to other workers");
+                        }
+                        if report.changed_graph > 0 {
+                            warn!(agent = A::NAME, version = A::VERSION, runs = report.changed_graph,
+                                listed = ?report.changed_graph_runs,
+                                "runs of this version recorded another graph: the graph changed \
+                                 without a new version");
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "could not report the versions of the stored runs"),
+                }
+            })
+            .await;
     }
 
     /// The runner this worker drives runs with (to start runs or send signals).
@@ -194,7 +279,8 @@ where
     ) -> WorkerStats {
         let store = Arc::clone(self.runner.store());
         let cfg = self.runner.config().clone();
-        let agents = vec![A::NAME.to_owned()];
+        // Only the runs this worker can run: its version and those it migrates from.
+        let agents = super::claim_entries::<A>();
         let mut stats = WorkerStats::default();
         // A routed agent without a router would claim runs only to fail each at its routed
         // state: say so once and claim nothing.
@@ -218,6 +304,7 @@ where
                 .clone()
                 .map(|r| r.spawn(Arc::clone(&store))),
         );
+        self.report_versions().await;
         loop {
             while let Some(done) = tasks.try_join_next() {
                 tally(&mut stats, done, &mut panicked);

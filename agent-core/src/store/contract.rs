@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease, Millis, NewRun,
-    OperatorNote, PruneReport, RepairCommit, RetentionPolicy, RunEvent, RunFailure, RunFilter,
-    RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats,
-    ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
+    EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease, MigrationCommit,
+    Millis, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy, RunEvent, RunFailure,
+    RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, StoreError,
+    ToolStats, ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
@@ -212,6 +212,27 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// [`StoreError::Conflict`] and nothing written when the run is no longer quarantined,
     /// its epoch or last stored version moved, or a live lease holds it.
     async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError>;
+
+    /// Move the run this lease holds to a newer version of its agent
+    /// ([migration](mod@super::migrate)) in one write: the transition `commit.version()` of
+    /// kind `migrated` (the mapped state as a snapshot, status and `waiting_for` as the
+    /// commit says, the note of [`MigrationNote::to_note`](super::MigrationNote::to_note),
+    /// hash-chained like a commit under the lease's epoch), and the run row moved to it
+    /// with its `agent_version`, `fingerprint`, `migrated_at_version` (the new version) and
+    /// `resume_base` from the commit. The lease stays held: the holder goes on to run the
+    /// step. Pending signals are kept (they belong to the run).
+    ///
+    /// Refused, nothing written, as [`MigrationCommit::refusal`] says, checked in the same
+    /// write: [`StoreError::LeaseLost`] when the epoch moved, [`StoreError::Conflict`] when
+    /// the run's version or agent version is not the expected one (another worker migrated
+    /// it first), [`StoreError::CancelRequested`] while an operator's cancel waits, and
+    /// [`StoreError::Backend`] for a run that is not running or waiting (a compensating
+    /// run is never migrated).
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &MigrationCommit,
+    ) -> Result<RunRecord, StoreError>;
 
     /// Remove old versions and their journal by policy; resume keeps working.
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError>;

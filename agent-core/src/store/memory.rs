@@ -30,10 +30,10 @@ use super::events::{
 use super::history::{self, VersionPayload};
 use super::operator::{self, OperatorPlan, OperatorTransition};
 use super::{
-    CallStatus, JournalEntry, Lease, Millis, NewRun, OperatorNote, PruneReport, RepairCommit,
-    RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
-    StepCommit, Store, StoreError, ToolSwitch, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN,
-    WAIT_FIRST_CHILD, creation_hash, now_ms, transition_hash, validate_labels,
+    CallStatus, JournalEntry, Lease, MigrationCommit, Millis, NewRun, OperatorNote, PruneReport,
+    RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord,
+    StateAtVersion, StepCommit, Store, StoreError, ToolSwitch, TransitionKind, TransitionRecord,
+    WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, creation_hash, now_ms, transition_hash, validate_labels,
 };
 use crate::graph::GraphDescription;
 use crate::tool::ToolKind;
@@ -259,6 +259,9 @@ impl Inner {
             updated_at: now,
             labels: new.labels.clone(),
             cancel_requested: None,
+            agent_version: new.agent_version,
+            migrated_at_version: None,
+            resume_base: None,
         };
         if let Some(by) = &new.spawned_by {
             (self.children.entry(by.run_id.clone()).or_default()).push(new.id.clone());
@@ -585,7 +588,9 @@ impl Store for MemoryStore {
                         }
                         _ => false,
                     };
-                runnable && !lease_alive(r, now) && (agents.is_empty() || agents.contains(&r.agent))
+                runnable
+                    && !lease_alive(r, now)
+                    && super::claimable_by(agents, &r.agent, r.agent_version)
             })
             .map(|d| (d.record.created_at, d.created_seq, d.record.id.as_str()))
             .collect();
@@ -826,14 +831,23 @@ impl Store for MemoryStore {
             let at = data
                 .state_at(version)?
                 .ok_or_else(|| StoreError::NotFound(format!("{run_id}@{version}")))?;
+            // The state at `version` is of the agent version the run was on then.
+            let history: Vec<TransitionRecord> = data
+                .versions
+                .values()
+                .map(|v| v.transition.clone())
+                .collect();
+            let (agent_version, fingerprint) =
+                super::agent_version_at(&data.record, &history, version);
             let new = NewRun::new(
                 new_id,
                 data.record.agent.clone(),
-                data.record.fingerprint.clone(),
+                fingerprint,
                 at.state_name,
                 at.state,
             )
-            .with_labels(data.record.labels.clone());
+            .with_labels(data.record.labels.clone())
+            .with_agent_version(agent_version);
             if let Some(existing) = g.runs.get(new_id) {
                 return if existing.creation_hash == creation_hash(&new)
                     && existing.record.parent == Some((run_id.to_owned(), version))
@@ -871,6 +885,7 @@ impl Store for MemoryStore {
                     && filter
                         .created_before
                         .is_none_or(|t| d.record.created_at < t)
+                    && (filter.agent_version).is_none_or(|v| d.record.agent_version == v)
             })
             .collect();
         runs.sort_by(|a, b| {
@@ -1041,6 +1056,34 @@ impl Store for MemoryStore {
         };
         self.work.notify_waiters();
         self.events.wake(&commit.run_id);
+        Ok(record)
+    }
+
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let record = {
+            let mut g = self.lock();
+            let data = g.run(&lease.run_id)?;
+            if let Some(refused) = commit.refusal(&data.record, lease.epoch) {
+                return Err(refused);
+            }
+            let position = g.next_position();
+            let data = g.run_mut(&lease.run_id)?;
+            let t = commit.transition(lease.epoch);
+            data.append_version(&t.commit, t.epoch, Some(&t.note), now, position, None);
+            let r = &mut data.record;
+            r.agent_version = commit.to_agent_version;
+            r.fingerprint.clone_from(&commit.fingerprint);
+            r.migrated_at_version = Some(commit.version());
+            r.resume_base = commit.resume_base;
+            r.clone()
+        };
+        self.work.notify_waiters();
+        self.events.wake(&lease.run_id);
         Ok(record)
     }
 

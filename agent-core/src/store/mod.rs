@@ -23,6 +23,7 @@ pub mod events;
 pub mod history;
 pub mod location;
 pub mod memory;
+pub mod migrate;
 pub mod operator;
 mod records;
 pub mod repair;
@@ -37,6 +38,9 @@ pub use error::StoreError;
 pub use events::{
     EventCursor, EventKind, EventLog, EventScope, EventWake, EventWakes, RunEvent, StatusChange,
     TransitionFacts, WakeHub,
+};
+pub use migrate::{
+    MigrationCommit, MigrationNote, agent_version_at, claimable_by, versioned_agent,
 };
 pub use operator::{validate_label, validate_labels};
 pub use records::{

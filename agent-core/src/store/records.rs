@@ -170,6 +170,28 @@ pub struct RunRecord {
     /// A cancel asked for while a worker held the run's lease: the holder turns it into the
     /// `cancel` transition at its next commit ([`Store::cancel_run`](super::Store::cancel_run)).
     pub cancel_requested: Option<OperatorNote>,
+    /// The version of the agent the run is on ([`Agent::VERSION`](crate::Agent::VERSION)):
+    /// the one it was started with, or the one a `migrated` transition moved it to
+    /// ([`Store::migrate_run`](super::Store::migrate_run)).
+    #[serde(default = "first_agent_version")]
+    pub agent_version: u32,
+    /// The version at which the run was last migrated
+    /// ([`Store::migrate_run`](super::Store::migrate_run)); with
+    /// [`resume_base`](Self::resume_base), meaningful
+    /// only while the run is still at that version (see
+    /// [`migration_resume_base`](Self::migration_resume_base)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrated_at_version: Option<u64>,
+    /// The version whose journal the first step after a migration reads: the base of a step
+    /// that began under the old version and did not commit (its completed calls are carried
+    /// over by index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_base: Option<u64>,
+}
+
+/// The agent version of a run created before versions were recorded.
+pub(crate) const fn first_agent_version() -> u32 {
+    1
 }
 
 impl RunRecord {
@@ -201,6 +223,20 @@ impl RunRecord {
             updated_at: 0,
             labels: Labels::new(),
             cancel_requested: None,
+            agent_version: 1,
+            migrated_at_version: None,
+            resume_base: None,
+        }
+    }
+
+    /// The base version whose journal the next step reads, when the run was just migrated
+    /// with a step of the old version interrupted: `resume_base` while the run is still at
+    /// the migration's version, `None` once anything else committed.
+    #[must_use]
+    pub fn migration_resume_base(&self) -> Option<u64> {
+        match (self.migrated_at_version, self.resume_base) {
+            (Some(at), Some(base)) if at == self.version => Some(base),
+            _ => None,
         }
     }
 }
@@ -277,6 +313,9 @@ pub struct NewRun {
     /// For a child run: the parent and the version of the step that starts it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spawned_by: Option<SpawnedBy>,
+    /// The version of the agent that creates it ([`Agent::VERSION`](crate::Agent::VERSION)).
+    #[serde(default = "first_agent_version")]
+    pub agent_version: u32,
 }
 
 /// Which step of which run started a child run: the parent's id and the version its step
@@ -317,7 +356,16 @@ impl NewRun {
             state,
             labels: Labels::new(),
             spawned_by: None,
+            agent_version: 1,
         }
+    }
+
+    /// Of version `version` of its agent ([`Agent::VERSION`](crate::Agent::VERSION); 1
+    /// when not given).
+    #[must_use]
+    pub fn with_agent_version(mut self, version: u32) -> Self {
+        self.agent_version = version;
+        self
     }
 
     /// As a child of run `parent`, started by its step at `version`.
@@ -535,6 +583,10 @@ pub enum TransitionKind {
     /// An operator reset a quarantined run to an earlier version's state
     /// ([`repair`](mod@super::repair)).
     Repair,
+    /// A worker of a newer version of the agent moved the run to it
+    /// ([`Store::migrate_run`](super::Store::migrate_run)); the note says from which
+    /// version and fingerprint to which ([`MigrationNote`](super::MigrationNote)).
+    Migrated,
 }
 
 impl TransitionKind {
@@ -637,6 +689,8 @@ pub struct RunFilter {
     pub created_after: Option<Millis>,
     /// Only runs created before this time.
     pub created_before: Option<Millis>,
+    /// Only runs on this version of their agent ([`RunRecord::agent_version`]).
+    pub agent_version: Option<u32>,
 }
 
 /// A tool's switch in the tool registry.
@@ -791,8 +845,19 @@ mod tests {
                 TransitionKind::Status,
                 TransitionKind::Cancel,
                 TransitionKind::Terminate,
+                TransitionKind::Repair,
+                TransitionKind::Migrated,
             ],
-            &["start", "step", "error", "status", "cancel", "terminate"],
+            &[
+                "start",
+                "step",
+                "error",
+                "status",
+                "cancel",
+                "terminate",
+                "repair",
+                "migrated",
+            ],
             |s| s.as_str(),
             TransitionKind::parse,
         );

@@ -457,6 +457,9 @@ mod tests {
             updated_at: 0,
             labels: crate::store::Labels::new(),
             cancel_requested: None,
+            agent_version: 1,
+            migrated_at_version: None,
+            resume_base: None,
         };
         (run, history, states)
     }

@@ -119,12 +119,14 @@ async fn overlay(cx: &Ctx, run: &agent_core::store::RunRecord) -> Result<PathOve
                 transitions.push((t.from_state.clone(), t.to_state.clone()));
                 failed.insert(t.from_state.clone());
             }
-            // A repair jumps back; it is not an edge of the graph.
+            // A repair jumps back, a migration maps an old version's state to a new one's:
+            // neither is an edge of the graph.
             TransitionKind::Start
             | TransitionKind::Status
             | TransitionKind::Cancel
             | TransitionKind::Terminate
-            | TransitionKind::Repair => {}
+            | TransitionKind::Repair
+            | TransitionKind::Migrated => {}
         }
     }
     for e in &journal {

@@ -19,6 +19,7 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
         limit: Some(args.limit),
         labels: args.labels.iter().cloned().collect(),
         spawned_by: args.parent.clone(),
+        agent_version: args.version,
         ..RunFilter::default()
     };
     // Watching starts from what is committed before the listing, so nothing falls between.

@@ -108,6 +108,13 @@ impl Store for LateClaim {
     ) -> Result<RunRecord, StoreError> {
         self.inner.commit_step(lease, commit).await
     }
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &agent_core::store::MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.migrate_run(lease, commit).await
+    }
     async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
         self.inner.history(run_id).await
     }

@@ -163,6 +163,7 @@ mod events;
 mod history;
 mod journal;
 mod leases;
+mod migrate;
 mod operator;
 mod repair;
 mod retention;
@@ -196,6 +197,10 @@ pub use leases::{
     check_hand_back_does_not_count_the_claim,
     check_live_lease_blocks_and_expired_lease_is_reclaimed,
     check_next_due_is_no_later_than_a_live_lease, check_wait_for_work_returns,
+};
+pub use migrate::{
+    check_claim_next_filters_by_version, check_migration_is_a_fenced_transition_once,
+    check_migration_refuses_compensating_runs,
 };
 pub use operator::{
     check_cancel_moves_free_runs_to_compensating,

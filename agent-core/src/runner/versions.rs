@@ -1,0 +1,238 @@
+//! Runs of an older version of the agent: migrated at a step boundary, or compensated at
+//! their own version. The rules, and why they are safe, are in `docs/versions.md`.
+
+use super::{Runner, RunnerError, StepOutcome, children, saga};
+use crate::agent::{Agent, Handle};
+use crate::graph::GraphDescription;
+use crate::store::{
+    EntryKind, Lease, MigrationCommit, MigrationNote, RunFailure, RunRecord, RunStatus, StoreError,
+    versioned_agent,
+};
+use crate::versions::OlderVersion;
+
+/// The error code of a run whose state does not map to the new version.
+pub const MIGRATION_FAILED: &str = "migration.failed";
+/// The error code of a run waiting for a signal its mapped state does not wait for, when
+/// no migration of the chain declares the signal skipped.
+pub const MIGRATION_SKIPS_SIGNAL: &str = "migration.skips_signal";
+
+/// The entries of [`Store::claim_next`](crate::store::Store::claim_next) for the runs a
+/// runner of `A` can run: `A@VERSION` and `A@v` for every older version it migrates from.
+#[must_use]
+pub fn claim_entries<A: Agent>() -> Vec<String> {
+    let mut entries: Vec<String> = A::older_versions()
+        .iter()
+        .map(|o| versioned_agent(A::NAME, o.version))
+        .collect();
+    entries.push(versioned_agent(A::NAME, A::VERSION));
+    entries
+}
+
+/// The older version `version` of `A`, when `A` can run its runs.
+pub(crate) fn older<A: Agent>(version: u32) -> Option<OlderVersion> {
+    A::older_versions()
+        .into_iter()
+        .find(|o| o.version == version)
+}
+
+impl<A, H> Runner<A, H>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
+    /// One step of a claimed run on another version of the agent than this runner's:
+    /// an operator's cancel is taken first; a compensating run is compensated at its own
+    /// version, with that version's graph; a running or waiting run is migrated (one
+    /// `migrated` commit; the step itself runs next, on this version). A version this
+    /// runner cannot run is an error, and the run is left as it is.
+    pub(super) async fn step_other_version(
+        &self,
+        lease: &mut Lease,
+        record: RunRecord,
+    ) -> Result<StepOutcome, RunnerError> {
+        let Some(old) = older::<A>(record.agent_version) else {
+            return Err(RunnerError::VersionNotRunnable {
+                run_id: record.id.clone(),
+                agent: A::NAME.to_owned(),
+                version: record.agent_version,
+                runs: claim_entries::<A>().join(", "),
+            });
+        };
+        if record.cancel_requested.is_some() && record.status != RunStatus::Compensating {
+            let record = self.accept_cancel(lease, &record.id).await?;
+            return Ok(StepOutcome::after_commit(record));
+        }
+        let Some(old_state) = old.graph.state(&record.state_name) else {
+            let error = RunFailure {
+                code: "graph.incompatible".into(),
+                message: format!(
+                    "the run is in state `{}`, which version {} of `{}` does not have",
+                    record.state_name,
+                    old.version,
+                    A::NAME
+                ),
+            };
+            let record = self
+                .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
+                .await?;
+            return Ok(StepOutcome::Finished(record));
+        };
+        if record.status == RunStatus::Compensating {
+            // Never migrated: the round runs at the version whose status is `compensating`
+            // (`saga_of`), and moving the version would hide its remaining compensations.
+            // This version's tool box holds every old hybrid with its compensation.
+            return saga::compensate(self, lease, record, old_state).await;
+        }
+        match self.plan_migration(&record, &old).await? {
+            Ok(commit) => {
+                self.renew_if_due(lease, &record).await?;
+                match self.inner.store.migrate_run(lease, &commit).await {
+                    Ok(migrated) => {
+                        tracing::info!(
+                            run_id = %migrated.id,
+                            from = old.version,
+                            to = A::VERSION,
+                            state = %migrated.state_name,
+                            "migrated the run"
+                        );
+                        Ok(StepOutcome::Committed(migrated))
+                    }
+                    Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
+                        Err(RunnerError::LeaseLost(record.id))
+                    }
+                    Err(StoreError::CancelRequested(_)) => {
+                        let record = self.accept_cancel(lease, &record.id).await?;
+                        Ok(StepOutcome::after_commit(record))
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Err(error) => {
+                let record = self
+                    .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
+                    .await?;
+                Ok(StepOutcome::Finished(record))
+            }
+        }
+    }
+
+    /// The migration of `record` (on version `old`) to this version, or why the run is
+    /// quarantined instead.
+    async fn plan_migration(
+        &self,
+        record: &RunRecord,
+        old: &OlderVersion,
+    ) -> Result<Result<MigrationCommit, RunFailure>, RunnerError> {
+        let graph: &GraphDescription = self.inner.graph;
+        let failed = |message: String| {
+            Ok(Err(RunFailure {
+                code: MIGRATION_FAILED.into(),
+                message,
+            }))
+        };
+        let mapped = match A::migrate(old.version, record.state.clone()) {
+            Some(Ok(mapped)) => mapped,
+            Some(Err(e)) => return failed(e.to_string()),
+            None => {
+                return failed(format!(
+                    "`{}` version {} declares no migration from version {}",
+                    A::NAME,
+                    A::VERSION,
+                    old.version
+                ));
+            }
+        };
+        let state = match A::deserialize(&mapped) {
+            Ok(state) => state,
+            Err(e) => {
+                return failed(format!(
+                    "the migrated state of `{}` does not read as version {}: {e}",
+                    record.state_name,
+                    A::VERSION
+                ));
+            }
+        };
+        let to = state.state_name();
+        let Some(target) = graph.state(to) else {
+            return failed(format!("version {} has no state `{to}`", A::VERSION));
+        };
+        let old_wait = old
+            .graph
+            .state(&record.state_name)
+            .and_then(|s| s.wait.as_ref())
+            .map(|w| w.signal.clone());
+        let waits_for_children = children::waits_for_children(record);
+        if let Some(signal) = old_wait.filter(|_| !waits_for_children) {
+            let kept = target.wait.as_ref().is_some_and(|w| w.signal == signal);
+            if !kept && !old.skipped_signals.contains(&signal.as_str()) {
+                return Ok(Err(RunFailure {
+                    code: MIGRATION_SKIPS_SIGNAL.into(),
+                    message: format!(
+                        "the run waits for signal `{signal}` in state `{}` of version {}, \
+                         which migrates to state `{to}` of version {}, which does not wait \
+                         for it, and no migration of the chain declares \
+                         `skip_signal({signal})`",
+                        record.state_name,
+                        old.version,
+                        A::VERSION
+                    ),
+                }));
+            }
+        }
+        // The base whose journal the first step on the new version reads: a parent's step
+        // that waited for its children began one version before its wait (its children's
+        // ids derive from it); any other step began at the run's version, and its calls
+        // journaled there belong to a step interrupted under the old version.
+        let resume_base = if waits_for_children {
+            Some(record.version.saturating_sub(1))
+        } else {
+            let journal = self
+                .inner
+                .store
+                .journal(&record.id, Some(record.version))
+                .await?;
+            journal
+                .iter()
+                .any(|e| e.kind != EntryKind::Compensation)
+                .then_some(record.version)
+        };
+        // A parent waiting for its children is claimed once its join holds: it moves on
+        // as running (a wait stored at the migration's version would wait for children of
+        // the wrong step). A run waiting for a signal keeps waiting when the new state
+        // waits too; its pending signals stay where they are, with the run.
+        let (status, waiting_for, wake_at) = match &target.wait {
+            Some(w) if record.status == RunStatus::Waiting && !waits_for_children => {
+                let same = record.waiting_for.as_deref() == Some(w.signal.as_str());
+                let wake_at = if same {
+                    record.wake_at
+                } else {
+                    super::step::wake_at(target)
+                };
+                (RunStatus::Waiting, Some(w.signal.clone()), wake_at)
+            }
+            _ => (RunStatus::Running, None, None),
+        };
+        Ok(Ok(MigrationCommit {
+            expected_version: record.version,
+            from_agent_version: old.version,
+            to_agent_version: A::VERSION,
+            fingerprint: self.inner.fingerprint.clone(),
+            from_state: record.state_name.clone(),
+            to_state: to.to_owned(),
+            state: mapped,
+            status,
+            waiting_for,
+            wake_at,
+            error: record.error.clone(),
+            resume_base,
+            note: MigrationNote {
+                agent: A::NAME.to_owned(),
+                from_version: old.version,
+                from_fingerprint: record.fingerprint.clone(),
+                to_version: A::VERSION,
+                to_fingerprint: self.inner.fingerprint.clone(),
+                resume_base,
+            },
+        }))
+    }
+}

@@ -1,0 +1,12 @@
+-- Versioned agents (issue #20): every run records the version of its agent it is on
+-- (runs created before this migration are version 1), and a `migrated` transition
+-- moves it to a newer one. `migrated_at_version` and `resume_base` are written only by
+-- `Store::migrate_run`: the first step after a migration that carried an interrupted
+-- step over reads its journal at `resume_base`, while the run is still at
+-- `migrated_at_version`. The commit path never touches them.
+--
+-- `claim_next` filters by `agent || '@' || agent_version` inside the arms that an index
+-- already bounds (see `agent-pg/src/sql.rs`): no new index is needed for it.
+ALTER TABLE runs ADD COLUMN agent_version integer NOT NULL DEFAULT 1;
+ALTER TABLE runs ADD COLUMN migrated_at_version bigint;
+ALTER TABLE runs ADD COLUMN resume_base bigint;
