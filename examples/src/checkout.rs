@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use durable_agents::prelude::*;
 use durable_agents::router::{RouterReply, ScriptedRouter};
+use durable_agents::{AllowsTool, State};
 
 use crate::shop::{Product, Shop, ShopError};
 
@@ -279,43 +280,7 @@ impl CheckoutHandlers for Handlers {
         customer: Customer,
         cart: Cart,
     ) -> StepResult<checkout::Browsing> {
-        let mut customer = customer;
-        let mut cart = cart;
-        for action in std::mem::take(&mut customer.plan) {
-            match action {
-                CartAction::Search(query) => {
-                    ctx.call::<SearchProducts>(query.into()).await?;
-                }
-                CartAction::Add(sku) => {
-                    let user = customer.user.clone();
-                    let product = ctx
-                        .call::<AddToCart>(AddToCartInput {
-                            user,
-                            sku: sku.clone(),
-                        })
-                        .await?;
-                    cart.removed.retain(|s| s != &sku);
-                    cart.items.push(product);
-                }
-                CartAction::Remove(sku) => {
-                    let user = customer.user.clone();
-                    ctx.call::<RemoveFromCart>(RemoveFromCartInput {
-                        user,
-                        sku: sku.clone(),
-                    })
-                    .await?;
-                    cart.items.retain(|p| p.sku != sku);
-                    cart.removed.push(sku);
-                }
-            }
-        }
-        // The recommender reads the typed cart, so a removed item cannot come back.
-        let recommendations = ctx
-            .call::<Recommend>(RecommendInput {
-                cart: cart.skus(),
-                exclude: cart.removed.clone(),
-            })
-            .await?;
+        let (customer, cart, recommendations) = browse(&ctx, customer, cart).await?;
         Ok(ctx.to(checkout::new::Review {
             customer,
             cart,
@@ -346,14 +311,7 @@ impl CheckoutHandlers for Handlers {
         customer: Customer,
         cart: Cart,
     ) -> StepResult<checkout::Reserving> {
-        // One reservation per item, up to four at a time: each keeps the journal index of
-        // its item, so a resumed step replays them by item however they finished. If one
-        // fails, the step fails and the saga releases the ones that were made.
-        let requests = cart.skus().into_iter().map(ReserveInventoryInput::from);
-        let mut reservations = Vec::new();
-        for r in ctx.call_each::<ReserveInventory>(requests, 4).await {
-            reservations.push(r?);
-        }
+        let reservations = reserve(&ctx, &cart).await?;
         Ok(ctx.to(checkout::new::Payment {
             customer,
             cart,
@@ -368,13 +326,7 @@ impl CheckoutHandlers for Handlers {
         cart: Cart,
         _reservations: Vec<String>,
     ) -> StepResult<checkout::Payment> {
-        let payment_id = ctx
-            .call::<ChargePayment>(ChargePaymentInput {
-                user: customer.user.clone(),
-                card: customer.card.clone(),
-                cents: cart.total_cents(),
-            })
-            .await?;
+        let payment_id = pay(&ctx, &customer, &cart).await?;
         Ok(ctx.to(checkout::new::Receipt {
             customer,
             cart,
@@ -400,6 +352,99 @@ impl CheckoutHandlers for Handlers {
             total_cents: cart.total_cents(),
         }))
     }
+}
+
+// --- Steps every version of the checkout takes ---------------------------------------------
+// Generic over the state, bounded by the tools each calls: a version of the agent whose
+// state does not list one of them does not compile (`checkout_v2` reuses them).
+
+/// Browse: play the customer's plan on the cart, then read recommendations from the typed
+/// cart, so a removed item cannot come back.
+///
+/// # Errors
+/// A tool call that failed after its retries.
+pub async fn browse<S>(
+    ctx: &Ctx<'_, S>,
+    mut customer: Customer,
+    mut cart: Cart,
+) -> Result<(Customer, Cart, Vec<Product>), StepError>
+where
+    S: State
+        + AllowsTool<SearchProducts>
+        + AllowsTool<AddToCart>
+        + AllowsTool<RemoveFromCart>
+        + AllowsTool<Recommend>,
+{
+    for action in std::mem::take(&mut customer.plan) {
+        match action {
+            CartAction::Search(query) => {
+                ctx.call::<SearchProducts>(query.into()).await?;
+            }
+            CartAction::Add(sku) => {
+                let user = customer.user.clone();
+                let product = ctx
+                    .call::<AddToCart>(AddToCartInput {
+                        user,
+                        sku: sku.clone(),
+                    })
+                    .await?;
+                cart.removed.retain(|s| s != &sku);
+                cart.items.push(product);
+            }
+            CartAction::Remove(sku) => {
+                let user = customer.user.clone();
+                ctx.call::<RemoveFromCart>(RemoveFromCartInput {
+                    user,
+                    sku: sku.clone(),
+                })
+                .await?;
+                cart.items.retain(|p| p.sku != sku);
+                cart.removed.push(sku);
+            }
+        }
+    }
+    let recommendations = ctx
+        .call::<Recommend>(RecommendInput {
+            cart: cart.skus(),
+            exclude: cart.removed.clone(),
+        })
+        .await?;
+    Ok((customer, cart, recommendations))
+}
+
+/// Reserve one unit per item, up to four at a time: each keeps the journal index of its
+/// item, so a resumed step replays them by item however they finished. If one fails, the
+/// step fails and the saga releases the ones that were made.
+///
+/// # Errors
+/// The first reservation that failed after its retries.
+pub async fn reserve<S>(ctx: &Ctx<'_, S>, cart: &Cart) -> Result<Vec<String>, StepError>
+where
+    S: State + AllowsTool<ReserveInventory>,
+{
+    let requests = cart.skus().into_iter().map(ReserveInventoryInput::from);
+    let mut reservations = Vec::new();
+    for r in ctx.call_each::<ReserveInventory>(requests, 4).await {
+        reservations.push(r?);
+    }
+    Ok(reservations)
+}
+
+/// Charge the cart's total to the customer's card; the payment's id.
+///
+/// # Errors
+/// The charge failed after its retries (a declined card is permanent).
+pub async fn pay<S>(ctx: &Ctx<'_, S>, customer: &Customer, cart: &Cart) -> Result<String, StepError>
+where
+    S: State + AllowsTool<ChargePayment>,
+{
+    Ok(ctx
+        .call::<ChargePayment>(ChargePaymentInput {
+            user: customer.user.clone(),
+            card: customer.card.clone(),
+            cents: cart.total_cents(),
+        })
+        .await?)
 }
 
 /// The offline stand-in for an LLM in the review state: a scripted router that checks out

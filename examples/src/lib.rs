@@ -1,6 +1,7 @@
 //! The example agents and the shop service they act on.
 //!
 //! - [`checkout`]: the checkout agent (`cargo run --example checkout`).
+//! - [`checkout_v2`]: version 2 of it, migrating runs of version 1 (`cargo run --example checkout-v2`).
 //! - [`shop`]: the small shop service its tools call, with idempotency keys and an effect log.
 //! - [`triage`]: the support-triage agent (`cargo run --example support-triage`).
 //! - [`research`]: a report researched by child agents (`cargo run --example research`).
@@ -9,6 +10,7 @@
 //! - [`crash`]: the examples' `--crash-after-steps`, a real abort.
 
 pub mod checkout;
+pub mod checkout_v2;
 pub mod crash;
 pub mod report;
 pub mod research;

@@ -54,6 +54,9 @@ pub struct ShopState {
     pub payments: BTreeMap<String, u64>,
     /// Receipts sent: id -> user.
     pub receipts: BTreeMap<String, String>,
+    /// Shipments booked (version 2 of the checkout): id -> payment id.
+    #[serde(default)]
+    pub shipments: BTreeMap<String, String>,
     /// Every applied effect, in order.
     pub effects: Vec<Effect>,
     /// Requests seen per idempotency key (retries included).
@@ -332,6 +335,26 @@ impl Shop {
             let id = Shop::next_id(s, "rcpt");
             s.receipts.insert(id.clone(), user.to_owned());
             Ok((json!(id), format!("receipt {id} for {payment_id}")))
+        }))
+    }
+
+    /// Book the shipment of `payment_id`'s order to `user`; the shipment's id.
+    ///
+    /// # Errors
+    /// File errors.
+    pub fn book_shipment(
+        &self,
+        key: &str,
+        user: &str,
+        payment_id: &str,
+    ) -> Result<String, ShopError> {
+        typed(self.effect("book_shipment", key, |s| {
+            let id = Shop::next_id(s, "ship");
+            s.shipments.insert(id.clone(), payment_id.to_owned());
+            Ok((
+                json!(id),
+                format!("shipment {id} of {payment_id} to {user}"),
+            ))
         }))
     }
 }

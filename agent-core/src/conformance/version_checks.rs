@@ -75,6 +75,9 @@ impl Agent for OrderV2 {
     }
 }
 
+// Like its version 1, routed by the model in one state.
+impl crate::agent::RoutedByLlm for OrderV2 {}
+
 impl Handle<Behaviour> for OrderV2 {
     fn handle<'a>(
         self,
@@ -98,12 +101,14 @@ fn v1(
     world: &Arc<World>,
     choice: &'static str,
 ) -> Result<Runner<Order, Behaviour>, String> {
-    Ok(
-        Runner::new(Arc::clone(store), Behaviour, fixture::tools(world))
-            .map_err(|e| e.to_string())?
-            .with_router(Arc::new(fixture::router(choice)))
-            .with_config(config("worker-v1")),
+    Ok(Runner::routed(
+        Arc::clone(store),
+        Behaviour,
+        fixture::tools(world),
+        Arc::new(fixture::router(choice)),
     )
+    .map_err(|e| e.to_string())?
+    .with_config(config("worker-v1")))
 }
 
 fn v2(
@@ -111,12 +116,14 @@ fn v2(
     world: &Arc<World>,
     choice: &'static str,
 ) -> Result<Runner<OrderV2, Behaviour>, String> {
-    Ok(
-        Runner::new(Arc::clone(store), Behaviour, fixture::tools(world))
-            .map_err(|e| e.to_string())?
-            .with_router(Arc::new(fixture::router(choice)))
-            .with_config(config("worker-v2")),
+    Ok(Runner::routed(
+        Arc::clone(store),
+        Behaviour,
+        fixture::tools(world),
+        Arc::new(fixture::router(choice)),
     )
+    .map_err(|e| e.to_string())?
+    .with_config(config("worker-v2")))
 }
 
 fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
