@@ -91,6 +91,7 @@ macro_rules! store_conformance {
             check_quarantine_is_fenced,
             check_repair_resets_a_quarantined_run,
             check_concurrent_claim_next_is_disjoint,
+            check_claim_reads_match_the_reads,
             check_history_time_travel_and_fork,
             check_prune_keeps_resume_working,
             check_storage_grows_linearly,

@@ -53,8 +53,8 @@ use crate::agent::{Agent, Handle};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
-    Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store, StoreError,
-    TransitionKind,
+    ClaimReads, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store,
+    StoreError, TransitionKind, VersionSpan,
 };
 use crate::tool::{ToolBox, ToolKind};
 use crate::toolset::ToolsFor;
@@ -235,6 +235,18 @@ pub(crate) struct Inner {
     /// Set once the graph is stored: a runner registers it at its first start, not at
     /// every one (a failed registration is tried again at the next start).
     pub(crate) registered: tokio::sync::OnceCell<()>,
+}
+
+/// What a step knows of its run's journal and signals before it reads them.
+#[derive(Debug)]
+pub(crate) enum Known {
+    /// Nothing: the step reads what it needs.
+    Nothing,
+    /// The run's previous step was committed by this runner: nothing can be journaled at
+    /// the new version yet.
+    Fresh,
+    /// What the claim read ([`Store::claim_next_reading`]).
+    Claimed(ClaimReads),
 }
 
 /// How a call to [`Runner::step`] ended.
@@ -454,7 +466,7 @@ where
         let claimed = self
             .inner
             .store
-            .claim_run(
+            .claim_run_reading(
                 run_id,
                 &self.inner.config.worker_id,
                 self.inner.config.lease_ttl,
@@ -464,7 +476,7 @@ where
             Err(StoreError::Corrupt { .. }) => None,
             other => other?,
         };
-        let Some((lease, record)) = claimed else {
+        let Some(claimed) = claimed else {
             let record = self
                 .inner
                 .store
@@ -477,7 +489,8 @@ where
             }
             return Err(RunnerError::LeaseLost(run_id.to_owned()));
         };
-        self.drive(lease, record).await
+        self.drive(claimed.lease, claimed.record, claimed.reads)
+            .await
     }
 
     /// [`RunnerError::NoRouter`] for an agent with a routed state and no router: found
@@ -494,11 +507,13 @@ where
         }
     }
 
-    /// Drive a claimed run until it is final or waiting, then release the lease.
+    /// Drive a claimed run until it is final or waiting, then release the lease. `reads`
+    /// is what the claim read for it, if anything: its first step reads the rest.
     pub(crate) async fn drive(
         &self,
         lease: Lease,
         record: RunRecord,
+        reads: Option<ClaimReads>,
     ) -> Result<RunRecord, RunnerError> {
         let span = info_span!("run", run_id = %record.id, agent = A::NAME);
         async move {
@@ -529,7 +544,8 @@ where
                 self.release_if_held(&lease, &record).await;
                 return Ok(record);
             }
-            if let Some(error) = self.history_problem(&record).await? {
+            let span = reads.as_ref().map(|r| r.span);
+            if let Some(error) = self.history_problem(&record, span).await? {
                 // The run row and its history disagree: a commit would fail or fork. The
                 // run is quarantined without writing a version, fenced by this lease: no
                 // other worker claims it in between, and a claim answered late (another
@@ -541,10 +557,11 @@ where
                 };
             }
             // After a commit of our own, nothing can be journaled at the new version yet:
-            // the next step skips reading its journal.
-            let mut fresh = false;
+            // the next step skips reading its journal. The first step uses what the claim
+            // read, when it read anything.
+            let mut known = reads.map_or(Known::Nothing, Known::Claimed);
             loop {
-                let outcome = match self.step_inner(&mut lease, record, fresh).await {
+                let outcome = match self.step_inner(&mut lease, record, known).await {
                     Ok(outcome) => outcome,
                     Err(e) => {
                         self.release_after(&lease, &e).await;
@@ -554,7 +571,7 @@ where
                 match outcome {
                     StepOutcome::Committed(next) => {
                         record = next;
-                        fresh = true;
+                        known = Known::Fresh;
                     }
                     StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
                         self.release_if_held(&lease, &r).await;
@@ -568,9 +585,18 @@ where
     }
 
     /// Whether the stored history of a claimed run contradicts its run row: no versions, a
-    /// last version other than the run's, or a gap.
-    async fn history_problem(&self, record: &RunRecord) -> Result<Option<RunFailure>, RunnerError> {
-        let problem = match self.inner.store.version_span(&record.id).await {
+    /// last version other than the run's, or a gap. `known` is the span the claim read
+    /// (`Some(None)`: no versions), else it is read here.
+    async fn history_problem(
+        &self,
+        record: &RunRecord,
+        known: Option<Option<VersionSpan>>,
+    ) -> Result<Option<RunFailure>, RunnerError> {
+        let span = match known {
+            Some(span) => Ok(span),
+            None => self.inner.store.version_span(&record.id).await,
+        };
+        let problem = match span {
             Err(StoreError::Corrupt { message, .. }) => {
                 Some(format!("history unreadable: {message}"))
             }
@@ -625,14 +651,14 @@ where
         lease: &mut Lease,
         record: RunRecord,
     ) -> Result<StepOutcome, RunnerError> {
-        self.step_inner(lease, record, false).await
+        self.step_inner(lease, record, Known::Nothing).await
     }
 
     async fn step_inner(
         &self,
         lease: &mut Lease,
         record: RunRecord,
-        fresh: bool,
+        known: Known,
     ) -> Result<StepOutcome, RunnerError> {
         if record.agent != A::NAME {
             return Err(RunnerError::WrongAgent {
@@ -669,7 +695,7 @@ where
         // Boxed: the step's future is large (~13 KB: handler, router, saga paths), and
         // moving it through every layer of every step cost more than one allocation
         // (about a fifth of a worker's CPU per step with 64 runs in flight on PostgreSQL).
-        Box::pin(step::execute::<A, H>(self, lease, record, state, fresh))
+        Box::pin(step::execute::<A, H>(self, lease, record, state, known))
             .instrument(span)
             .await
     }
