@@ -54,7 +54,7 @@ use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
     ClaimReads, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store,
-    StoreError, TransitionKind, VersionSpan,
+    StoreError, TransitionKind,
 };
 use crate::tool::{ToolBox, ToolKind};
 use crate::toolset::ToolsFor;
@@ -544,8 +544,7 @@ where
                 self.release_if_held(&lease, &record).await;
                 return Ok(record);
             }
-            let span = reads.as_ref().map(|r| r.span);
-            if let Some(error) = self.history_problem(&record, span).await? {
+            if let Some(error) = self.history_problem(&record, reads.as_ref()).await? {
                 // The run row and its history disagree: a commit would fail or fork. The
                 // run is quarantined without writing a version, fenced by this lease: no
                 // other worker claims it in between, and a claim answered late (another
@@ -585,15 +584,15 @@ where
     }
 
     /// Whether the stored history of a claimed run contradicts its run row: no versions, a
-    /// last version other than the run's, or a gap. `known` is the span the claim read
-    /// (`Some(None)`: no versions), else it is read here.
+    /// last version other than the run's, or a gap. The span is the one the claim read
+    /// (`reads`), else it is read here.
     async fn history_problem(
         &self,
         record: &RunRecord,
-        known: Option<Option<VersionSpan>>,
+        reads: Option<&ClaimReads>,
     ) -> Result<Option<RunFailure>, RunnerError> {
-        let span = match known {
-            Some(span) => Ok(span),
+        let span = match reads {
+            Some(reads) => Ok(reads.span),
             None => self.inner.store.version_span(&record.id).await,
         };
         let problem = match span {

@@ -598,7 +598,7 @@ pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckRe
             .await
             .ctx("journal")?;
         ensure!(
-            reads.journaled_at_version == !journal.is_empty(),
+            reads.journaled_at_version != journal.is_empty(),
             "run `{id}`: the claim read journaled_at_version = {}, the journal at version {} \
              has {} entries",
             reads.journaled_at_version,
