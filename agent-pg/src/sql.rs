@@ -103,6 +103,27 @@ pub(crate) static CLAIM_NEXT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// What `Store::claim_*_reading` reads for runs it just claimed (`$1` ids, `$2` their
+/// versions, `$3` whether each waits): the version span (`span`: first, last, count, as
+/// `VERSION_SPAN`), whether the journal holds an entry at the version (`journaled`), and a
+/// waiting run's pending signals (`pending`: `[id, name, payload, sent at]`, oldest first).
+/// Each is an index lookup (`transitions` and `journal` by their primary keys,
+/// `signals_pending`).
+///
+/// A statement of its own, sent after the claim: inside the claim's statement these reads
+/// would use the snapshot taken when it began, and a claim that waited for the row lock
+/// of a run whose previous holder was writing (a takeover racing a late journal entry or
+/// commit) would not see what that holder committed meanwhile.
+pub(crate) const CLAIM_READS: &str = "SELECT c.id, \
+     (SELECT ARRAY[min(t.version), max(t.version), count(*)] FROM transitions t \
+      WHERE t.run_id = c.id) AS span, \
+     EXISTS (SELECT 1 FROM journal j WHERE j.run_id = c.id AND j.version = c.version) \
+     AS journaled, \
+     CASE WHEN c.waiting THEN COALESCE((SELECT jsonb_agg(jsonb_build_array( \
+      s.id, s.name, s.payload, ts_to_ms(s.created_at)) ORDER BY s.id) FROM signals s \
+      WHERE s.run_id = c.id AND s.consumed_at_version IS NULL), '[]'::jsonb) END AS pending \
+     FROM unnest($1::text[], $2::bigint[], $3::boolean[]) AS c(id, version, waiting)";
+
 /// The agents asked for (`$1`, all when empty): an entry `Agent` takes any of its runs, an
 /// entry `Agent@N` only those on version `N` (`Store::claim_next`). Checked on rows an
 /// index of the arm found, so it needs no index of its own.

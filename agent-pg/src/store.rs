@@ -4,17 +4,20 @@
 //!
 //! [`Store`]: agent_core::store::Store
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    EntryKind, EventWakes, Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy,
-    RunFailure, RunFilter, RunRecord, RunStatus, StoreError, ToolStats,
+    ClaimReads, Claimed, EntryKind, EventWakes, Lease, Millis, NewRun, PruneReport, RepairCommit,
+    RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StoreError,
+    ToolStats, VersionSpan,
 };
 use agent_sql::reads::{self, head_of};
 use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
 use serde_json::Value;
 use sqlx::Row;
+use sqlx::postgres::PgRow;
 
 use crate::connect::db_err;
 use crate::{PgStore, sql};
@@ -51,27 +54,19 @@ agent_sql::impl_sql_store!(PgStore {
         worker: &str,
         ttl: Duration,
     ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
-        let row = sqlx::query(sql::CLAIM_RUN.as_str())
-            .bind(run_id)
-            .bind(worker)
-            .bind(ms(ttl))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
-        match row {
-            Some(row) => match self.run_from_row(&row) {
-                Ok(r) => Ok(Some((lease_of(&r, worker), r))),
-                Err(StoreError::Corrupt { run_id, message }) => {
-                    self.quarantine_unreadable(&run_id, &message).await?;
-                    Err(StoreError::Corrupt { run_id, message })
-                }
-                Err(e) => Err(e),
-            },
-            None if head_of(self, run_id).await?.is_none() => {
-                Err(StoreError::NotFound(run_id.to_owned()))
-            }
-            None => Ok(None),
-        }
+        self.claim_one(run_id, worker, ttl).await
+    }
+
+    async fn claim_run_reading(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let Some(claimed) = self.claim_one(run_id, worker, ttl).await? else {
+            return Ok(None);
+        };
+        Ok(self.with_reads(vec![claimed]).await.pop())
     }
 
     async fn claim_next(
@@ -81,28 +76,18 @@ agent_sql::impl_sql_store!(PgStore {
         ttl: Duration,
         limit: usize,
     ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
-        let rows = sqlx::query(sql::CLAIM_NEXT.as_str())
-            .bind(agents)
-            .bind(worker)
-            .bind(ms(ttl))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            match self.run_from_row(row) {
-                Ok(r) => out.push((lease_of(&r, worker), r)),
-                // A run whose stored data no longer reads must not keep the others from
-                // being claimed: quarantine it for an operator and go on.
-                Err(StoreError::Corrupt { run_id, message }) => {
-                    self.quarantine_unreadable(&run_id, &message).await?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        out.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
-        Ok(out)
+        self.claim_batch(agents, worker, ttl, limit).await
+    }
+
+    async fn claim_next_reading(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let claimed = self.claim_batch(agents, worker, ttl, limit).await?;
+        Ok(self.with_reads(claimed).await)
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
@@ -506,4 +491,161 @@ impl PgStore {
         }
         Ok(deleted.len() as u64)
     }
+}
+
+impl PgStore {
+    /// `Store::claim_run`.
+    async fn claim_one(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
+        let row = sqlx::query(sql::CLAIM_RUN.as_str())
+            .bind(run_id)
+            .bind(worker)
+            .bind(ms(ttl))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(row) => match self.run_from_row(&row) {
+                Ok(r) => Ok(Some((lease_of(&r, worker), r))),
+                Err(StoreError::Corrupt { run_id, message }) => {
+                    self.quarantine_unreadable(&run_id, &message).await?;
+                    Err(StoreError::Corrupt { run_id, message })
+                }
+                Err(e) => Err(e),
+            },
+            None if head_of(self, run_id).await?.is_none() => {
+                Err(StoreError::NotFound(run_id.to_owned()))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The claimed runs with what their resumption reads first, in one statement for all
+    /// of them ([`sql::CLAIM_READS`]). The claims stand whatever happens here: a run whose
+    /// reads fail or do not decode gets `reads: None`, and the runner reads them itself.
+    async fn with_reads(&self, claimed: Vec<(Lease, RunRecord)>) -> Vec<Claimed> {
+        if claimed.is_empty() {
+            return Vec::new();
+        }
+        let ids: Vec<&str> = claimed.iter().map(|(_, r)| r.id.as_str()).collect();
+        let versions: Vec<i64> = claimed.iter().map(|(_, r)| to_i64(r.version)).collect();
+        let waiting: Vec<bool> = (claimed.iter())
+            .map(|(_, r)| r.status == RunStatus::Waiting)
+            .collect();
+        let rows = sqlx::query(sql::CLAIM_READS)
+            .bind(&ids)
+            .bind(&versions)
+            .bind(&waiting)
+            .fetch_all(&self.pool)
+            .await;
+        let mut reads: HashMap<String, ClaimReads> = HashMap::new();
+        match rows {
+            Ok(rows) => {
+                for row in &rows {
+                    let read = row
+                        .try_get::<String, _>("id")
+                        .map_err(|e| StoreError::Backend(e.to_string()))
+                        .and_then(|id| Ok((claim_reads(&id, row)?, id)));
+                    match read {
+                        Ok((r, id)) => {
+                            reads.insert(id, r);
+                        }
+                        Err(e) => tracing::warn!(error = %e,
+                            "a claimed run's reads did not decode; the runner reads them"),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e,
+                "reading the claimed runs' history, journal and signals failed; \
+                 the runner reads them run by run"),
+        }
+        claimed
+            .into_iter()
+            .map(|(lease, record)| Claimed {
+                reads: reads.remove(&record.id),
+                lease,
+                record,
+            })
+            .collect()
+    }
+
+    /// `Store::claim_next`.
+    async fn claim_batch(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+        let rows = sqlx::query(sql::CLAIM_NEXT.as_str())
+            .bind(agents)
+            .bind(worker)
+            .bind(ms(ttl))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match self.run_from_row(row) {
+                Ok(r) => out.push((lease_of(&r, worker), r)),
+                // A run whose stored data no longer reads must not keep the others from
+                // being claimed: quarantine it for an operator and go on.
+                Err(StoreError::Corrupt { run_id, message }) => {
+                    self.quarantine_unreadable(&run_id, &message).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        out.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
+        Ok(out)
+    }
+}
+
+/// One row of [`sql::CLAIM_READS`].
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when they do not read.
+fn claim_reads(run_id: &str, row: &PgRow) -> Result<ClaimReads, StoreError> {
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let span: Vec<Option<i64>> = row.try_get("span").map_err(c)?;
+    let span = match span.as_slice() {
+        [_, _, Some(0)] => None,
+        [Some(first), Some(last), Some(count)] => Some(VersionSpan {
+            first: to_u64(*first).map_err(c)?,
+            last: to_u64(*last).map_err(c)?,
+            count: to_u64(*count).map_err(c)?,
+        }),
+        other => return Err(corrupt(run_id, format!("version span {other:?}"))),
+    };
+    let journaled_at_version: bool = row.try_get("journaled").map_err(c)?;
+    let pending: Option<Value> = row.try_get("pending").map_err(c)?;
+    let pending_signals = pending
+        .map(|p| {
+            let listed: Vec<(i64, String, Value, Millis)> =
+                serde_json::from_value(p).map_err(|e| corrupt(run_id, e))?;
+            Ok::<_, StoreError>(
+                listed
+                    .into_iter()
+                    .map(|(id, name, payload, created_at)| SignalRecord {
+                        id,
+                        run_id: run_id.to_owned(),
+                        name,
+                        payload,
+                        created_at,
+                        consumed_at_version: None,
+                    })
+                    .collect(),
+            )
+        })
+        .transpose()?;
+    Ok(ClaimReads {
+        span,
+        journaled_at_version,
+        pending_signals,
+    })
 }

@@ -59,8 +59,8 @@ use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
-    Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store, StoreError,
-    TransitionKind,
+    ClaimReads, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store,
+    StoreError, TransitionKind,
 };
 use crate::tool::{ToolBox, ToolKind};
 use crate::toolset::ToolsFor;
@@ -258,6 +258,18 @@ pub(crate) struct Inner {
     /// Set once the graph is stored: a runner registers it at its first start, not at
     /// every one (a failed registration is tried again at the next start).
     pub(crate) registered: tokio::sync::OnceCell<()>,
+}
+
+/// What a step knows of its run's journal and signals before it reads them.
+#[derive(Debug)]
+pub(crate) enum Known {
+    /// Nothing: the step reads what it needs.
+    Nothing,
+    /// The run's previous step was committed by this runner: nothing can be journaled at
+    /// the new version yet.
+    Fresh,
+    /// What the claim read ([`Store::claim_next_reading`]).
+    Claimed(ClaimReads),
 }
 
 /// How a call to [`Runner::step`] ended.
@@ -514,7 +526,7 @@ where
         let claimed = self
             .inner
             .store
-            .claim_run(
+            .claim_run_reading(
                 run_id,
                 &self.inner.config.worker_id,
                 self.inner.config.lease_ttl,
@@ -524,7 +536,7 @@ where
             Err(StoreError::Corrupt { .. }) => None,
             other => other?,
         };
-        let Some((lease, record)) = claimed else {
+        let Some(claimed) = claimed else {
             let record = self
                 .inner
                 .store
@@ -537,7 +549,8 @@ where
             }
             return Err(RunnerError::LeaseLost(run_id.to_owned()));
         };
-        self.drive(lease, record).await
+        self.drive(claimed.lease, claimed.record, claimed.reads)
+            .await
     }
 
     /// [`RunnerError::NoRouter`] for an agent with a routed state and no router: found
@@ -555,11 +568,13 @@ where
         }
     }
 
-    /// Drive a claimed run until it is final or waiting, then release the lease.
+    /// Drive a claimed run until it is final or waiting, then release the lease. `reads`
+    /// is what the claim read for it, if anything: its first step reads the rest.
     pub(crate) async fn drive(
         &self,
         lease: Lease,
         record: RunRecord,
+        reads: Option<ClaimReads>,
     ) -> Result<RunRecord, RunnerError> {
         let span = info_span!("run", run_id = %record.id, agent = A::NAME);
         async move {
@@ -590,7 +605,7 @@ where
                 self.release_if_held(&lease, &record).await;
                 return Ok(record);
             }
-            if let Some(error) = self.history_problem(&record).await? {
+            if let Some(error) = self.history_problem(&record, reads.as_ref()).await? {
                 // The run row and its history disagree: a commit would fail or fork. The
                 // run is quarantined without writing a version, fenced by this lease: no
                 // other worker claims it in between, and a claim answered late (another
@@ -602,10 +617,11 @@ where
                 };
             }
             // After a commit of our own, nothing can be journaled at the new version yet:
-            // the next step skips reading its journal.
-            let mut fresh = false;
+            // the next step skips reading its journal. The first step uses what the claim
+            // read, when it read anything.
+            let mut known = reads.map_or(Known::Nothing, Known::Claimed);
             loop {
-                let outcome = match self.step_inner(&mut lease, record, fresh).await {
+                let outcome = match self.step_inner(&mut lease, record, known).await {
                     Ok(outcome) => outcome,
                     Err(e) => {
                         self.release_after(&lease, &e).await;
@@ -615,7 +631,7 @@ where
                 match outcome {
                     StepOutcome::Committed(next) => {
                         record = next;
-                        fresh = true;
+                        known = Known::Fresh;
                     }
                     StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
                         self.release_if_held(&lease, &r).await;
@@ -629,9 +645,18 @@ where
     }
 
     /// Whether the stored history of a claimed run contradicts its run row: no versions, a
-    /// last version other than the run's, or a gap.
-    async fn history_problem(&self, record: &RunRecord) -> Result<Option<RunFailure>, RunnerError> {
-        let problem = match self.inner.store.version_span(&record.id).await {
+    /// last version other than the run's, or a gap. The span is the one the claim read
+    /// (`reads`), else it is read here.
+    async fn history_problem(
+        &self,
+        record: &RunRecord,
+        reads: Option<&ClaimReads>,
+    ) -> Result<Option<RunFailure>, RunnerError> {
+        let span = match reads {
+            Some(reads) => Ok(reads.span),
+            None => self.inner.store.version_span(&record.id).await,
+        };
+        let problem = match span {
             Err(StoreError::Corrupt { message, .. }) => {
                 Some(format!("history unreadable: {message}"))
             }
@@ -693,14 +718,14 @@ where
         lease: &mut Lease,
         record: RunRecord,
     ) -> Result<StepOutcome, RunnerError> {
-        self.step_inner(lease, record, false).await
+        self.step_inner(lease, record, Known::Nothing).await
     }
 
     async fn step_inner(
         &self,
         lease: &mut Lease,
         record: RunRecord,
-        fresh: bool,
+        known: Known,
     ) -> Result<StepOutcome, RunnerError> {
         if record.agent != A::NAME {
             return Err(RunnerError::WrongAgent {
@@ -741,7 +766,7 @@ where
         // Boxed: the step's future is large (~13 KB: handler, router, saga paths), and
         // moving it through every layer of every step cost more than one allocation
         // (about a fifth of a worker's CPU per step with 64 runs in flight on PostgreSQL).
-        Box::pin(step::execute::<A, H>(self, lease, record, state, fresh))
+        Box::pin(step::execute::<A, H>(self, lease, record, state, known))
             .instrument(span)
             .await
     }

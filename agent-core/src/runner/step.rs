@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::cx::{StepCx, with_heartbeat};
-use super::{Runner, RunnerError, StepOutcome, children, route, saga};
+use super::{Known, Runner, RunnerError, StepOutcome, children, route, saga};
 use crate::agent::{Agent, Failure, Handle, Join, StepError, Wake};
 use crate::graph::{Routing, StateDescription};
 use crate::store::{
@@ -21,7 +21,7 @@ pub(super) async fn execute<A, H>(
     lease: &mut Lease,
     record: RunRecord,
     state: A,
-    fresh: bool,
+    known: Known,
 ) -> Result<StepOutcome, RunnerError>
 where
     A: Agent + Handle<H>,
@@ -62,9 +62,23 @@ where
     let mut wake = None;
     let mut consumed = None;
     if let Some(w) = &desc.wait {
-        let pending = inner.store.pending_signals(&record.id).await?;
-        if let Some(sig) = pending.iter().find(|s| s.name == w.signal) {
-            wake = Some(Wake::Signal(sig.payload.clone()));
+        // The signals the claim read, if it read them and the awaited one is among them
+        // (it is still pending: only the lease holder consumes). Otherwise one may have
+        // come since: read them.
+        let claimed = match &known {
+            Known::Claimed(reads) => (reads.pending_signals.as_ref())
+                .and_then(|p| p.iter().find(|s| s.name == w.signal))
+                .cloned(),
+            Known::Nothing | Known::Fresh => None,
+        };
+        let found = match claimed {
+            Some(sig) => Some(sig),
+            None => (inner.store.pending_signals(&record.id).await?)
+                .into_iter()
+                .find(|s| s.name == w.signal),
+        };
+        if let Some(sig) = found {
+            wake = Some(Wake::Signal(sig.payload));
             consumed = Some(sig.id);
         } else if record.wake_at.is_some_and(|t| t <= now_ms()) {
             wake = Some(Wake::TimedOut);
@@ -84,7 +98,16 @@ where
         None if children::waits_for_children(&record) => record.version.saturating_sub(1),
         None => record.version,
     };
-    let journal: BTreeMap<u32, JournalEntry> = if fresh && migrated_base.is_none() {
+    // Nothing to read when the step is fresh, or the claim found no entry at this version
+    // and the step resumes at it (not after its children, nor after a migration that
+    // carried an interrupted step over).
+    let resumes_earlier = base != record.version;
+    let nothing_journaled = match &known {
+        Known::Fresh => migrated_base.is_none(),
+        Known::Claimed(reads) => !resumes_earlier && !reads.journaled_at_version,
+        Known::Nothing => false,
+    };
+    let journal: BTreeMap<u32, JournalEntry> = if nothing_journaled {
         BTreeMap::new()
     } else {
         inner

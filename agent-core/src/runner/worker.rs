@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 use super::retention::{Retention, RetentionTask};
 use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
-use crate::store::{Lease, RunRecord, Store};
+use crate::store::{Claimed, Store};
 
 /// A run claimed more than this many times in a row without a commit is a *suspect*: its
 /// step may be what crashes its workers, so a [`Worker`] runs it alone. One lost claim (a
@@ -234,11 +234,16 @@ where
     }
 
     /// Drive a claimed run in a task of its own, where a panic stays.
-    fn spawn(&self, tasks: &mut JoinSet<Driven>, lease: Lease, record: RunRecord) {
+    fn spawn(&self, tasks: &mut JoinSet<Driven>, claimed: Claimed) {
         let runner = self.runner.clone();
         tasks.spawn(async move {
+            let Claimed {
+                lease,
+                record,
+                reads,
+            } = claimed;
             let run_id = record.id.clone();
-            match AssertUnwindSafe(runner.drive(lease, record))
+            match AssertUnwindSafe(runner.drive(lease, record, reads))
                 .catch_unwind()
                 .await
             {
@@ -311,10 +316,10 @@ where
             }
             for run_id in std::mem::take(&mut panicked) {
                 match store
-                    .claim_run(&run_id, &cfg.worker_id, cfg.lease_ttl)
+                    .claim_run_reading(&run_id, &cfg.worker_id, cfg.lease_ttl)
                     .await
                 {
-                    Ok(Some((lease, record))) => self.spawn(&mut tasks, lease, record),
+                    Ok(Some(claimed)) => self.spawn(&mut tasks, claimed),
                     Ok(None) => {}
                     Err(e) => warn!(error = %e, run_id = %run_id, "could not claim a run again"),
                 }
@@ -323,7 +328,7 @@ where
             let mut claimed = 0;
             if free > 0 {
                 match store
-                    .claim_next(&agents, &cfg.worker_id, cfg.lease_ttl, free)
+                    .claim_next_reading(&agents, &cfg.worker_id, cfg.lease_ttl, free)
                     .await
                 {
                     Ok(batch) => {
@@ -332,16 +337,17 @@ where
                         // The claim counted once more: more than SUSPECT_CLAIMS means the run
                         // was a suspect before this claim.
                         let (suspects, healthy): (Vec<_>, Vec<_>) =
-                            batch.into_iter().partition(|(_, record)| {
-                                record.claims_without_progress > SUSPECT_CLAIMS
+                            batch.into_iter().partition(|claimed| {
+                                claimed.record.claims_without_progress > SUSPECT_CLAIMS
                             });
                         let mut suspects = suspects.into_iter();
-                        if let Some((lease, record)) = suspects.next() {
+                        if let Some(suspect) = suspects.next() {
                             // A suspect may be what crashes its workers: it runs alone, so that
                             // a crash counts against it and not against runs sharing the process.
                             // The rest of the batch goes back uncounted (it is claimed again
                             // next, oldest first); the runs in flight finish first.
-                            for (other, _) in healthy.iter().chain(suspects.as_slice()) {
+                            for other in healthy.iter().chain(suspects.as_slice()) {
+                                let other = &other.lease;
                                 if let Err(e) = store.hand_back(other).await {
                                     warn!(error = %e, run_id = %other.run_id,
                                     "could not hand a run back; its lease will expire");
@@ -350,13 +356,13 @@ where
                             while let Some(done) = tasks.join_next().await {
                                 tally(&mut stats, done, &mut panicked);
                             }
-                            self.spawn(&mut tasks, lease, record);
+                            self.spawn(&mut tasks, suspect);
                             while let Some(done) = tasks.join_next().await {
                                 tally(&mut stats, done, &mut panicked);
                             }
                         } else {
-                            for (lease, record) in healthy {
-                                self.spawn(&mut tasks, lease, record);
+                            for claimed in healthy {
+                                self.spawn(&mut tasks, claimed);
                             }
                         }
                     }

@@ -7,10 +7,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease, MigrationCommit,
-    Millis, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy, RunEvent, RunFailure,
-    RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, StoreError,
-    ToolStats, ToolSwitch, TransitionRecord, VersionSpan, compute_tool_stats,
+    Claimed, EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease,
+    MigrationCommit, Millis, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
+    RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
+    StepCommit, StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionSpan,
+    compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
@@ -88,6 +89,49 @@ pub trait Store: Send + Sync + fmt::Debug {
         ttl: Duration,
         limit: usize,
     ) -> Result<Vec<(Lease, RunRecord)>, StoreError>;
+
+    /// [`claim_next`](Self::claim_next), each run with what its resumption reads first
+    /// ([`ClaimReads`](super::ClaimReads): its version span, whether its journal has entries at its version,
+    /// its pending signals), read by the claim itself. A
+    /// [`Worker`](crate::runner::Worker) claims this way, so that a batch of runs resumes
+    /// on one statement instead of one or more per run.
+    ///
+    /// The default claims with `claim_next` and reads nothing more (`reads: None`); the
+    /// runner then reads what it needs itself.
+    async fn claim_next_reading(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let claimed = self.claim_next(agents, worker, ttl, limit).await?;
+        Ok(claimed
+            .into_iter()
+            .map(|(lease, record)| Claimed {
+                lease,
+                record,
+                reads: None,
+            })
+            .collect())
+    }
+
+    /// [`claim_run`](Self::claim_run) with what the run's resumption reads first, as
+    /// [`claim_next_reading`](Self::claim_next_reading) does; the default reads nothing
+    /// more.
+    async fn claim_run_reading(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let claimed = self.claim_run(run_id, worker, ttl).await?;
+        Ok(claimed.map(|(lease, record)| Claimed {
+            lease,
+            record,
+            reads: None,
+        }))
+    }
 
     /// Extend a held lease. [`StoreError::LeaseLost`] if the epoch is no longer current.
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;

@@ -44,10 +44,11 @@ pub use migrate::{
 };
 pub use operator::{validate_label, validate_labels};
 pub use records::{
-    CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis, NewRun, OperatorNote,
-    PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus,
-    SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch, TransitionKind,
-    TransitionRecord, VersionSpan, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, idempotency_key, now_ms,
+    CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis,
+    NewRun, OperatorNote, PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter,
+    RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch,
+    TransitionKind, TransitionRecord, VersionSpan, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
+    idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;

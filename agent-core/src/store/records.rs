@@ -777,6 +777,39 @@ pub struct VersionSpan {
     pub count: u64,
 }
 
+/// What a claim read besides the run, for the worker about to resume it
+/// ([`Store::claim_next_reading`](super::Store::claim_next_reading)): what the runner
+/// would otherwise read with statements of its own before the run's first step. Read in
+/// the claim's statement, while the new lease already holds the run, so none of it can
+/// change under the runner (only a lease holder commits or journals, and only the
+/// runner consumes a signal).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClaimReads {
+    /// The run's stored versions, as [`Store::version_span`](super::Store::version_span)
+    /// answers.
+    pub span: Option<VersionSpan>,
+    /// Whether the journal holds an entry at the run's current version (a step
+    /// interrupted after a tool call); when not, the first step does not read it.
+    pub journaled_at_version: bool,
+    /// The signals pending for a waiting run, oldest first, as
+    /// [`Store::pending_signals`](super::Store::pending_signals) answers; `None` when not
+    /// read (the run does not wait). A signal sent after the claim is not here: the runner
+    /// reads them again when none of these is the one it waits for.
+    pub pending_signals: Option<Vec<SignalRecord>>,
+}
+
+/// A claimed run: its lease, its record, and what the claim read for its resumption
+/// (`None` when the store reads nothing more with a claim).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Claimed {
+    /// The new lease.
+    pub lease: Lease,
+    /// The run as claimed.
+    pub record: RunRecord,
+    /// What the claim read besides the run.
+    pub reads: Option<ClaimReads>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::{CallStatus, EntryKind, RunStatus, TransitionKind};

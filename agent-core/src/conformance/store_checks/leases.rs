@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{CheckResult, Ctx, LONG, claim, create, new_run, step, stored, unique};
-use crate::store::{RunStatus, Store, StoreError, now_ms};
+use super::{CheckResult, Ctx, LONG, claim, create, entry, new_run, step, stored, unique};
+use crate::store::{CallStatus, RunStatus, Store, StoreError, now_ms};
 
 /// A live lease blocks other claimers; the holder may re-claim; an expired lease is taken
 /// over with a higher epoch; claims count until a commit; final runs are not claimed.
@@ -512,5 +512,119 @@ pub async fn check_next_due_is_no_later_than_a_live_lease(store: Arc<dyn Store>)
         due.is_some_and(|d| d <= Duration::from_millis(1_500)),
         "next_due is {due:?} with a timer due in 1.5 s"
     );
+    Ok(())
+}
+
+/// A claim that reads ([`Store::claim_next_reading`], [`Store::claim_run_reading`]) reads
+/// what the separate reads answer once the run is claimed: its version span, whether its
+/// journal has an entry at its version, a waiting run's pending signals. A store that
+/// reads nothing with a claim (`reads: None`) passes, as long as its claims are claims.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Reads");
+    // One run interrupted after a journaled call at version 1.
+    let journaled = store
+        .create_run(new_run(&unique("journaled"), &agent, json!({})))
+        .await
+        .ctx("create_run")?;
+    let lease = claim(&store, &journaled.id, "w1").await?;
+    store
+        .commit_step(&lease, &step(0, json!({ "at": 1 })))
+        .await
+        .ctx("commit_step")?;
+    store
+        .record_entry(
+            &lease,
+            &entry(&journaled.id, 1, 0, CallStatus::Started, None),
+        )
+        .await
+        .ctx("record_entry")?;
+    store.release_lease(&lease).await.ctx("release_lease")?;
+    // One run waiting for `go`, which was sent.
+    let waiting = store
+        .create_run(new_run(&unique("waiting"), &agent, json!({})))
+        .await
+        .ctx("create_run")?;
+    let lease = claim(&store, &waiting.id, "w1").await?;
+    let mut wait = step(0, json!({ "at": 1 }));
+    wait.status = RunStatus::Waiting;
+    wait.waiting_for = Some("go".to_owned());
+    store.commit_step(&lease, &wait).await.ctx("commit_step")?;
+    store.release_lease(&lease).await.ctx("release_lease")?;
+    store
+        .send_signal(&waiting.id, "go", &json!({ "ok": true }))
+        .await
+        .ctx("send_signal")?;
+    // And one new run, claimed by id.
+    let fresh = store
+        .create_run(new_run(&unique("fresh"), &agent, json!({})))
+        .await
+        .ctx("create_run")?;
+
+    let mut claimed = store
+        .claim_next_reading(std::slice::from_ref(&agent), "w2", LONG, 10)
+        .await
+        .ctx("claim_next_reading")?;
+    let by_id = store
+        .claim_run_reading(&fresh.id, "w2", LONG)
+        .await
+        .ctx("claim_run_reading")?
+        .ok_or("claim_run_reading of a free run returned None")?;
+    claimed.retain(|c| c.record.id != fresh.id);
+    claimed.push(by_id);
+    let ids: BTreeSet<&str> = claimed.iter().map(|c| c.record.id.as_str()).collect();
+    for id in [&journaled.id, &waiting.id, &fresh.id] {
+        ensure!(ids.contains(id.as_str()), "run `{id}` was not claimed");
+    }
+    for c in &claimed {
+        let id = &c.record.id;
+        ensure!(
+            c.lease.run_id == *id
+                && c.lease.worker == "w2"
+                && c.record.lease_owner.as_deref() == Some("w2"),
+            "run `{id}`: the claim did not give `w2` its lease"
+        );
+        let Some(reads) = &c.reads else { continue };
+        let span = store.version_span(id).await.ctx("version_span")?;
+        ensure!(
+            reads.span == span,
+            "run `{id}`: the claim read the span {:?}, version_span says {span:?}",
+            reads.span
+        );
+        let journal = store
+            .journal(id, Some(c.record.version))
+            .await
+            .ctx("journal")?;
+        ensure!(
+            reads.journaled_at_version != journal.is_empty(),
+            "run `{id}`: the claim read journaled_at_version = {}, the journal at version {} \
+             has {} entries",
+            reads.journaled_at_version,
+            c.record.version,
+            journal.len()
+        );
+        let pending = store.pending_signals(id).await.ctx("pending_signals")?;
+        if let Some(read) = &reads.pending_signals {
+            ensure!(
+                *read == pending,
+                "run `{id}`: the claim read the pending signals {read:?}, pending_signals \
+                 says {pending:?}"
+            );
+        }
+        if *id == waiting.id {
+            ensure!(
+                reads.pending_signals.is_some(),
+                "run `{id}` waits, but the claim did not read its pending signals"
+            );
+        }
+        if *id == journaled.id {
+            ensure!(
+                reads.journaled_at_version,
+                "run `{id}` has an entry at its version, the claim read none"
+            );
+        }
+    }
     Ok(())
 }
