@@ -23,7 +23,7 @@ use agent_sqlite::SqliteStore;
 use serde_json::json;
 
 const AGENT: &str = "Bench";
-const TTL: Duration = Duration::from_secs(60);
+const TTL: Duration = Duration::from_mins(1);
 
 fn size(var: &str, default: usize) -> usize {
     std::env::var(var)
@@ -32,10 +32,10 @@ fn size(var: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+/// The `pct`th percentile (nearest rank below).
+fn percentile(samples: &mut [Duration], pct: usize) -> Duration {
     samples.sort();
-    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[i]
+    samples[(samples.len() - 1) * pct / 100]
 }
 
 fn ms(d: Duration) -> f64 {
@@ -137,10 +137,10 @@ async fn migration_cost(store: &dyn Store, name: &str, runs: usize) {
             steps.push(t.elapsed());
         }
     }
-    let (s50, s99) = (percentile(&mut steps, 0.5), percentile(&mut steps, 0.99));
+    let (s50, s99) = (percentile(&mut steps, 50), percentile(&mut steps, 99));
     let (m50, m99) = (
-        percentile(&mut migrations, 0.5),
-        percentile(&mut migrations, 0.99),
+        percentile(&mut migrations, 50),
+        percentile(&mut migrations, 99),
     );
     println!(
         "{name}: migrating commit p50 {:.2} ms p99 {:.2} ms · ordinary step p50 {:.2} ms p99 {:.2} ms · ratio of p50s {:.2} ({runs} runs)",
@@ -192,13 +192,10 @@ async fn claim_cost(store: &dyn Store, name: &str, stored: usize, claims: usize)
         }
         store.release_lease(&lease).await.expect("release");
     }
-    let (a50, a99) = (
-        percentile(&mut by_agent, 0.5),
-        percentile(&mut by_agent, 0.99),
-    );
+    let (a50, a99) = (percentile(&mut by_agent, 50), percentile(&mut by_agent, 99));
     let (v50, v99) = (
-        percentile(&mut by_version, 0.5),
-        percentile(&mut by_version, 0.99),
+        percentile(&mut by_version, 50),
+        percentile(&mut by_version, 99),
     );
     println!(
         "{name}: claim over {stored} runs of versions 1 and 2 (created in {:.1} s): by `Bench@2` p50 {:.2} ms p99 {:.2} ms · by `Bench` p50 {:.2} ms p99 {:.2} ms · ratio of p50s {:.2}",
