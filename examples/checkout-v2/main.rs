@@ -21,8 +21,9 @@ use durable_agents::store::{RunStatus, Store, TransitionKind, verify::verify_run
 use durable_agents::{Agent, router::Router};
 use examples::checkout::{self as v1, Customer};
 use examples::checkout_v2 as v2;
+use examples::report::{self, check};
 use examples::shop::Shop;
-use examples::{report, stores};
+use examples::stores;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -140,11 +141,6 @@ async fn run_on(opened: &stores::Opened) -> Result<bool, Box<dyn std::error::Err
         println!("\n{}", report::timeline(store.as_ref(), id).await?);
     }
     Ok(all_ok)
-}
-
-fn check(ok: bool, line: &str) -> bool {
-    println!("   {} {line}", if ok { "✔" } else { "✘" });
-    ok
 }
 
 /// Print the proof lines of one run, read back from the store and the shop's effect log.

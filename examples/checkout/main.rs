@@ -23,7 +23,8 @@ use examples::checkout::{self, Checkout, Handlers};
 use examples::shop::{Product, Shop};
 
 use examples::crash::CrashAfter;
-use examples::{report, stores};
+use examples::report::{self, check};
+use examples::stores;
 
 /// The checkout agent: typed cart, LLM-routed review, idempotent payment, saga.
 #[derive(Debug, Parser)]
@@ -178,11 +179,6 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         "  cargo run --example checkout -- --fresh --crash-after-steps 3   # crash mid-run, then run again to resume"
     );
     Ok(all_ok)
-}
-
-fn check(ok: bool, line: &str) -> bool {
-    println!("   {} {line}", if ok { "✔" } else { "✘" });
-    ok
 }
 
 /// Print the proof lines of one run, read back from the store and the shop's effect log.

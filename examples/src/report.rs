@@ -142,6 +142,13 @@ pub fn error_report(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// Print one proof line of an example, ✔ or ✘, and return whether it held.
+#[must_use = "a proof that did not hold must fail the example"]
+pub fn check(ok: bool, line: &str) -> bool {
+    println!("   {} {line}", if ok { "✔" } else { "✘" });
+    ok
+}
+
 #[cfg(test)]
 mod tests {
     use super::error_report;
