@@ -440,7 +440,16 @@ mod mediation {
                     .await
                     .unwrap()
                     .unwrap();
-                let cx = StepCx::new(&runner.inner, &record, state, lease, BTreeMap::new(), None);
+                let cache = crate::runner::cx::unloaded_read_cache();
+                let cx = StepCx::new(
+                    &runner.inner,
+                    &record,
+                    state,
+                    lease,
+                    BTreeMap::new(),
+                    None,
+                    &cache,
+                );
                 let initial = child.initial().map_or("?", |s| s.name.as_str());
                 let states = vec![serde_json::json!({ initial: { "items": ["a"] } })];
                 let outcome = cx.spawn_children(child, states, Join::All).await;

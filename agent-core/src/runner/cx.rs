@@ -2,9 +2,9 @@
 //! path under each tool's policy, the lease kept alive while work runs. The handler (through
 //! `Ctx`), the router loop and the saga all work through it; it depends on none of them.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -32,10 +32,9 @@ pub(crate) struct StepCx<'r> {
     lease: Mutex<Lease>,
     /// Entries already journaled at this version (a resumed step replays them).
     journal: Mutex<BTreeMap<u32, JournalEntry>>,
-    /// Successful read results of the whole run, by (tool, input hash); loaded on first use.
-    read_cache: tokio::sync::Mutex<Option<HashMap<(String, String), Value>>>,
-    /// Tools switched off in the registry; loaded on the first tool call of the step.
-    switches: tokio::sync::Mutex<Option<std::collections::HashSet<String>>>,
+    /// Successful read results of the whole run, by (tool, input hash): the drive's
+    /// ([`ReadCache`]), kept from one step of the run to the next.
+    read_cache: &'r ReadCache,
     seq: AtomicU32,
     tool_calls: AtomicU32,
     /// In an LLM-routed state: the transition the router chose, set before the handler runs.
@@ -65,6 +64,7 @@ impl<'r> StepCx<'r> {
         lease: Lease,
         journal: BTreeMap<u32, JournalEntry>,
         wake: Option<Wake>,
+        read_cache: &'r ReadCache,
     ) -> Self {
         Self {
             inner,
@@ -74,8 +74,7 @@ impl<'r> StepCx<'r> {
             state_data: &record.state,
             lease: Mutex::new(lease),
             journal: Mutex::new(journal),
-            read_cache: tokio::sync::Mutex::new(None),
-            switches: tokio::sync::Mutex::new(None),
+            read_cache,
             seq: AtomicU32::new(0),
             tool_calls: AtomicU32::new(0),
             route_name: std::sync::OnceLock::new(),
@@ -561,22 +560,19 @@ impl<'r> StepCx<'r> {
         }
     }
 
-    /// The tool registry, read once per step: a switch takes effect at the next step.
+    /// Whether the tool registry lets `tool` be called, from the runner's copy of the
+    /// registry ([`ToolSwitches`]): a switch takes effect at the calls that start at most
+    /// [`RunnerConfig::tool_registry_refresh`](super::RunnerConfig) after it.
     async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
-        let mut switches = self.switches.lock().await;
-        if switches.is_none() {
-            let off = self
-                .inner
-                .store
-                .tool_switches()
-                .await?
-                .into_iter()
-                .filter(|s| !s.enabled)
-                .map(|s| s.tool)
-                .collect();
-            *switches = Some(off);
-        }
-        Ok(!switches.as_ref().is_some_and(|off| off.contains(tool)))
+        let off = self
+            .inner
+            .switches
+            .current(
+                self.inner.store.as_ref(),
+                self.inner.config.tool_registry_refresh,
+            )
+            .await?;
+        Ok(!off.contains(tool))
     }
 
     async fn cached_read(&self, tool: &str, hash: &str) -> Option<Value> {
@@ -689,5 +685,73 @@ fn entry_error(e: &JournalEntry) -> ToolError {
         message: e.error_message.clone().unwrap_or_default(),
         tool: Some(e.name.clone()),
         retry_after_ms: None,
+    }
+}
+
+/// The successful read results of one run, by (tool, input hash), for the read cache
+/// ([`ToolPolicy::cache`](crate::tool::ToolPolicy)): `None` until the run's journal is read,
+/// at its first cacheable read call. One per drive of a run ([`Runner::drive`](super::Runner)):
+/// the steps that follow each other under one lease share it, so the journal is read at
+/// most once per claim, not once per step; the results a step journals are added as they
+/// are journaled.
+pub(crate) type ReadCache = tokio::sync::Mutex<Option<HashMap<(String, String), Value>>>;
+
+/// A read cache known to be empty: the run has journaled nothing yet (its first step, at
+/// version 0, with nothing journaled at that version).
+pub(crate) fn empty_read_cache() -> ReadCache {
+    tokio::sync::Mutex::new(Some(HashMap::new()))
+}
+
+/// A read cache to be loaded from the journal when first needed.
+pub(crate) fn unloaded_read_cache() -> ReadCache {
+    tokio::sync::Mutex::new(None)
+}
+
+/// The tools switched off in the registry, as a runner last read them: shared by every run
+/// the runner drives, read again once older than
+/// [`RunnerConfig::tool_registry_refresh`](super::RunnerConfig). A worker with thousands of
+/// runs in flight reads the registry once per interval instead of once per step.
+#[derive(Debug, Default)]
+pub(crate) struct ToolSwitches {
+    /// When the registry was read, and the tools it had switched off.
+    read: Mutex<Option<(Instant, Arc<HashSet<String>>)>>,
+    /// One reader at a time: the calls that find the copy stale while it is being read
+    /// wait for that read instead of sending their own.
+    reading: tokio::sync::Mutex<()>,
+}
+
+impl ToolSwitches {
+    /// The tools switched off, read from `store` if the copy is older than `refresh`.
+    pub(crate) async fn current(
+        &self,
+        store: &dyn crate::store::Store,
+        refresh: Duration,
+    ) -> Result<Arc<HashSet<String>>, StoreError> {
+        let fresh = |read: &Option<(Instant, Arc<HashSet<String>>)>| {
+            read.as_ref()
+                .filter(|(at, _)| at.elapsed() < refresh)
+                .map(|(_, off)| Arc::clone(off))
+        };
+        if let Some(off) = fresh(&lock(&self.read)) {
+            return Ok(off);
+        }
+        let _reading = self.reading.lock().await;
+        if let Some(off) = fresh(&lock(&self.read)) {
+            return Ok(off);
+        }
+        // Timed from before the read: a switch written while it runs may be missed by it,
+        // and is then seen by the next read, at most `refresh` after the switch.
+        let at = Instant::now();
+        let off: Arc<HashSet<String>> = Arc::new(
+            store
+                .tool_switches()
+                .await?
+                .into_iter()
+                .filter(|s| !s.enabled)
+                .map(|s| s.tool)
+                .collect(),
+        );
+        *lock(&self.read) = Some((at, Arc::clone(&off)));
+        Ok(off)
     }
 }

@@ -79,7 +79,9 @@ where
         .into_iter()
         .cloned()
         .collect();
-    let cx = StepCx::new(inner, &record, desc, lease.clone(), done, None);
+    // Compensations are never served from the read cache: it stays unloaded.
+    let read_cache = super::cx::unloaded_read_cache();
+    let cx = StepCx::new(inner, &record, desc, lease.clone(), done, None, &read_cache);
     for (i, original) in saga.iter().rev().enumerate() {
         let seq = u32::try_from(i).unwrap_or(u32::MAX);
         if cx

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::cx::{StepCx, with_heartbeat};
+use super::cx::{ReadCache, StepCx, with_heartbeat};
 use super::{Known, Runner, RunnerError, StepOutcome, children, route, saga};
 use crate::agent::{Agent, Failure, Handle, Join, StepError, Wake};
 use crate::graph::{Routing, StateDescription};
@@ -16,12 +16,18 @@ use crate::store::{
 };
 
 /// Execute one step of a claimed, checked run.
+///
+/// The paths most steps do not take (the saga, the router loop, failures, waits) are boxed
+/// where they are awaited: a future is as large as its largest path, and every run in
+/// flight holds this one while its handler waits for a tool (issue 22, W4: thousands of
+/// runs in one worker).
 pub(super) async fn execute<A, H>(
     runner: &Runner<A, H>,
     lease: &mut Lease,
     record: RunRecord,
     state: A,
     known: Known,
+    read_cache: &ReadCache,
 ) -> Result<StepOutcome, RunnerError>
 where
     A: Agent + Handle<H>,
@@ -34,7 +40,7 @@ where
         .expect("check_loaded verified the state exists");
 
     if record.status == RunStatus::Compensating {
-        return saga::compensate(runner, lease, record, desc).await;
+        return Box::pin(saga::compensate(runner, lease, record, desc)).await;
     }
     if desc.terminal {
         let status = if desc.compensate {
@@ -55,7 +61,7 @@ where
         && record.version >= max
     {
         let e = StepError::Budget(format!("the agent allows at most {max} steps per run"));
-        return fail(runner, lease, &record, desc, &e).await;
+        return Box::pin(fail(runner, lease, &record, desc, &e)).await;
     }
 
     // A waiting state runs only once its signal (or its timeout) is there.
@@ -85,7 +91,14 @@ where
         } else if record.status == RunStatus::Waiting {
             return Ok(StepOutcome::Waiting(record));
         } else {
-            return commit_wait(runner, lease, &record, &w.signal, wake_at(desc)).await;
+            return Box::pin(commit_wait(
+                runner,
+                lease,
+                &record,
+                &w.signal,
+                wake_at(desc),
+            ))
+            .await;
         }
     }
 
@@ -119,11 +132,20 @@ where
             .map(|e| (e.seq, e))
             .collect()
     };
-    let cx = StepCx::new(inner, &record, desc, lease.clone(), journal, wake).resumed_at(base);
+    let cx = StepCx::new(
+        inner,
+        &record,
+        desc,
+        lease.clone(),
+        journal,
+        wake,
+        read_cache,
+    )
+    .resumed_at(base);
 
     let handler = async {
         if desc.route == Routing::Llm {
-            let (to, args) = route::decide(&cx, A::NAME).await?;
+            let (to, args) = Box::pin(route::decide(&cx, A::NAME)).await?;
             let _ = cx.route_name.set(to);
             let _ = cx.route_args.set(args);
         }
@@ -162,7 +184,7 @@ where
     if step_error.is_none()
         && let Some(join) = cx.take_suspend()
     {
-        return wait_for_children(runner, lease, record, join).await;
+        return Box::pin(wait_for_children(runner, lease, record, join)).await;
     }
     let result = match step_error {
         Some(e) => Err(e),
@@ -170,12 +192,12 @@ where
     };
     let next = match result {
         Ok(next) => next,
-        Err(e) => return fail(runner, lease, &record, desc, &e).await,
+        Err(e) => return Box::pin(fail(runner, lease, &record, desc, &e)).await,
     };
     let to = next.state_name();
     if !graph.has_edge(&desc.name, to) {
         let e = StepError::Handler(format!("`{}` -> `{to}` is not a declared edge", desc.name));
-        return fail(runner, lease, &record, desc, &e).await;
+        return Box::pin(fail(runner, lease, &record, desc, &e)).await;
     }
     if let Some(chosen) = cx.route_name.get()
         && chosen != to
@@ -183,7 +205,7 @@ where
         let e = StepError::Routing(format!(
             "the router chose `{chosen}` but the handler moved to `{to}`"
         ));
-        return fail(runner, lease, &record, desc, &e).await;
+        return Box::pin(fail(runner, lease, &record, desc, &e)).await;
     }
     let value = serde_json::to_value(&next)
         .map_err(|e| StoreError::Backend(format!("state `{to}` does not serialize: {e}")))?;
