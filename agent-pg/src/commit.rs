@@ -1,5 +1,5 @@
-//! The writes of a step: journal entries, fenced by the lease, and the step's commit, one
-//! statement (shared with other runs' commits by the group commit).
+//! The writes of a step: journal entries, fenced by the lease, and the step's commit, each
+//! one statement, shared with other runs' entries or commits by the group commit.
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError};
@@ -9,11 +9,14 @@ use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
 use sqlx::Row;
 
 use crate::connect::db_err;
-use crate::group_commit::CommitRow;
+use crate::group_commit::{CommitRow, EntryRow};
 use crate::{PgStore, sql};
 
 impl PgStore {
-    /// `Store::record_entry`.
+    /// `Store::record_entry`: through the group commit (its own statement when a slot is
+    /// free, else one statement with the other runs' entries that arrived meanwhile);
+    /// durable when this returns. An output too large to keep inline goes to the side
+    /// table, in a statement of its own through the pool.
     pub(crate) async fn record(
         &self,
         lease: &Lease,
@@ -24,12 +27,60 @@ impl PgStore {
             .output
             .as_ref()
             .map_or(0, |o| serde_json::to_vec(o).map_or(0, |b| b.len()));
-        let external = output_len > LARGE_OUTPUT_BYTES;
-        let (inline, side) = if external {
-            (None, entry.output.as_ref())
+        let written = if output_len > LARGE_OUTPUT_BYTES {
+            self.record_external(lease, entry, output_len).await?
         } else {
-            (entry.output.as_ref(), None)
+            self.group
+                .record(EntryRow {
+                    run_id: lease.run_id.clone(),
+                    epoch: to_i64(lease.epoch),
+                    version: to_i64(entry.version),
+                    seq: i32::try_from(entry.seq).unwrap_or(i32::MAX),
+                    kind: entry.kind.as_str(),
+                    state: entry.state.clone(),
+                    name: entry.name.clone(),
+                    tool_kind: entry.tool_kind.map(agent_core::ToolKind::as_str),
+                    input_hash: entry.input_hash.clone(),
+                    input: entry.input.clone(),
+                    idempotency_key: entry.idempotency_key.clone(),
+                    status: entry.status.as_str(),
+                    output: entry.output.clone(),
+                    output_summary: entry.output.as_ref().map(|o| summary(&o.to_string())),
+                    output_bytes: entry
+                        .output
+                        .as_ref()
+                        .map(|_| i32::try_from(output_len).unwrap_or(i32::MAX)),
+                    error_class: entry.error_class.as_ref().and_then(serde_name),
+                    error_code: entry.error_code.clone(),
+                    error_message: entry.error_message.clone(),
+                    attempts: i32::try_from(entry.attempts).unwrap_or(i32::MAX),
+                    duration_ms: to_i64(entry.duration_ms),
+                    started_at: entry.started_at,
+                    finished_at: entry.finished_at,
+                })
+                .await?
         };
+        if written {
+            self.event_written(&lease.run_id);
+            return Ok(());
+        }
+        match head_of(self, &lease.run_id).await? {
+            None => Err(StoreError::NotFound(lease.run_id.clone())),
+            Some(_) => Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            }),
+        }
+    }
+
+    /// An entry whose output goes to the side table: one statement through the pool.
+    /// Whether it was written (`false`: the epoch is not the run's).
+    async fn record_external(
+        &self,
+        lease: &Lease,
+        entry: &JournalEntry,
+        output_len: usize,
+    ) -> Result<bool, StoreError> {
         let row = sqlx::query(sql::RECORD_ENTRY)
             .bind(&lease.run_id)
             .bind(to_i64(lease.epoch))
@@ -43,15 +94,10 @@ impl PgStore {
             .bind(&entry.input)
             .bind(&entry.idempotency_key)
             .bind(entry.status.as_str())
-            .bind(inline)
-            .bind(external)
+            .bind(None::<&serde_json::Value>)
+            .bind(true)
             .bind(entry.output.as_ref().map(|o| summary(&o.to_string())))
-            .bind(
-                entry
-                    .output
-                    .as_ref()
-                    .map(|_| i32::try_from(output_len).unwrap_or(i32::MAX)),
-            )
+            .bind(i32::try_from(output_len).unwrap_or(i32::MAX))
             .bind(entry.error_class.as_ref().and_then(serde_name))
             .bind(&entry.error_code)
             .bind(&entry.error_message)
@@ -59,22 +105,12 @@ impl PgStore {
             .bind(to_i64(entry.duration_ms))
             .bind(entry.started_at)
             .bind(entry.finished_at)
-            .bind(side)
+            .bind(entry.output.as_ref())
             .fetch_one(&self.pool)
             .await
             .map_err(db_err)?;
         let written: i64 = row.try_get(0).map_err(|e| corrupt(&lease.run_id, e))?;
-        if written > 0 {
-            self.event_written(&lease.run_id);
-            return Ok(());
-        }
-        match head_of(self, &lease.run_id).await? {
-            None => Err(StoreError::NotFound(lease.run_id.clone())),
-            Some(_) => Err(StoreError::LeaseLost {
-                run_id: lease.run_id.clone(),
-                epoch: lease.epoch,
-            }),
-        }
+        Ok(written > 0)
     }
 
     /// `Store::commit_step`.

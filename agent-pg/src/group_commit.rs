@@ -1,6 +1,7 @@
-//! Group commit: step commits of different runs that arrive while the store already has
-//! as many commit statements in flight as it allows go to the database together, as one
-//! statement ([`sql::COMMIT_STEPS`]).
+//! Group commit: step commits and journal entries of different runs that arrive while the
+//! store already has as many commit statements in flight as it allows go to the database
+//! together, as one statement for the commits ([`sql::COMMIT_STEPS`]) and one for the
+//! entries ([`sql::RECORD_ENTRIES`]).
 //!
 //! Why: with many runs stepping at once, a worker and its database spend most of their
 //! CPU on what every statement costs whatever it writes (a round trip, parse and bind,
@@ -15,8 +16,12 @@
 //!   takes everything queued (up to [`GroupCommit::max_batch`]) as its next statement.
 //! - **Each commit keeps its own fence.** Every row of the grouped statement carries its
 //!   own compare-and-set on version and epoch; a row that fails it writes nothing, and its
-//!   caller learns why exactly as after a commit of its own. A run appears at most once in
-//!   a statement; a second commit of the same run waits for the next one.
+//!   caller learns why exactly as after a commit of its own. A journal entry is fenced by
+//!   its lease's epoch the same way. A run appears at most once in a batch; a second
+//!   write of the same run waits for the next one.
+//! - **Durable before the answer.** A caller hears of its commit or entry only once the
+//!   statement that carried it is committed (`Store::record_entry`'s contract: an entry
+//!   is durable when the call returns).
 //! - **One bad row does not fail the others.** When the server rejects a grouped statement
 //!   (nothing of it was written), its commits are sent again one statement each, so each
 //!   gets its own answer. When the connection fails instead, the outcome is unknown for
@@ -73,15 +78,67 @@ pub(crate) struct CommitRow {
     pub signal: Option<i64>,
 }
 
+/// The parameters of one journal entry whose output is kept inline, owned (the statement
+/// may run in another task).
+#[derive(Debug)]
+pub(crate) struct EntryRow {
+    pub run_id: String,
+    pub epoch: i64,
+    pub version: i64,
+    pub seq: i32,
+    pub kind: &'static str,
+    pub state: String,
+    pub name: String,
+    pub tool_kind: Option<&'static str>,
+    pub input_hash: String,
+    pub input: Value,
+    pub idempotency_key: Option<String>,
+    pub status: &'static str,
+    pub output: Option<Value>,
+    pub output_summary: Option<String>,
+    pub output_bytes: Option<i32>,
+    pub error_class: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub attempts: i32,
+    pub duration_ms: i64,
+    pub started_at: Millis,
+    pub finished_at: Option<Millis>,
+}
+
 /// `Ok(None)`: the compare-and-set matched no row; the caller finds out why.
 pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
+
+/// One write the group commit carries.
+// Short-lived, moved once into the queue: boxing the rows would cost more.
+#[allow(clippy::large_enum_variant)]
+enum Write {
+    Commit(CommitRow),
+    Entry(EntryRow),
+}
+
+impl Write {
+    fn run_id(&self) -> &str {
+        match self {
+            Self::Commit(row) => &row.run_id,
+            Self::Entry(row) => &row.run_id,
+        }
+    }
+}
+
+/// What a write did: a commit's outcome, or whether an entry was written (`false`: its
+/// epoch is not the run's, or the run is gone; nothing was written).
+enum Written {
+    Commit(Option<Applied>),
+    Entry(bool),
+}
 
 /// How many commits went to the database in how many statements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupCommitStats {
-    /// Commit statements sent (single and grouped).
+    /// Commit statements sent (single and grouped), journal entries' included.
     pub statements: u64,
-    /// Commits they carried.
+    /// Commits and journal entries they carried.
     pub commits: u64,
     /// Grouped statements the server rejected, whose commits were then sent one by one.
     pub regrouped: u64,
@@ -91,17 +148,17 @@ pub struct GroupCommitStats {
     pub queued: usize,
 }
 
-/// A commit's turn: its own statement now, or a place in the queue.
-// One short-lived value per commit, on the stack: boxing the row would cost more.
+/// A write's turn: its own statement now, or a place in the queue.
+// One short-lived value per write, on the stack: boxing the row would cost more.
 #[allow(clippy::large_enum_variant)]
 enum Turn {
-    Now(CommitRow),
-    Queued(oneshot::Receiver<Outcome>),
+    Now(Write),
+    Queued(oneshot::Receiver<Result<Written, StoreError>>),
 }
 
 struct Queued {
-    row: CommitRow,
-    reply: oneshot::Sender<Outcome>,
+    write: Write,
+    reply: oneshot::Sender<Result<Written, StoreError>>,
 }
 
 #[derive(Default)]
@@ -236,14 +293,36 @@ impl GroupCommit {
     /// Commit `row`: at once when a slot is free and nobody waits, else with the next
     /// grouped statement.
     pub(crate) async fn commit(self: &Arc<Self>, row: CommitRow) -> Outcome {
+        match self.write(Write::Commit(row)).await? {
+            Written::Commit(applied) => Ok(applied),
+            Written::Entry(_) => Err(StoreError::Backend(
+                "a commit was answered as a journal entry".into(),
+            )),
+        }
+    }
+
+    /// Write a journal entry, fenced by its lease's epoch, as a commit is: at once when a
+    /// slot is free, else with the next grouped statement of entries. `Ok(false)`: the
+    /// epoch is not the run's (or the run is gone) and nothing was written. Returns once
+    /// the entry is committed.
+    pub(crate) async fn record(self: &Arc<Self>, row: EntryRow) -> Result<bool, StoreError> {
+        match self.write(Write::Entry(row)).await? {
+            Written::Entry(written) => Ok(written),
+            Written::Commit(_) => Err(StoreError::Backend(
+                "a journal entry was answered as a commit".into(),
+            )),
+        }
+    }
+
+    async fn write(self: &Arc<Self>, write: Write) -> Result<Written, StoreError> {
         let turn = {
             let mut queue = self.lock();
             if queue.in_flight < self.max_in_flight && queue.waiting.is_empty() {
                 queue.in_flight += 1;
-                Turn::Now(row)
+                Turn::Now(write)
             } else {
                 let (reply, receiver) = oneshot::channel();
-                queue.waiting.push_back(Queued { row, reply });
+                queue.waiting.push_back(Queued { write, reply });
                 self.waited.fetch_add(1, Ordering::Relaxed);
                 let start = queue.in_flight < self.max_in_flight;
                 if start {
@@ -257,11 +336,11 @@ impl GroupCommit {
             }
         };
         match turn {
-            Turn::Now(row) => {
+            Turn::Now(write) => {
                 // The slot passes to the queue when this statement ends, even if this
                 // future is dropped before.
                 let _slot = Slot(self);
-                self.one(&row).await
+                self.one(&write).await
             }
             Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
                 Err(StoreError::Unavailable(
@@ -307,41 +386,58 @@ impl GroupCommit {
             if next.reply.is_closed() {
                 continue;
             }
-            if runs.insert(next.row.run_id.clone()) {
+            if runs.insert(next.write.run_id().to_owned()) {
                 batch.push(next);
             } else {
                 later.push_back(next);
             }
         }
-        // Second commits of a run already in the batch keep their place at the front.
+        // Second writes of a run already in the batch keep their place at the front.
         while let Some(q) = later.pop_back() {
             queue.waiting.push_front(q);
         }
         batch
     }
 
+    /// Send a batch: its journal entries in one statement, then its commits in another
+    /// (a run has at most one write in a batch, so their order does not matter).
     async fn send(&self, batch: Vec<Queued>) {
-        if batch.len() == 1 {
+        let (entries, commits): (Vec<Queued>, Vec<Queued>) = batch
+            .into_iter()
+            .partition(|q| matches!(q.write, Write::Entry(_)));
+        for part in [entries, commits] {
+            self.send_part(part).await;
+        }
+    }
+
+    /// Send writes of one kind: one statement for all of them.
+    async fn send_part(&self, batch: Vec<Queued>) {
+        if batch.len() <= 1 {
             for q in batch {
-                let outcome = self.one(&q.row).await;
+                let outcome = self.one(&q.write).await;
                 let _ = q.reply.send(outcome);
             }
             return;
         }
-        match self.many(&batch).await {
-            Ok(mut applied) => {
-                for (q, outcome) in batch.into_iter().zip(applied.drain(..)) {
+        let grouped = if matches!(batch[0].write, Write::Entry(_)) {
+            self.many_entries(&batch).await
+        } else {
+            self.many(&batch).await
+        };
+        match grouped {
+            Ok(mut done) => {
+                for (q, outcome) in batch.into_iter().zip(done.drain(..)) {
                     let _ = q.reply.send(Ok(outcome));
                 }
             }
             // The server refused the statement: nothing of it was written. One row's
             // problem must not be every row's answer, so each goes again alone.
             Err(sqlx::Error::Database(e)) => {
-                tracing::debug!(error = %e, commits = batch.len(),
-                    "grouped commit refused; sending its commits one by one");
+                tracing::debug!(error = %e, writes = batch.len(),
+                    "grouped statement refused; sending its writes one by one");
                 self.regrouped.fetch_add(1, Ordering::Relaxed);
                 for q in batch {
-                    let outcome = self.one(&q.row).await;
+                    let outcome = self.one(&q.write).await;
                     let _ = q.reply.send(outcome);
                 }
             }
@@ -356,9 +452,120 @@ impl GroupCommit {
         }
     }
 
+    /// One write, one statement.
+    async fn one(&self, write: &Write) -> Result<Written, StoreError> {
+        match write {
+            Write::Commit(row) => self.one_commit(row).await.map(Written::Commit),
+            Write::Entry(row) => self.one_entry(row).await.map(Written::Entry),
+        }
+    }
+
+    /// One journal entry, one statement ([`sql::RECORD_ENTRY`], no side-table output).
+    async fn one_entry(&self, row: &EntryRow) -> Result<bool, StoreError> {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        let query = sqlx::query(sql::RECORD_ENTRY)
+            .bind(&row.run_id)
+            .bind(row.epoch)
+            .bind(row.version)
+            .bind(row.seq)
+            .bind(row.kind)
+            .bind(&row.state)
+            .bind(&row.name)
+            .bind(row.tool_kind)
+            .bind(&row.input_hash)
+            .bind(&row.input)
+            .bind(&row.idempotency_key)
+            .bind(row.status)
+            .bind(&row.output)
+            .bind(false)
+            .bind(&row.output_summary)
+            .bind(row.output_bytes)
+            .bind(&row.error_class)
+            .bind(&row.error_code)
+            .bind(&row.error_message)
+            .bind(row.attempts)
+            .bind(row.duration_ms)
+            .bind(row.started_at)
+            .bind(row.finished_at)
+            .bind(None::<&Value>);
+        let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
+        let returned = query.fetch_one(&mut conn).await;
+        self.connections.give_back(conn, opened, &returned);
+        let written: i64 = returned
+            .map_err(db_err)?
+            .try_get(0)
+            .map_err(|e| agent_sql::corrupt(&row.run_id, e))?;
+        Ok(written > 0)
+    }
+
+    /// Several journal entries, one statement ([`sql::RECORD_ENTRIES`]); whether each one
+    /// was written, in order.
+    async fn many_entries(&self, batch: &[Queued]) -> Result<Vec<Written>, sqlx::Error> {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.commits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let rows = || {
+            batch.iter().filter_map(|q| match &q.write {
+                Write::Entry(row) => Some(row),
+                Write::Commit(_) => None,
+            })
+        };
+        let query = sqlx::query::<Postgres>(sql::RECORD_ENTRIES)
+            .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.epoch).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.version).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.seq).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.kind).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.state.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.name.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.tool_kind).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.input_hash.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| &r.input).collect::<Vec<_>>())
+            .bind(
+                rows()
+                    .map(|r| r.idempotency_key.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows().map(|r| r.status).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.output.as_ref()).collect::<Vec<_>>())
+            .bind(
+                rows()
+                    .map(|r| r.output_summary.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows().map(|r| r.output_bytes).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.error_class.as_deref()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.error_code.as_deref()).collect::<Vec<_>>())
+            .bind(
+                rows()
+                    .map(|r| r.error_message.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows().map(|r| r.attempts).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.duration_ms).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.started_at).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.finished_at).collect::<Vec<_>>());
+        let (mut conn, opened) = self.connections.take(&self.pool).await?;
+        let returned = query.fetch_all(&mut conn).await;
+        self.connections.give_back(conn, opened, &returned);
+        let mut written: Vec<Written> = batch.iter().map(|_| Written::Entry(false)).collect();
+        for r in &returned? {
+            let n: i64 = r.try_get("n")?;
+            let slot = usize::try_from(n - 1)
+                .ok()
+                .and_then(|i| written.get_mut(i))
+                .ok_or_else(|| {
+                    sqlx::Error::Protocol(format!("grouped entries returned row {n}"))
+                })?;
+            *slot = Written::Entry(true);
+        }
+        Ok(written)
+    }
+
     /// One commit, one statement ([`sql::COMMIT_STEP`], or [`sql::COMMIT_STEP_CONSUMING`]
     /// for a step that consumes a signal).
-    async fn one(&self, row: &CommitRow) -> Outcome {
+    async fn one_commit(&self, row: &CommitRow) -> Outcome {
         self.statements.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
         let statement = if row.signal.is_some() {
@@ -397,11 +604,16 @@ impl GroupCommit {
     }
 
     /// Several commits, one statement ([`sql::COMMIT_STEPS`]); what each one did, in order.
-    async fn many(&self, batch: &[Queued]) -> Result<Vec<Option<Applied>>, sqlx::Error> {
+    async fn many(&self, batch: &[Queued]) -> Result<Vec<Written>, sqlx::Error> {
         self.statements.fetch_add(1, Ordering::Relaxed);
         self.commits
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let rows = || batch.iter().map(|q| &q.row);
+        let rows = || {
+            batch.iter().filter_map(|q| match &q.write {
+                Write::Commit(row) => Some(row),
+                Write::Entry(_) => None,
+            })
+        };
         let query = sqlx::query::<Postgres>(sql::COMMIT_STEPS.as_str())
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.epoch).collect::<Vec<_>>())
@@ -437,7 +649,7 @@ impl GroupCommit {
                 .ok_or_else(|| sqlx::Error::Protocol(format!("grouped commit returned row {n}")))?;
             *slot = Some(r.applied_row()?);
         }
-        Ok(outcomes)
+        Ok(outcomes.into_iter().map(Written::Commit).collect())
     }
 }
 

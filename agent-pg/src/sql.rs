@@ -286,6 +286,52 @@ pub(crate) const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE 
        AND version = $3 AND seq = $4) \
      SELECT count(*) FROM j";
 
+/// Several runs' journal entries in one statement (group commit, `group_commit.rs`): the
+/// same writes as [`RECORD_ENTRY`] for entries whose output is kept inline, one row of
+/// parameter arrays per entry (one entry per run at most). Each entry is fenced by its own
+/// lease's epoch under the lock of its run row (taken in the order of the run ids, so that
+/// two such statements never wait for each other in a cycle); an entry whose epoch is not
+/// the run's writes nothing and returns nothing. `n` (the entry's place in the arrays,
+/// from 1) says which entries were written. A side-table output an entry replaces is
+/// deleted, as by [`RECORD_ENTRY`].
+pub(crate) const RECORD_ENTRIES: &str = "WITH i AS (SELECT * FROM unnest($1::text[], \
+       $2::bigint[], $3::bigint[], $4::integer[], $5::text[], $6::text[], $7::text[], \
+       $8::text[], $9::text[], $10::jsonb[], $11::text[], $12::text[], $13::jsonb[], \
+       $14::text[], $15::integer[], $16::text[], $17::text[], $18::text[], $19::integer[], \
+       $20::bigint[], $21::bigint[], $22::bigint[]) WITH ORDINALITY AS i(run_id, epoch, \
+       version, seq, kind, state, name, tool_kind, input_hash, input, idempotency_key, \
+       status, output, output_summary, output_bytes, error_class, error_code, \
+       error_message, attempts, duration_ms, started_at, finished_at, n)), \
+     fence AS (SELECT id, epoch FROM runs WHERE id IN (SELECT run_id FROM i) ORDER BY id \
+       FOR NO KEY UPDATE), \
+     p AS (SELECT i.*, nextval('event_positions') AS pos FROM i \
+       JOIN fence ON fence.id = i.run_id AND fence.epoch = i.epoch), \
+     j AS (INSERT INTO journal (run_id, version, seq, kind, state, name, tool_kind, input_hash, \
+       input, idempotency_key, status, output, output_external, output_summary, output_bytes, \
+       error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at, \
+       started_position, finished_position) \
+       SELECT run_id, version, seq, kind, state, name, tool_kind, input_hash, input, \
+       idempotency_key, status, output, false, output_summary, output_bytes, error_class, \
+       error_code, error_message, attempts, duration_ms, ms_to_ts(started_at), \
+       ms_to_ts(finished_at), pos, CASE WHEN status <> 'started' THEN pos END FROM p \
+       ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = EXCLUDED.kind, \
+       state = EXCLUDED.state, name = EXCLUDED.name, tool_kind = EXCLUDED.tool_kind, \
+       input_hash = EXCLUDED.input_hash, input = EXCLUDED.input, \
+       idempotency_key = EXCLUDED.idempotency_key, status = EXCLUDED.status, \
+       output = EXCLUDED.output, output_external = EXCLUDED.output_external, \
+       output_summary = EXCLUDED.output_summary, output_bytes = EXCLUDED.output_bytes, \
+       error_class = EXCLUDED.error_class, error_code = EXCLUDED.error_code, \
+       error_message = EXCLUDED.error_message, attempts = EXCLUDED.attempts, \
+       duration_ms = EXCLUDED.duration_ms, started_at = journal.started_at, \
+       finished_at = EXCLUDED.finished_at, \
+       finished_position = CASE WHEN EXCLUDED.status = 'started' THEN NULL \
+         WHEN journal.status = EXCLUDED.status THEN \
+           COALESCE(journal.finished_position, EXCLUDED.finished_position) \
+         ELSE EXCLUDED.finished_position END), \
+     od AS (DELETE FROM outputs o USING p WHERE o.run_id = p.run_id \
+       AND o.version = p.version AND o.seq = p.seq) \
+     SELECT n FROM p";
+
 pub(crate) const JOURNAL: &str = concat!(
     "SELECT ",
     journal_cols!(),

@@ -386,3 +386,102 @@ async fn signal_consuming_commits_are_grouped_and_each_checks_its_signal() {
     );
     common::drop_store(store).await;
 }
+
+/// A finished read call of `run_id` at version 0, entry `seq`, answering `output`.
+fn read_entry(run_id: &str, seq: u32, output: Value) -> agent_core::store::JournalEntry {
+    use agent_core::store::{CallStatus, EntryKind, JournalEntry, input_hash, now_ms};
+    let input = json!({ "seq": seq });
+    JournalEntry {
+        run_id: run_id.to_owned(),
+        version: 0,
+        seq,
+        kind: EntryKind::Tool,
+        state: "Browsing".to_owned(),
+        name: "search".to_owned(),
+        tool_kind: Some(agent_core::ToolKind::Read),
+        input_hash: input_hash(&input),
+        input,
+        idempotency_key: None,
+        status: CallStatus::Succeeded,
+        output: Some(output),
+        error_class: None,
+        error_code: None,
+        error_message: None,
+        attempts: 1,
+        duration_ms: 3,
+        started_at: now_ms(),
+        finished_at: Some(now_ms()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_journal_entries_keep_each_runs_fence() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let url = common::database_url().unwrap();
+    let other = PgStore::connect(&url, store.schema())
+        .await
+        .expect("connect");
+    let mut goods = Vec::new();
+    for i in 0..10 {
+        goods.push(claimed(&store, &format!("good-{i}")).await);
+    }
+    // Taken over by another worker: this store's lease on it is stale.
+    let taken = claimed(&store, "taken").await;
+    other
+        .claim_run("taken", "w", HOUR)
+        .await
+        .expect("claim")
+        .expect("same owner may claim again");
+
+    let (lock, held) = stall_commits(&store).await;
+    let spawn_record = |lease: &Lease, seq: u32, output: Value| {
+        let (store, lease) = (store.clone(), lease.clone());
+        let entry = read_entry(&lease.run_id, seq, output);
+        tokio::spawn(async move { store.record_entry(&lease, &entry).await })
+    };
+    let good_records: Vec<_> = goods
+        .iter()
+        .enumerate()
+        .map(|(i, l)| spawn_record(l, 0, json!({ "found": i })))
+        .collect();
+    let taken_record = spawn_record(&taken, 0, json!("stale"));
+    until(&store, "11 queued entries", |s| s.queued == 11).await;
+    // Nothing is answered before its statement is committed.
+    assert!(good_records.iter().all(|r| !r.is_finished()));
+    lock.commit().await.expect("release the lock");
+
+    held.await.unwrap().expect("held commit");
+    for (i, r) in good_records.into_iter().enumerate() {
+        r.await.unwrap().expect("good entry");
+        let journal = store
+            .journal(&format!("good-{i}"), None)
+            .await
+            .expect("journal");
+        assert_eq!(journal.len(), 1);
+        assert_eq!(journal[0].output, Some(json!({ "found": i })));
+    }
+    assert!(
+        matches!(
+            taken_record.await.unwrap(),
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "a stale epoch in a grouped statement of entries loses the lease"
+    );
+    assert!(
+        store
+            .journal("taken", None)
+            .await
+            .expect("journal")
+            .is_empty(),
+        "a fenced-out entry writes nothing"
+    );
+    let stats = store.group_commit_stats();
+    assert_eq!(
+        (stats.statements, stats.commits, stats.regrouped),
+        (2, 12, 0),
+        "the held commit alone, then the 11 queued entries in one statement"
+    );
+    common::drop_store(store).await;
+}

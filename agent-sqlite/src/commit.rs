@@ -1,19 +1,21 @@
-//! The writes of a step: journal entries, each one `BEGIN IMMEDIATE` transaction on the
-//! store's one connection, and the step's commit, through the group commit.
+//! The writes of a step: journal entries and the step's commit, each checked against the
+//! lease, through the group commit (one `BEGIN IMMEDIATE` transaction for what arrives
+//! together).
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError, now_ms};
 use agent_sql::commit::{CommitPlan, check_entry, read_head};
 use agent_sql::reads::commit_refused;
-use agent_sql::rows;
-use agent_sql::{LARGE_OUTPUT_BYTES, serde_name, summary, to_i64};
+use agent_sql::{LARGE_OUTPUT_BYTES, serde_name, to_i64};
 use serde_json::Value;
 
-use crate::group_commit::CommitRow;
+use crate::group_commit::{CommitRow, EntryRow};
 use crate::{SqliteStore, db_err, sql};
 
 impl SqliteStore {
-    /// `Store::record_entry`: the epoch checked and the entry written in one transaction.
+    /// `Store::record_entry`: the epoch checked and the entry written in one transaction,
+    /// through the group commit (alone when the writer is idle, else with the other runs'
+    /// entries and commits that arrived meanwhile); durable when this returns.
     pub(crate) async fn record(
         &self,
         lease: &Lease,
@@ -24,70 +26,31 @@ impl SqliteStore {
         let external = output
             .as_ref()
             .is_some_and(|o| o.len() > LARGE_OUTPUT_BYTES);
-        let mut tx = self.write_tx().await?;
-        let head = sqlx::query(agent_sql::sql::RUN_HEAD)
-            .bind(&lease.run_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?
-            .ok_or_else(|| StoreError::NotFound(lease.run_id.clone()))?;
-        let (_, epoch) = rows::head(&lease.run_id, &head)?;
-        if epoch != lease.epoch {
-            return Err(StoreError::LeaseLost {
+        self.group
+            .record(EntryRow {
                 run_id: lease.run_id.clone(),
                 epoch: lease.epoch,
-            });
-        }
-        sqlx::query(sql::UPSERT_ENTRY)
-            .bind(&entry.run_id)
-            .bind(to_i64(entry.version))
-            .bind(i64::from(entry.seq))
-            .bind(entry.kind.as_str())
-            .bind(&entry.state)
-            .bind(&entry.name)
-            .bind(entry.tool_kind.map(agent_core::ToolKind::as_str))
-            .bind(&entry.input_hash)
-            .bind(entry.input.to_string())
-            .bind(&entry.idempotency_key)
-            .bind(entry.status.as_str())
-            .bind(if external { None } else { output.as_deref() })
-            .bind(external)
-            .bind(output.as_deref().map(summary))
-            .bind(
-                output
-                    .as_ref()
-                    .map(|o| i64::try_from(o.len()).unwrap_or(i64::MAX)),
-            )
-            .bind(entry.error_class.as_ref().and_then(serde_name))
-            .bind(&entry.error_code)
-            .bind(&entry.error_message)
-            .bind(i64::from(entry.attempts))
-            .bind(to_i64(entry.duration_ms))
-            .bind(entry.started_at)
-            .bind(entry.finished_at)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        let key = (to_i64(entry.version), i64::from(entry.seq));
-        if external {
-            sqlx::query(sql::UPSERT_OUTPUT)
-                .bind(&entry.run_id)
-                .bind(key.0)
-                .bind(key.1)
-                .bind(output.as_deref())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-        } else {
-            sqlx::query(sql::DELETE_OUTPUT)
-                .bind(&entry.run_id)
-                .bind(key.0)
-                .bind(key.1)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-        }
-        tx.commit().await.map_err(db_err)?;
+                version: to_i64(entry.version),
+                seq: i64::from(entry.seq),
+                kind: entry.kind.as_str(),
+                state: entry.state.clone(),
+                name: entry.name.clone(),
+                tool_kind: entry.tool_kind.map(agent_core::ToolKind::as_str),
+                input_hash: entry.input_hash.clone(),
+                input: entry.input.to_string(),
+                idempotency_key: entry.idempotency_key.clone(),
+                status: entry.status.as_str(),
+                output,
+                external,
+                error_class: entry.error_class.as_ref().and_then(serde_name),
+                error_code: entry.error_code.clone(),
+                error_message: entry.error_message.clone(),
+                attempts: i64::from(entry.attempts),
+                duration_ms: to_i64(entry.duration_ms),
+                started_at: entry.started_at,
+                finished_at: entry.finished_at,
+            })
+            .await?;
         self.events.wake(&lease.run_id);
         Ok(())
     }

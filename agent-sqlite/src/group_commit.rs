@@ -1,6 +1,6 @@
-//! Group commit for the embedded store: step commits of different runs that arrive while
-//! the store's one writer is busy are written together, in one `BEGIN IMMEDIATE`
-//! transaction, so that they share its `fsync` (issue 22).
+//! Group commit for the embedded store: step commits and journal entries of different
+//! runs that arrive while the store's one writer is busy are written together, in one
+//! `BEGIN IMMEDIATE` transaction, so that they share its `fsync` (issue 22).
 //!
 //! Why: SQLite has one writer, and with `synchronous = FULL` every transaction waits for
 //! its write-ahead log to reach the disk. With many runs stepping at once, that wait, not
@@ -15,7 +15,10 @@
 //! - **Each commit keeps its own fence.** Every commit runs its own compare-and-set on
 //!   version and epoch (and no operator's cancel waiting, and its consumed signal still
 //!   pending); one that fails it writes nothing, and its caller learns why exactly as after
-//!   a transaction of its own.
+//!   a transaction of its own. A journal entry checks its lease's epoch the same way.
+//! - **Durable before the answer.** A caller hears of its commit or entry only once the
+//!   transaction that carried it is committed (`Store::record_entry`'s contract: an entry
+//!   is durable when the call returns).
 //! - **One bad commit does not fail the others.** Each commit of a batch runs inside a
 //!   savepoint: a statement error rolls back that commit alone, and the others are
 //!   committed. If the transaction itself fails (its `COMMIT`, or a savepoint SQLite
@@ -68,24 +71,66 @@ pub(crate) struct CommitRow {
     pub now: Millis,
 }
 
+/// The parameters of one journal entry's write, owned (a batch is written by another task
+/// than its callers'). Outputs too large to keep inline go to the side table.
+#[derive(Debug)]
+pub(crate) struct EntryRow {
+    pub run_id: String,
+    pub epoch: u64,
+    pub version: i64,
+    pub seq: i64,
+    pub kind: &'static str,
+    pub state: String,
+    pub name: String,
+    pub tool_kind: Option<&'static str>,
+    pub input_hash: String,
+    pub input: String,
+    pub idempotency_key: Option<String>,
+    pub status: &'static str,
+    /// The output, serialized, and whether it goes to the side table.
+    pub output: Option<String>,
+    pub external: bool,
+    pub error_class: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub attempts: i64,
+    pub duration_ms: i64,
+    pub started_at: Millis,
+    pub finished_at: Option<Millis>,
+}
+
 /// `Ok(None)`: the compare-and-set (or the signal's check) matched nothing and nothing was
 /// written; the caller finds out why.
 pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
+
+/// One write the group commit carries.
+// Short-lived, moved once into the queue: boxing the rows would cost more.
+#[allow(clippy::large_enum_variant)]
+enum Write {
+    Commit(CommitRow),
+    Entry(EntryRow),
+}
+
+/// What a write did: a commit's outcome, or an entry written.
+enum Written {
+    Commit(Option<Applied>),
+    Entry,
+}
 
 /// How many commits went to the database in how many transactions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupCommitStats {
     /// Commit transactions written (single and grouped).
     pub transactions: u64,
-    /// Commits they carried.
+    /// Commits and journal entries they carried.
     pub commits: u64,
-    /// Commits that waited in the queue (the others found the writer idle).
+    /// Commits and entries that waited in the queue (the others found the writer idle).
     pub waited: u64,
 }
 
 struct Queued {
-    row: CommitRow,
-    reply: oneshot::Sender<Outcome>,
+    write: Write,
+    reply: oneshot::Sender<Result<Written, StoreError>>,
 }
 
 #[derive(Default)]
@@ -115,12 +160,12 @@ impl std::fmt::Debug for GroupCommit {
     }
 }
 
-/// A commit's turn: its own transaction now, or a place in the queue.
-// One short-lived value per commit, on the stack: boxing the row would cost more.
+/// A write's turn: its own transaction now, or a place in the queue.
+// One short-lived value per write, on the stack: boxing the row would cost more.
 #[allow(clippy::large_enum_variant)]
 enum Turn {
-    Now(CommitRow),
-    Queued(oneshot::Receiver<Outcome>),
+    Now(Write),
+    Queued(oneshot::Receiver<Result<Written, StoreError>>),
 }
 
 impl GroupCommit {
@@ -154,14 +199,29 @@ impl GroupCommit {
     /// Commit `row`: in a transaction of its own when the writer is idle, else with the
     /// next batch.
     pub(crate) async fn commit(self: &Arc<Self>, row: CommitRow) -> Outcome {
+        match self.write(Write::Commit(row)).await? {
+            Written::Commit(applied) => Ok(applied),
+            Written::Entry => Err(StoreError::Backend(
+                "a commit was answered as a journal entry".into(),
+            )),
+        }
+    }
+
+    /// Write a journal entry, fenced by its lease's epoch, as a commit is: alone when the
+    /// writer is idle, else with the next batch. Returns once it is committed.
+    pub(crate) async fn record(self: &Arc<Self>, row: EntryRow) -> Result<(), StoreError> {
+        self.write(Write::Entry(row)).await.map(drop)
+    }
+
+    async fn write(self: &Arc<Self>, write: Write) -> Result<Written, StoreError> {
         let turn = {
             let mut queue = self.lock();
             if !queue.writing && queue.waiting.is_empty() {
                 queue.writing = true;
-                Turn::Now(row)
+                Turn::Now(write)
             } else {
                 let (reply, receiver) = oneshot::channel();
-                queue.waiting.push_back(Queued { row, reply });
+                queue.waiting.push_back(Queued { write, reply });
                 self.waited.fetch_add(1, Ordering::Relaxed);
                 let start = !queue.writing;
                 queue.writing = true;
@@ -173,11 +233,11 @@ impl GroupCommit {
             }
         };
         match turn {
-            Turn::Now(row) => {
+            Turn::Now(write) => {
                 // The writer passes to the queue when this transaction ends, even if this
                 // future is dropped before.
                 let _writer = Writer(self);
-                self.one(&row).await
+                self.one(&write).await
             }
             Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
                 Err(StoreError::Unavailable(
@@ -219,8 +279,8 @@ impl GroupCommit {
         }
     }
 
-    /// One commit, one transaction.
-    async fn one(&self, row: &CommitRow) -> Outcome {
+    /// One commit or entry, one transaction.
+    async fn one(&self, write: &Write) -> Result<Written, StoreError> {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
         let mut tx = self
@@ -228,11 +288,11 @@ impl GroupCommit {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db_err)?;
-        let applied = apply(&mut tx, row).await?;
-        if applied.is_some() {
+        let written = apply(&mut tx, write).await?;
+        if !matches!(written, Written::Commit(None)) {
             tx.commit().await.map_err(db_err)?;
         }
-        Ok(applied)
+        Ok(written)
     }
 
     /// Several commits (possibly of the same run: each reads what the earlier ones of the
@@ -258,7 +318,10 @@ impl GroupCommit {
 
     /// The batch's transaction: `Err` when nothing of it was written (or whether it was
     /// is unknown), else each commit's outcome in order.
-    async fn write_batch(&self, batch: &[Queued]) -> Result<Vec<Outcome>, StoreError> {
+    async fn write_batch(
+        &self,
+        batch: &[Queued],
+    ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
@@ -270,7 +333,7 @@ impl GroupCommit {
                 .execute(&mut *tx)
                 .await
                 .map_err(db_err)?;
-            let outcome = apply(&mut tx, &q.row).await;
+            let outcome = apply(&mut tx, &q.write).await;
             if outcome.is_err() {
                 // Only this commit's statements are undone. Should SQLite have rolled the
                 // whole transaction back (a full disk, an I/O error), the savepoint is gone
@@ -291,9 +354,75 @@ impl GroupCommit {
     }
 }
 
+/// Write one commit or entry on `conn`, inside a transaction.
+async fn apply(conn: &mut SqliteConnection, write: &Write) -> Result<Written, StoreError> {
+    match write {
+        Write::Commit(row) => apply_commit(conn, row).await.map(Written::Commit),
+        Write::Entry(row) => apply_entry(conn, row).await.map(|()| Written::Entry),
+    }
+}
+
+/// Write one journal entry on `conn`, inside a transaction, if its lease's epoch is the
+/// run's: [`StoreError::LeaseLost`] (or `NotFound`) and nothing written otherwise.
+async fn apply_entry(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(), StoreError> {
+    let head = sqlx::query(agent_sql::sql::RUN_HEAD)
+        .bind(&row.run_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db_err)?
+        .ok_or_else(|| StoreError::NotFound(row.run_id.clone()))?;
+    let (_, epoch) = agent_sql::rows::head(&row.run_id, &head)?;
+    if epoch != row.epoch {
+        return Err(StoreError::LeaseLost {
+            run_id: row.run_id.clone(),
+            epoch: row.epoch,
+        });
+    }
+    let output = row.output.as_deref();
+    sqlx::query(sql::UPSERT_ENTRY)
+        .bind(&row.run_id)
+        .bind(row.version)
+        .bind(row.seq)
+        .bind(row.kind)
+        .bind(&row.state)
+        .bind(&row.name)
+        .bind(row.tool_kind)
+        .bind(&row.input_hash)
+        .bind(&row.input)
+        .bind(&row.idempotency_key)
+        .bind(row.status)
+        .bind(if row.external { None } else { output })
+        .bind(row.external)
+        .bind(output.map(agent_sql::summary))
+        .bind(output.map(|o| i64::try_from(o.len()).unwrap_or(i64::MAX)))
+        .bind(&row.error_class)
+        .bind(&row.error_code)
+        .bind(&row.error_message)
+        .bind(row.attempts)
+        .bind(row.duration_ms)
+        .bind(row.started_at)
+        .bind(row.finished_at)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_err)?;
+    let side = if row.external {
+        sqlx::query(sql::UPSERT_OUTPUT)
+    } else {
+        sqlx::query(sql::DELETE_OUTPUT)
+    };
+    let side = side.bind(&row.run_id).bind(row.version).bind(row.seq);
+    let side = if row.external {
+        side.bind(output)
+    } else {
+        side
+    };
+    side.execute(&mut *conn).await.map_err(db_err)?;
+    Ok(())
+}
+
 /// Write one commit on `conn`, inside a transaction: `Ok(None)` when its compare-and-set
 /// (or its signal's check) matched nothing, in which case it wrote nothing.
-async fn apply(conn: &mut SqliteConnection, row: &CommitRow) -> Outcome {
+async fn apply_commit(conn: &mut SqliteConnection, row: &CommitRow) -> Outcome {
     if let Some(signal) = row.signal {
         let pending = sqlx::query(sql::SIGNAL_PENDING)
             .bind(signal)
