@@ -31,9 +31,17 @@ pub struct HeadCache {
 }
 
 impl HeadCache {
-    /// Remember `head` as the latest of its run.
+    /// Remember `head` as the latest of its run; a final run's head is forgotten instead.
+    /// Runs end by the thousands in a busy worker and are rarely written again (an
+    /// operator's repair or note reads the head back): keeping their heads would fill the
+    /// cache with runs nobody steps, each holding its whole state (an in-flight run's head
+    /// is what its next commit diffs against).
     pub fn remember(&self, head: RunHead) {
         let mut heads = self.heads.lock().unwrap_or_else(PoisonError::into_inner);
+        if head.record.status.is_final() {
+            heads.remove(&head.record.id);
+            return;
+        }
         if heads.len() >= HEAD_CACHE_MAX && !heads.contains_key(&head.record.id) {
             heads.clear();
         }
