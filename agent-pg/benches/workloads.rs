@@ -6,6 +6,7 @@
 //!     cargo bench --workspace --bench workloads
 //! WORKLOADS_FULL=1 ...          # the issue's sizes (10,000 in flight, 1,000,000 waiting)
 //! WORKLOADS_ONLY=w1,w5 ...      # some workloads only
+//! W4_IN_FLIGHT=1,10000 ...      # W4 at these numbers of runs in flight only
 //! ```
 //!
 //! - **W1 whole runs, sequential**: runs of 10 handler steps (11 commits: the last one
@@ -1215,14 +1216,12 @@ async fn w4(place: &Place, sizes: &Sizes) {
         let v: serde_json::Value = serde_json::from_str(&line).expect("figures");
         let idle = v["idle_rss_kib"].as_f64().unwrap_or(0.0);
         let (t, nt) = (&v["tool"], &v["no_tool"]);
-        let peak = t["peak_rss_kib"]
-            .as_f64()
-            .unwrap_or(0.0)
-            .max(nt["peak_rss_kib"].as_f64().unwrap_or(0.0));
+        let peak_of = |phase: &serde_json::Value| phase["peak_rss_kib"].as_f64().unwrap_or(0.0);
+        let peak = peak_of(t).max(peak_of(nt));
         #[allow(clippy::cast_precision_loss)]
-        let per_run = (peak - idle) / runs as f64;
+        let per_run = |peak: f64| (peak - idle) / runs as f64;
         println!(
-            "  {runs:>6} in flight: with tool {:>7.0} steps/s (p50 {:.0} / p99 {:.0} ms); without {:>7.0} steps/s (p99 {:.1} ms); ratio {:.2} (target 0.5 at 10,000); RSS idle {:.1} MiB, peak {:.1} MiB, {:.1} KiB per run in flight",
+            "  {runs:>6} in flight: with tool {:>7.0} steps/s (p50 {:.0} / p99 {:.0} ms); without {:>7.0} steps/s (p99 {:.1} ms); ratio {:.2} (target 0.5 at 10,000); RSS idle {:.1} MiB, peak {:.1} MiB, {:.1} KiB per run in flight (without the tool {:.1}, with it {:.1})",
             t["steps_per_s"].as_f64().unwrap_or(0.0),
             t["p50_ms"].as_f64().unwrap_or(0.0),
             t["p99_ms"].as_f64().unwrap_or(0.0),
@@ -1231,7 +1230,9 @@ async fn w4(place: &Place, sizes: &Sizes) {
             t["steps_per_s"].as_f64().unwrap_or(0.0) / nt["steps_per_s"].as_f64().unwrap_or(1.0),
             idle / 1024.0,
             peak / 1024.0,
-            per_run
+            per_run(peak),
+            per_run(peak_of(nt)),
+            per_run(peak_of(t)),
         );
     }
 }
@@ -1450,7 +1451,25 @@ struct Sizes {
 }
 
 impl Sizes {
+    /// The sizes of `WORKLOADS_FULL`, or the reduced ones; `W4_IN_FLIGHT=100,10000`
+    /// replaces W4's list of runs in flight.
     fn from_env() -> Self {
+        let mut sizes = Self::of_env();
+        if let Ok(list) = std::env::var("W4_IN_FLIGHT") {
+            sizes.w4_in_flight = list
+                .split(',')
+                .map(|n| {
+                    n.trim()
+                        .replace('_', "")
+                        .parse()
+                        .expect("W4_IN_FLIGHT: numbers")
+                })
+                .collect();
+        }
+        sizes
+    }
+
+    fn of_env() -> Self {
         if std::env::var("WORKLOADS_FULL").is_ok_and(|v| v == "1") {
             Self {
                 rounds: 3,
