@@ -755,3 +755,41 @@ impl ToolSwitches {
         Ok(off)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::ToolSwitches;
+    use crate::store::Store;
+    use crate::store::memory::MemoryStore;
+
+    #[tokio::test]
+    async fn switches_are_read_again_once_older_than_the_refresh() {
+        let store = MemoryStore::new();
+        let switches = ToolSwitches::default();
+        let hour = Duration::from_hours(1);
+        assert!(switches.current(&store, hour).await.unwrap().is_empty());
+        store
+            .set_tool_enabled("Charge", false, Some("incident"))
+            .await
+            .unwrap();
+        // Within the refresh interval: the copy read before the switch is used.
+        assert!(switches.current(&store, hour).await.unwrap().is_empty());
+        // Older than the refresh: read again, and kept.
+        assert!(
+            switches
+                .current(&store, Duration::ZERO)
+                .await
+                .unwrap()
+                .contains("Charge")
+        );
+        assert!(
+            switches
+                .current(&store, hour)
+                .await
+                .unwrap()
+                .contains("Charge")
+        );
+    }
+}
