@@ -17,16 +17,27 @@
 //!    overlap in time, and each run reached a final status once.
 //! 6. Runs whose rows a test corrupted are quarantined with no tool call; no other run is.
 //! 7. Storage per version is bounded (bytes per version reported).
+//!
+//! Runs of the shop's version 2 ([`ShopV2`], issue 20) are checked against the graph of the
+//! version they were on at each version of their chain: version 1's before their `migrated`
+//! transition, version 2's after it. The `migrated` transition itself must move a version 1
+//! state to the state `from_v1` maps it to (the stored states on both sides are compared),
+//! once per run, never out of a compensation round. Journal entries of a step interrupted on
+//! version 1 and carried over by the migration (its `resume_base`) may be version 2's calls.
+//! The version-specific invariants (who claimed what) are in [`crate::versions`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use agent_core::Agent;
 use agent_core::store::history::{self, VersionPayload};
-use agent_core::store::{ChainLink, OperatorNote, RunStatus, TransitionKind, transition_hash};
+use agent_core::store::{
+    ChainLink, MigrationNote, OperatorNote, RunStatus, TransitionKind, transition_hash,
+};
 use serde_json::Value;
 use sqlx::{PgPool, Row};
 
 use crate::shop::{Shop, cancels};
+use crate::shop_v2::ShopV2;
 
 /// What the test knows that the database does not.
 #[derive(Debug, Clone, Default)]
@@ -112,6 +123,7 @@ type Span = (String, i64, i64);
 pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
     let mut report = Report::default();
     let graph = Shop::graph();
+    let graph_v2 = ShopV2::graph();
     let q = |e: sqlx::Error| panic!("checker query: {e}");
 
     // Runs.
@@ -165,6 +177,9 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
     for r in &rows {
         by_run.entry(r.get("run_id")).or_default().push(r);
     }
+    // Per run: the version of its `migrated` transition and the base of the step it carried
+    // over, if any.
+    let mut migrations: HashMap<String, (i64, Option<i64>)> = HashMap::new();
     for (id, (_, version, _)) in &run_status {
         let chain = by_run.get(id).map_or(&[][..], Vec::as_slice);
         let versions: Vec<i64> = chain.iter().map(|r| r.get("version")).collect();
@@ -179,7 +194,21 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
         let mut snapshot_at = 0;
         let mut prev_hash = String::new();
         let mut prev_epoch = 0_i64;
+        let mut prev_status = String::new();
+        let mut prev_state: Option<Value> = None;
         let mut finals = 0;
+        let migrated_at: Vec<i64> = chain
+            .iter()
+            .filter(|r| r.get::<String, _>("kind") == "migrated")
+            .map(|r| r.get("version"))
+            .collect();
+        if migrated_at.len() > 1 {
+            report.violation(format!(
+                "run {id}: migrated {} times (versions {migrated_at:?})",
+                migrated_at.len()
+            ));
+        }
+        let migrated_at = migrated_at.first().copied();
         for r in chain {
             let v: i64 = r.get("version");
             let from: String = r.get("from_state");
@@ -203,10 +232,42 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
                 VersionPayload::Patch(body)
             };
             payloads.push(payload);
+            // The graph of the version the run was on when it left `from`.
+            let on = if migrated_at.is_some_and(|m| v > m) {
+                graph_v2
+            } else {
+                graph
+            };
             let legal = match kind.as_str() {
                 "start" => v == 0 && from == to,
                 "status" | "cancel" | "terminate" => from == to,
-                "step" | "error" => graph.has_edge(&from, &to),
+                "step" | "error" => on.has_edge(&from, &to),
+                "migrated" => {
+                    if let Some(note) = note.as_ref() {
+                        let parsed = MigrationNote::parse(note);
+                        migrations.insert(
+                            id.clone(),
+                            (
+                                v,
+                                parsed
+                                    .as_ref()
+                                    .and_then(|n| n.resume_base)
+                                    .and_then(|b| i64::try_from(b).ok()),
+                            ),
+                        );
+                        if parsed.is_none_or(|n| n.from_version != 1 || n.to_version != 2) {
+                            report.violation(format!(
+                                "run {id} v{v}: migration note {note:?} is not version 1 -> 2"
+                            ));
+                        }
+                    }
+                    if prev_status == "compensating" {
+                        report.violation(format!(
+                            "run {id} v{v}: migrated in the middle of a compensation round"
+                        ));
+                    }
+                    graph.state(&from).is_some() && graph_v2.state(&to).is_some()
+                }
                 _ => false,
             };
             if !legal {
@@ -220,6 +281,7 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
                 ));
             }
             prev_epoch = epoch;
+            prev_status.clone_from(&status);
             if FINAL.contains(&status.as_str()) {
                 finals += 1;
             }
@@ -228,6 +290,20 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
             }
             match history::replay(&payloads[snapshot_at..]) {
                 Ok(state) => {
+                    if kind == "migrated" {
+                        // The state after is what the mapping makes of the state before.
+                        let mapped = prev_state
+                            .clone()
+                            .and_then(|before| ShopV2::migrate(1, before))
+                            .and_then(Result::ok);
+                        if mapped.as_ref() != Some(&state) {
+                            report.violation(format!(
+                                "run {id} v{v}: migrated to {state}, the mapping of the state \
+                                 before gives {mapped:?}"
+                            ));
+                        }
+                    }
+                    prev_state = Some(state.clone());
                     let u = u64::try_from(v).unwrap_or(0);
                     let link = TransitionKind::parse(&kind)
                         .zip(RunStatus::parse(&status))
@@ -268,6 +344,7 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
     let compensations: HashSet<&str> = graph
         .tools
         .iter()
+        .chain(&graph_v2.tools)
         .filter_map(|t| t.compensation.as_deref())
         .collect();
     let mut succeeded_keys: HashSet<String> = HashSet::new();
@@ -278,8 +355,19 @@ pub async fn check(pool: &PgPool, expect: &Expect) -> Report {
         let state: String = j.get("state");
         let name: String = j.get("name");
         let status: String = j.get("status");
+        let version: i64 = j.get("version");
+        // A step at or after the migration is version 2's; the step the migration carried
+        // over (begun on version 1 at `resume_base`) may hold calls of both versions.
+        let (on_v1, on_v2) = match migrations.get(&run) {
+            Some((m, _)) if version >= *m => (false, true),
+            Some((_, base)) => (true, *base == Some(version)),
+            None => (true, false),
+        };
         let legal = match kind.as_str() {
-            "tool" => graph.allows_tool(&state, &name),
+            "tool" => {
+                (on_v1 && graph.allows_tool(&state, &name))
+                    || (on_v2 && graph_v2.allows_tool(&state, &name))
+            }
             "decision" => name == "router",
             "compensation" => compensations.contains(name.as_str()),
             _ => false,

@@ -14,7 +14,9 @@
 //! - [`procs`]: worker processes and in-process workers, the chaos driver's tools;
 //! - [`proxy`]: a TCP proxy that injects network faults between a worker and the database;
 //! - [`tree`]: a parent agent that fans out to five child agents, and its checker (the
-//!   children soak, issue 17).
+//!   children soak, issue 17);
+//! - [`shop_v2`]: version 2 of the shop, migrating version 1's runs, and [`versions`]: the
+//!   record of every claim and the checker of a rolling deploy (issue 20).
 //!
 //! `RELIABILITY.md` at the workspace root reports the figures and how to reproduce them.
 
@@ -24,8 +26,10 @@ pub mod procs;
 pub mod proxy;
 pub mod service;
 pub mod shop;
+pub mod shop_v2;
 pub mod stats;
 pub mod tree;
+pub mod versions;
 
 /// Whether the full sizes were asked for (`E2E_SCALE=full`, from `scripts/reliability`).
 #[must_use]

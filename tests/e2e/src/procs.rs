@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::service::{Latency, Service};
-use crate::{shop, tree};
+use crate::{shop, shop_v2, tree};
 
 /// Which agents a worker drives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +34,10 @@ pub struct WorkerOpts {
     /// The agents it drives (the shop when absent).
     #[serde(default)]
     pub agents: Agents,
+    /// The version of the shop it runs: 1 ([`shop::Shop`]) when absent, or 2
+    /// ([`shop_v2::ShopV2`], which also takes version 1 runs and migrates them).
+    #[serde(default = "v1")]
+    pub agent_version: u32,
     /// The store's database (possibly through the fault proxy).
     pub url: String,
     /// The fake service's database (direct).
@@ -68,6 +72,7 @@ impl WorkerOpts {
     pub fn new(url: &str, schema: &str, worker_id: &str) -> Self {
         Self {
             agents: Agents::Shop,
+            agent_version: 1,
             url: url.to_owned(),
             service_url: url.to_owned(),
             schema: schema.to_owned(),
@@ -83,6 +88,10 @@ impl WorkerOpts {
             service_pool: 4,
         }
     }
+}
+
+const fn v1() -> u32 {
+    1
 }
 
 /// What a worker reports when it exits.
@@ -127,8 +136,19 @@ pub fn vm_hwm_kb() -> u64 {
         .unwrap_or(0)
 }
 
+/// Say a failed connection loudly the first time and every 25th (5 s) after: the workers
+/// log errors only, and a shared server out of connections stalls a test without a word.
+fn unreachable(what: &str, attempt: u32, error: &dyn std::fmt::Display) {
+    if attempt.is_multiple_of(25) {
+        tracing::error!(error = %error, attempt, "{what} not reachable; retrying");
+    } else {
+        tracing::debug!(error = %error, attempt, "{what} not reachable; retrying");
+    }
+}
+
 async fn connect_store(opts: &WorkerOpts) -> Arc<PgStore> {
     let size = opts.store_pool.max(2);
+    let mut attempt = 0;
     loop {
         match PgStore::connect_with(
             &opts.url,
@@ -139,7 +159,8 @@ async fn connect_store(opts: &WorkerOpts) -> Arc<PgStore> {
         {
             Ok(s) => return Arc::new(s),
             Err(e) => {
-                tracing::warn!(error = %e, "store not reachable; retrying");
+                unreachable("store", attempt, &e);
+                attempt += 1;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -148,11 +169,13 @@ async fn connect_store(opts: &WorkerOpts) -> Arc<PgStore> {
 
 async fn connect_service(opts: &WorkerOpts) -> sqlx::PgPool {
     let size = opts.service_pool.max(1);
+    let mut attempt = 0;
     loop {
         match crate::db::pool(&opts.service_url, &opts.schema, size).await {
             Ok(p) => return p,
             Err(e) => {
-                tracing::warn!(error = %e, "service not reachable; retrying");
+                unreachable("service", attempt, &e);
+                attempt += 1;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -225,9 +248,15 @@ pub async fn run_worker(
     };
     let stats = match opts.agents {
         Agents::Shop => {
-            let s = Worker::new(shop::runner(store_dyn, &svc, config), workers)
-                .run_until(stop)
-                .await;
+            let s = if opts.agent_version >= 2 {
+                Worker::new(shop_v2::runner(store_dyn, &svc, config), workers)
+                    .run_until(stop)
+                    .await
+            } else {
+                Worker::new(shop::runner(store_dyn, &svc, config), workers)
+                    .run_until(stop)
+                    .await
+            };
             WorkerCounts {
                 runs_driven: s.runs_driven,
                 leases_lost: s.leases_lost,
@@ -263,7 +292,13 @@ impl WorkerProc {
     #[must_use]
     pub fn spawn(bin: &Path, opts: &WorkerOpts) -> Self {
         let json = serde_json::to_string(opts).expect("options serialize");
-        let child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if opts.agent_version != 1 {
+            // Said on the command line too, so `ps` shows which version a process runs.
+            cmd.arg("--agent-version")
+                .arg(opts.agent_version.to_string());
+        }
+        let child = cmd
             .env("E2E_WORKER_OPTS", json)
             .env(
                 "RUST_LOG",

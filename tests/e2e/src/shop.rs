@@ -74,7 +74,7 @@ pub struct Release(pub Arc<Service>);
 pub struct Charge(pub Arc<Service>);
 
 /// Generous: the service's own writes wait out a PostgreSQL restart.
-fn policy() -> ToolPolicy {
+pub(crate) fn policy() -> ToolPolicy {
     ToolPolicy {
         timeout: Duration::from_secs(90),
         retry: RetryPolicy {

@@ -1,4 +1,4 @@
-//! The checker checks: after a clean run it finds nothing, and each kind of damage a broken
+//! The checkers check: after a clean run they find nothing, and each kind of damage a broken
 //! runner or store could do is reported (so a green battery means something).
 
 use std::time::Duration;
@@ -91,5 +91,114 @@ async fn checker_reports_each_kind_of_damage() {
             report.violations
         );
     }
+    db.drop().await;
+}
+
+/// The version checks check too: a rolling deploy's damage (a version 1 worker claiming or
+/// committing a version 2 run, or running its tools; a run migrated twice, or to a state
+/// the mapping does not give; a shipment applied twice) is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_checker_reports_each_kind_of_damage() {
+    let Some(url) = database_url("checker_versions").await else {
+        return;
+    };
+    let db = TestDb::create(&url, "checkver").await;
+    e2e::versions::record_claims(&db).await;
+    // Ten runs started on version 1, all migrated and finished by a version 2 worker; four
+    // more finished by a version 1 worker.
+    create_runs(&db, 0, 10).await;
+    let mut o = WorkerOpts::new(&url, &db.schema, "v2-w");
+    o.agent_version = 2;
+    o.exit_when_done = 10;
+    run_worker(&o, std::future::pending()).await;
+    create_runs(&db, 10, 14).await;
+    let mut o = WorkerOpts::new(&url, &db.schema, "v1-w");
+    o.exit_when_done = 14;
+    run_worker(&o, std::future::pending()).await;
+    assert!(wait_all_final(&db, 14, Duration::from_secs(30)).await);
+    let expect = Expect {
+        runs: 14,
+        ..Expect::default()
+    };
+    let is_v1 = |w: &str| w.starts_with("v1-");
+    check(&db.pool, &expect).await.assert_clean();
+    let clean = e2e::versions::check_versions(&db.pool, is_v1).await;
+    clean.assert_clean();
+    assert_eq!(clean.migrated, 10, "{clean:?}");
+    assert_eq!(clean.runs_by_version.get(&1), Some(&4), "{clean:?}");
+
+    // (damage, words of `check`, words of `check_versions`); order-000000..=9 ended on
+    // version 2, order-000010..=13 on version 1. order-000000 pays.
+    let damages: &[(&str, Option<&str>, Option<&str>)] = &[
+        (
+            "INSERT INTO e2e_claims (run_id, epoch, owner, agent_version, version, status) \
+             VALUES ('order-000000', 99, 'v1-x', 2, 3, 'running')",
+            None,
+            Some("claimed on version 2"),
+        ),
+        (
+            "UPDATE e2e_claims SET owner = 'v1-y' WHERE run_id = 'order-000001' AND epoch = \
+             (SELECT max(epoch) FROM transitions WHERE run_id = 'order-000001')",
+            None,
+            Some("committed by v1-y"),
+        ),
+        (
+            "INSERT INTO e2e_calls (id, run_id, version, seq, tool, key, worker, started_ms) \
+             VALUES ('late', 'order-000002', 1, 0, 'Lookup', NULL, 'v1-z', 0)",
+            None,
+            Some("v1-z, a version 1 worker, executed Lookup"),
+        ),
+        (
+            "INSERT INTO e2e_effects (key, tool, run_id, target, first_worker) \
+             SELECT key || ':again', tool, run_id, target || ':again', 'x' FROM e2e_effects \
+             WHERE run_id = 'order-000003' AND tool = 'Ship'",
+            Some("orphan effect"),
+            Some("Ship effects"),
+        ),
+        (
+            "UPDATE transitions SET kind = 'migrated', note_by = 'migration', note_reason = \
+             'Shop v1 (fingerprint x) -> v2 (fingerprint y)' WHERE run_id = 'order-000004' \
+             AND version = 2",
+            Some("migrated 2 times"),
+            Some("after 2 migrations"),
+        ),
+        (
+            "DELETE FROM e2e_claims WHERE run_id = 'order-000006'",
+            None,
+            Some("which no recorded claim set"),
+        ),
+        (
+            "UPDATE runs SET agent_version = 2 WHERE id = 'order-000012'",
+            None,
+            Some("after 0 migrations"),
+        ),
+    ];
+    for (sql, _, _) in damages {
+        exec(&db, sql).await;
+    }
+    let report = check(&db.pool, &expect).await;
+    let versions = e2e::versions::check_versions(&db.pool, is_v1).await;
+    for (sql, in_check, in_versions) in damages {
+        for (words, violations) in [
+            (in_check, &report.violations),
+            (in_versions, &versions.violations),
+        ] {
+            if let Some(words) = words {
+                assert!(
+                    violations.iter().any(|v| v.contains(words)),
+                    "damage not reported ({words}): {sql}\nviolations: {violations:#?}"
+                );
+            }
+        }
+    }
+    // The "migrated" transition of order-000004 moves `Start` to `Decide`: not the mapping.
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.contains("order-000004") && v.contains("the mapping of the state before")),
+        "{:#?}",
+        report.violations
+    );
     db.drop().await;
 }

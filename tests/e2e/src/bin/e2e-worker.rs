@@ -1,7 +1,9 @@
 //! A worker process of the reliability battery: drives runs of the shop agent (or, with
 //! `"agents": "tree"`, of the tree's parent and child agents, one worker each) from a
 //! PostgreSQL schema until SIGTERM (or until every run is final), then prints one JSON line,
-//! its [`e2e::procs::WorkerReport`]. Options come as JSON in `E2E_WORKER_OPTS`.
+//! its [`e2e::procs::WorkerReport`]. Options come as JSON in `E2E_WORKER_OPTS`;
+//! `--agent-version N` on the command line overrides its `agent_version` (1: the shop,
+//! 2: its version 2, which migrates version 1 runs).
 
 use e2e::procs::{WorkerOpts, run_worker};
 
@@ -18,13 +20,24 @@ async fn main() {
         eprintln!("e2e-worker: set E2E_WORKER_OPTS to the worker's options as JSON");
         std::process::exit(2);
     };
-    let opts: WorkerOpts = match serde_json::from_str(&json) {
+    let mut opts: WorkerOpts = match serde_json::from_str(&json) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("e2e-worker: bad E2E_WORKER_OPTS: {e}");
             std::process::exit(2);
         }
     };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if let ("--agent-version", Some(Ok(v @ 1..=2))) =
+            (arg.as_str(), args.next().map(|v| v.parse::<u32>()))
+        {
+            opts.agent_version = v;
+        } else {
+            eprintln!("e2e-worker: usage: e2e-worker [--agent-version 1|2]");
+            std::process::exit(2);
+        }
+    }
     // Registered before connecting, so an early SIGTERM is a clean shutdown too.
     let mut sigterm = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     {
