@@ -5,11 +5,12 @@
 use agent_core::store::history::VersionPayload;
 use agent_core::store::operator::{OperatorPlan, OperatorTransition};
 use agent_core::store::{
-    Lease, MigrationCommit, Millis, OperatorNote, RunRecord, StoreError, TransitionKind,
+    Lease, MigrationCommit, Millis, OperatorNote, PruneReport, RetentionPolicy, RunRecord,
+    StoreError, TransitionKind,
 };
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::RunHead;
-use agent_sql::reads::bind;
+use agent_sql::reads::{self, bind, runs_in};
 use agent_sql::rows::{self, Applied, SqlRow};
 use agent_sql::{corrupt, to_i64};
 use sqlx::Row;
@@ -178,5 +179,100 @@ impl PgStore {
         .map_err(db_err)?
         .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
         row.applied_row().map_err(|e| corrupt(run_id, e))
+    }
+}
+
+impl PgStore {
+    /// `Store::prune`, set-based: the batch's final runs deleted in one transaction of
+    /// seven statements, then the batch's runs compacted in one transaction of four (the
+    /// first kept versions made snapshots, the versions before them removed, then their
+    /// journal entries and outputs), whatever the batch's size. Neither transaction locks a
+    /// run row a commit writes: the deletion takes final runs only, checked again by its
+    /// statement, and compaction touches only versions before a cutoff, which a commit never
+    /// writes (it appends after the run's current version).
+    pub(crate) async fn prune_batch(
+        &self,
+        policy: &RetentionPolicy,
+    ) -> Result<PruneReport, StoreError> {
+        let mut report = PruneReport::default();
+        if let Some(before) = policy.delete_final_before {
+            let expired = reads::expired_runs(self, policy).await?;
+            if !expired.is_empty() {
+                report.runs_deleted = self.delete_expired(&expired, before).await?;
+            }
+        }
+        let points = reads::prune_points(self, policy).await?;
+        if points.is_empty() {
+            return Ok(report);
+        }
+        let mut ids = Vec::with_capacity(points.len());
+        let mut cutoffs = Vec::with_capacity(points.len());
+        let mut states = Vec::with_capacity(points.len());
+        for p in points {
+            ids.push(p.id);
+            cutoffs.push(to_i64(p.cutoff));
+            states.push(p.state);
+        }
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        sqlx::query(sql::PRUNE_SNAPSHOTS.as_str())
+            .bind(&ids)
+            .bind(&cutoffs)
+            .bind(&states)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let removed: Vec<String> = sqlx::query_scalar(sql::PRUNE_VERSIONS.as_str())
+            .bind(&ids)
+            .bind(&cutoffs)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::PRUNE_OUTPUTS.as_str())
+            .bind(&ids)
+            .bind(&cutoffs)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let entries = sqlx::query(sql::PRUNE_JOURNAL.as_str())
+            .bind(&ids)
+            .bind(&cutoffs)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        tx.commit().await.map_err(db_err)?;
+        report.versions_removed = removed.len() as u64;
+        report.entries_removed = entries;
+        report.runs_pruned = runs_in(&removed);
+        Ok(report)
+    }
+
+    /// Delete the runs `ids` whole, each if it is still final and last updated before
+    /// `before` (retention), in one transaction: one statement for the runs, one per other
+    /// table for the batch; how many were.
+    async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let deleted: Vec<String> = sqlx::query_scalar(sql::DELETE_EXPIRED_RUNS.as_str())
+            .bind(ids)
+            .bind(before)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if deleted.is_empty() {
+            return Ok(0);
+        }
+        for statement in sql::DELETE_RUNS_ROWS.iter() {
+            sqlx::query(statement.as_str())
+                .bind(&deleted)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        for id in &deleted {
+            self.heads.forget(id);
+            self.event_written(id);
+        }
+        Ok(deleted.len() as u64)
     }
 }

@@ -489,21 +489,6 @@ pub(crate) const SET_STATUS: &str = concat!(
      SELECT upd.*, pg_notify($5, upd.id) AS notified FROM upd"
 );
 
-/// Old journal entries, except a live run's saga log (completed hybrid calls and
-/// compensations), which compensation still needs, and the children it started, which a
-/// cancel of the run finds through their entries.
-pub(crate) static PRUNE_JOURNAL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH del AS (DELETE FROM journal j WHERE j.run_id = $1 AND j.version < $2 \
-     AND ((SELECT status FROM runs WHERE id = $1) IN {final_statuses} OR NOT (j.kind IN ('compensation', 'child') OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' \
-       AND j.status = 'succeeded'))) RETURNING j.run_id, j.version, j.seq), \
-     od AS (DELETE FROM outputs o USING del WHERE o.run_id = del.run_id \
-       AND o.version = del.version AND o.seq = del.seq) \
-     SELECT count(*) FROM del",
-        final_statuses = final_statuses()
-    )
-});
-
 pub(crate) const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason) VALUES ($1, $2, $3) \
      ON CONFLICT (tool) DO UPDATE SET enabled = EXCLUDED.enabled, reason = EXCLUDED.reason, \
      updated_at = clock_timestamp()";
@@ -588,6 +573,33 @@ pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
 pub(crate) static EXPIRED_RUNS: LazyLock<String> =
     LazyLock::new(|| agent_sql::sql::expired_runs("ms_to_ts($1)"));
 
-/// Delete one of them, checked again ([`agent_sql::sql::delete_expired_run`]).
-pub(crate) static DELETE_EXPIRED_RUN: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::delete_expired_run("ms_to_ts($2)"));
+/// A batch of them deleted, checked again ([`agent_sql::sql::delete_expired_runs`]): the
+/// ids bound as a `text[]`.
+pub(crate) static DELETE_EXPIRED_RUNS: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::delete_expired_runs("= ANY($1)", "ms_to_ts($2)"));
+
+/// The other rows of the runs deleted ([`agent_sql::sql::delete_runs_rows`]).
+pub(crate) static DELETE_RUNS_ROWS: LazyLock<[String; 6]> =
+    LazyLock::new(|| agent_sql::sql::delete_runs_rows("= ANY($1)"));
+
+/// A compaction batch as a table: ids and cutoffs bound as arrays.
+const CUT: &str = "unnest($1::text[], $2::bigint[]) AS c(id, cutoff)";
+
+/// [`agent_sql::sql::prune_snapshots`]: ids, cutoffs and states bound as arrays.
+pub(crate) static PRUNE_SNAPSHOTS: LazyLock<String> = LazyLock::new(|| {
+    agent_sql::sql::prune_snapshots(
+        "unnest($1::text[], $2::bigint[], $3::jsonb[]) AS c(id, cutoff, state)",
+    )
+});
+
+/// [`agent_sql::sql::prune_versions`].
+pub(crate) static PRUNE_VERSIONS: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::prune_versions(CUT));
+
+/// [`agent_sql::sql::prune_outputs`].
+pub(crate) static PRUNE_OUTPUTS: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::prune_outputs(CUT));
+
+/// [`agent_sql::sql::prune_journal`].
+pub(crate) static PRUNE_JOURNAL: LazyLock<String> =
+    LazyLock::new(|| agent_sql::sql::prune_journal(CUT));

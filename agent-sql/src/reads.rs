@@ -7,6 +7,7 @@ use agent_core::store::{
     StateAtVersion, Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
 };
 use async_trait::async_trait;
+use serde_json::Value;
 use sqlx::query::Query;
 use sqlx::{Database, Encode, Type};
 
@@ -463,6 +464,52 @@ pub async fn prune_point<S: SqlReads>(
     Ok(replay_at(store, &id, cutoff)
         .await?
         .map(|at| (id, cutoff, at)))
+}
+
+/// A run of a compaction batch ([`prune_points`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrunePoint {
+    /// The run.
+    pub id: String,
+    /// The first version kept.
+    pub cutoff: u64,
+    /// The state at `cutoff`, which becomes a snapshot there.
+    pub state: Value,
+}
+
+/// The compaction batch of `policy`: its [`prune_candidates`] with their
+/// [`prune_point`]s, in id order (the order the set-based statements lock rows in, the
+/// same for every worker applying retention at once); candidates whose cutoff no longer
+/// replays are left out. Reads only: a store writes the batch in one transaction after.
+///
+/// # Errors
+/// As [`prune_candidates`] and [`prune_point`].
+pub async fn prune_points<S: SqlReads>(
+    store: &S,
+    policy: &RetentionPolicy,
+) -> Result<Vec<PrunePoint>, StoreError> {
+    let candidates = prune_candidates(store, policy).await?;
+    let mut points = Vec::with_capacity(candidates.len());
+    for candidate in &candidates {
+        if let Some((id, cutoff, at)) = prune_point(store, candidate).await? {
+            points.push(PrunePoint {
+                id,
+                cutoff,
+                state: at.state,
+            });
+        }
+    }
+    Ok(points)
+}
+
+/// How many runs the rows `RETURNING run_id` of a compaction statement name
+/// ([`PruneReport::runs_pruned`](agent_core::store::PruneReport)).
+#[must_use]
+pub fn runs_in(run_ids: &[String]) -> u64 {
+    run_ids
+        .iter()
+        .collect::<std::collections::HashSet<_>>()
+        .len() as u64
 }
 
 /// The methods of `agent_core::store::Store` that are the same on every SQL store, inside

@@ -5,11 +5,12 @@
 use agent_core::store::history::VersionPayload;
 use agent_core::store::operator::{OperatorPlan, OperatorTransition};
 use agent_core::store::{
-    Lease, MigrationCommit, Millis, OperatorNote, RunRecord, StoreError, now_ms,
+    Lease, MigrationCommit, Millis, OperatorNote, PruneReport, RetentionPolicy, RunRecord,
+    StoreError, now_ms,
 };
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::RunHead;
-use agent_sql::reads::bind;
+use agent_sql::reads::{self, bind, runs_in};
 use agent_sql::rows::{self, Applied};
 use agent_sql::{corrupt, to_i64};
 use sqlx::Row;
@@ -183,4 +184,105 @@ async fn write_transition(
         .await
         .map_err(db_err)?;
     Ok(applied)
+}
+
+impl SqliteStore {
+    /// `Store::prune`, set-based: the batch's final runs deleted in one write transaction
+    /// of seven statements, then the batch's runs compacted in one of four (the first kept
+    /// versions made snapshots, the versions before them removed, then their journal
+    /// entries and outputs), whatever the batch's size: two turns of the one writer per
+    /// batch, not one per run. The states at the cutoffs are read before, outside the
+    /// write: versions up to a run's current one never change, and commits meanwhile only
+    /// append after it.
+    pub(crate) async fn prune_batch(
+        &self,
+        policy: &RetentionPolicy,
+    ) -> Result<PruneReport, StoreError> {
+        let mut report = PruneReport::default();
+        if let Some(before) = policy.delete_final_before {
+            let expired = reads::expired_runs(self, policy).await?;
+            if !expired.is_empty() {
+                report.runs_deleted = self.delete_expired(&expired, before).await?;
+            }
+        }
+        let points = reads::prune_points(self, policy).await?;
+        if points.is_empty() {
+            return Ok(report);
+        }
+        let batch: Vec<(&str, i64, String)> = points
+            .iter()
+            .map(|p| (p.id.as_str(), to_i64(p.cutoff), p.state.to_string()))
+            .collect();
+        let batch =
+            serde_json::to_string(&batch).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut tx = self.write_tx().await?;
+        // The removed records' positions are never drawn again (followers past them).
+        sqlx::query(sql::RAISE_POSITION_FLOOR)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::PRUNE_SNAPSHOTS.as_str())
+            .bind(&batch)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let removed: Vec<String> = sqlx::query_scalar(sql::PRUNE_VERSIONS.as_str())
+            .bind(&batch)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::PRUNE_OUTPUTS.as_str())
+            .bind(&batch)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let entries = sqlx::query(sql::PRUNE_JOURNAL.as_str())
+            .bind(&batch)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        tx.commit().await.map_err(db_err)?;
+        report.versions_removed = removed.len() as u64;
+        report.entries_removed = entries;
+        report.runs_pruned = runs_in(&removed);
+        Ok(report)
+    }
+
+    /// Delete the runs `ids` whole, each if it is still final and last updated before
+    /// `before` (retention), in one write transaction: one statement for the runs, one per
+    /// other table for the batch; how many were.
+    async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError> {
+        let ids = serde_json::to_string(ids).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut tx = self.write_tx().await?;
+        // The deleted records' positions are never drawn again (followers past them).
+        sqlx::query(sql::RAISE_POSITION_FLOOR)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let deleted: Vec<String> = sqlx::query_scalar(sql::DELETE_EXPIRED_RUNS.as_str())
+            .bind(&ids)
+            .bind(before)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if deleted.is_empty() {
+            return Ok(0);
+        }
+        let gone =
+            serde_json::to_string(&deleted).map_err(|e| StoreError::Backend(e.to_string()))?;
+        for statement in sql::DELETE_RUNS_ROWS.iter() {
+            sqlx::query(statement.as_str())
+                .bind(&gone)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        for id in &deleted {
+            self.heads.forget(id);
+            self.events.wake(id);
+        }
+        Ok(deleted.len() as u64)
+    }
 }
