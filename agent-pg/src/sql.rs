@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
 use agent_sql::events::{Dialect, event_statement};
-use agent_sql::sql::final_statuses;
+use agent_sql::sql::{RetentionSql, final_statuses};
 
 /// The columns of a run, in the order `row_to_run` reads them.
 macro_rules! run_cols {
@@ -573,33 +573,13 @@ pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
 pub(crate) static EXPIRED_RUNS: LazyLock<String> =
     LazyLock::new(|| agent_sql::sql::expired_runs("ms_to_ts($1)"));
 
-/// A batch of them deleted, checked again ([`agent_sql::sql::delete_expired_runs`]): the
-/// ids bound as a `text[]`.
-pub(crate) static DELETE_EXPIRED_RUNS: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::delete_expired_runs("= ANY($1)", "ms_to_ts($2)"));
-
-/// The other rows of the runs deleted ([`agent_sql::sql::delete_runs_rows`]).
-pub(crate) static DELETE_RUNS_ROWS: LazyLock<[String; 6]> =
-    LazyLock::new(|| agent_sql::sql::delete_runs_rows("= ANY($1)"));
-
-/// A compaction batch as a table: ids and cutoffs bound as arrays.
-const CUT: &str = "unnest($1::text[], $2::bigint[]) AS c(id, cutoff)";
-
-/// [`agent_sql::sql::prune_snapshots`]: ids, cutoffs and states bound as arrays.
-pub(crate) static PRUNE_SNAPSHOTS: LazyLock<String> = LazyLock::new(|| {
-    agent_sql::sql::prune_snapshots(
+/// Retention's writes ([`agent_sql::sql::RetentionSql`]): ids, cutoffs and states bound
+/// as arrays.
+pub(crate) static RETENTION: LazyLock<RetentionSql> = LazyLock::new(|| {
+    RetentionSql::new(
+        "= ANY($1)",
+        "ms_to_ts($2)",
+        "unnest($1::text[], $2::bigint[]) AS c(id, cutoff)",
         "unnest($1::text[], $2::bigint[], $3::jsonb[]) AS c(id, cutoff, state)",
     )
 });
-
-/// [`agent_sql::sql::prune_versions`].
-pub(crate) static PRUNE_VERSIONS: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::prune_versions(CUT));
-
-/// [`agent_sql::sql::prune_outputs`].
-pub(crate) static PRUNE_OUTPUTS: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::prune_outputs(CUT));
-
-/// [`agent_sql::sql::prune_journal`].
-pub(crate) static PRUNE_JOURNAL: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::prune_journal(CUT));

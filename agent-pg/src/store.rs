@@ -266,7 +266,7 @@ agent_sql::impl_sql_store!(PgStore {
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
-        self.prune_batch(policy).await
+        agent_sql::retention::prune(self, policy).await
     }
 
     async fn set_tool_enabled(

@@ -86,8 +86,7 @@ pub fn expired_runs(before: &str) -> String {
 /// `RETURNING id`, the runs deleted, whose other rows go next ([`delete_runs_rows`]).
 /// `in_batch` is the dialect's membership test in the batch of ids bound as `$1`
 /// (`= ANY($1)` on PostgreSQL, `IN (SELECT value FROM json_each($1))` on SQLite).
-#[must_use]
-pub fn delete_expired_runs(in_batch: &str, before: &str) -> String {
+fn delete_expired_runs(in_batch: &str, before: &str) -> String {
     format!(
         "DELETE FROM runs WHERE id {in_batch} AND status IN {finals} AND updated_at < {before} \
          RETURNING id",
@@ -98,8 +97,7 @@ pub fn delete_expired_runs(in_batch: &str, before: &str) -> String {
 /// The rows of the deleted runs bound as `$1` in the other tables, outputs before the
 /// journal entries they belong to: one statement per table for the whole batch
 /// (`in_batch` as for [`delete_expired_runs`]).
-#[must_use]
-pub fn delete_runs_rows(in_batch: &str) -> [String; 6] {
+fn delete_runs_rows(in_batch: &str) -> [String; 6] {
     [
         "outputs",
         "journal",
@@ -120,8 +118,7 @@ pub fn delete_runs_rows(in_batch: &str) -> [String; 6] {
 
 /// The first kept version of each run of the batch becomes a snapshot of its state, so
 /// that every kept version replays without the versions before it.
-#[must_use]
-pub fn prune_snapshots(cut: &str) -> String {
+fn prune_snapshots(cut: &str) -> String {
     format!(
         "UPDATE transitions SET payload_kind = 'snapshot', payload = c.state FROM {cut} \
          WHERE transitions.run_id = c.id AND transitions.version = c.cutoff"
@@ -130,8 +127,7 @@ pub fn prune_snapshots(cut: &str) -> String {
 
 /// The versions of the batch's runs before their cutoffs: `RETURNING run_id`, one row per
 /// version removed.
-#[must_use]
-pub fn prune_versions(cut: &str) -> String {
+fn prune_versions(cut: &str) -> String {
     format!(
         "DELETE FROM transitions WHERE (run_id, version) IN (SELECT t.run_id, t.version \
          FROM {cut} JOIN transitions t ON t.run_id = c.id AND t.version < c.cutoff) \
@@ -156,8 +152,7 @@ fn prunable_entries(cut: &str) -> String {
 }
 
 /// The large outputs of the entries [`prune_journal`] removes (run it first).
-#[must_use]
-pub fn prune_outputs(cut: &str) -> String {
+fn prune_outputs(cut: &str) -> String {
     format!(
         "DELETE FROM outputs WHERE (run_id, version, seq) IN ({})",
         prunable_entries(cut)
@@ -165,12 +160,47 @@ pub fn prune_outputs(cut: &str) -> String {
 }
 
 /// The journal entries retention removes from the batch's runs (see [`prune_outputs`]).
-#[must_use]
-pub fn prune_journal(cut: &str) -> String {
+fn prune_journal(cut: &str) -> String {
     format!(
         "DELETE FROM journal WHERE (run_id, version, seq) IN ({})",
         prunable_entries(cut)
     )
+}
+
+/// Retention's statements in a dialect (`Store::prune`, [`crate::retention`]): the same
+/// text on both stores around the dialect's expressions of a batch.
+#[derive(Clone, Debug)]
+pub struct RetentionSql {
+    /// The batch's runs still final and last updated before `$2` deleted, `RETURNING id`.
+    pub delete_expired_runs: String,
+    /// The other rows of the deleted runs bound as `$1`, one statement per table.
+    pub delete_runs_rows: [String; 6],
+    /// The first kept version of each run of a batch made a snapshot of its state.
+    pub snapshots: String,
+    /// The versions before the cutoffs, `RETURNING run_id`.
+    pub versions: String,
+    /// The large outputs of the journal entries `journal` removes (run it first).
+    pub outputs: String,
+    /// The journal entries before the cutoffs, but a live run's saga log.
+    pub journal: String,
+}
+
+impl RetentionSql {
+    /// The statements of a dialect: `in_batch` tests membership in the ids bound as `$1`
+    /// (`= ANY($1)`, `IN (SELECT value FROM json_each($1))`), `before` is the time bound as
+    /// `$2`, and `cut` and `cut_with_states` are the compaction batch bound as parameters,
+    /// as a table aliased `c` with columns `id` and `cutoff` (and `state`).
+    #[must_use]
+    pub fn new(in_batch: &str, before: &str, cut: &str, cut_with_states: &str) -> Self {
+        Self {
+            delete_expired_runs: delete_expired_runs(in_batch, before),
+            delete_runs_rows: delete_runs_rows(in_batch),
+            snapshots: prune_snapshots(cut_with_states),
+            versions: prune_versions(cut),
+            outputs: prune_outputs(cut),
+            journal: prune_journal(cut),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
 use agent_sql::events::{Dialect, event_statement};
-use agent_sql::sql::final_statuses;
+use agent_sql::sql::{RetentionSql, final_statuses};
 
 /// The position of a record written now ([events](agent_core::store::events)): one more
 /// than the highest of any record, and than the floor prune leaves in `event_clock` before
@@ -398,35 +398,12 @@ pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
 pub(crate) static EXPIRED_RUNS: LazyLock<String> =
     LazyLock::new(|| agent_sql::sql::expired_runs("$1"));
 
-/// The batch of ids bound as `$1`, a JSON array.
-const IN_BATCH: &str = "IN (SELECT value FROM json_each($1))";
-
-/// A batch of them deleted, checked again ([`agent_sql::sql::delete_expired_runs`]).
-pub(crate) static DELETE_EXPIRED_RUNS: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::delete_expired_runs(IN_BATCH, "$2"));
-
-/// The other rows of the runs deleted ([`agent_sql::sql::delete_runs_rows`]).
-pub(crate) static DELETE_RUNS_ROWS: LazyLock<[String; 6]> =
-    LazyLock::new(|| agent_sql::sql::delete_runs_rows(IN_BATCH));
-
-/// A compaction batch as a table: `$1` is a JSON array of `[id, cutoff, state]`, the state
-/// as its JSON text (a JSON string, which `json_extract` returns as that text).
-const CUT: &str = "(SELECT json_extract(value, '$[0]') AS id, \
-     json_extract(value, '$[1]') AS cutoff, json_extract(value, '$[2]') AS state \
-     FROM json_each($1)) AS c";
-
-/// [`agent_sql::sql::prune_snapshots`].
-pub(crate) static PRUNE_SNAPSHOTS: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::prune_snapshots(CUT));
-
-/// [`agent_sql::sql::prune_versions`].
-pub(crate) static PRUNE_VERSIONS: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::prune_versions(CUT));
-
-/// [`agent_sql::sql::prune_outputs`].
-pub(crate) static PRUNE_OUTPUTS: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::prune_outputs(CUT));
-
-/// [`agent_sql::sql::prune_journal`].
-pub(crate) static PRUNE_JOURNAL: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::prune_journal(CUT));
+/// Retention's writes ([`agent_sql::sql::RetentionSql`]): ids bound as a JSON array; a
+/// compaction batch as a JSON array of `[id, cutoff, state]`, the state as its JSON text (a
+/// JSON string, which `json_extract` returns as that text).
+pub(crate) static RETENTION: LazyLock<RetentionSql> = LazyLock::new(|| {
+    let cut = "(SELECT json_extract(value, '$[0]') AS id, \
+               json_extract(value, '$[1]') AS cutoff, json_extract(value, '$[2]') AS state \
+               FROM json_each($1)) AS c";
+    RetentionSql::new("IN (SELECT value FROM json_each($1))", "$2", cut, cut)
+});
