@@ -32,7 +32,9 @@
 //!   (`runner::Retention`) applied every 200 ms (versions older than 1 s compacted, final
 //!   runs deleted 2 s after they ended) against the same load without, alternating in the
 //!   same run; then the W2 load back to back for `RETENTION_SECS` seconds (default 120)
-//!   with retention running, printing the store's size as it goes (steady state).
+//!   with retention running, printing the store's size as it goes (steady state);
+//!   `RETENTION_STORE=pg` or `sqlite` runs it on that store only (two processes can then
+//!   run the stores' long steady states side by side).
 //!
 //! Floors: one transition as bare SQL through the pool and on a held connection, and the
 //! W1 and W2 shapes as bare SQL (a run row and its first transition created, then one
@@ -1534,7 +1536,7 @@ async fn main() {
         if run("w4") {
             w4(place, &sizes).await;
         }
-        if run("retention") {
+        if run("retention") && retention_here(place) {
             let p = place.fresh("ret");
             let opened = p.open().await;
             retention(&p, &opened, &sizes).await;
@@ -1553,6 +1555,16 @@ async fn main() {
 
 // ---------------------------------------------------------------------------------------
 // Retention run by the worker: its cost under W2, and the size of a store it keeps
+
+/// Whether the retention workload runs on `place` (`RETENTION_STORE`: `pg`, `sqlite`, or
+/// unset for both).
+fn retention_here(place: &Place) -> bool {
+    match std::env::var("RETENTION_STORE").ok().as_deref() {
+        Some("pg") => matches!(place, Place::Pg { .. }),
+        Some("sqlite") => matches!(place, Place::Sqlite { .. }),
+        _ => true,
+    }
+}
 
 /// The retention the bench applies: aggressive, so that it works during every round.
 fn bench_retention() -> Retention {
@@ -1725,7 +1737,8 @@ async fn retention(place: &Place, opened: &Opened, sizes: &Sizes) {
                 file as f64 / 1e6,
                 round
             );
-            next_report += Duration::from_secs(10);
+            // Every 10 s for a short run, every minute for a long one.
+            next_report += Duration::from_secs(if secs > 600 { 60 } else { 10 });
         }
     }
     stop.notify_one();

@@ -10,12 +10,36 @@ use agent_core::store::{
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::RunHead;
 use agent_sql::reads::bind;
+use agent_sql::retention::{Compacted, PrunePoint, SqlRetention};
 use agent_sql::rows::{self, Applied, SqlRow};
 use agent_sql::{corrupt, to_i64};
+use async_trait::async_trait;
 use sqlx::Row;
 
 use crate::connect::db_err;
 use crate::{PgStore, sql};
+
+/// Lock run `run_id`'s row in `tx` and read its head: what an operator's write plans from,
+/// with no commit landing before the write.
+async fn locked_head(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    run_id: &str,
+) -> Result<RunHead, StoreError> {
+    let locked = sqlx::query(sql::LOCK_RUN)
+        .bind(run_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_err)?;
+    if locked.is_none() {
+        return Err(StoreError::NotFound(run_id.to_owned()));
+    }
+    let row = sqlx::query(sql::LOAD_RUN)
+        .bind(run_id)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_err)?;
+    Ok(rows::stored_run(&row)?.head)
+}
 
 impl PgStore {
     /// Lock and read run `run_id`, ask `plan` what to do, and do it, in one transaction.
@@ -27,20 +51,7 @@ impl PgStore {
         plan: impl FnOnce(&RunRecord, Millis) -> Result<OperatorPlan, StoreError>,
     ) -> Result<RunRecord, StoreError> {
         let mut tx = self.pool.begin().await.map_err(db_err)?;
-        let locked = sqlx::query(sql::LOCK_RUN)
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        if locked.is_none() {
-            return Err(StoreError::NotFound(run_id.to_owned()));
-        }
-        let row = sqlx::query(sql::LOAD_RUN)
-            .bind(run_id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        let head = rows::stored_run(&row)?.head;
+        let head = locked_head(&mut tx, run_id).await?;
         // Lease expiry is judged by the database's clock, as claims judge it.
         let now: Millis = sqlx::query_scalar("SELECT ts_to_ms(clock_timestamp())")
             .fetch_one(&mut *tx)
@@ -93,20 +104,7 @@ impl PgStore {
     ) -> Result<RunRecord, StoreError> {
         let run_id = lease.run_id.as_str();
         let mut tx = self.pool.begin().await.map_err(db_err)?;
-        let locked = sqlx::query(sql::LOCK_RUN)
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        if locked.is_none() {
-            return Err(StoreError::NotFound(run_id.to_owned()));
-        }
-        let row = sqlx::query(sql::LOAD_RUN)
-            .bind(run_id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        let head = rows::stored_run(&row)?.head;
+        let head = locked_head(&mut tx, run_id).await?;
         if let Some(refused) = m.refusal(&head.record, lease.epoch) {
             return Err(refused);
         }
@@ -131,18 +129,7 @@ impl PgStore {
             .map_err(db_err)?;
         tx.commit().await.map_err(db_err)?;
         self.event_written(run_id);
-        let (last_hash, patch_bytes) = (plan.hash.clone(), plan.patch_bytes);
-        let mut record = plan.applied(lease, commit, applied, &self.heads);
-        record.agent_version = m.to_agent_version;
-        record.fingerprint.clone_from(&m.fingerprint);
-        record.migrated_at_version = Some(m.version());
-        record.resume_base = m.resume_base;
-        self.heads.remember(RunHead {
-            record: record.clone(),
-            last_hash,
-            patch_bytes,
-        });
-        Ok(record)
+        Ok(plan.migrated(lease, m, commit, applied, &self.heads))
     }
 
     /// Write the version an operator's transition (or a migration) plans, in `tx`, which
@@ -178,5 +165,80 @@ impl PgStore {
         .map_err(db_err)?
         .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
         row.applied_row().map_err(|e| corrupt(run_id, e))
+    }
+}
+
+#[async_trait]
+impl SqlRetention for PgStore {
+    /// One transaction of seven statements, the batch's ids bound as a `text[]`.
+    async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let deleted: Vec<String> = sqlx::query_scalar(sql::RETENTION.delete_expired_runs.as_str())
+            .bind(ids)
+            .bind(before)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if deleted.is_empty() {
+            return Ok(0);
+        }
+        for statement in &sql::RETENTION.delete_runs_rows {
+            sqlx::query(statement.as_str())
+                .bind(&deleted)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        for id in &deleted {
+            self.heads.forget(id);
+            self.event_written(id);
+        }
+        Ok(deleted.len() as u64)
+    }
+
+    /// One transaction of four statements, the batch bound as arrays (ids, cutoffs, and
+    /// the states as a `jsonb[]`).
+    async fn compact(&self, points: Vec<PrunePoint>) -> Result<Compacted, StoreError> {
+        let mut ids = Vec::with_capacity(points.len());
+        let mut cutoffs = Vec::with_capacity(points.len());
+        let mut states = Vec::with_capacity(points.len());
+        for p in points {
+            ids.push(p.id);
+            cutoffs.push(to_i64(p.cutoff));
+            states.push(p.state);
+        }
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        sqlx::query(sql::RETENTION.snapshots.as_str())
+            .bind(&ids)
+            .bind(&cutoffs)
+            .bind(&states)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let versions_of: Vec<String> = sqlx::query_scalar(sql::RETENTION.versions.as_str())
+            .bind(&ids)
+            .bind(&cutoffs)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::RETENTION.outputs.as_str())
+            .bind(&ids)
+            .bind(&cutoffs)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let entries = sqlx::query(sql::RETENTION.journal.as_str())
+            .bind(&ids)
+            .bind(&cutoffs)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        tx.commit().await.map_err(db_err)?;
+        Ok(Compacted {
+            versions_of,
+            entries,
+        })
     }
 }

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
 use agent_sql::events::{Dialect, event_statement};
-use agent_sql::sql::final_statuses;
+use agent_sql::sql::{RetentionSql, final_statuses};
 
 /// The columns of a run, in the order `row_to_run` reads them.
 macro_rules! run_cols {
@@ -535,21 +535,6 @@ pub(crate) const SET_STATUS: &str = concat!(
      SELECT upd.*, pg_notify($5, upd.id) AS notified FROM upd"
 );
 
-/// Old journal entries, except a live run's saga log (completed hybrid calls and
-/// compensations), which compensation still needs, and the children it started, which a
-/// cancel of the run finds through their entries.
-pub(crate) static PRUNE_JOURNAL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH del AS (DELETE FROM journal j WHERE j.run_id = $1 AND j.version < $2 \
-     AND ((SELECT status FROM runs WHERE id = $1) IN {final_statuses} OR NOT (j.kind IN ('compensation', 'child') OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' \
-       AND j.status = 'succeeded'))) RETURNING j.run_id, j.version, j.seq), \
-     od AS (DELETE FROM outputs o USING del WHERE o.run_id = del.run_id \
-       AND o.version = del.version AND o.seq = del.seq) \
-     SELECT count(*) FROM del",
-        final_statuses = final_statuses()
-    )
-});
-
 pub(crate) const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason) VALUES ($1, $2, $3) \
      ON CONFLICT (tool) DO UPDATE SET enabled = EXCLUDED.enabled, reason = EXCLUDED.reason, \
      updated_at = clock_timestamp()";
@@ -634,6 +619,13 @@ pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
 pub(crate) static EXPIRED_RUNS: LazyLock<String> =
     LazyLock::new(|| agent_sql::sql::expired_runs("ms_to_ts($1)"));
 
-/// Delete one of them, checked again ([`agent_sql::sql::delete_expired_run`]).
-pub(crate) static DELETE_EXPIRED_RUN: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::delete_expired_run("ms_to_ts($2)"));
+/// Retention's writes ([`agent_sql::sql::RetentionSql`]): ids, cutoffs and states bound
+/// as arrays.
+pub(crate) static RETENTION: LazyLock<RetentionSql> = LazyLock::new(|| {
+    RetentionSql::new(
+        "= ANY($1)",
+        "ms_to_ts($2)",
+        "unnest($1::text[], $2::bigint[]) AS c(id, cutoff)",
+        "unnest($1::text[], $2::bigint[], $3::jsonb[]) AS c(id, cutoff, state)",
+    )
+});

@@ -13,7 +13,7 @@ use agent_core::store::{
     RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StoreError,
     ToolStats, VersionSpan,
 };
-use agent_sql::reads::{self, head_of};
+use agent_sql::reads::head_of;
 use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
 use serde_json::Value;
 use sqlx::Row;
@@ -266,47 +266,7 @@ agent_sql::impl_sql_store!(PgStore {
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
-        let mut report = PruneReport::default();
-        if let Some(before) = policy.delete_final_before {
-            let expired = reads::expired_runs(self, policy).await?;
-            if !expired.is_empty() {
-                report.runs_deleted = self.delete_expired(&expired, before).await?;
-            }
-        }
-        let candidates = reads::prune_candidates(self, policy).await?;
-        for candidate in &candidates {
-            let Some((id, cutoff, at)) = reads::prune_point(self, candidate).await? else {
-                continue;
-            };
-            let mut tx = self.pool.begin().await.map_err(db_err)?;
-            sqlx::query(agent_sql::sql::PRUNE_SNAPSHOT)
-                .bind(&id)
-                .bind(to_i64(cutoff))
-                .bind(&at.state)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            let removed = sqlx::query(agent_sql::sql::PRUNE_TRANSITIONS)
-                .bind(&id)
-                .bind(to_i64(cutoff))
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .rows_affected();
-            let entries: i64 = sqlx::query(sql::PRUNE_JOURNAL.as_str())
-                .bind(&id)
-                .bind(to_i64(cutoff))
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .try_get(0)
-                .map_err(|e| corrupt(&id, e))?;
-            tx.commit().await.map_err(db_err)?;
-            report.versions_removed += removed;
-            report.entries_removed += u64::try_from(entries).unwrap_or(0);
-            report.runs_pruned += u64::from(removed > 0);
-        }
-        Ok(report)
+        agent_sql::retention::prune(self, policy).await
     }
 
     async fn set_tool_enabled(
@@ -455,42 +415,6 @@ fn filtered<'q>(
                 .agent_version
                 .map(|v| i32::try_from(v).unwrap_or(i32::MAX)),
         )
-}
-
-impl PgStore {
-    /// Delete the runs `ids` whole, in one transaction (one writer's turn for the batch,
-    /// not one per run), each if it is still final and last updated before `before`
-    /// (retention); how many were.
-    async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
-        let mut deleted = Vec::new();
-        for id in ids {
-            let gone = sqlx::query(sql::DELETE_EXPIRED_RUN.as_str())
-                .bind(id)
-                .bind(before)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .rows_affected();
-            if gone == 0 {
-                continue;
-            }
-            for statement in agent_sql::sql::DELETE_RUN_ROWS {
-                sqlx::query(statement)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_err)?;
-            }
-            deleted.push(id);
-        }
-        tx.commit().await.map_err(db_err)?;
-        for id in &deleted {
-            self.heads.forget(id);
-            self.event_written(id);
-        }
-        Ok(deleted.len() as u64)
-    }
 }
 
 impl PgStore {

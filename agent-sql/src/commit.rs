@@ -5,7 +5,8 @@
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::operator::OperatorTransition;
 use agent_core::store::{
-    ChainLink, JournalEntry, Lease, RunRecord, StepCommit, StoreError, transition_hash,
+    ChainLink, JournalEntry, Lease, MigrationCommit, RunRecord, StepCommit, StoreError,
+    transition_hash,
 };
 
 use crate::heads::{HeadCache, RunHead, commit_refusal};
@@ -98,6 +99,38 @@ impl CommitPlan {
         applied: Applied,
         heads: &HeadCache,
     ) -> RunRecord {
+        self.applied_with(lease, commit, applied, heads, |_| {})
+    }
+
+    /// The run after the `migrated` version of `m` applied (as [`applied`](Self::applied),
+    /// `commit` being the migration's transition under `lease`), with the agent version,
+    /// fingerprint and resume base the migration wrote on the row, remembered in `heads`
+    /// as its new head.
+    #[must_use]
+    pub fn migrated(
+        self,
+        lease: &Lease,
+        m: &MigrationCommit,
+        commit: &StepCommit,
+        applied: Applied,
+        heads: &HeadCache,
+    ) -> RunRecord {
+        self.applied_with(lease, commit, applied, heads, |record| {
+            record.agent_version = m.to_agent_version;
+            record.fingerprint.clone_from(&m.fingerprint);
+            record.migrated_at_version = Some(m.version());
+            record.resume_base = m.resume_base;
+        })
+    }
+
+    fn applied_with(
+        self,
+        lease: &Lease,
+        commit: &StepCommit,
+        applied: Applied,
+        heads: &HeadCache,
+        amend: impl FnOnce(&mut RunRecord),
+    ) -> RunRecord {
         let mut record = self.base;
         record.version = self.version;
         record.state_name.clone_from(&commit.to_state);
@@ -111,6 +144,7 @@ impl CommitPlan {
         record.lease_owner = applied.lease_owner;
         record.lease_expires_at = applied.lease_expires_at;
         record.updated_at = applied.updated_at;
+        amend(&mut record);
         heads.remember(RunHead {
             record: record.clone(),
             last_hash: self.hash,

@@ -19,6 +19,7 @@
 //!   must not migrate;
 //! - [`reads`]: the reads whose logic is the same on both (time travel, history, journal,
 //!   signals, fork), over a small trait each store implements;
+//! - [`retention`]: `Store::prune`, a batch chosen by reads and written set-based;
 //! - [`sql`]: the statements whose text is the same on both dialects, and the list of final
 //!   statuses, derived once from [`RunStatus`](agent_core::store::RunStatus).
 //!
@@ -37,6 +38,7 @@ pub mod events;
 pub mod heads;
 pub mod migrations;
 pub mod reads;
+pub mod retention;
 pub mod rows;
 pub mod sql;
 

@@ -96,9 +96,9 @@ pub trait SqlReads: Store + Sync {
         args: &[Arg<'_>],
     ) -> Result<Vec<Self::Row>, StoreError>;
 
-    /// As [`fetch`](Self::fetch), for the reads of event followers: a store whose writes
-    /// and reads share a connection reads them elsewhere, so that followers never hold
-    /// up a commit.
+    /// As [`fetch`](Self::fetch), for the reads of event followers and of retention: a
+    /// store whose writes and reads share a connection reads them elsewhere, so that
+    /// neither holds up a commit (nor waits for a turn behind every commit).
     ///
     /// # Errors
     /// The store's error for a failed statement.
@@ -203,19 +203,28 @@ pub async fn replay_at<S: SqlReads>(
     run_id: &str,
     version: u64,
 ) -> Result<Option<StateAtVersion>, StoreError> {
-    let rows = store
-        .fetch(
-            sql::STATE_AT,
-            &[Arg::Text(run_id), Arg::Int(to_i64(version))],
-        )
-        .await?;
+    replay_at_via(store, run_id, version, false).await
+}
+
+/// [`replay_at`], through [`SqlReads::fetch_events`] when `aside`.
+async fn replay_at_via<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+    version: u64,
+    aside: bool,
+) -> Result<Option<StateAtVersion>, StoreError> {
+    let args = [Arg::Text(run_id), Arg::Int(to_i64(version))];
+    let rows = if aside {
+        store.fetch_events(sql::STATE_AT, &args).await?
+    } else {
+        store.fetch(sql::STATE_AT, &args).await?
+    };
     if rows.is_empty() {
-        let exists = store
-            .fetch(
-                sql::VERSION_EXISTS,
-                &[Arg::Text(run_id), Arg::Int(to_i64(version))],
-            )
-            .await?;
+        let exists = if aside {
+            store.fetch_events(sql::VERSION_EXISTS, &args).await?
+        } else {
+            store.fetch(sql::VERSION_EXISTS, &args).await?
+        };
         return if exists.is_empty() {
             Ok(None)
         } else {
@@ -405,7 +414,7 @@ pub async fn prune_candidates<S: SqlReads>(
 ) -> Result<Vec<S::Row>, StoreError> {
     let keep = to_i64(policy.keep_last_versions.max(1));
     store
-        .fetch(
+        .fetch_events(
             S::prune_candidates_sql(),
             &[
                 Arg::Int(keep),
@@ -431,7 +440,7 @@ pub async fn expired_runs<S: SqlReads>(
         return Ok(Vec::new());
     };
     let rows = store
-        .fetch(
+        .fetch_events(
             S::expired_runs_sql(),
             &[Arg::Int(before), Arg::Int(limit(policy.max_runs))],
         )
@@ -460,7 +469,7 @@ pub async fn prune_point<S: SqlReads>(
     let cutoff = rows::cutoff(candidate)
         .and_then(to_u64)
         .map_err(|e| corrupt(&id, e))?;
-    Ok(replay_at(store, &id, cutoff)
+    Ok(replay_at_via(store, &id, cutoff, true)
         .await?
         .map(|at| (id, cutoff, at)))
 }

@@ -81,34 +81,127 @@ pub fn expired_runs(before: &str) -> String {
     )
 }
 
-/// Delete run `$1` if it is still final and last updated before `$2` (the dialect's
-/// expression `before` of it); the rest of its rows go after ([`DELETE_RUN_ROWS`]) only
-/// when this deleted it.
-#[must_use]
-pub fn delete_expired_run(before: &str) -> String {
+/// Delete the runs of a batch that are still final and last updated before `$2` (the
+/// dialect's expression `before` of it), checked again inside the deleting transaction:
+/// `RETURNING id`, the runs deleted, whose other rows go next ([`delete_runs_rows`]).
+/// `in_batch` is the dialect's membership test in the batch of ids bound as `$1`
+/// (`= ANY($1)` on PostgreSQL, `IN (SELECT value FROM json_each($1))` on SQLite).
+fn delete_expired_runs(in_batch: &str, before: &str) -> String {
     format!(
-        "DELETE FROM runs WHERE id = $1 AND status IN {finals} AND updated_at < {before}",
+        "DELETE FROM runs WHERE id {in_batch} AND status IN {finals} AND updated_at < {before} \
+         RETURNING id",
         finals = final_statuses()
     )
 }
 
-/// The rows of deleted run `$1` in the other tables, outputs before the journal entries
-/// they belong to.
-pub const DELETE_RUN_ROWS: [&str; 6] = [
-    "DELETE FROM outputs WHERE run_id = $1",
-    "DELETE FROM journal WHERE run_id = $1",
-    "DELETE FROM transitions WHERE run_id = $1",
-    "DELETE FROM signals WHERE run_id = $1",
-    "DELETE FROM run_labels WHERE run_id = $1",
-    "DELETE FROM status_changes WHERE run_id = $1",
-];
+/// The rows of the deleted runs bound as `$1` in the other tables, outputs before the
+/// journal entries they belong to: one statement per table for the whole batch
+/// (`in_batch` as for [`delete_expired_runs`]).
+fn delete_runs_rows(in_batch: &str) -> [String; 6] {
+    [
+        "outputs",
+        "journal",
+        "transitions",
+        "signals",
+        "run_labels",
+        "status_changes",
+    ]
+    .map(|table| format!("DELETE FROM {table} WHERE run_id {in_batch}"))
+}
 
-/// The first kept version of a pruned run becomes a snapshot, so every kept version replays.
-pub const PRUNE_SNAPSHOT: &str = "UPDATE transitions SET payload_kind = 'snapshot', payload = $3 \
-     WHERE run_id = $1 AND version = $2";
+// Compaction of a batch of runs, set-based: `cut` is the dialect's table expression, aliased
+// `c`, of the batch bound as parameters, with columns `id`, `cutoff` (the first version
+// kept) and, for `prune_snapshots`, `state` (the state at the cutoff). Versions at and
+// after a cutoff are never touched, so commits of a run stepped meanwhile (which append
+// versions after its current one, itself at or after the cutoff) neither wait on nor
+// conflict with these statements.
 
-/// The versions of a run before the cutoff `$2`.
-pub const PRUNE_TRANSITIONS: &str = "DELETE FROM transitions WHERE run_id = $1 AND version < $2";
+/// The first kept version of each run of the batch becomes a snapshot of its state, so
+/// that every kept version replays without the versions before it.
+fn prune_snapshots(cut: &str) -> String {
+    format!(
+        "UPDATE transitions SET payload_kind = 'snapshot', payload = c.state FROM {cut} \
+         WHERE transitions.run_id = c.id AND transitions.version = c.cutoff"
+    )
+}
+
+/// The versions of the batch's runs before their cutoffs: `RETURNING run_id`, one row per
+/// version removed.
+fn prune_versions(cut: &str) -> String {
+    format!(
+        "DELETE FROM transitions WHERE (run_id, version) IN (SELECT t.run_id, t.version \
+         FROM {cut} JOIN transitions t ON t.run_id = c.id AND t.version < c.cutoff) \
+         RETURNING run_id"
+    )
+}
+
+/// The journal entries of the batch's runs before their cutoffs that retention removes:
+/// all of a final run's, and of a run not final all but its saga log (completed hybrid
+/// calls and compensations, which compensation still needs, and the children it started,
+/// which a cancel finds through their entries). The run's status is read by the deleting
+/// statement itself, so a run re-queued meanwhile keeps its saga log.
+fn prunable_entries(cut: &str) -> String {
+    format!(
+        "SELECT j.run_id, j.version, j.seq FROM {cut} \
+         JOIN journal j ON j.run_id = c.id AND j.version < c.cutoff \
+         JOIN runs r ON r.id = c.id \
+         WHERE r.status IN {finals} OR NOT (j.kind IN ('compensation', 'child') \
+           OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' AND j.status = 'succeeded'))",
+        finals = final_statuses()
+    )
+}
+
+/// The large outputs of the entries [`prune_journal`] removes (run it first).
+fn prune_outputs(cut: &str) -> String {
+    format!(
+        "DELETE FROM outputs WHERE (run_id, version, seq) IN ({})",
+        prunable_entries(cut)
+    )
+}
+
+/// The journal entries retention removes from the batch's runs (see [`prune_outputs`]).
+fn prune_journal(cut: &str) -> String {
+    format!(
+        "DELETE FROM journal WHERE (run_id, version, seq) IN ({})",
+        prunable_entries(cut)
+    )
+}
+
+/// Retention's statements in a dialect (`Store::prune`, [`crate::retention`]): the same
+/// text on both stores around the dialect's expressions of a batch.
+#[derive(Clone, Debug)]
+pub struct RetentionSql {
+    /// The batch's runs still final and last updated before `$2` deleted, `RETURNING id`.
+    pub delete_expired_runs: String,
+    /// The other rows of the deleted runs bound as `$1`, one statement per table.
+    pub delete_runs_rows: [String; 6],
+    /// The first kept version of each run of a batch made a snapshot of its state.
+    pub snapshots: String,
+    /// The versions before the cutoffs, `RETURNING run_id`.
+    pub versions: String,
+    /// The large outputs of the journal entries `journal` removes (run it first).
+    pub outputs: String,
+    /// The journal entries before the cutoffs, but a live run's saga log.
+    pub journal: String,
+}
+
+impl RetentionSql {
+    /// The statements of a dialect: `in_batch` tests membership in the ids bound as `$1`
+    /// (`= ANY($1)`, `IN (SELECT value FROM json_each($1))`), `before` is the time bound as
+    /// `$2`, and `cut` and `cut_with_states` are the compaction batch bound as parameters,
+    /// as a table aliased `c` with columns `id` and `cutoff` (and `state`).
+    #[must_use]
+    pub fn new(in_batch: &str, before: &str, cut: &str, cut_with_states: &str) -> Self {
+        Self {
+            delete_expired_runs: delete_expired_runs(in_batch, before),
+            delete_runs_rows: delete_runs_rows(in_batch),
+            snapshots: prune_snapshots(cut_with_states),
+            versions: prune_versions(cut),
+            outputs: prune_outputs(cut),
+            journal: prune_journal(cut),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -10,8 +10,10 @@ use agent_core::store::{
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::RunHead;
 use agent_sql::reads::bind;
+use agent_sql::retention::{Compacted, PrunePoint, SqlRetention};
 use agent_sql::rows::{self, Applied};
 use agent_sql::{corrupt, to_i64};
+use async_trait::async_trait;
 use sqlx::Row;
 
 use crate::{SqliteStore, db_err, sql};
@@ -27,13 +29,7 @@ impl SqliteStore {
     ) -> Result<RunRecord, StoreError> {
         let now = now_ms();
         let mut tx = self.write_tx().await?;
-        let row = sqlx::query(sql::LOAD_RUN)
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?
-            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
-        let head = rows::stored_run(&row)?.head;
+        let head = head_in(&mut tx, run_id).await?;
         match plan(&head.record, now)? {
             OperatorPlan::Unchanged => Ok(head.record),
             OperatorPlan::RequestCancel => {
@@ -80,13 +76,7 @@ impl SqliteStore {
         let run_id = lease.run_id.as_str();
         let now = now_ms();
         let mut tx = self.write_tx().await?;
-        let row = sqlx::query(sql::LOAD_RUN)
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?
-            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
-        let head = rows::stored_run(&row)?.head;
+        let head = head_in(&mut tx, run_id).await?;
         if let Some(refused) = m.refusal(&head.record, lease.epoch) {
             return Err(refused);
         }
@@ -115,19 +105,23 @@ impl SqliteStore {
             .map_err(db_err)?;
         tx.commit().await.map_err(db_err)?;
         self.events.wake(run_id);
-        let (last_hash, patch_bytes) = (plan.hash.clone(), plan.patch_bytes);
-        let mut record = plan.applied(lease, &t.commit, applied, &self.heads);
-        record.agent_version = m.to_agent_version;
-        record.fingerprint.clone_from(&m.fingerprint);
-        record.migrated_at_version = Some(m.version());
-        record.resume_base = m.resume_base;
-        self.heads.remember(RunHead {
-            record: record.clone(),
-            last_hash,
-            patch_bytes,
-        });
-        Ok(record)
+        Ok(plan.migrated(lease, m, &t.commit, applied, &self.heads))
     }
+}
+
+/// Run `run_id`'s head read in write transaction `tx`: what an operator's write plans
+/// from, with no commit landing before the write.
+async fn head_in(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    run_id: &str,
+) -> Result<RunHead, StoreError> {
+    let row = sqlx::query(sql::LOAD_RUN)
+        .bind(run_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_err)?
+        .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+    Ok(rows::stored_run(&row)?.head)
 }
 
 /// The run row and the transition of an operator's plan.
@@ -183,4 +177,89 @@ async fn write_transition(
         .await
         .map_err(db_err)?;
     Ok(applied)
+}
+
+#[async_trait]
+impl SqlRetention for SqliteStore {
+    /// One write transaction (one turn of the one writer for the batch) of seven
+    /// statements, the batch's ids bound as a JSON array.
+    async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError> {
+        let ids = json_text(&ids)?;
+        let mut tx = self.write_tx().await?;
+        // The deleted records' positions are never drawn again (followers past them).
+        sqlx::query(sql::RAISE_POSITION_FLOOR)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let deleted: Vec<String> = sqlx::query_scalar(sql::RETENTION.delete_expired_runs.as_str())
+            .bind(&ids)
+            .bind(before)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if deleted.is_empty() {
+            return Ok(0);
+        }
+        let gone = json_text(&deleted)?;
+        for statement in &sql::RETENTION.delete_runs_rows {
+            sqlx::query(statement.as_str())
+                .bind(&gone)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        for id in &deleted {
+            self.heads.forget(id);
+            self.events.wake(id);
+        }
+        Ok(deleted.len() as u64)
+    }
+
+    /// One write transaction of four statements, the batch bound as one JSON array of
+    /// `[id, cutoff, state]`.
+    async fn compact(&self, points: Vec<PrunePoint>) -> Result<Compacted, StoreError> {
+        let batch: Vec<(&str, i64, String)> = points
+            .iter()
+            .map(|p| (p.id.as_str(), to_i64(p.cutoff), p.state.to_string()))
+            .collect();
+        let batch = json_text(&batch)?;
+        let mut tx = self.write_tx().await?;
+        // The removed records' positions are never drawn again (followers past them).
+        sqlx::query(sql::RAISE_POSITION_FLOOR)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::RETENTION.snapshots.as_str())
+            .bind(&batch)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let versions_of: Vec<String> = sqlx::query_scalar(sql::RETENTION.versions.as_str())
+            .bind(&batch)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::RETENTION.outputs.as_str())
+            .bind(&batch)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let entries = sqlx::query(sql::RETENTION.journal.as_str())
+            .bind(&batch)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        tx.commit().await.map_err(db_err)?;
+        Ok(Compacted {
+            versions_of,
+            entries,
+        })
+    }
+}
+
+/// `value` as JSON text, as a batch is bound.
+fn json_text(value: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Backend(e.to_string()))
 }

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use agent_core::store::{RunStatus, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
 use agent_sql::events::{Dialect, event_statement};
-use agent_sql::sql::final_statuses;
+use agent_sql::sql::{RetentionSql, final_statuses};
 
 /// The position of a record written now ([events](agent_core::store::events)): one more
 /// than the highest of any record, and than the floor prune leaves in `event_clock` before
@@ -339,18 +339,6 @@ pub(crate) const SET_STATUS: &str = concat!(
     run_cols!()
 );
 
-/// Old journal entries, except a live run's saga log (completed hybrid calls and
-/// compensations), which compensation still needs, and the children it started, which a
-/// cancel of the run finds through their entries; `$3` is whether the run is final.
-pub(crate) const PRUNE_OUTPUTS: &str = "DELETE FROM outputs WHERE run_id = $1 AND version < $2 \
-     AND (run_id, version, seq) IN (SELECT run_id, version, seq FROM journal j \
-       WHERE j.run_id = $1 AND j.version < $2 AND ($3 OR NOT (j.kind IN ('compensation', 'child') \
-       OR (j.kind = 'tool' AND j.tool_kind = 'hybrid' AND j.status = 'succeeded'))))";
-
-pub(crate) const PRUNE_JOURNAL: &str = "DELETE FROM journal WHERE run_id = $1 AND version < $2 \
-     AND ($3 OR NOT (kind IN ('compensation', 'child') \
-       OR (kind = 'tool' AND tool_kind = 'hybrid' AND status = 'succeeded')))";
-
 pub(crate) const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason, updated_at) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (tool) DO UPDATE SET enabled = excluded.enabled, \
      reason = excluded.reason, updated_at = excluded.updated_at";
@@ -410,6 +398,12 @@ pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
 pub(crate) static EXPIRED_RUNS: LazyLock<String> =
     LazyLock::new(|| agent_sql::sql::expired_runs("$1"));
 
-/// Delete one of them, checked again ([`agent_sql::sql::delete_expired_run`]).
-pub(crate) static DELETE_EXPIRED_RUN: LazyLock<String> =
-    LazyLock::new(|| agent_sql::sql::delete_expired_run("$2"));
+/// Retention's writes ([`agent_sql::sql::RetentionSql`]): ids bound as a JSON array; a
+/// compaction batch as a JSON array of `[id, cutoff, state]`, the state as its JSON text (a
+/// JSON string, which `json_extract` returns as that text).
+pub(crate) static RETENTION: LazyLock<RetentionSql> = LazyLock::new(|| {
+    let cut = "(SELECT json_extract(value, '$[0]') AS id, \
+               json_extract(value, '$[1]') AS cutoff, json_extract(value, '$[2]') AS state \
+               FROM json_each($1)) AS c";
+    RetentionSql::new("IN (SELECT value FROM json_each($1))", "$2", cut, cut)
+});

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    Lease, Millis, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter,
-    RunRecord, RunStatus, StoreError, TransitionKind, now_ms,
+    Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord,
+    RunStatus, StoreError, TransitionKind, now_ms,
 };
-use agent_sql::{lease_of, ms, reads, repair_refused, rows, to_i64};
+use agent_sql::{lease_of, ms, repair_refused, rows, to_i64};
 use serde_json::Value;
 
 use crate::{SqliteStore, db_err, sql};
@@ -346,62 +346,7 @@ agent_sql::impl_sql_store!(SqliteStore {
     }
 
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
-        let mut report = PruneReport::default();
-        if let Some(before) = policy.delete_final_before {
-            let expired = reads::expired_runs(self, policy).await?;
-            if !expired.is_empty() {
-                report.runs_deleted = self.delete_expired(&expired, before).await?;
-            }
-        }
-        let candidates = reads::prune_candidates(self, policy).await?;
-        for candidate in &candidates {
-            let Some((id, cutoff, at)) = reads::prune_point(self, candidate).await? else {
-                continue;
-            };
-            let final_run = self
-                .load_run(&id)
-                .await?
-                .is_some_and(|r| r.status.is_final());
-            let mut tx = self.write_tx().await?;
-            sqlx::query(sql::RAISE_POSITION_FLOOR)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            sqlx::query(agent_sql::sql::PRUNE_SNAPSHOT)
-                .bind(&id)
-                .bind(to_i64(cutoff))
-                .bind(at.state.to_string())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            let removed = sqlx::query(agent_sql::sql::PRUNE_TRANSITIONS)
-                .bind(&id)
-                .bind(to_i64(cutoff))
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .rows_affected();
-            sqlx::query(sql::PRUNE_OUTPUTS)
-                .bind(&id)
-                .bind(to_i64(cutoff))
-                .bind(final_run)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            let entries = sqlx::query(sql::PRUNE_JOURNAL)
-                .bind(&id)
-                .bind(to_i64(cutoff))
-                .bind(final_run)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .rows_affected();
-            tx.commit().await.map_err(db_err)?;
-            report.versions_removed += removed;
-            report.entries_removed += entries;
-            report.runs_pruned += u64::from(removed > 0);
-        }
-        Ok(report)
+        agent_sql::retention::prune(self, policy).await
     }
 
     async fn set_tool_enabled(
@@ -462,45 +407,6 @@ agent_sql::impl_sql_store!(SqliteStore {
 });
 
 impl SqliteStore {
-    /// Delete the runs `ids` whole, in one transaction (one writer's turn for the batch,
-    /// not one per run), each if it is still final and last updated before `before`
-    /// (retention); how many were.
-    async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError> {
-        let mut tx = self.write_tx().await?;
-        // The deleted records' positions are never drawn again (followers past them).
-        sqlx::query(sql::RAISE_POSITION_FLOOR)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        let mut deleted = Vec::new();
-        for id in ids {
-            let gone = sqlx::query(sql::DELETE_EXPIRED_RUN.as_str())
-                .bind(id)
-                .bind(before)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .rows_affected();
-            if gone == 0 {
-                continue;
-            }
-            for statement in agent_sql::sql::DELETE_RUN_ROWS {
-                sqlx::query(statement)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_err)?;
-            }
-            deleted.push(id);
-        }
-        tx.commit().await.map_err(db_err)?;
-        for id in &deleted {
-            self.heads.forget(id);
-            self.events.wake(id);
-        }
-        Ok(deleted.len() as u64)
-    }
-
     /// Quarantine a run whose row does not read (`Store::claim_run`, `claim_next`): written
     /// without decoding anything, so that listings say what the row holds and no worker
     /// claims it again.

@@ -15,9 +15,12 @@
 //! - **Verification**: the first kept version becomes a snapshot and anchors the kept
 //!   chain, which still verifies ([`verify`](crate::store::verify)).
 //! - **Several workers**: each pass is bounded ([`Retention::max_runs_per_batch`]) and
-//!   idempotent, and every deletion checks its conditions again in its own transaction,
-//!   so workers of several processes may apply it to one store at once; the work of one
-//!   pass is done once, the others find nothing left.
+//!   idempotent, and every deletion checks its conditions again in the transaction that
+//!   deletes, so workers of several processes may apply it to one store at once; the work
+//!   of one pass is done once, the others find nothing left.
+//! - **Cost**: the SQL stores write a batch in two transactions of a few statements each
+//!   (deletion, then compaction), whatever its size, and touch neither a run row nor a
+//!   version a commit writes, so a run stepped meanwhile does not wait on retention.
 
 use std::sync::Arc;
 use std::time::Duration;
