@@ -218,8 +218,8 @@ impl NotMigrated {
 /// worker applies ([`plan_migration`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum MigrationPlan {
-    /// One `migrated` commit, this one.
-    Migrate(MigrationCommit),
+    /// One `migrated` commit, this one (boxed: the other variants are small).
+    Migrate(Box<MigrationCommit>),
     /// The run's state does not map (`migration.failed`), maps past a signal it waits for
     /// (`migration.skips_signal`), or is not in its version's graph
     /// (`graph.incompatible`): a worker quarantines it with this failure.
@@ -232,7 +232,7 @@ pub enum MigrationPlan {
 #[derive(Clone, Debug, PartialEq)]
 pub enum MigrationOutcome {
     /// Migrated: the run as the `migrated` commit left it (the lease still held).
-    Migrated(RunRecord),
+    Migrated(Box<RunRecord>),
     /// Nothing written: a worker would quarantine the run with this failure.
     Refused(RunFailure),
     /// Nothing written, and why.

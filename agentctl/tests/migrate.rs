@@ -32,11 +32,16 @@ const UNREADABLE: &str = "mig-unreadable";
 /// The run on a version no chain leads from.
 const NO_CHAIN: &str = "mig-no-chain";
 
+/// A test, given how to make its database.
+type Test = fn(fn() -> Db);
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "--as-ctl") {
-        let argv = std::iter::once(OsString::from("order-ctl")).chain(args[2..].iter().cloned());
-        return agentctl::Ctl::new().agent::<OrderV2>().run_from(argv);
+        let program = std::iter::once(OsString::from("order-ctl"));
+        return agentctl::Ctl::new()
+            .agent::<OrderV2>()
+            .run_from(program.chain(args[2..].iter().cloned()));
     }
     let filter: Vec<String> = args[1..]
         .iter()
@@ -44,7 +49,7 @@ fn main() -> ExitCode {
         .filter(|a| !a.starts_with('-'))
         .map(str::to_owned)
         .collect();
-    let tests: [(&str, fn(fn() -> Db)); 3] = [
+    let tests: [(&str, Test); 3] = [
         ("dry_run_changes_nothing", dry_run_changes_nothing),
         ("apply_migrates_each_run_once", apply_migrates_each_run_once),
         (
@@ -133,7 +138,7 @@ fn config(worker: &str) -> RunnerConfig {
 fn old_runs(db: &Db) -> Arc<World> {
     let world = Arc::new(World::default());
     db.runtime.block_on(async {
-        let store = store_of(&db).await;
+        let store = store_of(db).await;
         let v1 = common::runner(&store, &world, "Pay").with_config(config("v1"));
         v1.start(FRESH, fixture::initial(&["fig"])).await.unwrap();
         for id in [UNREADABLE, NO_CHAIN] {
@@ -303,7 +308,7 @@ fn apply_migrates_each_run_once(new_db: fn() -> Db) {
     let lease = db.runtime.block_on(async {
         let store = store_of(&db).await;
         let (lease, _) = store
-            .claim_run(FRESH, "busy-worker", Duration::from_secs(60))
+            .claim_run(FRESH, "busy-worker", Duration::from_mins(1))
             .await
             .unwrap()
             .expect("claim");

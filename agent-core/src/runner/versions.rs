@@ -158,7 +158,7 @@ pub async fn plan_migration<A: Agent>(
     }
     let fingerprint = A::graph().fingerprint();
     Ok(match plan::<A>(store, record, &old, &fingerprint).await? {
-        Ok(commit) => MigrationPlan::Migrate(commit),
+        Ok(commit) => MigrationPlan::Migrate(Box::new(commit)),
         Err(failure) => MigrationPlan::Quarantine(failure),
     })
 }
@@ -188,7 +188,7 @@ pub async fn migrate_claimed<A: Agent>(
                 state = %migrated.state_name,
                 "migrated the run"
             );
-            MigrationOutcome::Migrated(migrated)
+            MigrationOutcome::Migrated(Box::new(migrated))
         }
         MigrationPlan::Quarantine(failure) => MigrationOutcome::Refused(failure),
         MigrationPlan::Leave(why) => MigrationOutcome::Left(why),

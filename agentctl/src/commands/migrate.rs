@@ -185,6 +185,7 @@ async fn apply(opened: &Opened, out: Output, agents: &[Registered]) -> Result<Ex
         let (lease, fresh) = claimed;
         let row = match agent.apply(store, &lease, &fresh).await {
             Ok(MigrationOutcome::Migrated(migrated)) => {
+                let migrated = *migrated;
                 store.release_lease(&lease).await?;
                 let mut row = Row::new(&fresh, agent.version, "migrated");
                 row.to_state = Some(migrated.state_name.clone());
@@ -407,6 +408,7 @@ async fn plan_row(store: &dyn Store, agent: &Registered, record: &RunRecord) -> 
     }
     Ok(match agent.plan(store, record).await? {
         MigrationPlan::Migrate(commit) => {
+            let commit = *commit;
             let mut row = Row::new(record, agent.version, "migrate");
             row.to_state = Some(commit.to_state);
             row.to_status = Some(commit.status);
@@ -537,6 +539,6 @@ fn print_rows(out: Output, rows: &[Row], dry_run: bool) {
         ));
     }
     if dry_run && n("migrate") > 0 {
-        out.note("`agentctl migrate` (without --dry-run) applies it");
+        out.note("`migrate` without --dry-run applies it");
     }
 }
