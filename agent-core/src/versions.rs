@@ -84,6 +84,9 @@ use serde_json::Value;
 
 use crate::agent::Agent;
 use crate::graph::GraphDescription;
+use crate::store::{MigrationCommit, RunFailure, RunRecord};
+
+pub use crate::runner::{migrate_claimed, plan_migration};
 
 /// Why a stored state of an older version could not be brought to this one.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -173,6 +176,69 @@ pub fn older_via<Old: Agent>(skipped: &[&'static str]) -> Vec<OlderVersion> {
     older
 }
 
+/// Why a run is not migrated now ([`plan_migration`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotMigrated {
+    /// The run is another agent's, or already on this version.
+    Current,
+    /// The run is final: nothing of it runs again.
+    Final,
+    /// The run is on a version this agent's code declares no chain from (an older one
+    /// without a `migrate_from` leading to it, or a newer one): left for a worker that can
+    /// run it, never quarantined.
+    NoChain,
+    /// The run is compensating: its round runs at its own version, never migrated.
+    Compensating,
+    /// An operator's cancel is pending: a worker takes the cancel first.
+    CancelRequested,
+    /// A parent waiting for its children: migrated by the worker that claims it once its
+    /// join holds (its children's ids derive from the step that waits).
+    WaitingForChildren,
+}
+
+impl NotMigrated {
+    /// Why, in a few words.
+    #[must_use]
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Current => "on this version",
+            Self::Final => "final",
+            Self::NoChain => "no migration chain from its version",
+            Self::Compensating => "compensating: compensated at its own version, never migrated",
+            Self::CancelRequested => "a cancel is pending: a worker takes it first",
+            Self::WaitingForChildren => {
+                "waiting for its children: migrated by a worker when they are done"
+            }
+        }
+    }
+}
+
+/// What migrating one run of an older version to this version would write, by the rules a
+/// worker applies ([`plan_migration`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum MigrationPlan {
+    /// One `migrated` commit, this one (boxed: the other variants are small).
+    Migrate(Box<MigrationCommit>),
+    /// The run's state does not map (`migration.failed`), maps past a signal it waits for
+    /// (`migration.skips_signal`), or is not in its version's graph
+    /// (`graph.incompatible`): a worker quarantines it with this failure.
+    Quarantine(RunFailure),
+    /// Not migrated now, and why.
+    Leave(NotMigrated),
+}
+
+/// What [`migrate_claimed`] did with one claimed run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MigrationOutcome {
+    /// Migrated: the run as the `migrated` commit left it (the lease still held).
+    Migrated(Box<RunRecord>),
+    /// Nothing written: a worker would quarantine the run with this failure.
+    Refused(RunFailure),
+    /// Nothing written, and why.
+    Left(NotMigrated),
+}
+
 /// What [`migrate_runs`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MigrateReport {
@@ -187,7 +253,8 @@ pub struct MigrateReport {
 }
 
 /// Migrate every claimable run of an older version that `runner` can run, now, instead of
-/// at its next step (`agentctl migrate` applies nothing itself: it has no agent code). Each
+/// at its next step (`agentctl migrate` does the same from a control binary that registers
+/// the agent, through [`migrate_claimed`], see `docs/versions.md`). Each
 /// run is claimed and migrated with one [`Store::migrate_run`](crate::store::Store::migrate_run)
 /// under that lease, exactly as a worker would before its next step; nothing else of it
 /// runs. Compensating runs are handed back (they are compensated at their own version).

@@ -30,6 +30,7 @@ pub(crate) const DEFAULT_DB: &str = "agent-runs.sqlite3";
   agentctl runs --parent report-1
   agentctl cancel order-42 --reason \"customer asked\"
   agentctl terminate order-42 --reason \"duplicate order\"
+  agentctl migrate --dry-run
 
 See docs/agentctl.md for every command."
 )]
@@ -125,9 +126,10 @@ pub(crate) enum Command {
     /// Copy the whole SQLite store to one new file while it is in use (for PostgreSQL,
     /// prints the `pg_dump` command to use).
     Backup(BackupArgs),
-    /// Create the store's tables, or bring them to this version's migrations. The only
-    /// command that changes a store's schema: the others refuse a missing or older store.
-    Migrate,
+    /// Create the store's tables, or bring them to this version's migrations (the only
+    /// command that changes a store's schema: the others refuse a missing or older store);
+    /// then migrate the runs of older versions of the agents this binary registers.
+    Migrate(MigrateArgs),
     /// Cancel a run: the workers run its saga's compensations and it ends `cancelled`.
     Cancel(CancelArgs),
     /// Terminate a run: it stops at once, nothing compensated, recorded with who and why.
@@ -201,8 +203,8 @@ impl Command {
             | Self::Repair(_)
             | Self::Cancel(_)
             | Self::Terminate(_)
-            | Self::Serve(_)
-            | Self::Migrate => true,
+            | Self::Serve(_) => true,
+            Self::Migrate(args) => !args.dry_run,
             Self::Tools(args) => !matches!(args.action, ToolsAction::List),
             Self::Runs(_)
             | Self::Show(_)
@@ -214,6 +216,14 @@ impl Command {
             | Self::Backup(_) => false,
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    /// Change nothing: print the schema migrations pending, and per run of an older
+    /// version the state it would become, or why it would not migrate.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -87,7 +87,7 @@ pub(crate) fn pg_error(e: &PgSetupError) -> CliError {
     }
 }
 
-fn sqlite_error(e: &SqliteOpenError, path: &str) -> CliError {
+pub(crate) fn sqlite_error(e: &SqliteOpenError, path: &str) -> CliError {
     match e {
         SqliteOpenError::NotFound(_) => {
             let hint = if path == DEFAULT_DB {

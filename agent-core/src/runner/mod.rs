@@ -50,7 +50,9 @@ pub use children::child_run_id;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use imported::{ImportedTools, SCHEMA_CHANGED};
 pub use retention::Retention;
-pub use versions::{MIGRATION_FAILED, MIGRATION_SKIPS_SIGNAL, claim_entries};
+pub use versions::{
+    MIGRATION_FAILED, MIGRATION_SKIPS_SIGNAL, claim_entries, migrate_claimed, plan_migration,
+};
 pub use worker::{
     CHANGED_GRAPH_LISTED, SUSPECT_CLAIMS, VersionReport, Worker, WorkerConfig, WorkerStats,
 };

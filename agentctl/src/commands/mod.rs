@@ -9,6 +9,7 @@ use agent_sqlite::Access;
 use crate::cli::{Cli, Command};
 use crate::error::{CliError, Result};
 use crate::output::Output;
+use crate::registry::Registered;
 use crate::store;
 
 mod agents;
@@ -73,7 +74,7 @@ fn version_of(run: &RunRecord, at: Option<u64>) -> Result<u64> {
 }
 
 /// Run the command line.
-pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
+pub(crate) async fn run(cli: Cli, out: Output, agents: &[Registered]) -> Result<ExitCode> {
     let access = if cli.command.writes() {
         Access::ReadWrite
     } else {
@@ -81,9 +82,9 @@ pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
     };
     // These two open the store their own way: `migrate` may create it, `backup` needs the
     // SQLite store itself and never opens PostgreSQL.
-    match &cli.command {
-        Command::Migrate => return migrate::run(&cli.global, out).await,
-        Command::Backup(args) => return backup::run(&cli.global, out, args).await,
+    match cli.command {
+        Command::Migrate(args) => return migrate::run(&cli.global, out, &args, agents).await,
+        Command::Backup(args) => return backup::run(&cli.global, out, &args).await,
         _ => {}
     }
     let store = store::open_store(&cli.global, access).await?;
@@ -116,6 +117,6 @@ pub(crate) async fn run(cli: Cli, out: Output) -> Result<ExitCode> {
         Command::Cancel(args) => operate::cancel(&cx, &args).await,
         Command::Terminate(args) => operate::terminate(&cx, &args).await,
         Command::Serve(args) => serve::run(cx, args).await,
-        Command::Migrate | Command::Backup(_) => unreachable!("dispatched above"),
+        Command::Migrate(_) | Command::Backup(_) => unreachable!("dispatched above"),
     }
 }

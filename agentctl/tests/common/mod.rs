@@ -155,7 +155,11 @@ impl Db {
 
     /// `agentctl ARGS --db PATH`, to spawn.
     pub(crate) fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
+        self.command_of(Command::new(env!("CARGO_BIN_EXE_agentctl")), args)
+    }
+
+    /// `PROGRAM ARGS --db PATH` (another control binary), to spawn.
+    pub(crate) fn command_of(&self, mut cmd: Command, args: &[&str]) -> Command {
         cmd.args(args)
             .env_remove("DATABASE_URL")
             .env_remove("AGENT_DB")

@@ -1,0 +1,110 @@
+//! `agentctl`: inspect and operate durable agent runs from the command line, as a binary
+//! and as a library.
+//!
+//! The stock `agentctl` binary reads the same database the workers write (a SQLite file or
+//! PostgreSQL) and needs no agent code: each agent's graph is stored by the runner when the
+//! agent's first run starts. See `docs/agentctl.md` for every command with examples.
+//!
+//! One command needs your code: `agentctl migrate` moving runs of an older version of an
+//! agent to the version your code runs calls your mapping functions
+//! (`migrate_from(..., with = ...)`), which a generic binary does not have. Build your own
+//! control binary, with your agents registered, as Django projects have their own
+//! `manage.py`:
+//!
+//! ```no_run
+//! # use agent_core::conformance::fixture::Order as Checkout;
+//! // src/bin/checkout-ctl.rs in your project
+//! fn main() -> std::process::ExitCode {
+//!     agentctl::Ctl::new().agent::<Checkout>().run()
+//! }
+//! ```
+//!
+//! It is `agentctl` with every command, and `migrate` (and `migrate --dry-run`) also
+//! migrates the runs of the registered agents' older versions (`docs/versions.md`,
+//! "Rolling out"). Registering an agent takes nothing but its type: no handlers, no tools,
+//! no router; nothing of a run executes but its migration.
+
+mod cli;
+mod commands;
+mod error;
+mod output;
+mod registry;
+mod store;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use agent_core::agent::Agent;
+use clap::Parser;
+
+use crate::registry::Registered;
+
+/// A control binary: `agentctl` with the agents it can migrate runs of.
+///
+/// `Ctl::new().run()` is the stock `agentctl`; `Ctl::new().agent::<A>()` adds agent `A`,
+/// whose runs of an older version `agentctl migrate` moves to `A`'s version.
+#[derive(Debug, Default)]
+pub struct Ctl {
+    agents: Vec<Registered>,
+}
+
+impl Ctl {
+    /// A control binary with no agent registered (the stock `agentctl`).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register agent `A` (its latest version, with its `migrate_from` chain): `agentctl
+    /// migrate` then migrates the runs of its older versions, and `--dry-run` shows, per
+    /// run, the state it would become. Registering an agent twice, or two versions of one
+    /// agent, keeps the one with the highest version.
+    #[must_use]
+    pub fn agent<A: Agent>(mut self) -> Self {
+        let new = Registered::of::<A>();
+        match self.agents.iter_mut().find(|a| a.name == new.name) {
+            Some(known) if known.version >= new.version => {}
+            Some(known) => *known = new,
+            None => self.agents.push(new),
+        }
+        self
+    }
+
+    /// Parse the process's command line and run the command; the exit code to return from
+    /// `main` (0 ok, 1 not found / verification failed / store error, 2 usage).
+    #[must_use]
+    pub fn run(self) -> ExitCode {
+        self.run_from(std::env::args_os())
+    }
+
+    /// [`run`](Self::run) on these arguments (the first is the program's name). A usage
+    /// error, `--help` or `--version` prints and ends the process, as clap does.
+    #[must_use]
+    pub fn run_from<I, T>(self, args: I) -> ExitCode
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let cli = cli::Cli::parse_from(args);
+        let out = output::Output::new(&cli.global);
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                out.error(&error::CliError::failed(format!(
+                    "cannot start the async runtime: {e}"
+                )));
+                return ExitCode::from(1);
+            }
+        };
+        match runtime.block_on(commands::run(cli, out, &self.agents)) {
+            Ok(code) => code,
+            Err(e) => {
+                out.error(&e);
+                e.exit_code()
+            }
+        }
+    }
+}
