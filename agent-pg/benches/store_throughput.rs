@@ -750,6 +750,23 @@ async fn pg_table_bytes(store: &PgStore) -> i64 {
     .expect("table sizes")
 }
 
+/// Row updates of the run table that were HOT (no index entry written), and how its rows
+/// were found: what a commit costs the server beyond its statement's own rows.
+async fn pg_run_table_stats(store: &PgStore) -> String {
+    let row: (i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT n_tup_upd, n_tup_hot_upd, seq_scan, seq_tup_read, COALESCE(idx_scan, 0) \
+         FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'runs'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .expect("table stats");
+    let (updated, hot, seq_scans, seq_read, idx_scans) = row;
+    format!(
+        "runs: {updated} row updates, {hot} of them HOT; {seq_scans} sequential scans \
+         ({seq_read} rows read), {idx_scans} index scans"
+    )
+}
+
 #[allow(clippy::cast_precision_loss)]
 fn per_step(bytes: u64, steps: u64) -> f64 {
     bytes as f64 / steps as f64
@@ -779,6 +796,13 @@ async fn main() {
         );
     }
     pg.migrate().await.expect("migrate");
+    if let Ok(extra) = std::env::var("BENCH_PG_SETUP") {
+        // SQL run after the migrations, to compare schemas (e.g. an index dropped).
+        sqlx::raw_sql(sqlx::AssertSqlSafe(extra))
+            .execute(pg.pool())
+            .await
+            .expect("BENCH_PG_SETUP");
+    }
     sqlx::raw_sql(PG_FLOOR_SETUP)
         .execute(pg.pool())
         .await
@@ -838,6 +862,9 @@ async fn main() {
          for a statement sequentially (warm-up included)",
         grouped.regrouped
     );
+    // Statistics reach the view within the stats interval: wait for them.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!("  {}", pg_run_table_stats(&pg).await);
     println!("PostgreSQL storage, a run growing by one item per step:");
     let mut wal_at = [0_i64; 2];
     for (i, steps) in [500_u64, 1000].into_iter().enumerate() {
@@ -859,6 +886,9 @@ async fn main() {
     let wal_ratio = wal_at[1] as f64 / wal_at[0].max(1) as f64;
     println!("  WAL 1000 steps / 500 steps = {wal_ratio:.2}x (linear: 2x, quadratic: 4x)");
     pg.drop_schema().await.expect("drop schema");
+    if std::env::var_os("BENCH_PG_ONLY").is_some() {
+        return;
+    }
 
     // SQLite, same figures.
     let dir = std::env::temp_dir().join(format!("agent-sqlite-bench-{}", std::process::id()));

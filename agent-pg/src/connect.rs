@@ -2,6 +2,7 @@
 //! idle workers, and how driver errors map to store errors.
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -179,6 +180,28 @@ fn connect_error(e: &sqlx::Error, options: &PgConnectOptions) -> PgSetupError {
 /// answering (a host that drops packets instead of refusing them).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A pooled connection idle at least this long is pinged before it is handed out (the
+/// server may have restarted or dropped it meanwhile); one in use more often is not.
+const POOL_CHECK_AFTER_IDLE: Duration = Duration::from_secs(2);
+
+/// The pool's check of a connection it hands out, in place of sqlx's ping on every
+/// acquire (`test_before_acquire`), which made every pool statement two round trips
+/// before its own: a connection idle for [`POOL_CHECK_AFTER_IDLE`] is pinged (a failed
+/// ping closes it and the pool hands out another), a busy one is used as it is, as the
+/// commit connections are. A connection that broke in between fails its statement, which
+/// the caller sees as [`StoreError::Unavailable`], as when the server goes away mid-query.
+fn ping_if_idle(
+    conn: &mut PgConnection,
+    meta: sqlx::pool::PoolConnectionMetadata,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send + '_>> {
+    Box::pin(async move {
+        if meta.idle_for >= POOL_CHECK_AFTER_IDLE {
+            conn.ping().await?;
+        }
+        Ok(true)
+    })
+}
+
 fn migrator() -> Migrator {
     sqlx::migrate!("./migrations")
 }
@@ -215,6 +238,10 @@ impl PgStore {
     }
 
     /// [`Self::connect`] with the pool's options (size, timeouts) chosen by the caller.
+    /// The store replaces the options' check of a connection on acquire: a connection idle
+    /// for 2 s is pinged before use, a busy one is not (sqlx's `test_before_acquire`,
+    /// which pings every time, is turned off, and a `before_acquire` of the caller's is
+    /// replaced).
     ///
     /// # Errors
     /// As [`Self::connect`].
@@ -239,30 +266,36 @@ impl PgStore {
                 message: format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
             })?
             .map_err(|e| connect_error(&e, &options))?;
-        // Closing it is courtesy to the server; the connection proved what it had to.
-        let _ = first.close().await;
         let pool = pool
             .acquire_timeout(Duration::from_secs(10))
+            .test_before_acquire(false)
+            .before_acquire(ping_if_idle)
             .connect_lazy_with(options.clone());
         let readers = PgPoolOptions::new()
             .max_connections(crate::EVENT_READERS)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options.clone());
+        let group = GroupCommit::new(
+            pool.clone(),
+            options.clone(),
+            COMMITS_IN_FLIGHT,
+            COMMITS_PER_STATEMENT,
+        );
+        // The first connection proved the server is there; it serves the first commits.
+        group.adopt(first);
         Ok(Self {
             readers,
-            group: Arc::new(GroupCommit::new(
-                pool.clone(),
-                options.clone(),
-                COMMITS_IN_FLIGHT,
-                COMMITS_PER_STATEMENT,
-            )),
+            group: Arc::new(group),
             options,
             pool,
             schema: schema.to_owned(),
             channel: format!("agent_work_{schema}"),
             heads: HeadCache::default(),
             work: Arc::new(Notify::new()),
+            notices: Arc::new(AtomicU64::new(0)),
+            notices_seen: AtomicU64::new(0),
+            waker: crate::wake::WorkWaker::default(),
             listener: Mutex::new(None),
             events: crate::events::EventNotices::new(schema),
         })
@@ -349,6 +382,20 @@ impl PgStore {
     /// # Errors
     /// [`PgSetupError::Migrate`] when a migration fails or an applied one was changed.
     pub async fn migrate(&self) -> Result<(), PgSetupError> {
+        // A store already at this binary's migrations (every start after the first): one
+        // read says so, without the schema creation, lock and listing of the migrator's
+        // run (several round trips at every process start). Anything else, a missing
+        // table included, goes through the migrator, which applies or reports.
+        let applied: Result<Vec<Applied>, _> = sqlx::query_as(AssertSqlSafe(applied_sql(
+            &format!("\"{}\"._sqlx_migrations", self.schema),
+        )))
+        .fetch_all(&self.pool)
+        .await;
+        if let Ok(applied) = applied
+            && agent_sql::migrations::compare(&migrator(), &applied).is_none()
+        {
+            return Ok(());
+        }
         let mut migrator = migrator();
         let quoted = format!("\"{}\"", self.schema);
         migrator.create_schema(quoted.clone());
@@ -443,6 +490,7 @@ impl PgStore {
         let pool = self.pool.clone();
         let channel = self.channel.clone();
         let work = Arc::clone(&self.work);
+        let notices = Arc::clone(&self.notices);
         *slot = Some(tokio::spawn(async move {
             loop {
                 let mut listener = match PgListener::connect_with(&pool).await {
@@ -462,9 +510,13 @@ impl PgStore {
                 // then too, since notifications may have been missed meanwhile.
                 loop {
                     match listener.recv().await {
-                        Ok(_) => work.notify_waiters(),
+                        Ok(_) => {
+                            notices.fetch_add(1, Ordering::Relaxed);
+                            work.notify_waiters();
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "LISTEN connection lost");
+                            notices.fetch_add(1, Ordering::Relaxed);
                             work.notify_waiters();
                             tokio::time::sleep(Duration::from_millis(200)).await;
                             break;

@@ -286,6 +286,13 @@ impl GroupCommit {
         }
     }
 
+    /// Keep `conn`, opened for something else (the store's first connection), as an idle
+    /// commit connection: the first commit then does not open one.
+    pub(crate) fn adopt(&self, conn: PgConnection) {
+        self.connections
+            .give_back(conn, Instant::now(), &Ok::<(), sqlx::Error>(()));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -96,13 +96,14 @@
 //!
 //! [`PgStore::with_group_commit`] sets both bounds (`per_statement = 1` turns grouping off);
 //! [`PgStore::group_commit_stats`] says how many commits went in how many statements.
-//! Commits that consume a signal are always a statement of their own.
+//! Commits that consume a signal are grouped like the others.
 //!
 //! Commit statements run on connections of the store's own, outside the pool: one per
-//! slot at most, opened when first needed and kept. Through the pool, sqlx pings a
-//! connection when it hands it out and again when it is given back, so every commit would
-//! cost three round trips. A kept connection idle for over two seconds is pinged before
-//! use; one whose statement failed for any reason but the server's refusal is dropped and
+//! slot at most, opened when first needed (the first is the connection the store opened
+//! to check the server) and kept. Through the pool, sqlx pings a connection when it is
+//! given back; it also pinged it when handing it out, which the store turns off for its
+//! pool (a pooled connection idle for two seconds is pinged, as below). A kept
+//! connection idle for over two seconds is pinged before use; one whose statement failed for any reason but the server's refusal is dropped and
 //! replaced; all of them are dropped, and commits refused as
 //! [`StoreError::Unavailable`], once the pool is closed.
 //!
@@ -133,6 +134,7 @@
 //! [`StepCommit`]: agent_core::store::StepCommit
 //! [`StoreError::Unavailable`]: agent_core::store::StoreError::Unavailable
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_core::store::{NewRun, RunRecord, StoreError};
@@ -150,6 +152,7 @@ mod group_commit;
 mod operator;
 mod sql;
 mod store;
+mod wake;
 
 pub use agent_sql::LARGE_OUTPUT_BYTES;
 pub use connect::PgSetupError;
@@ -180,6 +183,13 @@ pub struct PgStore {
     channel: String,
     heads: HeadCache,
     work: Arc<Notify>,
+    /// Notifications received on `channel` (counted by the listener), and their count when
+    /// the last claim began or the last wait for work ended: a notification that arrives
+    /// while a claim runs is not lost to the wait after it.
+    notices: Arc<AtomicU64>,
+    notices_seen: AtomicU64,
+    /// Wake-ups of idle workers sent after a write, coalesced (`wake.rs`).
+    waker: wake::WorkWaker,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Wake-ups of event followers (`events.rs`).
     events: events::EventNotices,

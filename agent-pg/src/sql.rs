@@ -500,11 +500,11 @@ pub(crate) const OPERATOR_TRANSITION: &str = "WITH upd AS (UPDATE runs SET versi
      SELECT lease_owner, ts_to_ms(lease_expires_at) AS lease_expires_at, \
      ts_to_ms(updated_at) AS updated_at, pg_notify($18, id) AS notified FROM upd";
 
-/// Sent under the run's row lock, as every write to a run: see [`RECORD_ENTRY`].
-pub(crate) const SEND_SIGNAL: &str = "WITH ins AS (INSERT INTO signals (run_id, name, payload) \
+/// Sent under the run's row lock, as every write to a run: see [`RECORD_ENTRY`]. Without a
+/// notification: the store wakes workers after the commit (`wake.rs`).
+pub(crate) const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload) \
      SELECT id, $2::text, $3::jsonb FROM runs WHERE id = $1 FOR NO KEY UPDATE \
-     RETURNING id, run_id) \
-     SELECT id, pg_notify($4, run_id) AS notified FROM ins";
+     RETURNING id";
 
 pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
      ts_to_ms(created_at) AS created_at, consumed_at_version FROM signals \

@@ -5,6 +5,7 @@
 //! [`Store`]: agent_core::store::Store
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
@@ -164,11 +165,11 @@ agent_sql::impl_sql_store!(PgStore {
             .bind(run_id)
             .bind(name)
             .bind(payload)
-            .bind(&self.channel)
             .fetch_optional(&self.pool)
             .await
             .map_err(db_err)?
             .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        self.waker.wake(&self.pool, &self.channel);
         self.event_written(run_id);
         row.try_get("id").map_err(|e| corrupt(run_id, e))
     }
@@ -337,7 +338,17 @@ agent_sql::impl_sql_store!(PgStore {
 
     async fn wait_for_work(&self, timeout: Duration) {
         self.ensure_listener();
-        let _ = tokio::time::timeout(timeout, self.work.notified()).await;
+        let notified = self.work.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        // A notification that came since the last claim began (or the last wait ended)
+        // was not waited for by anyone: the claim may have missed its run. Claim again.
+        let now = self.notices.load(Ordering::Relaxed);
+        if self.notices_seen.swap(now, Ordering::Relaxed) == now {
+            let _ = tokio::time::timeout(timeout, notified).await;
+            self.notices_seen
+                .store(self.notices.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
     }
 
     async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
@@ -505,6 +516,10 @@ impl PgStore {
         ttl: Duration,
         limit: usize,
     ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+        // What this claim can see includes every write notified so far (see
+        // `wait_for_work`).
+        self.notices_seen
+            .store(self.notices.load(Ordering::Relaxed), Ordering::Relaxed);
         let rows = sqlx::query(sql::CLAIM_NEXT.as_str())
             .bind(agents)
             .bind(worker)

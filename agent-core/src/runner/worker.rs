@@ -309,7 +309,9 @@ where
                 .clone()
                 .map(|r| r.spawn(Arc::clone(&store))),
         );
-        self.report_versions().await;
+        // The versions report lists the runs that are not final: after the first claim,
+        // so that a restarted worker's runs do not wait for that listing to resume.
+        let mut versions_pending = true;
         loop {
             while let Some(done) = tasks.try_join_next() {
                 tally(&mut stats, done, &mut panicked);
@@ -373,6 +375,10 @@ where
                         continue;
                     }
                 }
+            }
+            if versions_pending {
+                versions_pending = false;
+                self.report_versions().await;
             }
             if claimed > 0 {
                 continue;
