@@ -190,6 +190,10 @@ const POOL_CHECK_AFTER_IDLE: Duration = Duration::from_secs(2);
 /// ping closes it and the pool hands out another), a busy one is used as it is, as the
 /// commit connections are. A connection that broke in between fails its statement, which
 /// the caller sees as [`StoreError::Unavailable`], as when the server goes away mid-query.
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the signature of sqlx's `before_acquire` callback"
+)]
 fn ping_if_idle(
     conn: &mut PgConnection,
     meta: sqlx::pool::PoolConnectionMetadata,
