@@ -6,10 +6,11 @@
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
 //!     cargo bench --workspace --bench versions
 //! VERSIONS_BENCH_RUNS=100000 cargo bench --workspace --bench versions   # the issue's size
+//! VERSIONS_BENCH_ONLY=postgres cargo bench --workspace --bench versions  # or `sqlite`
 //! ```
 //!
-//! SQLite (a file in a temporary directory) always; PostgreSQL when `DATABASE_URL` is set
-//! (a schema of its own, dropped at the end). Printed: p50 and p99 of each, and the ratio of
+//! SQLite (a file in a temporary directory), and PostgreSQL when `DATABASE_URL` is set
+//! (a schema of its own, dropped at the end); `VERSIONS_BENCH_ONLY` runs one of them. Printed: p50 and p99 of each, and the ratio of
 //! the p50s (machines here are noisy: the ratio is measured within one run, interleaved).
 
 use std::sync::Arc;
@@ -216,13 +217,22 @@ async fn bench(store: &dyn Store, name: &str, stored: usize) {
 #[tokio::main]
 async fn main() {
     let stored = size("VERSIONS_BENCH_RUNS", 10_000);
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let sqlite = SqliteStore::open(dir.path().join("versions.db"))
-        .await
-        .expect("open SQLite");
-    bench(&sqlite, "SQLite", stored).await;
-    sqlite.close().await;
-
+    let only = std::env::var("VERSIONS_BENCH_ONLY").ok();
+    assert!(
+        only.as_deref().is_none_or(|o| o == "sqlite" || o == "postgres"),
+        "VERSIONS_BENCH_ONLY is `sqlite` or `postgres`, not {only:?}"
+    );
+    if only.as_deref().is_none_or(|o| o == "sqlite") {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let sqlite = SqliteStore::open(dir.path().join("versions.db"))
+            .await
+            .expect("open SQLite");
+        bench(&sqlite, "SQLite", stored).await;
+        sqlite.close().await;
+    }
+    if only.as_deref() == Some("sqlite") {
+        return;
+    }
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let schema = format!("bench_versions_{}", std::process::id());
         let pg = Arc::new(PgStore::connect(&url, &schema).await.expect("connect"));
