@@ -219,7 +219,8 @@ async fn main() {
     let stored = size("VERSIONS_BENCH_RUNS", 10_000);
     let only = std::env::var("VERSIONS_BENCH_ONLY").ok();
     assert!(
-        only.as_deref().is_none_or(|o| o == "sqlite" || o == "postgres"),
+        only.as_deref()
+            .is_none_or(|o| o == "sqlite" || o == "postgres"),
         "VERSIONS_BENCH_ONLY is `sqlite` or `postgres`, not {only:?}"
     );
     if only.as_deref().is_none_or(|o| o == "sqlite") {
