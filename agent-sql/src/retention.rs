@@ -1,7 +1,7 @@
 //! `Store::prune` on both SQL stores (retention, issue 22): the batch chosen by reads, then
 //! written set-based, a few statements for the whole batch whatever its size, each store
 //! binding the batch its own way ([`SqlRetention`]; the statements are
-//! [`RetentionSql`](crate::sql::RetentionSql)'s, over the dialect's batch expressions).
+//! [`RetentionSql`]'s, over the dialect's batch expressions).
 
 use std::collections::HashSet;
 
