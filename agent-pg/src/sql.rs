@@ -248,24 +248,12 @@ pub(crate) const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner
      RETURNING id, status) \
      SELECT pg_notify($3, id) AS notified FROM upd";
 
-/// Insert or replace a journal entry, fenced: the lock on the run row conflicts with a
-/// concurrent claim's update, so an entry is written only under the current epoch. The lock
-/// is exclusive (`NO KEY UPDATE`, which foreign keys do not wait for), so that the entries
-/// of parallel calls draw their event positions in the order they commit; a call keeps
-/// the position of its first record, and its end gets one when it is recorded ended (an
-/// ended call recorded again keeps it).
-pub(crate) const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND epoch = $2 \
-       FOR NO KEY UPDATE), \
-     p AS (SELECT id, nextval('event_positions') AS n FROM fence), \
-     j AS (INSERT INTO journal (run_id, version, seq, kind, state, name, tool_kind, input_hash, \
-       input, idempotency_key, status, output, output_external, output_summary, output_bytes, \
-       error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at, \
-       started_position, finished_position) \
-       SELECT id, $3::bigint, $4::integer, $5::text, $6::text, $7::text, $8::text, $9::text, \
-       $10::jsonb, $11::text, $12::text, $13::jsonb, $14::boolean, $15::text, $16::integer, \
-       $17::text, $18::text, $19::text, $20::integer, $21::bigint, ms_to_ts($22), \
-       ms_to_ts($23), n, CASE WHEN $12::text <> 'started' THEN n END FROM p \
-       ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = EXCLUDED.kind, \
+/// The upsert of a journal entry, shared by [`RECORD_ENTRY`] and [`RECORD_ENTRIES`]: a
+/// retried entry replaces the one at its place, keeping when it started and, for a status
+/// written again, its first finished position (a follower has it already).
+macro_rules! journal_upsert {
+    () => {
+        "ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = EXCLUDED.kind, \
        state = EXCLUDED.state, name = EXCLUDED.name, tool_kind = EXCLUDED.tool_kind, \
        input_hash = EXCLUDED.input_hash, input = EXCLUDED.input, \
        idempotency_key = EXCLUDED.idempotency_key, status = EXCLUDED.status, \
@@ -278,13 +266,38 @@ pub(crate) const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE 
        finished_position = CASE WHEN EXCLUDED.status = 'started' THEN NULL \
          WHEN journal.status = EXCLUDED.status THEN \
            COALESCE(journal.finished_position, EXCLUDED.finished_position) \
-         ELSE EXCLUDED.finished_position END RETURNING 1), \
+         ELSE EXCLUDED.finished_position END"
+    };
+}
+
+/// Insert or replace a journal entry, fenced: the lock on the run row conflicts with a
+/// concurrent claim's update, so an entry is written only under the current epoch. The lock
+/// is exclusive (`NO KEY UPDATE`, which foreign keys do not wait for), so that the entries
+/// of parallel calls draw their event positions in the order they commit; a call keeps
+/// the position of its first record, and its end gets one when it is recorded ended (an
+/// ended call recorded again keeps it).
+pub(crate) const RECORD_ENTRY: &str = concat!(
+    "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND epoch = $2 \
+       FOR NO KEY UPDATE), \
+     p AS (SELECT id, nextval('event_positions') AS n FROM fence), \
+     j AS (INSERT INTO journal (run_id, version, seq, kind, state, name, tool_kind, input_hash, \
+       input, idempotency_key, status, output, output_external, output_summary, output_bytes, \
+       error_class, error_code, error_message, attempts, duration_ms, started_at, finished_at, \
+       started_position, finished_position) \
+       SELECT id, $3::bigint, $4::integer, $5::text, $6::text, $7::text, $8::text, $9::text, \
+       $10::jsonb, $11::text, $12::text, $13::jsonb, $14::boolean, $15::text, $16::integer, \
+       $17::text, $18::text, $19::text, $20::integer, $21::bigint, ms_to_ts($22), \
+       ms_to_ts($23), n, CASE WHEN $12::text <> 'started' THEN n END FROM p \
+       ",
+    journal_upsert!(),
+    " RETURNING 1), \
      o AS (INSERT INTO outputs (run_id, version, seq, output) \
        SELECT id, $3::bigint, $4::integer, $24::jsonb FROM fence WHERE $24::jsonb IS NOT NULL \
        ON CONFLICT (run_id, version, seq) DO UPDATE SET output = EXCLUDED.output), \
      od AS (DELETE FROM outputs WHERE $24::jsonb IS NULL AND run_id = (SELECT id FROM fence) \
        AND version = $3 AND seq = $4) \
-     SELECT count(*) FROM j";
+     SELECT count(*) FROM j"
+);
 
 /// Several runs' journal entries in one statement (group commit, `group_commit.rs`): the
 /// same writes as [`RECORD_ENTRY`] for entries whose output is kept inline, one row of
@@ -294,7 +307,8 @@ pub(crate) const RECORD_ENTRY: &str = "WITH fence AS (SELECT id FROM runs WHERE 
 /// the run's writes nothing and returns nothing. `n` (the entry's place in the arrays,
 /// from 1) says which entries were written. A side-table output an entry replaces is
 /// deleted, as by [`RECORD_ENTRY`].
-pub(crate) const RECORD_ENTRIES: &str = "WITH i AS (SELECT * FROM unnest($1::text[], \
+pub(crate) const RECORD_ENTRIES: &str = concat!(
+    "WITH i AS (SELECT * FROM unnest($1::text[], \
        $2::bigint[], $3::bigint[], $4::integer[], $5::text[], $6::text[], $7::text[], \
        $8::text[], $9::text[], $10::jsonb[], $11::text[], $12::text[], $13::jsonb[], \
        $14::text[], $15::integer[], $16::text[], $17::text[], $18::text[], $19::integer[], \
@@ -314,23 +328,13 @@ pub(crate) const RECORD_ENTRIES: &str = "WITH i AS (SELECT * FROM unnest($1::tex
        idempotency_key, status, output, false, output_summary, output_bytes, error_class, \
        error_code, error_message, attempts, duration_ms, ms_to_ts(started_at), \
        ms_to_ts(finished_at), pos, CASE WHEN status <> 'started' THEN pos END FROM p \
-       ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = EXCLUDED.kind, \
-       state = EXCLUDED.state, name = EXCLUDED.name, tool_kind = EXCLUDED.tool_kind, \
-       input_hash = EXCLUDED.input_hash, input = EXCLUDED.input, \
-       idempotency_key = EXCLUDED.idempotency_key, status = EXCLUDED.status, \
-       output = EXCLUDED.output, output_external = EXCLUDED.output_external, \
-       output_summary = EXCLUDED.output_summary, output_bytes = EXCLUDED.output_bytes, \
-       error_class = EXCLUDED.error_class, error_code = EXCLUDED.error_code, \
-       error_message = EXCLUDED.error_message, attempts = EXCLUDED.attempts, \
-       duration_ms = EXCLUDED.duration_ms, started_at = journal.started_at, \
-       finished_at = EXCLUDED.finished_at, \
-       finished_position = CASE WHEN EXCLUDED.status = 'started' THEN NULL \
-         WHEN journal.status = EXCLUDED.status THEN \
-           COALESCE(journal.finished_position, EXCLUDED.finished_position) \
-         ELSE EXCLUDED.finished_position END), \
+       ",
+    journal_upsert!(),
+    "), \
      od AS (DELETE FROM outputs o USING p WHERE o.run_id = p.run_id \
        AND o.version = p.version AND o.seq = p.seq) \
-     SELECT n FROM p";
+     SELECT n FROM p"
+);
 
 pub(crate) const JOURNAL: &str = concat!(
     "SELECT ",
