@@ -10,8 +10,9 @@
 //! ```
 //!
 //! SQLite (a file in a temporary directory), and PostgreSQL when `DATABASE_URL` is set
-//! (a schema of its own, dropped at the end); `VERSIONS_BENCH_ONLY` runs one of them. Printed: p50 and p99 of each, and the ratio of
-//! the p50s (machines here are noisy: the ratio is measured within one run, interleaved).
+//! (a schema of its own, dropped at the end); `VERSIONS_BENCH_ONLY` runs one of them.
+//! Printed: p50 and p99 of each, and the ratio of the p50s (machines here are noisy: the
+//! ratio is measured within one run, interleaved).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -103,8 +103,8 @@
 //! to check the server) and kept. Through the pool, sqlx pings a connection when it is
 //! given back; it also pinged it when handing it out, which the store turns off for its
 //! pool (a pooled connection idle for two seconds is pinged, as below). A kept
-//! connection idle for over two seconds is pinged before use; one whose statement failed for any reason but the server's refusal is dropped and
-//! replaced; all of them are dropped, and commits refused as
+//! connection idle for over two seconds is pinged before use; one whose statement failed
+//! for any reason but the server's refusal is dropped and replaced; all of them are dropped, and commits refused as
 //! [`StoreError::Unavailable`], once the pool is closed.
 //!
 //! On a 2-core machine with 64 runs in flight, grouping carried about 10 commits per

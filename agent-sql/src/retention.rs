@@ -40,7 +40,8 @@ pub trait SqlRetention: SqlReads {
     /// Delete the runs `ids` whole, each only if it is still final and last updated before
     /// `before` (checked again by the deleting statement): the runs with
     /// [`RetentionSql::delete_expired_runs`], then their other rows
-    /// ([`RetentionSql::delete_runs_rows`]); how many runs were deleted. The store forgets their cached heads and wakes their followers.
+    /// ([`RetentionSql::delete_runs_rows`]); how many runs were deleted. The store forgets
+    /// their cached heads and wakes their followers.
     async fn delete_expired(&self, ids: &[String], before: Millis) -> Result<u64, StoreError>;
 
     /// Compact the batch `points`: [`RetentionSql`]'s `snapshots`, `versions`, `outputs`

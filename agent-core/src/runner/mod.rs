@@ -801,8 +801,8 @@ where
         );
         // Boxed: moving the step's future through every layer of every step cost more
         // than one allocation (about a fifth of a worker's CPU per step with 64 runs in
-        // flight on PostgreSQL). Its rare paths are boxed inside it (3.3 KB in a debug
-        // build, 14.6 KB before they were).
+        // flight on PostgreSQL). Its rare paths are boxed inside it, so the future every
+        // run in flight holds while its tool call waits stays small (BENCHMARKS.md, W4).
         Box::pin(step::execute::<A, H>(
             self, lease, record, state, known, read_cache,
         ))
