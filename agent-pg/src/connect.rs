@@ -288,6 +288,7 @@ impl PgStore {
         );
         // The first connection proved the server is there; it serves the first commits.
         group.adopt(first);
+        let waker = crate::wake::WorkWaker::new(options.clone());
         Ok(Self {
             readers,
             group: Arc::new(group),
@@ -299,7 +300,7 @@ impl PgStore {
             work: Arc::new(Notify::new()),
             notices: Arc::new(AtomicU64::new(0)),
             notices_seen: AtomicU64::new(0),
-            waker: crate::wake::WorkWaker::default(),
+            waker,
             listener: Mutex::new(None),
             events: crate::events::EventNotices::new(schema),
         })

@@ -32,7 +32,7 @@
 //!   does not cancel the others' commits.
 //!
 //! Commit statements run on connections of their own, outside the pool, one per slot at
-//! most ([`CommitConnections`]): sqlx pings a pooled connection when it is handed out and
+//! most ([`HeldConnections`]): sqlx pings a pooled connection when it is handed out and
 //! again when it is given back, which would make each commit three round trips instead
 //! of one.
 
@@ -176,17 +176,18 @@ const CHECK_AFTER_IDLE: Duration = Duration::from_secs(2);
 /// own (`max_lifetime`), so that the server side does not grow without end.
 const MAX_CONNECTION_AGE: Duration = Duration::from_mins(30);
 
-/// The connections commit statements run on, outside the pool: at most one per commit
-/// slot, opened when first needed, kept between statements. A connection whose statement
-/// failed other than by the server's refusal is dropped, not reused; so is every one of
-/// them once the pool is closed (the store is shutting down).
-pub(crate) struct CommitConnections {
+/// Connections kept outside the pool, for statements that must not queue behind it: commit
+/// statements (at most one connection per commit slot) and wake-up notifications
+/// (`wake.rs`, one). Opened when first needed, kept between statements. A connection whose
+/// statement failed other than by the server's refusal is dropped, not reused; so is every
+/// one of them once the pool is closed (the store is shutting down).
+pub(crate) struct HeldConnections {
     options: PgConnectOptions,
     /// The idle ones: the connection, when it was opened, when it was last used.
     idle: Mutex<Vec<(PgConnection, Instant, Instant)>>,
 }
 
-impl CommitConnections {
+impl HeldConnections {
     pub(crate) fn new(options: PgConnectOptions) -> Self {
         Self {
             options,
@@ -195,7 +196,7 @@ impl CommitConnections {
     }
 
     /// An idle connection that is still good, or a new one.
-    async fn take(&self, pool: &PgPool) -> Result<(PgConnection, Instant), sqlx::Error> {
+    pub(crate) async fn take(&self, pool: &PgPool) -> Result<(PgConnection, Instant), sqlx::Error> {
         if pool.is_closed() {
             self.idle
                 .lock()
@@ -221,7 +222,12 @@ impl CommitConnections {
     }
 
     /// Keep `conn` for the next statement, unless `outcome` says it may be broken.
-    fn give_back<T>(&self, conn: PgConnection, opened: Instant, outcome: &Result<T, sqlx::Error>) {
+    pub(crate) fn give_back<T>(
+        &self,
+        conn: PgConnection,
+        opened: Instant,
+        outcome: &Result<T, sqlx::Error>,
+    ) {
         if matches!(outcome, Ok(_) | Err(sqlx::Error::Database(_))) {
             self.idle
                 .lock()
@@ -234,7 +240,7 @@ impl CommitConnections {
 /// The group-commit state of one store.
 pub(crate) struct GroupCommit {
     pool: PgPool,
-    connections: CommitConnections,
+    connections: HeldConnections,
     queue: Mutex<Queue>,
     /// Commit statements allowed in flight at once.
     pub max_in_flight: usize,
@@ -265,7 +271,7 @@ impl GroupCommit {
     ) -> Self {
         Self {
             pool,
-            connections: CommitConnections::new(options),
+            connections: HeldConnections::new(options),
             queue: Mutex::new(Queue::default()),
             max_in_flight: max_in_flight.max(1),
             max_batch: max_batch.max(1),

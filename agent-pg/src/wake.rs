@@ -12,15 +12,29 @@
 //! ignore the payload (they claim whatever is due), so nothing is lost by coalescing; a
 //! wake-up lost to a crash between the commit and the notification delays the run until
 //! the next poll, as any lost notification does.
+//!
+//! The notification goes out on a connection of its own, outside the pool: many signals
+//! sent at once fill the pool with their inserts, and a wake-up queued behind them reached
+//! the workers only once most of the inserts were done (W3 in `BENCHMARKS.md`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use sqlx::postgres::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPool};
+
+use crate::group_commit::HeldConnections;
 
 /// The coalescing sender of one store's work notifications.
-#[derive(Debug, Default)]
 pub(crate) struct WorkWaker {
     state: Arc<Mutex<Sending>>,
+    connection: Arc<HeldConnections>,
+}
+
+impl std::fmt::Debug for WorkWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkWaker")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -32,6 +46,14 @@ struct Sending {
 }
 
 impl WorkWaker {
+    /// A waker connecting with `options` (the store's) when it first sends.
+    pub(crate) fn new(options: PgConnectOptions) -> Self {
+        Self {
+            state: Arc::default(),
+            connection: Arc::new(HeldConnections::new(options)),
+        }
+    }
+
     /// Wake the idle workers of `channel` after a committed write: at once when no
     /// notification is being sent, else once more after it.
     pub(crate) fn wake(&self, pool: &PgPool, channel: &str) {
@@ -43,14 +65,20 @@ impl WorkWaker {
             }
             state.busy = true;
         }
-        let (state, pool, channel) = (Arc::clone(&self.state), pool.clone(), channel.to_owned());
+        let (state, connection, pool, channel) = (
+            Arc::clone(&self.state),
+            Arc::clone(&self.connection),
+            pool.clone(),
+            channel.to_owned(),
+        );
         tokio::spawn(async move {
             loop {
                 // Best effort, like every wake-up: workers poll too.
-                let _ = sqlx::query("SELECT pg_notify($1, '')")
-                    .bind(&channel)
-                    .execute(&pool)
-                    .await;
+                let notify = sqlx::query("SELECT pg_notify($1, '')").bind(&channel);
+                if let Ok((mut conn, opened)) = connection.take(&pool).await {
+                    let sent = notify.execute(&mut conn).await;
+                    connection.give_back(conn, opened, &sent);
+                }
                 let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
                 if !std::mem::take(&mut state.again) {
                     state.busy = false;
@@ -58,5 +86,50 @@ impl WorkWaker {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+    use std::time::Duration;
+
+    use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+
+    use super::WorkWaker;
+
+    /// The wake-up reaches listeners while every connection of the pool is taken, as when
+    /// many signals are being sent at once. Skipped without `DATABASE_URL` outside CI (the
+    /// integration tests say so loudly).
+    #[tokio::test]
+    async fn the_wake_up_does_not_wait_for_the_pool() {
+        let Ok(url) = std::env::var("DATABASE_URL") else {
+            assert!(
+                std::env::var("CI").is_err(),
+                "DATABASE_URL is not set under CI"
+            );
+            return;
+        };
+        let options = PgConnectOptions::from_str(&url).unwrap();
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options.clone())
+            .await
+            .unwrap();
+        let channel = format!("agent_wake_test_{}", std::process::id());
+        let listening = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .unwrap();
+        let mut listener = PgListener::connect_with(&listening).await.unwrap();
+        listener.listen(&channel).await.unwrap();
+        let busy = pool.acquire().await.unwrap();
+        WorkWaker::new(options).wake(&pool, &channel);
+        let heard = tokio::time::timeout(Duration::from_secs(10), listener.recv()).await;
+        drop(busy);
+        let notice = heard.expect("no wake-up within 10 s while the pool was busy");
+        assert_eq!(notice.unwrap().channel(), channel);
     }
 }
