@@ -102,3 +102,24 @@ async fn a_step_that_stops_with_an_error_gives_its_lease_back() {
     let done = plain.run("p").await.unwrap();
     assert!(done.status.is_final(), "{done:?}");
 }
+
+#[tokio::test]
+async fn start_and_run_drives_a_new_run_and_is_idempotent() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let plain = Runner::<Plain, _>::new(Arc::clone(&store), Handlers, ToolBox::new()).unwrap();
+    let done = plain.start_and_run("p", Plain::Start).await.unwrap();
+    assert_eq!(
+        (done.status, done.state_name.as_str(), done.version),
+        (durable_agents::store::RunStatus::Completed, "Done", 1),
+        "{done:?}"
+    );
+    assert_eq!(done.lease_owner, None, "the final commit ended the lease");
+    // A retry of the same request answers with the finished run; nothing runs twice.
+    let again = plain.start_and_run("p", Plain::Start).await.unwrap();
+    assert_eq!(again.version, 1, "{again:?}");
+    assert_eq!(
+        store.history("p").await.unwrap().len(),
+        2,
+        "start and one step"
+    );
+}

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! - **W1 whole runs, sequential**: runs of 10 handler steps (11 commits: the last one
-//!   records the final status), one after the other, creation included; after 5 untimed
+//!   records the final status), one after the other, creation included
+//!   (`Runner::start_and_run`; `start` then `run` measured beside it); after 5 untimed
 //!   warm-up runs.
 //! - **W2 whole runs, concurrent**: 64 tasks ("agents"), each doing its runs one after the
 //!   other.
@@ -572,14 +573,27 @@ async fn floor(
 // ---------------------------------------------------------------------------------------
 // W1, W2: whole runs through the runner
 
-/// `tasks` tasks each starting and running `runs` runs one after the other; transitions/s
-/// (creation not counted as one, its time included) and the times between commits.
+/// `tasks` tasks each starting and running `runs` runs one after the other
+/// (`Runner::start_and_run`); transitions/s (creation not counted as one, its time
+/// included) and the times between commits.
 async fn whole_runs(
     store: &Arc<dyn Store>,
     tag: &str,
     tasks: usize,
     runs: usize,
     plan: Plan,
+) -> (f64, Vec<Duration>, u64) {
+    whole_runs_by(store, tag, tasks, runs, plan, true).await
+}
+
+/// [`whole_runs`], with `Runner::start` then `Runner::run` unless `fused`.
+async fn whole_runs_by(
+    store: &Arc<dyn Store>,
+    tag: &str,
+    tasks: usize,
+    runs: usize,
+    plan: Plan,
+    fused: bool,
 ) -> (f64, Vec<Duration>, u64) {
     let (runner, commits) = new_runner(
         store.clone(),
@@ -598,8 +612,12 @@ async fn whole_runs(
             for r in 0..runs {
                 let id = format!("{tag}-{t}-{r}");
                 commits.begin(&id);
-                runner.start(&id, initial(plan)).await.expect("start");
-                let done = runner.run(&id).await.expect("run");
+                let done = if fused {
+                    runner.start_and_run(&id, initial(plan)).await.expect("run")
+                } else {
+                    runner.start(&id, initial(plan)).await.expect("start");
+                    runner.run(&id).await.expect("run")
+                };
                 assert_eq!(done.status, RunStatus::Completed);
                 n += done.version;
             }
@@ -674,6 +692,7 @@ async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
     let mut ratios = (Vec::new(), Vec::new(), Vec::new());
     let mut best = (0.0_f64, 0.0_f64, 0.0_f64, 0.0_f64);
     let mut gaps_best = (Vec::new(), Vec::new());
+    let mut split_best = 0.0_f64;
     for round in 0..sizes.rounds {
         let (fw, fw_gaps) = floor(
             &shape_conn,
@@ -698,6 +717,16 @@ async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
         };
         let (rn, rn_gaps, _) =
             whole_runs(&store, &format!("w1{round}"), 1, sizes.w1_runs, PLAN10).await;
+        let (split, _, _) = whole_runs_by(
+            &store,
+            &format!("w1s{round}"),
+            1,
+            sizes.w1_runs,
+            PLAN10,
+            false,
+        )
+        .await;
+        split_best = split_best.max(split);
         ratios.0.push(rn / bare);
         ratios.1.push(rn / pool);
         ratios.2.push(rn / fw);
@@ -710,6 +739,10 @@ async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
         "  runner            {:>8.0} transitions/s   {}",
         best.0,
         spread(std::mem::take(&mut gaps_best.0))
+    );
+    println!(
+        "  runner, start then run (two statements more per run): {split_best:>8.0} transitions/s ({:.2} of start_and_run)",
+        split_best / best.0
     );
     println!(
         "  W1 shape, bare SQL{:>8.0} transitions/s   {}",

@@ -136,6 +136,7 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use agent_core::store::{NewRun, RunRecord, StoreError};
 use agent_sql::heads::HeadCache;
@@ -226,10 +227,13 @@ impl PgStore {
     }
 
     /// Insert a run (and its version 0) unless one with its id exists: `None` then.
+    /// Insert `new` (claimed by `claim`'s worker for its time to live, if given); `None`
+    /// when a run of this id exists.
     async fn insert_run(
         &self,
         new: &NewRun,
         parent: Option<(&str, u64)>,
+        claim: Option<(&str, Duration)>,
     ) -> Result<Option<RunRecord>, StoreError> {
         let hash = agent_core::store::transition_hash("", &new.link());
         let row = sqlx::query(sql::INSERT_RUN)
@@ -251,6 +255,8 @@ impl PgStore {
                     .map(|p| agent_sql::to_i64(p.version)),
             )
             .bind(i32::try_from(new.agent_version).unwrap_or(i32::MAX))
+            .bind(claim.map(|c| c.0))
+            .bind(claim.map(|c| agent_sql::ms(c.1)))
             .fetch_optional(&self.pool)
             .await
             .map_err(connect::db_err)?;
@@ -265,7 +271,7 @@ impl PgStore {
         parent: Option<(&str, u64)>,
     ) -> Result<RunRecord, StoreError> {
         agent_core::store::validate_labels(&new.labels)?;
-        if let Some(created) = self.insert_run(new, parent).await? {
+        if let Some(created) = self.insert_run(new, parent, None).await? {
             self.event_written(&created.id);
             return Ok(created);
         }

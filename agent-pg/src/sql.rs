@@ -43,11 +43,18 @@ pub(crate) const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint,
 pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 \
      AND ($2::text IS NULL OR fingerprint = $2) ORDER BY seq DESC LIMIT 1";
 
+/// With a worker in `$15`, the run is created claimed by it for `$16` ms (epoch 1, one
+/// claim counted, as `CLAIM_RUN` would leave it) and nobody is woken; without, idle
+/// workers are notified.
 pub(crate) const INSERT_RUN: &str = concat!(
     "WITH ins AS (INSERT INTO runs (id, agent, fingerprint, state_name, state, creation_hash, \
      last_hash, parent_id, parent_version, labels, spawned_by, spawned_at_version, \
-     agent_version) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12, $13, $14) \
+     agent_version, epoch, lease_owner, lease_expires_at, claims_without_progress) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12, $13, $14, \
+     CASE WHEN $15::text IS NULL THEN 0 ELSE 1 END, $15, \
+     CASE WHEN $15 IS NULL THEN NULL \
+     ELSE clock_timestamp() + $16::bigint * interval '1 millisecond' END, \
+     CASE WHEN $15 IS NULL THEN 0 ELSE 1 END) \
      ON CONFLICT (id) DO NOTHING RETURNING ",
     run_cols!(),
     "), lb AS (INSERT INTO run_labels (run_id, key, value) \
@@ -56,7 +63,8 @@ pub(crate) const INSERT_RUN: &str = concat!(
      epoch, created_at, hash, payload_kind, payload) \
      SELECT id, 0, state_name, state_name, 'start', status, 0, ms_to_ts(created_at), last_hash, \
      'snapshot', state FROM ins) \
-     SELECT ins.*, pg_notify($10, ins.id) AS notified FROM ins"
+     SELECT ins.*, CASE WHEN $15 IS NULL THEN pg_notify($10, ins.id) IS NULL END AS notified \
+     FROM ins"
 );
 
 pub(crate) const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");

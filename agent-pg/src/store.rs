@@ -40,6 +40,26 @@ agent_sql::impl_sql_store!(PgStore {
         self.create(&run, None).await
     }
 
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        agent_core::store::validate_labels(&run.labels)?;
+        if let Some(record) = self.insert_run(&run, None, Some((worker, ttl))).await? {
+            self.event_written(&record.id);
+            return Ok(Some(Claimed {
+                lease: lease_of(&record, worker),
+                record,
+                reads: Some(ClaimReads::created()),
+            }));
+        }
+        // The run exists: the same request's (a retry) or another's, as `create_run` says.
+        self.create(&run, None).await?;
+        self.claim_run_reading(&run.id, worker, ttl).await
+    }
+
     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         let row = sqlx::query(sql::LOAD_RUN)
             .bind(run_id)

@@ -68,6 +68,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_core::store::{
     Lease, NewRun, RunRecord, RunStatus, StoreError, TransitionKind, WakeHub, creation_hash,
@@ -76,7 +77,7 @@ use agent_core::store::{
 use agent_sql::heads::HeadCache;
 use agent_sql::reads::{Arg, SqlReads, bind, head_of};
 use agent_sql::rows;
-use agent_sql::to_i64;
+use agent_sql::{ms, to_i64};
 use async_trait::async_trait;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Sqlite, Transaction};
@@ -176,11 +177,16 @@ impl SqliteStore {
         Ok(head_of(self, run_id).await?.is_some())
     }
 
+    /// Create `new` (forked from `parent`), or return the run of the same id when it was
+    /// created from the same request. With `claim`, a run created here is claimed by that
+    /// worker for that long in the same transaction (and nobody is woken); the flag says
+    /// whether it was.
     async fn insert_run(
         &self,
         new: &NewRun,
         parent: Option<(&str, u64)>,
-    ) -> Result<RunRecord, StoreError> {
+        claim: Option<(&str, Duration)>,
+    ) -> Result<(RunRecord, bool), StoreError> {
         validate_labels(&new.labels)?;
         let labels =
             serde_json::to_string(&new.labels).map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -232,6 +238,16 @@ impl SqliteStore {
                 .execute(&mut *tx)
                 .await
                 .map_err(db_err)?;
+            if let Some((worker, ttl)) = claim {
+                sqlx::query(sql::CLAIM_RUN.as_str())
+                    .bind(&new.id)
+                    .bind(worker)
+                    .bind(now)
+                    .bind(ms(ttl))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+            }
         }
         let row = sqlx::query(sql::LOAD_RUN)
             .bind(&new.id)
@@ -242,13 +258,15 @@ impl SqliteStore {
         let stored = rows::stored_run(&row)?;
         let record = stored.head.record;
         if inserted == 1 {
-            self.work.notify_waiters();
+            if claim.is_none() {
+                self.work.notify_waiters();
+            }
             self.events.wake(&record.id);
-            return Ok(record);
+            return Ok((record, claim.is_some()));
         }
         let same_parent = record.parent.as_ref().map(|(p, v)| (p.as_str(), *v)) == parent;
         if stored.creation_hash == creation_hash(new) && same_parent {
-            Ok(record)
+            Ok((record, false))
         } else {
             Err(StoreError::AlreadyExists(new.id.clone()))
         }
@@ -330,6 +348,6 @@ impl SqlReads for SqliteStore {
         new: &NewRun,
         parent: (&str, u64),
     ) -> Result<RunRecord, StoreError> {
-        self.insert_run(new, Some(parent)).await
+        Ok(self.insert_run(new, Some(parent), None).await?.0)
     }
 }

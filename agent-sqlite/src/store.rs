@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord,
-    RunStatus, StoreError, TransitionKind, now_ms,
+    ClaimReads, Claimed, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure,
+    RunFilter, RunRecord, RunStatus, StoreError, TransitionKind, now_ms,
 };
 use agent_sql::{lease_of, ms, repair_refused, rows, to_i64};
 use serde_json::Value;
@@ -31,7 +31,24 @@ agent_sql::impl_sql_store!(SqliteStore {
     }
 
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        self.insert_run(&run, None).await
+        Ok(self.insert_run(&run, None, None).await?.0)
+    }
+
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        match self.insert_run(&run, None, Some((worker, ttl))).await? {
+            (record, true) => Ok(Some(Claimed {
+                lease: lease_of(&record, worker),
+                record,
+                reads: Some(ClaimReads::created()),
+            })),
+            // The same request's run, created before (a retry): claimed as any run is.
+            (_, false) => self.claim_run_reading(&run.id, worker, ttl).await,
+        }
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {

@@ -96,6 +96,7 @@ macro_rules! store_conformance {
             check_claim_next_filters_by_version,
             check_concurrent_claim_next_is_disjoint,
             check_claim_reads_match_the_reads,
+            check_create_run_claimed_holds_the_run,
             check_history_time_travel_and_fork,
             check_prune_keeps_resume_working,
             check_retention_keeps_the_window,

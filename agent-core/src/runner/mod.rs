@@ -61,8 +61,8 @@ use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
-    ClaimReads, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store,
-    StoreError, TransitionKind,
+    ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit,
+    Store, StoreError, TransitionKind,
 };
 use crate::tool::{ToolBox, ToolKind};
 use crate::toolset::ToolsFor;
@@ -482,6 +482,42 @@ where
         initial: A,
         labels: Labels,
     ) -> Result<RunRecord, RunnerError> {
+        let new = self.new_run(run_id, &initial, labels).await?;
+        Ok(self.inner.store.create_run(new).await?)
+    }
+
+    /// [`start`](Self::start) and [`run`](Self::run) in one: create run `run_id` in
+    /// `initial` already claimed by this runner, and drive it until it is final or waiting.
+    ///
+    /// Where `start` then `run` write the run, then claim it and read what its first step
+    /// needs, this creates it claimed in one write ([`Store::create_run_claimed`]): no
+    /// other worker can take it in between, and a short run costs two statements less
+    /// (W1 in `BENCHMARKS.md`). Idempotent as `start`: for a run of this id created from
+    /// the same request it is `run`.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) and [`run`](Self::run).
+    pub async fn start_and_run(&self, run_id: &str, initial: A) -> Result<RunRecord, RunnerError> {
+        let new = self.new_run(run_id, &initial, Labels::new()).await?;
+        let claimed = self
+            .inner
+            .store
+            .create_run_claimed(
+                new,
+                &self.inner.config.worker_id,
+                self.inner.config.lease_ttl,
+            )
+            .await?;
+        self.drive_claimed(run_id, claimed).await
+    }
+
+    /// The run `start` creates, checked; the agent's graph stored at the first.
+    async fn new_run(
+        &self,
+        run_id: &str,
+        initial: &A,
+        labels: Labels,
+    ) -> Result<NewRun, RunnerError> {
         self.check_router()?;
         let name = initial.state_name();
         if !self.inner.graph.state(name).is_some_and(|s| s.initial) {
@@ -491,12 +527,13 @@ where
             .registered
             .get_or_try_init(|| self.inner.store.register_agent(self.inner.graph))
             .await?;
-        let state = serde_json::to_value(&initial)
+        let state = serde_json::to_value(initial)
             .map_err(|e| StoreError::Backend(format!("initial state does not serialize: {e}")))?;
-        let new = NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
-            .with_labels(labels)
-            .with_agent_version(A::VERSION);
-        Ok(self.inner.store.create_run(new).await?)
+        Ok(
+            NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
+                .with_labels(labels)
+                .with_agent_version(A::VERSION),
+        )
     }
 
     /// Send a signal to a run (kept until the run's waiting state consumes it).
@@ -548,6 +585,16 @@ where
             Err(StoreError::Corrupt { .. }) => None,
             other => other?,
         };
+        self.drive_claimed(run_id, claimed).await
+    }
+
+    /// Drive `claimed`; without a claim, the run as it is when final, else
+    /// [`RunnerError::LeaseLost`] (another worker holds it).
+    async fn drive_claimed(
+        &self,
+        run_id: &str,
+        claimed: Option<Claimed>,
+    ) -> Result<RunRecord, RunnerError> {
         let Some(claimed) = claimed else {
             let record = self
                 .inner

@@ -133,6 +133,29 @@ pub trait Store: Send + Sync + fmt::Debug {
         }))
     }
 
+    /// [`create_run`](Self::create_run), the new run claimed by `worker` as
+    /// [`claim_run_reading`](Self::claim_run_reading) would claim it: for a caller that
+    /// creates a run to drive it at once ([`Runner::start_and_run`]), so that no other
+    /// worker takes it in between and the claim costs no statement of its own. Nobody is
+    /// woken for the new run: it is held.
+    ///
+    /// A run of this id created from the same request is claimed as `claim_run_reading`
+    /// claims (`None` while another worker holds it); from another request it is
+    /// [`StoreError::AlreadyExists`], as for `create_run`. The default does exactly those
+    /// two calls; stores override it with one write.
+    ///
+    /// [`Runner::start_and_run`]: crate::runner::Runner::start_and_run
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let id = run.id.clone();
+        self.create_run(run).await?;
+        self.claim_run_reading(&id, worker, ttl).await
+    }
+
     /// Extend a held lease. [`StoreError::LeaseLost`] if the epoch is no longer current.
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;
 

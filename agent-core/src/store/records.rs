@@ -798,6 +798,23 @@ pub struct ClaimReads {
     pub pending_signals: Option<Vec<SignalRecord>>,
 }
 
+impl ClaimReads {
+    /// What a run just created holds: its start version, no journal, no signals (nothing
+    /// can be sent to a run before it exists, and a new run does not wait).
+    #[must_use]
+    pub fn created() -> Self {
+        Self {
+            span: Some(VersionSpan {
+                first: 0,
+                last: 0,
+                count: 1,
+            }),
+            journaled_at_version: false,
+            pending_signals: None,
+        }
+    }
+}
+
 /// A claimed run: its lease, its record, and what the claim read for its resumption
 /// (`None` when the store reads nothing more with a claim).
 #[derive(Clone, Debug, PartialEq)]

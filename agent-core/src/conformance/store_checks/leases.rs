@@ -628,3 +628,91 @@ pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckRe
     }
     Ok(())
 }
+
+/// [`Store::create_run_claimed`]: the new run is held by its creator (nobody else claims
+/// it), its lease commits, what it says was read matches the reads, and a retry of the same
+/// request claims the run as `claim_run_reading` would while another request is refused.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_create_run_claimed_holds_the_run(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Held");
+    let new = new_run(&unique("held"), &agent, json!({ "n": 0 }));
+    let id = new.id.clone();
+    let claimed = store
+        .create_run_claimed(new.clone(), "w1", LONG)
+        .await
+        .ctx("create_run_claimed")?
+        .ok_or("create_run_claimed of a new run returned None")?;
+    let (lease, record) = (&claimed.lease, &claimed.record);
+    ensure!(
+        lease.run_id == id
+            && lease.worker == "w1"
+            && lease.epoch == record.epoch
+            && record.lease_owner.as_deref() == Some("w1")
+            && record.version == 0
+            && record.status == RunStatus::Running,
+        "the new run is not held by its creator: {lease:?}, {record:?}"
+    );
+    ensure!(
+        store
+            .claim_run(&id, "w2", LONG)
+            .await
+            .ctx("claim_run")?
+            .is_none(),
+        "another worker claimed a run created claimed"
+    );
+    let others = store
+        .claim_next(std::slice::from_ref(&agent), "w2", LONG, 10)
+        .await
+        .ctx("claim_next")?;
+    ensure!(
+        others.is_empty(),
+        "claim_next gave another worker a run created claimed"
+    );
+    if let Some(reads) = &claimed.reads {
+        let span = store.version_span(&id).await.ctx("version_span")?;
+        ensure!(
+            reads.span == span,
+            "created claimed with the span {:?}, version_span says {span:?}",
+            reads.span
+        );
+        let journal = store.journal(&id, Some(0)).await.ctx("journal")?;
+        ensure!(
+            reads.journaled_at_version != journal.is_empty(),
+            "created claimed with journaled_at_version = {}, the journal has {} entries",
+            reads.journaled_at_version,
+            journal.len()
+        );
+    }
+    store
+        .commit_step(lease, &step(0, json!({ "n": 1 })))
+        .await
+        .ctx("commit_step with the creation's lease")?;
+    // The same request again (a retry after a lost answer): the run is claimed anew.
+    let again = store
+        .create_run_claimed(new.clone(), "w1", LONG)
+        .await
+        .ctx("create_run_claimed, retried")?
+        .ok_or("a retry by the holder returned None")?;
+    ensure!(
+        again.record.version == 1 && again.lease.epoch > lease.epoch,
+        "a retry did not claim the existing run anew: {:?}",
+        again.lease
+    );
+    ensure!(
+        store
+            .create_run_claimed(new.clone(), "w3", LONG)
+            .await
+            .ctx("create_run_claimed by another worker")?
+            .is_none(),
+        "a retry by another worker took a held run"
+    );
+    let other = new_run(&id, &agent, json!({ "n": "another request" }));
+    match store.create_run_claimed(other, "w1", LONG).await {
+        Err(StoreError::AlreadyExists(_)) => Ok(()),
+        other => Err(format!(
+            "another request for the same id gave {other:?}, want AlreadyExists"
+        )),
+    }
+}

@@ -194,7 +194,8 @@ pub use journal::{
 pub use leases::{
     check_claim_next_selects_runnable_runs, check_claim_next_takes_the_oldest_first,
     check_claim_reads_match_the_reads, check_concurrent_claim_next_is_disjoint,
-    check_expire_leases_of_frees_one_workers_runs, check_hand_back_does_not_count_the_claim,
+    check_create_run_claimed_holds_the_run, check_expire_leases_of_frees_one_workers_runs,
+    check_hand_back_does_not_count_the_claim,
     check_live_lease_blocks_and_expired_lease_is_reclaimed,
     check_next_due_is_no_later_than_a_live_lease, check_wait_for_work_returns,
 };
