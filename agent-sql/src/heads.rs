@@ -52,7 +52,7 @@ enum KeptState {
     /// Serialized: reads back as the same value (no floating-point number in it).
     Text(Box<str>),
     /// A state with a floating-point number, kept as it is: text would read it back
-    /// exactly only with serde_json's `float_roundtrip`, and the next commit's patch is a
+    /// exactly only with `serde_json`'s `float_roundtrip`, and the next commit's patch is a
     /// diff against it.
     Value(Value),
 }
@@ -209,7 +209,7 @@ mod tests {
 
     use super::{HeadCache, RunHead};
 
-    fn record(id: &str, version: u64, state: serde_json::Value) -> RunRecord {
+    fn record(id: &str, version: u64, state: &serde_json::Value) -> RunRecord {
         serde_json::from_value(json!({
             "id": id, "agent": "A", "fingerprint": "f", "state_name": "S", "state": state,
             "version": version, "status": "running", "waiting_for": null, "wake_at": null,
@@ -231,7 +231,7 @@ mod tests {
         ];
         for (i, state) in states.into_iter().enumerate() {
             let id = format!("r{i}");
-            let mut rec = record(&id, 3, state.clone());
+            let mut rec = record(&id, 3, &state);
             heads.remember_record(&mut rec, "h3".into(), 7);
             assert_eq!(rec.state, state, "the caller keeps its record whole");
             let head = heads.at(&id, 3).expect("remembered");
@@ -239,7 +239,7 @@ mod tests {
             assert_eq!((head.last_hash.as_str(), head.patch_bytes), ("h3", 7));
             assert!(heads.at(&id, 2).is_none(), "only at its version");
             heads.remember(RunHead {
-                record: record(&id, 4, state.clone()),
+                record: record(&id, 4, &state),
                 last_hash: "h4".into(),
                 patch_bytes: 8,
             });
@@ -250,7 +250,7 @@ mod tests {
     #[test]
     fn a_final_run_is_forgotten() {
         let heads = HeadCache::default();
-        let mut rec = record("r", 1, json!({"S": {}}));
+        let mut rec = record("r", 1, &json!({"S": {}}));
         heads.remember_record(&mut rec, "h".into(), 0);
         assert!(heads.at("r", 1).is_some());
         rec.version = 2;
