@@ -177,6 +177,18 @@ impl Commits {
     fn take_gaps(&self) -> Vec<Duration> {
         std::mem::take(&mut *self.gaps.lock().unwrap())
     }
+
+    /// Heap bytes of this bookkeeping (W4 counts them in its per-run figures): the map's
+    /// table, its keys (glibc's smallest chunk is 32 bytes) and the gaps' buffer.
+    fn heap_bytes(&self) -> usize {
+        let last = self.last.lock().unwrap();
+        let table = last.capacity() * (size_of::<(String, Instant)>() + 1);
+        let keys: usize = last
+            .keys()
+            .map(|k| (k.len() + 8).next_multiple_of(16).max(32))
+            .sum();
+        table + keys + self.gaps.lock().unwrap().capacity() * size_of::<Duration>()
+    }
 }
 
 impl FaultHook for Commits {
@@ -1008,6 +1020,7 @@ async fn in_flight_child(store: &Arc<dyn Store>, task: &ChildTask, w4: InFlight)
                 "p50_ms": pct(&gaps, 0.5),
                 "p99_ms": pct(&gaps, 0.99),
                 "peak_rss_kib": peak.load(std::sync::atomic::Ordering::Relaxed),
+                "bookkeeping_bytes": commits.heap_bytes(),
             }),
         );
     }
@@ -1268,6 +1281,7 @@ async fn w4(place: &Place, sizes: &Sizes) {
         let peak = peak_of(t).max(peak_of(nt));
         #[allow(clippy::cast_precision_loss)]
         let per_run = |peak: f64| (peak - idle) / runs as f64;
+
         println!(
             "  {runs:>6} in flight: with tool {:>7.0} steps/s (p50 {:.0} / p99 {:.0} ms); without {:>7.0} steps/s (p99 {:.1} ms); ratio {:.2} (target 0.5 at 10,000); RSS idle {:.1} MiB, peak {:.1} MiB, {:.1} KiB per run in flight (without the tool {:.1}, with it {:.1})",
             t["steps_per_s"].as_f64().unwrap_or(0.0),
@@ -1281,6 +1295,15 @@ async fn w4(place: &Place, sizes: &Sizes) {
             per_run(peak),
             per_run(peak_of(nt)),
             per_run(peak_of(t)),
+        );
+        // Counted in the figures above, though no part of the worker.
+        let bookkeeping = |phase: &serde_json::Value| {
+            phase["bookkeeping_bytes"].as_f64().unwrap_or(0.0) / 1024.0 / runs as f64
+        };
+        println!(
+            "           of which the bench's own bookkeeping (commit times): {:.2} KiB per run without the tool, {:.2} with it",
+            bookkeeping(nt),
+            bookkeeping(t),
         );
     }
 }

@@ -73,16 +73,21 @@ impl CommitPlan {
     fn linked(head: RunHead, commit: &StepCommit, link: &ChainLink<'_>) -> (Self, VersionPayload) {
         let (payload, patch_bytes) =
             history::encode(Some(&head.record.state), &commit.state, head.patch_bytes);
+        let mut base = head.record;
+        // The diff was its only use (the run after the commit has the commit's state): a
+        // plan waits in the group commit's queue, once per run in flight.
+        base.state = serde_json::Value::Null;
         let plan = Self {
             version: commit.expected_version + 1,
             hash: transition_hash(&head.last_hash, link),
             patch_bytes,
-            base: head.record,
+            base,
         };
         (plan, payload)
     }
 
-    /// The run as of the head the commit is based on.
+    /// The run as of the head the commit is based on, without its state (`Null`: the
+    /// commit's patch is computed from it already).
     #[must_use]
     pub fn base(&self) -> &RunRecord {
         &self.base
@@ -145,11 +150,7 @@ impl CommitPlan {
         record.lease_expires_at = applied.lease_expires_at;
         record.updated_at = applied.updated_at;
         amend(&mut record);
-        heads.remember(RunHead {
-            record: record.clone(),
-            last_hash: self.hash,
-            patch_bytes: self.patch_bytes,
-        });
+        heads.remember_record(&mut record, self.hash, self.patch_bytes);
         record
     }
 }

@@ -77,13 +77,15 @@ impl SqliteStore {
             read_head(row.as_ref(), lease, commit.expected_version)?
         };
         let (plan, payload) = CommitPlan::new(head, lease, commit);
-        let (payload_kind, body) = match &payload {
+        // Consumed here: the payload as a value is not kept while the row waits in the
+        // group commit's queue, only its text.
+        let (payload_kind, body) = match payload {
             VersionPayload::Snapshot(v) => ("snapshot", v.to_string()),
             VersionPayload::Patch(v) => ("patch", v.to_string()),
         };
         // The run row keeps the state of the latest snapshot only; a snapshot's payload is
         // that same state, serialized once for both rows.
-        let snapshot_state = payload.is_snapshot().then(|| body.clone());
+        let snapshot_state = (payload_kind == "snapshot").then(|| body.clone());
         let now = now_ms();
         let applied = self
             .group

@@ -30,8 +30,10 @@ pub(crate) struct StepCx<'r> {
     /// The typed state as stored (for the router's prompt).
     pub(crate) state_data: &'r Value,
     lease: Mutex<Lease>,
-    /// Entries already journaled at this version (a resumed step replays them).
-    journal: Mutex<BTreeMap<u32, JournalEntry>>,
+    /// Entries already journaled at this version (a resumed step replays them), by `seq`.
+    /// A `Vec`: a step has a few entries, and a B-tree's first node holds room for eleven
+    /// (about 3 KB) while every run in flight keeps its step's journal.
+    journal: Mutex<Vec<JournalEntry>>,
     /// Successful read results of the whole run, by (tool, input hash): the drive's
     /// ([`ReadCache`]), kept from one step of the run to the next.
     read_cache: &'r ReadCache,
@@ -73,7 +75,7 @@ impl<'r> StepCx<'r> {
             state,
             state_data: &record.state,
             lease: Mutex::new(lease),
-            journal: Mutex::new(journal),
+            journal: Mutex::new(journal.into_values().collect()),
             read_cache,
             seq: AtomicU32::new(0),
             tool_calls: AtomicU32::new(0),
@@ -125,7 +127,8 @@ impl<'r> StepCx<'r> {
     }
 
     pub(crate) fn journaled(&self, seq: u32) -> Option<JournalEntry> {
-        lock(&self.journal).get(&seq).cloned()
+        let journal = lock(&self.journal);
+        (journal.binary_search_by_key(&seq, |e| e.seq).ok()).map(|i| journal[i].clone())
     }
 
     pub(crate) fn lease(&self) -> Lease {
@@ -192,7 +195,14 @@ impl<'r> StepCx<'r> {
         loop {
             match self.inner.store.record_entry(&lease, &entry).await {
                 Ok(()) => {
-                    lock(&self.journal).insert(entry.seq, entry);
+                    let mut journal = lock(&self.journal);
+                    match journal.binary_search_by_key(&entry.seq, |e| e.seq) {
+                        Ok(i) => journal[i] = entry,
+                        Err(i) => {
+                            journal.reserve_exact(1);
+                            journal.insert(i, entry);
+                        }
+                    }
                     return true;
                 }
                 Err(e) if e.is_transient() && attempt < self.inner.config.store_retries => {
@@ -607,8 +617,8 @@ impl<'r> StepCx<'r> {
     pub(crate) fn results_so_far(&self) -> Vec<(u32, JournalEntry)> {
         lock(&self.journal)
             .iter()
-            .filter(|(_, e)| e.kind == EntryKind::Tool && e.status == CallStatus::Succeeded)
-            .map(|(s, e)| (*s, e.clone()))
+            .filter(|e| e.kind == EntryKind::Tool && e.status == CallStatus::Succeeded)
+            .map(|e| (e.seq, e.clone()))
             .collect()
     }
 }

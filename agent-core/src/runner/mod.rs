@@ -608,8 +608,7 @@ where
             }
             return Err(RunnerError::LeaseLost(run_id.to_owned()));
         };
-        self.drive(claimed.lease, claimed.record, claimed.reads)
-            .await
+        self.drive(Box::new(claimed)).await
     }
 
     /// [`RunnerError::NoRouter`] for an agent with a routed state and no router: found
@@ -627,74 +626,79 @@ where
         }
     }
 
-    /// Drive a claimed run until it is final or waiting, then release the lease. `reads`
-    /// is what the claim read for it, if anything: its first step reads the rest.
-    pub(crate) async fn drive(
-        &self,
-        lease: Lease,
-        record: RunRecord,
-        reads: Option<ClaimReads>,
-    ) -> Result<RunRecord, RunnerError> {
-        let span = info_span!("run", run_id = %record.id, agent = A::NAME);
-        async move {
-            self.inner
-                .faults
-                .check(FaultPoint::RunClaimed, &record.id, record.version)?;
-            let mut lease = lease;
-            let mut record = record;
-            if record.claims_without_progress > self.inner.config.max_claims_without_progress {
-                // Boxed, as every rare path here: each run in flight holds this future.
-                return Box::pin(self.dead_letter(&lease, record)).await;
-            }
-            if let Some(error) = Box::pin(self.history_problem(&record, reads.as_ref())).await? {
-                // The run row and its history disagree: a commit would fail or fork. The
-                // run is quarantined without writing a version, fenced by this lease: no
-                // other worker claims it in between, and a claim answered late (another
-                // worker has taken the run on since, so its history moved) is refused
-                // with `LeaseLost`, leaving that worker's run alone.
-                return match self.inner.store.quarantine(&lease, error).await {
+    /// Drive a claimed run until it is final or waiting, then release the lease. What the
+    /// claim read for it (`reads`), if anything, spares its first step those reads.
+    ///
+    /// The claim comes boxed: a worker holds one of these futures per run in flight, and
+    /// an `async fn` keeps its arguments for its whole life beside the locals they are
+    /// moved to; boxed, the run's record is held once (issue 22, W4).
+    pub(crate) async fn drive(&self, claimed: Box<Claimed>) -> Result<RunRecord, RunnerError> {
+        let span = info_span!("run", run_id = %claimed.record.id, agent = A::NAME);
+        self.drive_claimed(claimed).instrument(span).await
+    }
+
+    async fn drive_claimed(&self, claimed: Box<Claimed>) -> Result<RunRecord, RunnerError> {
+        let Claimed {
+            mut lease,
+            mut record,
+            reads,
+        } = *claimed;
+        self.inner
+            .faults
+            .check(FaultPoint::RunClaimed, &record.id, record.version)?;
+        if record.claims_without_progress > self.inner.config.max_claims_without_progress {
+            // Boxed, as every rare path here: each run in flight holds this future.
+            return Box::pin(self.dead_letter(&lease, record)).await;
+        }
+        if let Some(error) = Box::pin(self.history_problem(&record, reads.as_ref())).await? {
+            // The run row and its history disagree: a commit would fail or fork. The
+            // run is quarantined without writing a version, fenced by this lease: no
+            // other worker claims it in between, and a claim answered late (another
+            // worker has taken the run on since, so its history moved) is refused
+            // with `LeaseLost`, leaving that worker's run alone.
+            return Box::pin(async {
+                match self.inner.store.quarantine(&lease, error).await {
                     Err(StoreError::LeaseLost { .. }) => Err(RunnerError::LeaseLost(record.id)),
                     quarantined => Ok(quarantined?),
-                };
-            }
-            // The run's read results, kept from one step to the next: known to be none
-            // before a first step that has journaled nothing.
-            let nothing_yet =
-                record.version == 0 && reads.as_ref().is_some_and(|r| !r.journaled_at_version);
-            let read_cache = if nothing_yet {
-                cx::empty_read_cache()
-            } else {
-                cx::unloaded_read_cache()
+                }
+            })
+            .await;
+        }
+        // The run's read results, kept from one step to the next: known to be none
+        // before a first step that has journaled nothing.
+        let nothing_yet =
+            record.version == 0 && reads.as_ref().is_some_and(|r| !r.journaled_at_version);
+        let read_cache = if nothing_yet {
+            cx::empty_read_cache()
+        } else {
+            cx::unloaded_read_cache()
+        };
+        // After a commit of our own, nothing can be journaled at the new version yet:
+        // the next step skips reading its journal. The first step uses what the claim
+        // read, when it read anything.
+        let mut known = reads.map_or(Known::Nothing, Known::Claimed);
+        loop {
+            let outcome = match self
+                .step_inner(&mut lease, record, known, &read_cache)
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    Box::pin(self.release_after(&lease, &e)).await;
+                    return Err(e);
+                }
             };
-            // After a commit of our own, nothing can be journaled at the new version yet:
-            // the next step skips reading its journal. The first step uses what the claim
-            // read, when it read anything.
-            let mut known = reads.map_or(Known::Nothing, Known::Claimed);
-            loop {
-                let outcome = match self
-                    .step_inner(&mut lease, record, known, &read_cache)
-                    .await
-                {
-                    Ok(outcome) => outcome,
-                    Err(e) => {
-                        self.release_after(&lease, &e).await;
-                        return Err(e);
-                    }
-                };
-                match outcome {
-                    StepOutcome::Committed(next) => {
-                        record = next;
-                        known = Known::Fresh;
-                    }
-                    StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
-                        self.release_if_held(&lease, &r).await;
-                        return Ok(r);
-                    }
+            match outcome {
+                StepOutcome::Committed(next) => {
+                    record = next;
+                    known = Known::Fresh;
+                }
+                StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
+                    self.release_if_held(&lease, &r).await;
+                    return Ok(r);
                 }
             }
         }
-        .instrument(span)
-        .await
     }
 
     /// Dead-letter a run claimed too often without progress (its step crashes its
@@ -850,8 +854,15 @@ where
         // than one allocation (about a fifth of a worker's CPU per step with 64 runs in
         // flight on PostgreSQL). Its rare paths are boxed inside it, so the future every
         // run in flight holds while its tool call waits stays small (BENCHMARKS.md, W4).
+        // The record goes in boxed, so that the future does not hold it twice (as its
+        // argument and as the local it is moved to).
         Box::pin(step::execute::<A, H>(
-            self, lease, record, state, known, read_cache,
+            self,
+            lease,
+            Box::new(record),
+            state,
+            known,
+            read_cache,
         ))
         .instrument(span)
         .await

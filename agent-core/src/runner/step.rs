@@ -24,7 +24,7 @@ use crate::store::{
 pub(super) async fn execute<A, H>(
     runner: &Runner<A, H>,
     lease: &mut Lease,
-    record: RunRecord,
+    record: Box<RunRecord>,
     state: A,
     known: Known,
     read_cache: &ReadCache,
@@ -33,6 +33,7 @@ where
     A: Agent + Handle<H>,
     H: Send + Sync + 'static,
 {
+    let record = *record;
     let inner = &*runner.inner;
     let graph = inner.graph;
     let desc = graph
@@ -168,21 +169,27 @@ where
         .await
         .unwrap_or_else(|| Err(StepError::Interrupted("the lease was lost".into())));
     *lease = cx.lease();
-    if let Some(fatal) = cx.take_fatal() {
+    let fatal = cx.take_fatal();
+    let quarantine = cx.take_quarantine();
+    let step_error = cx.take_step_error();
+    let suspend = cx.take_suspend();
+    let chosen = cx.route_name.get().cloned();
+    // What the step journaled is no longer needed: freed before the commit, which waits
+    // with the other runs' commits (a worker holds thousands of steps at that point).
+    drop(cx);
+    if let Some(fatal) = fatal {
         return Err(fatal);
     }
-    let quarantine = cx.take_quarantine();
     if let Some(error) = quarantine {
         let record = runner
             .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
             .await?;
         return Ok(StepOutcome::after_commit(record));
     }
-    let step_error = cx.take_step_error();
     // Waiting for children wins over whatever the handler made of it (swallowed, mapped to
     // another error): the step did not finish.
     if step_error.is_none()
-        && let Some(join) = cx.take_suspend()
+        && let Some(join) = suspend
     {
         return Box::pin(wait_for_children(runner, lease, record, join)).await;
     }
@@ -199,7 +206,7 @@ where
         let e = StepError::Handler(format!("`{}` -> `{to}` is not a declared edge", desc.name));
         return Box::pin(fail(runner, lease, &record, desc, &e)).await;
     }
-    if let Some(chosen) = cx.route_name.get()
+    if let Some(chosen) = chosen
         && chosen != to
     {
         let e = StepError::Routing(format!(

@@ -236,17 +236,12 @@ where
     /// Drive a claimed run in a task of its own, where a panic stays.
     fn spawn(&self, tasks: &mut JoinSet<Driven>, claimed: Claimed) {
         let runner = self.runner.clone();
+        // The claim is boxed before it is moved into the task: each layer of futures keeps
+        // what it was given (hundreds of bytes of record) for as long as it lives.
+        let claimed = Box::new(claimed);
         tasks.spawn(async move {
-            let Claimed {
-                lease,
-                record,
-                reads,
-            } = claimed;
-            let run_id = record.id.clone();
-            match AssertUnwindSafe(runner.drive(lease, record, reads))
-                .catch_unwind()
-                .await
-            {
+            let run_id = claimed.record.id.clone();
+            match AssertUnwindSafe(runner.drive(claimed)).catch_unwind().await {
                 Ok(result) => Driven::Returned(result.map(drop)),
                 Err(panic) => {
                     let message = panic
