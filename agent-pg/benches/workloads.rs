@@ -1609,10 +1609,10 @@ async fn main() {
             w5(place, &sizes).await;
         }
     }
-    if let Some(pg) = &pg {
-        if run("w6") {
-            w6(pg, &sizes).await;
-        }
+    if let Some(pg) = &pg
+        && run("w6")
+    {
+        w6(pg, &sizes).await;
     }
 }
 

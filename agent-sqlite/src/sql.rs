@@ -490,6 +490,7 @@ pub(crate) static RETENTION: LazyLock<RetentionSql> = LazyLock::new(|| {
 
 #[cfg(test)]
 mod tests {
+    use agent_core::store::Store;
     use sqlx::Row;
 
     use crate::SqliteStore;
@@ -550,7 +551,7 @@ mod tests {
             .iter()
             .filter_map(|s| s.strip_prefix("CO-ROUTINE "))
             .collect();
-        for step in steps.iter().copied() {
+        for &step in &steps {
             let scanned = step
                 .strip_prefix("SCAN ")
                 .map(|s| s.split(' ').next().unwrap_or(s));
@@ -616,7 +617,6 @@ mod tests {
                 "next_due off its indexes:\n{due}"
             );
         }
-        use agent_core::store::Store;
         let claimed = store
             .claim_next(&agents, "w", std::time::Duration::from_secs(30), 16)
             .await
