@@ -23,9 +23,9 @@
 //! - **W4 runs in flight**: one worker process holding N runs at once, each step calling a
 //!   read tool that waits 100 ms, against the same worker and runs without the tool call;
 //!   steps/s, p99 and the process's RSS per run in flight.
-//! - **W5 waiting runs** (PostgreSQL): claim latency with nothing claimable and
-//!   signal-to-commit latency with N runs waiting for a signal, bytes per waiting run, and
-//!   the plan of the claim query.
+//! - **W5 waiting runs**: claim latency with nothing claimable and signal-to-commit
+//!   latency with N runs waiting for a signal, bytes per waiting run, and the plan of the
+//!   claim query.
 //! - **W6 more workers** (PostgreSQL): 1, 2 and 4 worker processes sharing the W2 load
 //!   (64 runs in flight in all); throughput, p99, and CPU per step (workers and server).
 //!
@@ -1315,9 +1315,11 @@ async fn w5(place: &Place, sizes: &Sizes) {
     for &n in &sizes.w5_waiting {
         let place = place.fresh(&format!("w5{n}"));
         let opened = place.open().await;
-        let Opened::Pg(pg) = &opened else { return };
         let store = opened.store();
-        println!("\n## W5 waiting runs: PostgreSQL, {n} runs waiting for a signal");
+        println!(
+            "\n## W5 waiting runs: {}, {n} runs waiting for a signal",
+            place.label()
+        );
         let (runner, commits) = new_runner(store.clone(), "w5", Duration::from_secs(30), None);
         // One real run gives the agent's fingerprint and state shape; the rest are copies
         // written in one statement.
@@ -1331,36 +1333,11 @@ async fn w5(place: &Place, sizes: &Sizes) {
             .await
             .expect("start");
         let loaded = Instant::now();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO runs (id, agent, fingerprint, state_name, state, version, status, \
-               waiting_for, creation_hash, last_hash, snapshot_version) \
-             SELECT 'w5-' || g, agent, fingerprint, 'Pause', \
-               '{{\"Pause\": {{\"plan\": {{\"steps\": 1, \"think_ms\": 0, \"pause_at\": 0}}, \"at\": 0}}}}', \
-               0, 'waiting', 'go', creation_hash, last_hash, 0 \
-             FROM runs, generate_series(1, {n}) g WHERE id = 'w5-model'; \
-             INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, epoch, \
-               hash, payload_kind, payload) \
-             SELECT id, 0, 'Pause', 'Pause', 'start', 'waiting', 0, last_hash, 'snapshot', state \
-             FROM runs WHERE id LIKE 'w5-%' AND id <> 'w5-model'; \
-             DELETE FROM transitions WHERE run_id = 'w5-model'; DELETE FROM runs WHERE id = 'w5-model'; \
-             ANALYZE runs; ANALYZE transitions; ANALYZE signals"
-        )))
-        .execute(pg.pool())
-        .await
-        .expect("waiting runs");
-        let bytes: i64 = sqlx::query_scalar(
-            "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c \
-             JOIN pg_namespace s ON s.oid = c.relnamespace \
-             WHERE s.nspname = current_schema() AND c.relkind = 'r' \
-             AND c.relname IN ('runs', 'transitions')",
-        )
-        .fetch_one(pg.pool())
-        .await
-        .expect("sizes");
+        let (bytes, what) = load_waiting(&opened, n).await;
         #[allow(clippy::cast_precision_loss)]
         let per_run = bytes as f64 / n as f64;
         println!(
-            "  loaded in {:.1} s; {per_run:.0} bytes per waiting run (runs and transitions, tables and indexes)",
+            "  loaded in {:.1} s; {per_run:.0} bytes per waiting run ({what})",
             loaded.elapsed().as_secs_f64()
         );
         let agents = vec!["Flow".to_owned()];
@@ -1376,12 +1353,11 @@ async fn w5(place: &Place, sizes: &Sizes) {
         }
         println!("  claim_next with nothing claimable: {}", spread(claims));
         println!("  plan of claim_next:");
-        for line in pg
-            .explain_claim_next(&agents, 16)
-            .await
-            .expect("explain")
-            .lines()
-        {
+        let plan = match &opened {
+            Opened::Pg(pg) => pg.explain_claim_next(&agents, 16).await,
+            Opened::Sqlite(lite) => lite.explain_claim_next(&agents, 16).await,
+        };
+        for line in plan.expect("explain").lines() {
             println!("    {line}");
         }
         commits
@@ -1432,6 +1408,80 @@ async fn w5(place: &Place, sizes: &Sizes) {
         stop.notify_one();
         working.await.expect("worker");
         opened.remove(&place).await;
+    }
+}
+
+/// The state of every copy W5 writes: `Pause` at the first step, waiting for `go`.
+const W5_STATE: &str =
+    r#"{"Pause": {"plan": {"steps": 1, "think_ms": 0, "pause_at": 0}, "at": 0}}"#;
+
+/// Turn the run `w5-model` into `n` runs `w5-1`..`w5-n` waiting for signal `go`, each with
+/// its first transition, written in one statement; the bytes they added to the store
+/// (tables and indexes) and what was counted.
+async fn load_waiting(opened: &Opened, n: usize) -> (i64, &'static str) {
+    match opened {
+        Opened::Pg(pg) => {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO runs (id, agent, fingerprint, state_name, state, version, status, \
+                   waiting_for, creation_hash, last_hash, snapshot_version) \
+                 SELECT 'w5-' || g, agent, fingerprint, 'Pause', '{W5_STATE}', \
+                   0, 'waiting', 'go', creation_hash, last_hash, 0 \
+                 FROM runs, generate_series(1, {n}) g WHERE id = 'w5-model'; \
+                 INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, epoch, \
+                   hash, payload_kind, payload) \
+                 SELECT id, 0, 'Pause', 'Pause', 'start', 'waiting', 0, last_hash, 'snapshot', state \
+                 FROM runs WHERE id LIKE 'w5-%' AND id <> 'w5-model'; \
+                 DELETE FROM transitions WHERE run_id = 'w5-model'; DELETE FROM runs WHERE id = 'w5-model'; \
+                 ANALYZE runs; ANALYZE transitions; ANALYZE signals"
+            )))
+            .execute(pg.pool())
+            .await
+            .expect("waiting runs");
+            let bytes: i64 = sqlx::query_scalar(
+                "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c \
+                 JOIN pg_namespace s ON s.oid = c.relnamespace \
+                 WHERE s.nspname = current_schema() AND c.relkind = 'r' \
+                 AND c.relname IN ('runs', 'transitions')",
+            )
+            .fetch_one(pg.pool())
+            .await
+            .expect("sizes");
+            (bytes, "runs and transitions, tables and indexes")
+        }
+        Opened::Sqlite(lite) => {
+            // No `ANALYZE`: the store never runs it, so its claims are planned without
+            // statistics, as here.
+            let size = "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()";
+            let before: i64 = sqlx::query_scalar(size)
+                .fetch_one(lite.pool())
+                .await
+                .expect("size");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "BEGIN IMMEDIATE; \
+                 WITH RECURSIVE g(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM g WHERE k < {n}) \
+                 INSERT INTO runs (id, agent, fingerprint, state_name, state, version, status, \
+                   waiting_for, creation_hash, last_hash, snapshot_version, created_at, \
+                   updated_at, seq, agent_version) \
+                 SELECT 'w5-' || k, agent, fingerprint, 'Pause', '{W5_STATE}', 0, 'waiting', \
+                   'go', creation_hash, last_hash, 0, created_at, updated_at, seq + k, \
+                   agent_version \
+                 FROM runs, g WHERE id = 'w5-model'; \
+                 INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, \
+                   epoch, created_at, hash, payload_kind, payload) \
+                 SELECT id, 0, 'Pause', 'Pause', 'start', 'waiting', 0, created_at, last_hash, \
+                   'snapshot', state FROM runs WHERE id LIKE 'w5-%' AND id <> 'w5-model'; \
+                 DELETE FROM transitions WHERE run_id = 'w5-model'; \
+                 DELETE FROM runs WHERE id = 'w5-model'; COMMIT"
+            )))
+            .execute(lite.pool())
+            .await
+            .expect("waiting runs");
+            let after: i64 = sqlx::query_scalar(size)
+                .fetch_one(lite.pool())
+                .await
+                .expect("size");
+            (after - before, "the file's growth: every table and index")
+        }
     }
 }
 
@@ -1586,7 +1636,7 @@ async fn main() {
         schema: String::new(),
     });
     if pg.is_none() {
-        eprintln!("DATABASE_URL is not set: SQLite only (W5 and W6 need PostgreSQL)");
+        eprintln!("DATABASE_URL is not set: SQLite only (W3 and W6 need PostgreSQL)");
     }
     println!("workloads, sizes: {sizes:?}");
     let places: Vec<Place> = pg.iter().cloned().chain([lite]).collect();
@@ -1611,14 +1661,14 @@ async fn main() {
             retention(&p, &opened, &sizes).await;
             opened.remove(&p).await;
         }
-    }
-    if let Some(pg) = &pg {
         if run("w5") {
-            w5(pg, &sizes).await;
+            w5(place, &sizes).await;
         }
-        if run("w6") {
-            w6(pg, &sizes).await;
-        }
+    }
+    if let Some(pg) = &pg
+        && run("w6")
+    {
+        w6(pg, &sizes).await;
     }
 }
 

@@ -80,7 +80,7 @@ use agent_sql::rows;
 use agent_sql::{ms, to_i64};
 use async_trait::async_trait;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::Notify;
 
 mod commit;
@@ -139,6 +139,42 @@ impl SqliteStore {
     #[must_use]
     pub fn group_commit_stats(&self) -> GroupCommitStats {
         self.group.stats()
+    }
+
+    /// The plan SQLite chooses now for [`Store::claim_next`](agent_core::store::Store)'s
+    /// query of these agents, `limit` at a time (`EXPLAIN QUERY PLAN`, nothing executed),
+    /// as the `sqlite3` shell draws it: for an operator or a benchmark checking that
+    /// claims go through indexes however many runs wait.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the statement fails.
+    pub async fn explain_claim_next(
+        &self,
+        agents: &[String],
+        limit: usize,
+    ) -> Result<String, StoreError> {
+        let agents =
+            serde_json::to_string(agents).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let explain = format!("EXPLAIN QUERY PLAN {}", sql::CLAIMABLE.as_str());
+        let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
+            .bind(agents)
+            .bind(agent_core::store::now_ms())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let nodes = rows
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<i64, _>("id")?,
+                    r.try_get::<i64, _>("parent")?,
+                    r.try_get::<String, _>("detail")?,
+                ))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(db_err)?;
+        Ok(plan_tree(&nodes))
     }
 
     async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
@@ -271,6 +307,22 @@ impl SqliteStore {
             Err(StoreError::AlreadyExists(new.id.clone()))
         }
     }
+}
+
+/// `EXPLAIN QUERY PLAN`'s rows (id, parent id, detail), parents before their children,
+/// drawn as a tree the way the `sqlite3` shell draws it.
+fn plan_tree(nodes: &[(i64, i64, String)]) -> String {
+    let mut depth: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
+    let mut out = String::from("QUERY PLAN");
+    for (id, parent, detail) in nodes {
+        let d = depth.get(parent).map_or(0, |d| d + 1);
+        depth.insert(*id, d);
+        out.push('\n');
+        out.push_str(&"   ".repeat(d));
+        out.push_str("|--");
+        out.push_str(detail);
+    }
+    out
 }
 
 /// Map a driver error: a busy or locked database is transient ([`StoreError::Unavailable`]).

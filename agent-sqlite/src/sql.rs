@@ -94,45 +94,125 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Runnable runs, oldest first; `$1` is a JSON array of agent names (all when empty), each
-/// `Agent` (any version of it) or `Agent@N` (its runs on version `N`). A
-/// run whose cancel is requested is runnable whatever it waits for: its claimer writes
-/// the cancel. A parent waiting for its children (`waiting_for` one of the two `children:`
-/// values) is runnable once none of the runs its step at `version - 1` spawned is in a
-/// status that is not final, or (the first) once one of them completed. Its subqueries run
-/// only for waiting rows with one of those values, on the index `runs_spawned_by`.
+/// Runnable runs, oldest first among those [`claim_candidates`] finds; `$1` is a JSON
+/// array of agent names (all when empty), `$2` now, `$3` the limit. The rule
+/// ([`claimable`]) is checked on every row picked, read by its primary key: the
+/// `CROSS JOIN` keeps the candidates as the outer loop (with `r.id IN (...)` instead,
+/// SQLite without statistics reads every waiting run through `runs_status` and tests
+/// each against the list).
 pub(crate) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT r.id FROM runs r \
-     WHERE r.status IN ('running', 'compensating', 'waiting') \
-     AND (json_array_length($1) = 0 OR r.agent IN (SELECT value FROM json_each($1)) \
-       OR (r.agent || '@' || r.agent_version) IN (SELECT value FROM json_each($1))) \
-     AND (r.lease_owner IS NULL OR r.lease_expires_at <= $2) \
-     AND (r.cancel_requested_by IS NOT NULL \
-       OR (r.status IN ('running', 'compensating') AND (r.wake_at IS NULL OR r.wake_at <= $2)) \
-       OR (r.status = 'waiting' AND (r.wake_at <= $2 OR EXISTS ( \
-           SELECT 1 FROM signals s WHERE s.run_id = r.id AND s.consumed_at_version IS NULL \
-           AND (r.waiting_for IS NULL OR s.name = r.waiting_for)) \
-         OR (r.waiting_for IN ('{all}', '{first}') AND r.version > 0 AND (NOT EXISTS ( \
+        "SELECT r.id FROM ({candidates}) c CROSS JOIN runs r ON r.id = c.id \
+         WHERE {claimable} ORDER BY r.created_at, r.seq LIMIT $3",
+        candidates = claim_candidates(),
+        claimable = claimable(),
+    )
+});
+
+/// The agents asked for (`$1`, all when empty): an entry `Agent` takes any of its runs, an
+/// entry `Agent@N` only those on version `N`. Checked on rows an index of the arm found,
+/// so it needs no index of its own.
+const OF_AGENTS: &str = "(json_array_length($1) = 0 OR r.agent IN (SELECT value FROM json_each($1)) \
+     OR (r.agent || '@' || r.agent_version) IN (SELECT value FROM json_each($1)))";
+/// No live lease.
+const LEASE_FREE: &str = "(r.lease_owner IS NULL OR r.lease_expires_at <= $2)";
+/// A runnable run's timer, if any, is due.
+const TIMER_DUE: &str = "(r.wake_at IS NULL OR r.wake_at <= $2)";
+/// A signal the waiting run `r` waits for is pending.
+const SIGNAL_AWAITED: &str = "EXISTS (SELECT 1 FROM signals s WHERE s.run_id = r.id \
+     AND s.consumed_at_version IS NULL AND (r.waiting_for IS NULL OR s.name = r.waiting_for))";
+
+/// The waiting parent `r`'s wait for its children holds: none of the runs its step at
+/// `version - 1` spawned is in a status that is not final, or (the first) one of them
+/// completed. Its subqueries run only for waiting rows with one of the two `children:`
+/// values, on the index `runs_spawned_by`.
+fn children_ready() -> String {
+    format!(
+        "(r.waiting_for IN ('{all}', '{first}') AND r.version > 0 AND (NOT EXISTS ( \
            SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
            AND c.spawned_at_version = r.version - 1 AND c.status NOT IN {final_statuses}) \
            OR (r.waiting_for = '{first}' AND EXISTS ( \
            SELECT 1 FROM runs c WHERE c.spawned_by = r.id \
-           AND c.spawned_at_version = r.version - 1 AND c.status = '{completed}'))))))) \
-     ORDER BY r.created_at, r.seq LIMIT $3",
+           AND c.spawned_at_version = r.version - 1 AND c.status = '{completed}'))))",
         all = WAIT_ALL_CHILDREN,
         first = WAIT_FIRST_CHILD,
         completed = RunStatus::Completed.as_str(),
         final_statuses = final_statuses()
     )
-});
+}
+
+/// Whether run `r` may be claimed now by a worker of the agents `$1`: running or
+/// compensating with its timer due; waiting with its timer due, a signal it waits for
+/// pending, or its children's wait holding; or, whatever it waits for, with a cancel
+/// requested (its claimer writes the cancel). Never under a live lease.
+fn claimable() -> String {
+    format!(
+        "r.status IN ('running', 'compensating', 'waiting') AND {OF_AGENTS} AND {LEASE_FREE} \
+         AND (r.cancel_requested_by IS NOT NULL \
+           OR (r.status IN ('running', 'compensating') AND {TIMER_DUE}) \
+           OR (r.status = 'waiting' AND (r.wake_at <= $2 OR {SIGNAL_AWAITED} \
+             OR {children})))",
+        children = children_ready()
+    )
+}
+
+/// The runs [`CLAIMABLE`] picks from, as on PostgreSQL: each arm yields only runs
+/// [`claimable`] accepts, at most `$3`, through an index of its own (migration
+/// `claim_indexes`), so that no arm reads runs that cannot be claimed (which, read first,
+/// would also use up its `$3`): runnable runs without a lease, oldest first
+/// (`runs_unleased`); runnable runs whose lease expired, soonest first
+/// (`runs_lease_expiry`); waiting runs whose signal is pending, from the pending signals,
+/// oldest first (`signals_pending_id`); waiting runs whose timer is due
+/// (`runs_waiting_wake`); parents whose children are done (`runs_waiting_children`); runs
+/// with a cancel requested (`runs_cancel_requested`). A filter added to `claimable`
+/// belongs in every arm too. `UNION` drops a run found twice (a cancel requested and a
+/// signal pending, or two pending signals).
+///
+/// Each arm names its index (`INDEXED BY`): the store never runs `ANALYZE`, and without
+/// statistics SQLite prefers `runs_status`, which reads every waiting run and sorts them.
+/// An arm's `WHERE` repeats its index's, term for term, as SQLite requires to use a
+/// partial index; should they part, preparing the statement fails ("no query solution")
+/// rather than the claim quietly reading every run.
+fn claim_candidates() -> String {
+    format!(
+        "SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_unleased \
+           WHERE r.status IN ('running', 'compensating') AND r.lease_owner IS NULL \
+           AND {OF_AGENTS} AND {TIMER_DUE} ORDER BY r.created_at, r.seq LIMIT $3) \
+         UNION SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_lease_expiry \
+           WHERE r.lease_owner IS NOT NULL \
+           AND r.status IN ('running', 'compensating', 'waiting') \
+           AND r.status IN ('running', 'compensating') AND r.lease_expires_at <= $2 \
+           AND {OF_AGENTS} AND {TIMER_DUE} ORDER BY r.lease_expires_at LIMIT $3) \
+         UNION SELECT id FROM (SELECT r.id FROM signals s INDEXED BY signals_pending_id \
+           JOIN runs r ON r.id = s.run_id WHERE s.consumed_at_version IS NULL \
+           AND r.status = 'waiting' AND (r.waiting_for IS NULL OR s.name = r.waiting_for) \
+           AND {LEASE_FREE} AND {OF_AGENTS} ORDER BY s.id LIMIT $3) \
+         UNION SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_waiting_wake \
+           WHERE r.wake_at <= $2 AND r.status = 'waiting' AND {LEASE_FREE} AND {OF_AGENTS} \
+           ORDER BY r.wake_at LIMIT $3) \
+         UNION SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_waiting_children \
+           WHERE r.status = 'waiting' AND r.waiting_for IN ('{all}', '{first}') \
+           AND {LEASE_FREE} AND {OF_AGENTS} AND {children} \
+           ORDER BY r.created_at, r.seq LIMIT $3) \
+         UNION SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_cancel_requested \
+           WHERE r.cancel_requested_by IS NOT NULL \
+           AND r.status IN ('running', 'compensating', 'waiting') AND {LEASE_FREE} \
+           AND {OF_AGENTS} ORDER BY r.created_at, r.seq LIMIT $3)",
+        all = WAIT_ALL_CHILDREN,
+        first = WAIT_FIRST_CHILD,
+        children = children_ready()
+    )
+}
 
 /// `Store::next_due`: the earliest time after `$1` at which a live lease of a run that is
-/// not final runs out or a timer is due; `NULL` when there is none.
+/// not final runs out or a timer is due; `NULL` when there is none. Each on its index
+/// (`runs_lease_expiry`, `runs_waiting_wake`), named for the reason given at
+/// [`claim_candidates`].
 pub(crate) const NEXT_DUE: &str = "SELECT min(at) FROM ( \
-     SELECT min(lease_expires_at) AS at FROM runs WHERE lease_owner IS NOT NULL \
-       AND status IN ('running', 'compensating', 'waiting') AND lease_expires_at > $1 \
-     UNION ALL SELECT min(wake_at) FROM runs WHERE wake_at > $1 \
+     SELECT min(lease_expires_at) AS at FROM runs INDEXED BY runs_lease_expiry \
+       WHERE lease_owner IS NOT NULL AND status IN ('running', 'compensating', 'waiting') \
+       AND lease_expires_at > $1 \
+     UNION ALL SELECT min(wake_at) FROM runs INDEXED BY runs_waiting_wake WHERE wake_at > $1 \
        AND status IN ('running', 'compensating', 'waiting'))";
 
 /// Take a run whose stored data does not read out of circulation.
@@ -223,7 +303,7 @@ pub(crate) static COMMIT_RUN: LazyLock<String> = LazyLock::new(|| {
 /// [`COMMIT_RUN`] for a commit that keeps the run's status (not a final one), the common
 /// step: it leaves `status` and the lease columns out of the `SET`, because SQLite updates
 /// an index whenever a column it covers is assigned, even to the same value (`runs_status`,
-/// `runs_claimable`, `runs_lease_owner`). `status = $5` joins the compare-and-set: when the
+/// `runs_unleased`, `runs_lease_expiry`, `runs_lease_owner`). `status = $5` joins the compare-and-set: when the
 /// stored status is not the one the commit keeps, nothing is written and [`COMMIT_RUN`]
 /// decides.
 pub(crate) const COMMIT_RUN_SAME_STATUS: &str = "UPDATE runs SET version = $2, state_name = $3, \
@@ -407,3 +487,140 @@ pub(crate) static RETENTION: LazyLock<RetentionSql> = LazyLock::new(|| {
                FROM json_each($1)) AS c";
     RetentionSql::new("IN (SELECT value FROM json_each($1))", "$2", cut, cut)
 });
+
+#[cfg(test)]
+mod tests {
+    use agent_core::store::Store;
+    use sqlx::Row;
+
+    use crate::SqliteStore;
+
+    /// The store with `n` runs waiting for a signal, `n` completed, `n` running under live
+    /// leases and `n` consumed signals, all written as rows: a store at scale that has
+    /// nothing to claim.
+    async fn store_at_scale(n: u32) -> (tempfile::TempDir, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("plan.sqlite3"))
+            .await
+            .unwrap();
+        let far = agent_core::store::now_ms() + 3_600_000;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "WITH RECURSIVE g(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM g WHERE k < {n}) \
+             INSERT INTO runs (id, agent, fingerprint, state_name, state, version, status, \
+               waiting_for, lease_owner, lease_expires_at, creation_hash, last_hash, \
+               created_at, updated_at, seq) \
+             SELECT s.status || '-' || k, 'A', 'fp', 'S', '{{}}', 1, s.status, s.waiting_for, \
+               s.owner, s.expires, 'h', 'h', k, k, s.rank * {n} + k \
+             FROM g, (SELECT 'waiting' AS status, 'go' AS waiting_for, NULL AS owner, \
+                 NULL AS expires, 0 AS rank \
+               UNION ALL SELECT 'completed', NULL, NULL, NULL, 1 \
+               UNION ALL SELECT 'running', NULL, 'w', {far}, 2) s; \
+             WITH RECURSIVE g(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM g WHERE k < {n}) \
+             INSERT INTO signals (run_id, name, payload, created_at, consumed_at_version) \
+             SELECT 'completed-' || k, 'go', 'true', k, 1 FROM g"
+        )))
+        .execute(store.pool())
+        .await
+        .unwrap();
+        (dir, store)
+    }
+
+    async fn explain(store: &SqliteStore, sql: &str, binds: &[i64]) -> String {
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")));
+        for b in binds {
+            q = q.bind(*b);
+        }
+        let rows = q.fetch_all(store.pool()).await.unwrap();
+        let nodes: Vec<(i64, i64, String)> = rows
+            .iter()
+            .map(|r| (r.get("id"), r.get("parent"), r.get("detail")))
+            .collect();
+        crate::plan_tree(&nodes)
+    }
+
+    /// No line of `plan` reads a whole table, or an index that holds the runs that cannot
+    /// be claimed (`runs_status`: every waiting and every completed run).
+    fn reads_no_table(plan: &str) {
+        let steps: Vec<&str> = plan
+            .lines()
+            .skip(1)
+            .map(|l| l.trim_start_matches([' ', '|', '-']))
+            .collect();
+        // Subqueries' rows, not tables: reading them whole is reading what they yield.
+        let coroutines: Vec<&str> = steps
+            .iter()
+            .filter_map(|s| s.strip_prefix("CO-ROUTINE "))
+            .collect();
+        for &step in &steps {
+            let scanned = step
+                .strip_prefix("SCAN ")
+                .map(|s| s.split(' ').next().unwrap_or(s));
+            let scan = scanned.is_some_and(|t| t != "json_each" && !coroutines.contains(&t));
+            assert!(
+                !scan || step.contains(" USING "),
+                "a table read whole: `{step}` in\n{plan}"
+            );
+            assert!(
+                !step.contains("runs_status") && !step.contains("runs_claimable"),
+                "an index over every run of a status: `{step}` in\n{plan}"
+            );
+        }
+    }
+
+    fn claim_plan_uses_its_indexes(plan: &str) {
+        reads_no_table(plan);
+        for index in [
+            "runs_unleased",
+            "runs_lease_expiry",
+            "signals_pending_id",
+            "runs_waiting_wake",
+            "runs_waiting_children",
+            "runs_cancel_requested",
+        ] {
+            assert!(
+                plan.contains(&format!("USING INDEX {index}")),
+                "no arm on `{index}` in\n{plan}"
+            );
+        }
+        assert!(
+            plan.lines()
+                .any(|l| l.starts_with("|--SEARCH r USING INDEX") && l.ends_with("(id=?)")),
+            "the runs picked are not read by id in\n{plan}"
+        );
+        // Only the runs the arms picked (at most the limit from each) are sorted, and
+        // deduplicated by the `UNION`.
+        for line in plan.lines().filter(|l| l.contains("TEMP B-TREE")) {
+            let step = line.trim_start_matches([' ', '|', '-']);
+            assert!(
+                line.starts_with("|--USE TEMP B-TREE") || step == "UNION USING TEMP B-TREE",
+                "an arm sorts: `{line}` in\n{plan}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn claims_and_next_due_read_only_their_indexes_with_and_without_statistics() {
+        let (_dir, store) = store_at_scale(2_000).await;
+        let agents = vec!["A".to_owned()];
+        let now = agent_core::store::now_ms();
+        for analyzed in [false, true] {
+            if analyzed {
+                sqlx::query("ANALYZE").execute(store.pool()).await.unwrap();
+            }
+            let plan = store.explain_claim_next(&agents, 16).await.unwrap();
+            claim_plan_uses_its_indexes(&plan);
+            let due = explain(&store, super::NEXT_DUE, &[now]).await;
+            reads_no_table(&due);
+            assert!(
+                due.contains("USING INDEX runs_lease_expiry (lease_expires_at>?)")
+                    && due.contains("USING INDEX runs_waiting_wake (wake_at>?)"),
+                "next_due off its indexes:\n{due}"
+            );
+        }
+        let claimed = store
+            .claim_next(&agents, "w", std::time::Duration::from_secs(30), 16)
+            .await
+            .unwrap();
+        assert!(claimed.is_empty(), "nothing is claimable");
+    }
+}
