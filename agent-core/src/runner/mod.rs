@@ -508,7 +508,7 @@ where
                 self.inner.config.lease_ttl,
             )
             .await?;
-        self.drive_claimed(run_id, claimed).await
+        self.drive_if_claimed(run_id, claimed.map(Box::new)).await
     }
 
     /// The run `start` creates, checked; the agent's graph stored at the first.
@@ -585,15 +585,15 @@ where
             Err(StoreError::Corrupt { .. }) => None,
             other => other?,
         };
-        self.drive_claimed(run_id, claimed).await
+        self.drive_if_claimed(run_id, claimed.map(Box::new)).await
     }
 
     /// Drive `claimed`; without a claim, the run as it is when final, else
     /// [`RunnerError::LeaseLost`] (another worker holds it).
-    async fn drive_claimed(
+    async fn drive_if_claimed(
         &self,
         run_id: &str,
-        claimed: Option<Claimed>,
+        claimed: Option<Box<Claimed>>,
     ) -> Result<RunRecord, RunnerError> {
         let Some(claimed) = claimed else {
             let record = self
@@ -608,7 +608,7 @@ where
             }
             return Err(RunnerError::LeaseLost(run_id.to_owned()));
         };
-        self.drive(Box::new(claimed)).await
+        self.drive(claimed).await
     }
 
     /// [`RunnerError::NoRouter`] for an agent with a routed state and no router: found
