@@ -49,11 +49,7 @@ agent_sql::impl_sql_store!(PgStore {
         agent_core::store::validate_labels(&run.labels)?;
         if let Some(record) = self.insert_run(&run, None, Some((worker, ttl))).await? {
             self.event_written(&record.id);
-            return Ok(Some(Claimed {
-                lease: lease_of(&record, worker),
-                record,
-                reads: Some(ClaimReads::created()),
-            }));
+            return Ok(Some(agent_sql::created_claimed(record, worker)));
         }
         // The run exists: the same request's (a retry) or another's, as `create_run` says.
         self.create(&run, None).await?;

@@ -29,7 +29,7 @@
 
 use std::time::Duration;
 
-use agent_core::store::{Lease, RunRecord, StoreError};
+use agent_core::store::{ClaimReads, Claimed, Lease, RunRecord, StoreError};
 use serde_json::Value;
 
 pub mod commit;
@@ -138,6 +138,19 @@ pub fn lease_of(r: &RunRecord, worker: &str) -> Lease {
         worker: worker.to_owned(),
         epoch: r.epoch,
         expires_at: r.lease_expires_at.unwrap_or(r.updated_at),
+    }
+}
+
+/// A run just created claimed by `worker` ([`Store::create_run_claimed`]), with what its
+/// first step would read: nothing beyond its start.
+///
+/// [`Store::create_run_claimed`]: agent_core::store::Store::create_run_claimed
+#[must_use]
+pub fn created_claimed(record: RunRecord, worker: &str) -> Claimed {
+    Claimed {
+        lease: lease_of(&record, worker),
+        record,
+        reads: Some(ClaimReads::created()),
     }
 }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    ClaimReads, Claimed, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure,
-    RunFilter, RunRecord, RunStatus, StoreError, TransitionKind, now_ms,
+    Claimed, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter,
+    RunRecord, RunStatus, StoreError, TransitionKind, now_ms,
 };
 use agent_sql::{lease_of, ms, repair_refused, rows, to_i64};
 use serde_json::Value;
@@ -41,11 +41,7 @@ agent_sql::impl_sql_store!(SqliteStore {
         ttl: Duration,
     ) -> Result<Option<Claimed>, StoreError> {
         match self.insert_run(&run, None, Some((worker, ttl))).await? {
-            (record, true) => Ok(Some(Claimed {
-                lease: lease_of(&record, worker),
-                record,
-                reads: Some(ClaimReads::created()),
-            })),
+            (record, true) => Ok(Some(agent_sql::created_claimed(record, worker))),
             // The same request's run, created before (a retry): claimed as any run is.
             (_, false) => self.claim_run_reading(&run.id, worker, ttl).await,
         }
