@@ -1155,7 +1155,23 @@ async fn w3(place: &Place, sizes: &Sizes) {
         opened.remove(&place).await;
     }
 
-    let place = place.fresh("w3c");
+    for warm in [false, true] {
+        w3_signals(place, n, &task, warm).await;
+    }
+}
+
+/// W3's signals: `n` runs waiting for a signal, a worker process idle, then the `n` signals
+/// sent at once by another process's store, whose pool is as the starts left it (one
+/// connection) or, `warm`, already holds a connection per concurrent send, as the pool of a
+/// service sending signals all day does.
+async fn w3_signals(
+    place: &Place,
+    n: usize,
+    task: &dyn Fn(&str, bool, Option<u32>) -> ChildTask,
+    warm: bool,
+) {
+    let pool = if warm { "warm" } else { "cold" };
+    let place = place.fresh(if warm { "w3d" } else { "w3c" });
     let opened = place.open().await;
     let store = opened.store();
     let (seeder, _) = new_runner(store.clone(), "starter", Duration::from_secs(30), None);
@@ -1195,6 +1211,17 @@ async fn w3(place: &Place, sizes: &Sizes) {
     })
     .await
     .expect("ready");
+    if warm {
+        let reads: Vec<_> = (ids.iter().cloned())
+            .map(|id| {
+                let store = store.clone();
+                tokio::spawn(async move { store.history(&id).await.expect("read") })
+            })
+            .collect();
+        for read in reads {
+            read.await.expect("read");
+        }
+    }
     // Let the new worker find nothing and go idle, as a worker waiting for work does.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut sends = Vec::new();
@@ -1223,18 +1250,18 @@ async fn w3(place: &Place, sizes: &Sizes) {
         .collect();
     let from_start = since(&commits, &vec![start_ms; n]);
     println!(
-        "  signals, all sent at once to a running worker process: next step committed, from the signal: {}",
+        "  signals (sender's pool {pool}), all sent at once to a running worker process: next step committed, from the signal: {}",
         spread(from_signal)
     );
     // The sends share the bench's pool: the time one waits for a connection counts above,
     // not here.
     println!(
-        "  signals: from the send's return (the signal stored): {}",
+        "  signals ({pool}): from the send's return (the signal stored): {}",
         spread(from_stored)
     );
-    println!("  signals: the send itself: {}", spread(sending));
+    println!("  signals ({pool}): the send itself: {}", spread(sending));
     println!(
-        "  signals: from the new process's start: {}",
+        "  signals ({pool}): from the new process's start: {}",
         spread(from_start)
     );
     opened.remove(&place).await;

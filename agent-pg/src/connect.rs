@@ -16,7 +16,7 @@ use sqlx::postgres::{
 use sqlx::{AssertSqlSafe, Connection};
 use tokio::sync::Notify;
 
-use crate::group_commit::{GroupCommit, GroupCommitStats};
+use crate::group_commit::{GroupCommit, GroupCommitStats, HeldConnections};
 use crate::{COMMITS_IN_FLIGHT, COMMITS_PER_STATEMENT, PgStore};
 
 /// Errors of setting a [`PgStore`] up (connecting, checking the schema, migrating). The
@@ -280,15 +280,18 @@ impl PgStore {
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options.clone());
+        // Commits and wake-ups share the connections held outside the pool: a wake-up takes
+        // one the commits left idle instead of opening its own while the server is busy.
+        let held = Arc::new(HeldConnections::new(options.clone()));
+        // The first connection proved the server is there; it serves the first statements.
+        held.adopt(first);
         let group = GroupCommit::new(
             pool.clone(),
-            options.clone(),
+            Arc::clone(&held),
             COMMITS_IN_FLIGHT,
             COMMITS_PER_STATEMENT,
         );
-        // The first connection proved the server is there; it serves the first commits.
-        group.adopt(first);
-        let waker = crate::wake::WorkWaker::new(options.clone());
+        let waker = crate::wake::WorkWaker::new(held);
         Ok(Self {
             readers,
             group: Arc::new(group),
@@ -431,7 +434,7 @@ impl PgStore {
     pub fn with_group_commit(mut self, in_flight: usize, per_statement: usize) -> Self {
         self.group = Arc::new(GroupCommit::new(
             self.pool.clone(),
-            self.options.clone(),
+            self.group.connections(),
             in_flight,
             per_statement,
         ));

@@ -37,7 +37,7 @@
 //! of one.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -177,14 +177,17 @@ const CHECK_AFTER_IDLE: Duration = Duration::from_secs(2);
 const MAX_CONNECTION_AGE: Duration = Duration::from_mins(30);
 
 /// Connections kept outside the pool, for statements that must not queue behind it: commit
-/// statements (at most one connection per commit slot) and wake-up notifications
-/// (`wake.rs`, one). Opened when first needed, kept between statements. A connection whose
+/// statements (at most one connection per commit slot), a worker's claims and their reads
+/// (one), and wake-up notifications (`wake.rs`, one). Opened when first needed or ahead of
+/// a worker's claim, kept between statements. A connection whose
 /// statement failed other than by the server's refusal is dropped, not reused; so is every
 /// one of them once the pool is closed (the store is shutting down).
 pub(crate) struct HeldConnections {
     options: PgConnectOptions,
     /// The idle ones: the connection, when it was opened, when it was last used.
     idle: Mutex<Vec<(PgConnection, Instant, Instant)>>,
+    /// Connections open, idle or lent out, counting those being opened ahead.
+    live: AtomicUsize,
 }
 
 impl HeldConnections {
@@ -192,16 +195,46 @@ impl HeldConnections {
         Self {
             options,
             idle: Mutex::new(Vec::new()),
+            live: AtomicUsize::new(0),
+        }
+    }
+
+    /// Open connections in the background until `want` are open: a worker about to claim
+    /// many runs will commit many at once, and each connection opened only when its first
+    /// statement comes adds a connection's set-up to that statement (W3 in
+    /// `BENCHMARKS.md`). Nothing is opened when `want` are open already.
+    pub(crate) fn open_ahead(self: &Arc<Self>, pool: &PgPool, want: usize) {
+        loop {
+            let live = self.live.load(Ordering::Relaxed);
+            if live >= want || pool.is_closed() {
+                return;
+            }
+            if self
+                .live
+                .compare_exchange(live, live + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            let this = Arc::clone(self);
+            tokio::spawn(async move {
+                match PgConnection::connect_with(&this.options).await {
+                    Ok(conn) => this.keep(conn, Instant::now()),
+                    // Best effort: the statement that needs it opens one itself.
+                    Err(_) => {
+                        this.live.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            });
         }
     }
 
     /// An idle connection that is still good, or a new one.
     pub(crate) async fn take(&self, pool: &PgPool) -> Result<(PgConnection, Instant), sqlx::Error> {
         if pool.is_closed() {
-            self.idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clear();
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            self.live.fetch_sub(idle.len(), Ordering::Relaxed);
+            idle.clear();
             return Err(sqlx::Error::PoolClosed);
         }
         let kept = self
@@ -209,16 +242,24 @@ impl HeldConnections {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        if let Some((mut conn, opened, used)) = kept
-            && opened.elapsed() < MAX_CONNECTION_AGE
-            && (used.elapsed() < CHECK_AFTER_IDLE || conn.ping().await.is_ok())
-        {
-            return Ok((conn, opened));
+        if let Some((mut conn, opened, used)) = kept {
+            if opened.elapsed() < MAX_CONNECTION_AGE
+                && (used.elapsed() < CHECK_AFTER_IDLE || conn.ping().await.is_ok())
+            {
+                return Ok((conn, opened));
+            }
+            self.live.fetch_sub(1, Ordering::Relaxed);
         }
-        Ok((
-            PgConnection::connect_with(&self.options).await?,
-            Instant::now(),
-        ))
+        let conn = PgConnection::connect_with(&self.options).await?;
+        self.live.fetch_add(1, Ordering::Relaxed);
+        Ok((conn, Instant::now()))
+    }
+
+    /// Keep `conn`, opened for something else (the store's first connection), as an idle
+    /// held connection: the first commit or wake-up then does not open one.
+    pub(crate) fn adopt(&self, conn: PgConnection) {
+        self.live.fetch_add(1, Ordering::Relaxed);
+        self.keep(conn, Instant::now());
     }
 
     /// Keep `conn` for the next statement, unless `outcome` says it may be broken.
@@ -229,18 +270,24 @@ impl HeldConnections {
         outcome: &Result<T, sqlx::Error>,
     ) {
         if matches!(outcome, Ok(_) | Err(sqlx::Error::Database(_))) {
-            self.idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((conn, opened, Instant::now()));
+            self.keep(conn, opened);
+        } else {
+            self.live.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    fn keep(&self, conn: PgConnection, opened: Instant) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((conn, opened, Instant::now()));
     }
 }
 
 /// The group-commit state of one store.
 pub(crate) struct GroupCommit {
     pool: PgPool,
-    connections: HeldConnections,
+    connections: Arc<HeldConnections>,
     queue: Mutex<Queue>,
     /// Commit statements allowed in flight at once.
     pub max_in_flight: usize,
@@ -265,13 +312,13 @@ impl std::fmt::Debug for GroupCommit {
 impl GroupCommit {
     pub(crate) fn new(
         pool: PgPool,
-        options: PgConnectOptions,
+        connections: Arc<HeldConnections>,
         max_in_flight: usize,
         max_batch: usize,
     ) -> Self {
         Self {
             pool,
-            connections: HeldConnections::new(options),
+            connections,
             queue: Mutex::new(Queue::default()),
             max_in_flight: max_in_flight.max(1),
             max_batch: max_batch.max(1),
@@ -292,11 +339,17 @@ impl GroupCommit {
         }
     }
 
-    /// Keep `conn`, opened for something else (the store's first connection), as an idle
-    /// commit connection: the first commit then does not open one.
-    pub(crate) fn adopt(&self, conn: PgConnection) {
+    /// The held connections its statements go on, which it shares with the store's
+    /// claims and wake-ups.
+    pub(crate) fn connections(&self) -> Arc<HeldConnections> {
+        Arc::clone(&self.connections)
+    }
+
+    /// Have a connection open for each commit slot and one for the claims, ahead of the
+    /// commits a worker's claim is about to bring.
+    pub(crate) fn open_ahead(&self) {
         self.connections
-            .give_back(conn, Instant::now(), &Ok::<(), sqlx::Error>(()));
+            .open_ahead(&self.pool, self.max_in_flight + 1);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -688,5 +741,70 @@ impl Drop for Slot<'_> {
             drop(queue);
             self.0.spawn_flusher();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+    use super::HeldConnections;
+
+    fn idle(held: &HeldConnections) -> usize {
+        held.idle.lock().unwrap().len()
+    }
+
+    /// Connections opened ahead are kept for the statements that come, never more than
+    /// asked for however often it is asked, and a broken one no longer counts. Skipped
+    /// without `DATABASE_URL` outside CI (the integration tests say so loudly).
+    #[tokio::test]
+    async fn connections_opened_ahead_are_counted_and_kept() {
+        let Ok(url) = std::env::var("DATABASE_URL") else {
+            assert!(
+                std::env::var("CI").is_err(),
+                "DATABASE_URL is not set under CI"
+            );
+            return;
+        };
+        let options = PgConnectOptions::from_str(&url).unwrap();
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with(options.clone());
+        let held = Arc::new(HeldConnections::new(options));
+        held.open_ahead(&pool, 3);
+        held.open_ahead(&pool, 3);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while idle(&held) < 3 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "3 connections not opened within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        held.open_ahead(&pool, 3);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(idle(&held), 3, "asked for 3 three times: 3 opened");
+        assert_eq!(held.live.load(Ordering::Relaxed), 3);
+
+        let (conn, opened) = held.take(&pool).await.unwrap();
+        assert_eq!(idle(&held), 2, "an idle one is lent, not a new one opened");
+        held.give_back(conn, opened, &Err::<(), _>(sqlx::Error::PoolTimedOut));
+        assert_eq!(
+            held.live.load(Ordering::Relaxed),
+            2,
+            "a broken one is dropped"
+        );
+        held.open_ahead(&pool, 3);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while idle(&held) < 3 {
+            assert!(tokio::time::Instant::now() < deadline, "not replaced");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(held.live.load(Ordering::Relaxed), 3);
     }
 }

@@ -103,6 +103,9 @@ agent_sql::impl_sql_store!(PgStore {
         ttl: Duration,
         limit: usize,
     ) -> Result<Vec<Claimed>, StoreError> {
+        if limit > 1 {
+            self.group.open_ahead();
+        }
         let claimed = self.claim_batch(agents, worker, ttl, limit).await?;
         Ok(self.with_reads(claimed).await)
     }
@@ -475,6 +478,21 @@ impl PgStore {
         }
     }
 
+    /// `query`'s rows, read on a connection held outside the pool: a worker's claim and
+    /// its reads come one after the other, and through the pool the second waited for the
+    /// first's connection to be handed back by a task of its own, or for a new one, behind
+    /// the steps the claim had just started (W3 in `BENCHMARKS.md`).
+    async fn fetch_held(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<PgRow>, sqlx::Error> {
+        let held = self.group.connections();
+        let (mut conn, opened) = held.take(&self.pool).await?;
+        let rows = query.fetch_all(&mut conn).await;
+        held.give_back(conn, opened, &rows);
+        rows
+    }
+
     /// The claimed runs with what their resumption reads first, in one statement for all
     /// of them ([`sql::CLAIM_READS`]). The claims stand whatever happens here: a run whose
     /// reads fail or do not decode gets `reads: None`, and the runner reads them itself.
@@ -487,11 +505,13 @@ impl PgStore {
         let waiting: Vec<bool> = (claimed.iter())
             .map(|(_, r)| r.status == RunStatus::Waiting)
             .collect();
-        let rows = sqlx::query(sql::CLAIM_READS)
-            .bind(&ids)
-            .bind(&versions)
-            .bind(&waiting)
-            .fetch_all(&self.pool)
+        let rows = self
+            .fetch_held(
+                sqlx::query(sql::CLAIM_READS)
+                    .bind(&ids)
+                    .bind(&versions)
+                    .bind(&waiting),
+            )
             .await;
         let mut reads: HashMap<String, ClaimReads> = HashMap::new();
         match rows {
@@ -536,12 +556,14 @@ impl PgStore {
         // `wait_for_work`).
         self.notices_seen
             .store(self.notices.load(Ordering::Relaxed), Ordering::Relaxed);
-        let rows = sqlx::query(sql::CLAIM_NEXT.as_str())
-            .bind(agents)
-            .bind(worker)
-            .bind(ms(ttl))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
+        let rows = self
+            .fetch_held(
+                sqlx::query(sql::CLAIM_NEXT.as_str())
+                    .bind(agents)
+                    .bind(worker)
+                    .bind(ms(ttl))
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX)),
+            )
             .await
             .map_err(db_err)?;
         let mut out = Vec::with_capacity(rows.len());

@@ -13,13 +13,15 @@
 //! wake-up lost to a crash between the commit and the notification delays the run until
 //! the next poll, as any lost notification does.
 //!
-//! The notification goes out on a connection of its own, outside the pool: many signals
-//! sent at once fill the pool with their inserts, and a wake-up queued behind them reached
-//! the workers only once most of the inserts were done (W3 in `BENCHMARKS.md`).
+//! The notification goes out on a connection held outside the pool, one the commits left
+//! idle when there is one: many signals sent at once fill the pool with their inserts, and
+//! a wake-up queued behind them reached the workers only once most of the inserts were
+//! done; a connection opened for it then, among the pool's, took as long (W3 in
+//! `BENCHMARKS.md`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::postgres::PgPool;
 
 use crate::group_commit::HeldConnections;
 
@@ -46,11 +48,11 @@ struct Sending {
 }
 
 impl WorkWaker {
-    /// A waker connecting with `options` (the store's) when it first sends.
-    pub(crate) fn new(options: PgConnectOptions) -> Self {
+    /// A waker sending on `connections` (the store's, shared with its commits).
+    pub(crate) fn new(connections: Arc<HeldConnections>) -> Self {
         Self {
             state: Arc::default(),
-            connection: Arc::new(HeldConnections::new(options)),
+            connection: connections,
         }
     }
 
@@ -92,11 +94,13 @@ impl WorkWaker {
 #[cfg(test)]
 mod tests {
     use std::str::FromStr;
+    use std::sync::Arc;
     use std::time::Duration;
 
     use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
     use super::WorkWaker;
+    use crate::group_commit::HeldConnections;
 
     /// The wake-up reaches listeners while every connection of the pool is taken, as when
     /// many signals are being sent at once. Skipped without `DATABASE_URL` outside CI (the
@@ -126,7 +130,7 @@ mod tests {
         let mut listener = PgListener::connect_with(&listening).await.unwrap();
         listener.listen(&channel).await.unwrap();
         let busy = pool.acquire().await.unwrap();
-        WorkWaker::new(options).wake(&pool, &channel);
+        WorkWaker::new(Arc::new(HeldConnections::new(options))).wake(&pool, &channel);
         let heard = tokio::time::timeout(Duration::from_secs(10), listener.recv()).await;
         drop(busy);
         let notice = heard.expect("no wake-up within 10 s while the pool was busy");
