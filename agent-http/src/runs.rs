@@ -158,6 +158,7 @@ pub(crate) async fn list_page(app: &AppState, q: ListQuery) -> Result<RunPage, A
         created_after: q.created_after,
         created_before,
         agent_version: q.agent_version,
+        fingerprint: None,
     };
     let listed = app.store.list_runs(&filter).await?;
     let mut runs: Vec<RunRecord> = match cursor {

@@ -451,7 +451,8 @@ pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, 
      ts_to_ms(created_at) AS created_at, hash, note_by, note_reason FROM transitions \
      WHERE run_id = $1 ORDER BY version";
 
-/// The filter of `Store::list_runs` and `Store::count_runs` (binds `$1`, `$2`, `$4`-`$9`;
+/// The filter of `Store::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
+/// `$4`-`$10`;
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
     () => {
@@ -463,7 +464,8 @@ macro_rules! runs_filter {
      AND ($6::text IS NULL OR spawned_by = $6) \
      AND ($7::bigint IS NULL OR ts_to_ms(created_at) >= $7) \
      AND ($8::bigint IS NULL OR ts_to_ms(created_at) < $8) \
-     AND ($9::integer IS NULL OR agent_version = $9)"
+     AND ($9::integer IS NULL OR agent_version = $9) \
+     AND ($10::text IS NULL OR fingerprint = $10)"
     };
 }
 
@@ -479,6 +481,15 @@ pub(crate) const COUNT_RUNS: &str = concat!(
     "SELECT status, count(*) AS n",
     runs_filter!(),
     " AND $3::bigint IS NULL GROUP BY status"
+);
+
+/// `Store::count_versions`: runs per agent version and fingerprint under the listing's
+/// filter (`$3` unused).
+pub(crate) const COUNT_VERSIONS: &str = concat!(
+    "SELECT agent_version, fingerprint, count(*) AS n",
+    runs_filter!(),
+    " AND $3::bigint IS NULL GROUP BY agent_version, fingerprint \
+     ORDER BY agent_version, fingerprint"
 );
 
 /// Lock run `$1`'s row for an operator's action: nothing commits to it until the action's

@@ -12,7 +12,7 @@ use agent_core::graph::GraphDescription;
 use agent_core::store::{
     ClaimReads, Claimed, EntryKind, EventWakes, Lease, Millis, NewRun, PruneReport, RepairCommit,
     RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StoreError,
-    ToolStats, VersionSpan,
+    ToolStats, VersionCount, VersionSpan,
 };
 use agent_sql::reads::head_of;
 use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
@@ -172,6 +172,14 @@ agent_sql::impl_sql_store!(PgStore {
             .await
             .map_err(db_err)?;
         rows::status_counts(&rows)
+    }
+
+    async fn count_versions(&self, filter: &RunFilter) -> Result<Vec<VersionCount>, StoreError> {
+        let rows = filtered(sql::COUNT_VERSIONS, filter, None)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows::version_counts(&rows)
     }
 
     async fn send_signal(
@@ -445,6 +453,7 @@ fn filtered<'q>(
                 .agent_version
                 .map(|v| i32::try_from(v).unwrap_or(i32::MAX)),
         )
+        .bind(&filter.fingerprint)
 }
 
 impl PgStore {

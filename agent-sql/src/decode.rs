@@ -6,7 +6,7 @@ use sqlx::{FromRow, Row};
 use crate::events::EventRow;
 use crate::rows::{
     AgentRow, Applied, CountRow, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow, IdRow,
-    PayloadRow, RunRow, SalvageRow, SignalRow, SpanRow, SwitchRow, TransitionRow,
+    PayloadRow, RunRow, SalvageRow, SignalRow, SpanRow, SwitchRow, TransitionRow, VersionCountRow,
 };
 
 /// A row of either dialect that decodes into every row type of [`rows`](crate::rows). Implemented
@@ -83,6 +83,11 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn count_row(&self) -> sqlx::Result<CountRow>;
+    /// The row as a count per agent version and fingerprint.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn version_count_row(&self) -> sqlx::Result<VersionCountRow>;
     /// The row as a tool switch row.
     ///
     /// # Errors
@@ -118,6 +123,7 @@ where
     for<'r> EnabledRow: FromRow<'r, R>,
     for<'r> CutoffRow: FromRow<'r, R>,
     for<'r> CountRow: FromRow<'r, R>,
+    for<'r> VersionCountRow: FromRow<'r, R>,
     for<'r> Applied: FromRow<'r, R>,
     for<'r> EventRow: FromRow<'r, R>,
 {
@@ -162,6 +168,9 @@ where
     }
     fn count_row(&self) -> sqlx::Result<CountRow> {
         CountRow::from_row(self)
+    }
+    fn version_count_row(&self) -> sqlx::Result<VersionCountRow> {
+        VersionCountRow::from_row(self)
     }
     fn switch_row(&self) -> sqlx::Result<SwitchRow> {
         SwitchRow::from_row(self)

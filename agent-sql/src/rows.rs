@@ -11,7 +11,7 @@ use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
     CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Millis, OperatorNote,
     ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion,
-    StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionSpan,
+    StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -254,6 +254,14 @@ pub struct CountRow {
     n: i64,
 }
 
+/// An agent version, a graph fingerprint and their number of runs (`count_versions`).
+#[derive(Debug, FromRow)]
+pub struct VersionCountRow {
+    agent_version: i32,
+    fingerprint: String,
+    n: i64,
+}
+
 /// A prune candidate's first kept version.
 #[derive(Debug, FromRow)]
 pub struct CutoffRow {
@@ -437,6 +445,26 @@ pub fn status_counts(rows: &[impl SqlRow]) -> Result<Vec<(RunStatus, u64)>, Stor
     counts.retain(|(_, n)| *n > 0);
     counts.sort_by_key(|(s, _)| RunStatus::ALL.iter().position(|a| a == s));
     Ok(counts)
+}
+
+/// The rows of `count_versions` (an agent version, a fingerprint and their number of runs
+/// each), in the statement's order.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a version or a count that does not read.
+pub fn version_counts(rows: &[impl SqlRow]) -> Result<Vec<VersionCount>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let c = |e: sqlx::Error| corrupt("(count)", e);
+            let r = row.version_count_row().map_err(c)?;
+            Ok(VersionCount {
+                agent_version: u32::try_from(r.agent_version)
+                    .map_err(|e| corrupt("(count)", format!("agent_version: {e}")))?,
+                fingerprint: r.fingerprint,
+                runs: to_u64(r.n).map_err(c)?,
+            })
+        })
+        .collect()
 }
 
 /// Parse a stored enum name through serde (for enums without a `parse`).

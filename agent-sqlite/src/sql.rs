@@ -319,7 +319,8 @@ pub(crate) const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version 
 pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
      created_at, hash, note_by, note_reason FROM transitions WHERE run_id = $1 ORDER BY version";
 
-/// The filter of `Store::list_runs` and `Store::count_runs` (binds `$1`, `$2`, `$4`-`$9`;
+/// The filter of `Store::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
+/// `$4`-`$10`;
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
     () => {
@@ -330,7 +331,7 @@ macro_rules! runs_filter {
        GROUP BY l.run_id HAVING count(*) = $4)) \
      AND ($6 IS NULL OR spawned_by = $6) \
      AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8) \
-     AND ($9 IS NULL OR agent_version = $9)"
+     AND ($9 IS NULL OR agent_version = $9) AND ($10 IS NULL OR fingerprint = $10)"
     };
 }
 
@@ -346,6 +347,15 @@ pub(crate) const COUNT_RUNS: &str = concat!(
     "SELECT status, count(*) AS n",
     runs_filter!(),
     " AND $3 IS NULL GROUP BY status"
+);
+
+/// `Store::count_versions`: runs per agent version and fingerprint under the listing's
+/// filter (`$3` unused).
+pub(crate) const COUNT_VERSIONS: &str = concat!(
+    "SELECT agent_version, fingerprint, count(*) AS n",
+    runs_filter!(),
+    " AND $3 IS NULL GROUP BY agent_version, fingerprint \
+     ORDER BY agent_version, fingerprint"
 );
 
 /// `Store::cancel_run` under a live lease: the request, for the holder's next commit.

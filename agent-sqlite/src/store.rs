@@ -9,7 +9,7 @@ use std::time::Duration;
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
     Claimed, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter,
-    RunRecord, RunStatus, StoreError, TransitionKind, now_ms,
+    RunRecord, RunStatus, StoreError, TransitionKind, VersionCount, now_ms,
 };
 use agent_sql::{lease_of, ms, repair_refused, rows, to_i64};
 use serde_json::Value;
@@ -205,6 +205,14 @@ agent_sql::impl_sql_store!(SqliteStore {
             .await
             .map_err(db_err)?;
         rows::status_counts(&rows)
+    }
+
+    async fn count_versions(&self, filter: &RunFilter) -> Result<Vec<VersionCount>, StoreError> {
+        let rows = filtered(sql::COUNT_VERSIONS, filter, None)?
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows::version_counts(&rows)
     }
 
     async fn send_signal(
@@ -467,5 +475,6 @@ fn filtered<'q>(
         .bind(&filter.spawned_by)
         .bind(filter.created_after)
         .bind(filter.created_before)
-        .bind(filter.agent_version.map(i64::from)))
+        .bind(filter.agent_version.map(i64::from))
+        .bind(&filter.fingerprint))
 }

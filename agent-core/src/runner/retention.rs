@@ -128,14 +128,3 @@ impl Retention {
         })
     }
 }
-
-/// Aborts the retention task when the worker's loop ends, however it ends.
-pub(crate) struct RetentionTask(pub(crate) Option<tokio::task::JoinHandle<()>>);
-
-impl Drop for RetentionTask {
-    fn drop(&mut self) {
-        if let Some(task) = self.0.take() {
-            task.abort();
-        }
-    }
-}

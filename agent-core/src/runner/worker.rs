@@ -9,7 +9,7 @@ use futures::FutureExt;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use super::retention::{Retention, RetentionTask};
+use super::retention::Retention;
 use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
 use crate::store::{Claimed, Store};
@@ -79,7 +79,7 @@ pub struct VersionReport {
     /// How many runs that are not final are on this worker's own version but recorded
     /// another graph fingerprint: the graph changed without a new version.
     pub changed_graph: u64,
-    /// The first [`CHANGED_GRAPH_LISTED`] of them.
+    /// Up to [`CHANGED_GRAPH_LISTED`] of them, newest first for each graph they recorded.
     pub changed_graph_runs: Vec<String>,
 }
 
@@ -157,58 +157,14 @@ where
 
     /// The runs of this agent that are not final and that this worker leaves alone or
     /// that disagree with its graph: counts of runs on versions it cannot run, and the runs
-    /// of its own version whose recorded fingerprint is not its graph's.
+    /// of its own version whose recorded fingerprint is not its graph's. Counted by the
+    /// store ([`Store::count_versions`](crate::store::Store::count_versions)): no run is
+    /// read, however many wait.
     ///
     /// # Errors
-    /// The store's, listing the runs.
+    /// The store's, counting or listing the runs.
     pub async fn version_report(&self) -> Result<VersionReport, crate::store::StoreError> {
-        use crate::store::{RunFilter, RunStatus};
-        let store = self.runner.store();
-        let filter = RunFilter {
-            agent: Some(A::NAME.to_owned()),
-            statuses: RunStatus::ALL
-                .into_iter()
-                .filter(|s| !s.is_final())
-                .collect(),
-            ..RunFilter::default()
-        };
-        let fingerprint = A::graph().fingerprint();
-        let runnable = super::claim_entries::<A>();
-        let mut report = VersionReport::default();
-        for run in store.list_runs(&filter).await? {
-            if !crate::store::claimable_by(&runnable, &run.agent, run.agent_version) {
-                *report.unrunnable.entry(run.agent_version).or_default() += 1;
-            } else if run.agent_version == A::VERSION && run.fingerprint != fingerprint {
-                report.changed_graph += 1;
-                if report.changed_graph_runs.len() < CHANGED_GRAPH_LISTED {
-                    report.changed_graph_runs.push(run.id);
-                }
-            }
-        }
-        Ok(report)
-    }
-
-    /// Log [`version_report`](Self::version_report), once per worker.
-    async fn report_versions(&self) {
-        self.versions_reported
-            .get_or_init(|| async {
-                match self.version_report().await {
-                    Ok(report) => {
-                        for (version, runs) in &report.unrunnable {
-                            warn!(agent = A::NAME, version, runs, worker_version = A::VERSION,
-                                "runs of a version this worker cannot run are left to other workers");
-                        }
-                        if report.changed_graph > 0 {
-                            warn!(agent = A::NAME, version = A::VERSION, runs = report.changed_graph,
-                                listed = ?report.changed_graph_runs,
-                                "runs of this version recorded another graph: the graph changed \
-                                 without a new version");
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "could not report the versions of the stored runs"),
-                }
-            })
-            .await;
+        version_report::<A>(self.runner.store().as_ref()).await
     }
 
     /// The runner this worker drives runs with (to start runs or send signals).
@@ -298,12 +254,13 @@ where
         if self.config.expire_own_leases_at_start {
             self.expire_own_leases(&store, &cfg.worker_id).await;
         }
-        let _retention = RetentionTask(
+        let _retention = AbortOnDrop(
             self.config
                 .retention
                 .clone()
                 .map(|r| r.spawn(Arc::clone(&store))),
         );
+        let mut _versions = AbortOnDrop(None);
         // The versions report lists the runs that are not final: after the first claim,
         // so that a restarted worker's runs do not wait for that listing to resume.
         let mut versions_pending = true;
@@ -373,7 +330,11 @@ where
             }
             if versions_pending {
                 versions_pending = false;
-                self.report_versions().await;
+                // Once per worker, beside the work: the counts take a scan of the runs.
+                if self.versions_reported.set(()).is_ok() {
+                    _versions =
+                        AbortOnDrop(Some(tokio::spawn(report_versions::<A>(Arc::clone(&store)))));
+                }
             }
             if claimed > 0 {
                 continue;
@@ -477,5 +438,81 @@ fn tally(
             warn!(error = %e, "run task failed; it resumes on a later claim");
             stats.errors += 1;
         }
+    }
+}
+
+/// Aborts a task of the worker (retention, the versions report) when the worker's loop
+/// ends, however it ends.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
+/// [`Worker::version_report`] of agent `A`'s runs in `store`.
+async fn version_report<A: Agent>(
+    store: &dyn Store,
+) -> Result<VersionReport, crate::store::StoreError> {
+    use crate::store::{RunFilter, RunStatus};
+    let filter = RunFilter {
+        agent: Some(A::NAME.to_owned()),
+        statuses: RunStatus::ALL
+            .into_iter()
+            .filter(|s| !s.is_final())
+            .collect(),
+        ..RunFilter::default()
+    };
+    let fingerprint = A::graph().fingerprint();
+    let runnable = super::claim_entries::<A>();
+    let mut report = VersionReport::default();
+    for count in store.count_versions(&filter).await? {
+        if !crate::store::claimable_by(&runnable, A::NAME, count.agent_version) {
+            *report.unrunnable.entry(count.agent_version).or_default() += count.runs;
+        } else if count.agent_version == A::VERSION && count.fingerprint != fingerprint {
+            report.changed_graph += count.runs;
+            let room = CHANGED_GRAPH_LISTED - report.changed_graph_runs.len();
+            if room > 0 {
+                let listed = store
+                    .list_runs(&RunFilter {
+                        agent_version: Some(count.agent_version),
+                        fingerprint: Some(count.fingerprint),
+                        limit: Some(room),
+                        ..filter.clone()
+                    })
+                    .await?;
+                report
+                    .changed_graph_runs
+                    .extend(listed.into_iter().map(|r| r.id));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Log [`version_report`] (a worker does it once, beside its work).
+async fn report_versions<A: Agent>(store: Arc<dyn Store>) {
+    match version_report::<A>(store.as_ref()).await {
+        Ok(report) => {
+            for (version, runs) in &report.unrunnable {
+                warn!(
+                    agent = A::NAME,
+                    version,
+                    runs,
+                    worker_version = A::VERSION,
+                    "runs of a version this worker cannot run are left to other workers"
+                );
+            }
+            if report.changed_graph > 0 {
+                warn!(agent = A::NAME, version = A::VERSION, runs = report.changed_graph,
+                    listed = ?report.changed_graph_runs,
+                    "runs of this version recorded another graph: the graph changed \
+                     without a new version");
+            }
+        }
+        Err(e) => warn!(error = %e, "could not report the versions of the stored runs"),
     }
 }

@@ -10,7 +10,7 @@ use super::{
     Claimed, EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease,
     MigrationCommit, Millis, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
     RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
-    StepCommit, StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionSpan,
+    StepCommit, StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionCount, VersionSpan,
     compute_tool_stats,
 };
 use crate::graph::GraphDescription;
@@ -243,6 +243,32 @@ pub trait Store: Send + Sync + fmt::Debug {
             .into_iter()
             .map(|s| (s, runs.iter().filter(|r| r.status == s).count() as u64))
             .filter(|(_, n)| *n > 0)
+            .collect())
+    }
+
+    /// How many runs match the filter, per agent version and recorded graph fingerprint,
+    /// ordered by both. [`RunFilter::limit`] is ignored: this counts them all. The default
+    /// lists the runs; SQL stores count in the database, so that a worker's start-up
+    /// report ([`Worker::version_report`](crate::runner::Worker::version_report)) reads no
+    /// run however many wait.
+    async fn count_versions(&self, filter: &RunFilter) -> Result<Vec<VersionCount>, StoreError> {
+        let all = RunFilter {
+            limit: None,
+            ..filter.clone()
+        };
+        let mut counts = std::collections::BTreeMap::<(u32, String), u64>::new();
+        for run in self.list_runs(&all).await? {
+            *counts
+                .entry((run.agent_version, run.fingerprint))
+                .or_default() += 1;
+        }
+        Ok(counts
+            .into_iter()
+            .map(|((agent_version, fingerprint), runs)| VersionCount {
+                agent_version,
+                fingerprint,
+                runs,
+            })
             .collect())
     }
 

@@ -886,6 +886,7 @@ impl Store for MemoryStore {
                         .created_before
                         .is_none_or(|t| d.record.created_at < t)
                     && (filter.agent_version).is_none_or(|v| d.record.agent_version == v)
+                    && (filter.fingerprint.as_ref()).is_none_or(|f| d.record.fingerprint == *f)
             })
             .collect();
         runs.sort_by(|a, b| {

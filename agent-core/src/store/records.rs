@@ -691,6 +691,20 @@ pub struct RunFilter {
     pub created_before: Option<Millis>,
     /// Only runs on this version of their agent ([`RunRecord::agent_version`]).
     pub agent_version: Option<u32>,
+    /// Only runs that recorded this graph fingerprint ([`RunRecord::fingerprint`]).
+    pub fingerprint: Option<String>,
+}
+
+/// How many runs of one agent version recorded one graph fingerprint
+/// ([`Store::count_versions`](super::Store::count_versions)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionCount {
+    /// Their agent version ([`RunRecord::agent_version`]).
+    pub agent_version: u32,
+    /// The graph fingerprint they recorded ([`RunRecord::fingerprint`]).
+    pub fingerprint: String,
+    /// How many runs.
+    pub runs: u64,
 }
 
 /// A tool's switch in the tool registry.

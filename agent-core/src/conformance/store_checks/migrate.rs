@@ -246,7 +246,8 @@ pub async fn check_migration_refuses_compensating_runs(
 }
 
 /// `claim_next` takes `Agent` (any version) and `Agent@N` (that version only); listing
-/// and counting filter by agent version alike.
+/// and counting filter by agent version alike; `count_versions` counts per version and
+/// recorded graph, and listing filters by graph.
 ///
 /// # Errors
 /// What the store or the runner did wrong, when it breaks the guarantee.
@@ -321,5 +322,52 @@ pub async fn check_claim_next_filters_by_version(store: Arc<dyn Store>) -> Resul
     ensure(
         counted == [(RunStatus::Running, 1)],
         &format!("counted by version: {counted:?}"),
+    )?;
+    // A version 1 run that recorded another graph: counted apart, listed by its graph.
+    store
+        .create_run(
+            NewRun::new("v1-c", "Versioned", "g1", "A", json!({ "A": {} })).with_agent_version(1),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let versioned = RunFilter {
+        agent: Some("Versioned".to_owned()),
+        ..RunFilter::default()
+    };
+    let counted: Vec<(u32, String, u64)> = store
+        .count_versions(&RunFilter {
+            limit: Some(1),
+            ..versioned.clone()
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|c| (c.agent_version, c.fingerprint, c.runs))
+        .collect();
+    let expected = [(1, "f1", 2), (1, "g1", 1), (2, "f2", 1), (3, "f3", 1)]
+        .map(|(v, f, n)| (v, f.to_owned(), n));
+    ensure(
+        counted == expected,
+        &format!("counted by version and graph, whatever the limit: {counted:?}"),
+    )?;
+    let listed = store
+        .list_runs(&RunFilter {
+            fingerprint: Some("g1".to_owned()),
+            ..versioned.clone()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let listed: Vec<String> = listed.into_iter().map(|r| r.id).collect();
+    ensure(listed == ["v1-c"], &format!("listed by graph: {listed:?}"))?;
+    let counted = store
+        .count_versions(&RunFilter {
+            statuses: vec![RunStatus::Waiting],
+            ..versioned
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure(
+        counted.is_empty(),
+        &format!("counted under a status no run is in: {counted:?}"),
     )
 }
