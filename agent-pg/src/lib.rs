@@ -100,7 +100,10 @@
 //!
 //! Commit statements run on connections of the store's own, outside the pool: one per
 //! slot at most, opened when first needed (the first is the connection the store opened
-//! to check the server) and kept. Through the pool, sqlx pings a connection when it is
+//! to check the server) and kept. A worker's claims and their reads, and the wake-up
+//! notification after a signal, use the same connections, and a claim of more than one
+//! run opens them ahead (one per slot and one for claims), so that the commits it brings
+//! do not each wait for a connection to open. Through the pool, sqlx pings a connection when it is
 //! given back; it also pinged it when handing it out, which the store turns off for its
 //! pool (a pooled connection idle for two seconds is pinged, as below). A kept
 //! connection idle for over two seconds is pinged before use; one whose statement failed
@@ -125,8 +128,8 @@
 //! (`postgres://user@localhost/db?host=/var/run/postgresql`) or `sslmode=disable` avoids it.
 //!
 //! Besides its pool, a store opens up to [`COMMITS_IN_FLIGHT`] connections of its own for
-//! commit statements (see "Group commit"); count them when sizing the server's
-//! `max_connections`.
+//! commit statements, and up to two more for a worker's claims and the wake-ups after
+//! signals (see "Group commit"); count them when sizing the server's `max_connections`.
 //!
 //! [`Store`]: agent_core::store::Store
 //! [`Store::commit_step`]: agent_core::store::Store::commit_step
