@@ -100,9 +100,9 @@ pub use open::{Access, SqliteBackupError, SqliteOpenError};
 #[derive(Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    /// Read-only connections for event followers: in WAL mode they read the last commit
-    /// while the writer goes on, so a follower never holds up a commit on `pool`'s one
-    /// connection. Opened on first use.
+    /// Read-only connections for event followers, retention's reads and the versions
+    /// count: in WAL mode they read the last commit while the writer goes on, so these
+    /// never hold up a commit on `pool`'s one connection. Opened on first use.
     readers: SqlitePool,
     path: Option<PathBuf>,
     /// Opened with [`Access::ReadOnly`]: nothing to checkpoint on close.

@@ -208,8 +208,10 @@ agent_sql::impl_sql_store!(SqliteStore {
     }
 
     async fn count_versions(&self, filter: &RunFilter) -> Result<Vec<VersionCount>, StoreError> {
+        // On a reader: counting scans the runs, and the one write connection serves the
+        // worker's claims and commits meanwhile (a worker counts at start-up).
         let rows = filtered(sql::COUNT_VERSIONS, filter, None)?
-            .fetch_all(&self.pool)
+            .fetch_all(&self.readers)
             .await
             .map_err(db_err)?;
         rows::version_counts(&rows)
