@@ -346,10 +346,18 @@ impl Place {
     async fn open(&self) -> Opened {
         match self {
             Self::Pg { url, schema } => {
-                let store =
+                let mut store =
                     PgStore::connect_with(url, schema, PgPoolOptions::new().max_connections(POOL))
                         .await
                         .expect("connect");
+                // `WORKLOADS_PER_STATEMENT=N`: another bound on commits per grouped
+                // statement, to compare with the default in one build.
+                if let Some(n) = std::env::var("WORKLOADS_PER_STATEMENT")
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                {
+                    store = store.with_group_commit(agent_pg::COMMITS_IN_FLIGHT, n);
+                }
                 store.migrate().await.expect("migrate");
                 Opened::Pg(Arc::new(store))
             }
