@@ -280,8 +280,9 @@ impl PgStore {
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options.clone());
-        // Commits and wake-ups share the connections held outside the pool: a wake-up takes
-        // one the commits left idle instead of opening its own while the server is busy.
+        // Commits, a worker's claims and wake-ups share the connections held outside the
+        // pool: a wake-up takes one the commits left idle instead of opening its own while
+        // the server is busy.
         let held = Arc::new(HeldConnections::new(options.clone()));
         // The first connection proved the server is there; it serves the first statements.
         held.adopt(first);

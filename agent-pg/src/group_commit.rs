@@ -179,9 +179,9 @@ const MAX_CONNECTION_AGE: Duration = Duration::from_mins(30);
 /// Connections kept outside the pool, for statements that must not queue behind it: commit
 /// statements (at most one connection per commit slot), a worker's claims and their reads
 /// (one), and wake-up notifications (`wake.rs`, one). Opened when first needed or ahead of
-/// a worker's claim, kept between statements. A connection whose
-/// statement failed other than by the server's refusal is dropped, not reused; so is every
-/// one of them once the pool is closed (the store is shutting down).
+/// a worker's claim, kept between statements. A connection whose statement failed other
+/// than by the server's refusal is dropped, not reused; so is every one of them once the
+/// pool is closed (the store is shutting down).
 pub(crate) struct HeldConnections {
     options: PgConnectOptions,
     /// The idle ones: the connection, when it was opened, when it was last used.

@@ -260,9 +260,8 @@ where
                 .clone()
                 .map(|r| r.spawn(Arc::clone(&store))),
         );
-        let mut _versions = AbortOnDrop(None);
-        // The versions report lists the runs that are not final: after the first claim,
-        // so that a restarted worker's runs do not wait for that listing to resume.
+        // The versions report counts the runs that are not final (a scan of them): after
+        // the first claim and in a task of its own, so that no claim waits for it.
         let mut versions_pending = true;
         loop {
             while let Some(done) = tasks.try_join_next() {
@@ -330,10 +329,10 @@ where
             }
             if versions_pending {
                 versions_pending = false;
-                // Once per worker, beside the work: the counts take a scan of the runs.
+                // Once per worker. Not aborted with the loop: a worker run until idle
+                // (a batch job) may end before its report, which is one count.
                 if self.versions_reported.set(()).is_ok() {
-                    _versions =
-                        AbortOnDrop(Some(tokio::spawn(report_versions::<A>(Arc::clone(&store)))));
+                    tokio::spawn(report_versions::<A>(Arc::clone(&store)));
                 }
             }
             if claimed > 0 {
@@ -441,8 +440,7 @@ fn tally(
     }
 }
 
-/// Aborts a task of the worker (retention, the versions report) when the worker's loop
-/// ends, however it ends.
+/// Aborts a task of the worker (retention) when the worker's loop ends, however it ends.
 struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
 
 impl Drop for AbortOnDrop {
