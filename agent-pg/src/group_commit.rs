@@ -746,12 +746,11 @@ impl Drop for Slot<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::str::FromStr;
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    use sqlx::postgres::PgPoolOptions;
 
     use super::HeldConnections;
 
@@ -764,14 +763,9 @@ mod tests {
     /// without `DATABASE_URL` outside CI (the integration tests say so loudly).
     #[tokio::test]
     async fn connections_opened_ahead_are_counted_and_kept() {
-        let Ok(url) = std::env::var("DATABASE_URL") else {
-            assert!(
-                std::env::var("CI").is_err(),
-                "DATABASE_URL is not set under CI"
-            );
+        let Some(options) = crate::test_database::options() else {
             return;
         };
-        let options = PgConnectOptions::from_str(&url).unwrap();
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .connect_lazy_with(options.clone());

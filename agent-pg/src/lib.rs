@@ -156,6 +156,8 @@ mod group_commit;
 mod operator;
 mod sql;
 mod store;
+#[cfg(test)]
+mod test_database;
 mod wake;
 
 pub use agent_sql::LARGE_OUTPUT_BYTES;

@@ -93,11 +93,10 @@ impl WorkWaker {
 
 #[cfg(test)]
 mod tests {
-    use std::str::FromStr;
     use std::sync::Arc;
     use std::time::Duration;
 
-    use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+    use sqlx::postgres::{PgListener, PgPoolOptions};
 
     use super::WorkWaker;
     use crate::group_commit::HeldConnections;
@@ -107,14 +106,9 @@ mod tests {
     /// integration tests say so loudly).
     #[tokio::test]
     async fn the_wake_up_does_not_wait_for_the_pool() {
-        let Ok(url) = std::env::var("DATABASE_URL") else {
-            assert!(
-                std::env::var("CI").is_err(),
-                "DATABASE_URL is not set under CI"
-            );
+        let Some(options) = crate::test_database::options() else {
             return;
         };
-        let options = PgConnectOptions::from_str(&url).unwrap();
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
