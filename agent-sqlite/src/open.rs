@@ -138,9 +138,9 @@ fn migrator() -> Migrator {
 #[derive(Debug)]
 pub(crate) struct ProcessLock {
     _file: File,
-    /// Held while one of this process's opens migrates, so that two stores opened at once on
-    /// one file migrate one after the other.
-    migrating: tokio::sync::Mutex<()>,
+    /// Held while one of this process's opens connects and migrates, so that two stores
+    /// opened at once on one file do both one after the other.
+    opening: tokio::sync::Mutex<()>,
 }
 
 /// The locks this process holds, by lock file: a process may open several stores on one
@@ -209,7 +209,7 @@ fn lock(db: &Path) -> Result<Arc<ProcessLock>, SqliteOpenError> {
         .and_then(|()| write!(file, "{}", std::process::id()));
     let lock = Arc::new(ProcessLock {
         _file: file,
-        migrating: tokio::sync::Mutex::new(()),
+        opening: tokio::sync::Mutex::new(()),
     });
     held.retain(|_, l| l.strong_count() > 0);
     held.insert(key, Arc::downgrade(&lock));
@@ -258,11 +258,15 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        let store = Self::connect(options, Some(path), false).await?;
-        {
-            let _migrating = lock.migrating.lock().await;
+        // Connecting switches a fresh file to WAL, which takes an exclusive lock the busy
+        // timeout does not wait for: stores opened at once connect one after the other
+        // too, not only migrate.
+        let store = {
+            let _opening = lock.opening.lock().await;
+            let store = Self::connect(options, Some(path), false).await?;
             migrator().run(&store.pool).await?;
-        }
+            store
+        };
         Ok(Self {
             _worker_lock: Some(lock),
             ..store
