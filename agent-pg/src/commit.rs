@@ -113,6 +113,22 @@ impl PgStore {
         Ok(written > 0)
     }
 
+    /// `Store::commit_step_with_entries`: the entries first, each through the group commit
+    /// as [`record`](Self::record) writes it, then the commit. (The grouped statements
+    /// write entries and commits apart: carrying a step's entries in its commit's
+    /// statement is not done here; on SQLite, the commit's transaction carries them.)
+    pub(crate) async fn commit_with_entries(
+        &self,
+        lease: &Lease,
+        entries: &[JournalEntry],
+        commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError> {
+        for entry in entries {
+            self.record(lease, entry).await?;
+        }
+        self.commit(lease, commit).await
+    }
+
     /// `Store::commit_step`.
     pub(crate) async fn commit(
         &self,

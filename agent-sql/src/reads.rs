@@ -555,6 +555,18 @@ macro_rules! impl_sql_store {
                 self.commit(lease, commit).await
             }
 
+            async fn commit_step_with_entries(
+                &self,
+                lease: &$crate::__private::Lease,
+                entries: &[$crate::__private::JournalEntry],
+                commit: &$crate::__private::StepCommit,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.commit_with_entries(lease, entries, commit).await
+            }
+
             async fn version_span(
                 &self,
                 run_id: &str,

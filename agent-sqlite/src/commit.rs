@@ -22,35 +22,7 @@ impl SqliteStore {
         entry: &JournalEntry,
     ) -> Result<(), StoreError> {
         check_entry(lease, entry)?;
-        let output = entry.output.as_ref().map(Value::to_string);
-        let external = output
-            .as_ref()
-            .is_some_and(|o| o.len() > LARGE_OUTPUT_BYTES);
-        self.group
-            .record(EntryRow {
-                run_id: lease.run_id.clone(),
-                epoch: lease.epoch,
-                version: to_i64(entry.version),
-                seq: i64::from(entry.seq),
-                kind: entry.kind.as_str(),
-                state: entry.state.clone(),
-                name: entry.name.clone(),
-                tool_kind: entry.tool_kind.map(agent_core::ToolKind::as_str),
-                input_hash: entry.input_hash.clone(),
-                input: entry.input.to_string(),
-                idempotency_key: entry.idempotency_key.clone(),
-                status: entry.status.as_str(),
-                output,
-                external,
-                error_class: entry.error_class.as_ref().and_then(serde_name),
-                error_code: entry.error_code.clone(),
-                error_message: entry.error_message.clone(),
-                attempts: i64::from(entry.attempts),
-                duration_ms: to_i64(entry.duration_ms),
-                started_at: entry.started_at,
-                finished_at: entry.finished_at,
-            })
-            .await?;
+        self.group.record(entry_row(lease, entry)).await?;
         self.events.wake(&lease.run_id);
         Ok(())
     }
@@ -63,6 +35,21 @@ impl SqliteStore {
         lease: &Lease,
         commit: &StepCommit,
     ) -> Result<RunRecord, StoreError> {
+        self.commit_with_entries(lease, &[], commit).await
+    }
+
+    /// `Store::commit_step_with_entries`: the entries are written in the commit's
+    /// transaction, after its compare-and-set and only if it applied (which fences them by
+    /// the lease as [`record`](Self::record) does).
+    pub(crate) async fn commit_with_entries(
+        &self,
+        lease: &Lease,
+        entries: &[JournalEntry],
+        commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError> {
+        for entry in entries {
+            check_entry(lease, entry)?;
+        }
         let run_id = lease.run_id.as_str();
         let head = if let Some(cached) = self.heads.at(run_id, commit.expected_version) {
             cached
@@ -110,6 +97,7 @@ impl SqliteStore {
                 body,
                 signal: commit.consumed_signal,
                 now,
+                entries: entries.iter().map(|e| entry_row(lease, e)).collect(),
             })
             .await?;
         let Some(applied) = applied else {
@@ -137,5 +125,37 @@ impl SqliteStore {
             self.work.notify_waiters();
         }
         Ok(record)
+    }
+}
+
+/// The row [`GroupCommit`](crate::group_commit) writes for `entry`; an output too large to
+/// keep inline goes to the side table.
+fn entry_row(lease: &Lease, entry: &JournalEntry) -> EntryRow {
+    let output = entry.output.as_ref().map(Value::to_string);
+    let external = output
+        .as_ref()
+        .is_some_and(|o| o.len() > LARGE_OUTPUT_BYTES);
+    EntryRow {
+        run_id: lease.run_id.clone(),
+        epoch: lease.epoch,
+        version: to_i64(entry.version),
+        seq: i64::from(entry.seq),
+        kind: entry.kind.as_str(),
+        state: entry.state.clone(),
+        name: entry.name.clone(),
+        tool_kind: entry.tool_kind.map(agent_core::ToolKind::as_str),
+        input_hash: entry.input_hash.clone(),
+        input: entry.input.to_string(),
+        idempotency_key: entry.idempotency_key.clone(),
+        status: entry.status.as_str(),
+        output,
+        external,
+        error_class: entry.error_class.as_ref().and_then(serde_name),
+        error_code: entry.error_code.clone(),
+        error_message: entry.error_message.clone(),
+        attempts: i64::from(entry.attempts),
+        duration_ms: to_i64(entry.duration_ms),
+        started_at: entry.started_at,
+        finished_at: entry.finished_at,
     }
 }

@@ -69,6 +69,9 @@ pub(crate) struct CommitRow {
     /// the new version in the same transaction.
     pub signal: Option<i64>,
     pub now: Millis,
+    /// Journal entries of the step not recorded yet: written after the compare-and-set,
+    /// only if it applied, and before the version.
+    pub entries: Vec<EntryRow>,
 }
 
 /// The parameters of one journal entry's write, owned (a batch is written by another task
@@ -378,6 +381,12 @@ async fn apply_entry(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(), 
             epoch: row.epoch,
         });
     }
+    write_entry(conn, row).await
+}
+
+/// The entry's rows (the journal's, and the side table's for a large output), its fence
+/// already checked.
+async fn write_entry(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(), StoreError> {
     let output = row.output.as_deref();
     sqlx::query(sql::UPSERT_ENTRY)
         .bind(&row.run_id)
@@ -475,6 +484,12 @@ async fn apply_commit(conn: &mut SqliteConnection, row: &CommitRow) -> Outcome {
         lease_expires_at: updated.try_get("lease_expires_at").map_err(c)?,
         updated_at: row.now,
     };
+    // The step's entries, fenced by the compare-and-set that just applied, are written
+    // before its version: their positions, and so their events, come first, as when they
+    // are recorded on their own.
+    for entry in &row.entries {
+        write_entry(conn, entry).await?;
+    }
     sqlx::query(sql::INSERT_TRANSITION)
         .bind(&row.run_id)
         .bind(row.version)

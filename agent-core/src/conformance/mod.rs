@@ -83,6 +83,7 @@ macro_rules! store_conformance {
             check_commits_across_a_reclaim,
             check_live_lease_blocks_and_expired_lease_is_reclaimed,
             check_journal_is_durable_and_ordered,
+            check_commit_carries_entries,
             check_signals_kept_and_consumed_once,
             check_claim_next_selects_runnable_runs,
             check_claim_next_takes_the_oldest_first,

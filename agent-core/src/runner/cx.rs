@@ -34,6 +34,11 @@ pub(crate) struct StepCx<'r> {
     /// A `Vec`: a step has a few entries, and a B-tree's first node holds room for eleven
     /// (about 3 KB) while every run in flight keeps its step's journal.
     journal: Mutex<Vec<JournalEntry>>,
+    /// Read calls' entries journaled in memory but not written yet: they go with the
+    /// step's commit (one write for a step and its reads), or are written before anything
+    /// else the step writes or calls, so a read result is durable before a later call can
+    /// depend on it.
+    deferred: Mutex<Vec<JournalEntry>>,
     /// Successful read results of the whole run, by (tool, input hash): the drive's
     /// ([`ReadCache`]), kept from one step of the run to the next.
     read_cache: &'r ReadCache,
@@ -76,6 +81,7 @@ impl<'r> StepCx<'r> {
             state_data: &record.state,
             lease: Mutex::new(lease),
             journal: Mutex::new(journal.into_values().collect()),
+            deferred: Mutex::new(Vec::new()),
             read_cache,
             seq: AtomicU32::new(0),
             tool_calls: AtomicU32::new(0),
@@ -188,21 +194,70 @@ impl<'r> StepCx<'r> {
         }
     }
 
-    /// Durably record an entry, fenced by the lease. A failure is fatal for the step.
+    /// Durably record an entry, fenced by the lease, after the deferred read entries. A
+    /// failure is fatal for the step.
     pub(crate) async fn record(&self, entry: JournalEntry) -> bool {
+        self.write_deferred().await && self.write(entry).await
+    }
+
+    /// Journal a read call's entry in memory; it is written with the step's commit, or
+    /// before the step's next write or call ([`write_deferred`](Self::write_deferred)).
+    /// Should the process die in between, the read runs again when the step resumes,
+    /// which a read may.
+    fn defer(&self, entry: JournalEntry) {
+        self.remember(entry.clone());
+        lock(&self.deferred).push(entry);
+    }
+
+    /// Write the deferred read entries now. A failure is fatal for the step.
+    pub(crate) async fn write_deferred(&self) -> bool {
+        let deferred = std::mem::take(&mut *lock(&self.deferred));
+        for entry in deferred {
+            if !self.write(entry).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The deferred read entries, for the step's commit to write.
+    pub(crate) fn take_deferred(&self) -> Vec<JournalEntry> {
+        std::mem::take(&mut *lock(&self.deferred))
+    }
+
+    /// Whether the step stopped on a condition that forbids committing or writing.
+    pub(crate) fn is_fatal(&self) -> bool {
+        lock(&self.fatal).is_some()
+    }
+
+    /// Whether the step ends otherwise than by committing the transition its handler
+    /// returned: quarantined, failed past the handler, or waiting for children.
+    pub(crate) fn is_diverted(&self) -> bool {
+        lock(&self.quarantine).is_some()
+            || lock(&self.step_error).is_some()
+            || lock(&self.suspend).is_some()
+    }
+
+    /// Add or replace `entry` in the step's journal in memory.
+    fn remember(&self, entry: JournalEntry) {
+        let mut journal = lock(&self.journal);
+        match journal.binary_search_by_key(&entry.seq, |e| e.seq) {
+            Ok(i) => journal[i] = entry,
+            Err(i) => {
+                journal.reserve_exact(1);
+                journal.insert(i, entry);
+            }
+        }
+    }
+
+    /// Write one entry, fenced by the lease, retrying transient store errors.
+    async fn write(&self, entry: JournalEntry) -> bool {
         let lease = self.lease();
         let mut attempt = 0;
         loop {
             match self.inner.store.record_entry(&lease, &entry).await {
                 Ok(()) => {
-                    let mut journal = lock(&self.journal);
-                    match journal.binary_search_by_key(&entry.seq, |e| e.seq) {
-                        Ok(i) => journal[i] = entry,
-                        Err(i) => {
-                            journal.reserve_exact(1);
-                            journal.insert(i, entry);
-                        }
-                    }
+                    self.remember(entry);
                     return true;
                 }
                 Err(e) if e.is_transient() && attempt < self.inner.config.store_retries => {
@@ -373,9 +428,7 @@ impl<'r> StepCx<'r> {
                 self.inner.config.redact_value(&mut stored);
                 entry.output = Some(stored);
                 entry.finished_at = Some(entry.started_at);
-                if !self.record(entry).await {
-                    return Err(Self::interrupted_error());
-                }
+                self.defer(entry);
                 return Ok(out);
             }
             if self.is_interrupted() {
@@ -417,6 +470,11 @@ impl<'r> StepCx<'r> {
             if self.fault(point) {
                 return Err(Self::interrupted_error());
             }
+        }
+        // What earlier reads returned is durable before this call, which may depend on it,
+        // begins.
+        if !self.write_deferred().await {
+            return Err(Self::interrupted_error());
         }
         let started = Instant::now();
         let cx = ToolContext {
@@ -532,10 +590,12 @@ impl<'r> StepCx<'r> {
                 entry.error_message = Some(e.message.clone());
             }
         }
-        let cacheable =
-            entry.tool_kind == Some(ToolKind::Read) && entry.status == CallStatus::Succeeded;
+        let read = entry.tool_kind == Some(ToolKind::Read) && entry.kind == EntryKind::Tool;
+        let cacheable = read && entry.status == CallStatus::Succeeded;
         let key = (entry.name.clone(), entry.input_hash.clone());
-        if !self.record(entry).await {
+        if read {
+            self.defer(entry);
+        } else if !self.record(entry).await {
             return Err(Self::interrupted_error());
         }
         if cacheable && let (Some(cache), Ok(v)) = (self.read_cache.lock().await.as_mut(), &result)

@@ -61,8 +61,8 @@ use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
-    ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, StepCommit,
-    Store, StoreError, TransitionKind,
+    ClaimReads, Claimed, JournalEntry, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus,
+    StepCommit, Store, StoreError, TransitionKind,
 };
 use crate::tool::{ToolBox, ToolKind};
 use crate::toolset::ToolsFor;
@@ -937,12 +937,29 @@ where
         commit: &StepCommit,
         run_id: &str,
     ) -> Result<RunRecord, RunnerError> {
+        self.commit_with_entries(lease, &[], commit, run_id).await
+    }
+
+    /// [`commit`](Self::commit), writing `entries` of the step with it
+    /// ([`Store::commit_step_with_entries`](crate::store::Store::commit_step_with_entries)).
+    pub(crate) async fn commit_with_entries(
+        &self,
+        lease: &Lease,
+        entries: &[JournalEntry],
+        commit: &StepCommit,
+        run_id: &str,
+    ) -> Result<RunRecord, RunnerError> {
         let store = &self.inner.store;
         let faults = &self.inner.faults;
         faults.check(FaultPoint::CommitSent, run_id, commit.expected_version)?;
         let mut attempt = 0;
         loop {
-            match store.commit_step(lease, commit).await {
+            let committed = if entries.is_empty() {
+                store.commit_step(lease, commit).await
+            } else {
+                store.commit_step_with_entries(lease, entries, commit).await
+            };
+            match committed {
                 Ok(record) => {
                     faults.check(FaultPoint::CommitApplied, run_id, record.version)?;
                     return Ok(record);

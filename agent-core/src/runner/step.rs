@@ -168,6 +168,22 @@ where
     let result = with_heartbeat(&cx, budgeted)
         .await
         .unwrap_or_else(|| Err(StepError::Interrupted("the lease was lost".into())));
+    // The reads' deferred entries go with the commit of the transition the handler
+    // returned. A step that ends otherwise (it fails, waits for its children, is
+    // quarantined) writes them now, so its next attempt replays them; a step that must
+    // not write (crashed, lease lost) leaves them, and its reads run again on resume.
+    let commits_its_move = match &result {
+        Ok(next) => {
+            let to = next.state_name();
+            graph.has_edge(&desc.name, to) && cx.route_name.get().is_none_or(|c| c == to)
+        }
+        Err(_) => false,
+    } && !cx.is_diverted();
+    if !commits_its_move && !cx.is_fatal() {
+        // A failure sets the step's fatal condition, read next.
+        cx.write_deferred().await;
+    }
+    let deferred = cx.take_deferred();
     *lease = cx.lease();
     let fatal = cx.take_fatal();
     let quarantine = cx.take_quarantine();
@@ -225,6 +241,7 @@ where
         TransitionKind::Step,
         None,
         consumed,
+        &deferred,
     )
     .await?;
     Ok(StepOutcome::after_commit(record))
@@ -284,7 +301,8 @@ pub(super) fn wake_at(desc: &StateDescription) -> Option<Millis> {
         .map(|ms| now_ms() + i64::try_from(ms).unwrap_or(i64::MAX / 4))
 }
 
-/// Commit the move into state `to`, with the status its role gives.
+/// Commit the move into state `to`, with the status its role gives, and the step's
+/// journal entries not written yet.
 #[allow(clippy::too_many_arguments)]
 async fn enter<A, H>(
     runner: &Runner<A, H>,
@@ -295,6 +313,7 @@ async fn enter<A, H>(
     kind: TransitionKind,
     error: Option<RunFailure>,
     consumed: Option<i64>,
+    entries: &[JournalEntry],
 ) -> Result<RunRecord, RunnerError>
 where
     A: Agent + Handle<H>,
@@ -326,7 +345,9 @@ where
         error,
         consumed_signal: consumed,
     };
-    runner.commit(lease, &commit, &record.id).await
+    runner
+        .commit_with_entries(lease, entries, &commit, &record.id)
+        .await
 }
 
 /// A step failed: take the state's `on_error` edge, or fail the run (compensating first
@@ -369,6 +390,7 @@ where
                 TransitionKind::Error,
                 Some(error),
                 None,
+                &[],
             )
             .await?;
             return Ok(StepOutcome::after_commit(record));

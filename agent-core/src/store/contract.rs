@@ -209,6 +209,27 @@ pub trait Store: Send + Sync + fmt::Debug {
         commit: &StepCommit,
     ) -> Result<RunRecord, StoreError>;
 
+    /// [`commit_step`](Self::commit_step) with journal entries of the step that were not
+    /// recorded yet (the runner defers a read call's entry to its step's commit, so that a
+    /// step calling one read tool writes once, not twice).
+    ///
+    /// When this returns `Ok`, the entries are durable with the commit. On an error they
+    /// may or may not have been written, as with [`record_entry`](Self::record_entry)
+    /// followed by a commit; a store may write them in the commit's transaction, and then
+    /// writes them only if the commit applies. The default records them one by one, fenced
+    /// by the lease, then commits.
+    async fn commit_step_with_entries(
+        &self,
+        lease: &Lease,
+        entries: &[JournalEntry],
+        commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError> {
+        for entry in entries {
+            self.record_entry(lease, entry).await?;
+        }
+        self.commit_step(lease, commit).await
+    }
+
     /// Every committed transition of a run, by version.
     async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError>;
 

@@ -16,7 +16,10 @@ use crate::store::{
     RunStatus, Store, StoreError,
 };
 
-async fn all_events(store: &Arc<dyn Store>, scope: &EventScope) -> Result<Vec<RunEvent>, String> {
+pub(super) async fn all_events(
+    store: &Arc<dyn Store>,
+    scope: &EventScope,
+) -> Result<Vec<RunEvent>, String> {
     let mut out: Vec<RunEvent> = Vec::new();
     loop {
         let after = out.last().map_or(EventCursor::START, |e| e.cursor);
@@ -28,7 +31,7 @@ async fn all_events(store: &Arc<dyn Store>, scope: &EventScope) -> Result<Vec<Ru
     }
 }
 
-fn type_of(e: &RunEvent) -> String {
+pub(super) fn type_of(e: &RunEvent) -> String {
     serde_json::to_value(&e.kind)
         .ok()
         .and_then(|v| v["type"].as_str().map(str::to_owned))

@@ -1,12 +1,13 @@
 //! The journal, signals, the tool registry and the statistics computed from the journal.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored};
-use crate::store::{CallStatus, EntryKind, RunStatus, Store, StoreError, now_ms};
-use crate::tool::ErrorClass;
+use crate::store::{CallStatus, EntryKind, EventScope, RunStatus, Store, StoreError, now_ms};
+use crate::tool::{ErrorClass, ToolKind};
 
 /// Journal entries are visible once recorded, replaced on the same key, ordered by
 /// `(version, seq)`, filtered by version, and large outputs round-trip.
@@ -99,6 +100,100 @@ pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> Chec
         "journal filtered by version has {} entries",
         v1.len()
     );
+    Ok(())
+}
+
+/// A commit that carries journal entries (`commit_step_with_entries`) makes them durable
+/// with the version (large outputs included); a stale lease's commit writes neither the
+/// version nor its entries.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_commit_carries_entries(store: Arc<dyn Store>) -> CheckResult {
+    let r = create(&store, "commit-entries", json!({ "n": 0 })).await?;
+    let (old, _) = store
+        .claim_run(&r.id, "old", Duration::from_millis(150))
+        .await
+        .ctx("claim_run")?
+        .ok_or("first claim returned None")?;
+    let big: String = "y".repeat(200 * 1024);
+    let read = |seq: u32, output: serde_json::Value| {
+        let mut e = entry(&r.id, 0, seq, CallStatus::Succeeded, Some(output));
+        e.tool_kind = Some(ToolKind::Read);
+        e.idempotency_key = None;
+        e
+    };
+    let carried = [
+        read(0, json!({ "rows": 3 })),
+        read(1, json!({ "big": big })),
+    ];
+    let record = store
+        .commit_step_with_entries(&old, &carried, &step(0, json!({ "n": 1 })))
+        .await
+        .ctx("commit_step_with_entries")?;
+    ensure!(
+        record.version == 1,
+        "the commit returned version {}",
+        record.version
+    );
+    let j = store.journal(&r.id, Some(0)).await.ctx("journal")?;
+    ensure!(
+        j.len() == 2 && j[0] == carried[0],
+        "the entries carried by the commit read back as {j:?}"
+    );
+    ensure!(
+        j[1].output
+            .as_ref()
+            .and_then(|o| o["big"].as_str())
+            .map(str::len)
+            == Some(200 * 1024),
+        "a large output carried by a commit did not round-trip"
+    );
+    // The entries' events come before the version's, as when they are recorded first.
+    let events = super::events::all_events(&store, &EventScope::Run(r.id.clone())).await?;
+    let types: Vec<String> = events.iter().map(super::events::type_of).collect();
+    let expected = [
+        "run_created",
+        "tool_started",
+        "tool_finished",
+        "tool_started",
+        "tool_finished",
+        "transition_committed",
+    ];
+    ensure!(
+        types == expected,
+        "events of a commit with entries: {types:?}, expected {expected:?}"
+    );
+    // Another worker takes the run over: the old holder's commit with entries is fenced.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (new, _) = store
+        .claim_run(&r.id, "new", LONG)
+        .await
+        .ctx("claim_run")?
+        .ok_or("claim of an expired lease returned None")?;
+    let stale = [read(0, json!("stale")), read(1, json!("stale"))].map(|mut e| {
+        e.version = 1;
+        e
+    });
+    ensure!(
+        matches!(
+            store
+                .commit_step_with_entries(&old, &stale, &step(1, json!({ "n": "stale" })))
+                .await,
+            Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. })
+        ),
+        "a stale commit with entries must be LeaseLost or Conflict"
+    );
+    ensure!(
+        stored(&store, &r.id).await?.version == 1,
+        "a stale commit with entries moved the run"
+    );
+    let j = store.journal(&r.id, Some(1)).await.ctx("journal")?;
+    ensure!(j.is_empty(), "a stale commit's entries were written: {j:?}");
+    store
+        .commit_step_with_entries(&new, &[], &step(1, json!({ "n": 2 })))
+        .await
+        .ctx("commit with no entries by the current holder")?;
     Ok(())
 }
 

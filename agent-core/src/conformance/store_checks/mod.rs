@@ -188,8 +188,8 @@ pub use history::{
     check_storage_grows_linearly,
 };
 pub use journal::{
-    check_journal_is_durable_and_ordered, check_signals_kept_and_consumed_once,
-    check_tool_registry, check_tool_stats_match_the_journal,
+    check_commit_carries_entries, check_journal_is_durable_and_ordered,
+    check_signals_kept_and_consumed_once, check_tool_registry, check_tool_stats_match_the_journal,
 };
 pub use leases::{
     check_claim_next_selects_runnable_runs, check_claim_next_takes_the_oldest_first,
