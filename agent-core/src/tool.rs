@@ -38,7 +38,8 @@ use serde_json::Value;
 #[strum(serialize_all = "snake_case")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ToolKind {
-    /// No side effect. Journaled, served from the journal on resume, cacheable within a run.
+    /// No side effect. Journaled with its step's commit (or before the step's next call),
+    /// served from the journal on resume, cacheable within a run.
     Read,
     /// A side effect. Gets an idempotency key; once its result is committed it never runs again.
     Write,

@@ -1800,25 +1800,48 @@ async fn store_size(opened: &Opened, place: &Place) -> (i64, i64, i64, i64) {
     }
 }
 
+/// How long each round of the retention's cost runs the W2 load: many retention passes
+/// (one every 200 ms), however fast one W2 batch of runs is (a fraction of a second in a
+/// release build on PostgreSQL, shorter than one interval).
+const RETENTION_ROUND: Duration = Duration::from_secs(4);
+
+/// The W2 load, batch after batch, for at least `min`: transitions per second over all.
+async fn w2_for(store: &Arc<dyn Store>, tag: &str, sizes: &Sizes, min: Duration) -> f64 {
+    let started = Instant::now();
+    let mut transitions = 0;
+    let mut batch = 0;
+    while batch == 0 || started.elapsed() < min {
+        let (_, _, per_run) = whole_runs(
+            store,
+            &format!("{tag}-{batch}"),
+            sizes.w2_agents,
+            sizes.w2_runs,
+            PLAN10,
+        )
+        .await;
+        transitions += (sizes.w2_agents * sizes.w2_runs) as u64 * per_run;
+        batch += 1;
+    }
+    rate(transitions, started.elapsed())
+}
+
 async fn retention(place: &Place, opened: &Opened, sizes: &Sizes) {
     let store = opened.store();
     let label = place.label();
     whole_runs(&store, "warm", 1, 5, PLAN10).await;
     println!(
         "\n## Retention run by the worker: {label}, W2 load ({} agents x {} runs x 10 steps), \
-         retention every 200 ms (history window 1 s, final runs deleted after 2 s), {} rounds",
-        sizes.w2_agents, sizes.w2_runs, sizes.rounds
+         retention every 200 ms (history window 1 s, final runs deleted after 2 s), {} rounds \
+         of {} s without then {} s with",
+        sizes.w2_agents,
+        sizes.w2_runs,
+        sizes.rounds,
+        RETENTION_ROUND.as_secs(),
+        RETENTION_ROUND.as_secs()
     );
     let mut ratios = Vec::new();
     for round in 0..sizes.rounds {
-        let (without, _, _) = whole_runs(
-            &store,
-            &format!("rn{round}"),
-            sizes.w2_agents,
-            sizes.w2_runs,
-            PLAN10,
-        )
-        .await;
+        let without = w2_for(&store, &format!("rn{round}"), sizes, RETENTION_ROUND).await;
         // Let the runs of the round without age past the window, so that the round with
         // retention has work to do from its start.
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1828,14 +1851,7 @@ async fn retention(place: &Place, opened: &Opened, sizes: &Sizes) {
             bench_retention(),
             stop.clone(),
         ));
-        let (with, _, _) = whole_runs(
-            &store,
-            &format!("rw{round}"),
-            sizes.w2_agents,
-            sizes.w2_runs,
-            PLAN10,
-        )
-        .await;
+        let with = w2_for(&store, &format!("rw{round}"), sizes, RETENTION_ROUND).await;
         stop.notify_one();
         let removed = task.await.expect("retention task");
         println!(

@@ -1,5 +1,6 @@
-//! The writes of a step: journal entries, fenced by the lease, and the step's commit, each
-//! one statement, shared with other runs' entries or commits by the group commit.
+//! The writes of a step: journal entries, fenced by the lease, and the step's commit (which
+//! may carry entries), each one statement, shared with other runs' entries or commits by
+//! the group commit.
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError};
@@ -23,41 +24,12 @@ impl PgStore {
         entry: &JournalEntry,
     ) -> Result<(), StoreError> {
         check_entry(lease, entry)?;
-        let output_len = entry
-            .output
-            .as_ref()
-            .map_or(0, |o| serde_json::to_vec(o).map_or(0, |b| b.len()));
+        let output_len = output_len(entry);
         let written = if output_len > LARGE_OUTPUT_BYTES {
             self.record_external(lease, entry, output_len).await?
         } else {
             self.group
-                .record(EntryRow {
-                    run_id: lease.run_id.clone(),
-                    epoch: to_i64(lease.epoch),
-                    version: to_i64(entry.version),
-                    seq: i32::try_from(entry.seq).unwrap_or(i32::MAX),
-                    kind: entry.kind.as_str(),
-                    state: entry.state.clone(),
-                    name: entry.name.clone(),
-                    tool_kind: entry.tool_kind.map(agent_core::ToolKind::as_str),
-                    input_hash: entry.input_hash.clone(),
-                    input: entry.input.clone(),
-                    idempotency_key: entry.idempotency_key.clone(),
-                    status: entry.status.as_str(),
-                    output: entry.output.clone(),
-                    output_summary: entry.output.as_ref().map(|o| summary(&o.to_string())),
-                    output_bytes: entry
-                        .output
-                        .as_ref()
-                        .map(|_| i32::try_from(output_len).unwrap_or(i32::MAX)),
-                    error_class: entry.error_class.as_ref().and_then(serde_name),
-                    error_code: entry.error_code.clone(),
-                    error_message: entry.error_message.clone(),
-                    attempts: i32::try_from(entry.attempts).unwrap_or(i32::MAX),
-                    duration_ms: to_i64(entry.duration_ms),
-                    started_at: entry.started_at,
-                    finished_at: entry.finished_at,
-                })
+                .record(entry_row(lease, entry, output_len))
                 .await?
         };
         if written {
@@ -113,20 +85,27 @@ impl PgStore {
         Ok(written > 0)
     }
 
-    /// `Store::commit_step_with_entries`: the entries first, each through the group commit
-    /// as [`record`](Self::record) writes it, then the commit. (The grouped statements
-    /// write entries and commits apart: carrying a step's entries in its commit's
-    /// statement is not done here; on SQLite, the commit's transaction carries them.)
+    /// `Store::commit_step_with_entries`: the entries go with the commit through the
+    /// group commit, written in one statement before it (with the other commits' entries
+    /// when it is grouped), and the commit is sent only if they all were. An entry whose
+    /// output goes to the side table is recorded first, on its own.
     pub(crate) async fn commit_with_entries(
         &self,
         lease: &Lease,
         entries: &[JournalEntry],
         commit: &StepCommit,
     ) -> Result<RunRecord, StoreError> {
+        let mut carried = Vec::with_capacity(entries.len());
         for entry in entries {
-            self.record(lease, entry).await?;
+            check_entry(lease, entry)?;
+            let output_len = output_len(entry);
+            if output_len > LARGE_OUTPUT_BYTES {
+                self.record(lease, entry).await?;
+            } else {
+                carried.push(entry_row(lease, entry, output_len));
+            }
         }
-        self.commit(lease, commit).await
+        self.commit_carrying(lease, commit, carried).await
     }
 
     /// `Store::commit_step`.
@@ -134,6 +113,16 @@ impl PgStore {
         &self,
         lease: &Lease,
         commit: &StepCommit,
+    ) -> Result<RunRecord, StoreError> {
+        self.commit_carrying(lease, commit, Vec::new()).await
+    }
+
+    /// The commit, with `entries` written before it by the group commit.
+    async fn commit_carrying(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+        entries: Vec<EntryRow>,
     ) -> Result<RunRecord, StoreError> {
         let run_id = lease.run_id.as_str();
         let head = if let Some(cached) = self.heads.at(run_id, commit.expected_version) {
@@ -175,6 +164,7 @@ impl PgStore {
                 payload_kind,
                 patch,
                 signal: commit.consumed_signal,
+                entries,
             })
             .await?;
         if let Some(applied) = applied {
@@ -208,5 +198,44 @@ impl PgStore {
             .bind(&parent.run_id)
             .execute(&self.pool)
             .await;
+    }
+}
+
+/// The length of `entry`'s output, serialized (0 without one).
+fn output_len(entry: &JournalEntry) -> usize {
+    entry
+        .output
+        .as_ref()
+        .map_or(0, |o| serde_json::to_vec(o).map_or(0, |b| b.len()))
+}
+
+/// The row the group commit writes for `entry`, whose output is kept inline.
+fn entry_row(lease: &Lease, entry: &JournalEntry, output_len: usize) -> EntryRow {
+    EntryRow {
+        run_id: lease.run_id.clone(),
+        epoch: to_i64(lease.epoch),
+        version: to_i64(entry.version),
+        seq: i32::try_from(entry.seq).unwrap_or(i32::MAX),
+        kind: entry.kind.as_str(),
+        state: entry.state.clone(),
+        name: entry.name.clone(),
+        tool_kind: entry.tool_kind.map(agent_core::ToolKind::as_str),
+        input_hash: entry.input_hash.clone(),
+        input: entry.input.clone(),
+        idempotency_key: entry.idempotency_key.clone(),
+        status: entry.status.as_str(),
+        output: entry.output.clone(),
+        output_summary: entry.output.as_ref().map(|o| summary(&o.to_string())),
+        output_bytes: entry
+            .output
+            .as_ref()
+            .map(|_| i32::try_from(output_len).unwrap_or(i32::MAX)),
+        error_class: entry.error_class.as_ref().and_then(serde_name),
+        error_code: entry.error_code.clone(),
+        error_message: entry.error_message.clone(),
+        attempts: i32::try_from(entry.attempts).unwrap_or(i32::MAX),
+        duration_ms: to_i64(entry.duration_ms),
+        started_at: entry.started_at,
+        finished_at: entry.finished_at,
     }
 }

@@ -19,6 +19,10 @@
 //!   caller learns why exactly as after a commit of its own. A journal entry is fenced by
 //!   its lease's epoch the same way. A run appears at most once in a batch; a second
 //!   write of the same run waits for the next one.
+//! - **A commit may carry its step's entries** (`Store::commit_step_with_entries`). They
+//!   are written first, those of all the batch's commits in one statement, and a commit
+//!   is sent only if all of its entries were (else it is answered as refused, and its
+//!   caller finds out why).
 //! - **Durable before the answer.** A caller hears of its commit or entry only once the
 //!   statement that carried it is committed (`Store::record_entry`'s contract: an entry
 //!   is durable when the call returns).
@@ -76,6 +80,9 @@ pub(crate) struct CommitRow {
     /// The signal this step consumes: it must still be pending (part of the
     /// compare-and-set), and is marked consumed at the new version in the same statement.
     pub signal: Option<i64>,
+    /// Journal entries of the step not recorded yet: written first (with the batch's
+    /// entries, when it is grouped), and the commit is sent only if they all were.
+    pub entries: Vec<EntryRow>,
 }
 
 /// The parameters of one journal entry whose output is kept inline, owned (the statement
@@ -465,15 +472,73 @@ impl GroupCommit {
         batch
     }
 
-    /// Send a batch: its journal entries in one statement, then its commits in another
-    /// (a run has at most one write in a batch, so their order does not matter).
+    /// Send a batch: its journal entries in one statement, then the entries its commits
+    /// carry in another, then its commits (a run has at most one write in a batch, so the
+    /// order between runs does not matter).
     async fn send(&self, batch: Vec<Queued>) {
         let (entries, commits): (Vec<Queued>, Vec<Queued>) = batch
             .into_iter()
             .partition(|q| matches!(q.write, Write::Entry(_)));
-        for part in [entries, commits] {
-            self.send_part(part).await;
+        self.send_part(entries).await;
+        let (ready, alone) = self.send_carried(commits).await;
+        self.send_part(ready).await;
+        for q in alone {
+            let outcome = self.one(&q.write).await;
+            let _ = q.reply.send(outcome);
         }
+    }
+
+    /// Write the entries the commits of a batch carry, in one statement. Returns the
+    /// commits to send together (their entries written, and taken off them) and those to
+    /// send one by one (the server refused the statement: each goes again alone, entries
+    /// first). A commit whose entries were not all written is answered as refused (its
+    /// epoch is not the run's), and so is every commit when the connection failed.
+    async fn send_carried(&self, mut commits: Vec<Queued>) -> (Vec<Queued>, Vec<Queued>) {
+        let carried = |q: &Queued| match &q.write {
+            Write::Commit(row) => row.entries.len(),
+            Write::Entry(_) => 0,
+        };
+        if commits.iter().all(|q| carried(q) == 0) {
+            return (commits, Vec::new());
+        }
+        let rows: Vec<&EntryRow> = commits
+            .iter()
+            .flat_map(|q| match &q.write {
+                Write::Commit(row) => row.entries.iter(),
+                Write::Entry(_) => [].iter(),
+            })
+            .collect();
+        let written = match self.entry_rows(&rows).await {
+            Ok(written) => written,
+            Err(sqlx::Error::Database(e)) => {
+                tracing::debug!(error = %e, "grouped entries of commits refused; sending each commit alone");
+                self.regrouped.fetch_add(1, Ordering::Relaxed);
+                return (Vec::new(), commits);
+            }
+            Err(e) => {
+                let error = db_err(e);
+                for q in commits {
+                    let _ = q.reply.send(Err(same_error(&error)));
+                }
+                return (Vec::new(), Vec::new());
+            }
+        };
+        let mut ready = Vec::with_capacity(commits.len());
+        let mut at = 0;
+        for mut q in commits.drain(..) {
+            let n = carried(&q);
+            let all = written[at..at + n].iter().all(|w| *w);
+            at += n;
+            if !all {
+                let _ = q.reply.send(Ok(Written::Commit(None)));
+                continue;
+            }
+            if let Write::Commit(row) = &mut q.write {
+                row.entries = Vec::new();
+            }
+            ready.push(q);
+        }
+        (ready, Vec::new())
     }
 
     /// Send writes of one kind: one statement for all of them.
@@ -518,10 +583,25 @@ impl GroupCommit {
         }
     }
 
-    /// One write, one statement.
+    /// One write, one statement (a commit that carries entries: theirs first, and the
+    /// commit only if they were all written).
     async fn one(&self, write: &Write) -> Result<Written, StoreError> {
         match write {
-            Write::Commit(row) => self.one_commit(row).await.map(Written::Commit),
+            Write::Commit(row) => {
+                let carried = match row.entries.as_slice() {
+                    [] => true,
+                    [entry] => self.one_entry(entry).await?,
+                    entries => {
+                        let rows: Vec<&EntryRow> = entries.iter().collect();
+                        let written = self.entry_rows(&rows).await.map_err(db_err)?;
+                        written.iter().all(|w| *w)
+                    }
+                };
+                if !carried {
+                    return Ok(Written::Commit(None));
+                }
+                self.one_commit(row).await.map(Written::Commit)
+            }
             Write::Entry(row) => self.one_entry(row).await.map(Written::Entry),
         }
     }
@@ -565,18 +645,27 @@ impl GroupCommit {
         Ok(written > 0)
     }
 
-    /// Several journal entries, one statement ([`sql::RECORD_ENTRIES`]); whether each one
-    /// was written, in order.
+    /// Several journal entries of queued writes, one statement; whether each one was
+    /// written, in order.
     async fn many_entries(&self, batch: &[Queued]) -> Result<Vec<Written>, sqlx::Error> {
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        self.commits
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let rows = || {
-            batch.iter().filter_map(|q| match &q.write {
+        let rows: Vec<&EntryRow> = batch
+            .iter()
+            .filter_map(|q| match &q.write {
                 Write::Entry(row) => Some(row),
                 Write::Commit(_) => None,
             })
-        };
+            .collect();
+        let written = self.entry_rows(&rows).await?;
+        Ok(written.into_iter().map(Written::Entry).collect())
+    }
+
+    /// Several journal entries, one statement ([`sql::RECORD_ENTRIES`]); whether each one
+    /// was written, in order.
+    async fn entry_rows(&self, batch: &[&EntryRow]) -> Result<Vec<bool>, sqlx::Error> {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.commits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let rows = || batch.iter().copied();
         let query = sqlx::query::<Postgres>(sql::RECORD_ENTRIES)
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.epoch).collect::<Vec<_>>())
@@ -615,7 +704,7 @@ impl GroupCommit {
         let (mut conn, opened) = self.connections.take(&self.pool).await?;
         let returned = query.fetch_all(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);
-        let mut written: Vec<Written> = batch.iter().map(|_| Written::Entry(false)).collect();
+        let mut written = vec![false; batch.len()];
         for r in &returned? {
             let n: i64 = r.try_get("n")?;
             let slot = usize::try_from(n - 1)
@@ -624,7 +713,7 @@ impl GroupCommit {
                 .ok_or_else(|| {
                     sqlx::Error::Protocol(format!("grouped entries returned row {n}"))
                 })?;
-            *slot = Written::Entry(true);
+            *slot = true;
         }
         Ok(written)
     }

@@ -485,3 +485,86 @@ async fn grouped_journal_entries_keep_each_runs_fence() {
     );
     common::drop_store(store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_commits_carry_their_entries_and_each_keeps_its_fence() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let url = common::database_url().unwrap();
+    let other = PgStore::connect(&url, store.schema())
+        .await
+        .expect("connect");
+    let mut goods = Vec::new();
+    for i in 0..10 {
+        goods.push(claimed(&store, &format!("good-{i}")).await);
+    }
+    let taken = claimed(&store, "taken").await;
+    other
+        .claim_run("taken", "w", HOUR)
+        .await
+        .expect("claim")
+        .expect("same owner may claim again");
+
+    let (lock, held) = stall_commits(&store).await;
+    let spawn_carrying = |lease: &Lease, i: usize| {
+        let (store, lease) = (store.clone(), lease.clone());
+        // Two reads per step: both rows of one run go in the one statement of entries.
+        let entries = [
+            read_entry(&lease.run_id, 0, json!({ "found": i })),
+            read_entry(&lease.run_id, 1, json!({ "also": i })),
+        ];
+        let commit = step(0, &format!("item {i}"));
+        tokio::spawn(async move {
+            store
+                .commit_step_with_entries(&lease, &entries, &commit)
+                .await
+        })
+    };
+    let good_commits: Vec<_> = goods
+        .iter()
+        .enumerate()
+        .map(|(i, l)| spawn_carrying(l, i))
+        .collect();
+    let taken_commit = spawn_carrying(&taken, 99);
+    until(&store, "11 queued commits", |s| s.queued == 11).await;
+    lock.commit().await.expect("release the lock");
+
+    held.await.unwrap().expect("held commit");
+    for (i, c) in good_commits.into_iter().enumerate() {
+        assert_eq!(c.await.unwrap().expect("good commit").version, 1);
+        let journal = store
+            .journal(&format!("good-{i}"), None)
+            .await
+            .expect("journal");
+        let outputs: Vec<_> = journal.iter().map(|e| e.output.clone()).collect();
+        assert_eq!(
+            outputs,
+            [Some(json!({ "found": i })), Some(json!({ "also": i }))]
+        );
+    }
+    assert!(
+        matches!(
+            taken_commit.await.unwrap(),
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "a stale epoch's commit with entries loses the lease"
+    );
+    assert_eq!(state_of(&store, "taken").await.0, 0);
+    assert!(
+        store
+            .journal("taken", None)
+            .await
+            .expect("journal")
+            .is_empty(),
+        "a fenced-out commit's entries are not written"
+    );
+    let stats = store.group_commit_stats();
+    assert_eq!(
+        (stats.statements, stats.regrouped),
+        (3, 0),
+        "the held commit alone, then one statement for the 22 entries the queued commits \
+         carry and one for the 10 commits whose entries were written"
+    );
+    common::drop_store(store).await;
+}
