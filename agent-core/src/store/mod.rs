@@ -8,10 +8,13 @@
 //! 1. Versions of a run form one chain `0, 1, 2, …` with no gap, duplicate or fork:
 //!    [`Store::commit_step`] is a compare-and-set on `(version, epoch)`.
 //! 2. Only the holder of the current lease epoch may write: every write that belongs to a
-//!    step ([`Store::record_entry`], [`Store::commit_step`]) carries the [`Lease`], and a stale
-//!    epoch gets [`StoreError::LeaseLost`]. A worker that sees it stops.
+//!    step ([`Store::record_entry`], [`Store::commit_step`],
+//!    [`Store::commit_step_with_entries`]) carries the [`Lease`], and a stale epoch gets
+//!    [`StoreError::LeaseLost`]. A worker that sees it stops.
 //! 3. Journal entries are durable as soon as `record_entry` returns, before the step commits:
-//!    a completed write is never executed again; a decision is never asked again.
+//!    a completed write is never executed again; a decision is never asked again. Entries
+//!    a commit carries (`commit_step_with_entries`: the runner's read calls) are durable
+//!    with it.
 //! 4. Storage grows linearly with the number of steps: versions are stored as deltas with
 //!    snapshots spaced by size (see [`history`]), and [`Store::prune`] removes old ones.
 
