@@ -38,8 +38,7 @@ use serde_json::Value;
 #[strum(serialize_all = "snake_case")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ToolKind {
-    /// No side effect. Journaled with its step's commit (or before the step's next call),
-    /// served from the journal on resume, cacheable within a run.
+    /// No side effect. Journaled, served from the journal on resume, cacheable within a run.
     Read,
     /// A side effect. Gets an idempotency key; once its result is committed it never runs again.
     Write,
@@ -187,6 +186,13 @@ pub struct ToolPolicy {
     pub retry: RetryPolicy,
     /// Read tools only: serve a repeated call with the same input from the run's journal.
     pub cache: bool,
+    /// Read tools only: journal the call's result with its step's commit (one write for
+    /// the step, not two), or before the step's next call or write if one comes first,
+    /// instead of as soon as it returns. For reads that are cheap to repeat: a process
+    /// that dies between the call and the commit runs the call again when the step
+    /// resumes. Off by default, and never for a call that must not be paid for twice (a
+    /// model's generation).
+    pub journal_with_commit: bool,
 }
 
 impl Default for ToolPolicy {
@@ -195,6 +201,7 @@ impl Default for ToolPolicy {
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             cache: true,
+            journal_with_commit: false,
         }
     }
 }

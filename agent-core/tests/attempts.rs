@@ -46,6 +46,7 @@ impl Tool for Charge {
                 jitter: false,
             },
             cache: false,
+            journal_with_commit: false,
         }
     }
 }

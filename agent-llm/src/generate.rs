@@ -380,6 +380,7 @@ impl Tool for GenerateText {
                 ..RetryPolicy::default()
             },
             cache: true,
+            journal_with_commit: false,
         }
     }
 }

@@ -144,9 +144,9 @@ pub(crate) fn expand(tool: &Tool) -> TokenStream {
     if let Some(c) = tool.cache {
         fields.push(quote!(cache: #c));
     }
-    // `ToolPolicy` has three fields; fill the rest from its default.
-    let rest =
-        (fields.len() < 3).then(|| quote!(..#krate::__private::core::default::Default::default()));
+    // Fill the fields not given from `ToolPolicy`'s default (it has more than the
+    // attributes set).
+    let rest = Some(quote!(..#krate::__private::core::default::Default::default()));
     let policy = if fields.is_empty() {
         TokenStream::new()
     } else {

@@ -22,7 +22,9 @@
 //!   runs. Latencies from the process's start, from the lease's expiry, from the signal.
 //! - **W4 runs in flight**: one worker process holding N runs at once, each step calling a
 //!   read tool that waits 100 ms, against the same worker and runs without the tool call;
-//!   steps/s, p99 and the process's RSS per run in flight.
+//!   steps/s, p99 and the process's RSS per run in flight. The tool is journaled with its
+//!   step's commit (`ToolPolicy::journal_with_commit`); `W4_AT_ONCE=1` journals it as it
+//!   returns, the default policy.
 //! - **W5 waiting runs**: claim latency with nothing claimable and signal-to-commit
 //!   latency with N runs waiting for a signal, bytes per waiting run, and the plan of the
 //!   claim query.
@@ -59,7 +61,7 @@ use agent_core::runner::{
     Crash, FaultHook, FaultPoint, Retention, Runner, RunnerConfig, Worker, WorkerConfig,
 };
 use agent_core::store::{RunStatus, Store, now_ms};
-use agent_core::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, kind};
+use agent_core::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, ToolPolicy, kind};
 use agent_core::{Ctx, StepResult, Wake};
 use agent_pg::PgStore;
 use agent_sqlite::SqliteStore;
@@ -71,7 +73,9 @@ const POOL: u32 = 32;
 const CHILD_ENV: &str = "WORKLOADS_CHILD";
 const TOOL_WAIT_MS: u64 = 100;
 
-/// A read tool that answers after the given milliseconds (an LLM's or a service's latency).
+/// A read tool that answers after the given milliseconds (a service's latency). Cheap to
+/// repeat, so it is journaled with its step's commit (`journal_with_commit`); W4 also
+/// runs it journaled as it returns (`W4_AT_ONCE=1`), as a model's generation is.
 #[derive(Debug)]
 struct Think;
 
@@ -81,6 +85,12 @@ impl Tool for Think {
     /// `[milliseconds, step]`: the step keeps inputs apart.
     type Input = Vec<u64>;
     type Output = u64;
+    fn policy() -> ToolPolicy {
+        ToolPolicy {
+            journal_with_commit: std::env::var("W4_AT_ONCE").is_err(),
+            ..ToolPolicy::default()
+        }
+    }
 }
 
 impl Execute for Think {

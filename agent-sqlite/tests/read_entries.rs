@@ -1,18 +1,19 @@
-//! A read call's journal entry goes with its step's commit: a step that calls one read tool
-//! is one write, not two. The entry is still durable before anything the step does next
-//! (another call), and a step that fails writes it before its failure.
+//! A read call whose policy says `journal_with_commit` has its journal entry written with
+//! its step's commit: a step that calls one such read is one write, not two. The entry is
+//! still durable before anything the step does next (another call), and a step that fails
+//! writes it before its failure. A read without it is written as soon as it returns.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::store::{CallStatus, EventCursor, EventScope, Store};
-use agent_core::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, kind};
+use agent_core::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, ToolPolicy, kind};
 use agent_core::{Ctx, RunStatus, Runner, StepError, StepResult};
 use agent_sqlite::SqliteStore;
 use serde::{Deserialize, Serialize};
 
-/// A read tool that doubles its input.
+/// A read tool that doubles its input, cheap to repeat: journaled with the commit.
 #[derive(Debug)]
 struct Double;
 
@@ -21,6 +22,29 @@ impl Tool for Double {
     type Kind = kind::Read;
     type Input = u32;
     type Output = u32;
+    fn policy() -> ToolPolicy {
+        ToolPolicy {
+            journal_with_commit: true,
+            ..ToolPolicy::default()
+        }
+    }
+}
+
+/// The same, with the default policy: journaled as soon as it returns.
+#[derive(Debug)]
+struct Triple;
+
+impl Tool for Triple {
+    const NAME: &'static str = "Triple";
+    type Kind = kind::Read;
+    type Input = u32;
+    type Output = u32;
+}
+
+impl Execute for Triple {
+    async fn execute(&self, input: u32, _: &ToolContext) -> Result<u32, ToolError> {
+        Ok(input * 3)
+    }
 }
 
 impl Execute for Double {
@@ -56,12 +80,14 @@ enum Then {
     ReadThenHang,
     /// One read, then the handler fails.
     ReadThenFail,
+    /// One read with the default policy.
+    ReadAtOnce,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, agent_core::Agent)]
-#[agent(tools(read(Double), read(Hang)))]
+#[agent(tools(read(Double), read(Triple), read(Hang)))]
 enum Reads {
-    #[agent(initial, tools(Double, Hang), to(Step, Done))]
+    #[agent(initial, tools(Double, Triple, Hang), to(Step, Done))]
     Step { then: Then, at: u32, of: u32 },
     #[agent(terminal)]
     Done { at: u32 },
@@ -77,10 +103,13 @@ impl ReadsHandlers for Handlers {
         at: u32,
         of: u32,
     ) -> StepResult<reads::Step> {
-        let doubled = ctx.call::<Double>(at).await?;
-        assert_eq!(doubled, at * 2);
+        if then == Then::ReadAtOnce {
+            assert_eq!(ctx.call::<Triple>(at).await?, at * 3);
+        } else {
+            assert_eq!(ctx.call::<Double>(at).await?, at * 2);
+        }
         match then {
-            Then::Read => {}
+            Then::Read | Then::ReadAtOnce => {}
             Then::ReadThenHang => {
                 ctx.call::<Hang>(at).await?;
             }
@@ -105,7 +134,10 @@ async fn fresh() -> (
     let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
     let store = Arc::new(SqliteStore::open(&path).await.unwrap());
     let started = Arc::new(tokio::sync::Notify::new());
-    let tools = ToolBox::new().with(Double).with(Hang(started.clone()));
+    let tools = ToolBox::new()
+        .with(Double)
+        .with(Triple)
+        .with(Hang(started.clone()));
     let runner = Runner::<Reads, Handlers>::new(store.clone(), Handlers, tools).unwrap();
     (store, path, started, runner)
 }
@@ -232,5 +264,33 @@ async fn a_failed_step_writes_its_reads() {
     let journal = store.journal("r", Some(0)).await.unwrap();
     assert_eq!(journal.len(), 1, "the read's entry, written: {journal:?}");
     assert_eq!(journal[0].output, Some(serde_json::json!(4)));
+    remove(store, path).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_with_the_default_policy_is_written_as_it_returns() {
+    let (store, path, _, runner) = fresh().await;
+    let steps = 3;
+    runner
+        .start(
+            "r",
+            Reads::Step {
+                then: Then::ReadAtOnce,
+                at: 0,
+                of: steps,
+            },
+        )
+        .await
+        .unwrap();
+    let before = store.group_commit_stats();
+    let done = runner.run("r").await.unwrap();
+    let after = store.group_commit_stats();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(
+        after.commits - before.commits,
+        2 * u64::from(steps),
+        "each step writes its read's entry, then commits"
+    );
+    assert_eq!(store.journal("r", None).await.unwrap().len(), 3);
     remove(store, path).await;
 }

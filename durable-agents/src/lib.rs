@@ -4,11 +4,10 @@
 //!
 //! An agent is an enum of states. [`#[derive(Agent)]`](macro@Agent) turns it into a graph
 //! checked at compile time: which state may follow which, and which tools are legal in each.
-//! A [`Runner`] executes it one durable step at a time over a [`Store`]: every tool call
-//! and every LLM decision is journaled (a read's result with its step's commit, or before
-//! the step's next call if that comes first), every transition is a compare-and-set
-//! commit, and a crash resumes from the last committed version without repeating a
-//! committed effect or re-asking a committed question.
+//! A [`Runner`] executes it one durable step at a time over a
+//! [`Store`]: every tool call and every LLM decision is journaled as it
+//! completes, every transition is a compare-and-set commit, and a crash resumes from the last
+//! committed version without repeating a committed effect or re-asking a committed question.
 //!
 //! **New here?** Read the tutorial, [`docs/tutorial.md`](https://example.invalid/durable-agents/blob/main/docs/tutorial.md)
 //! in the repository: from `cargo new` to an agent served by a worker on SQLite, with tools

@@ -161,6 +161,7 @@ fn fast_policy() -> ToolPolicy {
             jitter: true,
         },
         cache: true,
+        journal_with_commit: false,
     }
 }
 

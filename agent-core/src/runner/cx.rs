@@ -34,10 +34,11 @@ pub(crate) struct StepCx<'r> {
     /// A `Vec`: a step has a few entries, and a B-tree's first node holds room for eleven
     /// (about 3 KB) while every run in flight keeps its step's journal.
     journal: Mutex<Vec<JournalEntry>>,
-    /// Read calls' entries journaled in memory but not written yet: they go with the
-    /// step's commit (one write for a step and its reads), or are written before anything
-    /// else the step writes or calls, so a read result is durable before a later call can
-    /// depend on it.
+    /// Entries of read calls journaled with the commit
+    /// ([`ToolPolicy::journal_with_commit`](crate::tool::ToolPolicy), and calls served from
+    /// the read cache), in memory but not written yet: they go with the step's commit (one
+    /// write for a step and its reads), or are written before anything else the step writes
+    /// or calls, so a read result is durable before a later call can depend on it.
     deferred: Mutex<Vec<JournalEntry>>,
     /// Successful read results of the whole run, by (tool, input hash): the drive's
     /// ([`ReadCache`]), kept from one step of the run to the next.
@@ -417,6 +418,8 @@ impl<'r> StepCx<'r> {
             return Err(Self::interrupted_error());
         }
         let policy = tool.policy();
+        let with_commit =
+            tool.kind() == ToolKind::Read && kind == EntryKind::Tool && policy.journal_with_commit;
         if tool.kind() == ToolKind::Read && policy.cache && kind == EntryKind::Tool {
             if let Some(out) = self.cached_read(name, &hash).await {
                 // Journaled as a call served from the cache (no attempt), so the audit trail
@@ -428,6 +431,8 @@ impl<'r> StepCx<'r> {
                 self.inner.config.redact_value(&mut stored);
                 entry.output = Some(stored);
                 entry.finished_at = Some(entry.started_at);
+                // A call served from the cache calls nothing: should it be lost, the step
+                // serves it again from the entry it copies.
                 self.defer(entry);
                 return Ok(out);
             }
@@ -452,7 +457,9 @@ impl<'r> StepCx<'r> {
             let err = ToolError::disabled(format!(
                 "tool `{name}` is switched off in the tool registry"
             ));
-            return self.finish(entry, Err(err), Instant::now()).await;
+            return self
+                .finish(entry, Err(err), Instant::now(), with_commit)
+                .await;
         }
         if entry.idempotency_key.is_some() {
             // The audit trail shows an effect may have happened before its result is known,
@@ -502,7 +509,7 @@ impl<'r> StepCx<'r> {
         if self.fault(point) {
             return Err(Self::interrupted_error());
         }
-        self.finish(entry, result, started).await
+        self.finish(entry, result, started, with_commit).await
     }
 
     /// Attempts under the policy: timeout per attempt, backoff with jitter, `retry-after`.
@@ -562,11 +569,14 @@ impl<'r> StepCx<'r> {
         }
     }
 
+    /// Journal the call's outcome: at once, or with the step's commit when `with_commit`
+    /// (a read whose policy allows it).
     async fn finish(
         &self,
         mut entry: JournalEntry,
         result: Result<Value, ToolError>,
         started: Instant,
+        with_commit: bool,
     ) -> Result<Value, ToolError> {
         // The error names its tool on every path (live, disabled, replayed), so a failure
         // reads the same when it is replayed from the journal.
@@ -590,10 +600,10 @@ impl<'r> StepCx<'r> {
                 entry.error_message = Some(e.message.clone());
             }
         }
-        let read = entry.tool_kind == Some(ToolKind::Read) && entry.kind == EntryKind::Tool;
-        let cacheable = read && entry.status == CallStatus::Succeeded;
+        let cacheable =
+            entry.tool_kind == Some(ToolKind::Read) && entry.status == CallStatus::Succeeded;
         let key = (entry.name.clone(), entry.input_hash.clone());
-        if read {
+        if with_commit {
             self.defer(entry);
         } else if !self.record(entry).await {
             return Err(Self::interrupted_error());

@@ -210,8 +210,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> Result<RunRecord, StoreError>;
 
     /// [`commit_step`](Self::commit_step) with journal entries of the step that were not
-    /// recorded yet (the runner defers a read call's entry to its step's commit, so that a
-    /// step calling one read tool writes once, not twice).
+    /// recorded yet (the runner defers the entry of a read whose policy allows it,
+    /// [`ToolPolicy::journal_with_commit`](crate::tool::ToolPolicy), to its step's commit,
+    /// so that a step calling one such read writes once, not twice).
     ///
     /// When this returns `Ok`, the entries are durable with the commit. On an error they
     /// may or may not have been written, as with [`record_entry`](Self::record_entry)

@@ -13,8 +13,8 @@
 //!    [`StoreError::LeaseLost`]. A worker that sees it stops.
 //! 3. Journal entries are durable as soon as `record_entry` returns, before the step commits:
 //!    a completed write is never executed again; a decision is never asked again. Entries
-//!    a commit carries (`commit_step_with_entries`: the runner's read calls) are durable
-//!    with it.
+//!    a commit carries (`commit_step_with_entries`: reads that are cheap to repeat) are
+//!    durable with it.
 //! 4. Storage grows linearly with the number of steps: versions are stored as deltas with
 //!    snapshots spaced by size (see [`history`]), and [`Store::prune`] removes old ones.
 

@@ -85,6 +85,7 @@ pub(crate) fn policy() -> ToolPolicy {
             jitter: true,
         },
         cache: true,
+        journal_with_commit: false,
     }
 }
 

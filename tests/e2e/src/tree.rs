@@ -102,6 +102,7 @@ fn policy() -> ToolPolicy {
             jitter: true,
         },
         cache: true,
+        journal_with_commit: false,
     }
 }
 

@@ -100,6 +100,7 @@ fn policy() -> ToolPolicy {
             jitter: false,
         },
         cache: false,
+        journal_with_commit: false,
     }
 }
 
