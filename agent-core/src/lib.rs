@@ -210,9 +210,10 @@ pub use agent_macros::Agent;
 /// Derive [`Tool`] from `#[tool(...)]` attributes.
 ///
 /// `#[tool(kind = read|write|hybrid, input = Type, output = Type, timeout_ms = N, retries = N,
-/// cache = bool, crate = path)]`: `kind`, `input` and `output` are required; `retries` is the
-/// number of attempts in all ([`RetryPolicy::max_attempts`]); what is not given comes from
-/// [`ToolPolicy::default`]. `NAME` is the type's name and `DESCRIPTION` its doc comment.
+/// cache = bool, journal_with_commit = bool, crate = path)]`: `kind`, `input` and `output`
+/// are required; `retries` is the number of attempts in all ([`RetryPolicy::max_attempts`]);
+/// `cache` and `journal_with_commit` are [`ToolPolicy`]'s, for read tools; what is not
+/// given comes from [`ToolPolicy::default`]. `NAME` is the type's name and `DESCRIPTION` its doc comment.
 /// Implement [`Execute`] (and [`Compensate`] for a hybrid tool) by hand.
 pub use agent_macros::Tool;
 
@@ -220,7 +221,8 @@ pub use agent_macros::Tool;
 ///
 /// ```text
 /// #[tool_fn(read | write | hybrid, timeout_ms = N, retries = N, cache = bool,
-///           compensate = WriteTool, compensate_input = path::to_fn, crate = path)]
+///           journal_with_commit = bool, compensate = WriteTool,
+///           compensate_input = path::to_fn, crate = path)]
 /// ```
 ///
 /// The function stays as written, and next to it comes the tool type, named after it in

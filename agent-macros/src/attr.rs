@@ -52,6 +52,7 @@ pub(crate) const INPUT: &str = "input";
 pub(crate) const OUTPUT: &str = "output";
 pub(crate) const RETRIES: &str = "retries";
 pub(crate) const CACHE: &str = "cache";
+pub(crate) const JOURNAL_WITH_COMMIT: &str = "journal_with_commit";
 
 const ENUM_KEYS: &[&str] = &[
     TOOLS,
@@ -83,7 +84,16 @@ const VARIANT_KEYS: &[&str] = &[
     CHILDREN,
     CHILDREN_OUTLIVE,
 ];
-const TOOL_KEYS: &[&str] = &[KIND, INPUT, OUTPUT, TIMEOUT_MS, RETRIES, CACHE, CRATE];
+const TOOL_KEYS: &[&str] = &[
+    KIND,
+    INPUT,
+    OUTPUT,
+    TIMEOUT_MS,
+    RETRIES,
+    CACHE,
+    JOURNAL_WITH_COMMIT,
+    CRATE,
+];
 
 /// One key's value, with the span of the key that set it.
 pub(crate) struct Attr<T> {
@@ -1076,7 +1086,8 @@ fn crate_path(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Path>
     })
 }
 
-/// `#[tool(kind = ..., input = ..., output = ..., timeout_ms = ..., retries = ..., cache = ...)]`
+/// `#[tool(kind = ..., input = ..., output = ..., timeout_ms = ..., retries = ..., cache = ...,
+/// journal_with_commit = ...)]`
 pub(crate) struct ToolAttrs {
     pub(crate) kind: Attr<Kind>,
     pub(crate) input: Attr<Type>,
@@ -1084,6 +1095,7 @@ pub(crate) struct ToolAttrs {
     pub(crate) timeout_ms: Attr<u64>,
     pub(crate) retries: Attr<u32>,
     pub(crate) cache: Attr<bool>,
+    pub(crate) journal_with_commit: Attr<bool>,
     pub(crate) krate: Attr<Path>,
     /// The kind to assume in the stub impl when `kind` is misspelled: the closest one.
     pub(crate) kind_guess: Option<Kind>,
@@ -1097,6 +1109,7 @@ pub(crate) fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
         timeout_ms: Attr::in_ns(TOOL, TIMEOUT_MS),
         retries: Attr::in_ns(TOOL, RETRIES),
         cache: Attr::in_ns(TOOL, CACHE),
+        journal_with_commit: Attr::in_ns(TOOL, JOURNAL_WITH_COMMIT),
         krate: Attr::in_ns(TOOL, CRATE),
         kind_guess: None,
     };
@@ -1169,6 +1182,14 @@ pub(crate) fn tool_attrs(cx: &Ctxt, attrs: &[Attribute]) -> ToolAttrs {
                 }
                 if let Some(v) = value(cx, &meta, "true", LitBool::parse)? {
                     out.cache.set(cx, span, v.value);
+                }
+            }
+            JOURNAL_WITH_COMMIT => {
+                if !out.journal_with_commit.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = value(cx, &meta, "true", LitBool::parse)? {
+                    out.journal_with_commit.set(cx, span, v.value);
                 }
             }
             CRATE => {

@@ -25,6 +25,7 @@ pub(crate) struct Tool {
     pub(crate) timeout_ms: Option<u64>,
     pub(crate) retries: Option<u32>,
     pub(crate) cache: Option<bool>,
+    pub(crate) journal_with_commit: Option<bool>,
 }
 
 pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
@@ -87,6 +88,7 @@ fn model(input: &DeriveInput, attrs: ToolAttrs) -> Tool {
         timeout_ms: attrs.timeout_ms.take(),
         retries: attrs.retries.take(),
         cache: attrs.cache.take(),
+        journal_with_commit: attrs.journal_with_commit.take(),
     }
 }
 
@@ -143,6 +145,9 @@ pub(crate) fn expand(tool: &Tool) -> TokenStream {
     }
     if let Some(c) = tool.cache {
         fields.push(quote!(cache: #c));
+    }
+    if let Some(j) = tool.journal_with_commit {
+        fields.push(quote!(journal_with_commit: #j));
     }
     // Fill the fields not given from `ToolPolicy`'s default (it has more than the
     // attributes set).

@@ -32,7 +32,7 @@ use crate::tool::{self, Tool};
 use crate::{fallback, names};
 
 const ATTR: &str = "tool_fn";
-const KEYS: &str = "`read`, `write`, `hybrid`, `kind`, `timeout_ms`, `retries`, `cache`, `compensate`, `compensate_input`, `crate`";
+const KEYS: &str = "`read`, `write`, `hybrid`, `kind`, `timeout_ms`, `retries`, `cache`, `journal_with_commit`, `compensate`, `compensate_input`, `crate`";
 
 /// What `#[tool_fn(...)]` says.
 #[derive(Default)]
@@ -41,6 +41,7 @@ struct Args {
     timeout_ms: Option<u64>,
     retries: Option<u32>,
     cache: Option<bool>,
+    journal_with_commit: Option<bool>,
     compensate: Option<Path>,
     compensate_input: Option<Path>,
     krate: Option<Path>,
@@ -113,6 +114,7 @@ pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
         timeout_ms: args.timeout_ms,
         retries: args.retries,
         cache: args.cache,
+        journal_with_commit: args.journal_with_commit,
     };
     let shared: Vec<(&Ident, &Type)> = params
         .iter()
@@ -196,6 +198,14 @@ fn parse_args(cx: &Ctxt, args: TokenStream) -> Args {
             "cache" => {
                 let v: LitBool = meta.value()?.parse()?;
                 once(cx, &meta, out.cache.replace(v.value).is_some());
+            }
+            "journal_with_commit" => {
+                let v: LitBool = meta.value()?.parse()?;
+                once(
+                    cx,
+                    &meta,
+                    out.journal_with_commit.replace(v.value).is_some(),
+                );
             }
             "compensate" => {
                 let v: Path = meta.value()?.parse()?;

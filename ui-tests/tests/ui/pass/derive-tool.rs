@@ -7,7 +7,7 @@ use durable_agents::{Tool, ToolKind, ToolPolicy, kind::Kind};
 ///
 /// Returns SKUs.
 #[derive(Tool)]
-#[tool(kind = read, input = String, output = Vec<String>, timeout_ms = 2000, retries = 4, cache = false)]
+#[tool(kind = read, input = String, output = Vec<String>, timeout_ms = 2000, retries = 4, cache = false, journal_with_commit = true)]
 pub struct SearchProducts;
 
 #[derive(Tool)]
@@ -22,6 +22,7 @@ fn main() {
     assert_eq!(p.timeout, Duration::from_millis(2000));
     assert_eq!(p.retry.max_attempts, 4);
     assert!(!p.cache);
+    assert!(p.journal_with_commit);
     assert_eq!(Charge::policy(), ToolPolicy::default());
     assert_eq!(Charge::DESCRIPTION, "");
     assert_eq!(<<Charge as Tool>::Kind as Kind>::KIND, ToolKind::Write);

@@ -52,7 +52,7 @@ pub async fn find_seat(Shared(db): Shared<Arc<Db>>, id: String) -> Result<Seat, 
 }
 
 /// The time, without input.
-#[tool_fn(read, cache = false)]
+#[tool_fn(read, cache = false, journal_with_commit = true)]
 async fn now() -> ToolResult<u64> {
     Ok(0)
 }
@@ -131,6 +131,8 @@ fn main() {
     assert_eq!(<FindSeat as Tool>::DESCRIPTION, "Look a seat up.");
     assert_eq!(<HoldSeat as Tool>::policy().retry.max_attempts, 2);
     assert!(!<Now as Tool>::policy().cache);
+    assert!(<Now as Tool>::policy().journal_with_commit);
+    assert!(!<FindSeat as Tool>::policy().journal_with_commit);
     let app = App {
         db: Arc::new(Db),
         region: "eu".to_owned(),
