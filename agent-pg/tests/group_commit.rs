@@ -414,26 +414,32 @@ fn read_entry(run_id: &str, seq: u32, output: Value) -> agent_core::store::Journ
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grouped_journal_entries_keep_each_runs_fence() {
-    let Some(store) = store().await else {
-        return;
-    };
+/// Ten runs `good-0`..`good-9` claimed by `store`, and run `taken`, which another store
+/// (another worker process) claimed since: `store`'s lease on it is stale.
+async fn ten_good_and_one_taken(store: &PgStore) -> (Vec<Lease>, Lease) {
     let url = common::database_url().unwrap();
     let other = PgStore::connect(&url, store.schema())
         .await
         .expect("connect");
     let mut goods = Vec::new();
     for i in 0..10 {
-        goods.push(claimed(&store, &format!("good-{i}")).await);
+        goods.push(claimed(store, &format!("good-{i}")).await);
     }
-    // Taken over by another worker: this store's lease on it is stale.
-    let taken = claimed(&store, "taken").await;
+    let taken = claimed(store, "taken").await;
     other
         .claim_run("taken", "w", HOUR)
         .await
         .expect("claim")
         .expect("same owner may claim again");
+    (goods, taken)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_journal_entries_keep_each_runs_fence() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let (goods, taken) = ten_good_and_one_taken(&store).await;
 
     let (lock, held) = stall_commits(&store).await;
     let spawn_record = |lease: &Lease, seq: u32, output: Value| {
@@ -491,20 +497,7 @@ async fn grouped_commits_carry_their_entries_and_each_keeps_its_fence() {
     let Some(store) = store().await else {
         return;
     };
-    let url = common::database_url().unwrap();
-    let other = PgStore::connect(&url, store.schema())
-        .await
-        .expect("connect");
-    let mut goods = Vec::new();
-    for i in 0..10 {
-        goods.push(claimed(&store, &format!("good-{i}")).await);
-    }
-    let taken = claimed(&store, "taken").await;
-    other
-        .claim_run("taken", "w", HOUR)
-        .await
-        .expect("claim")
-        .expect("same owner may claim again");
+    let (goods, taken) = ten_good_and_one_taken(&store).await;
 
     let (lock, held) = stall_commits(&store).await;
     let spawn_carrying = |lease: &Lease, i: usize| {

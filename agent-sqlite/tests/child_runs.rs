@@ -2,6 +2,8 @@
 //! workers (its parent may be claimable now), and a child row whose parent columns do not
 //! match reads as corrupt.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,19 +18,13 @@ use serde_json::json;
 const LONG: Duration = Duration::from_mins(1);
 
 async fn fresh_store() -> (Arc<SqliteStore>, PathBuf) {
-    let dir = std::env::temp_dir().join("agent-sqlite-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
+    let path = common::new_db_path("");
     (Arc::new(SqliteStore::open(&path).await.unwrap()), path)
 }
 
 async fn remove(store: Arc<SqliteStore>, path: PathBuf) {
     store.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.clone().into_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(p);
-    }
+    common::remove_db_files(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

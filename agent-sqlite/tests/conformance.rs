@@ -1,25 +1,20 @@
 //! The whole store conformance suite on SQLite, each test in its own database file.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 
 use agent_sqlite::SqliteStore;
 
 async fn fresh_store() -> Arc<SqliteStore> {
-    let dir = std::env::temp_dir().join("agent-sqlite-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
+    let path = common::new_db_path("");
     Arc::new(SqliteStore::open(&path).await.unwrap())
 }
 
 async fn remove(store: Arc<SqliteStore>) {
     store.close().await;
     if let Some(path) = store.path() {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = PathBuf::from(path);
-            p.as_mut_os_string().push(suffix);
-            let _ = std::fs::remove_file(p);
-        }
+        common::remove_db_files(path);
     }
 }
 

@@ -2,6 +2,8 @@
 //! busy share one transaction, and each keeps its own compare-and-set. A stale commit in a
 //! batch is refused, alone; the others of the batch are committed.
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,9 +19,7 @@ const RUNS: usize = 16;
 /// A store on a new file holding `RUNS` claimed runs at version 1 (the head each commit
 /// starts from is the one the store remembers).
 async fn claimed_runs() -> (SqliteStore, Vec<Lease>, PathBuf) {
-    let dir = std::env::temp_dir().join("agent-sqlite-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
+    let path = common::new_db_path("");
     let store = SqliteStore::open(&path).await.unwrap();
     let mut leases = Vec::new();
     for i in 0..RUNS {
@@ -44,11 +44,7 @@ async fn claimed_runs() -> (SqliteStore, Vec<Lease>, PathBuf) {
 
 async fn remove(store: SqliteStore, path: PathBuf) {
     store.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.clone().into_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(p);
-    }
+    common::remove_db_files(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

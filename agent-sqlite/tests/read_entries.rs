@@ -3,6 +3,8 @@
 //! still durable before anything the step does next (another call), and a step that fails
 //! writes it before its failure. A read without it is written as soon as it returns.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,9 +131,7 @@ async fn fresh() -> (
     Arc<tokio::sync::Notify>,
     Runner<Reads, Handlers>,
 ) {
-    let dir = std::env::temp_dir().join("agent-sqlite-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
+    let path = common::new_db_path("");
     let store = Arc::new(SqliteStore::open(&path).await.unwrap());
     let started = Arc::new(tokio::sync::Notify::new());
     let tools = ToolBox::new()
@@ -144,22 +144,22 @@ async fn fresh() -> (
 
 async fn remove(store: Arc<SqliteStore>, path: PathBuf) {
     store.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.clone().into_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(p);
-    }
+    common::remove_db_files(&path);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_and_its_read_are_one_write() {
-    let (store, path, _, runner) = fresh().await;
-    let steps = 3;
+/// Start run `r` doing `then` for `steps` steps and drive it to its end: the record, and
+/// the writes that went through the group commit meanwhile.
+async fn run_counting_writes(
+    store: &SqliteStore,
+    runner: &Runner<Reads, Handlers>,
+    then: Then,
+    steps: u32,
+) -> (agent_core::RunRecord, u64) {
     runner
         .start(
             "r",
             Reads::Step {
-                then: Then::Read,
+                then,
                 at: 0,
                 of: steps,
             },
@@ -168,12 +168,19 @@ async fn a_step_and_its_read_are_one_write() {
         .unwrap();
     let before = store.group_commit_stats();
     let done = runner.run("r").await.unwrap();
-    let after = store.group_commit_stats();
+    (done, store.group_commit_stats().commits - before.commits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_and_its_read_are_one_write() {
+    let (store, path, _, runner) = fresh().await;
+    let steps = 3;
+    let (done, writes) = run_counting_writes(&store, &runner, Then::Read, steps).await;
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(done.version, u64::from(steps));
     // One write per step: the commit, carrying its read's entry.
     assert_eq!(
-        after.commits - before.commits,
+        writes,
         u64::from(steps),
         "writes through the group commit for {steps} steps of one read each"
     );
@@ -271,23 +278,10 @@ async fn a_failed_step_writes_its_reads() {
 async fn a_read_with_the_default_policy_is_written_as_it_returns() {
     let (store, path, _, runner) = fresh().await;
     let steps = 3;
-    runner
-        .start(
-            "r",
-            Reads::Step {
-                then: Then::ReadAtOnce,
-                at: 0,
-                of: steps,
-            },
-        )
-        .await
-        .unwrap();
-    let before = store.group_commit_stats();
-    let done = runner.run("r").await.unwrap();
-    let after = store.group_commit_stats();
+    let (done, writes) = run_counting_writes(&store, &runner, Then::ReadAtOnce, steps).await;
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(
-        after.commits - before.commits,
+        writes,
         2 * u64::from(steps),
         "each step writes its read's entry, then commits"
     );

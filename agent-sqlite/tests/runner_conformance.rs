@@ -1,14 +1,14 @@
 //! The runner's invariants on SQLite: the conformance fixture agent driven through the
 //! runner, with crashes injected at every fault point, each check in its own file.
 
+mod common;
+
 use std::sync::Arc;
 
 use agent_sqlite::SqliteStore;
 
 async fn fresh_store() -> Arc<SqliteStore> {
-    let dir = std::env::temp_dir().join("agent-sqlite-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("runner-{}.db", uuid::Uuid::new_v4().simple()));
+    let path = common::new_db_path("runner-");
     Arc::new(SqliteStore::open(&path).await.unwrap())
 }
 

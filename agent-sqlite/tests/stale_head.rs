@@ -3,6 +3,8 @@
 //! commit's compare-and-set on version and epoch refuses it: nothing is written, and the
 //! answer says why.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -13,9 +15,7 @@ use serde_json::json;
 
 /// Two stores on one new file, holding run `r` at version 0.
 async fn two_stores() -> (SqliteStore, SqliteStore, PathBuf) {
-    let dir = std::env::temp_dir().join("agent-sqlite-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.db", uuid::Uuid::new_v4().simple()));
+    let path = common::new_db_path("");
     let a = SqliteStore::open(&path).await.unwrap();
     let b = SqliteStore::open(&path).await.unwrap();
     a.create_run(NewRun::new("r", "A", "fp", "Start", json!({ "n": 0 })))
@@ -27,11 +27,7 @@ async fn two_stores() -> (SqliteStore, SqliteStore, PathBuf) {
 async fn close(a: SqliteStore, b: SqliteStore, path: &Path) {
     a.close().await;
     b.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.to_path_buf().into_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(p);
-    }
+    common::remove_db_files(path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
