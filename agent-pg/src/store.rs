@@ -4,15 +4,14 @@
 //!
 //! [`Store`]: agent_core::store::Store
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
     ClaimReads, Claimed, EntryKind, EventWakes, Lease, Millis, NewRun, PruneReport, RepairCommit,
-    RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StoreError,
-    ToolStats, VersionCount, VersionSpan,
+    RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, StoreError, ToolStats,
+    VersionCount,
 };
 use agent_sql::reads::head_of;
 use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
@@ -522,35 +521,7 @@ impl PgStore {
                     .bind(&waiting),
             )
             .await;
-        let mut reads: HashMap<String, ClaimReads> = HashMap::new();
-        match rows {
-            Ok(rows) => {
-                for row in &rows {
-                    let read = row
-                        .try_get::<String, _>("id")
-                        .map_err(|e| StoreError::Backend(e.to_string()))
-                        .and_then(|id| Ok((claim_reads(&id, row)?, id)));
-                    match read {
-                        Ok((r, id)) => {
-                            reads.insert(id, r);
-                        }
-                        Err(e) => tracing::warn!(error = %e,
-                            "a claimed run's reads did not decode; the runner reads them"),
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e,
-                "reading the claimed runs' history, journal and signals failed; \
-                 the runner reads them run by run"),
-        }
-        claimed
-            .into_iter()
-            .map(|(lease, record)| Claimed {
-                reads: reads.remove(&record.id),
-                lease,
-                record,
-            })
-            .collect()
+        agent_sql::with_claim_reads(claimed, rows.map_err(db_err), claim_reads)
     }
 
     /// `Store::claim_next`.
@@ -592,46 +563,18 @@ impl PgStore {
     }
 }
 
-/// One row of [`sql::CLAIM_READS`].
+/// One row of [`sql::CLAIM_READS`]: the run's id and its reads.
 ///
 /// # Errors
-/// [`StoreError::Corrupt`] when they do not read.
-fn claim_reads(run_id: &str, row: &PgRow) -> Result<ClaimReads, StoreError> {
-    let c = |e: sqlx::Error| corrupt(run_id, e);
+/// [`StoreError::Corrupt`] when it does not read.
+fn claim_reads(row: &PgRow) -> Result<(String, ClaimReads), StoreError> {
+    let id: String = row
+        .try_get("id")
+        .map_err(|e| StoreError::Backend(e.to_string()))?;
+    let c = |e: sqlx::Error| corrupt(&id, e);
     let span: Vec<Option<i64>> = row.try_get("span").map_err(c)?;
-    let span = match span.as_slice() {
-        [_, _, Some(0)] => None,
-        [Some(first), Some(last), Some(count)] => Some(VersionSpan {
-            first: to_u64(*first).map_err(c)?,
-            last: to_u64(*last).map_err(c)?,
-            count: to_u64(*count).map_err(c)?,
-        }),
-        other => return Err(corrupt(run_id, format!("version span {other:?}"))),
-    };
-    let journaled_at_version: bool = row.try_get("journaled").map_err(c)?;
+    let journaled: bool = row.try_get("journaled").map_err(c)?;
     let pending: Option<Value> = row.try_get("pending").map_err(c)?;
-    let pending_signals = pending
-        .map(|p| {
-            let listed: Vec<(i64, String, Value, Millis)> =
-                serde_json::from_value(p).map_err(|e| corrupt(run_id, e))?;
-            Ok::<_, StoreError>(
-                listed
-                    .into_iter()
-                    .map(|(id, name, payload, created_at)| SignalRecord {
-                        id,
-                        run_id: run_id.to_owned(),
-                        name,
-                        payload,
-                        created_at,
-                        consumed_at_version: None,
-                    })
-                    .collect(),
-            )
-        })
-        .transpose()?;
-    Ok(ClaimReads {
-        span,
-        journaled_at_version,
-        pending_signals,
-    })
+    let reads = rows::claim_reads(&id, &span, journaled, pending)?;
+    Ok((id, reads))
 }

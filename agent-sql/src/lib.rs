@@ -154,6 +154,45 @@ pub fn created_claimed(record: RunRecord, worker: &str) -> Claimed {
     }
 }
 
+/// The claimed runs, each with what the store's claim read for it
+/// ([`Store::claim_next_reading`]): `rows` are the rows of the store's statement reading
+/// them, `decode` reads a row's run id and reads. The claims stand whatever happened
+/// there: a run whose reads failed or did not decode gets `reads: None`, and the runner
+/// reads them itself.
+///
+/// [`Store::claim_next_reading`]: agent_core::store::Store::claim_next_reading
+pub fn with_claim_reads<R>(
+    claimed: Vec<(Lease, RunRecord)>,
+    rows: Result<Vec<R>, StoreError>,
+    decode: impl Fn(&R) -> Result<(String, ClaimReads), StoreError>,
+) -> Vec<Claimed> {
+    let mut reads = std::collections::HashMap::new();
+    match rows {
+        Ok(rows) => {
+            for row in &rows {
+                match decode(row) {
+                    Ok((id, r)) => {
+                        reads.insert(id, r);
+                    }
+                    Err(e) => tracing::warn!(error = %e,
+                        "a claimed run's reads did not decode; the runner reads them"),
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e,
+            "reading the claimed runs' history, journal and signals failed; \
+             the runner reads them run by run"),
+    }
+    claimed
+        .into_iter()
+        .map(|(lease, record)| Claimed {
+            reads: reads.remove(&record.id),
+            lease,
+            record,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
-    CallStatus, EntryKind, InspectedRun, JournalEntry, Labels, Millis, OperatorNote,
+    CallStatus, ClaimReads, EntryKind, InspectedRun, JournalEntry, Labels, Millis, OperatorNote,
     ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion,
     StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
 };
@@ -580,6 +580,55 @@ pub fn version_span(run_id: &str, row: &impl SqlRow) -> Result<Option<VersionSpa
         last: bound(r.last)?,
         count: u64::try_from(r.n).unwrap_or(0),
     }))
+}
+
+/// What a claim read besides the run (`Store::claim_next_reading`), from the columns both
+/// stores' claim reads select: the version span as `[first, last, count]`, whether the
+/// journal has an entry at the run's version, and the pending signals of a waiting run as
+/// `[[id, name, payload, created_at], ...]` (`None`: not read, the run does not wait).
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when they do not read.
+pub fn claim_reads(
+    run_id: &str,
+    span: &[Option<i64>],
+    journaled_at_version: bool,
+    pending: Option<Value>,
+) -> Result<ClaimReads, StoreError> {
+    let c = |e: sqlx::Error| corrupt(run_id, e);
+    let span = match span {
+        [_, _, Some(0)] => None,
+        [Some(first), Some(last), Some(count)] => Some(VersionSpan {
+            first: to_u64(*first).map_err(c)?,
+            last: to_u64(*last).map_err(c)?,
+            count: to_u64(*count).map_err(c)?,
+        }),
+        other => return Err(corrupt(run_id, format!("version span {other:?}"))),
+    };
+    let pending_signals = pending
+        .map(|p| {
+            let listed: Vec<(i64, String, Value, Millis)> =
+                serde_json::from_value(p).map_err(|e| corrupt(run_id, e))?;
+            Ok::<_, StoreError>(
+                listed
+                    .into_iter()
+                    .map(|(id, name, payload, created_at)| SignalRecord {
+                        id,
+                        run_id: run_id.to_owned(),
+                        name,
+                        payload,
+                        created_at,
+                        consumed_at_version: None,
+                    })
+                    .collect(),
+            )
+        })
+        .transpose()?;
+    Ok(ClaimReads {
+        span,
+        journaled_at_version,
+        pending_signals,
+    })
 }
 
 /// Read a journal row.

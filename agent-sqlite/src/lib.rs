@@ -74,7 +74,7 @@ use agent_core::store::{
     Lease, NewRun, RunRecord, RunStatus, StoreError, TransitionKind, WakeHub, creation_hash,
     now_ms, transition_hash, validate_labels,
 };
-use agent_sql::heads::HeadCache;
+use agent_sql::heads::{HeadCache, RunHead};
 use agent_sql::reads::{Arg, SqlReads, bind, head_of};
 use agent_sql::rows;
 use agent_sql::{ms, to_i64};
@@ -213,6 +213,21 @@ impl SqliteStore {
         Ok(head_of(self, run_id).await?.is_some())
     }
 
+    /// The run at `head`, its head remembered for the run's next commit: a run just
+    /// created or claimed is about to be stepped, and its first commit then reads nothing
+    /// (a worker with thousands of runs in flight would otherwise read each run's row
+    /// again, all at once).
+    pub(crate) fn remembered(&self, head: RunHead) -> RunRecord {
+        let RunHead {
+            mut record,
+            last_hash,
+            patch_bytes,
+        } = head;
+        self.heads
+            .remember_record(&mut record, last_hash, patch_bytes);
+        record
+    }
+
     /// Create `new` (forked from `parent`), or return the run of the same id when it was
     /// created from the same request. With `claim`, a run created here is claimed by that
     /// worker for that long in the same transaction (and nobody is woken); the flag says
@@ -292,7 +307,7 @@ impl SqliteStore {
             .map_err(db_err)?;
         tx.commit().await.map_err(db_err)?;
         let stored = rows::stored_run(&row)?;
-        let record = stored.head.record;
+        let record = self.remembered(stored.head);
         if inserted == 1 {
             if claim.is_none() {
                 self.work.notify_waiters();

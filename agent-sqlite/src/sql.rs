@@ -407,6 +407,23 @@ pub(crate) const SEND_SIGNAL: &str = concat!(
      RETURNING id"
 );
 
+/// What a worker's claim reads for the claimed runs (`Store::claim_next_reading`), in one
+/// statement for the batch: `$1` is a JSON array of `[id, version, waiting]`. Per run, its
+/// version span as `[first, last, count]`, whether its journal has an entry at its
+/// version, and, for a waiting run, its pending signals as `[[id, name, payload,
+/// created_at], ...]` oldest first. Each part is the statement the runner would otherwise
+/// send for the run (`VERSION_SPAN`, the journal at the version, `PENDING_SIGNALS`), on the
+/// same indexes.
+pub(crate) const CLAIM_READS: &str = "SELECT c.value ->> 0 AS id, \
+     (SELECT json_array(min(t.version), max(t.version), count(*)) FROM transitions t \
+      WHERE t.run_id = c.value ->> 0) AS span, \
+     EXISTS (SELECT 1 FROM journal j WHERE j.run_id = c.value ->> 0 \
+      AND j.version = c.value ->> 1) AS journaled, \
+     CASE WHEN c.value ->> 2 THEN (SELECT json_group_array(json_array(s.id, s.name, \
+      json(s.payload), s.created_at) ORDER BY s.id) FROM signals s \
+      WHERE s.run_id = c.value ->> 0 AND s.consumed_at_version IS NULL) END AS pending \
+     FROM json_each($1) AS c";
+
 pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, created_at, \
      consumed_at_version FROM signals WHERE run_id = $1 AND consumed_at_version IS NULL \
      ORDER BY id";

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    Claimed, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter,
-    RunRecord, RunStatus, StoreError, TransitionKind, VersionCount, now_ms,
+    ClaimReads, Claimed, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure,
+    RunFilter, RunRecord, RunStatus, StoreError, TransitionKind, VersionCount, now_ms,
 };
-use agent_sql::{lease_of, ms, repair_refused, rows, to_i64};
+use agent_sql::{corrupt, lease_of, ms, repair_refused, rows, to_i64};
 use serde_json::Value;
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
 
 use crate::{SqliteStore, db_err, sql};
 
@@ -74,7 +76,7 @@ agent_sql::impl_sql_store!(SqliteStore {
         match row {
             Some(row) => match rows::stored_run(&row) {
                 Ok(stored) => {
-                    let r = stored.head.record;
+                    let r = self.remembered(stored.head);
                     Ok(Some((lease_of(&r, worker), r)))
                 }
                 Err(StoreError::Corrupt { run_id, message }) => {
@@ -122,7 +124,7 @@ agent_sql::impl_sql_store!(SqliteStore {
             if let Some(row) = row {
                 match rows::stored_run(&row) {
                     Ok(stored) => {
-                        let r = stored.head.record;
+                        let r = self.remembered(stored.head);
                         out.push((lease_of(&r, worker), r));
                     }
                     // A run whose stored data no longer reads must not keep the others from
@@ -137,6 +139,29 @@ agent_sql::impl_sql_store!(SqliteStore {
         }
         tx.commit().await.map_err(db_err)?;
         Ok(out)
+    }
+
+    async fn claim_next_reading(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let claimed = self.claim_next(agents, worker, ttl, limit).await?;
+        Ok(self.with_reads(claimed).await)
+    }
+
+    async fn claim_run_reading(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let Some(claimed) = self.claim_run(run_id, worker, ttl).await? else {
+            return Ok(None);
+        };
+        Ok(self.with_reads(vec![claimed]).await.pop())
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
@@ -430,6 +455,31 @@ agent_sql::impl_sql_store!(SqliteStore {
 });
 
 impl SqliteStore {
+    /// The claimed runs with what their first steps read ([`sql::CLAIM_READS`]), read in
+    /// one statement after the claim's transaction, while the new leases hold the runs
+    /// (only a lease holder journals or consumes a signal). If it fails, or a run's reads
+    /// do not decode, those runs come without them and the runner reads them itself.
+    async fn with_reads(&self, claimed: Vec<(Lease, RunRecord)>) -> Vec<Claimed> {
+        if claimed.is_empty() {
+            return Vec::new();
+        }
+        let batch: Vec<(&str, i64, bool)> = (claimed.iter())
+            .map(|(_, r)| {
+                let waiting = r.status == RunStatus::Waiting;
+                (r.id.as_str(), to_i64(r.version), waiting)
+            })
+            .collect();
+        let rows = match serde_json::to_string(&batch) {
+            Ok(batch) => sqlx::query(sql::CLAIM_READS)
+                .bind(batch)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_err),
+            Err(e) => Err(StoreError::Backend(e.to_string())),
+        };
+        agent_sql::with_claim_reads(claimed, rows, claim_reads)
+    }
+
     /// Quarantine a run whose row does not read (`Store::claim_run`, `claim_next`): written
     /// without decoding anything, so that listings say what the row holds and no worker
     /// claims it again.
@@ -479,4 +529,25 @@ fn filtered<'q>(
         .bind(filter.created_before)
         .bind(filter.agent_version.map(i64::from))
         .bind(&filter.fingerprint))
+}
+
+/// One row of [`sql::CLAIM_READS`]: the run's id and its reads.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] when it does not read.
+fn claim_reads(row: &SqliteRow) -> Result<(String, ClaimReads), StoreError> {
+    let id: String = row
+        .try_get("id")
+        .map_err(|e| StoreError::Backend(e.to_string()))?;
+    let c = |e: &dyn std::fmt::Display| corrupt(&id, e);
+    let span: String = row.try_get("span").map_err(|e| c(&e))?;
+    let span: Vec<Option<i64>> = serde_json::from_str(&span).map_err(|e| c(&e))?;
+    let journaled: bool = row.try_get("journaled").map_err(|e| c(&e))?;
+    let pending: Option<String> = row.try_get("pending").map_err(|e| c(&e))?;
+    let pending = (pending.as_deref())
+        .map(serde_json::from_str::<Value>)
+        .transpose()
+        .map_err(|e| c(&e))?;
+    let reads = rows::claim_reads(&id, &span, journaled, pending)?;
+    Ok((id, reads))
 }
