@@ -128,11 +128,15 @@ impl PgStore {
         let head = if let Some(cached) = self.heads.at(run_id, commit.expected_version) {
             cached
         } else {
-            let row = sqlx::query(sql::LOAD_RUN)
-                .bind(run_id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db_err)?;
+            // Boxed, as the other rare paths here: a worker holds this future for each
+            // run whose commit waits in the group commit's queue.
+            let row = Box::pin(
+                sqlx::query(sql::LOAD_RUN)
+                    .bind(run_id)
+                    .fetch_optional(&self.pool),
+            )
+            .await
+            .map_err(db_err)?;
             read_head(row.as_ref(), lease, commit.expected_version)?
         };
         let (plan, payload) = CommitPlan::new(head, lease, commit);
@@ -171,18 +175,20 @@ impl PgStore {
             let record = plan.applied(lease, commit, applied, &self.heads);
             self.event_written(run_id);
             if record.status.is_final() {
-                self.wake_parent(&record).await;
+                Box::pin(self.wake_parent(&record)).await;
             }
             return Ok(record);
         }
         // Zero rows: tell the caller why, from the run as stored.
-        Err(commit_refused(self, lease, commit.expected_version, || {
-            StoreError::Backend(format!(
-                "signal {} is not pending for run `{run_id}`",
-                commit.consumed_signal.unwrap_or_default()
-            ))
-        })
-        .await)
+        Err(
+            Box::pin(commit_refused(self, lease, commit.expected_version, || {
+                StoreError::Backend(format!(
+                    "signal {} is not pending for run `{run_id}`",
+                    commit.consumed_signal.unwrap_or_default()
+                ))
+            }))
+            .await,
+        )
     }
 
     /// After a child run reached a final status: wake the idle workers, so that the parent,

@@ -56,11 +56,15 @@ impl SqliteStore {
         } else {
             // Read outside the write transaction: the statement's compare-and-set still
             // decides, and a head read here that the run has moved past writes nothing.
-            let row = sqlx::query(sql::LOAD_RUN)
-                .bind(run_id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db_err)?;
+            // Boxed, as the other rare paths here: a worker holds this future for each
+            // run whose commit waits in the group commit's queue.
+            let row = Box::pin(
+                sqlx::query(sql::LOAD_RUN)
+                    .bind(run_id)
+                    .fetch_optional(&self.pool),
+            )
+            .await
+            .map_err(db_err)?;
             read_head(row.as_ref(), lease, commit.expected_version)?
         };
         let (plan, payload) = CommitPlan::new(head, lease, commit);
@@ -104,16 +108,19 @@ impl SqliteStore {
             // The head is one the run has moved past (another store on the same file wrote
             // since, or a stale caller), or the signal is no longer pending: nothing was
             // written. Say why from the stored head.
-            return Err(commit_refused(self, lease, commit.expected_version, || {
-                match commit.consumed_signal {
+            return Err(Box::pin(commit_refused(
+                self,
+                lease,
+                commit.expected_version,
+                || match commit.consumed_signal {
                     Some(signal) => StoreError::Backend(format!(
                         "signal {signal} is not pending for run `{run_id}`"
                     )),
                     None => {
                         StoreError::Backend(format!("run `{run_id}` refused a commit it matches"))
                     }
-                }
-            })
+                },
+            ))
             .await);
         };
         let record = plan.applied(lease, commit, applied, &self.heads);

@@ -243,7 +243,9 @@ impl GroupCommit {
                 // The writer passes to the queue when this transaction ends, even if this
                 // future is dropped before.
                 let _writer = Writer(self);
-                self.one(&write).await
+                // Boxed: a queued write's future (one per run waiting for the writer)
+                // need not be as large as a transaction's statements.
+                Box::pin(self.one(&write)).await
             }
             Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
                 Err(StoreError::Unavailable(

@@ -198,7 +198,12 @@ impl<'r> StepCx<'r> {
     /// Durably record an entry, fenced by the lease, after the deferred read entries. A
     /// failure is fatal for the step.
     pub(crate) async fn record(&self, entry: JournalEntry) -> bool {
-        self.write_deferred().await && self.write(entry).await
+        // Boxed, and only when there is something to write: this future's space is held
+        // for the whole tool call by every run in flight (it is part of the call's).
+        if self.has_deferred() && !Box::pin(self.write_deferred()).await {
+            return false;
+        }
+        self.write(entry).await
     }
 
     /// Journal a read call's entry in memory; it is written with the step's commit, or
@@ -207,7 +212,16 @@ impl<'r> StepCx<'r> {
     /// which a read may.
     fn defer(&self, entry: JournalEntry) {
         self.remember(entry.clone());
-        lock(&self.deferred).push(entry);
+        let mut deferred = lock(&self.deferred);
+        // Most steps defer one read: room for four (a `Vec`'s first growth) would be
+        // held by every run in flight until its commit.
+        deferred.reserve_exact(1);
+        deferred.push(entry);
+    }
+
+    /// Whether read entries wait to be written.
+    fn has_deferred(&self) -> bool {
+        !lock(&self.deferred).is_empty()
     }
 
     /// Write the deferred read entries now. A failure is fatal for the step.
@@ -457,16 +471,14 @@ impl<'r> StepCx<'r> {
             let err = ToolError::disabled(format!(
                 "tool `{name}` is switched off in the tool registry"
             ));
-            return self
-                .finish(entry, Err(err), Instant::now(), with_commit)
-                .await;
+            return Box::pin(self.finish(entry, Err(err), Instant::now(), with_commit)).await;
         }
         if entry.idempotency_key.is_some() {
             // The audit trail shows an effect may have happened before its result is known,
             // and counts the attempt before it starts: after a crash in the call, `attempts`
             // still counts every request that may have reached the service.
             entry.attempts = prior_attempts + 1;
-            if !self.record(entry.clone()).await {
+            if !Box::pin(self.record(entry.clone())).await {
                 return Err(Self::interrupted_error());
             }
             let point = if kind == EntryKind::Compensation {
@@ -480,7 +492,7 @@ impl<'r> StepCx<'r> {
         }
         // What earlier reads returned is durable before this call, which may depend on it,
         // begins.
-        if !self.write_deferred().await {
+        if self.has_deferred() && !Box::pin(self.write_deferred()).await {
             return Err(Self::interrupted_error());
         }
         let started = Instant::now();
@@ -509,7 +521,9 @@ impl<'r> StepCx<'r> {
         if self.fault(point) {
             return Err(Self::interrupted_error());
         }
-        self.finish(entry, result, started, with_commit).await
+        // Boxed, as the other writes here: what a call holds while its tool works is the
+        // largest of its parts, and every run in flight holds one (issue 22, W4).
+        Box::pin(self.finish(entry, result, started, with_commit)).await
     }
 
     /// Attempts under the policy: timeout per attempt, backoff with jitter, `retry-after`.
@@ -529,7 +543,7 @@ impl<'r> StepCx<'r> {
             if !journal_each || attempt_in_call > 1 {
                 entry.attempts += 1;
             }
-            if journal_each && attempt_in_call > 1 && !self.record(entry.clone()).await {
+            if journal_each && attempt_in_call > 1 && !Box::pin(self.record(entry.clone())).await {
                 return Err(Self::interrupted_error());
             }
             if !self.renew().await {

@@ -283,6 +283,21 @@ pub(crate) enum Known {
     Claimed(ClaimReads),
 }
 
+/// A claimed run after the checks before its first step.
+// Moved out of once, as soon as it is returned: boxing the ended run would cost more.
+#[allow(clippy::large_enum_variant)]
+enum Ready {
+    /// The run ended there (dead-lettered or quarantined).
+    Ended(RunRecord),
+    /// The run is to be stepped.
+    Steps {
+        lease: Lease,
+        record: Box<RunRecord>,
+        known: Known,
+        read_cache: cx::ReadCache,
+    },
+}
+
 /// How a call to [`Runner::step`] ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepOutcome {
@@ -638,45 +653,18 @@ where
     }
 
     async fn drive_claimed(&self, claimed: Box<Claimed>) -> Result<RunRecord, RunnerError> {
-        let Claimed {
-            mut lease,
-            mut record,
-            reads,
-        } = *claimed;
-        self.inner
-            .faults
-            .check(FaultPoint::RunClaimed, &record.id, record.version)?;
-        if record.claims_without_progress > self.inner.config.max_claims_without_progress {
-            // Boxed, as every rare path here: each run in flight holds this future.
-            return Box::pin(self.dead_letter(&lease, record)).await;
-        }
-        if let Some(error) = Box::pin(self.history_problem(&record, reads.as_ref())).await? {
-            // The run row and its history disagree: a commit would fail or fork. The
-            // run is quarantined without writing a version, fenced by this lease: no
-            // other worker claims it in between, and a claim answered late (another
-            // worker has taken the run on since, so its history moved) is refused
-            // with `LeaseLost`, leaving that worker's run alone.
-            return Box::pin(async {
-                match self.inner.store.quarantine(&lease, error).await {
-                    Err(StoreError::LeaseLost { .. }) => Err(RunnerError::LeaseLost(record.id)),
-                    quarantined => Ok(quarantined?),
-                }
-            })
-            .await;
-        }
-        // The run's read results, kept from one step to the next: known to be none
-        // before a first step that has journaled nothing.
-        let nothing_yet =
-            record.version == 0 && reads.as_ref().is_some_and(|r| !r.journaled_at_version);
-        let read_cache = if nothing_yet {
-            cx::empty_read_cache()
-        } else {
-            cx::unloaded_read_cache()
+        // The checks before the first step run in a future of their own, freed before the
+        // steps: this one lives as long as the run is in flight, one per run (W4).
+        let ready = Box::pin(self.ready_to_step(claimed)).await?;
+        let (mut lease, mut record, mut known, read_cache) = match ready {
+            Ready::Ended(record) => return Ok(record),
+            Ready::Steps {
+                lease,
+                record,
+                known,
+                read_cache,
+            } => (lease, record, known, read_cache),
         };
-        // After a commit of our own, nothing can be journaled at the new version yet:
-        // the next step skips reading its journal. The first step uses what the claim
-        // read, when it read anything.
-        let mut known = reads.map_or(Known::Nothing, Known::Claimed);
         loop {
             let outcome = match self
                 .step_inner(&mut lease, record, known, &read_cache)
@@ -690,15 +678,65 @@ where
             };
             match outcome {
                 StepOutcome::Committed(next) => {
-                    record = next;
+                    record = Box::new(next);
                     known = Known::Fresh;
                 }
                 StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
+                    // Boxed before the await: a record held across it by value would
+                    // take its space in this future for the run's whole life.
+                    let r = Box::new(r);
                     self.release_if_held(&lease, &r).await;
-                    return Ok(r);
+                    return Ok(*r);
                 }
             }
         }
+    }
+
+    /// What comes before a claimed run's first step: a run claimed too often without
+    /// progress is dead-lettered, a run whose history contradicts its row is
+    /// quarantined (both end here); otherwise the run, boxed, and what its first step
+    /// knows.
+    async fn ready_to_step(&self, claimed: Box<Claimed>) -> Result<Ready, RunnerError> {
+        let Claimed {
+            lease,
+            record,
+            reads,
+        } = *claimed;
+        self.inner
+            .faults
+            .check(FaultPoint::RunClaimed, &record.id, record.version)?;
+        if record.claims_without_progress > self.inner.config.max_claims_without_progress {
+            return self.dead_letter(&lease, record).await.map(Ready::Ended);
+        }
+        if let Some(error) = self.history_problem(&record, reads.as_ref()).await? {
+            // The run row and its history disagree: a commit would fail or fork. The
+            // run is quarantined without writing a version, fenced by this lease: no
+            // other worker claims it in between, and a claim answered late (another
+            // worker has taken the run on since, so its history moved) is refused
+            // with `LeaseLost`, leaving that worker's run alone.
+            return match self.inner.store.quarantine(&lease, error).await {
+                Err(StoreError::LeaseLost { .. }) => Err(RunnerError::LeaseLost(record.id)),
+                quarantined => Ok(Ready::Ended(quarantined?)),
+            };
+        }
+        // The run's read results, kept from one step to the next: known to be none
+        // before a first step that has journaled nothing.
+        let nothing_yet =
+            record.version == 0 && reads.as_ref().is_some_and(|r| !r.journaled_at_version);
+        let read_cache = if nothing_yet {
+            cx::empty_read_cache()
+        } else {
+            cx::unloaded_read_cache()
+        };
+        // After a commit of our own, nothing can be journaled at the new version yet:
+        // the next step skips reading its journal. The first step uses what the claim
+        // read, when it read anything.
+        Ok(Ready::Steps {
+            lease,
+            record: Box::new(record),
+            known: reads.map_or(Known::Nothing, Known::Claimed),
+            read_cache,
+        })
     }
 
     /// Dead-letter a run claimed too often without progress (its step crashes its
@@ -799,14 +837,19 @@ where
         lease: &mut Lease,
         record: RunRecord,
     ) -> Result<StepOutcome, RunnerError> {
-        self.step_inner(lease, record, Known::Nothing, &cx::unloaded_read_cache())
-            .await
+        self.step_inner(
+            lease,
+            Box::new(record),
+            Known::Nothing,
+            &cx::unloaded_read_cache(),
+        )
+        .await
     }
 
     async fn step_inner(
         &self,
         lease: &mut Lease,
-        record: RunRecord,
+        record: Box<RunRecord>,
         known: Known,
         read_cache: &cx::ReadCache,
     ) -> Result<StepOutcome, RunnerError> {
@@ -818,11 +861,11 @@ where
             });
         }
         if record.status.is_final() {
-            return Ok(StepOutcome::Finished(record));
+            return Ok(StepOutcome::Finished(*record));
         }
         if record.agent_version != A::VERSION {
             // Boxed, as the step below: it is rare, and kept out of every step's future.
-            return Box::pin(self.step_other_version(lease, record)).await;
+            return Box::pin(self.step_other_version(lease, *record)).await;
         }
         let state: A = match self.check_loaded(&record) {
             Ok(state) => state,
@@ -854,15 +897,10 @@ where
         // than one allocation (about a fifth of a worker's CPU per step with 64 runs in
         // flight on PostgreSQL). Its rare paths are boxed inside it, so the future every
         // run in flight holds while its tool call waits stays small (BENCHMARKS.md, W4).
-        // The record goes in boxed, so that the future does not hold it twice (as its
-        // argument and as the local it is moved to).
+        // The record stays boxed from the claim on, so that no future holds it twice (as
+        // its argument and as the local it is moved to).
         Box::pin(step::execute::<A, H>(
-            self,
-            lease,
-            Box::new(record),
-            state,
-            known,
-            read_cache,
+            self, lease, record, state, known, read_cache,
         ))
         .instrument(span)
         .await

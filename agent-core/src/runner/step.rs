@@ -20,7 +20,8 @@ use crate::store::{
 /// The paths most steps do not take (the saga, the router loop, failures, waits) are boxed
 /// where they are awaited: a future is as large as its largest path, and every run in
 /// flight holds this one while its handler waits for a tool (issue 22, W4: thousands of
-/// runs in one worker).
+/// runs in one worker). For the same reason the record stays boxed, and the handler's part
+/// is a block of its own, so that its space is not kept beside the commit's.
 pub(super) async fn execute<A, H>(
     runner: &Runner<A, H>,
     lease: &mut Lease,
@@ -33,7 +34,6 @@ where
     A: Agent + Handle<H>,
     H: Send + Sync + 'static,
 {
-    let record = *record;
     let inner = &*runner.inner;
     let graph = inner.graph;
     let desc = graph
@@ -41,7 +41,7 @@ where
         .expect("check_loaded verified the state exists");
 
     if record.status == RunStatus::Compensating {
-        return Box::pin(saga::compensate(runner, lease, record, desc)).await;
+        return Box::pin(saga::compensate(runner, lease, *record, desc)).await;
     }
     if desc.terminal {
         let status = if desc.compensate {
@@ -90,7 +90,7 @@ where
         } else if record.wake_at.is_some_and(|t| t <= now_ms()) {
             wake = Some(Wake::TimedOut);
         } else if record.status == RunStatus::Waiting {
-            return Ok(StepOutcome::Waiting(record));
+            return Ok(StepOutcome::Waiting(*record));
         } else {
             return Box::pin(commit_wait(
                 runner,
@@ -133,66 +133,71 @@ where
             .map(|e| (e.seq, e))
             .collect()
     };
-    let cx = StepCx::new(
-        inner,
-        &record,
-        desc,
-        lease.clone(),
-        journal,
-        wake,
-        read_cache,
-    )
-    .resumed_at(base);
-
-    let handler = async {
-        if desc.route == Routing::Llm {
-            let (to, args) = Box::pin(route::decide(&cx, A::NAME)).await?;
-            let _ = cx.route_name.set(to);
-            let _ = cx.route_args.set(args);
-        }
-        state.handle(&*runner.handlers, &cx).await
-    };
-    let budgeted = async {
-        match desc.timeout_ms {
-            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), handler)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(StepError::Budget(format!(
-                        "state `{}` took longer than its {ms} ms budget",
-                        desc.name
-                    )))
-                }),
-            None => handler.await,
-        }
-    };
-    let result = with_heartbeat(&cx, budgeted)
-        .await
-        .unwrap_or_else(|| Err(StepError::Interrupted("the lease was lost".into())));
-    // The reads' deferred entries go with the commit of the transition the handler
-    // returned. A step that ends otherwise (it fails, waits for its children, is
-    // quarantined) writes them now, so its next attempt replays them; a step that must
-    // not write (crashed, lease lost) leaves them, and its reads run again on resume.
-    let commits_its_move = match &result {
-        Ok(next) => {
-            let to = next.state_name();
-            graph.has_edge(&desc.name, to) && cx.route_name.get().is_none_or(|c| c == to)
-        }
-        Err(_) => false,
-    } && !cx.is_diverted();
-    if !commits_its_move && !cx.is_fatal() {
-        // A failure sets the step's fatal condition, read next.
-        cx.write_deferred().await;
-    }
-    let deferred = cx.take_deferred();
-    *lease = cx.lease();
-    let fatal = cx.take_fatal();
-    let quarantine = cx.take_quarantine();
-    let step_error = cx.take_step_error();
-    let suspend = cx.take_suspend();
-    let chosen = cx.route_name.get().cloned();
-    // What the step journaled is no longer needed: freed before the commit, which waits
+    // The handler's part of the step, in a block of its own: its context and futures are
+    // freed before the commit, and so is their space in this future, which waits there
     // with the other runs' commits (a worker holds thousands of steps at that point).
-    drop(cx);
+    let (result, deferred, fatal, quarantine, step_error, suspend, chosen) = {
+        let cx = StepCx::new(
+            inner,
+            &record,
+            desc,
+            lease.clone(),
+            journal,
+            wake,
+            read_cache,
+        )
+        .resumed_at(base);
+
+        let handler = async {
+            if desc.route == Routing::Llm {
+                let (to, args) = Box::pin(route::decide(&cx, A::NAME)).await?;
+                let _ = cx.route_name.set(to);
+                let _ = cx.route_args.set(args);
+            }
+            state.handle(&*runner.handlers, &cx).await
+        };
+        let budgeted = async {
+            match desc.timeout_ms {
+                Some(ms) => tokio::time::timeout(Duration::from_millis(ms), handler)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(StepError::Budget(format!(
+                            "state `{}` took longer than its {ms} ms budget",
+                            desc.name
+                        )))
+                    }),
+                None => handler.await,
+            }
+        };
+        let result = with_heartbeat(&cx, budgeted)
+            .await
+            .unwrap_or_else(|| Err(StepError::Interrupted("the lease was lost".into())));
+        // The reads' deferred entries go with the commit of the transition the handler
+        // returned. A step that ends otherwise (it fails, waits for its children, is
+        // quarantined) writes them now, so its next attempt replays them; a step that must
+        // not write (crashed, lease lost) leaves them, and its reads run again on resume.
+        let commits_its_move = match &result {
+            Ok(next) => {
+                let to = next.state_name();
+                graph.has_edge(&desc.name, to) && cx.route_name.get().is_none_or(|c| c == to)
+            }
+            Err(_) => false,
+        } && !cx.is_diverted();
+        if !commits_its_move && !cx.is_fatal() {
+            // A failure sets the step's fatal condition, read next.
+            cx.write_deferred().await;
+        }
+        *lease = cx.lease();
+        (
+            result,
+            cx.take_deferred(),
+            cx.take_fatal(),
+            cx.take_quarantine(),
+            cx.take_step_error(),
+            cx.take_suspend(),
+            cx.route_name.get().cloned(),
+        )
+    };
     if let Some(fatal) = fatal {
         return Err(fatal);
     }
@@ -207,7 +212,7 @@ where
     if step_error.is_none()
         && let Some(join) = suspend
     {
-        return Box::pin(wait_for_children(runner, lease, record, join)).await;
+        return Box::pin(wait_for_children(runner, lease, *record, join)).await;
     }
     let result = match step_error {
         Some(e) => Err(e),
