@@ -237,6 +237,11 @@ where
     }
     let value = serde_json::to_value(&next)
         .map_err(|e| StoreError::Backend(format!("state `{to}` does not serialize: {e}")))?;
+    // The state the step began in is not needed past here (the commit carries the new
+    // one, and the paths that keep the old one are behind): freed before the commit, which
+    // waits with the other runs' commits, so that a run holds one state there, not two.
+    let mut record = record;
+    record.state = Value::Null;
     let record = enter(
         runner,
         lease,
