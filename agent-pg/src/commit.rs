@@ -4,7 +4,7 @@
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError};
-use agent_sql::commit::{CommitPlan, check_entry, read_head};
+use agent_sql::commit::{CommitPlan, check_entry, commit_head};
 use agent_sql::reads::{commit_refused, head_of};
 use agent_sql::{LARGE_OUTPUT_BYTES, corrupt, serde_name, summary, to_i64};
 use sqlx::Row;
@@ -125,20 +125,7 @@ impl PgStore {
         entries: Vec<EntryRow>,
     ) -> Result<RunRecord, StoreError> {
         let run_id = lease.run_id.as_str();
-        let head = if let Some(cached) = self.heads.at(run_id, commit.expected_version) {
-            cached
-        } else {
-            // Boxed, as the other rare paths here: a worker holds this future for each
-            // run whose commit waits in the group commit's queue.
-            let row = Box::pin(
-                sqlx::query(sql::LOAD_RUN)
-                    .bind(run_id)
-                    .fetch_optional(&self.pool),
-            )
-            .await
-            .map_err(db_err)?;
-            read_head(row.as_ref(), lease, commit.expected_version)?
-        };
+        let head = commit_head(self, &self.heads, lease, commit.expected_version).await?;
         let (plan, payload) = CommitPlan::new(head, lease, commit);
         // The run row keeps the state of the latest snapshot only (see the migrations); a
         // snapshot's payload is that same state, bound once (`$6`).

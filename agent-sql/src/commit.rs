@@ -10,19 +10,40 @@ use agent_core::store::{
 };
 
 use crate::heads::{HeadCache, RunHead, commit_refusal};
-use crate::reads::Arg;
+use crate::reads::{Arg, SqlReads};
 use crate::rows::{Applied, SqlRow, stored_run};
 use crate::to_i64;
 
-/// The head a commit starts from when none is cached: the run row as read (`None`: the run
-/// does not exist).
+/// The head a commit under `lease` expecting version `expected` starts from: the one
+/// `heads` remembers at that version, else the run row as read, outside the commit's
+/// write (its compare-and-set still decides: a head the run has moved past writes
+/// nothing).
 ///
 /// # Errors
 /// [`StoreError::NotFound`] without a row; [`StoreError::Corrupt`] for a row that does
 /// not read; what [`commit_refusal`] says when the stored version or epoch already refuses
 /// the commit, and [`StoreError::CancelRequested`] when an operator's cancel waits (the
 /// statement's compare-and-set still decides, but this says no before any work).
-pub fn read_head(
+pub async fn commit_head<S: SqlReads>(
+    store: &S,
+    heads: &HeadCache,
+    lease: &Lease,
+    expected: u64,
+) -> Result<RunHead, StoreError> {
+    if let Some(cached) = heads.at(&lease.run_id, expected) {
+        return Ok(cached);
+    }
+    // Rare (a head is remembered from the run's claim on), and through the store's boxed
+    // `fetch`: a worker holds a commit's future for each run whose commit waits in the
+    // group commit's queue, and this read's space would be part of it.
+    let rows = store
+        .fetch(S::LOAD_RUN, &[Arg::Text(&lease.run_id)])
+        .await?;
+    read_head(rows.first(), lease, expected)
+}
+
+/// [`commit_head`] from the run row as read (`None`: the run does not exist).
+fn read_head(
     row: Option<&impl SqlRow>,
     lease: &Lease,
     expected: u64,

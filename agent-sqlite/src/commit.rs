@@ -4,13 +4,13 @@
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, RunRecord, StepCommit, StoreError, now_ms};
-use agent_sql::commit::{CommitPlan, check_entry, read_head};
+use agent_sql::commit::{CommitPlan, check_entry, commit_head};
 use agent_sql::reads::commit_refused;
 use agent_sql::{LARGE_OUTPUT_BYTES, serde_name, to_i64};
 use serde_json::Value;
 
+use crate::SqliteStore;
 use crate::group_commit::{CommitRow, EntryRow};
-use crate::{SqliteStore, db_err, sql};
 
 impl SqliteStore {
     /// `Store::record_entry`: the epoch checked and the entry written in one transaction,
@@ -51,22 +51,7 @@ impl SqliteStore {
             check_entry(lease, entry)?;
         }
         let run_id = lease.run_id.as_str();
-        let head = if let Some(cached) = self.heads.at(run_id, commit.expected_version) {
-            cached
-        } else {
-            // Read outside the write transaction: the statement's compare-and-set still
-            // decides, and a head read here that the run has moved past writes nothing.
-            // Boxed, as the other rare paths here: a worker holds this future for each
-            // run whose commit waits in the group commit's queue.
-            let row = Box::pin(
-                sqlx::query(sql::LOAD_RUN)
-                    .bind(run_id)
-                    .fetch_optional(&self.pool),
-            )
-            .await
-            .map_err(db_err)?;
-            read_head(row.as_ref(), lease, commit.expected_version)?
-        };
+        let head = commit_head(self, &self.heads, lease, commit.expected_version).await?;
         let (plan, payload) = CommitPlan::new(head, lease, commit);
         // Consumed here: the payload as a value is not kept while the row waits in the
         // group commit's queue, only its text.
