@@ -17,15 +17,17 @@
 //!   pending); one that fails it writes nothing, and its caller learns why exactly as after
 //!   a transaction of its own. A journal entry checks its lease's epoch the same way.
 //! - **A commit may carry its step's entries** (`Store::commit_step_with_entries`): they
-//!   are written after its compare-and-set applied and before its version, in its
-//!   savepoint, so they are written if and only if the commit is.
+//!   are written after its compare-and-set applied and before its version, as part of
+//!   the same write, so they are written if and only if the commit is.
 //! - **Durable before the answer.** A caller hears of its commit or entry only once the
 //!   transaction that carried it is committed (`Store::record_entry`'s contract: an entry
 //!   is durable when the call returns).
-//! - **One bad commit does not fail the others.** Each commit of a batch runs inside a
-//!   savepoint: a statement error rolls back that commit alone, and the others are
-//!   committed. If the transaction itself fails (its `COMMIT`, or a savepoint SQLite
-//!   could not keep), nothing of the batch was written and every caller gets the error.
+//! - **One bad commit does not fail the others.** A batch is written without savepoints
+//!   first (they would double its statements); if one of its writes fails, that attempt
+//!   is rolled back and the batch written again with each write inside a savepoint: a
+//!   statement error then rolls back that write alone, and the others are committed. If
+//!   the transaction itself fails (its `COMMIT`, or a savepoint SQLite could not keep),
+//!   nothing of the batch was written and every caller gets the error.
 //! - **Cancelled callers.** A queued commit whose caller stopped waiting is dropped
 //!   unwritten. Batches are written by tasks of their own, so a caller that stops waiting
 //!   does not cancel the others' commits.
@@ -132,6 +134,9 @@ pub struct GroupCommitStats {
     pub commits: u64,
     /// Commits and entries that waited in the queue (the others found the writer idle).
     pub waited: u64,
+    /// Batches written a second time, with a savepoint per write, because one of their
+    /// writes failed in the first attempt (which wrote nothing).
+    pub retried: u64,
 }
 
 struct Queued {
@@ -155,6 +160,7 @@ pub(crate) struct GroupCommit {
     transactions: AtomicU64,
     commits: AtomicU64,
     waited: AtomicU64,
+    retried: AtomicU64,
 }
 
 impl std::fmt::Debug for GroupCommit {
@@ -187,6 +193,7 @@ impl GroupCommit {
             transactions: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             waited: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
         }
     }
 
@@ -195,6 +202,7 @@ impl GroupCommit {
             transactions: self.transactions.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             waited: self.waited.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
         }
     }
 
@@ -304,8 +312,7 @@ impl GroupCommit {
     }
 
     /// Several commits (possibly of the same run: each reads what the earlier ones of the
-    /// batch wrote), one transaction, each in a savepoint of its own; each caller gets its
-    /// commit's outcome.
+    /// batch wrote), one transaction; each caller gets its commit's outcome.
     async fn many(&self, batch: Vec<Queued>) {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.commits
@@ -325,11 +332,33 @@ impl GroupCommit {
     }
 
     /// The batch's transaction: `Err` when nothing of it was written (or whether it was
-    /// is unknown), else each commit's outcome in order.
+    /// is unknown), else each write's outcome in order.
+    ///
+    /// Written first without savepoints: a savepoint and its release are two more
+    /// statements per write, as many as a commit's own, and nearly every batch has no
+    /// write that fails. Should one fail, the whole transaction is rolled back and the
+    /// batch written again with a savepoint per write, so that only the failing write's
+    /// statements are undone.
     async fn write_batch(
         &self,
         batch: &[Queued],
     ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
+        if let Some(outcomes) = self.write_batch_with(batch, Savepoints::None).await? {
+            return Ok(outcomes);
+        }
+        self.retried.fetch_add(1, Ordering::Relaxed);
+        self.write_batch_with(batch, Savepoints::EachWrite)
+            .await?
+            .ok_or_else(|| StoreError::Backend("a batch with savepoints was not written".into()))
+    }
+
+    /// One attempt at the batch's transaction. Without savepoints, `Ok(None)` when a write
+    /// failed: the transaction was rolled back and nothing of the batch was written.
+    async fn write_batch_with(
+        &self,
+        batch: &[Queued],
+        savepoints: Savepoints,
+    ) -> Result<Option<Vec<Result<Written, StoreError>>>, StoreError> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
@@ -337,13 +366,23 @@ impl GroupCommit {
             .map_err(db_err)?;
         let mut outcomes = Vec::with_capacity(batch.len());
         for q in batch {
+            if savepoints == Savepoints::None {
+                let outcome = apply(&mut tx, &q.write).await;
+                if outcome.is_err() {
+                    // Some of its statements may have applied: undo the whole batch.
+                    tx.rollback().await.map_err(db_err)?;
+                    return Ok(None);
+                }
+                outcomes.push(outcome);
+                continue;
+            }
             sqlx::query("SAVEPOINT step_commit")
                 .execute(&mut *tx)
                 .await
                 .map_err(db_err)?;
             let outcome = apply(&mut tx, &q.write).await;
             if outcome.is_err() {
-                // Only this commit's statements are undone. Should SQLite have rolled the
+                // Only this write's statements are undone. Should SQLite have rolled the
                 // whole transaction back (a full disk, an I/O error), the savepoint is gone
                 // and this fails: the batch fails as one.
                 sqlx::query("ROLLBACK TO step_commit")
@@ -358,8 +397,17 @@ impl GroupCommit {
             outcomes.push(outcome);
         }
         tx.commit().await.map_err(db_err)?;
-        Ok(outcomes)
+        Ok(Some(outcomes))
     }
+}
+
+/// How a batch's writes are kept apart within its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Savepoints {
+    /// None: a failing write fails the attempt.
+    None,
+    /// One per write: a failing write is undone alone.
+    EachWrite,
 }
 
 /// Write one commit or entry on `conn`, inside a transaction.
@@ -373,27 +421,59 @@ async fn apply(conn: &mut SqliteConnection, write: &Write) -> Result<Written, St
 /// Write one journal entry on `conn`, inside a transaction, if its lease's epoch is the
 /// run's: [`StoreError::LeaseLost`] (or `NotFound`) and nothing written otherwise.
 async fn apply_entry(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(), StoreError> {
-    let head = sqlx::query(agent_sql::sql::RUN_HEAD)
+    let epoch = i64::try_from(row.epoch).unwrap_or(i64::MAX);
+    let upserted = entry_upsert(sql::UPSERT_ENTRY_FENCED, row)
+        .bind(epoch)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_err)?;
+    if upserted.rows_affected() == 0 {
+        return Err(entry_refused(conn, row).await);
+    }
+    write_output(conn, row).await
+}
+
+/// Why a fenced entry was not written: its run is gone, or its lease moved on.
+async fn entry_refused(conn: &mut SqliteConnection, row: &EntryRow) -> StoreError {
+    let head = match sqlx::query(agent_sql::sql::RUN_HEAD)
         .bind(&row.run_id)
         .fetch_optional(&mut *conn)
         .await
-        .map_err(db_err)?
-        .ok_or_else(|| StoreError::NotFound(row.run_id.clone()))?;
-    let (_, epoch) = agent_sql::rows::head(&row.run_id, &head)?;
-    if epoch != row.epoch {
-        return Err(StoreError::LeaseLost {
+    {
+        Ok(Some(head)) => head,
+        Ok(None) => return StoreError::NotFound(row.run_id.clone()),
+        Err(e) => return db_err(e),
+    };
+    match agent_sql::rows::head(&row.run_id, &head) {
+        Ok((_, epoch)) if epoch != row.epoch => StoreError::LeaseLost {
             run_id: row.run_id.clone(),
             epoch: row.epoch,
-        });
+        },
+        Ok(_) => StoreError::Backend(format!(
+            "the journal entry of run {} at version {} was not written",
+            row.run_id, row.version
+        )),
+        Err(e) => e,
     }
-    write_entry(conn, row).await
 }
 
 /// The entry's rows (the journal's, and the side table's for a large output), its fence
-/// already checked.
+/// already checked: the commit carrying it applied.
 async fn write_entry(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(), StoreError> {
+    entry_upsert(sql::UPSERT_ENTRY, row)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_err)?;
+    write_output(conn, row).await
+}
+
+/// The journal row's statement, its values bound (`$1`–`$22`).
+fn entry_upsert<'q>(
+    statement: &'static str,
+    row: &'q EntryRow,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
     let output = row.output.as_deref();
-    sqlx::query(sql::UPSERT_ENTRY)
+    sqlx::query(statement)
         .bind(&row.run_id)
         .bind(row.version)
         .bind(row.seq)
@@ -416,21 +496,22 @@ async fn write_entry(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(), 
         .bind(row.duration_ms)
         .bind(row.started_at)
         .bind(row.finished_at)
-        .execute(&mut *conn)
-        .await
-        .map_err(db_err)?;
-    let side = if row.external {
+}
+
+/// The side table's row of an entry whose output is too large to keep inline. (One an
+/// earlier write of the entry left is dropped by the journal's trigger
+/// `journal_output_inline` when the output is inline now.)
+async fn write_output(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(), StoreError> {
+    if row.external {
         sqlx::query(sql::UPSERT_OUTPUT)
-    } else {
-        sqlx::query(sql::DELETE_OUTPUT)
-    };
-    let side = side.bind(&row.run_id).bind(row.version).bind(row.seq);
-    let side = if row.external {
-        side.bind(output)
-    } else {
-        side
-    };
-    side.execute(&mut *conn).await.map_err(db_err)?;
+            .bind(&row.run_id)
+            .bind(row.version)
+            .bind(row.seq)
+            .bind(row.output.as_deref())
+            .execute(&mut *conn)
+            .await
+            .map_err(db_err)?;
+    }
     Ok(())
 }
 

@@ -236,39 +236,62 @@ pub(crate) const EXPIRE_LEASES_OF: &str = "UPDATE runs SET lease_expires_at = $2
 pub(crate) const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
      claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
-pub(crate) const UPSERT_ENTRY: &str = concat!(
-    "INSERT INTO journal (run_id, version, seq, kind, state, name, \
-     tool_kind, input_hash, input, idempotency_key, status, output, output_external, \
-     output_summary, output_bytes, error_class, error_code, error_message, attempts, \
-     duration_ms, started_at, finished_at, started_position, finished_position) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-     $19, $20, $21, $22, ",
-    next_position!(),
-    ", \
-     CASE WHEN $11 <> 'started' THEN ",
-    next_position!(),
-    " END) \
-     ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = excluded.kind, \
-     state = excluded.state, name = excluded.name, tool_kind = excluded.tool_kind, \
-     input_hash = excluded.input_hash, input = excluded.input, \
-     idempotency_key = excluded.idempotency_key, status = excluded.status, \
-     output = excluded.output, output_external = excluded.output_external, \
-     output_summary = excluded.output_summary, output_bytes = excluded.output_bytes, \
-     error_class = excluded.error_class, error_code = excluded.error_code, \
-     error_message = excluded.error_message, attempts = excluded.attempts, \
-     duration_ms = excluded.duration_ms, started_at = journal.started_at, \
-     finished_at = excluded.finished_at, \
-     finished_position = CASE WHEN excluded.status = 'started' THEN NULL \
-       WHEN journal.status = excluded.status \
-       THEN COALESCE(journal.finished_position, excluded.finished_position) \
-       ELSE excluded.finished_position END"
-);
+/// A journal entry's upsert, its rows coming from `$source` (the values `$1`–`$22` and
+/// its event positions).
+macro_rules! upsert_entry {
+    ($source:expr) => {
+        concat!(
+            "INSERT INTO journal (run_id, version, seq, kind, state, name, \
+             tool_kind, input_hash, input, idempotency_key, status, output, output_external, \
+             output_summary, output_bytes, error_class, error_code, error_message, attempts, \
+             duration_ms, started_at, finished_at, started_position, finished_position) ",
+            $source,
+            " ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = excluded.kind, \
+             state = excluded.state, name = excluded.name, tool_kind = excluded.tool_kind, \
+             input_hash = excluded.input_hash, input = excluded.input, \
+             idempotency_key = excluded.idempotency_key, status = excluded.status, \
+             output = excluded.output, output_external = excluded.output_external, \
+             output_summary = excluded.output_summary, output_bytes = excluded.output_bytes, \
+             error_class = excluded.error_class, error_code = excluded.error_code, \
+             error_message = excluded.error_message, attempts = excluded.attempts, \
+             duration_ms = excluded.duration_ms, started_at = journal.started_at, \
+             finished_at = excluded.finished_at, \
+             finished_position = CASE WHEN excluded.status = 'started' THEN NULL \
+               WHEN journal.status = excluded.status \
+               THEN COALESCE(journal.finished_position, excluded.finished_position) \
+               ELSE excluded.finished_position END"
+        )
+    };
+}
+
+macro_rules! entry_values {
+    () => {
+        concat!(
+            "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+             $19, $20, $21, $22, ",
+            next_position!(),
+            ", CASE WHEN $11 <> 'started' THEN ",
+            next_position!(),
+            " END"
+        )
+    };
+}
+
+/// A journal entry written with its step's commit, whose compare-and-set fences it.
+pub(crate) const UPSERT_ENTRY: &str = upsert_entry!(concat!("VALUES (", entry_values!(), ")"));
+
+/// A journal entry written on its own: only while `$23` is its run's epoch, so that the
+/// fence costs no statement of its own. No row changed: the run is gone or its lease
+/// moved on.
+pub(crate) const UPSERT_ENTRY_FENCED: &str = upsert_entry!(concat!(
+    "SELECT ",
+    entry_values!(),
+    // The `WHERE` also keeps SQLite from reading `ON CONFLICT` as a join's constraint.
+    " FROM runs WHERE id = $1 AND epoch = $23"
+));
 
 pub(crate) const UPSERT_OUTPUT: &str = "INSERT INTO outputs (run_id, version, seq, output) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, version, seq) DO UPDATE SET output = excluded.output";
-
-pub(crate) const DELETE_OUTPUT: &str =
-    "DELETE FROM outputs WHERE run_id = $1 AND version = $2 AND seq = $3";
 
 pub(crate) const JOURNAL: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.state, j.name, \
      j.tool_kind, j.input_hash, j.input, j.idempotency_key, j.status, \

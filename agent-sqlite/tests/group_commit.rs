@@ -158,3 +158,120 @@ async fn a_batch_keeps_fencing_and_final_statuses_end_leases() {
     }
     remove(store, path).await;
 }
+
+/// A commit that fails after some of its statements applied (here its version's row
+/// cannot be inserted: a row at that version is already there) fails alone: its run stays
+/// as it was, and the other commits of its batch are committed. The batch is written
+/// without savepoints first, so this is the path where it is written again with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_failing_halfway_is_undone_alone() {
+    let (store, leases, path) = claimed_runs().await;
+    let bad = RUNS / 2;
+    sqlx::query(
+        "INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, epoch, \
+         created_at, hash, payload_kind, payload) \
+         VALUES ($1, 2, 'Start', 'Start', 'step', 'running', 1, 0, 'in the way', 'patch', '[]')",
+    )
+    .bind(format!("r{bad}"))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let before = store.group_commit_stats();
+    let outcomes = join_all(leases.iter().enumerate().map(|(i, lease)| {
+        let commit = step(1, json!({ "n": 2, "run": i }));
+        let store = &store;
+        async move { store.commit_step(lease, &commit).await }
+    }))
+    .await;
+    let after = store.group_commit_stats();
+    assert!(
+        after.transactions - before.transactions < RUNS as u64,
+        "nothing was grouped: the failing commit was not in a batch"
+    );
+    assert_eq!(
+        after.retried,
+        before.retried + 1,
+        "the batch with the failing commit was not written again"
+    );
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        let run = store.load_run(&format!("r{i}")).await.unwrap().unwrap();
+        if i == bad {
+            assert!(
+                outcome.is_err(),
+                "the failing commit succeeded: {outcome:?}"
+            );
+            assert_eq!(
+                (run.version, &run.state),
+                (1, &json!({ "n": 1 })),
+                "the failing commit's update of the run was kept"
+            );
+            continue;
+        }
+        let record = outcome.unwrap_or_else(|e| panic!("run {i}'s commit failed: {e}"));
+        assert_eq!(record.version, 2);
+        assert_eq!((run.version, &run.state), (2, &json!({ "n": 2, "run": i })));
+        let report = verify_run(&store, &run).await.unwrap();
+        assert!(
+            report.ok,
+            "run {i}'s hash chain does not verify: {report:?}"
+        );
+    }
+    remove(store, path).await;
+}
+
+/// An entry written again with its output inline drops the side-table row an earlier
+/// write of it made for a large output (the journal's trigger `journal_output_inline`:
+/// an entry's write is one statement), and reads back with the new output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_rewritten_inline_drops_its_large_output() {
+    use agent_core::store::{
+        CallStatus, EntryKind, JournalEntry, idempotency_key, input_hash, now_ms,
+    };
+    use agent_core::tool::ToolKind;
+    let (store, leases, path) = claimed_runs().await;
+    let input = json!({ "order": 7 });
+    let mut entry = JournalEntry {
+        run_id: "r0".into(),
+        version: 1,
+        seq: 0,
+        kind: EntryKind::Tool,
+        state: "Start".into(),
+        name: "fetch_report".into(),
+        tool_kind: Some(ToolKind::Write),
+        input_hash: input_hash(&input),
+        input,
+        idempotency_key: Some(idempotency_key("r0", 1, 0)),
+        status: CallStatus::Succeeded,
+        output: Some(json!({ "report": "x".repeat(agent_sqlite::LARGE_OUTPUT_BYTES * 2) })),
+        error_class: None,
+        error_code: None,
+        error_message: None,
+        attempts: 1,
+        duration_ms: 3,
+        started_at: now_ms(),
+        finished_at: Some(now_ms()),
+    };
+    let side_rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outputs WHERE run_id = 'r0'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    store.record_entry(&leases[0], &entry).await.unwrap();
+    assert_eq!(
+        side_rows().await,
+        1,
+        "a large output is kept in the side table"
+    );
+    entry.output = Some(json!({ "report": "short" }));
+    store.record_entry(&leases[0], &entry).await.unwrap();
+    assert_eq!(
+        side_rows().await,
+        0,
+        "the large output's side row outlived it"
+    );
+    let journal = store.journal("r0", Some(1)).await.unwrap();
+    assert_eq!(journal.len(), 1);
+    assert_eq!(journal[0].output, Some(json!({ "report": "short" })));
+    remove(store, path).await;
+}
