@@ -256,28 +256,6 @@ pub(crate) const RELEASE_LEASE: &str = "WITH upd AS (UPDATE runs SET lease_owner
      RETURNING id, status) \
      SELECT pg_notify($3, id) AS notified FROM upd";
 
-/// The upsert of a journal entry, shared by [`RECORD_ENTRY`] and [`RECORD_ENTRIES`]: a
-/// retried entry replaces the one at its place, keeping when it started and, for a status
-/// written again, its first finished position (a follower has it already).
-macro_rules! journal_upsert {
-    () => {
-        "ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = EXCLUDED.kind, \
-       state = EXCLUDED.state, name = EXCLUDED.name, tool_kind = EXCLUDED.tool_kind, \
-       input_hash = EXCLUDED.input_hash, input = EXCLUDED.input, \
-       idempotency_key = EXCLUDED.idempotency_key, status = EXCLUDED.status, \
-       output = EXCLUDED.output, output_external = EXCLUDED.output_external, \
-       output_summary = EXCLUDED.output_summary, output_bytes = EXCLUDED.output_bytes, \
-       error_class = EXCLUDED.error_class, error_code = EXCLUDED.error_code, \
-       error_message = EXCLUDED.error_message, attempts = EXCLUDED.attempts, \
-       duration_ms = EXCLUDED.duration_ms, started_at = journal.started_at, \
-       finished_at = EXCLUDED.finished_at, \
-       finished_position = CASE WHEN EXCLUDED.status = 'started' THEN NULL \
-         WHEN journal.status = EXCLUDED.status THEN \
-           COALESCE(journal.finished_position, EXCLUDED.finished_position) \
-         ELSE EXCLUDED.finished_position END"
-    };
-}
-
 /// Insert or replace a journal entry, fenced: the lock on the run row conflicts with a
 /// concurrent claim's update, so an entry is written only under the current epoch. The lock
 /// is exclusive (`NO KEY UPDATE`, which foreign keys do not wait for), so that the entries
@@ -297,7 +275,7 @@ pub(crate) const RECORD_ENTRY: &str = concat!(
        $17::text, $18::text, $19::text, $20::integer, $21::bigint, ms_to_ts($22), \
        ms_to_ts($23), n, CASE WHEN $12::text <> 'started' THEN n END FROM p \
        ",
-    journal_upsert!(),
+    agent_sql::journal_upsert!(),
     " RETURNING 1), \
      o AS (INSERT INTO outputs (run_id, version, seq, output) \
        SELECT id, $3::bigint, $4::integer, $24::jsonb FROM fence WHERE $24::jsonb IS NOT NULL \
@@ -337,7 +315,7 @@ pub(crate) const RECORD_ENTRIES: &str = concat!(
        error_code, error_message, attempts, duration_ms, ms_to_ts(started_at), \
        ms_to_ts(finished_at), pos, CASE WHEN status <> 'started' THEN pos END FROM p \
        ",
-    journal_upsert!(),
+    agent_sql::journal_upsert!(),
     "), \
      od AS (DELETE FROM outputs o USING p WHERE o.run_id = p.run_id \
        AND o.version = p.version AND o.seq = p.seq) \

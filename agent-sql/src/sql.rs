@@ -16,6 +16,30 @@ pub fn final_statuses() -> String {
     format!("({})", names.join(", "))
 }
 
+/// The conflict clause of a journal entry's upsert, the same on both stores: a retried
+/// entry replaces the one at its place, keeping when it started and, for a status written
+/// again, its first finished position (a follower has it already). A macro, so that the
+/// stores' statements stay `&'static str` built with `concat!`.
+#[macro_export]
+macro_rules! journal_upsert {
+    () => {
+        "ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = EXCLUDED.kind, \
+       state = EXCLUDED.state, name = EXCLUDED.name, tool_kind = EXCLUDED.tool_kind, \
+       input_hash = EXCLUDED.input_hash, input = EXCLUDED.input, \
+       idempotency_key = EXCLUDED.idempotency_key, status = EXCLUDED.status, \
+       output = EXCLUDED.output, output_external = EXCLUDED.output_external, \
+       output_summary = EXCLUDED.output_summary, output_bytes = EXCLUDED.output_bytes, \
+       error_class = EXCLUDED.error_class, error_code = EXCLUDED.error_code, \
+       error_message = EXCLUDED.error_message, attempts = EXCLUDED.attempts, \
+       duration_ms = EXCLUDED.duration_ms, started_at = journal.started_at, \
+       finished_at = EXCLUDED.finished_at, \
+       finished_position = CASE WHEN EXCLUDED.status = 'started' THEN NULL \
+         WHEN journal.status = EXCLUDED.status THEN \
+           COALESCE(journal.finished_position, EXCLUDED.finished_position) \
+         ELSE EXCLUDED.finished_position END"
+    };
+}
+
 /// A run's stored version and epoch.
 pub const RUN_HEAD: &str = "SELECT version, epoch FROM runs WHERE id = $1";
 

@@ -246,20 +246,8 @@ macro_rules! upsert_entry {
              output_summary, output_bytes, error_class, error_code, error_message, attempts, \
              duration_ms, started_at, finished_at, started_position, finished_position) ",
             $source,
-            " ON CONFLICT (run_id, version, seq) DO UPDATE SET kind = excluded.kind, \
-             state = excluded.state, name = excluded.name, tool_kind = excluded.tool_kind, \
-             input_hash = excluded.input_hash, input = excluded.input, \
-             idempotency_key = excluded.idempotency_key, status = excluded.status, \
-             output = excluded.output, output_external = excluded.output_external, \
-             output_summary = excluded.output_summary, output_bytes = excluded.output_bytes, \
-             error_class = excluded.error_class, error_code = excluded.error_code, \
-             error_message = excluded.error_message, attempts = excluded.attempts, \
-             duration_ms = excluded.duration_ms, started_at = journal.started_at, \
-             finished_at = excluded.finished_at, \
-             finished_position = CASE WHEN excluded.status = 'started' THEN NULL \
-               WHEN journal.status = excluded.status \
-               THEN COALESCE(journal.finished_position, excluded.finished_position) \
-               ELSE excluded.finished_position END"
+            " ",
+            agent_sql::journal_upsert!()
         )
     };
 }
