@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_core::conformance::store_checks::step;
 use agent_core::store::verify::verify_run;
-use agent_core::store::{Lease, NewRun, RunStatus, Store, StoreError};
+use agent_core::store::{Lease, NewRun, RunRecord, RunStatus, Store, StoreError};
 use agent_sqlite::SqliteStore;
 use futures::future::join_all;
 use serde_json::json;
@@ -42,6 +42,32 @@ async fn claimed_runs() -> (SqliteStore, Vec<Lease>, PathBuf) {
     (store, leases, path)
 }
 
+/// Commit every run's next step at once (state `{"n": 2, "run": i}`): the first writes
+/// its own transaction, the others queue behind it and go together.
+async fn commit_all_at_once(
+    store: &SqliteStore,
+    leases: &[Lease],
+) -> Vec<Result<RunRecord, StoreError>> {
+    join_all(leases.iter().enumerate().map(|(i, lease)| {
+        let commit = step(1, json!({ "n": 2, "run": i }));
+        async move { store.commit_step(lease, &commit).await }
+    }))
+    .await
+}
+
+/// Run `i`'s commit from [`commit_all_at_once`] applied, and its hash chain verifies.
+async fn assert_committed(store: &SqliteStore, i: usize, outcome: Result<RunRecord, StoreError>) {
+    let record = outcome.unwrap_or_else(|e| panic!("run {i}'s commit failed: {e}"));
+    assert_eq!(record.version, 2);
+    let run = store.load_run(&format!("r{i}")).await.unwrap().unwrap();
+    assert_eq!((run.version, &run.state), (2, &json!({ "n": 2, "run": i })));
+    let report = verify_run(store, &run).await.unwrap();
+    assert!(
+        report.ok,
+        "run {i}'s hash chain does not verify: {report:?}"
+    );
+}
+
 async fn remove(store: SqliteStore, path: PathBuf) {
     store.close().await;
     common::remove_db_files(&path);
@@ -60,14 +86,7 @@ async fn a_stale_commit_in_a_batch_is_refused_and_the_others_commit() {
         .unwrap();
     other.close().await;
     let before = store.group_commit_stats();
-    // Every commit starts at once: the first writes its own transaction, the others queue
-    // behind it and go together.
-    let outcomes = join_all(leases.iter().enumerate().map(|(i, lease)| {
-        let commit = step(1, json!({ "n": 2, "run": i }));
-        let store = &store;
-        async move { store.commit_step(lease, &commit).await }
-    }))
-    .await;
+    let outcomes = commit_all_at_once(&store, &leases).await;
     let after = store.group_commit_stats();
     let commits = after.commits - before.commits;
     let transactions = after.transactions - before.transactions;
@@ -177,12 +196,7 @@ async fn a_commit_failing_halfway_is_undone_alone() {
     .await
     .unwrap();
     let before = store.group_commit_stats();
-    let outcomes = join_all(leases.iter().enumerate().map(|(i, lease)| {
-        let commit = step(1, json!({ "n": 2, "run": i }));
-        let store = &store;
-        async move { store.commit_step(lease, &commit).await }
-    }))
-    .await;
+    let outcomes = commit_all_at_once(&store, &leases).await;
     let after = store.group_commit_stats();
     assert!(
         after.transactions - before.transactions < RUNS as u64,
@@ -207,14 +221,7 @@ async fn a_commit_failing_halfway_is_undone_alone() {
             );
             continue;
         }
-        let record = outcome.unwrap_or_else(|e| panic!("run {i}'s commit failed: {e}"));
-        assert_eq!(record.version, 2);
-        assert_eq!((run.version, &run.state), (2, &json!({ "n": 2, "run": i })));
-        let report = verify_run(&store, &run).await.unwrap();
-        assert!(
-            report.ok,
-            "run {i}'s hash chain does not verify: {report:?}"
-        );
+        assert_committed(&store, i, outcome).await;
     }
     remove(store, path).await;
 }
