@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_core::store::{Millis, StoreError};
 use agent_sql::rows::Applied;
-use sqlx::sqlite::SqlitePool;
+use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::oneshot;
 
@@ -529,37 +529,27 @@ async fn apply_commit(conn: &mut SqliteConnection, row: &CommitRow) -> Outcome {
             return Ok(None);
         }
     }
-    let update = |statement| {
-        sqlx::query(statement)
-            .bind(&row.run_id)
-            .bind(row.version)
-            .bind(&row.to_state)
-            .bind(row.snapshot_state.as_deref())
-            .bind(row.status)
-            .bind(&row.waiting_for)
-            .bind(row.wake_at)
-            .bind(&row.error_code)
-            .bind(&row.error_message)
-            .bind(&row.hash)
-            .bind(row.patch_bytes)
-            .bind(row.now)
-            .bind(row.epoch)
-            .bind(row.expected)
-    };
+    // Without entries to write in between, the version's row goes in the update's
+    // statement list: one round trip.
+    let with_version = row.entries.is_empty();
     // Most steps keep the run's status: a statement that leaves the indexed status and
     // lease columns alone, then the full one if the stored status differs.
     let mut updated = None;
     if row.same_status {
-        updated = update(sql::COMMIT_RUN_SAME_STATUS)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(db_err)?;
+        let statement = if with_version {
+            sql::COMMIT_RUN_SAME_STATUS_AND_VERSION.as_str()
+        } else {
+            sql::COMMIT_RUN_SAME_STATUS
+        };
+        updated = update_run(conn, row, statement, with_version).await?;
     }
     if updated.is_none() {
-        updated = update(sql::COMMIT_RUN.as_str())
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(db_err)?;
+        let statement = if with_version {
+            sql::COMMIT_RUN_AND_VERSION.as_str()
+        } else {
+            sql::COMMIT_RUN.as_str()
+        };
+        updated = update_run(conn, row, statement, with_version).await?;
     }
     let Some(updated) = updated else {
         return Ok(None);
@@ -570,31 +560,33 @@ async fn apply_commit(conn: &mut SqliteConnection, row: &CommitRow) -> Outcome {
         lease_expires_at: updated.try_get("lease_expires_at").map_err(c)?,
         updated_at: row.now,
     };
-    // The step's entries, fenced by the compare-and-set that just applied, are written
-    // before its version: their positions, and so their events, come first, as when they
-    // are recorded on their own.
-    for entry in &row.entries {
-        write_entry(conn, entry).await?;
+    if !with_version {
+        // The step's entries, fenced by the compare-and-set that just applied, are written
+        // before its version: their positions, and so their events, come first, as when
+        // they are recorded on their own.
+        for entry in &row.entries {
+            write_entry(conn, entry).await?;
+        }
+        sqlx::query(sql::INSERT_TRANSITION)
+            .bind(&row.run_id)
+            .bind(row.version)
+            .bind(&row.from_state)
+            .bind(&row.to_state)
+            .bind(row.kind)
+            .bind(row.status)
+            .bind(row.epoch)
+            .bind(row.now)
+            .bind(&row.hash)
+            .bind(row.payload_kind)
+            .bind(&row.body)
+            .bind(&row.waiting_for)
+            .bind(row.wake_at)
+            .bind(&row.error_code)
+            .bind(&row.error_message)
+            .execute(&mut *conn)
+            .await
+            .map_err(db_err)?;
     }
-    sqlx::query(sql::INSERT_TRANSITION)
-        .bind(&row.run_id)
-        .bind(row.version)
-        .bind(&row.from_state)
-        .bind(&row.to_state)
-        .bind(row.kind)
-        .bind(row.status)
-        .bind(row.epoch)
-        .bind(row.now)
-        .bind(&row.hash)
-        .bind(row.payload_kind)
-        .bind(&row.body)
-        .bind(&row.waiting_for)
-        .bind(row.wake_at)
-        .bind(&row.error_code)
-        .bind(&row.error_message)
-        .execute(&mut *conn)
-        .await
-        .map_err(db_err)?;
     if let Some(signal) = row.signal {
         sqlx::query(sql::CONSUME_SIGNAL)
             .bind(signal)
@@ -604,6 +596,45 @@ async fn apply_commit(conn: &mut SqliteConnection, row: &CommitRow) -> Outcome {
             .map_err(db_err)?;
     }
     Ok(Some(applied))
+}
+
+/// The run's compare-and-set `statement` ([`sql::COMMIT_RUN`] or its variants): the row it
+/// returns, `None` when it matched nothing. `with_version`: the statement list inserts the
+/// version's row too, and takes its parameters.
+async fn update_run(
+    conn: &mut SqliteConnection,
+    row: &CommitRow,
+    statement: &'static str,
+    with_version: bool,
+) -> Result<Option<SqliteRow>, StoreError> {
+    let update = sqlx::query(statement)
+        .bind(&row.run_id)
+        .bind(row.version)
+        .bind(&row.to_state)
+        .bind(row.snapshot_state.as_deref())
+        .bind(row.status)
+        .bind(&row.waiting_for)
+        .bind(row.wake_at)
+        .bind(&row.error_code)
+        .bind(&row.error_message)
+        .bind(&row.hash)
+        .bind(row.patch_bytes)
+        .bind(row.now)
+        .bind(row.epoch)
+        .bind(row.expected);
+    let rows = if with_version {
+        // Every statement of the list runs to its end: `fetch_all`, not `fetch_optional`.
+        update
+            .bind(&row.from_state)
+            .bind(row.kind)
+            .bind(row.payload_kind)
+            .bind(&row.body)
+            .fetch_all(&mut *conn)
+            .await
+    } else {
+        update.fetch_all(&mut *conn).await
+    };
+    Ok(rows.map_err(db_err)?.into_iter().next())
 }
 
 /// The same answer for each caller of a failed batch.

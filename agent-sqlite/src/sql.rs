@@ -325,6 +325,28 @@ pub(crate) const COMMIT_RUN_SAME_STATUS: &str = "UPDATE runs SET version = $2, s
      WHERE id = $1 AND epoch = $13 AND version = $14 AND status = $5 \
      AND cancel_requested_by IS NULL RETURNING lease_owner, lease_expires_at";
 
+/// A commit's version row, after [`COMMIT_RUN`] or [`COMMIT_RUN_SAME_STATUS`] in the same
+/// statement list, with their parameters and `$15` from-state, `$16` kind, `$17` payload
+/// kind, `$18` payload: inserted only if that update changed the run (`changes()` counts
+/// the last statement's rows), so that a commit is one round trip to SQLite's thread
+/// instead of two.
+const INSERT_TRANSITION_AFTER_UPDATE: &str = concat!(
+    "INSERT INTO transitions (run_id, version, from_state, \
+     to_state, kind, status, epoch, created_at, hash, payload_kind, payload, position, \
+     waiting_for, wake_at, error_code, error_message) \
+     SELECT $1, $2, $15, $3, $16, $5, $13, $12, $10, $17, $18, ",
+    next_position!(),
+    ", $6, $7, $8, $9 WHERE changes() = 1"
+);
+
+/// [`COMMIT_RUN`], then its version row if it applied.
+pub(crate) static COMMIT_RUN_AND_VERSION: LazyLock<String> =
+    LazyLock::new(|| format!("{}; {INSERT_TRANSITION_AFTER_UPDATE}", *COMMIT_RUN));
+
+/// [`COMMIT_RUN_SAME_STATUS`], then its version row if it applied.
+pub(crate) static COMMIT_RUN_SAME_STATUS_AND_VERSION: LazyLock<String> =
+    LazyLock::new(|| format!("{COMMIT_RUN_SAME_STATUS}; {INSERT_TRANSITION_AFTER_UPDATE}"));
+
 pub(crate) const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version = $2 WHERE id = $1";
 
 pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
