@@ -10,10 +10,13 @@
 //!
 //! How, and what it keeps:
 //! - **No waiting when there is room.** A commit that finds fewer than
-//!   [`GroupCommit::max_in_flight`] commit statements in flight and nobody queued runs its
-//!   own statement at once, in its caller's task: one run stepping alone pays nothing for
-//!   the grouping. Otherwise it queues, and the statement in flight that finishes first
-//!   takes everything queued (up to [`GroupCommit::max_batch`]) as its next statement.
+//!   [`COMMITS_IN_FLIGHT`](crate::COMMITS_IN_FLIGHT) commit statements in flight and
+//!   nobody queued runs its own statement at once, in its caller's task: one run stepping
+//!   alone pays nothing for the grouping. Otherwise it queues, and the statement in flight
+//!   that finishes first takes everything queued (up to
+//!   [`COMMITS_PER_STATEMENT`](crate::COMMITS_PER_STATEMENT)) as its next statement. The
+//!   queue is the one both stores share ([`agent_sql::write_queue`], a slot per statement
+//!   in flight); this module sends its batches.
 //! - **Each commit keeps its own fence.** Every row of the grouped statement carries its
 //!   own compare-and-set on version and epoch; a row that fails it writes nothing, and its
 //!   caller learns why exactly as after a commit of its own. A journal entry is fenced by
@@ -49,9 +52,9 @@ use agent_core::store::{Millis, StoreError};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sqlx::{Connection, Postgres, Row};
-use tokio::sync::oneshot;
 
 use agent_sql::rows::{Applied, SqlRow};
+use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
 
 use crate::connect::db_err;
 use crate::sql;
@@ -119,7 +122,7 @@ pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
 /// One write the group commit carries.
 // Short-lived, moved once into the queue: boxing the rows would cost more.
 #[allow(clippy::large_enum_variant)]
-enum Write {
+pub(crate) enum Write {
     Commit(CommitRow),
     Entry(EntryRow),
 }
@@ -135,7 +138,7 @@ impl Write {
 
 /// What a write did: a commit's outcome, or whether an entry was written (`false`: its
 /// epoch is not the run's, or the run is gone; nothing was written).
-enum Written {
+pub(crate) enum Written {
     Commit(Option<Applied>),
     Entry(bool),
 }
@@ -155,25 +158,7 @@ pub struct GroupCommitStats {
     pub queued: usize,
 }
 
-/// A write's turn: its own statement now, or a place in the queue.
-// One short-lived value per write, on the stack: boxing the row would cost more.
-#[allow(clippy::large_enum_variant)]
-enum Turn {
-    Now(Write),
-    Queued(oneshot::Receiver<Result<Written, StoreError>>),
-}
-
-struct Queued {
-    write: Write,
-    reply: oneshot::Sender<Result<Written, StoreError>>,
-}
-
-#[derive(Default)]
-struct Queue {
-    waiting: VecDeque<Queued>,
-    /// Commit statements in flight, each holding one slot.
-    in_flight: usize,
-}
+type Queued = agent_sql::write_queue::Queued<Writer>;
 
 /// A commit connection idle longer than this is pinged before its next statement (the
 /// server may have restarted or dropped it meanwhile); one in use more often is not.
@@ -291,82 +276,72 @@ impl HeldConnections {
     }
 }
 
-/// The group-commit state of one store.
+/// The group commit of one store: its queue, over the store's commit statements.
+#[derive(Debug)]
 pub(crate) struct GroupCommit {
+    queue: Arc<WriteQueue<Writer>>,
+}
+
+/// What sends a batch: grouped statements on the store's held connections.
+pub(crate) struct Writer {
     pool: PgPool,
     connections: Arc<HeldConnections>,
-    queue: Mutex<Queue>,
-    /// Commit statements allowed in flight at once.
-    pub max_in_flight: usize,
-    /// Commits in one grouped statement at most.
-    pub max_batch: usize,
     statements: AtomicU64,
     commits: AtomicU64,
     regrouped: AtomicU64,
-    waited: AtomicU64,
-}
-
-impl std::fmt::Debug for GroupCommit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupCommit")
-            .field("max_in_flight", &self.max_in_flight)
-            .field("max_batch", &self.max_batch)
-            .field("stats", &self.stats())
-            .finish_non_exhaustive()
-    }
 }
 
 impl GroupCommit {
+    /// `max_in_flight` commit statements at once at most (the queue's slots), each of at
+    /// most `max_batch` commits.
     pub(crate) fn new(
         pool: PgPool,
         connections: Arc<HeldConnections>,
         max_in_flight: usize,
         max_batch: usize,
     ) -> Self {
-        Self {
+        let writer = Writer {
             pool,
             connections,
-            queue: Mutex::new(Queue::default()),
-            max_in_flight: max_in_flight.max(1),
-            max_batch: max_batch.max(1),
             statements: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             regrouped: AtomicU64::new(0),
-            waited: AtomicU64::new(0),
+        };
+        Self {
+            queue: Arc::new(WriteQueue::new(writer, max_in_flight, max_batch)),
         }
     }
 
     pub(crate) fn stats(&self) -> GroupCommitStats {
+        let writer = self.queue.writer();
         GroupCommitStats {
-            statements: self.statements.load(Ordering::Relaxed),
-            commits: self.commits.load(Ordering::Relaxed),
-            regrouped: self.regrouped.load(Ordering::Relaxed),
-            waited: self.waited.load(Ordering::Relaxed),
-            queued: self.lock().waiting.len(),
+            statements: writer.statements.load(Ordering::Relaxed),
+            commits: writer.commits.load(Ordering::Relaxed),
+            regrouped: writer.regrouped.load(Ordering::Relaxed),
+            waited: self.queue.waited(),
+            queued: self.queue.queued(),
         }
     }
 
     /// The held connections its statements go on, which it shares with the store's
     /// claims and wake-ups.
     pub(crate) fn connections(&self) -> Arc<HeldConnections> {
-        Arc::clone(&self.connections)
+        Arc::clone(&self.queue.writer().connections)
     }
 
     /// Have a connection open for each commit slot and one for the claims, ahead of the
     /// commits a worker's claim is about to bring.
     pub(crate) fn open_ahead(&self) {
-        self.connections
-            .open_ahead(&self.pool, self.max_in_flight + 1);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+        let writer = self.queue.writer();
+        writer
+            .connections
+            .open_ahead(&writer.pool, self.queue.slots() + 1);
     }
 
     /// Commit `row`: at once when a slot is free and nobody waits, else with the next
     /// grouped statement.
-    pub(crate) async fn commit(self: &Arc<Self>, row: CommitRow) -> Outcome {
-        match self.write(Write::Commit(row)).await? {
+    pub(crate) async fn commit(&self, row: CommitRow) -> Outcome {
+        match self.queue.write(Write::Commit(row)).await? {
             Written::Commit(applied) => Ok(applied),
             Written::Entry(_) => Err(StoreError::Backend(
                 "a commit was answered as a journal entry".into(),
@@ -378,87 +353,39 @@ impl GroupCommit {
     /// slot is free, else with the next grouped statement of entries. `Ok(false)`: the
     /// epoch is not the run's (or the run is gone) and nothing was written. Returns once
     /// the entry is committed.
-    pub(crate) async fn record(self: &Arc<Self>, row: EntryRow) -> Result<bool, StoreError> {
-        match self.write(Write::Entry(row)).await? {
+    pub(crate) async fn record(&self, row: EntryRow) -> Result<bool, StoreError> {
+        match self.queue.write(Write::Entry(row)).await? {
             Written::Entry(written) => Ok(written),
             Written::Commit(_) => Err(StoreError::Backend(
                 "a journal entry was answered as a commit".into(),
             )),
         }
     }
+}
 
-    async fn write(self: &Arc<Self>, write: Write) -> Result<Written, StoreError> {
-        let turn = {
-            let mut queue = self.lock();
-            if queue.in_flight < self.max_in_flight && queue.waiting.is_empty() {
-                queue.in_flight += 1;
-                Turn::Now(write)
-            } else {
-                let (reply, receiver) = oneshot::channel();
-                queue.waiting.push_back(Queued { write, reply });
-                self.waited.fetch_add(1, Ordering::Relaxed);
-                let start = queue.in_flight < self.max_in_flight;
-                if start {
-                    queue.in_flight += 1;
-                }
-                drop(queue);
-                if start {
-                    self.spawn_flusher();
-                }
-                Turn::Queued(receiver)
-            }
-        };
-        match turn {
-            Turn::Now(write) => {
-                // The slot passes to the queue when this statement ends, even if this
-                // future is dropped before.
-                let _slot = Slot(self);
-                // Boxed: a queued write's future (one per run waiting for the writer)
-                // need not be as large as a transaction's statements.
-                Box::pin(self.one(&write)).await
-            }
-            Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(
-                    "the grouped commit statement was interrupted; whether it applied is \
-                     unknown"
-                        .into(),
-                ))
-            }),
-        }
+impl BatchWriter for Writer {
+    type Write = Write;
+    type Written = Written;
+
+    async fn one(&self, write: &Write) -> Result<Written, StoreError> {
+        self.alone(write).await
     }
 
-    fn spawn_flusher(self: &Arc<Self>) {
-        let this = Arc::clone(self);
-        tokio::spawn(async move { this.flush().await });
+    async fn many(&self, batch: Vec<Queued>) {
+        self.send(batch).await;
     }
 
-    /// Send what is queued, a statement at a time, until nothing is; then free the slot.
-    async fn flush(self: Arc<Self>) {
-        loop {
-            let batch = {
-                let mut queue = self.lock();
-                let batch = self.take_batch(&mut queue);
-                if batch.is_empty() {
-                    queue.in_flight -= 1;
-                    return;
-                }
-                batch
-            };
-            self.send(batch).await;
-        }
-    }
-
-    /// Up to `max_batch` queued commits, oldest first, one per run; callers that stopped
+    /// Up to `max` queued writes, oldest first, one per run; callers that stopped
     /// waiting are dropped unsent.
-    fn take_batch(&self, queue: &mut Queue) -> Vec<Queued> {
+    fn take_batch(&self, waiting: &mut VecDeque<Queued>, max: usize) -> Vec<Queued> {
         let mut batch = Vec::new();
         let mut runs = HashSet::new();
         let mut later = VecDeque::new();
-        while batch.len() < self.max_batch {
-            let Some(next) = queue.waiting.pop_front() else {
+        while batch.len() < max {
+            let Some(next) = waiting.pop_front() else {
                 break;
             };
-            if next.reply.is_closed() {
+            if next.abandoned() {
                 continue;
             }
             if runs.insert(next.write.run_id().to_owned()) {
@@ -469,11 +396,13 @@ impl GroupCommit {
         }
         // Second writes of a run already in the batch keep their place at the front.
         while let Some(q) = later.pop_back() {
-            queue.waiting.push_front(q);
+            waiting.push_front(q);
         }
         batch
     }
+}
 
+impl Writer {
     /// Send a batch: its journal entries in one statement, then the entries its commits
     /// carry in another, then its commits (a run has at most one write in a batch, so the
     /// order between runs does not matter).
@@ -485,8 +414,8 @@ impl GroupCommit {
         let (ready, alone) = self.send_carried(commits).await;
         self.send_part(ready).await;
         for q in alone {
-            let outcome = self.one(&q.write).await;
-            let _ = q.reply.send(outcome);
+            let outcome = self.alone(&q.write).await;
+            q.answer(outcome);
         }
     }
 
@@ -520,7 +449,7 @@ impl GroupCommit {
             Err(e) => {
                 let error = db_err(e);
                 for q in commits {
-                    let _ = q.reply.send(Err(same_error(&error)));
+                    q.answer(Err(same_error(&error)));
                 }
                 return (Vec::new(), Vec::new());
             }
@@ -532,7 +461,7 @@ impl GroupCommit {
             let all = written[at..at + n].iter().all(|w| *w);
             at += n;
             if !all {
-                let _ = q.reply.send(Ok(Written::Commit(None)));
+                q.answer(Ok(Written::Commit(None)));
                 continue;
             }
             if let Write::Commit(row) = &mut q.write {
@@ -547,8 +476,8 @@ impl GroupCommit {
     async fn send_part(&self, batch: Vec<Queued>) {
         if batch.len() <= 1 {
             for q in batch {
-                let outcome = self.one(&q.write).await;
-                let _ = q.reply.send(outcome);
+                let outcome = self.alone(&q.write).await;
+                q.answer(outcome);
             }
             return;
         }
@@ -560,7 +489,7 @@ impl GroupCommit {
         match grouped {
             Ok(mut done) => {
                 for (q, outcome) in batch.into_iter().zip(done.drain(..)) {
-                    let _ = q.reply.send(Ok(outcome));
+                    q.answer(Ok(outcome));
                 }
             }
             // The server refused the statement: nothing of it was written. One row's
@@ -570,8 +499,8 @@ impl GroupCommit {
                     "grouped statement refused; sending its writes one by one");
                 self.regrouped.fetch_add(1, Ordering::Relaxed);
                 for q in batch {
-                    let outcome = self.one(&q.write).await;
-                    let _ = q.reply.send(outcome);
+                    let outcome = self.alone(&q.write).await;
+                    q.answer(outcome);
                 }
             }
             // The connection failed, or the answer did not read: the statement may or may
@@ -579,7 +508,7 @@ impl GroupCommit {
             Err(e) => {
                 let error = db_err(e);
                 for q in batch {
-                    let _ = q.reply.send(Err(same_error(&error)));
+                    q.answer(Err(same_error(&error)));
                 }
             }
         }
@@ -587,7 +516,7 @@ impl GroupCommit {
 
     /// One write, one statement (a commit that carries entries: theirs first, and the
     /// commit only if they were all written).
-    async fn one(&self, write: &Write) -> Result<Written, StoreError> {
+    async fn alone(&self, write: &Write) -> Result<Written, StoreError> {
         match write {
             Write::Commit(row) => {
                 let carried = match row.entries.as_slice() {
@@ -807,31 +736,6 @@ impl GroupCommit {
             *slot = Some(r.applied_row()?);
         }
         Ok(outcomes.into_iter().map(Written::Commit).collect())
-    }
-}
-
-/// What a commit statement returned for one applied commit.
-/// The same answer for each caller of a failed grouped statement.
-fn same_error(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        other => StoreError::Backend(other.to_string()),
-    }
-}
-
-/// A commit statement's slot, held by a caller running its own statement. When it ends
-/// (or the caller's future is dropped), the slot goes to the queue if anyone waits.
-struct Slot<'a>(&'a Arc<GroupCommit>);
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        let mut queue = self.0.lock();
-        if queue.waiting.is_empty() || tokio::runtime::Handle::try_current().is_err() {
-            queue.in_flight -= 1;
-        } else {
-            drop(queue);
-            self.0.spawn_flusher();
-        }
     }
 }
 

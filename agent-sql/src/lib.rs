@@ -21,11 +21,13 @@
 //!   signals, fork), over a small trait each store implements;
 //! - [`retention`]: `Store::prune`, a batch chosen by reads and written set-based;
 //! - [`sql`]: the statements whose text is the same on both dialects, and the list of final
-//!   statuses, derived once from [`RunStatus`](agent_core::store::RunStatus).
+//!   statuses, derived once from [`RunStatus`](agent_core::store::RunStatus);
+//! - [`write_queue`]: the queue of the group commits, which hands writes to a store's own
+//!   writer alone or in batches.
 //!
 //! Each store keeps what is its own: connection setup, migrations and its dialect's
-//! statements (and, on PostgreSQL, group commit and `LISTEN/NOTIFY`; on SQLite, its write
-//! transactions).
+//! statements (and how a batch of the group commit is written: grouped statements on
+//! PostgreSQL, one transaction on SQLite; on PostgreSQL, `LISTEN/NOTIFY`).
 
 use std::time::Duration;
 
@@ -41,6 +43,7 @@ pub mod reads;
 pub mod retention;
 pub mod rows;
 pub mod sql;
+pub mod write_queue;
 
 /// What [`impl_sql_store!`] names; not part of the API.
 #[doc(hidden)]

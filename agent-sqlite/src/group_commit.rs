@@ -10,8 +10,10 @@
 //! - **No waiting when the writer is idle.** A commit that finds no batch being written
 //!   and nobody queued writes its own transaction at once, in its caller's task: a run
 //!   stepping alone pays nothing for the grouping. Otherwise it queues, and when the
-//!   transaction being written ends, everything queued (up to [`GroupCommit::max_batch`])
-//!   goes in the next one, written by a task of its own.
+//!   transaction being written ends, everything queued (up to [`GroupCommit::MAX_BATCH`])
+//!   goes in the next one, written by a task of its own. The queue is the one both stores
+//!   share ([`agent_sql::write_queue`], with one slot here); this module writes its
+//!   batches.
 //! - **Each commit keeps its own fence.** Every commit runs its own compare-and-set on
 //!   version and epoch (and no operator's cancel waiting, and its consumed signal still
 //!   pending); one that fails it writes nothing, and its caller learns why exactly as after
@@ -32,15 +34,14 @@
 //!   unwritten. Batches are written by tasks of their own, so a caller that stops waiting
 //!   does not cancel the others' commits.
 
-use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_core::store::{Millis, StoreError};
 use agent_sql::rows::Applied;
+use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, SqliteConnection};
-use tokio::sync::oneshot;
 
 use crate::{db_err, sql};
 
@@ -114,13 +115,13 @@ pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
 /// One write the group commit carries.
 // Short-lived, moved once into the queue: boxing the rows would cost more.
 #[allow(clippy::large_enum_variant)]
-enum Write {
+pub(crate) enum Write {
     Commit(CommitRow),
     Entry(EntryRow),
 }
 
 /// What a write did: a commit's outcome, or an entry written.
-enum Written {
+pub(crate) enum Written {
     Commit(Option<Applied>),
     Entry,
 }
@@ -139,45 +140,20 @@ pub struct GroupCommitStats {
     pub retried: u64,
 }
 
-struct Queued {
-    write: Write,
-    reply: oneshot::Sender<Result<Written, StoreError>>,
-}
+type Queued = agent_sql::write_queue::Queued<Writer>;
 
-#[derive(Default)]
-struct Queue {
-    waiting: VecDeque<Queued>,
-    /// A commit transaction is being written (by a caller or by a flushing task).
-    writing: bool,
-}
-
-/// The group-commit state of one store.
+/// The group commit of one store: its queue, over the store's one writer.
+#[derive(Debug)]
 pub(crate) struct GroupCommit {
+    queue: Arc<WriteQueue<Writer>>,
+}
+
+/// What writes a batch: one `BEGIN IMMEDIATE` transaction on the store's pool.
+pub(crate) struct Writer {
     pool: SqlitePool,
-    queue: Mutex<Queue>,
-    /// Commits in one transaction at most.
-    pub max_batch: usize,
     transactions: AtomicU64,
     commits: AtomicU64,
-    waited: AtomicU64,
     retried: AtomicU64,
-}
-
-impl std::fmt::Debug for GroupCommit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupCommit")
-            .field("max_batch", &self.max_batch)
-            .field("stats", &self.stats())
-            .finish_non_exhaustive()
-    }
-}
-
-/// A write's turn: its own transaction now, or a place in the queue.
-// One short-lived value per write, on the stack: boxing the row would cost more.
-#[allow(clippy::large_enum_variant)]
-enum Turn {
-    Now(Write),
-    Queued(oneshot::Receiver<Result<Written, StoreError>>),
 }
 
 impl GroupCommit {
@@ -185,35 +161,33 @@ impl GroupCommit {
     /// fit twice.
     pub(crate) const MAX_BATCH: usize = 128;
 
+    /// SQLite has one writer: one transaction at a time.
     pub(crate) fn new(pool: SqlitePool, max_batch: usize) -> Self {
-        Self {
+        let writer = Writer {
             pool,
-            queue: Mutex::new(Queue::default()),
-            max_batch: max_batch.max(1),
             transactions: AtomicU64::new(0),
             commits: AtomicU64::new(0),
-            waited: AtomicU64::new(0),
             retried: AtomicU64::new(0),
+        };
+        Self {
+            queue: Arc::new(WriteQueue::new(writer, 1, max_batch)),
         }
     }
 
     pub(crate) fn stats(&self) -> GroupCommitStats {
+        let writer = self.queue.writer();
         GroupCommitStats {
-            transactions: self.transactions.load(Ordering::Relaxed),
-            commits: self.commits.load(Ordering::Relaxed),
-            waited: self.waited.load(Ordering::Relaxed),
-            retried: self.retried.load(Ordering::Relaxed),
+            transactions: writer.transactions.load(Ordering::Relaxed),
+            commits: writer.commits.load(Ordering::Relaxed),
+            waited: self.queue.waited(),
+            retried: writer.retried.load(Ordering::Relaxed),
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Commit `row`: in a transaction of its own when the writer is idle, else with the
     /// next batch.
-    pub(crate) async fn commit(self: &Arc<Self>, row: CommitRow) -> Outcome {
-        match self.write(Write::Commit(row)).await? {
+    pub(crate) async fn commit(&self, row: CommitRow) -> Outcome {
+        match self.queue.write(Write::Commit(row)).await? {
             Written::Commit(applied) => Ok(applied),
             Written::Entry => Err(StoreError::Backend(
                 "a commit was answered as a journal entry".into(),
@@ -223,77 +197,14 @@ impl GroupCommit {
 
     /// Write a journal entry, fenced by its lease's epoch, as a commit is: alone when the
     /// writer is idle, else with the next batch. Returns once it is committed.
-    pub(crate) async fn record(self: &Arc<Self>, row: EntryRow) -> Result<(), StoreError> {
-        self.write(Write::Entry(row)).await.map(drop)
+    pub(crate) async fn record(&self, row: EntryRow) -> Result<(), StoreError> {
+        self.queue.write(Write::Entry(row)).await.map(drop)
     }
+}
 
-    async fn write(self: &Arc<Self>, write: Write) -> Result<Written, StoreError> {
-        let turn = {
-            let mut queue = self.lock();
-            if !queue.writing && queue.waiting.is_empty() {
-                queue.writing = true;
-                Turn::Now(write)
-            } else {
-                let (reply, receiver) = oneshot::channel();
-                queue.waiting.push_back(Queued { write, reply });
-                self.waited.fetch_add(1, Ordering::Relaxed);
-                let start = !queue.writing;
-                queue.writing = true;
-                drop(queue);
-                if start {
-                    self.spawn_flusher();
-                }
-                Turn::Queued(receiver)
-            }
-        };
-        match turn {
-            Turn::Now(write) => {
-                // The writer passes to the queue when this transaction ends, even if this
-                // future is dropped before.
-                let _writer = Writer(self);
-                // Boxed: a queued write's future (one per run waiting for the writer)
-                // need not be as large as a transaction's statements.
-                Box::pin(self.one(&write)).await
-            }
-            Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(
-                    "the grouped commit transaction was interrupted; whether it applied is \
-                     unknown"
-                        .into(),
-                ))
-            }),
-        }
-    }
-
-    fn spawn_flusher(self: &Arc<Self>) {
-        let this = Arc::clone(self);
-        tokio::spawn(async move { this.flush().await });
-    }
-
-    /// Write what is queued, a transaction at a time, until nothing is; then leave the
-    /// writer idle.
-    async fn flush(self: Arc<Self>) {
-        loop {
-            let batch = {
-                let mut queue = self.lock();
-                let mut batch = Vec::new();
-                while batch.len() < self.max_batch {
-                    let Some(next) = queue.waiting.pop_front() else {
-                        break;
-                    };
-                    if !next.reply.is_closed() {
-                        batch.push(next);
-                    }
-                }
-                if batch.is_empty() {
-                    queue.writing = false;
-                    return;
-                }
-                batch
-            };
-            self.many(batch).await;
-        }
-    }
+impl BatchWriter for Writer {
+    type Write = Write;
+    type Written = Written;
 
     /// One commit or entry, one transaction.
     async fn one(&self, write: &Write) -> Result<Written, StoreError> {
@@ -320,17 +231,19 @@ impl GroupCommit {
         match self.write_batch(&batch).await {
             Ok(outcomes) => {
                 for (q, outcome) in batch.into_iter().zip(outcomes) {
-                    let _ = q.reply.send(outcome);
+                    q.answer(outcome);
                 }
             }
             Err(error) => {
                 for q in batch {
-                    let _ = q.reply.send(Err(same_error(&error)));
+                    q.answer(Err(same_error(&error)));
                 }
             }
         }
     }
+}
 
+impl Writer {
     /// The batch's transaction: `Err` when nothing of it was written (or whether it was
     /// is unknown), else each write's outcome in order.
     ///
@@ -635,28 +548,4 @@ async fn update_run(
         update.fetch_all(&mut *conn).await
     };
     Ok(rows.map_err(db_err)?.into_iter().next())
-}
-
-/// The same answer for each caller of a failed batch.
-fn same_error(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        other => StoreError::Backend(other.to_string()),
-    }
-}
-
-/// The writer, held by a caller writing its own transaction. When it ends (or the caller's
-/// future is dropped), the writer goes to the queue if anyone waits.
-struct Writer<'a>(&'a Arc<GroupCommit>);
-
-impl Drop for Writer<'_> {
-    fn drop(&mut self) {
-        let mut queue = self.0.lock();
-        if queue.waiting.is_empty() || tokio::runtime::Handle::try_current().is_err() {
-            queue.writing = false;
-        } else {
-            drop(queue);
-            self.0.spawn_flusher();
-        }
-    }
 }
