@@ -1181,7 +1181,9 @@ async fn w3(place: &Place, sizes: &Sizes) {
 /// W3's signals: `n` runs waiting for a signal, a worker process idle, then the `n` signals
 /// sent at once by another process's store, whose pool is as the starts left it (one
 /// connection) or, `warm`, already holds a connection per concurrent send, as the pool of a
-/// service sending signals all day does.
+/// service sending signals all day does. (The sends go through the store's group commit,
+/// on connections of its own, so the pool's warmth now matters little: the two cases
+/// show it.)
 async fn w3_signals(
     place: &Place,
     n: usize,

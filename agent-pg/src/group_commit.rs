@@ -1,7 +1,7 @@
-//! Group commit: step commits and journal entries of different runs that arrive while the
-//! store already has as many commit statements in flight as it allows go to the database
-//! together, as one statement for the commits ([`sql::COMMIT_STEPS`]) and one for the
-//! entries ([`sql::RECORD_ENTRIES`]).
+//! Group commit: step commits, journal entries and signals of different runs that arrive
+//! while the store already has as many commit statements in flight as it allows go to the
+//! database together, as one statement for the commits ([`sql::COMMIT_STEPS`]), one for
+//! the entries ([`sql::RECORD_ENTRIES`]) and one for the signals ([`sql::SEND_SIGNALS`]).
 //!
 //! Why: with many runs stepping at once, a worker and its database spend most of their
 //! CPU on what every statement costs whatever it writes (a round trip, parse and bind,
@@ -54,7 +54,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sqlx::{Connection, Postgres, Row};
 
 use agent_sql::rows::{Applied, SqlRow};
-use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
+use agent_sql::write_queue::{BatchWriter, WriteQueue, mismatched, same_error};
 
 use crate::connect::db_err;
 use crate::sql;
@@ -116,6 +116,14 @@ pub(crate) struct EntryRow {
     pub finished_at: Option<Millis>,
 }
 
+/// A signal to send, owned (the statement may run in another task).
+#[derive(Debug)]
+pub(crate) struct SignalRow {
+    pub run_id: String,
+    pub name: String,
+    pub payload: Value,
+}
+
 /// `Ok(None)`: the compare-and-set matched no row; the caller finds out why.
 pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
 
@@ -125,6 +133,7 @@ pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
 pub(crate) enum Write {
     Commit(CommitRow),
     Entry(EntryRow),
+    Signal(SignalRow),
 }
 
 impl Write {
@@ -132,15 +141,18 @@ impl Write {
         match self {
             Self::Commit(row) => &row.run_id,
             Self::Entry(row) => &row.run_id,
+            Self::Signal(row) => &row.run_id,
         }
     }
 }
 
-/// What a write did: a commit's outcome, or whether an entry was written (`false`: its
-/// epoch is not the run's, or the run is gone; nothing was written).
+/// What a write did: a commit's outcome, whether an entry was written (`false`: its
+/// epoch is not the run's, or the run is gone; nothing was written), or a signal's id
+/// (`None`: the run does not exist).
 pub(crate) enum Written {
     Commit(Option<Applied>),
     Entry(bool),
+    Signal(Option<i64>),
 }
 
 /// How many commits went to the database in how many statements.
@@ -148,7 +160,7 @@ pub(crate) enum Written {
 pub struct GroupCommitStats {
     /// Commit statements sent (single and grouped), journal entries' included.
     pub statements: u64,
-    /// Commits and journal entries they carried.
+    /// Commits, journal entries and signals they carried.
     pub commits: u64,
     /// Grouped statements the server rejected, whose commits were then sent one by one.
     pub regrouped: u64,
@@ -343,9 +355,7 @@ impl GroupCommit {
     pub(crate) async fn commit(&self, row: CommitRow) -> Outcome {
         match self.queue.write(Write::Commit(row)).await? {
             Written::Commit(applied) => Ok(applied),
-            Written::Entry(_) => Err(StoreError::Backend(
-                "a commit was answered as a journal entry".into(),
-            )),
+            _ => Err(mismatched("a commit")),
         }
     }
 
@@ -356,9 +366,18 @@ impl GroupCommit {
     pub(crate) async fn record(&self, row: EntryRow) -> Result<bool, StoreError> {
         match self.queue.write(Write::Entry(row)).await? {
             Written::Entry(written) => Ok(written),
-            Written::Commit(_) => Err(StoreError::Backend(
-                "a journal entry was answered as a commit".into(),
-            )),
+            _ => Err(mismatched("a journal entry")),
+        }
+    }
+
+    /// Store a signal, as a commit is written: at once when a slot is free, else with the
+    /// next grouped statement of signals (many senders at once then cost a few statements
+    /// on the store's held connections, instead of one pooled connection each). The
+    /// signal's id, once it is committed; `Ok(None)`: the run does not exist.
+    pub(crate) async fn signal(&self, row: SignalRow) -> Result<Option<i64>, StoreError> {
+        match self.queue.write(Write::Signal(row)).await? {
+            Written::Signal(id) => Ok(id),
+            _ => Err(mismatched("a signal")),
         }
     }
 }
@@ -403,14 +422,20 @@ impl BatchWriter for Writer {
 }
 
 impl Writer {
-    /// Send a batch: its journal entries in one statement, then the entries its commits
-    /// carry in another, then its commits (a run has at most one write in a batch, so the
-    /// order between runs does not matter).
+    /// Send a batch: its journal entries in one statement, its signals in another, then
+    /// the entries its commits carry, then its commits (a run has at most one write in a
+    /// batch, so the order between runs does not matter).
     async fn send(&self, batch: Vec<Queued>) {
-        let (entries, commits): (Vec<Queued>, Vec<Queued>) = batch
-            .into_iter()
-            .partition(|q| matches!(q.write, Write::Entry(_)));
+        let (mut entries, mut signals, mut commits) = (Vec::new(), Vec::new(), Vec::new());
+        for q in batch {
+            match q.write {
+                Write::Entry(_) => entries.push(q),
+                Write::Signal(_) => signals.push(q),
+                Write::Commit(_) => commits.push(q),
+            }
+        }
         self.send_part(entries).await;
+        self.send_part(signals).await;
         let (ready, alone) = self.send_carried(commits).await;
         self.send_part(ready).await;
         for q in alone {
@@ -427,7 +452,7 @@ impl Writer {
     async fn send_carried(&self, mut commits: Vec<Queued>) -> (Vec<Queued>, Vec<Queued>) {
         let carried = |q: &Queued| match &q.write {
             Write::Commit(row) => row.entries.len(),
-            Write::Entry(_) => 0,
+            Write::Entry(_) | Write::Signal(_) => 0,
         };
         if commits.iter().all(|q| carried(q) == 0) {
             return (commits, Vec::new());
@@ -436,7 +461,7 @@ impl Writer {
             .iter()
             .flat_map(|q| match &q.write {
                 Write::Commit(row) => row.entries.iter(),
-                Write::Entry(_) => [].iter(),
+                Write::Entry(_) | Write::Signal(_) => [].iter(),
             })
             .collect();
         let written = match self.entry_rows(&rows).await {
@@ -481,10 +506,10 @@ impl Writer {
             }
             return;
         }
-        let grouped = if matches!(batch[0].write, Write::Entry(_)) {
-            self.many_entries(&batch).await
-        } else {
-            self.many(&batch).await
+        let grouped = match batch[0].write {
+            Write::Entry(_) => self.many_entries(&batch).await,
+            Write::Signal(_) => self.many_signals(&batch).await,
+            Write::Commit(_) => self.many(&batch).await,
         };
         match grouped {
             Ok(mut done) => {
@@ -534,7 +559,60 @@ impl Writer {
                 self.one_commit(row).await.map(Written::Commit)
             }
             Write::Entry(row) => self.one_entry(row).await.map(Written::Entry),
+            Write::Signal(row) => self.one_signal(row).await.map(Written::Signal),
         }
+    }
+
+    /// One signal, one statement ([`sql::SEND_SIGNAL`]); its id, `None` if the run does
+    /// not exist.
+    async fn one_signal(&self, row: &SignalRow) -> Result<Option<i64>, StoreError> {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        let query = sqlx::query(sql::SEND_SIGNAL)
+            .bind(&row.run_id)
+            .bind(&row.name)
+            .bind(&row.payload);
+        let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
+        let returned = query.fetch_optional(&mut conn).await;
+        self.connections.give_back(conn, opened, &returned);
+        returned
+            .map_err(db_err)?
+            .map(|r| r.try_get("id"))
+            .transpose()
+            .map_err(|e| agent_sql::corrupt(&row.run_id, e))
+    }
+
+    /// Several signals of queued writes, one statement ([`sql::SEND_SIGNALS`]); each
+    /// one's id, in order (`None`: its run does not exist).
+    async fn many_signals(&self, batch: &[Queued]) -> Result<Vec<Written>, sqlx::Error> {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.commits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let rows = || {
+            batch.iter().filter_map(|q| match &q.write {
+                Write::Signal(row) => Some(row),
+                _ => None,
+            })
+        };
+        let query = sqlx::query::<Postgres>(sql::SEND_SIGNALS)
+            .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.name.as_str()).collect::<Vec<_>>())
+            .bind(rows().map(|r| &r.payload).collect::<Vec<_>>());
+        let (mut conn, opened) = self.connections.take(&self.pool).await?;
+        let returned = query.fetch_all(&mut conn).await;
+        self.connections.give_back(conn, opened, &returned);
+        let mut ids: Vec<Option<i64>> = vec![None; batch.len()];
+        for r in &returned? {
+            let n: i64 = r.try_get("n")?;
+            let slot = usize::try_from(n - 1)
+                .ok()
+                .and_then(|i| ids.get_mut(i))
+                .ok_or_else(|| {
+                    sqlx::Error::Protocol(format!("grouped signals returned row {n}"))
+                })?;
+            *slot = Some(r.try_get("id")?);
+        }
+        Ok(ids.into_iter().map(Written::Signal).collect())
     }
 
     /// One journal entry, one statement ([`sql::RECORD_ENTRY`], no side-table output).
@@ -583,7 +661,7 @@ impl Writer {
             .iter()
             .filter_map(|q| match &q.write {
                 Write::Entry(row) => Some(row),
-                Write::Commit(_) => None,
+                _ => None,
             })
             .collect();
         let written = self.entry_rows(&rows).await?;
@@ -697,7 +775,7 @@ impl Writer {
         let rows = || {
             batch.iter().filter_map(|q| match &q.write {
                 Write::Commit(row) => Some(row),
-                Write::Entry(_) => None,
+                _ => None,
             })
         };
         let query = sqlx::query::<Postgres>(sql::COMMIT_STEPS.as_str())

@@ -96,7 +96,9 @@
 //!
 //! [`PgStore::with_group_commit`] sets both bounds (`per_statement = 1` turns grouping off);
 //! [`PgStore::group_commit_stats`] says how many commits went in how many statements.
-//! Commits that consume a signal are grouped like the others.
+//! Commits that consume a signal are grouped like the others, and so are journal entries
+//! and signals sent ([`Store::send_signal`]): many senders at once cost a few statements
+//! on the store's own connections, not one pooled connection each.
 //!
 //! Commit statements run on connections of the store's own, outside the pool: one per
 //! slot at most, opened when first needed (the first is the connection the store opened
@@ -134,6 +136,7 @@
 //! [`Store`]: agent_core::store::Store
 //! [`Store::commit_step`]: agent_core::store::Store::commit_step
 //! [`Store::load_run`]: agent_core::store::Store::load_run
+//! [`Store::send_signal`]: agent_core::store::Store::send_signal
 //! [`StepCommit`]: agent_core::store::StepCommit
 //! [`StoreError::Unavailable`]: agent_core::store::StoreError::Unavailable
 

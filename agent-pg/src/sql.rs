@@ -507,6 +507,21 @@ pub(crate) const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload
      SELECT id, $2::text, $3::jsonb FROM runs WHERE id = $1 FOR NO KEY UPDATE \
      RETURNING id";
 
+/// Several signals to different runs in one statement (group commit, `group_commit.rs`):
+/// the same write as [`SEND_SIGNAL`] for each, one row of parameter arrays per signal (one
+/// signal per run at most). The run rows are locked in the order of their ids, as by
+/// [`RECORD_ENTRIES`], so that two such statements never wait for each other in a cycle.
+/// A signal to a run that does not exist writes nothing and returns nothing; `n` (the
+/// signal's place in the arrays, from 1) says which were stored, and `id` under which id.
+pub(crate) const SEND_SIGNALS: &str = "WITH i AS (SELECT * FROM unnest($1::text[], \
+       $2::text[], $3::jsonb[]) WITH ORDINALITY AS i(run_id, name, payload, n)), \
+     fence AS (SELECT id FROM runs WHERE id IN (SELECT run_id FROM i) ORDER BY id \
+       FOR NO KEY UPDATE), \
+     s AS (INSERT INTO signals (run_id, name, payload) \
+       SELECT i.run_id, i.name, i.payload FROM i JOIN fence ON fence.id = i.run_id \
+       ORDER BY i.n RETURNING id, run_id) \
+     SELECT i.n, s.id FROM s JOIN i ON i.run_id = s.run_id";
+
 pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
      ts_to_ms(created_at) AS created_at, consumed_at_version FROM signals \
      WHERE run_id = $1 AND consumed_at_version IS NULL ORDER BY id";

@@ -20,6 +20,7 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use crate::connect::db_err;
+use crate::group_commit::SignalRow;
 use crate::{PgStore, sql};
 
 agent_sql::impl_sql_store!(PgStore {
@@ -187,17 +188,18 @@ agent_sql::impl_sql_store!(PgStore {
         name: &str,
         payload: &Value,
     ) -> Result<i64, StoreError> {
-        let row = sqlx::query(sql::SEND_SIGNAL)
-            .bind(run_id)
-            .bind(name)
-            .bind(payload)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?
+        let id = self
+            .group
+            .signal(SignalRow {
+                run_id: run_id.to_owned(),
+                name: name.to_owned(),
+                payload: payload.clone(),
+            })
+            .await?
             .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
         self.waker.wake(&self.pool, &self.channel);
         self.event_written(run_id);
-        row.try_get("id").map_err(|e| corrupt(run_id, e))
+        Ok(id)
     }
 
     async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {

@@ -90,8 +90,12 @@ async fn stall_commits(
         .execute(&mut *lock)
         .await
         .expect("lock");
+    let before = store.group_commit_stats().statements;
     let held = spawn_commit(store, &lease, step(0, "held"));
-    until(store, "the held commit to be sent", |s| s.statements == 1).await;
+    until(store, "the held commit to be sent", |s| {
+        s.statements == before + 1
+    })
+    .await;
     (lock, held)
 }
 
@@ -345,6 +349,12 @@ async fn signal_consuming_commits_are_grouped_and_each_checks_its_signal() {
     // A commit naming another run's signal: its row must not apply, and must not consume
     // that signal for the run it belongs to.
     let wrong = claimed(&store, "wrong").await;
+    let sent = store.group_commit_stats();
+    assert_eq!(
+        (sent.statements, sent.commits),
+        (5, 5),
+        "signals sent one at a time go one statement each"
+    );
     let (lock, held) = stall_commits(&store).await;
     let consuming = |expected: u64, cart: &str, signal: i64| StepCommit {
         consumed_signal: Some(signal),
@@ -381,8 +391,67 @@ async fn signal_consuming_commits_are_grouped_and_each_checks_its_signal() {
     let stats = store.group_commit_stats();
     assert_eq!(
         (stats.statements, stats.commits, stats.regrouped),
-        (2, 7, 0),
+        (5 + 2, 5 + 7, 0),
         "the held commit alone, then the 6 signal-consuming ones in one statement"
+    );
+    common::drop_store(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_sent_at_once_are_grouped_and_each_gets_its_own_answer() {
+    let Some(store) = store().await else {
+        return;
+    };
+    for i in 0..10 {
+        claimed(&store, &format!("good-{i}")).await;
+    }
+    let (lock, held) = stall_commits(&store).await;
+    let spawn_signal = |id: &str, payload: Value| {
+        let (store, id) = (store.clone(), id.to_owned());
+        tokio::spawn(async move { store.send_signal(&id, "go", &payload).await })
+    };
+    let good_signals: Vec<_> = (0..10)
+        .map(|i| spawn_signal(&format!("good-{i}"), json!(i)))
+        .collect();
+    let missing = spawn_signal("missing", json!("lost"));
+    until(&store, "11 queued signals", |s| s.queued == 11).await;
+    // A second signal to a run already in the batch waits for the next statement.
+    let second = spawn_signal("good-0", json!("second"));
+    until(&store, "12 queued signals", |s| s.queued == 12).await;
+    assert!(good_signals.iter().all(|s| !s.is_finished()));
+    lock.commit().await.expect("release the lock");
+
+    held.await.unwrap().expect("held commit");
+    let mut ids = Vec::new();
+    for (i, s) in good_signals.into_iter().enumerate() {
+        let id = s.await.unwrap().expect("good signal");
+        let pending = store
+            .pending_signals(&format!("good-{i}"))
+            .await
+            .expect("pending");
+        assert_eq!(pending[0].id, id, "the answer is the stored signal's id");
+        assert_eq!(pending[0].payload, json!(i));
+        ids.push(id);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 10, "each signal has an id of its own");
+    assert!(
+        matches!(missing.await.unwrap(), Err(StoreError::NotFound(id)) if id == "missing"),
+        "a signal to no run fails alone"
+    );
+    let second = second.await.unwrap().expect("second signal");
+    let pending = store.pending_signals("good-0").await.expect("pending");
+    assert_eq!(
+        pending.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [pending[0].id, second],
+        "the second signal comes after the first"
+    );
+    let stats = store.group_commit_stats();
+    assert_eq!(
+        (stats.statements, stats.commits, stats.regrouped),
+        (3, 13, 0),
+        "the held commit alone, the 11 signals in one statement, then the second alone"
     );
     common::drop_store(store).await;
 }

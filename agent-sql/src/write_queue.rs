@@ -255,6 +255,13 @@ pub fn same_error(error: &StoreError) -> StoreError {
     }
 }
 
+/// The error for a write answered as another kind of write (a commit answered as an entry,
+/// say): a bug in the store's writer, reported rather than taken for an answer.
+#[must_use]
+pub fn mismatched(write: &str) -> StoreError {
+    StoreError::Backend(format!("{write} was answered as another kind of write"))
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;

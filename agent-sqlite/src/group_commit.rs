@@ -1,6 +1,6 @@
-//! Group commit for the embedded store: step commits and journal entries of different
-//! runs that arrive while the store's one writer is busy are written together, in one
-//! `BEGIN IMMEDIATE` transaction, so that they share its `fsync` (issue 22).
+//! Group commit for the embedded store: step commits, journal entries and signals of
+//! different runs that arrive while the store's one writer is busy are written together,
+//! in one `BEGIN IMMEDIATE` transaction, so that they share its `fsync` (issue 22).
 //!
 //! Why: SQLite has one writer, and with `synchronous = FULL` every transaction waits for
 //! its write-ahead log to reach the disk. With many runs stepping at once, that wait, not
@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_core::store::{Millis, StoreError};
 use agent_sql::rows::Applied;
-use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
+use agent_sql::write_queue::{BatchWriter, WriteQueue, mismatched, same_error};
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, SqliteConnection};
 
@@ -108,6 +108,16 @@ pub(crate) struct EntryRow {
     pub finished_at: Option<Millis>,
 }
 
+/// A signal to store, owned (a batch is written by another task than its callers').
+#[derive(Debug)]
+pub(crate) struct SignalRow {
+    pub run_id: String,
+    pub name: String,
+    /// The payload's JSON text.
+    pub payload: String,
+    pub created_at: Millis,
+}
+
 /// `Ok(None)`: the compare-and-set (or the signal's check) matched nothing and nothing was
 /// written; the caller finds out why.
 pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
@@ -118,12 +128,15 @@ pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
 pub(crate) enum Write {
     Commit(CommitRow),
     Entry(EntryRow),
+    Signal(SignalRow),
 }
 
-/// What a write did: a commit's outcome, or an entry written.
+/// What a write did: a commit's outcome, an entry written, or a signal's id (`None`: the
+/// run does not exist, and nothing was written).
 pub(crate) enum Written {
     Commit(Option<Applied>),
     Entry,
+    Signal(Option<i64>),
 }
 
 /// How many commits went to the database in how many transactions.
@@ -131,9 +144,9 @@ pub(crate) enum Written {
 pub struct GroupCommitStats {
     /// Commit transactions written (single and grouped).
     pub transactions: u64,
-    /// Commits and journal entries they carried.
+    /// Commits, journal entries and signals they carried.
     pub commits: u64,
-    /// Commits and entries that waited in the queue (the others found the writer idle).
+    /// Commits, entries and signals that waited in the queue (the others found the writer idle).
     pub waited: u64,
     /// Batches written a second time, with a savepoint per write, because one of their
     /// writes failed in the first attempt (which wrote nothing).
@@ -189,9 +202,7 @@ impl GroupCommit {
     pub(crate) async fn commit(&self, row: CommitRow) -> Outcome {
         match self.queue.write(Write::Commit(row)).await? {
             Written::Commit(applied) => Ok(applied),
-            Written::Entry => Err(StoreError::Backend(
-                "a commit was answered as a journal entry".into(),
-            )),
+            _ => Err(mismatched("a commit")),
         }
     }
 
@@ -200,13 +211,24 @@ impl GroupCommit {
     pub(crate) async fn record(&self, row: EntryRow) -> Result<(), StoreError> {
         self.queue.write(Write::Entry(row)).await.map(drop)
     }
+
+    /// Store a signal: alone when the writer is idle, else with the next batch (many
+    /// senders at once then share a transaction and its `fsync`, instead of queueing for
+    /// SQLite's write lock one by one). Its id once committed; `Ok(None)`: the run does not
+    /// exist.
+    pub(crate) async fn signal(&self, row: SignalRow) -> Result<Option<i64>, StoreError> {
+        match self.queue.write(Write::Signal(row)).await? {
+            Written::Signal(id) => Ok(id),
+            _ => Err(mismatched("a signal")),
+        }
+    }
 }
 
 impl BatchWriter for Writer {
     type Write = Write;
     type Written = Written;
 
-    /// One commit or entry, one transaction.
+    /// One commit, entry or signal, one transaction.
     async fn one(&self, write: &Write) -> Result<Written, StoreError> {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
@@ -323,11 +345,20 @@ enum Savepoints {
     EachWrite,
 }
 
-/// Write one commit or entry on `conn`, inside a transaction.
+/// Write one commit, entry or signal on `conn`, inside a transaction.
 async fn apply(conn: &mut SqliteConnection, write: &Write) -> Result<Written, StoreError> {
     match write {
         Write::Commit(row) => apply_commit(conn, row).await.map(Written::Commit),
         Write::Entry(row) => apply_entry(conn, row).await.map(|()| Written::Entry),
+        Write::Signal(row) => sqlx::query_scalar(sql::SEND_SIGNAL)
+            .bind(&row.run_id)
+            .bind(&row.name)
+            .bind(&row.payload)
+            .bind(row.created_at)
+            .fetch_optional(&mut *conn)
+            .await
+            .map(Written::Signal)
+            .map_err(db_err),
     }
 }
 

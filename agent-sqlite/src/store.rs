@@ -16,6 +16,7 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
+use crate::group_commit::SignalRow;
 use crate::{SqliteStore, db_err, sql};
 
 agent_sql::impl_sql_store!(SqliteStore {
@@ -248,15 +249,16 @@ agent_sql::impl_sql_store!(SqliteStore {
         name: &str,
         payload: &Value,
     ) -> Result<i64, StoreError> {
-        let id: Option<i64> = sqlx::query_scalar(sql::SEND_SIGNAL)
-            .bind(run_id)
-            .bind(name)
-            .bind(payload.to_string())
-            .bind(now_ms())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
-        let id = id.ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        let id = self
+            .group
+            .signal(SignalRow {
+                run_id: run_id.to_owned(),
+                name: name.to_owned(),
+                payload: payload.to_string(),
+                created_at: now_ms(),
+            })
+            .await?
+            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
         self.work.notify_waiters();
         self.events.wake(run_id);
         Ok(id)

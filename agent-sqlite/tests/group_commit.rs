@@ -282,3 +282,49 @@ async fn an_entry_rewritten_inline_drops_its_large_output() {
     assert_eq!(journal[0].output, Some(json!({ "report": "short" })));
     remove(store, path).await;
 }
+
+/// Signals sent at once share transactions as commits do, and each gets its own answer:
+/// its id, or `NotFound` for a run that does not exist, without failing the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_sent_at_once_are_grouped_and_each_gets_its_own_answer() {
+    let (store, _leases, path) = claimed_runs().await;
+    let before = store.group_commit_stats();
+    let targets: Vec<String> = (0..RUNS)
+        .map(|i| format!("r{i}"))
+        .chain(["missing".to_owned()])
+        .collect();
+    let outcomes = join_all(targets.iter().enumerate().map(|(i, id)| {
+        let store = &store;
+        async move { store.send_signal(id, "go", &json!(i)).await }
+    }))
+    .await;
+    let after = store.group_commit_stats();
+    let (signals, transactions) = (
+        after.commits - before.commits,
+        after.transactions - before.transactions,
+    );
+    assert_eq!(signals, RUNS as u64 + 1);
+    assert!(
+        transactions < signals,
+        "{signals} concurrent signals took {transactions} transactions: nothing was grouped"
+    );
+    let mut ids = Vec::new();
+    for (i, (id, outcome)) in targets.iter().zip(outcomes).enumerate() {
+        if id == "missing" {
+            assert!(
+                matches!(&outcome, Err(StoreError::NotFound(run)) if run == "missing"),
+                "a signal to no run fails alone: {outcome:?}"
+            );
+            continue;
+        }
+        let signal = outcome.unwrap_or_else(|e| panic!("signal to {id} failed: {e}"));
+        let pending = store.pending_signals(id).await.unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!((pending[0].id, &pending[0].payload), (signal, &json!(i)));
+        ids.push(signal);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), RUNS, "each signal has an id of its own");
+    remove(store, path).await;
+}
