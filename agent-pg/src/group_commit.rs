@@ -352,10 +352,15 @@ impl GroupCommit {
 
     /// Commit `row`: at once when a slot is free and nobody waits, else with the next
     /// grouped statement.
-    pub(crate) async fn commit(&self, row: CommitRow) -> Outcome {
-        match self.queue.write(Write::Commit(row)).await? {
-            Written::Commit(applied) => Ok(applied),
-            _ => Err(mismatched("a commit")),
+    pub(crate) fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
+        // Queued (or sent) now, not at the first poll: the future keeps the write's
+        // handle, not a copy of the row (`WriteQueue::write`).
+        let written = self.queue.write(Write::Commit(row));
+        async move {
+            match written.await? {
+                Written::Commit(applied) => Ok(applied),
+                _ => Err(mismatched("a commit")),
+            }
         }
     }
 
@@ -363,10 +368,16 @@ impl GroupCommit {
     /// slot is free, else with the next grouped statement of entries. `Ok(false)`: the
     /// epoch is not the run's (or the run is gone) and nothing was written. Returns once
     /// the entry is committed.
-    pub(crate) async fn record(&self, row: EntryRow) -> Result<bool, StoreError> {
-        match self.queue.write(Write::Entry(row)).await? {
-            Written::Entry(written) => Ok(written),
-            _ => Err(mismatched("a journal entry")),
+    pub(crate) fn record(
+        &self,
+        row: EntryRow,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send + '_ {
+        let written = self.queue.write(Write::Entry(row));
+        async move {
+            match written.await? {
+                Written::Entry(written) => Ok(written),
+                _ => Err(mismatched("a journal entry")),
+            }
         }
     }
 
@@ -374,10 +385,16 @@ impl GroupCommit {
     /// next grouped statement of signals (many senders at once then cost a few statements
     /// on the store's held connections, instead of one pooled connection each). The
     /// signal's id, once it is committed; `Ok(None)`: the run does not exist.
-    pub(crate) async fn signal(&self, row: SignalRow) -> Result<Option<i64>, StoreError> {
-        match self.queue.write(Write::Signal(row)).await? {
-            Written::Signal(id) => Ok(id),
-            _ => Err(mismatched("a signal")),
+    pub(crate) fn signal(
+        &self,
+        row: SignalRow,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
+        let written = self.queue.write(Write::Signal(row));
+        async move {
+            match written.await? {
+                Written::Signal(id) => Ok(id),
+                _ => Err(mismatched("a signal")),
+            }
         }
     }
 }

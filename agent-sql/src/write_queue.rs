@@ -14,6 +14,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -107,11 +108,10 @@ impl<B: BatchWriter> std::fmt::Debug for WriteQueue<B> {
     }
 }
 
-/// A write's turn: alone now, or a place in the queue.
-// One short-lived value per write, on the stack: boxing the write would cost more.
-#[allow(clippy::large_enum_variant)]
-enum Turn<B: BatchWriter> {
-    Now(B::Write),
+/// A write's turn: alone now (the write and its slot, in the future writing it), or a
+/// place in the queue.
+enum Turn<'a, B: BatchWriter> {
+    Now(Pin<Box<dyn Future<Output = Result<B::Written, StoreError>> + Send + 'a>>),
     Queued(oneshot::Receiver<Result<B::Written, StoreError>>),
 }
 
@@ -165,17 +165,34 @@ impl<B: BatchWriter> WriteQueue<B> {
     }
 
     /// Write `write`: alone at once when a slot is free and nobody waits, else with the
-    /// next batch. Returns once it is written (or failed).
+    /// next batch. Which of the two is decided when this is called; the future it returns
+    /// ends once the write is written (or failed).
+    ///
+    /// Not an `async fn`, so that the future is small: an `async fn` would keep its
+    /// argument, the write, in its state as long as the call waits, and so would each
+    /// store's `async fn` above it, a copy per layer, for every run waiting in the queue
+    /// (thousands in one worker, issue 22's W4). The write lives once: in the queue, or in
+    /// the boxed future writing it alone.
     ///
     /// # Errors
     /// The writer's; [`StoreError::Unavailable`] when the batch carrying it was
     /// interrupted, so that whether it applied is unknown.
-    pub async fn write(self: &Arc<Self>, write: B::Write) -> Result<B::Written, StoreError> {
+    pub fn write(
+        self: &Arc<Self>,
+        write: B::Write,
+    ) -> impl Future<Output = Result<B::Written, StoreError>> + Send + '_ {
         let turn = {
             let mut state = self.lock();
             if state.in_flight < self.slots && state.waiting.is_empty() {
                 state.in_flight += 1;
-                Turn::<B>::Now(write)
+                drop(state);
+                // The slot passes to the queue when this write ends, even if its future
+                // is dropped before (or never polled).
+                let slot = Slot(self);
+                Turn::<B>::Now(Box::pin(async move {
+                    let _slot = slot;
+                    self.writer.one(&write).await
+                }))
             } else {
                 let (reply, receiver) = oneshot::channel();
                 state.waiting.push_back(Queued { write, reply });
@@ -191,20 +208,15 @@ impl<B: BatchWriter> WriteQueue<B> {
                 Turn::Queued(receiver)
             }
         };
-        match turn {
-            Turn::Now(write) => {
-                // The slot passes to the queue when this write ends, even if this future
-                // is dropped before.
-                let _slot = Slot(self);
-                // Boxed: a queued write's future (one per run waiting for a slot) need
-                // not be as large as a write's statements.
-                Box::pin(self.writer.one(&write)).await
+        async move {
+            match turn {
+                Turn::Now(written) => written.await,
+                Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
+                    Err(StoreError::Unavailable(
+                        "the grouped commit was interrupted; whether it applied is unknown".into(),
+                    ))
+                }),
             }
-            Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(
-                    "the grouped commit was interrupted; whether it applied is unknown".into(),
-                ))
-            }),
         }
     }
 
@@ -346,6 +358,68 @@ mod tests {
             .unwrap();
         assert_eq!(second.unwrap(), 20);
         assert_eq!(*queue.writer().batches.lock().unwrap(), [vec![2]]);
+    }
+
+    /// A write's turn is taken when `write` is called: a write whose future is dropped
+    /// unpolled frees the slot it took, and one queued that way is never written; the
+    /// futures of queued writes do not hold their writes.
+    #[tokio::test]
+    async fn a_write_dropped_unpolled_frees_its_slot_and_is_not_written() {
+        let queue = Arc::new(WriteQueue::new(Recorder::default(), 1, 8));
+        let alone = queue.write(1);
+        assert_eq!(queue.lock().in_flight, 1, "the slot is taken at the call");
+        let queued = queue.write(2);
+        assert_eq!(queue.queued(), 1, "queued at the call");
+        drop(queued);
+        drop(alone);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while queue.lock().in_flight > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the slot was never freed");
+        assert_eq!(queue.write(3).await.unwrap(), 30);
+        assert_eq!(*queue.writer().alone.lock().unwrap(), [3]);
+        assert!(
+            queue.writer().batches.lock().unwrap().is_empty(),
+            "a write whose caller dropped it unpolled was written"
+        );
+    }
+
+    /// A write of a kilobyte, answered at once.
+    struct Large;
+
+    impl BatchWriter for Large {
+        type Write = [u64; 128];
+        type Written = ();
+
+        async fn one(&self, _: &[u64; 128]) -> Result<(), StoreError> {
+            Ok(())
+        }
+
+        async fn many(&self, batch: Vec<Queued<Self>>) {
+            for q in batch {
+                q.answer(Ok(()));
+            }
+        }
+    }
+
+    /// The future of a write holds the write nowhere but in the queue or in the boxed
+    /// future writing it alone: a worker holds one per run waiting for its commit.
+    #[tokio::test]
+    async fn a_write_future_does_not_hold_its_write() {
+        let queue = Arc::new(WriteQueue::new(Large, 1, 8));
+        let alone = queue.write([1; 128]);
+        let queued = queue.write([2; 128]);
+        for (which, size) in [
+            ("alone", size_of_val(&alone)),
+            ("queued", size_of_val(&queued)),
+        ] {
+            assert!(size <= 64, "the {which} write's future is {size} bytes");
+        }
+        alone.await.unwrap();
+        queued.await.unwrap();
     }
 
     /// Run each future in a task of its own, spawned in order, and collect their outputs.

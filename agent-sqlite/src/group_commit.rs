@@ -199,27 +199,42 @@ impl GroupCommit {
 
     /// Commit `row`: in a transaction of its own when the writer is idle, else with the
     /// next batch.
-    pub(crate) async fn commit(&self, row: CommitRow) -> Outcome {
-        match self.queue.write(Write::Commit(row)).await? {
-            Written::Commit(applied) => Ok(applied),
-            _ => Err(mismatched("a commit")),
+    pub(crate) fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
+        // Queued (or sent) now, not at the first poll: the future keeps the write's
+        // handle, not a copy of the row (`WriteQueue::write`).
+        let written = self.queue.write(Write::Commit(row));
+        async move {
+            match written.await? {
+                Written::Commit(applied) => Ok(applied),
+                _ => Err(mismatched("a commit")),
+            }
         }
     }
 
     /// Write a journal entry, fenced by its lease's epoch, as a commit is: alone when the
     /// writer is idle, else with the next batch. Returns once it is committed.
-    pub(crate) async fn record(&self, row: EntryRow) -> Result<(), StoreError> {
-        self.queue.write(Write::Entry(row)).await.map(drop)
+    pub(crate) fn record(
+        &self,
+        row: EntryRow,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
+        let written = self.queue.write(Write::Entry(row));
+        async move { written.await.map(drop) }
     }
 
     /// Store a signal: alone when the writer is idle, else with the next batch (many
     /// senders at once then share a transaction and its `fsync`, instead of queueing for
     /// SQLite's write lock one by one). Its id once committed; `Ok(None)`: the run does not
     /// exist.
-    pub(crate) async fn signal(&self, row: SignalRow) -> Result<Option<i64>, StoreError> {
-        match self.queue.write(Write::Signal(row)).await? {
-            Written::Signal(id) => Ok(id),
-            _ => Err(mismatched("a signal")),
+    pub(crate) fn signal(
+        &self,
+        row: SignalRow,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
+        let written = self.queue.write(Write::Signal(row));
+        async move {
+            match written.await? {
+                Written::Signal(id) => Ok(id),
+                _ => Err(mismatched("a signal")),
+            }
         }
     }
 }
