@@ -655,39 +655,44 @@ where
     async fn drive_claimed(&self, claimed: Box<Claimed>) -> Result<RunRecord, RunnerError> {
         // The checks before the first step run in a future of their own, freed before the
         // steps: this one lives as long as the run is in flight, one per run (W4).
-        let ready = Box::pin(self.ready_to_step(claimed)).await?;
-        let (mut lease, mut record, mut known, read_cache) = match ready {
-            Ready::Ended(record) => return Ok(record),
-            Ready::Steps {
-                lease,
-                record,
-                known,
-                read_cache,
-            } => (lease, record, known, read_cache),
+        //
+        // What holds a run record by value (`Ready`, a step's outcome) is taken apart
+        // where no await follows while it is in scope: a match keeps its scrutinee's
+        // space through the awaits of its arms, and this future keeps that space for the
+        // run's whole life.
+        let (mut lease, mut record, mut known, read_cache) = {
+            let ready = Box::pin(self.ready_to_step(claimed)).await?;
+            match ready {
+                Ready::Ended(record) => return Ok(record),
+                Ready::Steps {
+                    lease,
+                    record,
+                    known,
+                    read_cache,
+                } => (lease, record, known, read_cache),
+            }
         };
-        loop {
-            let outcome = match self
+        let ended = loop {
+            match self
                 .step_inner(&mut lease, record, known, &read_cache)
                 .await
             {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    Box::pin(self.release_after(&lease, &e)).await;
-                    return Err(e);
-                }
-            };
-            match outcome {
-                StepOutcome::Committed(next) => {
+                Ok(StepOutcome::Committed(next)) => {
                     record = Box::new(next);
                     known = Known::Fresh;
                 }
-                StepOutcome::Waiting(r) | StepOutcome::Finished(r) => {
-                    // Boxed before the await: a record held across it by value would
-                    // take its space in this future for the run's whole life.
-                    let r = Box::new(r);
-                    self.release_if_held(&lease, &r).await;
-                    return Ok(*r);
-                }
+                Ok(StepOutcome::Waiting(r) | StepOutcome::Finished(r)) => break Ok(Box::new(r)),
+                Err(e) => break Err(e),
+            }
+        };
+        match ended {
+            Ok(r) => {
+                self.release_if_held(&lease, &r).await;
+                Ok(*r)
+            }
+            Err(e) => {
+                Box::pin(self.release_after(&lease, &e)).await;
+                Err(e)
             }
         }
     }
@@ -992,45 +997,71 @@ where
         faults.check(FaultPoint::CommitSent, run_id, commit.expected_version)?;
         let mut attempt = 0;
         loop {
-            let committed = if entries.is_empty() {
-                store.commit_step(lease, commit).await
-            } else {
-                store.commit_step_with_entries(lease, entries, commit).await
-            };
-            match committed {
-                Ok(record) => {
-                    faults.check(FaultPoint::CommitApplied, run_id, record.version)?;
-                    return Ok(record);
+            // The result, in a block of its own, is taken apart before anything else is
+            // awaited: it holds a whole run record, and a local still in scope at an
+            // await takes its space in this future, which every run in flight holds while
+            // its commit waits (issue 22, W4).
+            let error = {
+                let committed = if entries.is_empty() {
+                    store.commit_step(lease, commit).await
+                } else {
+                    store.commit_step_with_entries(lease, entries, commit).await
+                };
+                match committed {
+                    Ok(record) => {
+                        faults.check(FaultPoint::CommitApplied, run_id, record.version)?;
+                        return Ok(record);
+                    }
+                    Err(error) => error,
                 }
-                Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
+            };
+            match error {
+                StoreError::LeaseLost { .. } | StoreError::Conflict { .. } => {
                     return Err(RunnerError::LeaseLost(run_id.to_owned()));
                 }
                 // An operator cancelled the run during the step: the cancel takes the
                 // step's place, and the run goes on to compensate (its journaled calls
                 // included) under this lease.
-                Err(StoreError::CancelRequested(_)) => {
-                    return self.accept_cancel(lease, run_id).await;
+                StoreError::CancelRequested(_) => {
+                    return Box::pin(self.accept_cancel(lease, run_id)).await;
                 }
-                Err(e) if e.is_transient() && attempt < self.inner.config.store_retries => {
+                e if e.is_transient() && attempt < self.inner.config.store_retries => {
                     attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
-                    // The commit may have been applied with its acknowledgement lost.
-                    if let Ok(Some(current)) = store.load_run(run_id).await {
-                        if current.version == commit.expected_version + 1
-                            && current.epoch == lease.epoch
-                        {
-                            return Ok(current);
-                        }
-                        if current.version != commit.expected_version
-                            || current.epoch != lease.epoch
-                        {
-                            return Err(RunnerError::LeaseLost(run_id.to_owned()));
-                        }
+                    // Rare, and boxed so that its timer and read are not part of every
+                    // commit's future.
+                    if let Some(resolved) =
+                        Box::pin(self.resolve_unknown_commit(lease, commit, run_id, attempt)).await
+                    {
+                        return resolved;
                     }
                 }
-                Err(e) => return Err(e.into()),
+                e => return Err(e.into()),
             }
         }
+    }
+
+    /// After a transient failure of a commit (the `attempt`th): wait, then read the run,
+    /// since the commit may have been applied with its acknowledgement lost. `Some`: the
+    /// outcome (applied, or the run moved on without it); `None`: it was not applied, try
+    /// again.
+    async fn resolve_unknown_commit(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+        run_id: &str,
+        attempt: u32,
+    ) -> Option<Result<RunRecord, RunnerError>> {
+        tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
+        let Ok(Some(current)) = self.inner.store.load_run(run_id).await else {
+            return None;
+        };
+        if current.version == commit.expected_version + 1 && current.epoch == lease.epoch {
+            return Some(Ok(current));
+        }
+        if current.version != commit.expected_version || current.epoch != lease.epoch {
+            return Some(Err(RunnerError::LeaseLost(run_id.to_owned())));
+        }
+        None
     }
 
     /// Write the cancel requested on the run this lease holds (`Store::accept_cancel`).

@@ -49,9 +49,8 @@ where
         } else {
             RunStatus::Completed
         };
-        let record = runner
-            .commit_status(lease, &record, status, record.error.clone())
-            .await?;
+        let record =
+            Box::pin(runner.commit_status(lease, &record, status, record.error.clone())).await?;
         return Ok(if status.is_final() {
             StepOutcome::Finished(record)
         } else {
@@ -184,8 +183,9 @@ where
             Err(_) => false,
         } && !cx.is_diverted();
         if !commits_its_move && !cx.is_fatal() {
-            // A failure sets the step's fatal condition, read next.
-            cx.write_deferred().await;
+            // A failure sets the step's fatal condition, read next. Boxed: rare, and its
+            // writes would otherwise add to the space of every step's future.
+            Box::pin(cx.write_deferred()).await;
         }
         *lease = cx.lease();
         (
@@ -202,9 +202,9 @@ where
         return Err(fatal);
     }
     if let Some(error) = quarantine {
-        let record = runner
-            .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
-            .await?;
+        let record =
+            Box::pin(runner.commit_status(lease, &record, RunStatus::Quarantined, Some(error)))
+                .await?;
         return Ok(StepOutcome::after_commit(record));
     }
     // Waiting for children wins over whatever the handler made of it (swallowed, mapped to
