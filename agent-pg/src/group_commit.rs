@@ -54,7 +54,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sqlx::{Connection, Postgres, Row};
 
 use agent_sql::rows::{Applied, SqlRow};
-use agent_sql::write_queue::{BatchWriter, WriteQueue, mismatched, same_error};
+use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
 
 use crate::connect::db_err;
 use crate::sql;
@@ -355,13 +355,11 @@ impl GroupCommit {
     pub(crate) fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
         // Queued (or sent) now, not at the first poll: the future keeps the write's
         // handle, not a copy of the row (`WriteQueue::write`).
-        let written = self.queue.write(Write::Commit(row));
-        async move {
-            match written.await? {
-                Written::Commit(applied) => Ok(applied),
-                _ => Err(mismatched("a commit")),
-            }
-        }
+        self.queue
+            .write_then(Write::Commit(row), "a commit", |written| match written {
+                Written::Commit(applied) => Some(applied),
+                _ => None,
+            })
     }
 
     /// Write a journal entry, fenced by its lease's epoch, as a commit is: at once when a
@@ -372,13 +370,14 @@ impl GroupCommit {
         &self,
         row: EntryRow,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send + '_ {
-        let written = self.queue.write(Write::Entry(row));
-        async move {
-            match written.await? {
-                Written::Entry(written) => Ok(written),
-                _ => Err(mismatched("a journal entry")),
-            }
-        }
+        self.queue.write_then(
+            Write::Entry(row),
+            "a journal entry",
+            |written| match written {
+                Written::Entry(written) => Some(written),
+                _ => None,
+            },
+        )
     }
 
     /// Store a signal, as a commit is written: at once when a slot is free, else with the
@@ -389,13 +388,11 @@ impl GroupCommit {
         &self,
         row: SignalRow,
     ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
-        let written = self.queue.write(Write::Signal(row));
-        async move {
-            match written.await? {
-                Written::Signal(id) => Ok(id),
-                _ => Err(mismatched("a signal")),
-            }
-        }
+        self.queue
+            .write_then(Write::Signal(row), "a signal", |written| match written {
+                Written::Signal(id) => Some(id),
+                _ => None,
+            })
     }
 }
 

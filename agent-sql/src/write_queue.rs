@@ -220,6 +220,27 @@ impl<B: BatchWriter> WriteQueue<B> {
         }
     }
 
+    /// [`write`](Self::write), its answer taken out of `B::Written` by `answer`. `None`,
+    /// a write answered as another kind of write (`what`), is a bug in the store's writer,
+    /// reported as [`StoreError::Backend`] rather than taken for an answer.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub fn write_then<T: 'static>(
+        self: &Arc<Self>,
+        write: B::Write,
+        what: &'static str,
+        answer: fn(B::Written) -> Option<T>,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + '_ {
+        let written = self.write(write);
+        async move {
+            let written = written.await?;
+            answer(written).ok_or_else(|| {
+                StoreError::Backend(format!("{what} was answered as another kind of write"))
+            })
+        }
+    }
+
     fn spawn_flusher(self: &Arc<Self>) {
         let this = Arc::clone(self);
         tokio::spawn(async move { this.flush().await });
@@ -265,13 +286,6 @@ pub fn same_error(error: &StoreError) -> StoreError {
         StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
         other => StoreError::Backend(other.to_string()),
     }
-}
-
-/// The error for a write answered as another kind of write (a commit answered as an entry,
-/// say): a bug in the store's writer, reported rather than taken for an answer.
-#[must_use]
-pub fn mismatched(write: &str) -> StoreError {
-    StoreError::Backend(format!("{write} was answered as another kind of write"))
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_core::store::{Millis, StoreError};
 use agent_sql::rows::Applied;
-use agent_sql::write_queue::{BatchWriter, WriteQueue, mismatched, same_error};
+use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, SqliteConnection};
 
@@ -202,13 +202,11 @@ impl GroupCommit {
     pub(crate) fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
         // Queued (or sent) now, not at the first poll: the future keeps the write's
         // handle, not a copy of the row (`WriteQueue::write`).
-        let written = self.queue.write(Write::Commit(row));
-        async move {
-            match written.await? {
-                Written::Commit(applied) => Ok(applied),
-                _ => Err(mismatched("a commit")),
-            }
-        }
+        self.queue
+            .write_then(Write::Commit(row), "a commit", |written| match written {
+                Written::Commit(applied) => Some(applied),
+                _ => None,
+            })
     }
 
     /// Write a journal entry, fenced by its lease's epoch, as a commit is: alone when the
@@ -217,8 +215,14 @@ impl GroupCommit {
         &self,
         row: EntryRow,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
-        let written = self.queue.write(Write::Entry(row));
-        async move { written.await.map(drop) }
+        self.queue.write_then(
+            Write::Entry(row),
+            "a journal entry",
+            |written| match written {
+                Written::Entry => Some(()),
+                _ => None,
+            },
+        )
     }
 
     /// Store a signal: alone when the writer is idle, else with the next batch (many
@@ -229,13 +233,11 @@ impl GroupCommit {
         &self,
         row: SignalRow,
     ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
-        let written = self.queue.write(Write::Signal(row));
-        async move {
-            match written.await? {
-                Written::Signal(id) => Ok(id),
-                _ => Err(mismatched("a signal")),
-            }
-        }
+        self.queue
+            .write_then(Write::Signal(row), "a signal", |written| match written {
+                Written::Signal(id) => Some(id),
+                _ => None,
+            })
     }
 }
 
