@@ -617,14 +617,7 @@ impl Writer {
         self.connections.give_back(conn, opened, &returned);
         let mut ids: Vec<Option<i64>> = vec![None; batch.len()];
         for r in &returned? {
-            let n: i64 = r.try_get("n")?;
-            let slot = usize::try_from(n - 1)
-                .ok()
-                .and_then(|i| ids.get_mut(i))
-                .ok_or_else(|| {
-                    sqlx::Error::Protocol(format!("grouped signals returned row {n}"))
-                })?;
-            *slot = Some(r.try_get("id")?);
+            *row_of(&mut ids, r, "signals")? = Some(r.try_get("id")?);
         }
         Ok(ids.into_iter().map(Written::Signal).collect())
     }
@@ -729,14 +722,7 @@ impl Writer {
         self.connections.give_back(conn, opened, &returned);
         let mut written = vec![false; batch.len()];
         for r in &returned? {
-            let n: i64 = r.try_get("n")?;
-            let slot = usize::try_from(n - 1)
-                .ok()
-                .and_then(|i| written.get_mut(i))
-                .ok_or_else(|| {
-                    sqlx::Error::Protocol(format!("grouped entries returned row {n}"))
-                })?;
-            *slot = true;
+            *row_of(&mut written, r, "entries")? = true;
         }
         Ok(written)
     }
@@ -820,15 +806,25 @@ impl Writer {
         let returned = returned?;
         let mut outcomes: Vec<Option<Applied>> = batch.iter().map(|_| None).collect();
         for r in &returned {
-            let n: i64 = r.try_get("n")?;
-            let slot = usize::try_from(n - 1)
-                .ok()
-                .and_then(|i| outcomes.get_mut(i))
-                .ok_or_else(|| sqlx::Error::Protocol(format!("grouped commit returned row {n}")))?;
-            *slot = Some(r.applied_row()?);
+            *row_of(&mut outcomes, r, "commits")? = Some(r.applied_row()?);
         }
         Ok(outcomes.into_iter().map(Written::Commit).collect())
     }
+}
+
+/// The place in `rows` of the write a grouped statement's returned row `r` is about: its
+/// `n`, the write's place in the statement's parameter arrays, from 1. A row naming no
+/// write of the statement (`what`) is a protocol error, not an answer to anybody.
+fn row_of<'a, T>(
+    rows: &'a mut [T],
+    r: &sqlx::postgres::PgRow,
+    what: &str,
+) -> Result<&'a mut T, sqlx::Error> {
+    let n: i64 = r.try_get("n")?;
+    usize::try_from(n - 1)
+        .ok()
+        .and_then(|i| rows.get_mut(i))
+        .ok_or_else(|| sqlx::Error::Protocol(format!("grouped {what} returned row {n}")))
 }
 
 #[cfg(test)]
