@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 
 /// How a store writes what its queue hands it.
 pub trait BatchWriter: Send + Sync + Sized + 'static {
-    /// One write: a commit or a journal entry, its statements' parameters owned.
+    /// One write (a commit, a journal entry, a signal), its statements' parameters owned.
     type Write: Send + 'static;
     /// What a write's caller hears back when it was written.
     type Written: Send + 'static;

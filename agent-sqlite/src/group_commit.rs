@@ -146,7 +146,8 @@ pub struct GroupCommitStats {
     pub transactions: u64,
     /// Commits, journal entries and signals they carried.
     pub commits: u64,
-    /// Commits, entries and signals that waited in the queue (the others found the writer idle).
+    /// Commits, entries and signals that waited in the queue (the others found the writer
+    /// idle).
     pub waited: u64,
     /// Batches written a second time, with a savepoint per write, because one of their
     /// writes failed in the first attempt (which wrote nothing).

@@ -57,9 +57,9 @@
 //!   (`synchronous = FULL` in WAL mode keeps every acknowledged commit across power loss).
 //!   Step commits of different runs that arrive while the writer is busy share one
 //!   transaction (group commit), each with its own compare-and-set, so many runs stepping
-//!   at once share one fsync; so do journal entries and signals sent at once. A worker's claim reads, in one statement for the batch, what
-//!   each claimed run's first step would otherwise read with statements of its own
-//!   (`Store::claim_next_reading`).
+//!   at once share one fsync; so do journal entries and signals sent at once. A worker's
+//!   claim reads, in one statement for the batch, what each claimed run's first step
+//!   would otherwise read with statements of its own (`Store::claim_next_reading`).
 //!
 //! ## Feature flags
 //!
