@@ -16,7 +16,7 @@
 //! cursor and are never read back: a client that reconnects gets the committed answer.
 //!
 //! ```
-//! use std::sync::Arc;
+//! use std::sync::{Arc, Mutex};
 //! use durable_agents::events::Follower;
 //! use durable_agents::store::{memory::MemoryStore, EventCursor, EventKind, EventScope, NewRun, Store};
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -31,12 +31,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
+
+use crate::secrets::{Redactor, StreamRedactor};
 
 use crate::store::{
     EventCursor, EventScope, EventWake, EventWakes, Millis, RunEvent, Store, StoreError,
@@ -340,15 +342,30 @@ impl EphemeralBus {
         self.tx.subscribe()
     }
 
-    /// A sink for the deltas of one call.
+    /// A sink for the deltas of one call, publishing them as they are.
     #[must_use]
     pub fn sink(&self, run_id: &str, version: u64, call: u32) -> TokenSink {
+        self.redacted_sink(run_id, version, call, &Redactor::default())
+    }
+
+    /// A sink for the deltas of one call, passing them through `redactor` before anything
+    /// is published (the runner's sinks): a secret split across deltas is hidden too.
+    #[must_use]
+    pub fn redacted_sink(
+        &self,
+        run_id: &str,
+        version: u64,
+        call: u32,
+        redactor: &Redactor,
+    ) -> TokenSink {
         TokenSink(Some(Arc::new(SinkTarget {
             bus: self.clone(),
             run_id: run_id.into(),
             version,
             call,
-            seq: AtomicU64::new(0),
+            seq: Arc::new(AtomicU64::new(0)),
+            redactor: redactor.clone(),
+            stream: Mutex::new(redactor.stream()),
         })))
     }
 
@@ -371,7 +388,26 @@ struct SinkTarget {
     run_id: Arc<str>,
     version: u64,
     call: u32,
-    seq: AtomicU64,
+    seq: Arc<AtomicU64>,
+    redactor: Redactor,
+    /// Held-back text: what could still turn out to begin a secret.
+    stream: Mutex<StreamRedactor>,
+}
+
+impl SinkTarget {
+    fn publish(&self, text: String) {
+        if text.is_empty() {
+            return;
+        }
+        self.bus.publish(Ephemeral {
+            run_id: self.run_id.to_string(),
+            version: self.version,
+            call: self.call,
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            at: crate::store::now_ms(),
+            kind: EphemeralKind::TokenDelta { text },
+        });
+    }
 }
 
 impl TokenSink {
@@ -388,30 +424,49 @@ impl TokenSink {
     /// not know), in every encoding the redactor knows, across deltas.
     #[must_use]
     pub fn hiding(&self, secret: &str) -> Self {
-        let _ = secret;
-        self.clone()
+        let Some(t) = &self.0 else {
+            return Self(None);
+        };
+        let redactor = t.redactor.with_secret(secret);
+        Self(Some(Arc::new(SinkTarget {
+            bus: t.bus.clone(),
+            run_id: Arc::clone(&t.run_id),
+            version: t.version,
+            call: t.call,
+            seq: Arc::clone(&t.seq),
+            stream: Mutex::new(redactor.stream()),
+            redactor,
+        })))
     }
 
     /// Publish what the sink still holds back (the tail that could have begun a secret):
     /// call once the answer is complete.
-    pub fn finish(&self) {}
+    pub fn finish(&self) {
+        let Some(t) = &self.0 else { return };
+        let rest = t
+            .stream
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .finish();
+        if t.bus.tx.receiver_count() > 0 {
+            t.publish(rest);
+        }
+    }
 
-    /// Publish a delta of the model's text.
+    /// Publish a delta of the model's text, redacted: with secrets configured, the last
+    /// [`STREAM_HOLD_BACK`](crate::secrets::STREAM_HOLD_BACK) bytes wait for what follows
+    /// them (or for [`finish`](Self::finish)).
     pub fn token(&self, text: &str) {
         let Some(t) = &self.0 else { return };
         if text.is_empty() || t.bus.tx.receiver_count() == 0 {
             return;
         }
-        t.bus.publish(Ephemeral {
-            run_id: t.run_id.to_string(),
-            version: t.version,
-            call: t.call,
-            seq: t.seq.fetch_add(1, Ordering::Relaxed),
-            at: crate::store::now_ms(),
-            kind: EphemeralKind::TokenDelta {
-                text: text.to_owned(),
-            },
-        });
+        let out = t
+            .stream
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(text);
+        t.publish(out);
     }
 }
 

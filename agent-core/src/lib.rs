@@ -31,6 +31,7 @@ pub mod json;
 pub mod router;
 pub mod runner;
 pub mod schema;
+pub mod secrets;
 pub mod store;
 pub mod tool;
 pub mod toolset;

@@ -172,7 +172,9 @@ impl StepCx<'_> {
             .as_ref()
             .is_none_or(|e| e.status != CallStatus::Succeeded)
         {
-            let mut entry = self.new_entry(seq, EntryKind::Child, agent, input);
+            let mut entry = self
+                .new_entry(seq, EntryKind::Child, agent, input, &[])
+                .map_err(|e| StepError::Handler(e.to_string()))?;
             entry.output = Some(Value::Array(ids.clone()));
             if !self.record(entry.clone()).await || self.fault(FaultPoint::ChildrenStarted) {
                 return Err(interrupted());

@@ -14,6 +14,7 @@ use tracing::{Instrument, info_span};
 use super::{FaultPoint, Inner, RunnerError, imported, keyed, renew_if_due};
 use crate::agent::{Join, StepError, StepIo, Wake};
 use crate::graph::{GraphDescription, StateDescription};
+use crate::secrets::SealError;
 use crate::store::{
     CallStatus, EntryKind, JournalEntry, Lease, RunFailure, RunRecord, SpawnedBy, StoreError,
     idempotency_key, input_hash, now_ms,
@@ -133,9 +134,43 @@ impl<'r> StepCx<'r> {
         self.seq.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// The entry journaled at `seq`, its sealed values opened: what replay executes is what
+    /// was first executed. A value sealed with a key this runner lacks quarantines the run
+    /// (`seal.key_missing`): the entry is returned still sealed, and the step, interrupted,
+    /// executes nothing more.
     pub(crate) fn journaled(&self, seq: u32) -> Option<JournalEntry> {
-        let journal = lock(&self.journal);
-        (journal.binary_search_by_key(&seq, |e| e.seq).ok()).map(|i| journal[i].clone())
+        let mut entry = {
+            let journal = lock(&self.journal);
+            (journal.binary_search_by_key(&seq, |e| e.seq).ok()).map(|i| journal[i].clone())?
+        };
+        if let Err(e) = self.open_entry(&mut entry) {
+            self.set_quarantine(RunFailure {
+                code: e.code().to_owned(),
+                message: format!("journal entry #{seq} of `{}`: {e}", entry.name),
+            });
+        }
+        Some(entry)
+    }
+
+    /// Open the sealed values of a journaled entry, in place.
+    pub(crate) fn open_entry(&self, entry: &mut JournalEntry) -> Result<(), SealError> {
+        let keys = &self.inner.config.seal_keys;
+        keys.open_all(&mut entry.input)?;
+        if let Some(output) = entry.output.as_mut() {
+            keys.open_all(output)?;
+        }
+        Ok(())
+    }
+
+    /// `value` as stored in the journal: sealed where the policy says so.
+    pub(crate) fn sealed(
+        &self,
+        mut value: Value,
+        marked: &[String],
+        what: &str,
+    ) -> Result<Value, SealError> {
+        self.inner.config.seal_value(&mut value, marked, what)?;
+        Ok(value)
     }
 
     pub(crate) fn lease(&self) -> Lease {
@@ -305,17 +340,19 @@ impl<'r> StepCx<'r> {
         }
     }
 
+    /// A new entry for `input`, hashed as it is executed and stored sealed where the policy
+    /// says so (`marked`: the fields the input's type marks secret).
     pub(crate) fn new_entry(
         &self,
         seq: u32,
         kind: EntryKind,
         name: &str,
         input: Value,
-    ) -> JournalEntry {
+        marked: &[String],
+    ) -> Result<JournalEntry, SealError> {
         let hash = input_hash(&input);
-        let mut input = input;
-        self.inner.config.redact_value(&mut input);
-        JournalEntry {
+        let input = self.sealed(input, marked, &format!("the input of `{name}`"))?;
+        Ok(JournalEntry {
             run_id: self.run_id.clone(),
             version: self.version,
             seq,
@@ -335,7 +372,7 @@ impl<'r> StepCx<'r> {
             duration_ms: 0,
             started_at: now_ms(),
             finished_at: None,
-        }
+        })
     }
 
     /// A tool call through the journal: replayed if journaled, else executed under its
@@ -396,6 +433,7 @@ impl<'r> StepCx<'r> {
         input: Value,
     ) -> Result<Value, ToolError> {
         let name = tool.name();
+        let marked = self.inner.marked.of(tool);
         // An imported tool's calls are journaled with the fingerprint of its schema.
         let journal_input = imported::journaled_input(tool, input.clone());
         let hash = input_hash(&journal_input);
@@ -438,11 +476,20 @@ impl<'r> StepCx<'r> {
             if let Some(out) = self.cached_read(name, &hash).await {
                 // Journaled as a call served from the cache (no attempt), so the audit trail
                 // and the router's view of this visit are the same on every replay.
-                let mut entry = self.new_entry(seq, kind, name, journal_input);
+                let stored = self
+                    .new_entry(seq, kind, name, journal_input, &marked)
+                    .and_then(|e| {
+                        Ok((
+                            e,
+                            self.sealed(out.clone(), &[], &format!("the output of `{name}`"))?,
+                        ))
+                    });
+                let (mut entry, stored) = match stored {
+                    Ok(both) => both,
+                    Err(e) => return Err(ToolError::permanent(e.to_string())),
+                };
                 entry.tool_kind = Some(ToolKind::Read);
                 entry.status = CallStatus::Succeeded;
-                let mut stored = out.clone();
-                self.inner.config.redact_value(&mut stored);
                 entry.output = Some(stored);
                 entry.finished_at = Some(entry.started_at);
                 // A call served from the cache calls nothing: should it be lost, the step
@@ -454,7 +501,11 @@ impl<'r> StepCx<'r> {
                 return Err(Self::interrupted_error());
             }
         }
-        let mut entry = self.new_entry(seq, kind, name, journal_input);
+        // Nothing runs that could not be journaled as it ran.
+        let mut entry = match self.new_entry(seq, kind, name, journal_input, &marked) {
+            Ok(entry) => entry,
+            Err(e) => return Err(ToolError::permanent(e.to_string())),
+        };
         entry.tool_kind = Some(tool.kind());
         entry.attempts = prior_attempts;
         if keyed(tool.kind()) || kind == EntryKind::Compensation {
@@ -503,11 +554,12 @@ impl<'r> StepCx<'r> {
             call_index: seq,
             attempt: prior_attempts + 1,
             idempotency_key: entry.idempotency_key.clone(),
-            tokens: self
-                .inner
-                .config
-                .ephemeral
-                .sink(&self.run_id, self.version, seq),
+            tokens: self.inner.config.ephemeral.redacted_sink(
+                &self.run_id,
+                self.version,
+                seq,
+                &self.inner.config.redactor(),
+            ),
         };
         let result = self.attempts(tool, &input, cx, &mut entry).await;
         if self.is_interrupted() {
@@ -600,13 +652,22 @@ impl<'r> StepCx<'r> {
         });
         entry.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         entry.finished_at = Some(now_ms());
-        match &result {
+        // An output that holds a secret and cannot be sealed is not stored: the call fails,
+        // loudly, rather than replaying something else than what it returned.
+        let result = match result {
             Ok(v) => {
-                entry.status = CallStatus::Succeeded;
-                let mut out = v.clone();
-                self.inner.config.redact_value(&mut out);
-                entry.output = Some(out);
+                match self.sealed(v.clone(), &[], &format!("the output of `{}`", entry.name)) {
+                    Ok(stored) => {
+                        entry.output = Some(stored);
+                        Ok(v)
+                    }
+                    Err(e) => Err(ToolError::permanent(e.to_string())),
+                }
             }
+            Err(e) => Err(e),
+        };
+        match &result {
+            Ok(_) => entry.status = CallStatus::Succeeded,
             Err(e) => {
                 entry.status = CallStatus::Failed;
                 entry.error_class = Some(e.class);
@@ -682,7 +743,11 @@ impl<'r> StepCx<'r> {
                                     && e.status == CallStatus::Succeeded
                                     && e.kind == EntryKind::Tool
                             })
-                            .map(|e| ((e.name, e.input_hash), e.output.unwrap_or(Value::Null)))
+                            .filter_map(|mut e| {
+                                // A cached output that does not open is not served.
+                                self.open_entry(&mut e).ok()?;
+                                Some(((e.name, e.input_hash), e.output.unwrap_or(Value::Null)))
+                            })
                             .collect(),
                     );
                 }
@@ -814,6 +879,22 @@ fn entry_error(e: &JournalEntry) -> ToolError {
 /// most once per claim, not once per step; the results a step journals are added as they
 /// are journaled.
 pub(crate) type ReadCache = tokio::sync::Mutex<Option<HashMap<(String, String), Value>>>;
+
+/// Per tool, the names of the input fields its schema marks secret
+/// ([`marked_fields`](crate::secrets::marked_fields)), computed once per tool.
+#[derive(Debug, Default)]
+pub(crate) struct MarkedFields(Mutex<std::collections::HashMap<String, Arc<[String]>>>);
+
+impl MarkedFields {
+    pub(crate) fn of(&self, tool: &dyn DynTool) -> Arc<[String]> {
+        if let Some(m) = lock(&self.0).get(tool.name()) {
+            return Arc::clone(m);
+        }
+        let marked: Arc<[String]> = crate::secrets::marked_fields(&tool.input_schema()).into();
+        lock(&self.0).insert(tool.name().to_owned(), Arc::clone(&marked));
+        marked
+    }
+}
 
 /// A read cache known to be empty: the run has journaled nothing yet (its first step, at
 /// version 0, with nothing journaled at that version).

@@ -14,6 +14,7 @@ use crate::router::{
     RouterError, RouterReply, ToolResultView, check_transition_arguments, truncate,
     validate_answer,
 };
+use crate::secrets::SealError;
 use crate::store::{CallStatus, EntryKind};
 
 /// Tool calls the router may make in one visit when the state sets no `max_tool_calls`.
@@ -166,7 +167,12 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                     .collect(),
                 feedback: feedback.clone(),
                 tools_per_answer: cx.state.tools_per_answer.unwrap_or(1),
-                tokens: cx.inner.config.ephemeral.sink(&cx.run_id, cx.version, seq),
+                tokens: cx.inner.config.ephemeral.redacted_sink(
+                    &cx.run_id,
+                    cx.version,
+                    seq,
+                    &cx.inner.config.redactor(),
+                ),
             };
             let config = &cx.inner.config;
             config.redact_value(&mut request.state_data);
@@ -278,7 +284,9 @@ async fn ask(
         "prompt_hash": request.prompt_hash(),
         "options": request.options.iter().map(|o| redact(&o.name)).collect::<Vec<_>>(),
     });
-    let mut entry = cx.new_entry(seq, EntryKind::Decision, "router", input);
+    let mut entry = cx
+        .new_entry(seq, EntryKind::Decision, "router", input, &[])
+        .map_err(|e| StepError::Handler(e.to_string()))?;
     entry.attempts = prior + 1;
     if !cx.record(entry.clone()).await {
         return Err(interrupted());
@@ -326,22 +334,21 @@ async fn ask(
     };
     // The rejection goes back to the model and into errors: redacted like the journal. An
     // accepted decision runs as validated; only its journaled copy is redacted.
-    let outcome = outcome.map_err(|r| Rejection::new(r.code, redact(&r.message)));
+    // What is stored of the answer's text (raw output, rejection message) hides, besides the
+    // configured secrets, the values the answer put in sensitive or marked fields: the
+    // decision keeps them sealed, its text must not keep them plain.
+    let stored = answer_redactor(cx, &reply);
+    let redact_stored = |s: &str| stored.text(s);
+    let outcome = outcome.map_err(|r| Rejection::new(r.code, redact_stored(&r.message)));
     let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let mut record = DecisionRecord::new(request, &reply, &outcome, latency, &redact);
-    match record.decision.as_mut() {
-        Some(
-            Decision::Tool { input, .. }
-            | Decision::Transition {
-                arguments: input, ..
-            },
-        ) => config.redact_value(input),
-        Some(Decision::Tools { calls }) => {
-            for call in calls {
-                config.redact_value(&mut call.input);
-            }
-        }
-        None => {}
+    let mut record = DecisionRecord::new(request, &reply, &outcome, latency, &redact_stored);
+    // The decision is stored as it will be executed, its secret parts sealed: a resumed
+    // run opens it and executes exactly this (no placeholder replay would run).
+    record.decision = outcome.as_ref().ok().cloned();
+    if let Some(decision) = record.decision.as_mut()
+        && let Err(e) = seal_decision(cx, decision)
+    {
+        return Err(StepError::Handler(e.to_string()));
     }
     entry.duration_ms = latency;
     entry.finished_at = Some(crate::store::now_ms());
@@ -358,6 +365,75 @@ async fn ask(
         return Err(interrupted());
     }
     Ok(outcome)
+}
+
+/// The configured redactor, hiding also every value an answer's calls put in a sensitive
+/// field or one their option's type marks secret (read from the arguments when they parse).
+fn answer_redactor(cx: &StepCx<'_>, reply: &RouterReply) -> crate::secrets::Redactor {
+    let config = &cx.inner.config;
+    let mut redactor = config.redactor();
+    for choice in &reply.choices {
+        let Ok(arguments) = serde_json::from_str::<Value>(&choice.arguments) else {
+            continue;
+        };
+        let marked: Vec<String> = match cx.inner.tools.get(&choice.name) {
+            Some(tool) => cx.inner.marked.of(tool.as_ref()).to_vec(),
+            None => cx
+                .state
+                .arguments_of(&choice.name)
+                .map(|a| crate::secrets::marked_fields(&a.schema))
+                .unwrap_or_default(),
+        };
+        let values = crate::secrets::SealPolicy {
+            redactor: &redactor,
+            marked: &marked,
+        }
+        .secret_values(&arguments);
+        for value in values {
+            redactor = redactor.with_secret(&value);
+        }
+    }
+    redactor
+}
+
+/// Seal, in place, the secret parts of an accepted decision: sensitive fields, and the
+/// fields its tool's input type or its transition's argument type marks secret.
+fn seal_decision(cx: &StepCx<'_>, decision: &mut Decision) -> Result<(), SealError> {
+    let marked_tool = |tool: &str| {
+        cx.inner
+            .tools
+            .get(tool)
+            .map(|t| cx.inner.marked.of(t.as_ref()))
+            .unwrap_or_default()
+    };
+    match decision {
+        Decision::Tool { tool, input } => {
+            let marked = marked_tool(tool);
+            cx.inner
+                .config
+                .seal_value(input, &marked, &format!("the model's call of `{tool}`"))
+        }
+        Decision::Transition { to, arguments } => {
+            let marked = cx
+                .state
+                .arguments_of(to)
+                .map(|a| crate::secrets::marked_fields(&a.schema))
+                .unwrap_or_default();
+            cx.inner.config.seal_value(
+                arguments,
+                &marked,
+                &format!("the arguments of the transition to `{to}`"),
+            )
+        }
+        Decision::Tools { calls } => calls.iter_mut().try_for_each(|call| {
+            let marked = marked_tool(&call.tool);
+            cx.inner.config.seal_value(
+                &mut call.input,
+                &marked,
+                &format!("the model's call of `{}`", call.tool),
+            )
+        }),
+    }
 }
 
 fn interrupted() -> StepError {

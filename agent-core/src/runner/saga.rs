@@ -97,6 +97,9 @@ where
                 .tools
                 .get(&original.name)
                 .ok_or_else(|| format!("hybrid tool `{}` is not in the tool box", original.name))?;
+            // Computed from the call as it ran: its sealed parts opened.
+            let mut original = original.clone();
+            cx.open_entry(&mut original).map_err(|e| e.to_string())?;
             let output = original.output.clone().unwrap_or_default();
             let (comp_name, comp_input) = tool
                 .compensation(

@@ -1,0 +1,89 @@
+//! Secrets: one redactor for every byte that leaves the process, and sealing for every
+//! secret value that must be stored.
+//!
+//! - [`Redactor`] hides configured secrets (plainly, JSON-escaped, percent-encoded, in hex
+//!   or base64, whole or in pieces, in values and in object keys) and the values of
+//!   sensitive field names. Everything stored that is never executed again (raw model
+//!   output, error messages), logged, fed back to the model, sent to followers (the event
+//!   stream and the live token bus, through [`StreamRedactor`]) or exported passes it.
+//! - [`SealKeys`] and [`SealPolicy`] store what a resumed run executes again (tool inputs and
+//!   outputs, the model's decisions) with its secret parts encrypted instead of replaced,
+//!   so that replay opens them and executes exactly what was first executed.
+//! - [`Secret<T>`] marks a field of a tool's input, a transition's argument or a signal's
+//!   payload as secret: it is sealed whatever its name.
+
+mod redactor;
+mod seal;
+
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use redactor::{
+    REDACTED, Redactor, SECRET_PIECE, STREAM_HOLD_BACK, StreamRedactor, redact_fields,
+    redact_secrets,
+};
+pub use seal::{
+    SEAL_KEYS_ENV, SEALED, SEALED_KEYWORD, SealError, SealKeys, SealPolicy, holds_sealed,
+    marked_fields, new_key_spec, sealed_text, show_sealed,
+};
+
+/// A value that is secret: stored sealed by the runner whatever its field's name, shown as
+/// `Secret([secret])` by `Debug`. Serialized as the value itself (the model sees its schema,
+/// marked [`SEALED_KEYWORD`]; the journal sees it sealed).
+///
+/// ```
+/// use durable_agents::secrets::Secret;
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Login {
+///     user: String,
+///     pin: Secret<String>,
+/// }
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Secret<T>(pub T);
+
+impl<T> Secret<T> {
+    /// The value.
+    pub fn expose(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> fmt::Debug for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([secret])")
+    }
+}
+
+impl<T: Serialize> Serialize for Secret<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Secret<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(d).map(Secret)
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for Secret<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut schema = T::json_schema(generator);
+        schema.insert(SEALED_KEYWORD.to_owned(), serde_json::Value::Bool(true));
+        schema
+    }
+}
