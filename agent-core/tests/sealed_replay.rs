@@ -462,3 +462,89 @@ fn percent(s: &str) -> String {
         out
     })
 }
+
+/// Stream a text back as the model would, three characters a delta, and keep what it got.
+#[tool_fn(read)]
+pub async fn echo(
+    Shared(log): Shared<Arc<Log>>,
+    /// Entries, by name.
+    entries: std::collections::BTreeMap<String, u32>,
+    /// What to stream.
+    text: String,
+    cx: &durable_agents::ToolContext,
+) -> ToolResult<u32> {
+    log.0
+        .lock()
+        .unwrap()
+        .push(("Echo".into(), json!({"entries": entries})));
+    let chars: Vec<char> = text.chars().collect();
+    for piece in chars.chunks(3) {
+        cx.tokens.token(&piece.iter().collect::<String>());
+    }
+    cx.tokens.finish();
+    Ok(u32::try_from(entries.len()).unwrap_or(0))
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+#[agent(tools(read(Echo)))]
+pub enum Streamer {
+    #[agent(initial, tools(Echo), to(Done))]
+    Go,
+    #[agent(terminal)]
+    Done,
+}
+
+impl StreamerHandlers for Handlers {
+    async fn go(&self, ctx: Ctx<'_, streamer::Go>) -> StepResult<streamer::Go> {
+        ctx.call::<Echo>(EchoInput {
+            entries: [(CONFIGURED.to_owned(), 1), ("plain".to_owned(), 2)].into(),
+            text: format!("{} the key is {CONFIGURED}, in hex {}.", "x".repeat(200), hex::encode(CONFIGURED)),
+        })
+        .await?;
+        Ok(ctx.to(streamer::Done::new()))
+    }
+}
+
+/// The live token bus and map keys: a secret split across deltas never reaches a
+/// follower, and one used as a map key of a tool's input is stored sealed while the tool
+/// gets it as it was written.
+#[tokio::test]
+async fn live_deltas_and_map_keys_never_show_a_secret() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let log = Arc::new(Log::default());
+    let config = RunnerConfig {
+        secrets: vec![CONFIGURED.into()],
+        seal_keys: SealKeys::generate("k1"),
+        ..RunnerConfig::default()
+    };
+    let mut follower = config.ephemeral.subscribe();
+    let r = Runner::<Streamer, _>::new(
+        Arc::clone(&store),
+        Handlers::default(),
+        StreamerTools::from_shared(&log).into_tool_box(),
+    )
+    .unwrap()
+    .with_config(config);
+    r.start("live", Streamer::Go).await.unwrap();
+    r.run("live").await.unwrap();
+    let mut live = String::new();
+    while let Ok(event) = follower.try_recv() {
+        let durable_agents::events::EphemeralKind::TokenDelta { text } = &event.kind else {
+            continue;
+        };
+        live.push_str(text);
+    }
+    assert!(live.contains("the key is [redacted]"), "{live}");
+    let chars: Vec<char> = CONFIGURED.chars().collect();
+    for piece in chars.windows(8) {
+        let piece: String = piece.iter().collect();
+        assert!(!live.contains(&piece), "`{piece}` went live: {live}");
+    }
+    assert!(!live.contains(&hex::encode(CONFIGURED)[..16]), "{live}");
+    // The tool got the key as written; the journal keeps it sealed.
+    assert_eq!(
+        log.calls("Echo"),
+        [json!({"entries": {CONFIGURED: 1, "plain": 2}})]
+    );
+    assert_no_plaintext(&stored_text(&store, "live").await, "map key");
+}

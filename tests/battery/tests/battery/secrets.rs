@@ -601,6 +601,31 @@ enum Form {
     EscapedTwice,
     /// Split in two by a zero-width space: the whole secret never appears, its two halves do.
     Split,
+    /// In base64, one byte off its alignment (`base64("x" + secret)`).
+    Base64,
+    /// In lowercase hex.
+    Hex,
+    /// Percent-encoded, every byte.
+    Percent,
+}
+
+impl Form {
+    const ENCODED: [Self; 3] = [Self::Base64, Self::Hex, Self::Percent];
+
+    /// What must not appear when the secret was planted in this form: every 8-byte slice
+    /// of it, and for an encoded form every 12-byte slice of what was written (its first
+    /// and last characters depend on what surrounds it, so they are left out).
+    fn needles(self) -> Vec<String> {
+        let mut out: Vec<String> = (0..=PLANTED.len() - 8)
+            .map(|i| PLANTED[i..i + 8].to_owned())
+            .collect();
+        if matches!(self, Self::Base64 | Self::Hex | Self::Percent) {
+            let text = written(self);
+            let core = &text[3..text.len() - 3];
+            out.extend((0..=core.len() - 12).map(|i| core[i..i + 12].to_owned()));
+        }
+        out
+    }
 }
 
 fn written(form: Form) -> String {
@@ -613,6 +638,15 @@ fn written(form: Form) -> String {
         Form::Escaped => once,
         Form::EscapedTwice => once.replace('\\', "\\\\"),
         Form::Split => format!("{}\u{200b}{}", &PLANTED[..12], &PLANTED[12..]),
+        Form::Base64 => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(format!("x{PLANTED}"))
+        }
+        Form::Hex => hex::encode(PLANTED),
+        Form::Percent => PLANTED.bytes().fold(String::new(), |mut out, b| {
+            let _ = write!(out, "%{b:02X}");
+            out
+        }),
     }
 }
 
@@ -724,9 +758,6 @@ fn planted_shapes() -> Vec<(&'static str, u16, String)> {
 /// split in two by an inserted character, straddling the journal's truncation point.
 #[tokio::test]
 async fn a_secret_planted_in_any_response_field_is_never_stored() {
-    let windows: Vec<&str> = (0..=PLANTED.len() - 8)
-        .map(|i| &PLANTED[i..i + 8])
-        .collect();
     let mut checked = 0;
     for (provider, status, template) in planted_shapes() {
         let forms: &[Form] = match (provider, template.contains(r#"\"@\""#)) {
@@ -735,7 +766,9 @@ async fn a_secret_planted_in_any_response_field_is_never_stored() {
             _ if !template.contains('{') => &[Form::Plain, Form::Split],
             _ => &[Form::Plain, Form::Escaped, Form::Split],
         };
-        for form in forms {
+        for form in forms.iter().chain(&Form::ENCODED) {
+            let needles = form.needles();
+            let windows: Vec<&str> = needles.iter().map(String::as_str).collect();
             let body = template.replace('@', &written(*form));
             let make: fn(&str) -> Arc<dyn agent_core::router::Router> = match provider {
                 "openai" => openai_router,
@@ -756,5 +789,6 @@ async fn a_secret_planted_in_any_response_field_is_never_stored() {
             checked += 1;
         }
     }
-    assert!(checked >= 60, "{checked} cases");
+    assert!(checked >= 120, "{checked} cases");
+    println!("planted cases checked: {checked}");
 }
