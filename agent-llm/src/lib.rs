@@ -155,7 +155,9 @@
 use std::sync::Arc;
 
 use agent_core::ErrorClass;
-use agent_core::router::{OptionKind, RejectionCode, RouteOption, Router, RouterError};
+use agent_core::router::{
+    Conflict, OptionKind, RejectionCode, RouteOption, Router, RouterError, RouterReply,
+};
 use serde_json::Value;
 
 pub mod anthropic;
@@ -256,21 +258,80 @@ pub(crate) fn tool_parameters(option: &RouteOption, strict: bool) -> (Value, boo
     (schema, false)
 }
 
-/// Parse a provider's body, refusing duplicate keys anywhere in it: two `name`s or two
-/// `finish_reason`s would make the router's reading depend on which one it kept.
-pub(crate) fn parse_body(provider: &str, body: &str) -> Result<Value, RouterError> {
-    agent_core::json::from_str_unique(body).map_err(|e| {
-        let code = match e {
-            agent_core::json::JsonError::DuplicateKey { .. } => RejectionCode::DuplicateKey,
-            agent_core::json::JsonError::Syntax(_) => RejectionCode::AskMalformed,
-        };
-        RouterError::new(
+/// A provider's envelope (a whole body, a stream event, the decision text of the
+/// JSON-schema mode) read with unique keys: `Ok(Ok(value))`, or `Ok(Err(conflict))` when a
+/// key is repeated. A repeated key is not an error of the transport but an ambiguity of the
+/// answer: the reduction records it ([`Conflict::DuplicateKey`]) and
+/// [`validate_answer`](agent_core::router::validate_answer) refuses it, like every other
+/// ambiguity. Text that is not JSON at all is `Err` ([`RejectionCode::AskMalformed`]).
+pub(crate) fn read_unique(
+    provider: &str,
+    location: &str,
+    text: &str,
+) -> Result<Result<Value, Conflict>, RouterError> {
+    match agent_core::json::from_str_unique(text) {
+        Ok(value) => Ok(Ok(value)),
+        Err(e @ agent_core::json::JsonError::DuplicateKey { .. }) => {
+            Ok(Err(Conflict::DuplicateKey {
+                location: location.to_owned(),
+                detail: e.to_string(),
+            }))
+        }
+        Err(e) => Err(RouterError::new(
             ErrorClass::Permanent,
-            format!("{provider}: response is not a JSON document with unique keys ({e})"),
+            format!("{provider}: response is not a JSON document ({e})"),
         )
-        .with_code(code)
-        .with_raw_output(body)
-    })
+        .with_code(RejectionCode::AskMalformed)
+        .with_raw_output(text)),
+    }
+}
+
+/// The answer that is nothing but a repeated key in its envelope: the raw text kept for the
+/// journal, the conflict for the one decision function.
+pub(crate) fn ambiguous_envelope(body: &str, model: &str, conflict: Conflict) -> RouterReply {
+    RouterReply {
+        model: model.to_owned(),
+        raw_output: body.to_owned(),
+        conflicts: vec![conflict],
+        ..RouterReply::default()
+    }
+}
+
+/// What an end reason says about the answer, by the provider's table (see the guide's
+/// "What comes back"). Every mode of a provider reads its end reason through this one table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// The answer is complete: its calls (or its text) are the decision.
+    Complete,
+    /// Cut short (token limit, context window): sets [`RouterReply::truncated`].
+    Truncated,
+    /// The provider or the model refused: sets [`RouterReply::refusal`].
+    Refused,
+    /// Not complete, not cut, not refused (`pause_turn`, a reason this crate does not know):
+    /// [`Conflict::Unfinished`].
+    Unfinished,
+}
+
+impl Ending {
+    /// OpenAI's `finish_reason`.
+    pub(crate) fn openai(reason: &str) -> Self {
+        match reason {
+            "stop" | "tool_calls" | "function_call" => Self::Complete,
+            "length" => Self::Truncated,
+            "content_filter" => Self::Refused,
+            _ => Self::Unfinished,
+        }
+    }
+
+    /// Anthropic's `stop_reason`.
+    pub(crate) fn anthropic(reason: &str) -> Self {
+        match reason {
+            "end_turn" | "tool_use" | "stop_sequence" => Self::Complete,
+            "max_tokens" | "model_context_window_exceeded" => Self::Truncated,
+            "refusal" => Self::Refused,
+            _ => Self::Unfinished,
+        }
+    }
 }
 
 /// A body that parses but is not the provider's shape.
