@@ -9,6 +9,7 @@ mod config;
 mod generate;
 mod hostile;
 mod llama_server;
+mod one_path;
 mod openai;
 mod runner;
 mod streaming;
