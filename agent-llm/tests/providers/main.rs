@@ -3,6 +3,7 @@
 //! the hostile-output suite end to end through `validate`, and configuration. One test
 //! binary, so reqwest and wiremock are linked once.
 
+mod ambiguity;
 mod anthropic;
 mod common;
 mod config;

@@ -294,7 +294,7 @@ fn decision_text(calls: &[&Call], restarted: bool) -> Option<String> {
     Some(if restarted { one.repeat(2) } else { one })
 }
 
-fn openai_chunk(k: usize, delta: &Value, finish: &Value) -> Value {
+pub(crate) fn openai_chunk(k: usize, delta: &Value, finish: &Value) -> Value {
     json!({
         "id": "chatcmpl-one-path", "object": "chat.completion.chunk", "created": 1_744_052_345,
         "model": "gpt-4o-mini-2024-07-18",
