@@ -360,7 +360,7 @@ impl Router for AnthropicRouter {
 
 /// Turn a messages API body into a [`RouterReply`], faithfully: every `tool_use` content
 /// block becomes a [`RawChoice`] (its `input` serialized as JSON text), and `stop_reason`
-/// is read by the one table ([`Ending::anthropic`]): `refusal` becomes
+/// is read by the one table (the crate docs' end reasons): `refusal` becomes
 /// [`RouterReply::refusal`] (with the text blocks, if any), `max_tokens` or
 /// `model_context_window_exceeded` sets [`RouterReply::truncated`], `pause_turn` or a
 /// reason this crate does not know is [`Conflict::Unfinished`]. A repeated key anywhere in

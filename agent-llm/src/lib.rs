@@ -8,11 +8,40 @@
 //!
 //! A router only turns a [`RouteRequest`] into one HTTP call and the response into a raw
 //! [`RouterReply`]. It validates nothing: the runner checks every answer with
-//! [`agent_core::router::validate`] against exactly the options it offered, re-asks a
-//! bounded number of times, journals every decision and rejection, and takes the state's
-//! failure path. So a model that names a tool not offered, a lookalike (`chargePayment`, a
-//! trailing space, a Cyrillic `Р`), invalid JSON or several calls at once gets its answer
-//! rejected; nothing runs.
+//! [`validate_answer`] against exactly the options it offered, re-asks a bounded number of
+//! times, journals every decision and rejection, and takes the state's failure path. So a
+//! model that names a tool not offered, a lookalike (`chargePayment`, a trailing space, a
+//! Cyrillic `Р`), invalid JSON or several calls at once gets its answer rejected; nothing
+//! runs.
+//!
+//! ## One canonical value, one decision function
+//!
+//! Every mode — OpenAI tool calls and [`Decoding::JsonSchema`], each whole or streamed, and
+//! Anthropic whole or streamed — reduces the provider's answer to the same [`RouterReply`]:
+//! every candidate call of every candidate message, the refusal, `truncated`, the end reason
+//! as the provider gave it, and a [`Conflict`] for every duplicate or contradiction found.
+//! A reduction never resolves an ambiguity (it keeps neither the first nor the last of two
+//! end reasons, nor the first of two choices); [`validate_answer`] refuses any conflict
+//! before anything else. The conflicts, and where they come from:
+//!
+//! | conflict | from | code |
+//! |---|---|---|
+//! | `Messages` | OpenAI `choices` with more than one entry, both decodings | `decision.several` |
+//! | `DuplicateKey` | a key repeated in a body, a stream event, the JSON-schema decision text or a streamed tool input; calls given both as `tool_calls` and `function_call`, or as decision text and calls | `decision.duplicate_key` |
+//! | `EndReasons` | a streamed end reason that changes (`length`, then `tool_calls`) | `decision.contradictory` |
+//! | `Restarted` | a streamed part started again (a block index, `message_start`, a call's `id`) | `decision.contradictory` |
+//! | `AfterEnd` | streamed content after its choice, block or message ended | `decision.contradictory` |
+//! | `Unfinished` | an end reason outside the table below | `decision.unfinished` |
+//!
+//! End reasons, read by every mode of a provider through one table (a missing one is
+//! accepted; compatible servers omit it):
+//!
+//! | provider | complete | truncated | refusal | otherwise |
+//! |---|---|---|---|---|
+//! | OpenAI | `stop`, `tool_calls`, `function_call` | `length` | `content_filter` | `Unfinished` |
+//! | Anthropic | `end_turn`, `tool_use`, `stop_sequence` | `max_tokens`, `model_context_window_exceeded` | `refusal` | `Unfinished` (`pause_turn`, unknown) |
+//!
+//! A body that is not JSON at all is a [`RouterError`] (`ask.malformed`), not a reply.
 //!
 //! ## How a decision is asked
 //!
@@ -28,8 +57,11 @@
 //! With [`Streaming::Auto`] (the default) a router asks for the provider's streamed answer
 //! when someone listens to the request's [`TokenSink`](agent_core::events::TokenSink), and
 //! publishes the text (and the tool call's argument fragments) as ephemeral deltas while it
-//! comes. The stream is reassembled into the non-streaming body and read by the same code,
-//! so the runner validates and journals the complete answer exactly as a whole one. It is
+//! comes, through [`TokenSink::hiding`](agent_core::events::TokenSink::hiding) with the
+//! router's own key, finished when the stream ends. The stream is reassembled into the
+//! non-streaming body and read by the same code, so the runner validates and journals the
+//! complete answer exactly as a whole one; what only a stream can say (an end reason that
+//! changes, a part restarted, content after an end) is recorded as a conflict beside it. It is
 //! bounded like a whole body (bytes, deadline) plus an idle timeout; a stream cut before
 //! its end is an error, never a partial decision. See the [guide](guide#streaming).
 //!
@@ -151,6 +183,8 @@
 //! [`RouteRequest::user_prompt`]: agent_core::router::RouteRequest::user_prompt
 //! [`RouteRequest`]: agent_core::router::RouteRequest
 //! [`RouterReply`]: agent_core::router::RouterReply
+//! [`validate_answer`]: agent_core::router::validate_answer
+//! [`Conflict`]: agent_core::router::Conflict
 
 use std::sync::Arc;
 
