@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use agent_core::ErrorClass;
 use agent_core::events::TokenSink;
-use agent_core::router::{RawChoice, RouteRequest, Router, RouterError, RouterReply};
+use agent_core::router::{Conflict, RawChoice, RouteRequest, Router, RouterError, RouterReply};
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
@@ -13,7 +13,10 @@ use tracing::Instrument;
 use crate::config::{ApiKey, ConfigError, Env, HttpSettings, Streaming, check_base_url, join};
 use crate::generate::{GenerateInput, Written};
 use crate::http::{StreamFlow, Transport};
-use crate::{DEFAULT_MAX_TOKENS, malformed, option_description, parse_body, tool_parameters};
+use crate::{
+    DEFAULT_MAX_TOKENS, Ending, ambiguous_envelope, malformed, option_description, read_unique,
+    tool_parameters,
+};
 
 /// Anthropic's endpoint.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -242,12 +245,12 @@ impl AnthropicRouter {
         tokens: &TokenSink,
     ) -> Result<Written, RouterError> {
         let stream = self.config.stream.wanted(tokens);
-        let text = self
+        let (text, conflicts) = self
             .complete(self.generation_body(input), stream, tokens, false)
             .await?;
-        let reply = self
-            .transport
-            .parse_reply(&text, |body| parse_response(body, &self.config.model))?;
+        let reply = self.transport.parse_reply(&text, conflicts, |body| {
+            parse_response(body, &self.config.model)
+        })?;
         let root: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         let written: String = root
             .get("content")
@@ -262,15 +265,18 @@ impl AnthropicRouter {
     }
 
     /// The body of the complete answer to `body`: whole, or streamed and reassembled into
-    /// the shape of a whole message (so one parser reads both). Text deltas go to `tokens`,
-    /// and with `arguments` the tool inputs' JSON fragments too.
+    /// the shape of a whole message (so one parser reads both), with what the stream
+    /// contradicted itself in (which the reassembled body cannot show). Text deltas go to
+    /// `tokens`, and with `arguments` the tool inputs' JSON fragments too, through a sink
+    /// that hides the router's own key (a provider may echo it), finished when the stream
+    /// ends.
     async fn complete(
         &self,
         mut body: Value,
         stream: bool,
         tokens: &TokenSink,
         arguments: bool,
-    ) -> Result<String, RouterError> {
+    ) -> Result<(String, Vec<Conflict>), RouterError> {
         if stream {
             body["stream"] = json!(true);
         }
@@ -278,24 +284,28 @@ impl AnthropicRouter {
             RouterError::new(ErrorClass::Permanent, format!("anthropic: request: {e}"))
         })?;
         if !stream {
-            return Ok(self
+            let body = self
                 .transport
                 .post_json(&self.url, self.headers()?, bytes)
-                .await?
-                .text);
+                .await?;
+            return Ok((body.text, Vec::new()));
         }
+        let tokens = tokens.hiding(self.config.api_key.expose());
         let mut acc = EventStream::new(tokens.clone(), arguments);
         let transport = &self.transport;
         let whole = transport
             .post_stream(&self.url, self.headers()?, bytes, &mut |event, data| {
                 acc.event(transport, event, data)
             })
-            .await?;
-        match whole {
-            Some(body) => Ok(body.text),
+            .await;
+        // Whatever the sink held back is published (or dropped by it) once, however the
+        // stream ended.
+        tokens.finish();
+        match whole? {
+            Some(body) => Ok((body.text, Vec::new())),
             None => acc
                 .into_body()
-                .map(|v| v.to_string())
+                .map(|(v, conflicts)| (v.to_string(), conflicts))
                 .map_err(|e| transport.redact_error(e)),
         }
     }
@@ -336,11 +346,12 @@ impl Router for AnthropicRouter {
         );
         async {
             let stream = self.config.stream.wanted(&request.tokens);
-            let text = self
+            let (text, conflicts) = self
                 .complete(self.request_body(request), stream, &request.tokens, true)
                 .await?;
-            self.transport
-                .parse_reply(&text, |body| parse_response(body, &self.config.model))
+            self.transport.parse_reply(&text, conflicts, |body| {
+                parse_response(body, &self.config.model)
+            })
         }
         .instrument(span)
         .await
@@ -348,17 +359,23 @@ impl Router for AnthropicRouter {
 }
 
 /// Turn a messages API body into a [`RouterReply`], faithfully: every `tool_use` content
-/// block becomes a [`RawChoice`] (its `input` serialized as JSON text),
-/// `stop_reason: "refusal"` becomes [`RouterReply::refusal`] (with the text blocks, if any),
-/// `stop_reason: "max_tokens"` or `"model_context_window_exceeded"` sets
-/// [`RouterReply::truncated`]. Input tokens include cache reads and writes, as billed.
+/// block becomes a [`RawChoice`] (its `input` serialized as JSON text), and `stop_reason`
+/// is read by the one table (the crate docs' end reasons): `refusal` becomes
+/// [`RouterReply::refusal`] (with the text blocks, if any), `max_tokens` or
+/// `model_context_window_exceeded` sets [`RouterReply::truncated`], `pause_turn` or a
+/// reason this crate does not know is [`Conflict::Unfinished`]. A repeated key anywhere in
+/// the body gives a reply carrying only the body and [`Conflict::DuplicateKey`]. Input
+/// tokens include cache reads and writes, as billed.
 ///
 /// # Errors
-/// A [`ErrorClass::Permanent`] [`RouterError`] when the body is not a JSON object with a
-/// `content` array (or is an error object).
+/// A [`ErrorClass::Permanent`] [`RouterError`] when the body is not JSON, or not a JSON
+/// object with a `content` array (or is an error object).
 pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, RouterError> {
     let fail = |what: &str| malformed("anthropic", what, body);
-    let root: Value = parse_body("anthropic", body)?;
+    let root = match read_unique("anthropic", "envelope", body)? {
+        Ok(root) => root,
+        Err(conflict) => return Ok(ambiguous_envelope(body, fallback_model, conflict)),
+    };
     if !root.is_object() {
         return Err(fail("response is not a JSON object"));
     }
@@ -407,16 +424,28 @@ pub fn parse_response(body: &str, fallback_model: &str) -> Result<RouterReply, R
             _ => {}
         }
     }
-    match root.get("stop_reason").and_then(Value::as_str) {
-        Some("max_tokens" | "model_context_window_exceeded") => reply.truncated = true,
-        Some("refusal") => {
-            reply.refusal = Some(if text.trim().is_empty() {
-                "the model refused (stop_reason `refusal`)".to_owned()
-            } else {
-                text
-            });
+    match root.get("stop_reason") {
+        None | Some(Value::Null) => {}
+        Some(reason) => {
+            let reason = reason
+                .as_str()
+                .map_or_else(|| reason.to_string(), str::to_owned);
+            match Ending::anthropic(&reason) {
+                Ending::Complete => {}
+                Ending::Truncated => reply.truncated = true,
+                Ending::Refused => {
+                    reply.refusal = Some(if text.trim().is_empty() {
+                        "the model refused (stop_reason `refusal`)".to_owned()
+                    } else {
+                        text
+                    });
+                }
+                Ending::Unfinished => reply.conflicts.push(Conflict::Unfinished {
+                    reason: reason.clone(),
+                }),
+            }
+            reply.end_reason = Some(reason);
         }
-        _ => {}
     }
     let usage = root.get("usage");
     let count = |field: &str| usage.and_then(|u| u.get(field)).and_then(Value::as_u64);
@@ -437,14 +466,23 @@ struct EventStream {
     /// The message of `message_start`, its `content` filled at the end.
     message: Option<Value>,
     blocks: BTreeMap<u64, Block>,
+    /// The first `stop_reason` a `message_delta` gave: the message has ended.
+    stop_reason: Option<Value>,
+    /// What the events contradict each other in (a message or block started twice, a stop
+    /// reason that changes, content after an end, an event with a repeated key): the
+    /// reassembled body cannot show it, so it is carried into the reply beside it.
+    conflicts: Vec<Conflict>,
 }
 
 #[derive(Debug)]
+#[allow(clippy::struct_field_names)] // `block.block` reads as "the block's value"
 struct Block {
     /// The block as `content_block_start` gave it, deltas applied.
     block: Value,
     /// A tool use's input as JSON text, from its `input_json_delta`s.
     json: Option<String>,
+    /// `content_block_stop` came.
+    stopped: bool,
 }
 
 impl EventStream {
@@ -454,6 +492,15 @@ impl EventStream {
             arguments,
             message: None,
             blocks: BTreeMap::new(),
+            stop_reason: None,
+            conflicts: Vec::new(),
+        }
+    }
+
+    /// Record `conflict` once (a stream may repeat the same offence on every event).
+    fn flag(&mut self, conflict: Conflict) {
+        if !self.conflicts.contains(&conflict) {
+            self.conflicts.push(conflict);
         }
     }
 
@@ -468,13 +515,30 @@ impl EventStream {
             return Err(transport.stream_error_event(data));
         }
         let fail = |what: &str| transport.redact_error(malformed("anthropic", what, data));
-        let root = parse_body("anthropic", data).map_err(|e| transport.redact_error(e))?;
+        let root = match read_unique("anthropic", "stream event", data) {
+            Ok(Ok(root)) => root,
+            // Unreadable as the provider meant it: recorded, and the stream is read no
+            // further (the answer is refused whatever follows).
+            Ok(Err(conflict)) => {
+                self.conflicts.push(conflict);
+                return Ok(StreamFlow::Done);
+            }
+            Err(e) => return Err(transport.redact_error(e)),
+        };
         let kind = root
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or(event)
             .to_owned();
         let index = root.get("index").and_then(Value::as_u64);
+        // Content once the message said how it ended is not part of what it said.
+        if self.stop_reason.is_some()
+            && matches!(kind.as_str(), "content_block_start" | "content_block_delta")
+        {
+            self.flag(Conflict::AfterEnd {
+                what: "the message".into(),
+            });
+        }
         match kind.as_str() {
             "error" => return Err(transport.stream_error_event(data)),
             "message_start" => {
@@ -482,12 +546,26 @@ impl EventStream {
                     .get("message")
                     .filter(|m| m.is_object())
                     .ok_or_else(|| fail("`message_start` carries no message"))?;
-                self.message = Some(message.clone());
+                // A second message: which one is the answer is a guess; the first stays.
+                if self.message.is_some() {
+                    self.flag(Conflict::Restarted {
+                        what: "the message".into(),
+                    });
+                } else {
+                    self.message = Some(message.clone());
+                }
             }
             "content_block_start" => {
                 let (Some(index), Some(block)) = (index, root.get("content_block")) else {
                     return Err(fail("`content_block_start` without an index or a block"));
                 };
+                // The same index again: the first block stays, the restart is recorded.
+                if self.blocks.contains_key(&index) {
+                    self.flag(Conflict::Restarted {
+                        what: format!("content block {index}"),
+                    });
+                    return Ok(StreamFlow::More);
+                }
                 let json = matches!(
                     block.get("type").and_then(Value::as_str),
                     Some("tool_use" | "server_tool_use")
@@ -501,11 +579,20 @@ impl EventStream {
                     Block {
                         block: block.clone(),
                         json,
+                        stopped: false,
                     },
                 );
             }
             "content_block_delta" => {
-                let Some(block) = index.and_then(|i| self.blocks.get_mut(&i)) else {
+                let Some(i) = index.filter(|i| self.blocks.contains_key(i)) else {
+                    return Err(fail("`content_block_delta` for a block never started"));
+                };
+                if self.blocks[&i].stopped {
+                    self.flag(Conflict::AfterEnd {
+                        what: format!("content block {i}"),
+                    });
+                }
+                let Some(block) = self.blocks.get_mut(&i) else {
                     return Err(fail("`content_block_delta` for a block never started"));
                 };
                 let delta = root.get("delta").unwrap_or(&Value::Null);
@@ -548,13 +635,30 @@ impl EventStream {
                     _ => {}
                 }
             }
+            "content_block_stop" => {
+                if let Some(block) = index.and_then(|i| self.blocks.get_mut(&i)) {
+                    block.stopped = true;
+                }
+            }
             "message_delta" => {
-                let message = self
-                    .message
-                    .as_mut()
-                    .ok_or_else(|| fail("`message_delta` before `message_start`"))?;
+                let Some(message) = self.message.as_mut() else {
+                    return Err(fail("`message_delta` before `message_start`"));
+                };
+                let mut changed = None;
                 if let Some(delta) = root.get("delta").and_then(Value::as_object) {
                     for (k, v) in delta {
+                        if k == "stop_reason" && !v.is_null() {
+                            match &self.stop_reason {
+                                // The first stays in the body; a different later one is a
+                                // contradiction, not a correction.
+                                Some(first) if first != v => {
+                                    changed = Some((end_text(first), end_text(v)));
+                                    continue;
+                                }
+                                Some(_) => continue,
+                                None => self.stop_reason = Some(v.clone()),
+                            }
+                        }
                         message[k.as_str()] = v.clone();
                     }
                 }
@@ -567,34 +671,69 @@ impl EventStream {
                         message["usage"][k.as_str()] = v.clone();
                     }
                 }
+                if let Some((first, then)) = changed {
+                    self.flag(Conflict::EndReasons { first, then });
+                }
             }
             "message_stop" => return Ok(StreamFlow::Done),
-            // `ping`, `content_block_stop`, and event types added later.
+            // `ping` and event types added later.
             _ => {}
         }
         Ok(StreamFlow::More)
     }
 
-    /// The message the events add up to. A tool use's input is parsed as the non-streaming
-    /// envelope is (duplicate keys refused).
-    fn into_body(self) -> Result<Value, RouterError> {
-        let mut message = self
-            .message
-            .ok_or_else(|| malformed("anthropic", "the stream has no `message_start`", ""))?;
+    /// The message the events add up to, and the conflicts found on the way. A tool use's
+    /// input is read as the non-streaming envelope is: a repeated key is a conflict (the
+    /// input then kept as its text), and text that is not JSON is kept as a JSON string
+    /// (no object schema accepts it).
+    fn into_body(mut self) -> Result<(Value, Vec<Conflict>), RouterError> {
+        let mut message = match self.message.take() {
+            Some(message) => message,
+            // The stream stopped at a conflict before any message: the reply is that
+            // conflict, on an empty message.
+            None if !self.conflicts.is_empty() => json!({"type": "message", "content": []}),
+            None => {
+                return Err(malformed(
+                    "anthropic",
+                    "the stream has no `message_start`",
+                    "",
+                ));
+            }
+        };
         let mut content = Vec::with_capacity(self.blocks.len());
-        for (_, Block { mut block, json }) in self.blocks {
+        for (
+            _,
+            Block {
+                mut block, json, ..
+            },
+        ) in std::mem::take(&mut self.blocks)
+        {
             if let Some(json) = json {
                 block["input"] = if json.trim().is_empty() {
                     json!({})
                 } else {
-                    parse_body("anthropic", &json)?
+                    match read_unique("anthropic", "tool input", &json) {
+                        Ok(Ok(input)) => input,
+                        Ok(Err(conflict)) => {
+                            self.conflicts.push(conflict);
+                            Value::String(json)
+                        }
+                        Err(_) => Value::String(json),
+                    }
                 };
             }
             content.push(block);
         }
         message["content"] = Value::Array(content);
-        Ok(message)
+        Ok((message, self.conflicts))
     }
+}
+
+/// An end reason as text (a string as it is, anything else as JSON).
+fn end_text(reason: &Value) -> String {
+    reason
+        .as_str()
+        .map_or_else(|| reason.to_string(), str::to_owned)
 }
 
 /// Append `text` to the string field `field` of `block`.

@@ -313,6 +313,13 @@ impl Generator {
         }
         .map_err(|e| tool_error(e.class, e.message))?;
         let Written { reply, text } = written;
+        // The same reduction as a decision's: text whose answer contradicts itself (two end
+        // reasons, several candidate messages, a repeated key) is not taken either.
+        if let Some(conflict) = reply.conflicts.first() {
+            return Err(ToolError::permanent(format!(
+                "the model's answer is ambiguous: {conflict}"
+            )));
+        }
         if let Some(refusal) = reply.refusal {
             return Err(ToolError::permanent(format!(
                 "the model refused to write: {refusal}"

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use agent_core::ErrorClass;
-use agent_core::router::{RejectionCode, RouterError, RouterReply};
+use agent_core::router::{Conflict, RejectionCode, RouterError, RouterReply};
 use eventsource_stream::{EventStreamError, Eventsource as _};
 use futures::StreamExt as _;
 use reqwest::StatusCode;
@@ -95,12 +95,21 @@ impl Transport {
     /// Replace every occurrence of the key in `text` (a provider may echo it in an error).
     /// Parse a successful body with `parse`, keeping the key out of what is journaled: the
     /// error message, the raw output and the arguments (a provider or proxy may echo it).
+    /// `earlier` are the conflicts a stream showed before its reassembled `body` was read:
+    /// they come first in the reply, in the order seen.
     pub(crate) fn parse_reply(
         &self,
         body: &str,
+        earlier: Vec<Conflict>,
         parse: impl FnOnce(&str) -> Result<RouterReply, RouterError>,
     ) -> Result<RouterReply, RouterError> {
         let mut reply = parse(body).map_err(|e| self.redact_error(e))?;
+        reply.conflicts.splice(0..0, earlier);
+        reply.conflicts = std::mem::take(&mut reply.conflicts)
+            .into_iter()
+            .map(|c| self.redact_conflict(c))
+            .collect();
+        reply.end_reason = reply.end_reason.as_deref().map(|r| self.redact(r));
         reply.raw_output = self.redact(&reply.raw_output);
         reply.model = self.redact(&reply.model);
         reply.refusal = reply.refusal.as_deref().map(|r| self.redact(r));
@@ -109,6 +118,25 @@ impl Transport {
             choice.arguments = self.redact(&choice.arguments);
         }
         Ok(reply)
+    }
+
+    /// `conflict` without the key in its texts.
+    fn redact_conflict(&self, conflict: Conflict) -> Conflict {
+        let r = |s: String| self.redact(&s);
+        match conflict {
+            Conflict::EndReasons { first, then } => Conflict::EndReasons {
+                first: r(first),
+                then: r(then),
+            },
+            Conflict::DuplicateKey { location, detail } => Conflict::DuplicateKey {
+                location,
+                detail: r(detail),
+            },
+            Conflict::Restarted { what } => Conflict::Restarted { what: r(what) },
+            Conflict::AfterEnd { what } => Conflict::AfterEnd { what: r(what) },
+            Conflict::Unfinished { reason } => Conflict::Unfinished { reason: r(reason) },
+            other => other,
+        }
     }
 
     /// `e` without the key in its message and raw output.

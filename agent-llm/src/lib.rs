@@ -8,11 +8,40 @@
 //!
 //! A router only turns a [`RouteRequest`] into one HTTP call and the response into a raw
 //! [`RouterReply`]. It validates nothing: the runner checks every answer with
-//! [`agent_core::router::validate`] against exactly the options it offered, re-asks a
-//! bounded number of times, journals every decision and rejection, and takes the state's
-//! failure path. So a model that names a tool not offered, a lookalike (`chargePayment`, a
-//! trailing space, a Cyrillic `Р`), invalid JSON or several calls at once gets its answer
-//! rejected; nothing runs.
+//! [`validate_answer`] against exactly the options it offered, re-asks a bounded number of
+//! times, journals every decision and rejection, and takes the state's failure path. So a
+//! model that names a tool not offered, a lookalike (`chargePayment`, a trailing space, a
+//! Cyrillic `Р`), invalid JSON or several calls at once gets its answer rejected; nothing
+//! runs.
+//!
+//! ## One canonical value, one decision function
+//!
+//! Every mode — OpenAI tool calls and [`Decoding::JsonSchema`], each whole or streamed, and
+//! Anthropic whole or streamed — reduces the provider's answer to the same [`RouterReply`]:
+//! every candidate call of every candidate message, the refusal, `truncated`, the end reason
+//! as the provider gave it, and a [`Conflict`] for every duplicate or contradiction found.
+//! A reduction never resolves an ambiguity (it keeps neither the first nor the last of two
+//! end reasons, nor the first of two choices); [`validate_answer`] refuses any conflict
+//! before anything else. The conflicts, and where they come from:
+//!
+//! | conflict | from | code |
+//! |---|---|---|
+//! | `Messages` | OpenAI `choices` with more than one entry, both decodings | `decision.several` |
+//! | `DuplicateKey` | a key repeated in a body, a stream event, the JSON-schema decision text or a streamed tool input; calls given both as `tool_calls` and `function_call`, or as decision text and calls | `decision.duplicate_key` |
+//! | `EndReasons` | a streamed end reason that changes (`length`, then `tool_calls`) | `decision.contradictory` |
+//! | `Restarted` | a streamed part started again (a block index, `message_start`, a call's `id`) | `decision.contradictory` |
+//! | `AfterEnd` | streamed content after its choice, block or message ended | `decision.contradictory` |
+//! | `Unfinished` | an end reason outside the table below | `decision.unfinished` |
+//!
+//! End reasons, read by every mode of a provider through one table (a missing one is
+//! accepted; compatible servers omit it):
+//!
+//! | provider | complete | truncated | refusal | otherwise |
+//! |---|---|---|---|---|
+//! | OpenAI | `stop`, `tool_calls`, `function_call` | `length` | `content_filter` | `Unfinished` |
+//! | Anthropic | `end_turn`, `tool_use`, `stop_sequence` | `max_tokens`, `model_context_window_exceeded` | `refusal` | `Unfinished` (`pause_turn`, unknown) |
+//!
+//! A body that is not JSON at all is a [`RouterError`] (`ask.malformed`), not a reply.
 //!
 //! ## How a decision is asked
 //!
@@ -28,8 +57,11 @@
 //! With [`Streaming::Auto`] (the default) a router asks for the provider's streamed answer
 //! when someone listens to the request's [`TokenSink`](agent_core::events::TokenSink), and
 //! publishes the text (and the tool call's argument fragments) as ephemeral deltas while it
-//! comes. The stream is reassembled into the non-streaming body and read by the same code,
-//! so the runner validates and journals the complete answer exactly as a whole one. It is
+//! comes, through [`TokenSink::hiding`](agent_core::events::TokenSink::hiding) with the
+//! router's own key, finished when the stream ends. The stream is reassembled into the
+//! non-streaming body and read by the same code, so the runner validates and journals the
+//! complete answer exactly as a whole one; what only a stream can say (an end reason that
+//! changes, a part restarted, content after an end) is recorded as a conflict beside it. It is
 //! bounded like a whole body (bytes, deadline) plus an idle timeout; a stream cut before
 //! its end is an error, never a partial decision. See the [guide](guide#streaming).
 //!
@@ -151,11 +183,15 @@
 //! [`RouteRequest::user_prompt`]: agent_core::router::RouteRequest::user_prompt
 //! [`RouteRequest`]: agent_core::router::RouteRequest
 //! [`RouterReply`]: agent_core::router::RouterReply
+//! [`validate_answer`]: agent_core::router::validate_answer
+//! [`Conflict`]: agent_core::router::Conflict
 
 use std::sync::Arc;
 
 use agent_core::ErrorClass;
-use agent_core::router::{OptionKind, RejectionCode, RouteOption, Router, RouterError};
+use agent_core::router::{
+    Conflict, OptionKind, RejectionCode, RouteOption, Router, RouterError, RouterReply,
+};
 use serde_json::Value;
 
 pub mod anthropic;
@@ -256,21 +292,80 @@ pub(crate) fn tool_parameters(option: &RouteOption, strict: bool) -> (Value, boo
     (schema, false)
 }
 
-/// Parse a provider's body, refusing duplicate keys anywhere in it: two `name`s or two
-/// `finish_reason`s would make the router's reading depend on which one it kept.
-pub(crate) fn parse_body(provider: &str, body: &str) -> Result<Value, RouterError> {
-    agent_core::json::from_str_unique(body).map_err(|e| {
-        let code = match e {
-            agent_core::json::JsonError::DuplicateKey { .. } => RejectionCode::DuplicateKey,
-            agent_core::json::JsonError::Syntax(_) => RejectionCode::AskMalformed,
-        };
-        RouterError::new(
+/// A provider's envelope (a whole body, a stream event, the decision text of the
+/// JSON-schema mode) read with unique keys: `Ok(Ok(value))`, or `Ok(Err(conflict))` when a
+/// key is repeated. A repeated key is not an error of the transport but an ambiguity of the
+/// answer: the reduction records it ([`Conflict::DuplicateKey`]) and
+/// [`validate_answer`](agent_core::router::validate_answer) refuses it, like every other
+/// ambiguity. Text that is not JSON at all is `Err` ([`RejectionCode::AskMalformed`]).
+pub(crate) fn read_unique(
+    provider: &str,
+    location: &str,
+    text: &str,
+) -> Result<Result<Value, Conflict>, RouterError> {
+    match agent_core::json::from_str_unique(text) {
+        Ok(value) => Ok(Ok(value)),
+        Err(e @ agent_core::json::JsonError::DuplicateKey { .. }) => {
+            Ok(Err(Conflict::DuplicateKey {
+                location: location.to_owned(),
+                detail: e.to_string(),
+            }))
+        }
+        Err(e) => Err(RouterError::new(
             ErrorClass::Permanent,
-            format!("{provider}: response is not a JSON document with unique keys ({e})"),
+            format!("{provider}: response is not a JSON document ({e})"),
         )
-        .with_code(code)
-        .with_raw_output(body)
-    })
+        .with_code(RejectionCode::AskMalformed)
+        .with_raw_output(text)),
+    }
+}
+
+/// The answer that is nothing but a repeated key in its envelope: the raw text kept for the
+/// journal, the conflict for the one decision function.
+pub(crate) fn ambiguous_envelope(body: &str, model: &str, conflict: Conflict) -> RouterReply {
+    RouterReply {
+        model: model.to_owned(),
+        raw_output: body.to_owned(),
+        conflicts: vec![conflict],
+        ..RouterReply::default()
+    }
+}
+
+/// What an end reason says about the answer, by the provider's table (see the guide's
+/// "What comes back"). Every mode of a provider reads its end reason through this one table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// The answer is complete: its calls (or its text) are the decision.
+    Complete,
+    /// Cut short (token limit, context window): sets [`RouterReply::truncated`].
+    Truncated,
+    /// The provider or the model refused: sets [`RouterReply::refusal`].
+    Refused,
+    /// Not complete, not cut, not refused (`pause_turn`, a reason this crate does not know):
+    /// [`Conflict::Unfinished`].
+    Unfinished,
+}
+
+impl Ending {
+    /// OpenAI's `finish_reason`.
+    pub(crate) fn openai(reason: &str) -> Self {
+        match reason {
+            "stop" | "tool_calls" | "function_call" => Self::Complete,
+            "length" => Self::Truncated,
+            "content_filter" => Self::Refused,
+            _ => Self::Unfinished,
+        }
+    }
+
+    /// Anthropic's `stop_reason`.
+    pub(crate) fn anthropic(reason: &str) -> Self {
+        match reason {
+            "end_turn" | "tool_use" | "stop_sequence" => Self::Complete,
+            "max_tokens" | "model_context_window_exceeded" => Self::Truncated,
+            "refusal" => Self::Refused,
+            _ => Self::Unfinished,
+        }
+    }
 }
 
 /// A body that parses but is not the provider's shape.

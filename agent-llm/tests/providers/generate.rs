@@ -368,3 +368,58 @@ async fn a_resumed_run_is_served_the_generation_from_the_journal() {
     assert_eq!(output["usage"]["output_tokens"], 23);
     assert_eq!(output["cost"]["currency"], "USD");
 }
+
+/// Text is read by the same reduction as a decision: an answer that contradicts itself is
+/// not taken as written text either (the later end reason used to win, the first choice
+/// to be the text).
+#[tokio::test]
+async fn an_ambiguous_answer_is_no_text() {
+    // The end changes between chunks.
+    let chunks = vec![
+        openai_chunk(
+            &json!({"role": "assistant", "content": "Dear customer,"}),
+            None,
+        ),
+        openai_chunk(&json!({}), Some("length")),
+        openai_chunk(&json!({}), Some("stop")),
+    ];
+    let server = sse_server(openai_sse(&chunks, true)).await;
+    let err = openai_writer(&server.uri(), Streaming::Always)
+        .generate(&input(), &TokenSink::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+    assert!(err.message.contains("ambiguous"), "{err}");
+
+    // Two candidate messages in a whole body.
+    let mut body = openai_body(
+        &json!({"role": "assistant", "content": "Dear customer, yes.", "refusal": null}),
+        "stop",
+    );
+    let mut second = body["choices"][0].clone();
+    second["index"] = json!(1);
+    second["message"]["content"] = json!("Dear customer, no.");
+    body["choices"].as_array_mut().unwrap().push(second);
+    let server = sse_server(String::new()).await;
+    server.reset().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(&body))
+        .mount(&server)
+        .await;
+    let err = openai_writer(&server.uri(), Streaming::Never)
+        .generate(&input(), &TokenSink::default())
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("2 candidate messages"), "{err}");
+
+    // Anthropic: `pause_turn` is not a finished text.
+    let mut events = vec![anthropic_message_start()];
+    events.extend(anthropic_text_block(0, &["Dear ", "customer,"]));
+    events.extend(anthropic_end("pause_turn", 3));
+    let server = sse_server(anthropic_sse(&events)).await;
+    let err = anthropic_writer(&server.uri(), Streaming::Always)
+        .generate(&input(), &TokenSink::default())
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("pause_turn"), "{err}");
+}

@@ -367,28 +367,36 @@ async fn server_answering_text(body: String) -> MockServer {
     server
 }
 
-/// A repeated key anywhere in the envelope is an error of its own (`decision.duplicate_key`),
-/// whichever copy a lenient parser would have kept.
+/// A repeated key anywhere in the envelope is a conflict of the answer (`decision.duplicate_key`
+/// through the one decision function), whichever copy a lenient parser would have kept; the
+/// body is kept as the raw output.
 #[tokio::test]
 async fn duplicate_keys_in_the_envelope_are_refused() {
-    use agent_core::router::RejectionCode;
+    use agent_core::router::{Conflict, RejectionCode};
     let openai_name = r#"{"id":"c","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"x","type":"function","function":{"name":"Browsing","name":"Payment","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#;
     let openai_finish = r#"{"id":"c","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"x","type":"function","function":{"name":"Payment","arguments":"{}"}}]},"finish_reason":"length","finish_reason":"tool_calls"}]}"#;
-    for body in [openai_name, openai_finish] {
-        let server = server_answering_text(body.to_owned()).await;
-        let err = openai(&server.uri()).decide(&request()).await.unwrap_err();
-        assert_eq!(err.rejection_code(), RejectionCode::DuplicateKey, "{err}");
-        assert_eq!(err.raw_output.as_deref(), Some(body));
-    }
     let anthropic_name = r#"{"id":"m","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"t","name":"Browsing","name":"Payment","input":{}}],"stop_reason":"tool_use"}"#;
     let anthropic_stop = r#"{"id":"m","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"t","name":"Payment","input":{}}],"stop_reason":"max_tokens","stop_reason":"tool_use"}"#;
-    for body in [anthropic_name, anthropic_stop] {
+    for (provider, body) in [
+        ("openai", openai_name),
+        ("openai", openai_finish),
+        ("anthropic", anthropic_name),
+        ("anthropic", anthropic_stop),
+    ] {
         let server = server_answering_text(body.to_owned()).await;
-        let err = anthropic(&server.uri())
-            .decide(&request())
-            .await
-            .unwrap_err();
-        assert_eq!(err.rejection_code(), RejectionCode::DuplicateKey, "{err}");
+        let reply = if provider == "openai" {
+            openai(&server.uri()).decide(&request()).await.unwrap()
+        } else {
+            anthropic(&server.uri()).decide(&request()).await.unwrap()
+        };
+        assert_eq!(reply.raw_output, body);
+        assert!(
+            matches!(&reply.conflicts[..], [Conflict::DuplicateKey { location, .. }] if location == "envelope"),
+            "{body}: {:?}",
+            reply.conflicts
+        );
+        let rejection = validate(&request().options, &reply, &check_input).unwrap_err();
+        assert_eq!(rejection.code, RejectionCode::DuplicateKey, "{body}");
     }
 }
 
@@ -399,14 +407,15 @@ async fn duplicate_keys_in_arguments_are_refused() {
     let args = r#"{"sku":"a","quantity":1,"quantity":999999}"#;
     let outcome = via_openai(&request(), openai_tool_calls(&[("ReserveInventory", args)])).await;
     assert_eq!(code(outcome), "decision.duplicate_key");
-    // Anthropic's `input` is JSON in the envelope: the envelope parse refuses it first.
+    // Anthropic's `input` is JSON in the envelope: a repeated key there is one of the
+    // envelope, refused with the same code.
     let body = format!(
         r#"{{"id":"m","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{{"type":"tool_use","id":"t","name":"ReserveInventory","input":{args}}}],"stop_reason":"tool_use"}}"#
     );
     let server = server_answering_text(body).await;
-    let err = anthropic(&server.uri())
-        .decide(&request())
-        .await
-        .unwrap_err();
-    assert_eq!(err.rejection_code().as_str(), "decision.duplicate_key");
+    let reply = anthropic(&server.uri()).decide(&request()).await.unwrap();
+    assert_eq!(
+        code(validate(&request().options, &reply, &check_input)),
+        "decision.duplicate_key"
+    );
 }

@@ -633,25 +633,29 @@ async fn duplicate_keys_in_streamed_arguments_are_refused() {
     let rejection = validate(&request().options, &reply, &check_input).unwrap_err();
     assert_eq!(rejection.code.to_string(), "decision.duplicate_key");
 
-    // Anthropic's input is JSON in the message: refused as the whole envelope is.
+    // Anthropic's input is JSON in the message: the reassembled input has a repeated key,
+    // recorded as a conflict and refused by the one decision function.
     let events = anthropic_tool_use_events("ReserveInventory", &fragments);
     let server = sse_server(anthropic_sse(&events)).await;
-    let err = streaming_anthropic(&server.uri(), http())
+    let reply = streaming_anthropic(&server.uri(), http())
         .decide(&request())
         .await
-        .unwrap_err();
-    assert_eq!(err.rejection_code(), RejectionCode::DuplicateKey, "{err}");
+        .unwrap();
+    let rejection = validate(&request().options, &reply, &check_input).unwrap_err();
+    assert_eq!(rejection.code, RejectionCode::DuplicateKey, "{reply:?}");
 
-    // A chunk of the envelope with a repeated key.
+    // A chunk of the envelope with a repeated key: the same, and the raw output is kept.
     let mut body = openai_sse(&openai_tool_call_chunks("Payment", &["{}"])[..2], false);
     body.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":null,\"finish_reason\":\"stop\"}]}\n\n");
     body.push_str("data: [DONE]\n\n");
     let server = sse_server(body).await;
-    let err = streaming_openai(&server.uri(), http())
+    let reply = streaming_openai(&server.uri(), http())
         .decide(&request())
         .await
-        .unwrap_err();
-    assert_eq!(err.rejection_code(), RejectionCode::DuplicateKey, "{err}");
+        .unwrap();
+    assert!(!reply.raw_output.is_empty());
+    let rejection = validate(&request().options, &reply, &check_input).unwrap_err();
+    assert_eq!(rejection.code, RejectionCode::DuplicateKey, "{reply:?}");
 }
 
 #[tokio::test]
