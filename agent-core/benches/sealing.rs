@@ -145,7 +145,10 @@ fn main() {
     let runs = 300;
     let rounds = 5;
     for (what, calls) in [
-        ("per decision (a routed tool call and a typed transition)", 0),
+        (
+            "per decision (a routed tool call and a typed transition)",
+            0,
+        ),
         ("per commit (a step of 8 write calls, then the decision)", 8),
     ] {
         let (mut with, mut without) = (Vec::new(), Vec::new());
@@ -166,7 +169,9 @@ fn main() {
     let mut output = String::from(r#"{"items":["#);
     let mut i = 0;
     while output.len() < 4096 {
-        output.push_str(&format!(r#"{{"sku":"SKU-{i:05}","title":"A product \"{i}\""}},"#));
+        output.push_str(&format!(
+            r#"{{"sku":"SKU-{i:05}","title":"A product \"{i}\""}},"#
+        ));
         i += 1;
     }
     output.push_str("]}");

@@ -498,7 +498,11 @@ impl StreamerHandlers for Handlers {
     async fn go(&self, ctx: Ctx<'_, streamer::Go>) -> StepResult<streamer::Go> {
         ctx.call::<Echo>(EchoInput {
             entries: [(CONFIGURED.to_owned(), 1), ("plain".to_owned(), 2)].into(),
-            text: format!("{} the key is {CONFIGURED}, in hex {}.", "x".repeat(200), hex::encode(CONFIGURED)),
+            text: format!(
+                "{} the key is {CONFIGURED}, in hex {}.",
+                "x".repeat(200),
+                hex::encode(CONFIGURED)
+            ),
         })
         .await?;
         Ok(ctx.to(streamer::Done::new()))

@@ -183,9 +183,11 @@ impl Redactor {
 }
 
 /// Redacts text that arrives in pieces, so a secret split across pieces is hidden too: it
-/// holds back the last [`STREAM_HOLD_BACK`] bytes (and any match reaching into them) until
-/// the text after them is seen, or [`finish`](Self::finish) says there is none. Without
-/// secrets it holds nothing back.
+/// holds back the end of the text that could still begin a secret (the longest end that
+/// begins one of the forms it looks for; the last [`STREAM_HOLD_BACK`] bytes when an escape
+/// or a `%` is among them), and any match reaching into it, until the text after it is
+/// seen or [`finish`](Self::finish) says there is none. Without secrets it holds nothing
+/// back.
 #[derive(Debug)]
 pub struct StreamRedactor {
     redactor: Redactor,
@@ -199,12 +201,11 @@ impl StreamRedactor {
         let Some(m) = &self.redactor.matchers else {
             return std::mem::take(&mut self.held);
         };
-        if self.held.len() <= STREAM_HOLD_BACK {
+        let hold = m.hold_back(&self.held);
+        if hold >= self.held.len() {
             return String::new();
         }
-        let mut cut = self
-            .held
-            .floor_char_boundary(self.held.len() - STREAM_HOLD_BACK);
+        let mut cut = self.held.floor_char_boundary(self.held.len() - hold);
         let ranges = m.ranges(&self.held);
         // A match reaching past the cut waits whole, with what may still extend it (and so
         // does any match overlapping that one: repeat until the cut stays put).
@@ -292,6 +293,8 @@ fn replace_ranges(text: &str, mut ranges: Vec<(usize, usize)>) -> String {
 
 /// The automatons of one list of secrets.
 struct Matchers {
+    /// Every pattern of both automatons, to tell how much of a stream's end could begin one.
+    patterns: Vec<String>,
     /// Every piece of [`SECRET_PIECE`] characters of every secret (the whole secret when
     /// shorter), as written: looked for in the text, its JSON-unescaped and its
     /// percent-decoded views.
@@ -302,6 +305,26 @@ struct Matchers {
 }
 
 impl Matchers {
+    /// How many bytes at the end of `text` could begin a secret in some form: the longest
+    /// end that is the beginning of a pattern, or [`STREAM_HOLD_BACK`] when an escape or a
+    /// percent sign is among the last bytes (decoding could make anything of them).
+    fn hold_back(&self, text: &str) -> usize {
+        let tail = &text[text.floor_char_boundary(text.len().saturating_sub(STREAM_HOLD_BACK))..];
+        if tail.contains(['\\', '%']) {
+            return STREAM_HOLD_BACK.min(text.len());
+        }
+        let mut longest = 0;
+        for p in &self.patterns {
+            for k in (longest + 1..p.len()).rev() {
+                if p.is_char_boundary(k) && text.ends_with(&p[..k]) {
+                    longest = k;
+                    break;
+                }
+            }
+        }
+        longest
+    }
+
     /// The raw byte ranges of `text` that show a secret or a piece of one.
     fn ranges(&self, text: &str) -> Vec<(usize, usize)> {
         let mut view: Vec<Decoded> = text
@@ -377,6 +400,7 @@ fn matchers(secrets: &[String]) -> Option<Arc<Matchers>> {
     let m = Arc::new(Matchers {
         plain: AhoCorasick::new(&plain).ok()?,
         encoded: AhoCorasick::new(&encoded).ok()?,
+        patterns: plain.iter().chain(&encoded).cloned().collect(),
     });
     if cache.len() >= CACHED_LISTS {
         cache.clear();
