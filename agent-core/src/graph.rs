@@ -328,6 +328,17 @@ impl GraphDescription {
         names
     }
 
+    /// The declared payload schema of signal `name` (`wait_payload = Type`), from the first
+    /// state that waits for it with one.
+    #[must_use]
+    pub fn signal_payload_schema(&self, name: &str) -> Option<&serde_json::Value> {
+        self.states
+            .iter()
+            .filter_map(|s| s.wait.as_ref())
+            .filter(|w| w.signal == name)
+            .find_map(|w| w.payload_schema.as_ref())
+    }
+
     /// Whether `from` -> `to` is a declared edge (`to(...)` or `on_error`).
     #[must_use]
     pub fn has_edge(&self, from: &str, to: &str) -> bool {

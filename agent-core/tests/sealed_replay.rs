@@ -552,3 +552,108 @@ async fn live_deltas_and_map_keys_never_show_a_secret() {
     );
     assert_no_plaintext(&stored_text(&store, "live").await, "map key");
 }
+
+/// An approval: a password (sensitive by name) and a code its type marks secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Approval {
+    pub ok: bool,
+    pub password: String,
+    pub code: Secret<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+pub enum Gate {
+    #[agent(initial, wait = "approve", wait_payload = Approval, to(Open))]
+    Waiting,
+    #[agent(terminal)]
+    Open,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Approver {
+    seen: Arc<Mutex<Vec<Approval>>>,
+}
+
+impl GateHandlers for Approver {
+    async fn waiting(
+        &self,
+        ctx: Ctx<'_, gate::Waiting>,
+        wake: durable_agents::Wake,
+    ) -> StepResult<gate::Waiting> {
+        let approval: Approval = wake.payload().map_err(durable_agents::StepError::handler)?;
+        self.seen.lock().unwrap().push(approval);
+        Ok(ctx.to(gate::Open::new()))
+    }
+}
+
+fn gate(store: &Arc<dyn Store>, handlers: &Approver, keys: SealKeys) -> Runner<Gate, Approver> {
+    Runner::<Gate, _>::new(
+        Arc::clone(store),
+        handlers.clone(),
+        durable_agents::ToolBox::new(),
+    )
+    .unwrap()
+    .with_config(RunnerConfig {
+        seal_keys: keys,
+        ..RunnerConfig::default()
+    })
+}
+
+/// A signal's payload is stored with its secret parts sealed and reaches the handler as
+/// it was sent; a worker without the key holds the run; a sender without any key is
+/// refused before anything is stored.
+#[tokio::test]
+async fn signal_payloads_are_stored_sealed_and_opened_for_the_handler() {
+    let sent = json!({"ok": true, "password": MODEL_PASSWORD, "code": MODEL_NOTE});
+    let keys = SealKeys::generate("k1");
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let handlers = Approver::default();
+    let r = gate(&store, &handlers, keys.clone());
+    r.start("gate", Gate::Waiting).await.unwrap();
+    r.run("gate").await.unwrap();
+    r.signal("gate", "approve", sent.clone()).await.unwrap();
+    let pending = store.pending_signals("gate").await.unwrap();
+    let stored = serde_json::to_string(&pending).unwrap();
+    assert!(
+        !stored.contains(MODEL_PASSWORD) && !stored.contains(MODEL_NOTE),
+        "{stored}"
+    );
+    assert!(stored.contains("$sealed"), "{stored}");
+    let done = r.run("gate").await.unwrap();
+    assert_eq!(done.state_name, "Open");
+    assert_eq!(
+        *handlers.seen.lock().unwrap(),
+        [Approval {
+            ok: true,
+            password: MODEL_PASSWORD.into(),
+            code: Secret(MODEL_NOTE.into()),
+        }]
+    );
+
+    // Sent with one key, consumed by a worker without it: held, nothing consumed.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let handlers = Approver::default();
+    let sender = gate(&store, &handlers, SealKeys::generate("old"));
+    sender.start("held", Gate::Waiting).await.unwrap();
+    sender.run("held").await.unwrap();
+    sender
+        .signal("held", "approve", sent.clone())
+        .await
+        .unwrap();
+    let held = gate(&store, &handlers, SealKeys::generate("new"))
+        .run("held")
+        .await
+        .unwrap();
+    assert_eq!(held.status, RunStatus::Quarantined, "{held:?}");
+    assert_eq!(held.error.unwrap().code, "seal.key_missing");
+    assert!(handlers.seen.lock().unwrap().is_empty());
+
+    // No key at all: refused, nothing stored.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let r = gate(&store, &Approver::default(), SealKeys::new());
+    r.start("nokey", Gate::Waiting).await.unwrap();
+    r.run("nokey").await.unwrap();
+    let refused = r.signal("nokey", "approve", sent).await.unwrap_err();
+    assert!(refused.to_string().contains("no sealing key"), "{refused}");
+    assert!(store.pending_signals("nokey").await.unwrap().is_empty());
+}

@@ -58,6 +58,7 @@ use std::sync::Arc;
 use agent_core::agent::{Agent, Handle};
 use agent_core::events::EphemeralBus;
 use agent_core::runner::Runner;
+use agent_core::secrets::SealKeys;
 use agent_core::store::Store;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -76,6 +77,7 @@ pub struct ApiConfig {
     cors_origins: Vec<HeaderValue>,
     ephemeral: Option<EphemeralBus>,
     agents: agents::Starters,
+    seal_keys: SealKeys,
 }
 
 impl Default for ApiConfig {
@@ -87,6 +89,7 @@ impl Default for ApiConfig {
             cors_origins: Vec::new(),
             ephemeral: None,
             agents: agents::Starters::default(),
+            seal_keys: SealKeys::new(),
         }
     }
 }
@@ -123,6 +126,16 @@ impl ApiConfig {
             .map_err(|_| ApiError::bad_request(format!("not an origin: `{origin}`")))?;
         self.cors_origins.push(value);
         Ok(self)
+    }
+
+    /// The keys a signal's payload is sealed with before it is stored, as a runner seals it
+    /// (`agentctl serve` reads them from `DURABLE_AGENTS_SEAL_KEYS`). Without keys, a signal
+    /// whose payload holds a secret (a sensitive field, or one its declared type marks) is
+    /// refused with 400, and nothing is stored.
+    #[must_use]
+    pub fn with_seal_keys(mut self, keys: SealKeys) -> Self {
+        self.seal_keys = keys;
+        self
     }
 
     /// Carry the ephemeral events of `bus` (token deltas, [`EphemeralBus`]) in each run's
@@ -166,6 +179,7 @@ pub(crate) struct AppState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) ephemeral: Option<EphemeralBus>,
     pub(crate) agents: agents::Starters,
+    pub(crate) seal_keys: SealKeys,
 }
 
 /// The API over `store`, to mount in a service (`Router::nest`, `Router::merge`) or to
@@ -175,6 +189,7 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         store,
         ephemeral: config.ephemeral.clone(),
         agents: config.agents.clone(),
+        seal_keys: config.seal_keys.clone(),
     };
     let max_body = config.max_body_bytes;
     let auth = Arc::new(auth::Auth::new(

@@ -313,7 +313,7 @@ pub(crate) struct SignalSent {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Sent", body = SignalSent),
-        (status = 400, description = "A body that is not JSON, a name that is empty or too long", body = ErrorBody),
+        (status = 400, description = "A body that is not JSON, a name that is empty or too long, a payload holding a secret the server has no key to seal", body = ErrorBody),
         (status = 413, description = "A body over the limit", body = ErrorBody),
         (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
         (status = 422, description = "A body of the wrong shape", body = ErrorBody),
@@ -332,10 +332,25 @@ pub(crate) async fn send_signal(
             "a signal's name has 1 to 200 characters, not {chars}"
         )));
     }
-    let id = app
-        .store
-        .send_signal(&id, &body.name, &body.payload)
-        .await?;
+    // Stored as a runner would store it: its secret parts sealed (the run's graph says
+    // which fields its payload type marks).
+    let mut payload = body.payload;
+    let graph = match app.store.load_run(&id).await? {
+        Some(run) => {
+            app.store
+                .agent_graph(&run.agent, Some(&run.fingerprint))
+                .await?
+        }
+        None => None,
+    };
+    agent_core::secrets::seal_signal_payload(
+        &mut payload,
+        graph.as_ref(),
+        &body.name,
+        &app.seal_keys,
+    )
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let id = app.store.send_signal(&id, &body.name, &payload).await?;
     Ok(Json(SignalSent { id }))
 }
 

@@ -328,3 +328,56 @@ async fn unknown_runs_are_404_and_bad_parameters_400_as_documented() {
             .is_empty()
     );
 }
+
+/// A signal's payload holding a secret (a sensitive field name) is stored sealed with the
+/// server's keys, as a worker stores it; a server without keys refuses it with 400 and
+/// stores nothing.
+#[tokio::test]
+async fn signal_payloads_with_secrets_are_sealed_or_refused() {
+    let password = "pw-http-signal-7c1d2e";
+    let db = Db::new().await;
+    db.drive("order-1", "Pay").await;
+    let bearer = format!("Bearer {}", common::TOKEN);
+    let send = |server: &Server| {
+        client()
+            .post(server.url("/v1/runs/order-1/signals"))
+            .header("authorization", &bearer)
+            .json(&json!({"name": "confirm", "payload": {"ok": true, "password": password}}))
+            .send()
+    };
+
+    let without = Server::serve(&db.store, ApiConfig::default().with_token(common::TOKEN)).await;
+    let (status, body) = json(send(&without).await.unwrap()).await;
+    assert_error(status, &body, 400, "bad_request");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no sealing key"),
+        "{body}"
+    );
+    assert!(
+        db.store
+            .pending_signals("order-1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let keys = agent_core::secrets::SealKeys::generate("k1");
+    let with = Server::serve(
+        &db.store,
+        ApiConfig::default()
+            .with_token(common::TOKEN)
+            .with_seal_keys(keys.clone()),
+    )
+    .await;
+    let (status, body) = json(send(&with).await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    let pending = db.store.pending_signals("order-1").await.unwrap();
+    let stored = serde_json::to_string(&pending).unwrap();
+    assert!(!stored.contains(password), "{stored}");
+    let mut payload = pending[0].payload.clone();
+    keys.open_all(&mut payload).unwrap();
+    assert_eq!(payload, json!({"ok": true, "password": password}));
+}

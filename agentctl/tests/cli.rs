@@ -391,6 +391,33 @@ fn signal_resumes_a_waiting_run(new_db: fn() -> Db) {
         "{show}"
     );
 
+    // A payload holding a secret: refused without a sealing key, stored sealed with one.
+    let secret = r#"{"ok": true, "password": "pw-cli-signal-41ab"}"#;
+    let refused = db.agentctl(&["signal", PAID_WAITING, "confirm", secret]);
+    assert_eq!(code(&refused), 1);
+    assert!(
+        stderr(&refused).contains("no sealing key"),
+        "{}",
+        stderr(&refused)
+    );
+    let key = agent_core::secrets::new_key_spec("k1");
+    let sealed = db
+        .command(&["signal", PAID_WAITING, "confirm", secret])
+        .env(agent_core::secrets::SEAL_KEYS_ENV, &key)
+        .output()
+        .unwrap();
+    assert_eq!(code(&sealed), 0, "{}", stderr(&sealed));
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let pending = store.pending_signals(PAID_WAITING).await.unwrap();
+        let stored = serde_json::to_string(&pending).unwrap();
+        assert!(!stored.contains("pw-cli-signal-41ab"), "{stored}");
+        let keys = agent_core::secrets::SealKeys::parse(&key).unwrap();
+        let mut payload = pending.last().unwrap().payload.clone();
+        keys.open_all(&mut payload).unwrap();
+        assert_eq!(payload["password"], "pw-cli-signal-41ab");
+    });
+
     // A worker picks the signal up.
     db.runtime.block_on(async {
         let store = db.store().await;

@@ -147,16 +147,9 @@ impl Default for RunnerConfig {
             prompt_token_budget: 8_000,
             max_claims_without_progress: 5,
             store_retries: 5,
-            redact_fields: [
-                "api_key",
-                "apikey",
-                "authorization",
-                "password",
-                "secret",
-                "token",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
+            redact_fields: crate::secrets::DEFAULT_SENSITIVE_FIELDS
+                .map(str::to_owned)
+                .to_vec(),
             secrets: Vec::new(),
             seal_keys: SealKeys::new(),
             max_children_per_step: 1_000,
@@ -182,6 +175,9 @@ pub enum RunnerError {
     /// No such run.
     #[error("run `{0}` not found")]
     NotFound(String),
+    /// A secret could not be stored sealed.
+    #[error(transparent)]
+    Seal(#[from] crate::secrets::SealError),
     /// The run belongs to another agent.
     #[error("run `{run_id}` belongs to agent `{found}`, not `{expected}`")]
     WrongAgent {
@@ -567,16 +563,20 @@ where
         )
     }
 
-    /// Send a signal to a run (kept until the run's waiting state consumes it).
+    /// Send a signal to a run (kept until the run's waiting state consumes it). Its payload
+    /// is stored with its secret parts sealed (sensitive field names, fields its declared
+    /// payload type marks secret, strings holding a configured secret); the step that
+    /// consumes it opens them.
     ///
     /// # Errors
     /// [`RunnerError::UnknownSignal`] when no state of the agent waits for a signal of this
-    /// name (it would be kept forever, consumed by nothing); store errors.
+    /// name (it would be kept forever, consumed by nothing); [`RunnerError::Seal`] when the
+    /// payload holds a secret and no sealing key is configured; store errors.
     pub async fn signal(
         &self,
         run_id: &str,
         name: &str,
-        payload: Value,
+        mut payload: Value,
     ) -> Result<i64, RunnerError> {
         let waits = self.inner.graph.signals_waited_for();
         if !waits.contains(&name) {
@@ -586,6 +586,16 @@ where
                 waits: waits.join(", "),
             });
         }
+        let marked = self
+            .inner
+            .graph
+            .signal_payload_schema(name)
+            .map_or_else(Vec::new, crate::secrets::marked_fields);
+        self.inner.config.seal_value(
+            &mut payload,
+            &marked,
+            &format!("the payload of signal `{name}`"),
+        )?;
         Ok(self.inner.store.send_signal(run_id, name, &payload).await?)
     }
 

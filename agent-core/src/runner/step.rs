@@ -84,7 +84,24 @@ where
                 .find(|s| s.name == w.signal),
         };
         if let Some(sig) = found {
-            wake = Some(Wake::Signal(sig.payload));
+            // A payload sealed with a key this worker lacks holds the run: nothing runs on
+            // a payload it cannot read.
+            let mut payload = sig.payload;
+            if let Err(e) = inner.config.seal_keys.open_all(&mut payload) {
+                let error = RunFailure {
+                    code: e.code().to_owned(),
+                    message: format!("signal `{}`: {e}", sig.name),
+                };
+                let record = Box::pin(runner.commit_status(
+                    lease,
+                    &record,
+                    RunStatus::Quarantined,
+                    Some(error),
+                ))
+                .await?;
+                return Ok(StepOutcome::after_commit(record));
+            }
+            wake = Some(Wake::Signal(payload));
             consumed = Some(sig.id);
         } else if record.wake_at.is_some_and(|t| t <= now_ms()) {
             wake = Some(Wake::TimedOut);

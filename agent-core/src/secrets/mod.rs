@@ -29,6 +29,43 @@ pub use seal::{
     marked_fields, new_key_spec, sealed_text, show_sealed,
 };
 
+/// The field names whose values are secret by default ([`RunnerConfig::redact_fields`]),
+/// matched case-insensitively at any depth.
+///
+/// [`RunnerConfig::redact_fields`]: crate::runner::RunnerConfig::redact_fields
+pub const DEFAULT_SENSITIVE_FIELDS: [&str; 6] = [
+    "api_key",
+    "apikey",
+    "authorization",
+    "password",
+    "secret",
+    "token",
+];
+
+/// Seal a signal's payload as a runner does, for a sender outside one (the HTTP API,
+/// `agentctl signal`): the values of [`DEFAULT_SENSITIVE_FIELDS`] and of the fields the
+/// payload type declared in `graph` marks secret, with `keys`.
+///
+/// # Errors
+/// [`SealError::NoKey`] when the payload holds a secret and `keys` is empty.
+pub fn seal_signal_payload(
+    payload: &mut serde_json::Value,
+    graph: Option<&crate::graph::GraphDescription>,
+    name: &str,
+    keys: &SealKeys,
+) -> Result<(), SealError> {
+    let marked = graph
+        .and_then(|g| g.signal_payload_schema(name))
+        .map_or_else(Vec::new, marked_fields);
+    let redactor = Redactor::default().with_fields(&DEFAULT_SENSITIVE_FIELDS);
+    SealPolicy {
+        redactor: &redactor,
+        marked: &marked,
+    }
+    .seal(payload, keys, &format!("the payload of signal `{name}`"))
+    .map(|_| ())
+}
+
 /// A value that is secret: stored sealed by the runner whatever its field's name, shown as
 /// `Secret([secret])` by `Debug`. Serialized as the value itself (the model sees its schema,
 /// marked [`SEALED_KEYWORD`]; the journal sees it sealed).

@@ -25,7 +25,10 @@ pub(super) async fn run(cx: Ctx, args: ServeArgs) -> Result<ExitCode> {
         None => std::env::var(&args.token_env).ok(),
     }
     .filter(|t| !t.is_empty());
-    let mut config = ApiConfig::default();
+    // Signals sent through the API are stored sealed as a worker stores them.
+    let keys =
+        agent_core::secrets::SealKeys::from_env().map_err(|e| CliError::usage(e.to_string()))?;
+    let mut config = ApiConfig::default().with_seal_keys(keys);
     let has_token = token.is_some();
     if let Some(token) = token {
         config = config.with_token(token);

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use agent_core::secrets::{SealKeys, seal_signal_payload};
 use agent_core::store::RunStatus;
 use serde_json::json;
 
@@ -26,11 +27,11 @@ pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
         }));
     }
     // A signal no state waits for would be kept forever and consumed by nothing.
-    match cx
+    let graph = cx
         .store
         .agent_graph(&run.agent, Some(&run.fingerprint))
-        .await?
-    {
+        .await?;
+    match &graph {
         Some(graph) if !graph.signals_waited_for().contains(&args.name.as_str()) => {
             let waits = graph.signals_waited_for();
             return Err(CliError::failed(format!(
@@ -56,9 +57,15 @@ pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
             run.agent, args.name
         )),
     }
+    // Stored as a runner would store it: its secret parts sealed, with the keys of
+    // `DURABLE_AGENTS_SEAL_KEYS`.
+    let mut payload = args.payload.clone();
+    SealKeys::from_env()
+        .and_then(|keys| seal_signal_payload(&mut payload, graph.as_ref(), &args.name, &keys))
+        .map_err(|e| CliError::failed(e.to_string()))?;
     let id = cx
         .store
-        .send_signal(&args.run, &args.name, &args.payload)
+        .send_signal(&args.run, &args.name, &payload)
         .await?;
     let effect = match (&run.waiting_for, run.status) {
         (Some(w), RunStatus::Waiting) if *w == args.name => {
