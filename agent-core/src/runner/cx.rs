@@ -439,6 +439,10 @@ impl<'r> StepCx<'r> {
         let hash = input_hash(&journal_input);
         let mut prior_attempts = 0;
         if let Some(e) = self.journaled(seq) {
+            // An entry that does not open held the run: nothing is served or run.
+            if self.is_interrupted() {
+                return Err(Self::interrupted_error());
+            }
             if e.name == name
                 && let Some(held) = imported::schema_changed(tool, &e)
             {

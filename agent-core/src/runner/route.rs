@@ -10,8 +10,8 @@ use super::cx::{StepCx, with_heartbeat};
 use super::{FaultPoint, RunnerError};
 use crate::agent::StepError;
 use crate::router::{
-    Decision, DecisionRecord, OptionKind, Rejection, RejectionCode, RouteOption, RouteRequest,
-    RouterError, RouterReply, ToolResultView, check_transition_arguments, truncate,
+    Decision, DecisionRecord, OptionKind, RawChoice, Rejection, RejectionCode, RouteOption,
+    RouteRequest, RouterError, RouterReply, ToolResultView, check_transition_arguments, truncate,
     validate_answer,
 };
 use crate::secrets::SealError;
@@ -88,6 +88,10 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
             }
             other => (other, 0),
         };
+        // A journaled decision that does not open held the run: nothing runs.
+        if cx.is_interrupted() {
+            return Err(interrupted());
+        }
         let outcome: Result<Decision, Rejection> = if let Some(entry) = journaled {
             // A committed question is never asked again.
             if entry.kind != EntryKind::Decision {
@@ -104,44 +108,41 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                 })?;
             match (record.decision, record.rejection) {
                 (Some(d), _) => {
-                    // The graph may have changed since the decision was journaled.
-                    let chosen: Vec<(&String, OptionKind)> = match &d {
-                        Decision::Transition { to, .. } => vec![(to, OptionKind::Transition)],
-                        Decision::Tool { tool, .. } => vec![(tool, OptionKind::Tool)],
-                        Decision::Tools { calls } => {
-                            calls.iter().map(|c| (&c.tool, OptionKind::Tool)).collect()
-                        }
+                    // Replayed through the very function that accepted it, against the
+                    // options and types of the code running now: the graph, a schema or an
+                    // argument type may have changed since it was journaled.
+                    let again = RouterReply {
+                        choices: raw_choices(&d),
+                        ..RouterReply::default()
                     };
-                    let gone = chosen
-                        .into_iter()
-                        .find(|(name, kind)| {
-                            !options.iter().any(|o| &o.name == *name && o.kind == *kind)
-                        })
-                        .map(|(name, _)| {
-                            format!("`{name}`, which the current graph no longer offers there")
-                        })
-                        // ... or its transition's argument may have changed type.
-                        .or_else(|| match &d {
-                            Decision::Transition { to, arguments } => {
-                                (cx.state).check_arguments(to, arguments).err().map(|e| {
-                                    format!(
-                                        "`{to}` with arguments its argument type now refuses: {e}"
-                                    )
-                                })
-                            }
-                            _ => None,
-                        });
-                    if let Some(what) = gone {
-                        cx.set_quarantine(crate::store::RunFailure {
-                            code: "graph.incompatible".into(),
-                            message: format!(
-                                "journaled decision #{seq} in `{}` chose {what}",
-                                cx.state.name
-                            ),
-                        });
-                        return Err(interrupted());
+                    let redact = |s: &str| cx.inner.config.redact_text(s);
+                    let verdict = validate_answer(
+                        &options,
+                        &again,
+                        &check,
+                        &redact,
+                        cx.state.tools_per_answer.unwrap_or(1),
+                    )
+                    .and_then(|v| check_transition_arguments(cx.state, v, &redact));
+                    match verdict {
+                        Ok(v) if v == d => Ok(d),
+                        other => {
+                            let why = other.map_or_else(
+                                |r| r.to_string(),
+                                |_| "it now reads as another decision".to_owned(),
+                            );
+                            cx.set_quarantine(crate::store::RunFailure {
+                                code: "graph.incompatible".into(),
+                                message: format!(
+                                    "journaled decision #{seq} in `{}` chose {}, which the \
+                                     current graph and types refuse: {why}",
+                                    cx.state.name,
+                                    chosen(&d)
+                                ),
+                            });
+                            return Err(interrupted());
+                        }
                     }
-                    Ok(d)
                 }
                 (None, Some(r)) => Err(r),
                 (None, None) => {
@@ -259,6 +260,33 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
     }
 }
 
+/// A decision as the raw choices that give it: what the replay path validates again.
+fn raw_choices(d: &Decision) -> Vec<RawChoice> {
+    let raw = |name: &str, arguments: &Value| RawChoice {
+        name: name.to_owned(),
+        arguments: arguments.to_string(),
+    };
+    match d {
+        Decision::Transition { to, arguments } => vec![raw(to, arguments)],
+        Decision::Tool { tool, input } => vec![raw(tool, input)],
+        Decision::Tools { calls } => calls.iter().map(|c| raw(&c.tool, &c.input)).collect(),
+    }
+}
+
+/// What a decision chose, for a message: `` `Pay` with arguments ``, `` `Lookup` with its
+/// input ``.
+fn chosen(d: &Decision) -> String {
+    match d {
+        Decision::Transition { to, .. } => format!("`{to}` with arguments"),
+        Decision::Tool { tool, .. } => format!("`{tool}` with its input"),
+        Decision::Tools { calls } => calls
+            .iter()
+            .map(|c| format!("`{}`", c.tool))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 /// Which ask: its journal index, and how many earlier asks under it a crash interrupted.
 #[derive(Clone, Copy, Debug)]
 struct Asked {
@@ -332,8 +360,6 @@ async fn ask(
             (reply, Err(Rejection::new(e.rejection_code(), message)))
         }
     };
-    // The rejection goes back to the model and into errors: redacted like the journal. An
-    // accepted decision runs as validated; only its journaled copy is redacted.
     // What is stored of the answer's text (raw output, rejection message) hides, besides the
     // configured secrets, the values the answer put in sensitive or marked fields: the
     // decision keeps them sealed, its text must not keep them plain.
@@ -370,8 +396,8 @@ async fn ask(
 /// The configured redactor, hiding also every value an answer's calls put in a sensitive
 /// field or one their option's type marks secret (read from the arguments when they parse).
 fn answer_redactor(cx: &StepCx<'_>, reply: &RouterReply) -> crate::secrets::Redactor {
-    let config = &cx.inner.config;
-    let mut redactor = config.redactor();
+    let base = cx.inner.config.redactor();
+    let mut values = Vec::new();
     for choice in &reply.choices {
         let Ok(arguments) = serde_json::from_str::<Value>(&choice.arguments) else {
             continue;
@@ -384,16 +410,19 @@ fn answer_redactor(cx: &StepCx<'_>, reply: &RouterReply) -> crate::secrets::Reda
                 .map(|a| crate::secrets::marked_fields(&a.schema))
                 .unwrap_or_default(),
         };
-        let values = crate::secrets::SealPolicy {
-            redactor: &redactor,
-            marked: &marked,
-        }
-        .secret_values(&arguments);
-        for value in values {
-            redactor = redactor.with_secret(&value);
-        }
+        values.extend(
+            crate::secrets::SealPolicy {
+                redactor: &base,
+                marked: &marked,
+            }
+            .secret_values(&arguments),
+        );
     }
-    redactor
+    if values.is_empty() {
+        base
+    } else {
+        base.with_secrets(&values)
+    }
 }
 
 /// Seal, in place, the secret parts of an accepted decision: sensitive fields, and the

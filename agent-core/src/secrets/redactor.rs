@@ -79,9 +79,17 @@ impl Redactor {
     /// The same redactor, hiding `secret` too.
     #[must_use]
     pub fn with_secret(&self, secret: &str) -> Self {
+        self.with_secrets(&[secret])
+    }
+
+    /// The same redactor, hiding these `secrets` too.
+    #[must_use]
+    pub fn with_secrets<S: AsRef<str>>(&self, more: &[S]) -> Self {
         let mut secrets: Vec<String> = self.secrets.to_vec();
-        if secret.len() >= 4 && !secrets.iter().any(|s| s == secret) {
-            secrets.push(secret.to_owned());
+        for secret in more.iter().map(AsRef::as_ref) {
+            if secret.len() >= 4 && !secrets.iter().any(|s| s == secret) {
+                secrets.push(secret.to_owned());
+            }
         }
         Self {
             matchers: matchers(&secrets),
