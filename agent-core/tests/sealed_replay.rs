@@ -657,3 +657,118 @@ async fn signal_payloads_are_stored_sealed_and_opened_for_the_handler() {
     assert!(refused.to_string().contains("no sealing key"), "{refused}");
     assert!(store.pending_signals("nokey").await.unwrap().is_empty());
 }
+
+/// A session whose states carry a token (sensitive by name).
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+pub enum Session {
+    #[agent(initial, to(Using))]
+    Opening { user: String, token: String },
+    #[agent(to(Closed))]
+    Using {
+        user: String,
+        token: String,
+        uses: u32,
+    },
+    #[agent(terminal)]
+    Closed { uses: u32 },
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Sessions {
+    tokens: Arc<Mutex<Vec<String>>>,
+}
+
+impl SessionHandlers for Sessions {
+    async fn opening(
+        &self,
+        ctx: Ctx<'_, session::Opening>,
+        user: String,
+        token: String,
+    ) -> StepResult<session::Opening> {
+        self.tokens.lock().unwrap().push(token.clone());
+        Ok(ctx.to(session::Using::new(user, token, 1)))
+    }
+
+    async fn using(
+        &self,
+        ctx: Ctx<'_, session::Using>,
+        _user: String,
+        token: String,
+        uses: u32,
+    ) -> StepResult<session::Using> {
+        self.tokens.lock().unwrap().push(token);
+        Ok(ctx.to(session::Closed::new(uses + 1)))
+    }
+}
+
+fn sessions(
+    store: &Arc<dyn Store>,
+    handlers: &Sessions,
+    keys: SealKeys,
+) -> Runner<Session, Sessions> {
+    Runner::<Session, _>::new(
+        Arc::clone(store),
+        handlers.clone(),
+        durable_agents::ToolBox::new(),
+    )
+    .unwrap()
+    .with_config(RunnerConfig {
+        seal_keys: keys,
+        ..RunnerConfig::default()
+    })
+}
+
+/// A state's secret fields are stored sealed, the same text while they do not change (no
+/// churn in the history or its diffs), and reach each handler as they were.
+#[tokio::test]
+async fn state_fields_are_stored_sealed_and_stable() {
+    let token = "tok-state-field-5a6b7c";
+    let keys = SealKeys::generate("k1");
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let handlers = Sessions::default();
+    let r = sessions(&store, &handlers, keys.clone());
+    let opening = Session::Opening {
+        user: "ann".into(),
+        token: token.into(),
+    };
+    r.start("s", opening.clone()).await.unwrap();
+    let stored = store.load_run("s").await.unwrap().unwrap();
+    assert!(durable_agents::secrets::sealed_text(&stored.state["Opening"]["token"]).is_some());
+    // Crash after the first step is committed: the second step reads the sealed state.
+    let crash = Arc::new(CrashAt::new(FaultPoint::CommitApplied, 0));
+    let crashing = sessions(&store, &handlers, keys.clone()).with_faults(crash.clone());
+    assert!(crashing.run("s").await.is_err());
+    assert!(crash.fired());
+    release(&store, "s").await;
+    let done = r.run("s").await.unwrap();
+    assert_eq!(done.state_name, "Closed");
+    assert_eq!(*handlers.tokens.lock().unwrap(), [token, token]);
+    let text = stored_text(&store, "s").await;
+    assert!(!text.contains(token), "{text}");
+    // Sealed the same way in both states that hold it.
+    let using = store.state_at("s", 1).await.unwrap().unwrap();
+    let sealed_using = durable_agents::secrets::sealed_text(&using.state["Using"]["token"]).unwrap();
+    let sealed_opening =
+        durable_agents::secrets::sealed_text(&stored.state["Opening"]["token"]).unwrap();
+    assert_eq!(sealed_using, sealed_opening);
+    assert_eq!(keys.open(sealed_using).unwrap(), json!(token));
+
+    // A worker without the key holds the run; a runner without any key starts nothing.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    sessions(&store, &handlers, keys)
+        .start("h", opening.clone())
+        .await
+        .unwrap();
+    let held = sessions(&store, &handlers, SealKeys::generate("other"))
+        .run("h")
+        .await
+        .unwrap();
+    assert_eq!(held.status, RunStatus::Quarantined, "{held:?}");
+    assert_eq!(held.error.unwrap().code, "seal.key_missing");
+    let refused = sessions(&store, &handlers, SealKeys::new())
+        .start("n", opening)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("no sealing key"), "{refused}");
+    assert!(store.load_run("n").await.unwrap().is_none());
+}

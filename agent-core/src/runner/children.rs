@@ -140,15 +140,13 @@ impl StepCx<'_> {
                 )));
             }
             let id = child_run_id(&self.run_id, self.version, index);
+            let mut stored = state.clone();
+            config
+                .seal_state(&mut stored, &initial)
+                .map_err(|e| StepError::Handler(format!("child {index} of `{agent}`: {e}")))?;
             runs.push(
-                NewRun::new(
-                    id,
-                    agent,
-                    child.fingerprint(),
-                    initial.clone(),
-                    state.clone(),
-                )
-                .spawned_by(self.run_id.clone(), self.version),
+                NewRun::new(id, agent, child.fingerprint(), initial.clone(), stored)
+                    .spawned_by(self.run_id.clone(), self.version),
             );
         }
         let ids: Vec<Value> = runs.iter().map(|r| Value::String(r.id.clone())).collect();
@@ -262,7 +260,12 @@ impl StepCx<'_> {
                     self.run_id
                 )));
             };
-            out.push(found.swap_remove(i));
+            let mut child = found.swap_remove(i);
+            // The parent reads the child's state as it ran: its sealed values opened.
+            if let Err(e) = self.inner.config.seal_keys.open_all(&mut child.state) {
+                return Err(StepError::handler(format!("child run `{id}`: {e}")));
+            }
+            out.push(child);
         }
         Ok(out)
     }

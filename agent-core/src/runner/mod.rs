@@ -554,8 +554,9 @@ where
             .registered
             .get_or_try_init(|| self.inner.store.register_agent(self.inner.graph))
             .await?;
-        let state = serde_json::to_value(initial)
+        let mut state = serde_json::to_value(initial)
             .map_err(|e| StoreError::Backend(format!("initial state does not serialize: {e}")))?;
+        self.inner.config.seal_state(&mut state, name)?;
         Ok(
             NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
                 .with_labels(labels)
@@ -955,7 +956,15 @@ where
                 ),
             });
         }
-        let state = A::deserialize(&record.state).map_err(|e| RunFailure {
+        let opened = self
+            .inner
+            .config
+            .open_state(&record.state)
+            .map_err(|e| RunFailure {
+                code: e.code().to_owned(),
+                message: format!("state `{}`: {e}", record.state_name),
+            })?;
+        let state = A::deserialize(&*opened).map_err(|e| RunFailure {
             code: "state.corrupt".into(),
             message: format!(
                 "stored state of `{}` does not deserialize: {e}",
@@ -1178,9 +1187,48 @@ impl RunnerConfig {
         crate::secrets::SealPolicy {
             redactor: &redactor,
             marked,
+            stable: false,
         }
         .seal(value, &self.seal_keys, what)
         .map(|_| ())
+    }
+
+    /// A run's state as it is stored: the values of sensitive fields and strings holding a
+    /// configured secret sealed, each the same text for the same value (an unchanged field
+    /// stays the same from one commit to the next).
+    ///
+    /// # Errors
+    /// [`SealError::NoKey`](crate::secrets::SealError) when the state holds a secret and no
+    /// key is configured.
+    pub fn seal_state(
+        &self,
+        state: &mut Value,
+        name: &str,
+    ) -> Result<(), crate::secrets::SealError> {
+        let redactor = self.redactor();
+        crate::secrets::SealPolicy {
+            redactor: &redactor,
+            marked: &[],
+            stable: true,
+        }
+        .seal(state, &self.seal_keys, &format!("state `{name}`"))
+        .map(|_| ())
+    }
+
+    /// A stored state, its sealed values opened (a copy only when it holds any).
+    ///
+    /// # Errors
+    /// [`SealError::MissingKey`](crate::secrets::SealError) or `Corrupt`.
+    pub fn open_state<'v>(
+        &self,
+        state: &'v Value,
+    ) -> Result<std::borrow::Cow<'v, Value>, crate::secrets::SealError> {
+        if !crate::secrets::holds_sealed(state) {
+            return Ok(std::borrow::Cow::Borrowed(state));
+        }
+        let mut opened = state.clone();
+        self.seal_keys.open_all(&mut opened)?;
+        Ok(std::borrow::Cow::Owned(opened))
     }
 }
 

@@ -414,6 +414,7 @@ fn answer_redactor(cx: &StepCx<'_>, reply: &RouterReply) -> crate::secrets::Reda
             crate::secrets::SealPolicy {
                 redactor: &base,
                 marked: &marked,
+                stable: false,
             }
             .secret_values(&arguments),
         );

@@ -252,8 +252,13 @@ where
         ));
         return Box::pin(fail(runner, lease, &record, desc, &e)).await;
     }
-    let value = serde_json::to_value(&next)
+    let mut value = serde_json::to_value(&next)
         .map_err(|e| StoreError::Backend(format!("state `{to}` does not serialize: {e}")))?;
+    // A state holding a secret that cannot be stored sealed is not committed.
+    if let Err(e) = runner.inner.config.seal_state(&mut value, to) {
+        let e = StepError::Handler(e.to_string());
+        return Box::pin(fail(runner, lease, &record, desc, &e)).await;
+    }
     // The state the step began in is not needed past here (the commit carries the new
     // one, and the paths that keep the old one are behind): freed before the commit, which
     // waits with the other runs' commits, so that a run holds one state there, not two.
@@ -407,7 +412,17 @@ where
             code: error.code.clone(),
             message: error.message.clone(),
         };
-        if let Some(value) = error_state::<A>(runner.inner.graph.state(target), &failure) {
+        // Built, and stored sealed where it holds a secret; one that cannot be fails the run.
+        let value = error_state::<A>(runner.inner.graph.state(target), &failure).and_then(
+            |mut value| match runner.inner.config.seal_state(&mut value, target) {
+                Ok(()) => Some(value),
+                Err(e) => {
+                    tracing::error!(target = %target, error = %e, "the on_error state cannot be stored");
+                    None
+                }
+            },
+        );
+        if let Some(value) = value {
             let record = enter(
                 runner,
                 lease,

@@ -61,6 +61,7 @@ pub fn seal_signal_payload(
     SealPolicy {
         redactor: &redactor,
         marked: &marked,
+        stable: false,
     }
     .seal(payload, keys, &format!("the payload of signal `{name}`"))
     .map(|_| ())

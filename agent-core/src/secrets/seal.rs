@@ -191,11 +191,26 @@ impl SealKeys {
         }
     }
 
-    /// `value`, sealed with the active key.
+    /// `value`, sealed with the active key and a random nonce.
     ///
     /// # Errors
     /// [`SealError::NoKey`] when no key is configured (`what` says what was to be stored).
     pub fn seal(&self, value: &Value, what: &str) -> Result<Value, SealError> {
+        self.seal_with(value, what, false)
+    }
+
+    /// `value`, sealed with the active key and a nonce derived from the key and the value:
+    /// the same value seals to the same text (for states, whose unchanged fields must not
+    /// change at every commit and every diff). Reveals that two such values are equal,
+    /// nothing else.
+    ///
+    /// # Errors
+    /// As [`Self::seal`].
+    pub fn seal_stable(&self, value: &Value, what: &str) -> Result<Value, SealError> {
+        self.seal_with(value, what, true)
+    }
+
+    fn seal_with(&self, value: &Value, what: &str, stable: bool) -> Result<Value, SealError> {
         let (Some(id), Some(key)) = (
             self.active.as_deref(),
             self.active.as_deref().and_then(|id| self.keys.get(id)),
@@ -205,8 +220,20 @@ impl SealKeys {
             });
         };
         let cipher = XChaCha20Poly1305::new(key);
-        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
         let plain = serde_json::to_vec(value).map_err(|e| SealError::Corrupt(e.to_string()))?;
+        let nonce = if stable {
+            // A keyed hash of the value: distinct values get distinct nonces (but for a
+            // SHA-256 collision), and the key never meets the cipher's key stream directly.
+            use sha2::Digest as _;
+            let digest = sha2::Sha256::new()
+                .chain_update(b"durable-agents stable nonce v1")
+                .chain_update(key.as_slice())
+                .chain_update(&plain)
+                .finalize();
+            *XNonce::from_slice(&digest[..NONCE_LEN])
+        } else {
+            XChaCha20Poly1305::generate_nonce(&mut OsRng)
+        };
         let aad = associated(id);
         let sealed = cipher
             .encrypt(
@@ -290,6 +317,8 @@ pub struct SealPolicy<'a> {
     pub redactor: &'a Redactor,
     /// Field names marked secret in the value's type ([`marked_fields`]).
     pub marked: &'a [String],
+    /// Seal with [`SealKeys::seal_stable`] (states) rather than a random nonce.
+    pub stable: bool,
 }
 
 impl SealPolicy<'_> {
@@ -309,8 +338,15 @@ impl SealPolicy<'_> {
             }
             _ => false,
         };
+        let seal = |v: &Value, what: &str| {
+            if self.stable {
+                keys.seal_stable(v, what)
+            } else {
+                keys.seal(v, what)
+            }
+        };
         if must {
-            *value = keys.seal(value, what)?;
+            *value = seal(value, what)?;
             return Ok(true);
         }
         let mut any = false;
@@ -326,7 +362,7 @@ impl SealPolicy<'_> {
                         || self.marked.iter().any(|m| m.eq_ignore_ascii_case(k))
                     {
                         if !v.is_null() {
-                            *v = keys.seal(v, &format!("{what} (field `{k}`)"))?;
+                            *v = seal(v, &format!("{what} (field `{k}`)"))?;
                             any = true;
                         }
                     } else {
@@ -581,6 +617,7 @@ mod tests {
         let policy = SealPolicy {
             redactor: &redactor,
             marked: &marked,
+            stable: false,
         };
         let original = json!({
             "user": "ann",
