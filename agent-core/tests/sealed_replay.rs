@@ -747,7 +747,8 @@ async fn state_fields_are_stored_sealed_and_stable() {
     assert!(!text.contains(token), "{text}");
     // Sealed the same way in both states that hold it.
     let using = store.state_at("s", 1).await.unwrap().unwrap();
-    let sealed_using = durable_agents::secrets::sealed_text(&using.state["Using"]["token"]).unwrap();
+    let sealed_using =
+        durable_agents::secrets::sealed_text(&using.state["Using"]["token"]).unwrap();
     let sealed_opening =
         durable_agents::secrets::sealed_text(&stored.state["Opening"]["token"]).unwrap();
     assert_eq!(sealed_using, sealed_opening);

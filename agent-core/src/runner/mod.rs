@@ -99,17 +99,16 @@ pub struct RunnerConfig {
     /// hashes are computed on the values as executed. Fields a type marks secret
     /// ([`Secret`](crate::secrets::Secret), `x-sealed`) are sealed too.
     pub redact_fields: Vec<String>,
-    /// Secret values (API keys, passwords, tokens the tools hold) replaced by `"[redacted]"`
-    /// wherever they appear: tool inputs, outputs and error messages as journaled, the run's
-    /// error and `on_error` state, what the router sees, the decision's raw output, and the
-    /// runner's logs, every string of a decision record (the model's name, echoed option
-    /// names, rejection messages, the raw output before it is truncated), and escaped forms
-    /// of a secret inside JSON text (`\u0073k-...`, `\/`, escaped twice inside an escaped
-    /// argument string). Values shorter than 4 characters are ignored (they would shred
-    /// text). Found in every encoding the [`Redactor`] knows (JSON escapes, percent-encoding,
-    /// hex, base64) and in object keys. A stored value that a resumed run executes again and
-    /// that holds one is sealed, not replaced; a model's answer that holds one is refused as
-    /// exfiltration (`decision.exfiltration`) and nothing in it runs.
+    /// Secret values (API keys, passwords, tokens the tools hold), found plainly, JSON-escaped,
+    /// percent-encoded, in hex or in base64, whole or in pieces of
+    /// [`SECRET_PIECE`] characters, in values and in object keys ([`Redactor`]). Where a
+    /// resumed run executes a value again (tool inputs and outputs, decisions, states,
+    /// signal payloads) a string or key holding one is stored sealed; everywhere else (error
+    /// messages, the run's error, what the router is shown, the decision's raw output and
+    /// rejection messages, logs, the live token bus) it is replaced by `"[redacted]"`. A
+    /// model's answer that holds one is refused as exfiltration (`decision.exfiltration`)
+    /// and nothing in it runs. Values shorter than 4 characters are ignored (they would
+    /// shred text).
     pub secrets: Vec<String>,
     /// The keys secret values are sealed with ([`SealKeys`]: the active one seals, every
     /// configured one opens what it sealed). Empty by default: a step that must store a

@@ -301,15 +301,13 @@ fn replace_ranges(text: &str, mut ranges: Vec<(usize, usize)>) -> String {
 
 /// The automatons of one list of secrets.
 struct Matchers {
-    /// Every pattern of both automatons, to tell how much of a stream's end could begin one.
+    /// Every pattern, to tell how much of a stream's end could begin one.
     patterns: Vec<String>,
     /// Every piece of [`SECRET_PIECE`] characters of every secret (the whole secret when
-    /// shorter), as written: looked for in the text, its JSON-unescaped and its
-    /// percent-decoded views.
-    plain: AhoCorasick,
-    /// The same pieces in hex (both cases) and base64 (both alphabets, three alignments):
-    /// looked for in the text and its unescaped views.
-    encoded: AhoCorasick,
+    /// shorter) as written, in hex (both cases) and in base64 (both alphabets, three
+    /// alignments): one automaton, one pass over the text and over each of its decoded
+    /// (JSON-unescaped, percent-decoded) views.
+    all: AhoCorasick,
 }
 
 impl Matchers {
@@ -335,6 +333,15 @@ impl Matchers {
 
     /// The raw byte ranges of `text` that show a secret or a piece of one.
     fn ranges(&self, text: &str) -> Vec<(usize, usize)> {
+        // The text as it is, read directly; decoded views only when there is something to
+        // decode.
+        let mut ranges: Vec<(usize, usize)> = (self.all.find_overlapping_iter(text))
+            .map(|m| (m.start(), m.end()))
+            .collect();
+        let (escaped, percent) = (text.contains('\\'), text.contains('%'));
+        if !escaped && !percent {
+            return ranges;
+        }
         let mut view: Vec<Decoded> = text
             .char_indices()
             .map(|(i, c)| Decoded {
@@ -343,13 +350,13 @@ impl Matchers {
                 end: i + c.len_utf8(),
             })
             .collect();
-        let mut ranges = Vec::new();
         let mut level = 0;
         loop {
-            self.scan(&view, &mut ranges);
+            if level > 0 {
+                find(&view, &self.all, &mut ranges);
+            }
             if view.iter().any(|d| d.c == '%') {
-                let decoded = percent_decode(&view);
-                find(&decoded, &self.plain, &mut ranges);
+                find(&percent_decode(&view), &self.all, &mut ranges);
             }
             level += 1;
             if level > ESCAPE_LEVELS || !view.iter().any(|d| d.c == '\\') {
@@ -358,11 +365,6 @@ impl Matchers {
             view = unescape_once(&view);
         }
         ranges
-    }
-
-    fn scan(&self, view: &[Decoded], ranges: &mut Vec<(usize, usize)>) {
-        find(view, &self.plain, ranges);
-        find(view, &self.encoded, ranges);
     }
 }
 
@@ -405,10 +407,15 @@ fn matchers(secrets: &[String]) -> Option<Arc<Matchers>> {
     }
     // Pieces are plain strings; building fails only past the automaton's size limits,
     // which a list of secrets never reaches.
+    let patterns: Vec<String> = plain.into_iter().chain(encoded).collect();
     let m = Arc::new(Matchers {
-        plain: AhoCorasick::new(&plain).ok()?,
-        encoded: AhoCorasick::new(&encoded).ok()?,
-        patterns: plain.iter().chain(&encoded).cloned().collect(),
+        // A DFA: a few hundred short patterns make a small one, and it reads every text the
+        // runner stores or streams.
+        all: AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .build(&patterns)
+            .ok()?,
+        patterns,
     });
     if cache.len() >= CACHED_LISTS {
         cache.clear();
