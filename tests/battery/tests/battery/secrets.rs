@@ -700,6 +700,19 @@ fn planted_shapes() -> Vec<(&'static str, u16, String)> {
             "openai",
             openai("c", "m", "", "Closed", r#"{\"note\":\"@\"}"#, "null", "x"),
         ),
+        // As a key of the arguments, not a value.
+        ok(
+            "openai",
+            openai(
+                "c",
+                "m",
+                "",
+                "Profile",
+                r#"{\"@\":1}"#,
+                "null",
+                "tool_calls",
+            ),
+        ),
         ok(
             "openai",
             openai("c", "m", "", "Closed", "{}", r#""I will not: @""#, "stop"),
@@ -738,6 +751,10 @@ fn planted_shapes() -> Vec<(&'static str, u16, String)> {
         ok(
             "anthropic",
             anthropic("msg", "m", "", "Profile", r#"{"user":"@"}"#, "tool_use"),
+        ),
+        ok(
+            "anthropic",
+            anthropic("msg", "m", "", "Profile", r#"{"@":1}"#, "tool_use"),
         ),
         ok(
             "anthropic",
@@ -789,6 +806,6 @@ async fn a_secret_planted_in_any_response_field_is_never_stored() {
             checked += 1;
         }
     }
-    assert!(checked >= 120, "{checked} cases");
+    assert!(checked >= 130, "{checked} cases");
     println!("planted cases checked: {checked}");
 }
