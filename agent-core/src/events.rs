@@ -16,7 +16,7 @@
 //! cursor and are never read back: a client that reconnects gets the committed answer.
 //!
 //! ```
-//! use std::sync::{Arc, Mutex};
+//! use std::sync::Arc;
 //! use durable_agents::events::Follower;
 //! use durable_agents::store::{memory::MemoryStore, EventCursor, EventKind, EventScope, NewRun, Store};
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -453,9 +453,9 @@ impl TokenSink {
         }
     }
 
-    /// Publish a delta of the model's text, redacted: with secrets configured, the last
-    /// [`STREAM_HOLD_BACK`](crate::secrets::STREAM_HOLD_BACK) bytes wait for what follows
-    /// them (or for [`finish`](Self::finish)).
+    /// Publish a delta of the model's text, redacted: with secrets configured, the end of
+    /// the text that could still begin one waits for what follows it (or for
+    /// [`finish`](Self::finish)); see [`StreamRedactor`].
     pub fn token(&self, text: &str) {
         let Some(t) = &self.0 else { return };
         if text.is_empty() || t.bus.tx.receiver_count() == 0 {

@@ -93,8 +93,8 @@ pub struct RunnerConfig {
     pub store_retries: u32,
     /// Sensitive field names (matched case-insensitively, at any depth). Their values are
     /// stored *sealed* ([`seal_keys`](Self::seal_keys)) in what a resumed run executes
-    /// again (journaled tool inputs and outputs, the model's decisions, children's inputs),
-    /// so replay opens them and executes exactly what was first executed; everywhere else
+    /// again (journaled tool inputs and outputs, the model's decisions, children's inputs,
+    /// run states, signal payloads), so replay opens them and executes exactly what was first executed; everywhere else
     /// (what the router is shown, logs, events) they are replaced by `"[redacted]"`. Input
     /// hashes are computed on the values as executed. Fields a type marks secret
     /// ([`Secret`](crate::secrets::Secret), `x-sealed`) are sealed too.
@@ -113,8 +113,8 @@ pub struct RunnerConfig {
     /// The keys secret values are sealed with ([`SealKeys`]: the active one seals, every
     /// configured one opens what it sealed). Empty by default: a step that must store a
     /// secret without a key fails with `seal.no_key` before anything runs, and a run whose
-    /// journal holds a value sealed with a key not configured here is quarantined with
-    /// `seal.key_missing`. [`SealKeys::from_env`] reads them from
+    /// journal, state or signal holds a value sealed with a key not configured here is
+    /// quarantined with `seal.key_missing`. [`SealKeys::from_env`] reads them from
     /// [`SEAL_KEYS_ENV`](crate::secrets::SEAL_KEYS_ENV).
     pub seal_keys: SealKeys,
     /// How many child runs one step may start ([`Ctx::spawn_all`](crate::Ctx::spawn_all));
