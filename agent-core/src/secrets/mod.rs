@@ -26,7 +26,7 @@ pub use redactor::{
 };
 pub use seal::{
     SEAL_KEYS_ENV, SEALED, SEALED_KEYWORD, SealError, SealKeys, SealPolicy, holds_sealed,
-    marked_fields, new_key_spec, sealed_text, show_sealed,
+    marked_fields, new_key_spec, sealed_text, show_sealed, shown,
 };
 
 /// The field names whose values are secret by default ([`RunnerConfig::redact_fields`]),

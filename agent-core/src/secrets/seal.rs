@@ -450,6 +450,19 @@ pub fn show_sealed(value: &mut Value) {
     }
 }
 
+/// `value` as people see it: every sealed envelope shown as `"[sealed:<key id>]"`, without
+/// a copy when it holds none.
+#[must_use]
+pub fn shown(value: &Value) -> std::borrow::Cow<'_, Value> {
+    if holds_sealed(value) {
+        let mut copy = value.clone();
+        show_sealed(&mut copy);
+        std::borrow::Cow::Owned(copy)
+    } else {
+        std::borrow::Cow::Borrowed(value)
+    }
+}
+
 /// The names of the properties a JSON Schema marks secret ([`SEALED_KEYWORD`]), at any
 /// depth (through `properties`, `items`, `anyOf`/`oneOf`/`allOf`, `additionalProperties`
 /// and `$ref`s into `$defs`). A name marked anywhere in a type is sealed anywhere in its
@@ -639,6 +652,11 @@ mod tests {
         let mut opened = v.clone();
         keys.open_all(&mut opened).unwrap();
         assert_eq!(opened, original);
+        let plain = json!({"user": "ann"});
+        assert!(matches!(super::shown(&plain), std::borrow::Cow::Borrowed(_)));
+        let display = super::shown(&v);
+        assert_eq!(display["pin"], json!("[sealed:k1]"));
+        assert!(!display.to_string().contains(SEALED), "{display}");
         let mut shown = v;
         show_sealed(&mut shown);
         assert_eq!(shown["pin"], json!("[sealed:k1]"));

@@ -796,7 +796,9 @@ pub(crate) async fn entry(
             .ok_or_else(|| {
                 PageError::not_found(format!("run `{id}` has no entry {version}.{seq}"))
             })?;
-        let json = serde_json::to_string_pretty(&entry).unwrap_or_default();
+        let entry = serde_json::to_value(&entry).unwrap_or_default();
+        let json =
+            serde_json::to_string_pretty(&*agent_core::secrets::shown(&entry)).unwrap_or_default();
         let title = format!("Entry {version}.{seq} of run {id}");
         Ok(EntryPage {
             root: &root,

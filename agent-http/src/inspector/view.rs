@@ -32,9 +32,11 @@ pub(crate) fn time(ms: Millis) -> String {
     )
 }
 
-/// JSON, pretty, cut at `max` bytes (on a character boundary) with a note saying so.
+/// JSON, pretty, sealed values shown as sealed (`"[sealed:<key id>]"`), cut at `max` bytes
+/// (on a character boundary) with a note saying so.
 pub(crate) fn json(value: &Value, max: usize) -> (String, bool) {
-    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    let value = agent_core::secrets::shown(value);
+    let text = serde_json::to_string_pretty(&*value).unwrap_or_else(|_| value.to_string());
     if text.len() <= max {
         return (text, false);
     }

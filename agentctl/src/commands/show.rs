@@ -3,6 +3,7 @@
 //! Each committed version is one row; under it, the calls of the step that started from it
 //! (journal entries with that version): tool calls, router decisions and compensations.
 
+use agent_core::secrets::shown;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -109,7 +110,7 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
                 Cell::new(s.id),
                 Cell::new(&s.name),
                 Cell::new(fmt_time(s.created_at)),
-                Cell::new(ellipsize(&s.payload.to_string(), 80)),
+                Cell::new(ellipsize(&shown(&s.payload).to_string(), 80)),
             ]);
         }
         cx.out.print_table(&table);
@@ -212,9 +213,9 @@ fn state_data(name: &str, state: &serde_json::Value) -> Option<String> {
     match state {
         serde_json::Value::String(s) if s == name => None,
         serde_json::Value::Object(map) if map.len() == 1 && map.contains_key(name) => {
-            Some(map[name].to_string())
+            Some(shown(&map[name]).to_string())
         }
-        other => Some(other.to_string()),
+        other => Some(shown(other).to_string()),
     }
 }
 
@@ -532,7 +533,7 @@ fn decision_detail(e: &JournalEntry) -> String {
         (Some(Decision::Transition { to, .. }), _) => parts.push(format!("chose → {to}")),
         (Some(Decision::Tool { tool, input }), _) => parts.push(format!(
             "chose tool {tool} {}",
-            ellipsize(&input.to_string(), 40)
+            ellipsize(&shown(input).to_string(), 40)
         )),
         (Some(Decision::Tools { calls }), _) => {
             let names: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
