@@ -141,7 +141,7 @@ impl StepCx<'_> {
             }
             let id = child_run_id(&self.run_id, self.version, index);
             let mut stored = state.clone();
-            config
+            self.inner
                 .seal_state(&mut stored, &initial)
                 .map_err(|e| StepError::Handler(format!("child {index} of `{agent}`: {e}")))?;
             runs.push(

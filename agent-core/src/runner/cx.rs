@@ -169,7 +169,7 @@ impl<'r> StepCx<'r> {
         marked: &[String],
         what: &str,
     ) -> Result<Value, SealError> {
-        self.inner.config.seal_value(&mut value, marked, what)?;
+        self.inner.seal_value(&mut value, marked, what)?;
         Ok(value)
     }
 
@@ -562,7 +562,7 @@ impl<'r> StepCx<'r> {
                 &self.run_id,
                 self.version,
                 seq,
-                &self.inner.config.redactor(),
+                &self.inner.redactor,
             ),
         };
         let result = self.attempts(tool, &input, cx, &mut entry).await;
@@ -623,7 +623,7 @@ impl<'r> StepCx<'r> {
                     e.tool = Some(tool.name().to_owned());
                     // Many clients put credentials in their errors: scrub at the source, so
                     // neither the journal, the handler, the router nor the logs see them.
-                    e.message = self.inner.config.redact_text(&e.message);
+                    e.message = self.inner.redact_text(&e.message);
                     if !e.class.is_retryable() || attempt_in_call >= policy.retry.max_attempts {
                         return Err(e);
                     }

@@ -279,6 +279,8 @@ pub(crate) struct Inner {
     pub(crate) switches: cx::ToolSwitches,
     /// Per tool, the input fields its schema marks secret (computed at first use).
     pub(crate) marked: cx::MarkedFields,
+    /// The configuration's one redactor, built when the configuration is set.
+    pub(crate) redactor: Redactor,
 }
 
 /// What a step knows of its run's journal and signals before it reads them.
@@ -426,6 +428,7 @@ where
                 registered: tokio::sync::OnceCell::new(),
                 switches: cx::ToolSwitches::default(),
                 marked: cx::MarkedFields::default(),
+                redactor: RunnerConfig::default().redactor(),
             }),
             handlers: Arc::new(handlers),
             agent: PhantomData,
@@ -462,7 +465,9 @@ where
     /// Replace the settings.
     #[must_use]
     pub fn with_config(mut self, config: RunnerConfig) -> Self {
-        self.inner_mut().config = config;
+        let inner = self.inner_mut();
+        inner.redactor = config.redactor();
+        inner.config = config;
         self
     }
 
@@ -555,7 +560,7 @@ where
             .await?;
         let mut state = serde_json::to_value(initial)
             .map_err(|e| StoreError::Backend(format!("initial state does not serialize: {e}")))?;
-        self.inner.config.seal_state(&mut state, name)?;
+        self.inner.seal_state(&mut state, name)?;
         Ok(
             NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
                 .with_labels(labels)
@@ -591,7 +596,7 @@ where
             .graph
             .signal_payload_schema(name)
             .map_or_else(Vec::new, crate::secrets::marked_fields);
-        self.inner.config.seal_value(
+        self.inner.seal_value(
             &mut payload,
             &marked,
             &format!("the payload of signal `{name}`"),
@@ -1182,14 +1187,14 @@ impl RunnerConfig {
         marked: &[String],
         what: &str,
     ) -> Result<(), crate::secrets::SealError> {
-        let redactor = self.redactor();
-        crate::secrets::SealPolicy {
-            redactor: &redactor,
+        seal_with(
+            &self.redactor(),
+            &self.seal_keys,
+            value,
             marked,
-            stable: false,
-        }
-        .seal(value, &self.seal_keys, what)
-        .map(|_| ())
+            what,
+            false,
+        )
     }
 
     /// A run's state as it is stored: the values of sensitive fields and strings holding a
@@ -1204,14 +1209,8 @@ impl RunnerConfig {
         state: &mut Value,
         name: &str,
     ) -> Result<(), crate::secrets::SealError> {
-        let redactor = self.redactor();
-        crate::secrets::SealPolicy {
-            redactor: &redactor,
-            marked: &[],
-            stable: true,
-        }
-        .seal(state, &self.seal_keys, &format!("state `{name}`"))
-        .map(|_| ())
+        let what = format!("state `{name}`");
+        seal_with(&self.redactor(), &self.seal_keys, state, &[], &what, true)
     }
 
     /// A stored state, its sealed values opened (a copy only when it holds any).
@@ -1228,6 +1227,67 @@ impl RunnerConfig {
         let mut opened = state.clone();
         self.seal_keys.open_all(&mut opened)?;
         Ok(std::borrow::Cow::Owned(opened))
+    }
+}
+
+/// Seal `value` by the policy of `redactor` (its field names and secrets) and `marked`.
+fn seal_with(
+    redactor: &Redactor,
+    keys: &SealKeys,
+    value: &mut Value,
+    marked: &[String],
+    what: &str,
+    stable: bool,
+) -> Result<(), crate::secrets::SealError> {
+    crate::secrets::SealPolicy {
+        redactor,
+        marked,
+        stable,
+    }
+    .seal(value, keys, what)
+    .map(|_| ())
+}
+
+/// The configuration's redaction and sealing, with its redactor built once.
+impl Inner {
+    pub(crate) fn redact_text(&self, text: &str) -> String {
+        self.redactor.text(text)
+    }
+
+    pub(crate) fn redact_value(&self, value: &mut Value) {
+        self.redactor.value(value);
+    }
+
+    pub(crate) fn seal_value(
+        &self,
+        value: &mut Value,
+        marked: &[String],
+        what: &str,
+    ) -> Result<(), crate::secrets::SealError> {
+        seal_with(
+            &self.redactor,
+            &self.config.seal_keys,
+            value,
+            marked,
+            what,
+            false,
+        )
+    }
+
+    pub(crate) fn seal_state(
+        &self,
+        state: &mut Value,
+        name: &str,
+    ) -> Result<(), crate::secrets::SealError> {
+        let what = format!("state `{name}`");
+        seal_with(
+            &self.redactor,
+            &self.config.seal_keys,
+            state,
+            &[],
+            &what,
+            true,
+        )
     }
 }
 

@@ -115,7 +115,7 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                         choices: raw_choices(&d),
                         ..RouterReply::default()
                     };
-                    let redact = |s: &str| cx.inner.config.redact_text(s);
+                    let redact = |s: &str| cx.inner.redact_text(s);
                     let verdict = validate_answer(
                         &options,
                         &again,
@@ -172,16 +172,16 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                     &cx.run_id,
                     cx.version,
                     seq,
-                    &cx.inner.config.redactor(),
+                    &cx.inner.redactor,
                 ),
             };
-            let config = &cx.inner.config;
-            config.redact_value(&mut request.state_data);
+            let inner = cx.inner;
+            inner.redact_value(&mut request.state_data);
             for r in &mut request.tool_results {
-                config.redact_value(&mut r.output);
+                inner.redact_value(&mut r.output);
             }
             for f in &mut request.feedback {
-                *f = config.redact_text(f);
+                *f = inner.redact_text(f);
             }
             request.trim_to_budget(cx.inner.config.prompt_token_budget);
             let span = info_span!("decision", run_id = %cx.run_id, state = %cx.state.name, version = cx.version, seq);
@@ -305,7 +305,7 @@ async fn ask(
     Asked { seq, prior }: Asked,
 ) -> Result<Result<Decision, Rejection>, StepError> {
     let config = &cx.inner.config;
-    let redact = |s: &str| config.redact_text(s);
+    let redact = |s: &str| cx.inner.redact_text(s);
     // Journaled before it is sent, so that an ask a crash interrupts leaves a trace (and an
     // event a follower sees while the model thinks); the answer replaces it.
     let input = json!({
@@ -396,7 +396,7 @@ async fn ask(
 /// The configured redactor, hiding also every value an answer's calls put in a sensitive
 /// field or one their option's type marks secret (read from the arguments when they parse).
 fn answer_redactor(cx: &StepCx<'_>, reply: &RouterReply) -> crate::secrets::Redactor {
-    let base = cx.inner.config.redactor();
+    let base = cx.inner.redactor.clone();
     let mut values = Vec::new();
     for choice in &reply.choices {
         let Ok(arguments) = serde_json::from_str::<Value>(&choice.arguments) else {
@@ -449,7 +449,7 @@ fn seal_decision(cx: &StepCx<'_>, decision: &mut Decision) -> Result<(), SealErr
                 .arguments_of(to)
                 .map(|a| crate::secrets::marked_fields(&a.schema))
                 .unwrap_or_default();
-            cx.inner.config.seal_value(
+            cx.inner.seal_value(
                 arguments,
                 &marked,
                 &format!("the arguments of the transition to `{to}`"),
@@ -457,7 +457,7 @@ fn seal_decision(cx: &StepCx<'_>, decision: &mut Decision) -> Result<(), SealErr
         }
         Decision::Tools { calls } => calls.iter_mut().try_for_each(|call| {
             let marked = marked_tool(&call.tool);
-            cx.inner.config.seal_value(
+            cx.inner.seal_value(
                 &mut call.input,
                 &marked,
                 &format!("the model's call of `{}`", call.tool),

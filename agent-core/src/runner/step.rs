@@ -255,7 +255,7 @@ where
     let mut value = serde_json::to_value(&next)
         .map_err(|e| StoreError::Backend(format!("state `{to}` does not serialize: {e}")))?;
     // A state holding a secret that cannot be stored sealed is not committed.
-    if let Err(e) = runner.inner.config.seal_state(&mut value, to) {
+    if let Err(e) = runner.inner.seal_state(&mut value, to) {
         let e = StepError::Handler(e.to_string());
         return Box::pin(fail(runner, lease, &record, desc, &e)).await;
     }
@@ -397,7 +397,7 @@ where
 {
     let error = RunFailure {
         code: e.code().to_owned(),
-        message: runner.inner.config.redact_text(&e.to_string()),
+        message: runner.inner.redact_text(&e.to_string()),
     };
     tracing::warn!(
         run_id = %record.id,
@@ -414,7 +414,7 @@ where
         };
         // Built, and stored sealed where it holds a secret; one that cannot be fails the run.
         let value = error_state::<A>(runner.inner.graph.state(target), &failure).and_then(
-            |mut value| match runner.inner.config.seal_state(&mut value, target) {
+            |mut value| match runner.inner.seal_state(&mut value, target) {
                 Ok(()) => Some(value),
                 Err(e) => {
                     tracing::error!(target = %target, error = %e, "the on_error state cannot be stored");

@@ -653,7 +653,10 @@ mod tests {
         keys.open_all(&mut opened).unwrap();
         assert_eq!(opened, original);
         let plain = json!({"user": "ann"});
-        assert!(matches!(super::shown(&plain), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(
+            super::shown(&plain),
+            std::borrow::Cow::Borrowed(_)
+        ));
         let display = super::shown(&v);
         assert_eq!(display["pin"], json!("[sealed:k1]"));
         assert!(!display.to_string().contains(SEALED), "{display}");
