@@ -46,6 +46,7 @@ mod auth;
 mod error;
 mod events;
 mod extract;
+mod hosts;
 mod inspector;
 mod limits;
 mod openapi;
@@ -78,6 +79,7 @@ pub struct ApiConfig {
     ephemeral: Option<EphemeralBus>,
     agents: agents::Starters,
     seal_keys: SealKeys,
+    allowed_hosts: Vec<String>,
 }
 
 impl Default for ApiConfig {
@@ -90,6 +92,7 @@ impl Default for ApiConfig {
             ephemeral: None,
             agents: agents::Starters::default(),
             seal_keys: SealKeys::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -126,6 +129,20 @@ impl ApiConfig {
             .map_err(|_| ApiError::bad_request(format!("not an origin: `{origin}`")))?;
         self.cors_origins.push(value);
         Ok(self)
+    }
+
+    /// Answer requests naming `host` (a name or an address, a port ignored) without the
+    /// token, besides the loopback names (`localhost`, `127.0.0.1`, `::1`), which a server
+    /// always answers to. A request naming any other host is refused (`403`) unless it
+    /// carries the token: a page whose name an attacker points at this machine (DNS
+    /// rebinding) cannot read through the user's browser.
+    #[must_use]
+    pub fn with_allowed_hosts<S: Into<String>>(
+        mut self,
+        hosts: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.allowed_hosts.extend(hosts.into_iter().map(Into::into));
+        self
     }
 
     /// The keys a signal's payload is sealed with before it is stored, as a runner seals it
@@ -219,7 +236,7 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         auth::check,
     ));
     // The inspector's pages (`/ui/`) check reads their own way (a sign-in cookie too).
-    let mut app = api.merge(limits(inspector::routes(state, auth)));
+    let mut app = api.merge(limits(inspector::routes(state, Arc::clone(&auth))));
     if !config.cors_origins.is_empty() {
         app = app.layer(
             CorsLayer::new()
@@ -228,7 +245,10 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
                 .allow_headers(tower_http::cors::Any),
         );
     }
-    app
+    // Outermost: a request naming a host the server does not answer to is refused before
+    // anything, the inspector's pages included.
+    let hosts = Arc::new(hosts::Hosts::new(&config.allowed_hosts, auth));
+    app.layer(axum::middleware::from_fn_with_state(hosts, hosts::check))
 }
 
 /// Why [`serve`] did not start.
@@ -291,6 +311,10 @@ pub async fn serve_on(
             return Err(ServeError::NoToken(addr));
         }
         config.reads_need_token = true;
+        // The address it listens on is a name it answers to.
+        if !addr.ip().is_unspecified() {
+            config.allowed_hosts.push(addr.ip().to_string());
+        }
     }
     tracing::info!(%addr, "serving the store over HTTP");
     axum::serve(listener, router(store, config))

@@ -454,3 +454,64 @@ async fn cors_headers_only_for_configured_origins() {
         RunStatus::Waiting
     );
 }
+
+/// DNS rebinding: a page whose name an attacker points at 127.0.0.1 reads through the
+/// user's browser with `Host: attacker.example`. Every read (API and inspector) naming a
+/// host the server does not answer to is refused without the token; loopback names, a
+/// configured name, and any name with the token pass.
+#[tokio::test]
+async fn a_foreign_host_is_refused_without_the_token() {
+    let db = fixture_db().await;
+    let server = Server::serve(
+        &db.store,
+        ApiConfig::default()
+            .with_token(TOKEN)
+            .with_allowed_hosts(["agents.internal"]),
+    )
+    .await;
+    let get = |path: &'static str, host: &'static str, token: bool| {
+        let mut request = client().get(server.url(path)).header("host", host);
+        if token {
+            request = request.bearer_auth(TOKEN);
+        }
+        request.send()
+    };
+    for path in [
+        "/v1/runs",
+        "/v1/runs/order-waiting",
+        "/ui/",
+        "/v1/openapi.json",
+    ] {
+        for host in [
+            "attacker.example",
+            "attacker.example:8080",
+            "127.0.0.1.attacker.example",
+        ] {
+            let (status, body) = json(get(path, host, false).await.unwrap()).await;
+            assert_error(status, &body, 403, "forbidden");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("DNS rebinding"),
+                "{path} {host}: {body}"
+            );
+            let ok = get(path, host, true).await.unwrap();
+            assert!(
+                ok.status().is_success(),
+                "{path} {host} with the token: {}",
+                ok.status()
+            );
+        }
+        for host in [
+            "localhost:1234",
+            "127.0.0.1",
+            "[::1]:80",
+            "LOCALHOST",
+            "agents.internal:443",
+        ] {
+            let ok = get(path, host, false).await.unwrap();
+            assert!(ok.status().is_success(), "{path} {host}: {}", ok.status());
+        }
+    }
+}

@@ -164,6 +164,11 @@ pub(crate) struct ServeArgs {
     /// Let browsers on this origin call the API (repeat it; none by default).
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     pub cors_origins: Vec<String>,
+    /// Answer requests naming this host without the token (repeat it), besides
+    /// `localhost`, `127.0.0.1` and `::1`: any other `Host` is refused unless the request
+    /// carries the token (a guard against DNS rebinding).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -28,7 +28,9 @@ pub(super) async fn run(cx: Ctx, args: ServeArgs) -> Result<ExitCode> {
     // Signals sent through the API are stored sealed as a worker stores them.
     let keys =
         agent_core::secrets::SealKeys::from_env().map_err(|e| CliError::usage(e.to_string()))?;
-    let mut config = ApiConfig::default().with_seal_keys(keys);
+    let mut config = ApiConfig::default()
+        .with_seal_keys(keys)
+        .with_allowed_hosts(args.allowed_hosts.iter().cloned());
     let has_token = token.is_some();
     if let Some(token) = token {
         config = config.with_token(token);
