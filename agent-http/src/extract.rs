@@ -21,11 +21,29 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let req = without_nul(req, state).await?;
         <axum::Json<T> as FromRequest<S>>::from_request(req, state)
             .await
             .map(|axum::Json(v)| Self(v))
             .map_err(|r| json_rejection(&r))
     }
+}
+
+/// The request, its body read (within the body limit) and refused when a string in it
+/// holds a NUL ([`crate::edge`]); then given back whole to axum's JSON extractor.
+async fn without_nul<S: Send + Sync>(req: Request, state: &S) -> Result<Request, ApiError> {
+    let headers = req.headers().clone();
+    let bytes = axum::body::Bytes::from_request(req, state)
+        .await
+        .map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
+    if crate::edge::json_holds_nul(&bytes) {
+        return Err(ApiError::bad_request(
+            "a string of the body holds a NUL character: names, notes and payloads are text",
+        ));
+    }
+    let mut rebuilt = Request::new(axum::body::Body::from(bytes));
+    *rebuilt.headers_mut() = headers;
+    Ok(rebuilt)
 }
 
 impl<T, S> OptionalFromRequest<S> for Json<T>
@@ -36,6 +54,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Option<Self>, Self::Rejection> {
+        let req = without_nul(req, state).await?;
         <axum::Json<T> as OptionalFromRequest<S>>::from_request(req, state)
             .await
             .map(|v| v.map(|axum::Json(v)| Self(v)))

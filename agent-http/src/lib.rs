@@ -43,6 +43,7 @@
 
 mod agents;
 mod auth;
+mod edge;
 mod error;
 mod events;
 mod extract;
@@ -246,10 +247,18 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         );
     }
     // Outermost: a request naming a host the server does not answer to is refused before
-    // anything, the inspector's pages included.
+    // anything, the inspector's pages included; then one whose path or query holds a
+    // control character. A route that does not exist answers in the API's error shape.
     let hosts = Arc::new(hosts::Hosts::new(&config.allowed_hosts, auth));
-    app.layer(axum::middleware::from_fn_with_state(hosts, hosts::check))
+    app.fallback(|| async {
+        ApiError::not_found("no such route: the API's routes are in /v1/openapi.json")
+    })
+    .layer(axum::middleware::from_fn(edge::check_uri))
+    .layer(axum::middleware::from_fn_with_state(hosts, hosts::check))
 }
+
+/// The shortest token [`serve`] accepts.
+pub const MIN_TOKEN_LEN: usize = 16;
 
 /// Why [`serve`] did not start.
 #[derive(Debug, thiserror::Error)]
@@ -260,6 +269,12 @@ pub enum ServeError {
          (give a token, or listen on 127.0.0.1)"
     )]
     NoToken(SocketAddr),
+    /// A token shorter than [`MIN_TOKEN_LEN`]: guessable.
+    #[error(
+        "the token has {0} characters; a token has at least {MIN_TOKEN_LEN} (for example \
+         `openssl rand -hex 16`)"
+    )]
+    WeakToken(usize),
     /// The address could not be bound, or the server failed.
     #[error("cannot serve on {addr}: {source}")]
     Io {
@@ -285,10 +300,19 @@ pub async fn serve(
     if !addr.ip().is_loopback() && config.token.is_none() {
         return Err(ServeError::NoToken(addr));
     }
+    check_token(&config)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Io { addr, source })?;
     serve_on(store, config, listener, shutdown).await
+}
+
+/// A configured token is long enough not to be guessed.
+fn check_token(config: &ApiConfig) -> Result<(), ServeError> {
+    match config.token.as_deref().map(|t| t.chars().count()) {
+        Some(n) if n < MIN_TOKEN_LEN => Err(ServeError::WeakToken(n)),
+        _ => Ok(()),
+    }
 }
 
 /// [`serve`], on a listener already bound (tests, port 0).
@@ -306,6 +330,7 @@ pub async fn serve_on(
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         source,
     })?;
+    check_token(&config)?;
     if !addr.ip().is_loopback() {
         if config.token.is_none() {
             return Err(ServeError::NoToken(addr));

@@ -34,7 +34,7 @@ use crate::AppState;
         crate::tools::enable,
         crate::tools::disable,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &EdgeChecks),
     tags(
         (name = "runs", description = "Read runs"),
         (name = "events", description = "What runs did, as events"),
@@ -52,6 +52,50 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// The answers of the checks in front of every operation ([`crate::edge`], [`crate::hosts`]):
+/// `400` for a path, query or body holding a control character, `403` for a host the
+/// server does not answer to without its token. Added to every operation that does not
+/// describe them already.
+struct EdgeChecks;
+
+impl Modify for EdgeChecks {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let answer = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build()
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                item.get.as_mut(),
+                item.post.as_mut(),
+                item.put.as_mut(),
+                item.delete.as_mut(),
+                item.patch.as_mut(),
+                item.head.as_mut(),
+                item.options.as_mut(),
+                item.trace.as_mut(),
+            ];
+            for op in operations.into_iter().flatten() {
+                let responses = &mut op.responses.responses;
+                responses.entry("400".into()).or_insert_with(|| {
+                    answer("A path, query or body holding a control character (a NUL, say)").into()
+                });
+                responses.entry("403".into()).or_insert_with(|| {
+                    answer("A `Host` this server does not answer to, without the token").into()
+                });
+            }
+        }
     }
 }
 

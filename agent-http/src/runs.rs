@@ -33,6 +33,8 @@ pub(crate) fn routes() -> Router<AppState> {
 /// Runs per page when the request does not say, and at most.
 const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 500;
+/// The most runs of one millisecond a cursor may say earlier pages listed.
+const MAX_SEEN_IN_ONE_MS: usize = 100 * MAX_PAGE;
 
 /// Which runs to list.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -82,10 +84,16 @@ impl PageCursor {
     fn parse(s: &str) -> Result<Self, ApiError> {
         let bad = || ApiError::bad_request(format!("not a cursor of this API: `{s}`"));
         let (at, seen) = s.split_once('.').ok_or_else(bad)?;
-        Ok(Self {
+        let cursor = Self {
             created_at: at.parse().map_err(|_| bad())?,
             seen_at_that_time: seen.parse().map_err(|_| bad())?,
-        })
+        };
+        // What a page reads is bounded by the page and by the runs of one millisecond the
+        // cursor skips; a cursor claiming more than any page could have seen is not ours.
+        if cursor.seen_at_that_time > MAX_SEEN_IN_ONE_MS {
+            return Err(bad());
+        }
+        Ok(cursor)
     }
 
     fn render(self) -> String {

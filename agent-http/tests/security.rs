@@ -515,3 +515,109 @@ async fn a_foreign_host_is_refused_without_the_token() {
         }
     }
 }
+
+/// Ids, names, filters, cursors and bodies are checked once at the edge: a NUL or another
+/// control character, raw or percent-encoded, in a path, a query or a body's string is a
+/// `400` in the API's shape (PostgreSQL answered 500 with its own error, SQLite stored it),
+/// and nothing changes; a cursor past anything a page could have seen is a `400`, not a
+/// panic or a read of every run; an unknown route is a `404` in the API's shape.
+#[tokio::test]
+async fn bad_text_and_cursors_are_refused_at_the_edge() {
+    let db = fixture_db().await;
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let before = snapshot(&db, WAITING).await;
+    for path in [
+        "/v1/runs/order%00-waiting",
+        "/v1/runs/order-waiting%0A",
+        "/v1/runs?agent=Order%00",
+        "/v1/runs?label=a%3Db%00",
+        "/v1/runs?cursor=1.2%00",
+        "/v1/runs/order-waiting/history%1F",
+    ] {
+        let (status, body) = json(client().get(server.url(path)).send().await.unwrap()).await;
+        assert_error(status, &body, 400, "bad_request");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("control character"),
+            "{path}: {body}"
+        );
+    }
+    for (path, body) in [
+        (
+            format!("/v1/runs/{WAITING}/signals"),
+            json!({"name": "confirm\u{0}", "payload": {}}),
+        ),
+        (
+            format!("/v1/runs/{WAITING}/signals"),
+            json!({"name": "confirm", "payload": {"note\u{0}": 1}}),
+        ),
+        (
+            format!("/v1/runs/{WAITING}/cancel"),
+            json!({"by": "ops\u{0}", "reason": "x"}),
+        ),
+    ] {
+        let (status, resp) = json(
+            client()
+                .post(server.url(&path))
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_error(status, &resp, 400, "bad_request");
+        assert!(
+            resp["error"]["message"].as_str().unwrap().contains("NUL"),
+            "{path}: {resp}"
+        );
+    }
+    assert_eq!(snapshot(&db, WAITING).await, before);
+    // A literal backslash followed by `u0000` is text, and passes.
+    let (status, resp) = json(
+        client()
+            .post(server.url(&format!("/v1/runs/{WAITING}/signals")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"name": "confirm", "payload": {"note": "a\\u0000b"}}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{resp}");
+
+    for cursor in [
+        "1.18446744073709551615",
+        "18446744073709551615.0",
+        "1.50001",
+        "1.-1",
+        "x",
+    ] {
+        let url = server.url(&format!("/v1/runs?cursor={cursor}"));
+        let (status, body) = json(client().get(url).send().await.unwrap()).await;
+        assert_error(status, &body, 400, "bad_request");
+    }
+    for path in ["/nope", "/v1/nope", "/v1/runs/a/b/c/d"] {
+        let (status, body) = json(client().get(server.url(path)).send().await.unwrap()).await;
+        assert_error(status, &body, 404, "not_found");
+    }
+}
+
+/// A token too short to resist guessing is refused when the server starts.
+#[tokio::test]
+async fn a_short_token_is_refused_at_start() {
+    let db = Db::new().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = agent_http::serve_on(
+        Arc::clone(&db.store),
+        ApiConfig::default().with_token("x"),
+        listener,
+        async {},
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ServeError::WeakToken(1)), "{err}");
+    assert!(err.to_string().contains("at least 16"), "{err}");
+}

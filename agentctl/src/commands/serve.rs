@@ -32,6 +32,7 @@ pub(super) async fn run(cx: Ctx, args: ServeArgs) -> Result<ExitCode> {
         .with_seal_keys(keys)
         .with_allowed_hosts(args.allowed_hosts.iter().cloned());
     let has_token = token.is_some();
+    let token_len = token.as_deref().map(|t| t.chars().count());
     if let Some(token) = token {
         config = config.with_token(token);
     }
@@ -39,6 +40,17 @@ pub(super) async fn run(cx: Ctx, args: ServeArgs) -> Result<ExitCode> {
         config = config
             .with_cors_origin(origin)
             .map_err(|e| CliError::usage(e.to_string()))?;
+    }
+    // What `serve` would refuse is said before anything claims to be serving.
+    if !args.listen.ip().is_loopback() && !has_token {
+        return Err(
+            CliError::usage(ServeError::NoToken(args.listen).to_string()).hint(
+                "give a token (--token-file, or $DURABLE_AGENTS_TOKEN), or --listen 127.0.0.1:PORT",
+            ),
+        );
+    }
+    if let Some(n) = token_len.filter(|n| *n < agent_http::MIN_TOKEN_LEN) {
+        return Err(CliError::usage(ServeError::WeakToken(n).to_string()));
     }
     outln!(
         "serving on http://{} (inspector: /ui/, API document: /v1/openapi.json); Ctrl-C to \
@@ -59,6 +71,7 @@ pub(super) async fn run(cx: Ctx, args: ServeArgs) -> Result<ExitCode> {
         Err(e @ ServeError::NoToken(_)) => Err(CliError::usage(e.to_string()).hint(
             "give a token (--token-file, or $DURABLE_AGENTS_TOKEN), or --listen 127.0.0.1:PORT",
         )),
+        Err(e @ ServeError::WeakToken(_)) => Err(CliError::usage(e.to_string())),
         Err(e) => Err(CliError::failed(e.to_string())),
     }
 }
