@@ -324,10 +324,11 @@ pub(crate) struct SignalSent {
         (status = 400, description = "A body that is not JSON, a name that is empty or too long, a payload holding a secret the server has no key to seal", body = ErrorBody),
         (status = 413, description = "A body over the limit", body = ErrorBody),
         (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
-        (status = 422, description = "A body of the wrong shape", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
         (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "A run that has ended: no state will consume the signal", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape, or a signal no state of the run's agent waits for", body = ErrorBody),
     ))]
 pub(crate) async fn send_signal(
     State(app): State<AppState>,
@@ -343,14 +344,34 @@ pub(crate) async fn send_signal(
     // Stored as a runner would store it: its secret parts sealed (the run's graph says
     // which fields its payload type marks).
     let mut payload = body.payload;
-    let graph = match app.store.load_run(&id).await? {
-        Some(run) => {
-            app.store
-                .agent_graph(&run.agent, Some(&run.fingerprint))
-                .await?
-        }
-        None => None,
-    };
+    // A signal is kept until a state consumes it: one nothing will consume (a finished run,
+    // a name no state waits for) is refused, with the CLI's words.
+    let run = load(&app, &id).await?;
+    if run.status.is_final() {
+        return Err(ApiError::conflict(format!(
+            "run `{id}` is {}: no state will consume the signal",
+            run.status
+        )));
+    }
+    let graph = app
+        .store
+        .agent_graph(&run.agent, Some(&run.fingerprint))
+        .await?;
+    if let Some(graph) = &graph
+        && !graph.signals_waited_for().contains(&body.name.as_str())
+    {
+        let waits = graph.signals_waited_for();
+        return Err(ApiError::unprocessable(format!(
+            "no state of agent `{}` waits for a signal named `{}`; {}",
+            run.agent,
+            body.name,
+            if waits.is_empty() {
+                "it waits for no signal".to_owned()
+            } else {
+                format!("the signals it waits for: {}", waits.join(", "))
+            }
+        )));
+    }
     agent_core::secrets::seal_signal_payload(
         &mut payload,
         graph.as_ref(),

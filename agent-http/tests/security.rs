@@ -621,3 +621,38 @@ async fn a_short_token_is_refused_at_start() {
     assert!(matches!(err, ServeError::WeakToken(1)), "{err}");
     assert!(err.to_string().contains("at least 16"), "{err}");
 }
+
+/// A signal nothing will consume is refused as the CLI and `Runner::signal` refuse it: to
+/// a run that has ended (`409`), or named like no signal the run's agent waits for (`422`).
+/// Nothing is stored.
+#[tokio::test]
+async fn signals_nothing_will_consume_are_refused() {
+    let db = fixture_db().await;
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let send = |run: &'static str, name: &'static str| {
+        client()
+            .post(server.url(&format!("/v1/runs/{run}/signals")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"name": name, "payload": {}}))
+            .send()
+    };
+    let before = snapshot(&db, WAITING).await;
+    let (status, body) = json(send(WAITING, "confrim").await.unwrap()).await;
+    assert_error(status, &body, 422, "unprocessable");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("confirm"),
+        "{body}"
+    );
+    assert_eq!(snapshot(&db, WAITING).await, before);
+    let (status, body) = json(send(FAILED, "confirm").await.unwrap()).await;
+    assert_error(status, &body, 409, "conflict");
+    assert!(db.store.pending_signals(FAILED).await.unwrap().is_empty());
+    let (status, body) = json(send("nope", "confirm").await.unwrap()).await;
+    assert_error(status, &body, 404, "not_found");
+    // The signal the run waits for passes.
+    let (status, body) = json(send(WAITING, "confirm").await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+}
