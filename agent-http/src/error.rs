@@ -14,6 +14,8 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// Seconds to send as `Retry-After`.
+    retry_after: Option<u32>,
 }
 
 /// The body of an error answer.
@@ -40,6 +42,15 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// `503` with `Retry-After`: the server is at a limit that frees up.
+    pub(crate) fn busy(message: impl Into<String>, retry_after_secs: u32) -> Self {
+        Self {
+            retry_after: Some(retry_after_secs),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
         }
     }
 
@@ -140,6 +151,12 @@ impl IntoResponse for ApiError {
                 message: self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }

@@ -204,6 +204,7 @@ fn stream_of(
         (status = 200, description = "`text/event-stream`: one event per SSE message, its id the cursor, its name the event's type, its data the event as JSON; on a server given the runner's bus, also `token` messages (ephemeral deltas, without an id)", content_type = "text/event-stream", body = String),
         (status = 400, description = "A Last-Event-ID or `after` that is not a cursor", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
+        (status = 503, description = "As many event streams open as the server allows (`Retry-After`)", body = ErrorBody),
     ))]
 pub(crate) async fn run_event_stream(
     State(app): State<AppState>,
@@ -212,6 +213,7 @@ pub(crate) async fn run_event_stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let after = resume_point(&headers, q.after)?;
+    let permit = stream_permit(&app)?;
     if app.store.load_run(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("run `{id}` not found")));
     }
@@ -223,7 +225,28 @@ pub(crate) async fn run_event_stream(
         None => durable.left_stream(),
         Some(rx) => with_tokens(durable, rx, id).right_stream(),
     };
-    Ok(Sse::new(stream).keep_alive(keep_alive()))
+    Ok(Sse::new(holding(stream, permit)).keep_alive(keep_alive()))
+}
+
+/// A permit to keep one more event stream open, or `503` with `Retry-After`.
+fn stream_permit(app: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    Arc::clone(&app.streams).try_acquire_owned().map_err(|_| {
+        ApiError::busy(
+            "the server keeps as many event streams open as it allows; try again shortly",
+            5,
+        )
+    })
+}
+
+/// `stream`, holding `permit` until it ends or its client goes away.
+fn holding<S: Stream>(
+    stream: S,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> impl Stream<Item = S::Item> {
+    stream.map(move |item| {
+        let _held = &permit;
+        item
+    })
 }
 
 /// The durable events, and the run's token deltas as they come, interleaved; ends when the
@@ -272,6 +295,7 @@ fn token_event(e: &Ephemeral) -> Event {
     responses(
         (status = 200, description = "`text/event-stream`, as for one run", content_type = "text/event-stream", body = String),
         (status = 400, description = "A Last-Event-ID or `after` that is not a cursor", body = ErrorBody),
+        (status = 503, description = "As many event streams open as the server allows (`Retry-After`)", body = ErrorBody),
     ))]
 pub(crate) async fn event_stream(
     State(app): State<AppState>,
@@ -279,9 +303,10 @@ pub(crate) async fn event_stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let after = resume_point(&headers, q.after)?;
+    let permit = stream_permit(&app)?;
     let scope = q.agent.map_or(EventScope::All, EventScope::Agent);
     let follower = Follower::new(app.store.clone(), scope, after).await?;
-    Ok(Sse::new(stream_of(follower, false)).keep_alive(keep_alive()))
+    Ok(Sse::new(holding(stream_of(follower, false), permit)).keep_alive(keep_alive()))
 }
 
 fn keep_alive() -> KeepAlive {

@@ -81,6 +81,7 @@ pub struct ApiConfig {
     agents: agents::Starters,
     seal_keys: SealKeys,
     allowed_hosts: Vec<String>,
+    max_streams: usize,
 }
 
 impl Default for ApiConfig {
@@ -94,9 +95,13 @@ impl Default for ApiConfig {
             agents: agents::Starters::default(),
             seal_keys: SealKeys::new(),
             allowed_hosts: Vec::new(),
+            max_streams: DEFAULT_MAX_STREAMS,
         }
     }
 }
+
+/// How many event streams a server keeps open at once by default.
+pub const DEFAULT_MAX_STREAMS: usize = 256;
 
 impl ApiConfig {
     /// The bearer token requests must carry (every write, and every request when reads
@@ -143,6 +148,15 @@ impl ApiConfig {
         hosts: impl IntoIterator<Item = S>,
     ) -> Self {
         self.allowed_hosts.extend(hosts.into_iter().map(Into::into));
+        self
+    }
+
+    /// Keep at most `n` event streams open at once (by default [`DEFAULT_MAX_STREAMS`]): one
+    /// more is answered `503` with `Retry-After`, so that followers cannot take every
+    /// connection and task of the server.
+    #[must_use]
+    pub fn with_max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
         self
     }
 
@@ -198,6 +212,8 @@ pub(crate) struct AppState {
     pub(crate) ephemeral: Option<EphemeralBus>,
     pub(crate) agents: agents::Starters,
     pub(crate) seal_keys: SealKeys,
+    /// One permit per event stream open.
+    pub(crate) streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// The API over `store`, to mount in a service (`Router::nest`, `Router::merge`) or to
@@ -208,6 +224,7 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         ephemeral: config.ephemeral.clone(),
         agents: config.agents.clone(),
         seal_keys: config.seal_keys.clone(),
+        streams: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
     };
     let max_body = config.max_body_bytes;
     let auth = Arc::new(auth::Auth::new(

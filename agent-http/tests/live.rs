@@ -388,3 +388,43 @@ async fn runs_of_a_registered_agent_start_in_a_typed_initial_state() {
     );
     assert!(db.store.load_run("skip-ahead").await.unwrap().is_none());
 }
+
+/// Event streams are bounded: past the limit, `503` with `Retry-After`, and a stream's
+/// slot comes back when its client goes away.
+#[tokio::test]
+async fn event_streams_past_the_limit_are_refused_until_one_closes() {
+    let db = Db::new().await;
+    db.drive("order-1", "Pay").await;
+    let server = Server::serve(&db.store, ApiConfig::default().with_max_streams(2)).await;
+    let first = SseClient::connect(&server.url("/v1/events/stream"), &[]).await;
+    let second = SseClient::connect(&server.url("/v1/runs/order-1/events/stream"), &[]).await;
+    for path in ["/v1/events/stream", "/v1/runs/order-1/events/stream"] {
+        let resp = client()
+            .get(server.url(path))
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["retry-after"], "5", "{path}");
+        let (status, body) = json(resp).await;
+        assert_error(status, &body, 503, "unavailable");
+    }
+    drop(first);
+    // The server notices the closed connection at its next write or poll.
+    let mut reopened = false;
+    for _ in 0..100 {
+        let resp = client()
+            .get(server.url("/v1/events/stream"))
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 200 {
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reopened, "the first stream's slot never came back");
+    drop(second);
+}
