@@ -15,7 +15,7 @@
 //!
 //! # async fn demo() -> std::io::Result<()> {
 //! let store = Arc::new(MemoryStore::new());
-//! let api = router(store, ApiConfig::default().with_token("s3cret"));
+//! let api = router(store, ApiConfig::default().with_token("a-long-random-token-7f3e"));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, api).await
 //! # }
@@ -191,7 +191,7 @@ impl ApiConfig {
     /// # use durable_agents::runner::Runner;
     /// # fn demo<A: durable_agents::Agent + durable_agents::Handle<H>, H: Send + Sync + 'static>(
     /// #     store: Arc<dyn durable_agents::store::Store>, runner: Runner<A, H>) {
-    /// let api = router(store, ApiConfig::default().with_token("s3cret").with_agent(runner));
+    /// let api = router(store, ApiConfig::default().with_token("a-long-random-token-7f3e").with_agent(runner));
     /// # }
     /// ```
     #[must_use]
