@@ -43,6 +43,15 @@ impl Auth {
     }
 }
 
+/// The bearer token a request presents, if any.
+pub(crate) fn presented(request: &Request) -> Option<&str> {
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
 /// Refuse a request that needs the token and does not carry it: `401` without one, `403`
 /// when no token is configured at all (writes are then impossible) or the one given is
 /// wrong. Nothing behind the check runs.
@@ -54,11 +63,7 @@ pub(crate) async fn check(State(auth): State<Arc<Auth>>, request: Request, next:
     if !write && !auth.reads_need_token {
         return next.run(request).await;
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+    let presented = presented(&request);
     if auth.accepts(presented) {
         return next.run(request).await;
     }

@@ -73,12 +73,7 @@ pub(crate) async fn check(
     if hosts.allows(host) {
         return next.run(request).await;
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if hosts.auth.accepts(presented) {
+    if hosts.auth.accepts(crate::auth::presented(&request)) {
         return next.run(request).await;
     }
     let shown: String = host.chars().take(100).filter(|c| !c.is_control()).collect();
