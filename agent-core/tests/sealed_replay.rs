@@ -587,7 +587,16 @@ impl GateHandlers for Approver {
 }
 
 fn gate(store: &Arc<dyn Store>, handlers: &Approver, keys: SealKeys) -> Runner<Gate, Approver> {
-    Runner::<Gate, _>::new(
+    without_tools(store, handlers, keys)
+}
+
+/// A runner of an agent without tools, sealing with `keys`.
+fn without_tools<A, H>(store: &Arc<dyn Store>, handlers: &H, keys: SealKeys) -> Runner<A, H>
+where
+    A: durable_agents::RoutedByCode + durable_agents::Handle<H>,
+    H: Clone + Send + Sync + 'static,
+{
+    Runner::<A, H>::new(
         Arc::clone(store),
         handlers.clone(),
         durable_agents::ToolBox::new(),
@@ -706,16 +715,7 @@ fn sessions(
     handlers: &Sessions,
     keys: SealKeys,
 ) -> Runner<Session, Sessions> {
-    Runner::<Session, _>::new(
-        Arc::clone(store),
-        handlers.clone(),
-        durable_agents::ToolBox::new(),
-    )
-    .unwrap()
-    .with_config(RunnerConfig {
-        seal_keys: keys,
-        ..RunnerConfig::default()
-    })
+    without_tools(store, handlers, keys)
 }
 
 /// A state's secret fields are stored sealed, the same text while they do not change (no
