@@ -32,6 +32,7 @@ pub mod router;
 pub mod runner;
 pub mod schema;
 pub mod secrets;
+pub mod signals;
 pub mod store;
 pub mod tool;
 pub mod toolset;

@@ -1,6 +1,7 @@
 //! Runs: list, read (with history, journal and state at a version), signal, cancel, retry,
 //! fork.
 
+use agent_core::signals::SignalRefusal;
 use agent_core::store::operator::{Requeue, RequeueMode, plan_requeue};
 use agent_core::store::{
     JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunRecord, RunStatus, StateAtVersion,
@@ -328,50 +329,32 @@ pub(crate) struct SignalSent {
         (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
         (status = 409, description = "A run that has ended: no state will consume the signal", body = ErrorBody),
-        (status = 422, description = "A body of the wrong shape, or a signal no state of the run's agent waits for", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape, a signal no state of the run's agent waits for, or a payload that is not the type the waiting state declared", body = ErrorBody),
     ))]
 pub(crate) async fn send_signal(
     State(app): State<AppState>,
     Path(id): Path<String>,
     Json(body): Json<SignalBody>,
 ) -> Result<Json<SignalSent>, ApiError> {
-    let chars = body.name.chars().count();
-    if chars == 0 || chars > 200 {
-        return Err(ApiError::bad_request(format!(
-            "a signal's name has 1 to 200 characters, not {chars}"
-        )));
-    }
     // Stored as a runner would store it: its secret parts sealed (the run's graph says
     // which fields its payload type marks).
     let mut payload = body.payload;
-    // A signal is kept until a state consumes it: one nothing will consume (a finished run,
-    // a name no state waits for) is refused, with the CLI's words.
+    // Kept until a state consumes it: one nothing will consume, or whose payload the state
+    // that consumes it could not read, is refused by the check every sender shares.
     let run = load(&app, &id).await?;
-    if run.status.is_final() {
-        return Err(ApiError::conflict(format!(
-            "run `{id}` is {}: no state will consume the signal",
-            run.status
-        )));
-    }
     let graph = app
         .store
         .agent_graph(&run.agent, Some(&run.fingerprint))
         .await?;
-    if let Some(graph) = &graph
-        && !graph.signals_waited_for().contains(&body.name.as_str())
-    {
-        let waits = graph.signals_waited_for();
-        return Err(ApiError::unprocessable(format!(
-            "no state of agent `{}` waits for a signal named `{}`; {}",
-            run.agent,
-            body.name,
-            if waits.is_empty() {
-                "it waits for no signal".to_owned()
-            } else {
-                format!("the signals it waits for: {}", waits.join(", "))
+    agent_core::signals::check_signal(&run, graph.as_ref(), &body.name, &payload).map_err(
+        |refused| match refused {
+            SignalRefusal::BadName { .. } => ApiError::bad_request(refused.to_string()),
+            SignalRefusal::RunEnded { .. } => ApiError::conflict(refused.to_string()),
+            SignalRefusal::NotWaitedFor { .. } | SignalRefusal::BadPayload { .. } => {
+                ApiError::unprocessable(refused.to_string())
             }
-        )));
-    }
+        },
+    )?;
     agent_core::secrets::seal_signal_payload(
         &mut payload,
         graph.as_ref(),

@@ -367,7 +367,7 @@ async fn bodies_over_the_limit_are_refused_and_change_nothing() {
     let resp = client()
         .post(server.url(&format!("/v1/runs/{WAITING}/signals")))
         .header("authorization", &bearer)
-        .json(&json!({"name": "confirm", "payload": {"small": "x"}}))
+        .json(&json!({"name": "confirm", "payload": {"ok": true, "small": "x"}}))
         .send()
         .await
         .unwrap();
@@ -580,7 +580,7 @@ async fn bad_text_and_cursors_are_refused_at_the_edge() {
         client()
             .post(server.url(&format!("/v1/runs/{WAITING}/signals")))
             .bearer_auth(TOKEN)
-            .json(&json!({"name": "confirm", "payload": {"note": "a\\u0000b"}}))
+            .json(&json!({"name": "confirm", "payload": {"ok": true, "note": "a\\u0000b"}}))
             .send()
             .await
             .unwrap(),
@@ -622,20 +622,43 @@ async fn a_short_token_is_refused_at_start() {
     assert!(err.to_string().contains("at least 16"), "{err}");
 }
 
-/// A signal nothing will consume is refused as the CLI and `Runner::signal` refuse it: to
-/// a run that has ended (`409`), or named like no signal the run's agent waits for (`422`).
-/// Nothing is stored.
+/// A signal nothing will consume, or whose payload the consuming state could not read, is
+/// refused as the CLI and `Runner::signal` refuse it (one check): to a run that has ended
+/// (`409`), named like no signal the run's agent waits for, or with a payload that is not
+/// the declared `wait_payload` type (`422`). Nothing is stored.
 #[tokio::test]
-async fn signals_nothing_will_consume_are_refused() {
+async fn signals_nothing_will_consume_or_read_are_refused() {
     let db = fixture_db().await;
     let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
-    let send = |run: &'static str, name: &'static str| {
+    let send_payload = |run: &'static str, name: &'static str, payload: serde_json::Value| {
         client()
             .post(server.url(&format!("/v1/runs/{run}/signals")))
             .bearer_auth(TOKEN)
-            .json(&json!({"name": name, "payload": {}}))
+            .json(&json!({"name": name, "payload": payload}))
             .send()
     };
+    let send = |run, name| send_payload(run, name, json!({"ok": true}));
+    // `Confirmation { ok: bool, note: Option<String> }`.
+    for (payload, at) in [
+        (json!({}), "ok"),
+        (json!({"ok": "yes"}), "/ok"),
+        (json!({"ok": true, "note": 3}), "/note"),
+        (json!(null), "object"),
+    ] {
+        let (status, body) = json(
+            send_payload(WAITING, "confirm", payload.clone())
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_error(status, &body, 422, "unprocessable");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("wait_payload") && message.contains("Confirm") && message.contains(at),
+            "{payload}: {body}"
+        );
+    }
+    assert!(db.store.pending_signals(WAITING).await.unwrap().is_empty());
     let before = snapshot(&db, WAITING).await;
     let (status, body) = json(send(WAITING, "confrim").await.unwrap()).await;
     assert_error(status, &body, 422, "unprocessable");

@@ -378,11 +378,55 @@ fn signal_resumes_a_waiting_run(new_db: fn() -> Db) {
         assert!(
             matches!(
                 refused,
-                Err(agent_core::runner::RunnerError::UnknownSignal { .. })
+                Err(agent_core::runner::RunnerError::SignalRefused(
+                    agent_core::signals::SignalRefusal::NotWaitedFor { .. }
+                ))
+            ),
+            "{refused:?}"
+        );
+        // A payload the waiting state could not read (`Confirmation { ok: bool, .. }`), and
+        // a run that has ended: refused by the same check as the CLI's.
+        let refused = runner
+            .signal(PAID_WAITING, "confirm", serde_json::json!({"ok": "yes"}))
+            .await;
+        assert!(
+            matches!(
+                &refused,
+                Err(agent_core::runner::RunnerError::SignalRefused(
+                    agent_core::signals::SignalRefusal::BadPayload { state, .. }
+                )) if state == "Confirm"
+            ),
+            "{refused:?}"
+        );
+        let refused = runner
+            .signal(DONE, "confirm", serde_json::json!({"ok": true}))
+            .await;
+        assert!(
+            matches!(
+                &refused,
+                Err(agent_core::runner::RunnerError::SignalRefused(
+                    agent_core::signals::SignalRefusal::RunEnded { .. }
+                ))
             ),
             "{refused:?}"
         );
     });
+    let unreadable = db.agentctl(&["signal", PAID_WAITING, "confirm", r#"{"ok": "yes"}"#]);
+    assert_eq!(code(&unreadable), 1);
+    assert!(
+        stderr(&unreadable).contains("`wait_payload` type of state `Confirm`")
+            && stderr(&unreadable).contains("/ok")
+            && stderr(&unreadable).contains("agentctl graph Order"),
+        "{}",
+        stderr(&unreadable)
+    );
+    assert!(
+        db.agentctl(&["signal", PAID_WAITING, "confirm", "{}"])
+            .status
+            .code()
+            == Some(1)
+    );
+    assert!(!db.ok(&["show", PAID_WAITING]).contains("Pending signals"));
     let out = db.ok(&["signal", PAID_WAITING, "confirm", r#"{"ok": true}"#]);
     assert!(out.contains("a worker will resume it"), "{out}");
     let show = db.ok(&["show", PAID_WAITING]);

@@ -553,7 +553,7 @@ pub async fn check_wait_survives_restart(store: Arc<dyn Store>) -> Result<(), St
     drop(first);
     let second = runner(&store, &world, "Pay", "after-restart")?;
     second
-        .signal("waits", "confirm", json!({}))
+        .signal("waits", "confirm", json!({"ok": true}))
         .await
         .map_err(|e| e.to_string())?;
     let record = second.run("waits").await.map_err(|e| e.to_string())?;
@@ -674,7 +674,7 @@ pub async fn check_read_cache(store: Arc<dyn Store>) -> Result<(), String> {
     r.start("cached", fixture::initial(&["same", "same"]))
         .await
         .map_err(|e| e.to_string())?;
-    r.signal("cached", "confirm", json!({}))
+    r.signal("cached", "confirm", json!({"ok": true}))
         .await
         .map_err(|e| e.to_string())?;
     let record = r.run("cached").await.map_err(|e| e.to_string())?;

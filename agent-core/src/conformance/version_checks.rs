@@ -184,7 +184,7 @@ pub async fn check_v1_run_interrupted_mid_step_finishes_on_v2(
             )
         },
     )?;
-    new.signal("mig", "confirm", json!({}))
+    new.signal("mig", "confirm", json!({"ok": true}))
         .await
         .map_err(|e| e.to_string())?;
     let record = new.run("mig").await.map_err(|e| e.to_string())?;

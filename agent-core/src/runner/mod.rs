@@ -220,18 +220,10 @@ pub enum RunnerError {
         /// What this runner runs, as claim entries (`Agent@N`).
         runs: String,
     },
-    /// A signal no state of the agent waits for.
-    #[error(
-        "no state of agent `{agent}` waits for a signal named `{signal}`; the signals it waits for: {waits}"
-    )]
-    UnknownSignal {
-        /// The agent.
-        agent: String,
-        /// The signal's name as sent.
-        signal: String,
-        /// The signals its states wait for, comma-separated (empty when none does).
-        waits: String,
-    },
+    /// A signal refused at send: the run has ended, no state waits for it, or its payload
+    /// is not the type the waiting state declared.
+    #[error(transparent)]
+    SignalRefused(#[from] crate::signals::SignalRefusal),
 }
 
 /// Executes runs of agent `A` with handlers `H`.
@@ -574,27 +566,40 @@ where
     /// consumes it opens them.
     ///
     /// # Errors
-    /// [`RunnerError::UnknownSignal`] when no state of the agent waits for a signal of this
-    /// name (it would be kept forever, consumed by nothing); [`RunnerError::Seal`] when the
-    /// payload holds a secret and no sealing key is configured; store errors.
+    /// [`RunnerError::SignalRefused`] when the run has ended, no state of its agent waits for
+    /// a signal of this name, or the payload is not the type a waiting state declared
+    /// ([`check_signal`](crate::signals::check_signal): it would be kept forever, or fail the
+    /// run each time it is consumed); [`RunnerError::Seal`] when the payload holds a secret
+    /// and no sealing key is configured; [`StoreError::NotFound`] for an unknown run; store
+    /// errors.
     pub async fn signal(
         &self,
         run_id: &str,
         name: &str,
         mut payload: Value,
     ) -> Result<i64, RunnerError> {
-        let waits = self.inner.graph.signals_waited_for();
-        if !waits.contains(&name) {
-            return Err(RunnerError::UnknownSignal {
-                agent: A::NAME.to_owned(),
-                signal: name.to_owned(),
-                waits: waits.join(", "),
-            });
-        }
-        let marked = self
+        let run = self
             .inner
-            .graph
-            .signal_payload_schema(name)
+            .store
+            .load_run(run_id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+        // The run may be of another version (or agent) than this runner's: its own graph
+        // says what it waits for.
+        let stored;
+        let graph = if run.fingerprint == self.inner.fingerprint {
+            Some(self.inner.graph)
+        } else {
+            stored = self
+                .inner
+                .store
+                .agent_graph(&run.agent, Some(&run.fingerprint))
+                .await?;
+            stored.as_ref()
+        };
+        crate::signals::check_signal(&run, graph, name, &payload)?;
+        let marked = graph
+            .and_then(|g| g.signal_payload_schema(name))
             .map_or_else(Vec::new, crate::secrets::marked_fields);
         self.inner.seal_value(
             &mut payload,

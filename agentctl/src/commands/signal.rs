@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use agent_core::secrets::{SealKeys, seal_signal_payload};
-use agent_core::store::RunStatus;
+use agent_core::signals::{SignalRefusal, check_signal};
+use agent_core::store::{RunRecord, RunStatus};
 use serde_json::json;
 
 use super::Ctx;
@@ -13,50 +14,20 @@ use crate::output::outln;
 
 pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
     let run = cx.run(&args.run).await?;
-    if run.status.is_final() {
-        return Err(CliError::failed(format!(
-            "run `{}` is {}: no state will consume the signal",
-            run.id, run.status
-        ))
-        .hint(match run.status {
-            RunStatus::Quarantined | RunStatus::DeadLettered | RunStatus::Failed => format!(
-                "re-queue it first with `agentctl retry {}`, then signal it",
-                run.id
-            ),
-            _ => "a finished run takes no more signals".to_owned(),
-        }));
-    }
-    // A signal no state waits for would be kept forever and consumed by nothing.
     let graph = cx
         .store
         .agent_graph(&run.agent, Some(&run.fingerprint))
         .await?;
-    match &graph {
-        Some(graph) if !graph.signals_waited_for().contains(&args.name.as_str()) => {
-            let waits = graph.signals_waited_for();
-            return Err(CliError::failed(format!(
-                "no state of agent `{}` waits for a signal named `{}`",
-                run.agent, args.name
-            ))
-            .hint(if waits.is_empty() {
-                format!("no state of `{}` waits for any signal", run.agent)
-            } else {
-                format!(
-                    "the signals it waits for: {}",
-                    waits
-                        .iter()
-                        .map(|w| format!("`{w}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            }));
-        }
-        Some(_) => {}
-        None => cx.out.warn(&format!(
+    if graph.is_none() {
+        cx.out.warn(&format!(
             "the graph of `{}` is not stored: cannot check that a state waits for `{}`",
             run.agent, args.name
-        )),
+        ));
     }
+    // The check every sender shares: kept until a state consumes it, a signal nothing
+    // will consume, or whose payload the consuming state could not read, is refused.
+    check_signal(&run, graph.as_ref(), &args.name, &args.payload)
+        .map_err(|refused| refusal(&run, &refused))?;
     // Stored as a runner would store it: its secret parts sealed, with the keys of
     // `DURABLE_AGENTS_SEAL_KEYS`.
     let mut payload = args.payload.clone();
@@ -92,4 +63,36 @@ pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The refusal, with what the operator can do about it.
+fn refusal(run: &RunRecord, refused: &SignalRefusal) -> CliError {
+    let hint = match refused {
+        SignalRefusal::BadName { .. } => {
+            "give the name a state waits for (`wait = \"...\"`)".to_owned()
+        }
+        SignalRefusal::RunEnded { status, .. } => match status {
+            RunStatus::Quarantined | RunStatus::DeadLettered | RunStatus::Failed => format!(
+                "re-queue it first with `agentctl retry {}`, then signal it",
+                run.id
+            ),
+            _ => "a finished run takes no more signals".to_owned(),
+        },
+        SignalRefusal::NotWaitedFor { waits, .. } if waits.is_empty() => {
+            format!("no state of `{}` waits for any signal", run.agent)
+        }
+        SignalRefusal::NotWaitedFor { waits, .. } => format!(
+            "the signals it waits for: {}",
+            waits
+                .iter()
+                .map(|w| format!("`{w}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        SignalRefusal::BadPayload { state, .. } => format!(
+            "send a payload of the type state `{state}` declares; `agentctl graph {}` shows it",
+            run.agent
+        ),
+    };
+    CliError::failed(refused.to_string()).hint(hint)
 }

@@ -140,7 +140,7 @@ async fn healthy(env: &Env, prefix: &str, n: usize) -> Vec<String> {
     for i in 0..n {
         let id = format!("{prefix}-{i}");
         r.start(&id, fixture::initial(&["a", "bb"])).await.unwrap();
-        r.signal(&id, "confirm", json!({})).await.unwrap();
+        r.signal(&id, "confirm", json!({"ok": true})).await.unwrap();
         ids.push(id);
     }
     ids
@@ -534,7 +534,7 @@ async fn no_false_positives_over_clean_resumes(env: Env) {
                 r.start(&id, fixture::initial(&["a", "bb", "ccc"]))
                     .await
                     .unwrap();
-                r.signal(&id, "confirm", json!({})).await.unwrap();
+                r.signal(&id, "confirm", json!({"ok": true})).await.unwrap();
                 let record = loop {
                     resumes += 1;
                     match advance(&r, &id, 1).await {

@@ -176,7 +176,7 @@ where
     // A state that waits is woken at once; agents without a wait take no signal.
     if A::graph().signals_waited_for().contains(&"confirm") {
         runner
-            .signal(run_id, "confirm", json!({}))
+            .signal(run_id, "confirm", json!({"ok": true}))
             .await
             .map_err(|e| e.to_string())?;
     }

@@ -119,7 +119,10 @@ async fn round(
             .start(&id, fixture::initial(&["a", "bb"]))
             .await
             .unwrap();
-        runner.signal(&id, "confirm", json!({})).await.unwrap();
+        runner
+            .signal(&id, "confirm", json!({"ok": true}))
+            .await
+            .unwrap();
         ids.push(id);
     }
     let worker = Worker::new(
@@ -314,7 +317,7 @@ async fn abort_round(healthy: usize, poisoned: usize, workers: usize) -> Option<
             .await
             .unwrap();
         first_worker
-            .signal(&id, "confirm", json!({}))
+            .signal(&id, "confirm", json!({"ok": true}))
             .await
             .unwrap();
         ids.push(id);
