@@ -40,6 +40,9 @@ use tokio::sync::broadcast;
 
 use crate::secrets::{Redactor, StreamRedactor};
 
+mod hub;
+pub use hub::EventHub;
+
 use crate::store::{
     EventCursor, EventScope, EventWake, EventWakes, Millis, RunEvent, Store, StoreError,
 };
@@ -71,10 +74,9 @@ impl Default for FollowConfig {
 /// Follows the events of a scope from a cursor: [`next`](Self::next) returns each event
 /// once, in order, waiting for it when there is none yet.
 pub struct Follower {
-    store: Arc<dyn Store>,
+    source: Source,
     scope: EventScope,
     config: FollowConfig,
-    wakes: Option<EventWakes>,
     /// Read, not yet returned.
     pending: VecDeque<RunEvent>,
     /// The cursor of the last event returned.
@@ -84,6 +86,22 @@ pub struct Follower {
     recent: BTreeMap<EventCursor, Instant>,
     floor: EventCursor,
     missed_wakeups: u64,
+}
+
+/// Where a follower reads, and what wakes it.
+enum Source {
+    /// Its own reads of the store, its own wake-ups, its own poll.
+    Alone {
+        store: Arc<dyn Store>,
+        wakes: Option<EventWakes>,
+    },
+    /// A hub's: woken by it, reading through it.
+    Hub {
+        hub: Arc<hub::HubShared>,
+        rx: broadcast::Receiver<hub::HubWake>,
+        /// Reads must begin at this generation or later (the last wake-up taken).
+        needed: u64,
+    },
 }
 
 impl std::fmt::Debug for Follower {
@@ -123,17 +141,41 @@ impl Follower {
     ) -> Result<Self, StoreError> {
         // Listen before the first read, so that nothing committed in between goes unwoken.
         let wakes = store.event_wakes().await?;
-        Ok(Self {
-            store,
+        Ok(Self::with_source(
+            Source::Alone { store, wakes },
+            scope,
+            after,
+            config,
+        ))
+    }
+
+    fn of_hub(
+        hub: Arc<hub::HubShared>,
+        rx: broadcast::Receiver<hub::HubWake>,
+        needed: u64,
+        scope: EventScope,
+        after: EventCursor,
+        config: FollowConfig,
+    ) -> Self {
+        Self::with_source(Source::Hub { hub, rx, needed }, scope, after, config)
+    }
+
+    fn with_source(
+        source: Source,
+        scope: EventScope,
+        after: EventCursor,
+        config: FollowConfig,
+    ) -> Self {
+        Self {
+            source,
             scope,
             config,
-            wakes,
             pending: VecDeque::new(),
             cursor: after,
             recent: BTreeMap::new(),
             floor: after,
             missed_wakeups: 0,
-        })
+        }
     }
 
     /// The cursor of the last event returned: give it to a new follower to go on from here.
@@ -197,11 +239,15 @@ impl Follower {
         // Pages that hold only events already returned (within the settle window) are
         // skipped, not taken for the end.
         loop {
-            let events = self
-                .store
-                .events(&self.scope, after, self.config.batch)
-                .await?;
-            let full = events.len() >= self.config.batch;
+            let batch = self.config.batch;
+            let events: Vec<RunEvent> = match &self.source {
+                Source::Alone { store, .. } => store.events(&self.scope, after, batch).await?,
+                Source::Hub { hub, needed, .. } => hub
+                    .events(&self.scope, after, batch, *needed)
+                    .await?
+                    .to_vec(),
+            };
+            let full = events.len() >= batch;
             let Some(last) = events.last().map(|e| e.cursor) else {
                 return Ok(());
             };
@@ -238,35 +284,55 @@ impl Follower {
         self.floor
     }
 
-    /// Until a wake-up that may concern this scope, or the poll interval.
+    /// Until a wake-up that may concern this scope, or (alone) the poll interval.
     async fn wait(&mut self) {
         let poll = self.config.poll;
-        let Some(wakes) = self.wakes.as_mut() else {
-            tokio::time::sleep(poll).await;
-            return;
-        };
-        let deadline = tokio::time::Instant::now() + poll;
-        loop {
-            match tokio::time::timeout_at(deadline, wakes.next()).await {
-                Err(_) => return,
-                Ok(EventWake::Run(run)) => {
-                    if let EventScope::Run(id) = &self.scope
-                        && **id != *run
-                    {
-                        continue;
+        let scope = &self.scope;
+        let concerns = |run: &str| !matches!(scope, EventScope::Run(id) if id != run);
+        match &mut self.source {
+            Source::Alone { wakes: None, .. } => tokio::time::sleep(poll).await,
+            Source::Alone {
+                wakes: wakes @ Some(_),
+                ..
+            } => {
+                let deadline = tokio::time::Instant::now() + poll;
+                while let Some(w) = wakes.as_mut() {
+                    match tokio::time::timeout_at(deadline, w.next()).await {
+                        Ok(EventWake::Run(run)) if !concerns(&run) => {}
+                        Err(_) | Ok(EventWake::Run(_)) => return,
+                        Ok(EventWake::Lagged) => {
+                            self.missed_wakeups += 1;
+                            return;
+                        }
+                        Ok(EventWake::Closed) => {
+                            *wakes = None;
+                            tokio::time::sleep_until(deadline).await;
+                            return;
+                        }
                     }
-                    return;
-                }
-                Ok(EventWake::Lagged) => {
-                    self.missed_wakeups += 1;
-                    return;
-                }
-                Ok(EventWake::Closed) => {
-                    self.wakes = None;
-                    tokio::time::sleep_until(deadline).await;
-                    return;
                 }
             }
+            // No poll of its own: the hub's watcher checks the store for every follower.
+            Source::Hub { hub, rx, needed } => loop {
+                match rx.recv().await {
+                    Ok(wake) => {
+                        if wake.run.as_deref().is_none_or(concerns) {
+                            *needed = wake.generation;
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        self.missed_wakeups += 1;
+                        *needed = hub.generation();
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        tokio::time::sleep(hub::closed_wait(&self.config)).await;
+                        *needed = hub.generation();
+                        return;
+                    }
+                }
+            },
         }
     }
 }

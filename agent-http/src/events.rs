@@ -219,7 +219,7 @@ pub(crate) async fn run_event_stream(
     }
     // Subscribe before the first read, so that no delta published after it is missed.
     let tokens = app.ephemeral.as_ref().map(EphemeralBus::subscribe);
-    let follower = Follower::new(app.store.clone(), EventScope::Run(id.clone()), after).await?;
+    let follower = app.hub.follower(EventScope::Run(id.clone()), after);
     let durable = stream_of(follower, q.until_finished);
     let stream = match tokens {
         None => durable.left_stream(),
@@ -305,7 +305,7 @@ pub(crate) async fn event_stream(
     let after = resume_point(&headers, q.after)?;
     let permit = stream_permit(&app)?;
     let scope = q.agent.map_or(EventScope::All, EventScope::Agent);
-    let follower = Follower::new(app.store.clone(), scope, after).await?;
+    let follower = app.hub.follower(scope, after);
     Ok(Sse::new(holding(stream_of(follower, false), permit)).keep_alive(keep_alive()))
 }
 

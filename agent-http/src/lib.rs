@@ -58,7 +58,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use agent_core::agent::{Agent, Handle};
-use agent_core::events::EphemeralBus;
+use agent_core::events::{EphemeralBus, FollowConfig};
 use agent_core::runner::Runner;
 use agent_core::secrets::SealKeys;
 use agent_core::store::Store;
@@ -214,12 +214,16 @@ pub(crate) struct AppState {
     pub(crate) seal_keys: SealKeys,
     /// One permit per event stream open.
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
+    /// What wakes the event streams: one watcher of the store for all of them, and reads
+    /// shared by the streams of one scope, so an idle stream costs no read.
+    pub(crate) hub: agent_core::events::EventHub,
 }
 
 /// The API over `store`, to mount in a service (`Router::nest`, `Router::merge`) or to
 /// serve as it is.
 pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
     let state = AppState {
+        hub: agent_core::events::EventHub::new(Arc::clone(&store), FollowConfig::default()),
         store,
         ephemeral: config.ephemeral.clone(),
         agents: config.agents.clone(),

@@ -125,6 +125,7 @@ macro_rules! store_conformance {
             check_events_of_parallel_calls_are_not_lost,
             check_events_by_agent_and_of_all,
             check_followers_are_woken,
+            check_hub_followers_share_reads,
             check_status_changes_are_events,
         );
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -457,6 +457,78 @@ pub async fn check_followers_are_woken(store: Arc<dyn Store>) -> CheckResult {
     woken
 }
 
+/// Followers of one [`EventHub`](crate::events::EventHub) cost no read while idle, share
+/// each read after a wake-up, and each get every event written after they started.
+///
+/// # Errors
+/// What the store (or the hub over it) did wrong.
+pub async fn check_hub_followers_share_reads(store: Arc<dyn Store>) -> CheckResult {
+    const FOLLOWERS: usize = 64;
+    const WRITES: u32 = 3;
+    let id = unique("hub-followed");
+    store
+        .create_run(new_run(&id, "Agent", json!({})))
+        .await
+        .ctx("create_run")?;
+    let config = FollowConfig {
+        poll: Duration::from_millis(100),
+        ..FollowConfig::default()
+    };
+    let hub = crate::events::EventHub::new(store.clone(), config);
+    let mut followers = Vec::new();
+    for _ in 0..FOLLOWERS {
+        let mut f = hub.follower(EventScope::Run(id.clone()), EventCursor::START);
+        let first = f.next().await.ctx("next")?;
+        ensure!(type_of(&first) == "run_created", "first event: {first:?}");
+        followers.push(f);
+    }
+    // Parked: waiting for the next event, as an idle event stream does.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for mut f in followers {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            for _ in 0..WRITES {
+                let got = f.next().await.map(|e| type_of(&e));
+                if tx.send(got).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(tx);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let idle_from = hub.store_reads();
+    // Ten of the hub's polls with nothing written: lone followers would read 640 times.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_reads = hub.store_reads() - idle_from;
+    ensure!(
+        idle_reads <= 2,
+        "{FOLLOWERS} idle followers read the store {idle_reads} times in 10 polls"
+    );
+    let lease = claim(&store, &id, "w").await?;
+    let busy_from = hub.store_reads();
+    for seq in 0..WRITES {
+        let e = entry(&id, 0, seq, CallStatus::Started, None::<Value>);
+        store.record_entry(&lease, &e).await.ctx("record_entry")?;
+    }
+    let mut got = 0;
+    while got < FOLLOWERS * WRITES as usize {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Err(_) => return Err(format!("{got} events reached the followers within 10 s")),
+            Ok(None) => return Err(format!("the followers ended after {got} events")),
+            Ok(Some(Err(e))) => return Err(format!("follower: {e}")),
+            Ok(Some(Ok(kind))) if kind == "tool_started" => got += 1,
+            Ok(Some(Ok(kind))) => return Err(format!("a follower got `{kind}`")),
+        }
+    }
+    let busy_reads = hub.store_reads() - busy_from;
+    ensure!(
+        busy_reads < FOLLOWERS as u64 / 2,
+        "{FOLLOWERS} followers read the store {busy_reads} times for {WRITES} writes"
+    );
+    Ok(())
+}
+
 /// A status set without a version (dead-lettered, then retried) is an event, and a final
 /// one ends the run's events with `run_finished`.
 ///

@@ -181,7 +181,7 @@ pub use commits::{
 pub use events::{
     check_events_by_agent_and_of_all, check_events_follow_the_records,
     check_events_of_parallel_calls_are_not_lost, check_events_resume_from_any_cursor,
-    check_followers_are_woken, check_status_changes_are_events,
+    check_followers_are_woken, check_hub_followers_share_reads, check_status_changes_are_events,
 };
 pub use history::{
     check_history_time_travel_and_fork, check_prune_keeps_resume_working,
