@@ -43,8 +43,8 @@ pub(crate) const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint,
 pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 \
      AND ($2::text IS NULL OR fingerprint = $2) ORDER BY seq DESC LIMIT 1";
 
-/// With a worker in `$15`, the run is created claimed by it for `$16` ms (epoch 1, one
-/// claim counted, as `CLAIM_RUN` would leave it) and nobody is woken; without, idle
+/// With a worker in `$15`, the run is created claimed by it for `$16` ms (epoch 1, no
+/// claim charged, as `CLAIM_RUN` leaves a free run) and nobody is woken; without, idle
 /// workers are notified.
 pub(crate) const INSERT_RUN: &str = concat!(
     "WITH ins AS (INSERT INTO runs (id, agent, fingerprint, state_name, state, creation_hash, \
@@ -53,8 +53,7 @@ pub(crate) const INSERT_RUN: &str = concat!(
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12, $13, $14, \
      CASE WHEN $15::text IS NULL THEN 0 ELSE 1 END, $15, \
      CASE WHEN $15 IS NULL THEN NULL \
-     ELSE clock_timestamp() + $16::bigint * interval '1 millisecond' END, \
-     CASE WHEN $15 IS NULL THEN 0 ELSE 1 END) \
+     ELSE clock_timestamp() + $16::bigint * interval '1 millisecond' END, 0) \
      ON CONFLICT (id) DO NOTHING RETURNING ",
     run_cols!(),
     "), lb AS (INSERT INTO run_labels (run_id, key, value) \
@@ -74,7 +73,7 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
         concat!(
             "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
              lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
-             claims_without_progress = claims_without_progress + 1, \
+             claims_without_progress = claims_without_progress + CASE WHEN lease_owner IS NULL THEN 0 ELSE 1 END, \
              updated_at = clock_timestamp() WHERE id = $1 AND status NOT IN {final_statuses} \
              AND (lease_owner IS NULL OR lease_expires_at <= clock_timestamp() \
              OR lease_owner = $2) RETURNING ",
@@ -102,8 +101,8 @@ pub(crate) static CLAIM_NEXT: LazyLock<String> = LazyLock::new(|| {
              ORDER BY r.created_at, r.seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
              UPDATE runs SET epoch = epoch + 1, lease_owner = $2, \
              lease_expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', \
-             claims_without_progress = claims_without_progress + 1, updated_at = clock_timestamp() \
-             FROM picked WHERE id = pick_id RETURNING ",
+             claims_without_progress = claims_without_progress + CASE WHEN lease_owner IS NULL THEN 0 ELSE 1 END, \
+             updated_at = clock_timestamp() FROM picked WHERE id = pick_id RETURNING ",
             run_cols!()
         ),
         candidates = claim_candidates(),
@@ -239,9 +238,8 @@ pub(crate) const RENEW_LEASE: &str = "UPDATE runs \
      SET lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond' \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING ts_to_ms(lease_expires_at)";
 
-/// Release without counting the claim (`Store::hand_back`); wakes nobody.
-pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
-     claims_without_progress = GREATEST(claims_without_progress - 1, 0) \
+/// Release, leaving what the claim was charged (`Store::hand_back`); wakes nobody.
+pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
 /// `Store::expire_leases_of`: the leases of a worker's previous process end now; one

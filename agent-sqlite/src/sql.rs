@@ -85,7 +85,8 @@ pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
     format!(
         concat!(
             "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, lease_expires_at = $3 + $4, \
-             claims_without_progress = claims_without_progress + 1, updated_at = $3 \
+             claims_without_progress = claims_without_progress + CASE WHEN lease_owner IS NULL THEN 0 ELSE 1 END, \
+             updated_at = $3 \
              WHERE id = $1 AND status NOT IN {final_statuses} \
              AND (lease_owner IS NULL OR lease_expires_at <= $3 OR lease_owner = $2) RETURNING ",
             run_cols!()
@@ -223,9 +224,8 @@ pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantin
 pub(crate) const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING lease_expires_at";
 
-/// Release without counting the claim (`Store::hand_back`).
-pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
-     claims_without_progress = MAX(claims_without_progress - 1, 0) \
+/// Release, leaving what the claim was charged (`Store::hand_back`).
+pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
 /// `Store::expire_leases_of`: the leases of a worker's previous process end now (`$2`).

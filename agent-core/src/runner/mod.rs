@@ -87,7 +87,10 @@ pub struct RunnerConfig {
     pub decision_timeout: Duration,
     /// Token budget of a routing prompt; the oldest tool results are trimmed first.
     pub prompt_token_budget: usize,
-    /// Claims without a commit before a run is dead-lettered (a poison run).
+    /// Lost claims without a commit before a run is dead-lettered (a poison run): claims
+    /// that found the run's previous claim neither released nor committed through (its
+    /// worker crashed, panicked, or hung past its lease). A claim itself costs nothing, so
+    /// a crash costs each run it held one, even a claim that landed after the worker died.
     pub max_claims_without_progress: u32,
     /// How often a transient store error is retried before the runner gives up on a run.
     pub store_retries: u32,
@@ -746,7 +749,7 @@ where
         self.inner
             .faults
             .check(FaultPoint::RunClaimed, &record.id, record.version)?;
-        if record.claims_without_progress > self.inner.config.max_claims_without_progress {
+        if record.claims_without_progress >= self.inner.config.max_claims_without_progress {
             return self.dead_letter(&lease, record).await.map(Ready::Ended);
         }
         if let Some(error) = self.history_problem(&record, reads.as_ref()).await? {
@@ -790,7 +793,7 @@ where
         let error = RunFailure {
             code: "crash_loop".into(),
             message: format!(
-                "claimed {} times without progress; the step crashes its worker",
+                "{} claims in a row found the previous one lost without progress; the step crashes its worker",
                 record.claims_without_progress
             ),
         };

@@ -14,7 +14,8 @@ use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
 use crate::store::{Claimed, Store};
 
-/// A run claimed more than this many times in a row without a commit is a *suspect*: its
+/// A run whose claims found this many lost claims in a row without a commit
+/// ([`RunRecord::claims_without_progress`](crate::store::RunRecord)) is a *suspect*: its
 /// step may be what crashes its workers, so a [`Worker`] runs it alone. One lost claim (a
 /// killed worker, an expired lease) is common and does not make a run a suspect; two in a
 /// row do.
@@ -98,14 +99,16 @@ pub const CHANGED_GRAPH_LISTED: usize = 20;
 ///
 /// # Runs that crash their worker
 ///
-/// Every claim counts against a run until it commits or its lease is released; a run claimed
-/// more than [`RunnerConfig::max_claims_without_progress`](super::RunnerConfig) times is
-/// dead-lettered (`crash_loop`) before anything of it runs again. So that the count lands on
-/// the run that causes the crashes:
+/// A claim that finds the run's previous claim lost (neither released nor committed through)
+/// counts against the run until it commits or its lease is released; a run with
+/// [`RunnerConfig::max_claims_without_progress`](super::RunnerConfig) lost claims in a row is
+/// dead-lettered (`crash_loop`) before anything of it runs again. A claim itself costs
+/// nothing, so a crash costs a run one, even a claim that was in flight when its worker died
+/// and landed after. So that the count lands on the run that causes the crashes:
 /// - a step that **panics** is attributable: the worker catches the panic in the run's task
 ///   and claims that run again at once;
 /// - a step that **kills the process** is not: every run in flight is charged. A run claimed
-///   more than [`SUSPECT_CLAIMS`] times without a commit is a suspect and runs alone: the
+///   [`SUSPECT_CLAIMS`] lost claims without a commit is a suspect and runs alone: the
 ///   worker hands the rest of its batch back with
 ///   [`Store::hand_back`](crate::store::Store::hand_back) (not counted), lets the runs in
 ///   flight finish, then drives the suspect with nothing else in the process.
@@ -287,11 +290,9 @@ where
                     Ok(batch) => {
                         store_backoff = Duration::from_millis(50);
                         claimed = batch.len();
-                        // The claim counted once more: more than SUSPECT_CLAIMS means the run
-                        // was a suspect before this claim.
                         let (suspects, healthy): (Vec<_>, Vec<_>) =
                             batch.into_iter().partition(|claimed| {
-                                claimed.record.claims_without_progress > SUSPECT_CLAIMS
+                                claimed.record.claims_without_progress >= SUSPECT_CLAIMS
                             });
                         let mut suspects = suspects.into_iter();
                         if let Some(suspect) = suspects.next() {

@@ -58,8 +58,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
 
     /// Take the run's lease for `worker` if it is free, expired, or already `worker`'s.
-    /// Every successful claim increments the epoch (fencing any earlier holder) and
-    /// `claims_without_progress`. Returns `None` while another worker holds a live lease,
+    /// Every successful claim increments the epoch (fencing any earlier holder); one that
+    /// takes the lease over from a holder that neither released nor committed through it
+    /// (expired, or `worker`'s own) increments `claims_without_progress`, so each lost
+    /// claim is charged once, and a claim that lands after its worker died costs nothing
+    /// until another claim finds it lost. Returns `None` while another worker holds a live lease,
     /// or when the run is final. A run whose row does not read is quarantined in the same
     /// call (code [`ROW_UNREADABLE`](super::ROW_UNREADABLE), lease ended) and
     /// [`StoreError::Corrupt`] returned: nobody can execute it, and listings then say so.
@@ -164,8 +167,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
 
     /// Give a claimed run back without having executed anything for it: the lease is
-    /// released and this claim is not counted (`claims_without_progress` goes back down by
-    /// one). A [`Worker`](crate::runner::Worker) hands back the runs it claimed together
+    /// released, and the next claim is not charged for it (`claims_without_progress` is
+    /// left as the claim found it). A [`Worker`](crate::runner::Worker) hands back the runs it claimed together
     /// with a suspect it must run alone, so that waiting for their turn never pushes them
     /// towards dead-lettering. Like `release_lease`, nothing happens when the epoch is no
     /// longer current; unlike it, other workers are not woken (the run is no more runnable

@@ -299,9 +299,12 @@ impl Inner {
     fn claim(data: &mut RunData, worker: &str, ttl: Duration, now: i64) -> (Lease, RunRecord) {
         let r = &mut data.record;
         r.epoch += 1;
+        // Charged only when the previous claim was neither released nor committed through.
+        if r.lease_owner.is_some() {
+            r.claims_without_progress += 1;
+        }
         r.lease_owner = Some(worker.to_owned());
         r.lease_expires_at = Some(now.saturating_add(ttl_ms(ttl)));
-        r.claims_without_progress += 1;
         r.updated_at = now;
         let lease = Lease {
             run_id: r.id.clone(),
@@ -654,7 +657,6 @@ impl Store for MemoryStore {
         if r.epoch == lease.epoch && r.lease_owner.is_some() {
             r.lease_owner = None;
             r.lease_expires_at = None;
-            r.claims_without_progress = r.claims_without_progress.saturating_sub(1);
         }
         Ok(())
     }

@@ -154,7 +154,9 @@ pub struct RunRecord {
     pub lease_owner: Option<String>,
     /// When the lease expires.
     pub lease_expires_at: Option<Millis>,
-    /// How many times a worker claimed the run without committing (crash-loop detection).
+    /// How many claims in a row found the run's previous claim lost (neither released nor
+    /// committed through: its worker crashed, panicked or hung past its lease) since the
+    /// run last made progress (crash-loop detection). A claim of a free run costs nothing.
     pub claims_without_progress: u32,
     /// For forks: the run and version it was forked from.
     pub parent: Option<(String, u64)>,

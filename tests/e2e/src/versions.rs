@@ -37,13 +37,21 @@ CREATE TABLE IF NOT EXISTS e2e_claims (
     agent_version integer     NOT NULL,
     version       bigint      NOT NULL,
     status        text        NOT NULL,
+    -- Whose lease the claim took over (NULL: the run was free), and whether the claim was
+    -- charged to the run (`claims_without_progress` went up), to how much.
+    found_owner   text,
+    charged       boolean     NOT NULL DEFAULT false,
+    lost_claims   integer     NOT NULL DEFAULT 0,
     at            timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE OR REPLACE FUNCTION "{schema}".e2e_record_claim() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO "{schema}".e2e_claims (run_id, epoch, owner, agent_version, version, status)
-    VALUES (NEW.id, NEW.epoch, NEW.lease_owner, NEW.agent_version, NEW.version, NEW.status);
+    INSERT INTO "{schema}".e2e_claims (run_id, epoch, owner, agent_version, version, status,
+        found_owner, charged, lost_claims)
+    VALUES (NEW.id, NEW.epoch, NEW.lease_owner, NEW.agent_version, NEW.version, NEW.status,
+        OLD.lease_owner, NEW.claims_without_progress > OLD.claims_without_progress,
+        NEW.claims_without_progress);
     RETURN NULL;
 END
 $$;
@@ -300,4 +308,92 @@ pub async fn check_versions(pool: &PgPool, is_v1: impl Fn(&str) -> bool) -> Vers
         }
     }
     report
+}
+
+/// What the claims of a soak cost their runs ([`claim_charges`]).
+#[derive(Debug, Clone, Default)]
+pub struct ClaimCharges {
+    /// Claims recorded.
+    pub claims: u64,
+    /// Claims charged to their run (they found its previous claim lost).
+    pub charged: u64,
+    /// Charged claims that found a free run: a claim that costs a run by itself (must be 0).
+    pub charged_free: u64,
+    /// The most charged claims of one run that found the lease of one killed incarnation
+    /// (one per crash; more only if that incarnation also lost the run while alive).
+    pub most_for_one_death: u64,
+    /// Claims made by an incarnation after it was killed (sent just before, committed after).
+    pub after_death: u64,
+    /// Of them, those the next claim of the run found lost and charged.
+    pub after_death_charged: u64,
+    /// The most lost claims a run had in a row at any claim.
+    pub most_in_a_row: i32,
+}
+
+/// What the recorded claims cost: `killed` maps each killed incarnation to when it was
+/// killed (milliseconds since the epoch).
+///
+/// # Panics
+/// When the database refuses.
+pub async fn claim_charges<S: std::hash::BuildHasher>(
+    pool: &PgPool,
+    killed: &HashMap<String, i64, S>,
+) -> ClaimCharges {
+    let rows = sqlx::query(
+        "SELECT run_id, epoch, owner, found_owner, charged, lost_claims, \
+         (extract(epoch FROM at) * 1000)::bigint AS at_ms FROM e2e_claims ORDER BY run_id, epoch",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(|e| panic!("e2e_claims: {e}"));
+    let mut out = ClaimCharges::default();
+    let mut for_death: HashMap<(String, String), u64> = HashMap::new();
+    // (run, owner) of each claim made after its owner's death, to find the next claim.
+    let mut late: Vec<(String, i64)> = Vec::new();
+    let mut by_run_epoch: HashMap<(String, i64), bool> = HashMap::new();
+    for row in &rows {
+        let run: String = row.get("run_id");
+        let epoch: i64 = row.get("epoch");
+        let owner: String = row.get("owner");
+        let found: Option<String> = row.get("found_owner");
+        let charged: bool = row.get("charged");
+        let at: i64 = row.get("at_ms");
+        out.claims += 1;
+        out.most_in_a_row = out.most_in_a_row.max(row.get("lost_claims"));
+        by_run_epoch.insert((run.clone(), epoch), charged);
+        if charged {
+            out.charged += 1;
+            match found {
+                None => out.charged_free += 1,
+                Some(found) if killed.contains_key(&found) => {
+                    *for_death.entry((run.clone(), found)).or_default() += 1;
+                }
+                Some(_) => {}
+            }
+        }
+        if killed.get(&owner).is_some_and(|k| at > *k) {
+            out.after_death += 1;
+            late.push((run.clone(), epoch));
+        }
+    }
+    out.most_for_one_death = for_death.values().copied().max().unwrap_or(0);
+    // The claim after a late one took its lease over: was it charged?
+    let mut epochs: HashMap<String, Vec<i64>> = HashMap::new();
+    for (run, epoch) in by_run_epoch.keys() {
+        epochs.entry(run.clone()).or_default().push(*epoch);
+    }
+    for v in epochs.values_mut() {
+        v.sort_unstable();
+    }
+    for (run, epoch) in late {
+        let next = epochs
+            .get(&run)
+            .and_then(|v| v.iter().find(|e| **e > epoch).copied());
+        if let Some(next) = next
+            && by_run_epoch.get(&(run, next)).copied().unwrap_or(false)
+        {
+            out.after_death_charged += 1;
+        }
+    }
+    out
 }

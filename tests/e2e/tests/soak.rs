@@ -8,7 +8,7 @@
 //! setting. `E2E_SOAK_RUNS`, `E2E_SOAK_WORKERS`, `E2E_SOAK_LEASES` (comma-separated ms)
 //! override.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use e2e::check::{Expect, check};
 use e2e::db::{TestDb, database_url};
 use e2e::procs::{WorkerOpts, WorkerProc, create_runs, held_runs, recovery_times, wait_all_final};
 use e2e::stats::Summary;
+use e2e::versions::{claim_charges, record_claims};
 use e2e::{full_scale, now_ms, size};
 use rand::Rng;
 
@@ -47,6 +48,8 @@ async fn soak(url: &str, lease_ms: u64) {
     let poll_ms = 100;
     let db = TestDb::create(url, "soak").await;
     create_runs(&db, 0, runs).await;
+    // Who claimed what, and what each claim cost its run.
+    record_claims(&db).await;
 
     let opts = |slot: usize, incarnation: u32| {
         let mut o = WorkerOpts::new(url, &db.schema, &format!("soak-{slot}-{incarnation}"));
@@ -62,6 +65,7 @@ async fn soak(url: &str, lease_ms: u64) {
         .map(|s| WorkerProc::spawn(Path::new(BIN), &opts(s, 0)))
         .collect();
     let mut killed: HashSet<String> = HashSet::new();
+    let mut killed_at: HashMap<String, i64> = HashMap::new();
     let mut recoveries = Vec::new();
     let mut lease_left = Vec::new();
     let mut kills = Vec::new();
@@ -82,6 +86,7 @@ async fn soak(url: &str, lease_ms: u64) {
         let held = held_runs(&db.pool, &id).await;
         lease_left.extend(held.iter().map(|h| h.lease_expires_ms - at));
         kills.push((at, held));
+        killed_at.insert(id.clone(), at);
         killed.insert(id);
         let restart = rand::rng().random_range(0..300);
         tokio::time::sleep(Duration::from_millis(restart)).await;
@@ -153,7 +158,26 @@ async fn soak(url: &str, lease_ms: u64) {
         report.deduplicated,
     );
     println!("  check: {report:?}");
+    let charges = claim_charges(&db.pool, &killed_at).await;
+    println!(
+        "  claims: {} in all, {} charged to their run (a lost claim found), {} made by an \
+         incarnation after it was killed ({} of them charged once, at the takeover), at most \
+         {} charged to one run for one kill, at most {} lost claims in a row",
+        charges.claims,
+        charges.charged,
+        charges.after_death,
+        charges.after_death_charged,
+        charges.most_for_one_death,
+        charges.most_in_a_row
+    );
     report.assert_clean();
+    // A crash costs a run at most one claim: a claim is charged only when it finds the
+    // previous one lost, never by itself, even one that commits after its worker died.
+    assert!(charges.claims > 0, "no claim was recorded");
+    assert_eq!(
+        charges.charged_free, 0,
+        "claims of free runs were charged: {charges:?}"
+    );
     assert!(!kills.is_empty(), "the chaos driver killed nobody");
     let bound = i64::try_from(lease_ms + poll_ms).unwrap_or(i64::MAX) + 3_000;
     // p99, not max: a claim in flight when its worker was killed lands after the held runs
