@@ -3,7 +3,7 @@
 //! what the plan saw and what it writes.
 
 use agent_core::store::history::VersionPayload;
-use agent_core::store::operator::{OperatorPlan, OperatorTransition};
+use agent_core::store::operator::{OperatorPlan, OperatorTransition, plan_drop_signal};
 use agent_core::store::{
     Lease, MigrationCommit, Millis, OperatorNote, RunRecord, StoreError, TransitionKind,
 };
@@ -91,6 +91,53 @@ impl PgStore {
                 Ok(plan.applied(&lease, commit, applied, &self.heads))
             }
         }
+    }
+
+    /// `Store::drop_signal`: the run row locked and read with the signal, the plan's
+    /// `signal_dropped` version written with the run's wait kept, and the signal marked
+    /// consumed at it, in one transaction.
+    pub(crate) async fn write_signal_drop(
+        &self,
+        run_id: &str,
+        signal_id: i64,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let head = locked_head(&mut tx, run_id).await?;
+        let now: Millis = sqlx::query_scalar("SELECT ts_to_ms(clock_timestamp())")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let signal = sqlx::query(sql::SIGNAL_OF_RUN)
+            .bind(run_id)
+            .bind(signal_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .ok_or_else(|| StoreError::NoPendingSignal {
+                run_id: run_id.to_owned(),
+                signal_id,
+            })?;
+        let signal = rows::signal(run_id, &signal)?;
+        let t = plan_drop_signal(&head.record, &signal, note, now)?;
+        let (plan, payload) = CommitPlan::operator(head, &t);
+        let commit = &t.commit;
+        let applied = self
+            .write_transition(&mut tx, run_id, &t, &plan, payload)
+            .await?;
+        sqlx::query(sql::KEEP_WAIT_DROP_SIGNAL)
+            .bind(run_id)
+            .bind(&commit.waiting_for)
+            .bind(commit.wake_at)
+            .bind(to_i64(plan.version))
+            .bind(signal_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        self.event_written(run_id);
+        let lease = t.lease(run_id);
+        Ok(plan.applied(&lease, commit, applied, &self.heads))
     }
 
     /// `Store::migrate_run`: the run row locked and read, the migration checked against it

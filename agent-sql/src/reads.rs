@@ -667,6 +667,18 @@ macro_rules! impl_sql_store {
                 .await
             }
 
+            async fn drop_signal(
+                &self,
+                run_id: &str,
+                signal_id: i64,
+                note: &$crate::__private::OperatorNote,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.write_signal_drop(run_id, signal_id, note).await
+            }
+
             async fn accept_cancel(
                 &self,
                 lease: &$crate::__private::Lease,

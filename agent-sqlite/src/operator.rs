@@ -3,7 +3,7 @@
 //! what the plan saw and what it writes.
 
 use agent_core::store::history::VersionPayload;
-use agent_core::store::operator::{OperatorPlan, OperatorTransition};
+use agent_core::store::operator::{OperatorPlan, OperatorTransition, plan_drop_signal};
 use agent_core::store::{
     Lease, MigrationCommit, Millis, OperatorNote, RunRecord, StoreError, now_ms,
 };
@@ -64,6 +64,61 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// `Store::drop_signal`: the run and the signal read, the plan's `signal_dropped`
+    /// version written with the run's wait kept, and the signal marked consumed at it, in
+    /// one write transaction.
+    pub(crate) async fn write_signal_drop(
+        &self,
+        run_id: &str,
+        signal_id: i64,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let mut tx = self.write_tx().await?;
+        let head = head_in(&mut tx, run_id).await?;
+        let signal = sqlx::query(sql::SIGNAL_OF_RUN)
+            .bind(run_id)
+            .bind(signal_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .ok_or_else(|| StoreError::NoPendingSignal {
+                run_id: run_id.to_owned(),
+                signal_id,
+            })?;
+        let signal = rows::signal(run_id, &signal)?;
+        let t = plan_drop_signal(&head.record, &signal, note, now)?;
+        let (plan, payload) = CommitPlan::operator(head, &t);
+        let applied = write_transition(&mut tx, run_id, &t, &plan, &payload, now).await?;
+        let version = to_i64(plan.version);
+        sqlx::query(sql::KEEP_WAIT_ROW)
+            .bind(run_id)
+            .bind(&t.commit.waiting_for)
+            .bind(t.commit.wake_at)
+            .bind(version)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::MIGRATED_TRANSITION)
+            .bind(run_id)
+            .bind(&t.commit.waiting_for)
+            .bind(t.commit.wake_at)
+            .bind(version)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::CONSUME_SIGNAL)
+            .bind(signal_id)
+            .bind(version)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        self.events.wake(run_id);
+        let lease = t.lease(run_id);
+        Ok(plan.applied(&lease, &t.commit, applied, &self.heads))
+    }
+
     /// `Store::migrate_run`: the run read, the migration checked against it
     /// ([`MigrationCommit::refusal`]), then the `migrated` version written as an operator's
     /// transition (its note chained into the hash) with the lease kept, and the row's

@@ -111,6 +111,8 @@ macro_rules! store_conformance {
             check_next_due_is_no_later_than_a_live_lease,
             check_tool_stats_match_the_journal,
             check_terminate_stops_runs_at_once,
+            check_terminate_closes_out_stopped_runs,
+            check_drop_signal_is_audited,
             check_cancel_moves_free_runs_to_compensating,
             check_cancel_of_a_leased_run_waits_for_its_holder,
             check_cancel_racing_a_commit,

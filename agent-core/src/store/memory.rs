@@ -940,6 +940,37 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn drop_signal(
+        &self,
+        run_id: &str,
+        signal_id: i64,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        let record = {
+            let mut g = self.lock();
+            g.run(run_id)?;
+            let signal = g
+                .signals
+                .get(&signal_id)
+                .filter(|s| s.run_id == run_id)
+                .cloned()
+                .ok_or_else(|| StoreError::NoPendingSignal {
+                    run_id: run_id.to_owned(),
+                    signal_id,
+                })?;
+            let position = g.next_position();
+            let data = g.run_mut(run_id)?;
+            let t = operator::plan_drop_signal(&data.record, &signal, note, now_ms())?;
+            let record = data.apply_operator(&t, now_ms(), position);
+            if let Some(s) = g.signals.get_mut(&signal_id) {
+                s.consumed_at_version = Some(record.version);
+            }
+            record
+        };
+        self.events.wake(run_id);
+        Ok(record)
+    }
+
     async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
         let now = now_ms();
         let mut g = self.lock();

@@ -206,7 +206,8 @@ pub use migrate::{
 pub use operator::{
     check_cancel_moves_free_runs_to_compensating,
     check_cancel_of_a_leased_run_waits_for_its_holder, check_cancel_racing_a_commit,
-    check_labels_filter_runs, check_terminate_stops_runs_at_once,
+    check_drop_signal_is_audited, check_labels_filter_runs,
+    check_terminate_closes_out_stopped_runs, check_terminate_stops_runs_at_once,
 };
 pub use repair::check_repair_resets_a_quarantined_run;
 pub use retention::{check_retention_deletes_old_final_runs, check_retention_keeps_the_window};

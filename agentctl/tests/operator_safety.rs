@@ -1,0 +1,246 @@
+//! The operator's verbs cannot trap a run or lose data: a signal no handler accepts is
+//! dropped with who and why, any stopped run can be closed out, and the chains the framework
+//! writes verify. Each case on SQLite, and on PostgreSQL when one is configured.
+
+mod common;
+
+use std::sync::Arc;
+
+use agent_core::conformance::fixture::{
+    self, Behaviour, Confirmation, Order, OrderHandlers, order,
+};
+use agent_core::runner::Runner;
+use agent_core::store::RunStatus;
+use agent_core::{Ctx, StepResult, Wake};
+use common::{DONE, Db, STUCK};
+use serde_json::{Value, json};
+
+/// The fixture's handlers, but `confirm` reads its payload as a [`Confirmation`] and
+/// fails the step when it is not one (as a handler of a real agent does).
+#[derive(Debug, Clone, Copy)]
+struct Strict;
+
+impl OrderHandlers for Strict {
+    async fn start(
+        &self,
+        ctx: Ctx<'_, order::Start>,
+        items: Vec<String>,
+    ) -> StepResult<order::Start> {
+        Behaviour.start(ctx, items).await
+    }
+
+    async fn decide(
+        &self,
+        ctx: Ctx<'_, order::Decide>,
+        route: order::DecideRoute,
+        items: Vec<String>,
+        reservations: Vec<String>,
+    ) -> StepResult<order::Decide> {
+        Behaviour.decide(ctx, route, items, reservations).await
+    }
+
+    async fn pay(&self, ctx: Ctx<'_, order::Pay>, cents: u64) -> StepResult<order::Pay> {
+        Behaviour.pay(ctx, cents).await
+    }
+
+    async fn confirm(
+        &self,
+        ctx: Ctx<'_, order::Confirm>,
+        wake: Wake,
+        payment_id: String,
+    ) -> StepResult<order::Confirm> {
+        let _: Confirmation = wake.payload()?;
+        Behaviour.confirm(ctx, wake, payment_id).await
+    }
+}
+
+/// The run each case drives into the trap.
+const TRAPPED: &str = "order-trapped";
+
+fn code(out: &std::process::Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The ids of the run's pending signals, as `agentctl show --json` lists them.
+fn pending(db: &Db, run: &str) -> Vec<i64> {
+    db.json(&["show", run])["pending_signals"]
+        .as_array()
+        .expect("pending_signals")
+        .iter()
+        .map(|s| s["id"].as_i64().expect("id"))
+        .collect()
+}
+
+fn strict_runner(db: &Db) -> Runner<Order, Strict> {
+    let world = Arc::new(fixture::World::default());
+    let store = db.runtime.block_on(db.store());
+    Runner::routed(
+        store,
+        Strict,
+        fixture::tools(&world),
+        Arc::new(fixture::router("Pay")),
+    )
+    .expect("runner")
+}
+
+/// Drive `run` with the strict runner until it waits or stops; its status after.
+fn drive(db: &Db, run: &str) -> RunStatus {
+    let r = strict_runner(db);
+    db.runtime
+        .block_on(async { r.run(run).await.expect("run").status })
+}
+
+/// A new order of nothing (so its failure has nothing to compensate: it ends failed),
+/// waiting for its confirmation; with a signal sent to it, straight to the store (as one of
+/// an older client, or one sent before the payload type changed, reaches it).
+fn waiting_with_signal(db: &Db, run: &str, payload: Value) -> i64 {
+    let r = strict_runner(db);
+    db.runtime.block_on(async {
+        r.start(run, fixture::initial(&[])).await.expect("start");
+        let waiting = r.run(run).await.expect("run");
+        assert_eq!(waiting.status, RunStatus::Waiting, "{waiting:?}");
+        db.store()
+            .await
+            .send_signal(run, "confirm", &payload)
+            .await
+            .expect("send")
+    })
+}
+
+/// The trap: a signal whose payload the handler rejects fails the run, and `retry` reads
+/// the same signal and fails again. Dropping it (audited, in the history and the verified
+/// chain) and retrying puts the run back to waiting, and a correct signal completes it.
+fn a_rejected_signal_is_dropped_and_the_run_resumes(new_db: fn() -> Db) {
+    let db = new_db();
+    let bad = waiting_with_signal(&db, TRAPPED, json!({ "ok": "not a bool" }));
+    assert_eq!(drive(&db, TRAPPED), RunStatus::Failed);
+    db.ok(&["retry", TRAPPED]);
+    assert_eq!(
+        drive(&db, TRAPPED),
+        RunStatus::Failed,
+        "retrying reads the same signal"
+    );
+    assert_eq!(pending(&db, TRAPPED), vec![bad]);
+    let shown = db.ok(&["show", TRAPPED]);
+    assert!(shown.contains("agentctl drop-signal"), "{shown}");
+
+    let missing = db.agentctl(&[
+        "drop-signal",
+        TRAPPED,
+        "999999",
+        "--reason",
+        "x",
+        "--by",
+        "ops",
+    ]);
+    assert_eq!(code(&missing), 1);
+    assert!(
+        stderr(&missing).contains("no pending signal #999999"),
+        "{}",
+        stderr(&missing)
+    );
+    let no_reason = db.agentctl(&["drop-signal", TRAPPED, &bad.to_string(), "--by", "ops"]);
+    assert_eq!(code(&no_reason), 2, "{}", stderr(&no_reason));
+
+    let before = db.json(&["show", TRAPPED])["run"]["version"]
+        .as_u64()
+        .unwrap();
+    let dropped = db.json(&[
+        "drop-signal",
+        TRAPPED,
+        &bad.to_string(),
+        "--reason",
+        "ok must be a bool",
+        "--by",
+        "ops",
+    ]);
+    assert_eq!(dropped["status"], "failed", "{dropped}");
+    assert_eq!(dropped["version"], before + 1, "{dropped}");
+    assert!(pending(&db, TRAPPED).is_empty());
+    let shown = db.json(&["show", TRAPPED]);
+    let last = shown["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["kind"], "signal_dropped", "{last}");
+    assert_eq!(last["note"]["by"], "ops");
+    assert_eq!(
+        last["note"]["reason"],
+        format!("dropped signal #{bad} `confirm`: ok must be a bool")
+    );
+    let text = db.ok(&["show", TRAPPED]);
+    assert!(text.contains("signal_dropped"), "{text}");
+    db.ok(&["verify", TRAPPED]);
+
+    db.ok(&["retry", TRAPPED]);
+    assert_eq!(drive(&db, TRAPPED), RunStatus::Waiting);
+    db.ok(&["signal", TRAPPED, "confirm", r#"{"ok": true}"#]);
+    assert_eq!(drive(&db, TRAPPED), RunStatus::Completed);
+    db.ok(&["verify", TRAPPED]);
+}
+
+/// A failed run is closed out by `terminate` (`cancel` refuses it, saying so), as a
+/// dead-lettered one is; a completed run is still refused.
+fn a_failed_run_is_closed_out(new_db: fn() -> Db) {
+    let db = new_db();
+    waiting_with_signal(&db, TRAPPED, json!({ "ok": 3 }));
+    assert_eq!(drive(&db, TRAPPED), RunStatus::Failed);
+    let cancel = db.agentctl(&["cancel", TRAPPED, "--by", "ops"]);
+    assert_eq!(code(&cancel), 1);
+    assert!(
+        stderr(&cancel).contains("agentctl terminate order-trapped"),
+        "{}",
+        stderr(&cancel)
+    );
+    for run in [TRAPPED, STUCK] {
+        let closed = db.json(&["terminate", run, "--reason", "give up", "--by", "ops"]);
+        assert_eq!(closed["status"], "terminated", "{closed}");
+        assert_eq!(closed["changed"], true, "{closed}");
+        let history = db.json(&["show", run])["history"].clone();
+        let last = history.as_array().unwrap().last().unwrap();
+        assert_eq!(last["kind"], "terminate", "{last}");
+        assert_eq!(last["note"]["reason"], "give up", "{last}");
+        db.ok(&["verify", run]);
+        let again = db.ok(&["terminate", run, "--reason", "again", "--by", "ops"]);
+        assert!(again.contains("already terminated"), "{again}");
+    }
+    let done = db.agentctl(&["terminate", DONE, "--reason", "x", "--by", "ops"]);
+    assert_eq!(code(&done), 1);
+    assert!(stderr(&done).contains("is completed"), "{}", stderr(&done));
+    let shown: Value = db.json(&["show", DONE]);
+    assert_eq!(shown["run"]["status"], "completed");
+}
+
+/// Every test above runs on SQLite, and on PostgreSQL when one is configured.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::Db::sqlite);
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    if !super::Db::postgres_available() {
+                        println!(
+                            "skipped on PostgreSQL: set DATABASE_URL or AGENTCTL_TEST_PG to a postgres:// URL"
+                        );
+                        return;
+                    }
+                    super::$name(super::Db::postgres);
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    a_rejected_signal_is_dropped_and_the_run_resumes,
+    a_failed_run_is_closed_out,
+);
