@@ -212,6 +212,62 @@ fn a_failed_run_is_closed_out(new_db: fn() -> Db) {
     assert_eq!(shown["run"]["status"], "completed");
 }
 
+/// A run whose stored state is valid JSON of the wrong shape (a hand edit of the run row)
+/// is quarantined by the framework without a version of its own: `verify` then blames the
+/// edited row, not a version of the chain, and once `repair` puts the row back the chain
+/// verifies, as it does after the run completes.
+fn a_quarantine_for_a_wrong_shape_verifies(new_db: fn() -> Db) {
+    let db = new_db();
+    let r = strict_runner(&db);
+    db.runtime.block_on(async {
+        r.start(TRAPPED, fixture::initial(&[]))
+            .await
+            .expect("start");
+        let waiting = r.run(TRAPPED).await.expect("run");
+        assert_eq!(waiting.status, RunStatus::Waiting, "{waiting:?}");
+    });
+    let version = db.json(&["show", TRAPPED])["run"]["version"]
+        .as_u64()
+        .unwrap();
+    db.ok(&["verify", TRAPPED]);
+    let wrong = if db.pg.is_some() {
+        r#"'{"Confirm": {"payment_id": 7}}'::jsonb"#
+    } else {
+        r#"'{"Confirm": {"payment_id": 7}}'"#
+    };
+    db.sql(&[&format!(
+        "UPDATE runs SET state = {wrong} WHERE id = '{TRAPPED}'"
+    )]);
+    db.ok(&["signal", TRAPPED, "confirm", r#"{"ok": true}"#]);
+    assert_eq!(drive(&db, TRAPPED), RunStatus::Quarantined);
+    let shown = db.json(&["show", TRAPPED]);
+    assert_eq!(shown["run"]["error"]["code"], "state.corrupt", "{shown}");
+    assert_eq!(
+        shown["run"]["version"], version,
+        "no version for the quarantine"
+    );
+    let verified = db.agentctl(&["verify", TRAPPED]);
+    let said = String::from_utf8_lossy(&verified.stdout).into_owned() + &stderr(&verified);
+    assert_eq!(code(&verified), 1, "{said}");
+    assert!(
+        said.contains("the run row's current state differs from the state committed at version"),
+        "verify must blame the edited row:\n{said}"
+    );
+    db.ok(&[
+        "repair",
+        TRAPPED,
+        "--to",
+        &version.to_string(),
+        "--reason",
+        "hand edit",
+        "--by",
+        "ops",
+    ]);
+    db.ok(&["verify", TRAPPED]);
+    assert_eq!(drive(&db, TRAPPED), RunStatus::Completed);
+    db.ok(&["verify", TRAPPED]);
+}
+
 /// Every test above runs on SQLite, and on PostgreSQL when one is configured.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -243,4 +299,5 @@ macro_rules! on_both_backends {
 on_both_backends!(
     a_rejected_signal_is_dropped_and_the_run_resumes,
     a_failed_run_is_closed_out,
+    a_quarantine_for_a_wrong_shape_verifies,
 );
