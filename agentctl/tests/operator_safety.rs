@@ -268,6 +268,99 @@ fn a_quarantine_for_a_wrong_shape_verifies(new_db: fn() -> Db) {
     db.ok(&["verify", TRAPPED]);
 }
 
+/// The number of runs the store holds, read through the CLI.
+fn run_count(db: &Db) -> usize {
+    db.json(&["runs"]).as_array().expect("runs").len()
+}
+
+/// `backup --force` never replaces the store itself, by any name, nor a database another
+/// process has open; the store is untouched after each refusal, and an unrelated file is
+/// still replaced. On PostgreSQL, `backup` only names the `pg_dump` command and writes
+/// nothing.
+fn backup_refuses_the_store_and_files_in_use(new_db: fn() -> Db) {
+    let db = new_db();
+    let runs = run_count(&db);
+    let dir = db.path.parent().unwrap().to_owned();
+    let outside = tempfile::tempdir().unwrap();
+    let plain = outside.path().join("old-backup.sqlite3");
+    std::fs::write(&plain, b"an old backup").unwrap();
+    if db.pg.is_some() {
+        let out = db.agentctl(&["backup", plain.to_str().unwrap(), "--force"]);
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(stderr(&out).contains("pg_dump"), "{}", stderr(&out));
+        assert_eq!(std::fs::read(&plain).unwrap(), b"an old backup");
+        assert_eq!(run_count(&db), runs);
+        return;
+    }
+    // A worker has the store open while the operator types the wrong destination.
+    let worker = db
+        .runtime
+        .block_on(agent_sqlite::SqliteStore::open(&db.path))
+        .expect("worker open");
+    let name = db.path.file_name().unwrap().to_str().unwrap().to_owned();
+    let symlink = outside.path().join("link.sqlite3");
+    std::os::unix::fs::symlink(&db.path, &symlink).unwrap();
+    let hard = dir.join("hard.sqlite3");
+    std::fs::hard_link(&db.path, &hard).unwrap();
+    let dotted = dir.join(".").join(&name);
+    let wal = dir.join(format!("{name}-wal"));
+    let shm = dir.join(format!("{name}-shm"));
+    let lock = dir.join(format!("{name}.lock"));
+    for (dest, said) in [
+        (&db.path, "the database file"),
+        (&dotted, "the database file"),
+        (&symlink, "the database file"),
+        (&hard, "the database file"),
+        (&wal, "the write-ahead log"),
+        (&shm, "the shared-memory file"),
+        (&lock, "the lock file"),
+    ] {
+        for force in [false, true] {
+            let mut args = vec!["backup", dest.to_str().unwrap()];
+            if force {
+                args.push("--force");
+            }
+            let out = db.agentctl(&args);
+            assert_eq!(code(&out), 1, "{args:?}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains(&format!("is {said} of the store being backed up")),
+                "{args:?}: {}",
+                stderr(&out)
+            );
+        }
+    }
+    db.runtime.block_on(worker.close());
+    std::fs::remove_file(&hard).unwrap();
+    assert_eq!(run_count(&db), runs, "the store is untouched");
+    db.ok(&["verify", "--all"]);
+
+    // Another store a worker has open, and a database with a log beside it.
+    let other = outside.path().join("other.sqlite3");
+    let other_worker = db
+        .runtime
+        .block_on(agent_sqlite::SqliteStore::open(&other))
+        .expect("open another store");
+    let out = db.agentctl(&["backup", other.to_str().unwrap(), "--force"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("a running worker has open"),
+        "{}",
+        stderr(&out)
+    );
+    db.runtime.block_on(other_worker.close());
+    let logged = outside.path().join("logged.sqlite3");
+    std::fs::write(&logged, b"a database").unwrap();
+    std::fs::write(outside.path().join("logged.sqlite3-wal"), b"its log").unwrap();
+    let out = db.agentctl(&["backup", logged.to_str().unwrap(), "--force"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&logged).unwrap(), b"a database");
+
+    // An unrelated file is replaced, as before.
+    let out = db.ok(&["backup", plain.to_str().unwrap(), "--force"]);
+    assert!(out.contains(&format!("backed up {runs} runs")), "{out}");
+}
+
 /// Every test above runs on SQLite, and on PostgreSQL when one is configured.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -300,4 +393,5 @@ on_both_backends!(
     a_rejected_signal_is_dropped_and_the_run_resumes,
     a_failed_run_is_closed_out,
     a_quarantine_for_a_wrong_shape_verifies,
+    backup_refuses_the_store_and_files_in_use,
 );
