@@ -361,6 +361,82 @@ fn backup_refuses_the_store_and_files_in_use(new_db: fn() -> Db) {
     assert!(out.contains(&format!("backed up {runs} runs")), "{out}");
 }
 
+/// `agentctl migrate` into a database that already holds another application's table
+/// under a name the store's first migration creates: it fails, and leaves the database as
+/// it found it (no migrations table, none of the tables created before the failure).
+fn a_failed_migrate_leaves_nothing_behind(new_db: fn() -> Db) {
+    use sqlx::Connection;
+    let db = new_db();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentctl"));
+    cmd.env_remove("DATABASE_URL")
+        .env_remove("AGENT_DB")
+        .env_remove("AGENT_PG_SCHEMA")
+        .env("NO_COLOR", "1");
+    let objects = if let Some((url, schema)) = &db.pg {
+        let theirs = format!("{schema}_theirs");
+        let list = format!(
+            "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n \
+             ON n.oid = c.relnamespace WHERE n.nspname = '{theirs}' ORDER BY 1"
+        );
+        db.runtime.block_on(async {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+            for s in [
+                format!("CREATE SCHEMA {theirs}"),
+                format!("CREATE TABLE {theirs}.transitions (theirs int)"),
+            ] {
+                sqlx::query(sqlx::AssertSqlSafe(s))
+                    .execute(&mut conn)
+                    .await
+                    .expect("their schema");
+            }
+        });
+        cmd.args(["--database-url", url, "--pg-schema", &theirs, "migrate"]);
+        let out = cmd.output().expect("run agentctl");
+        assert_ne!(code(&out), 0, "{}", stderr(&out));
+        let objects = db.runtime.block_on(async {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+            let objects: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(list))
+                .fetch_all(&mut conn)
+                .await
+                .expect("list");
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {theirs} CASCADE")))
+                .execute(&mut conn)
+                .await
+                .expect("drop");
+            objects
+        });
+        (objects, stderr(&out))
+    } else {
+        let theirs = db.path.with_file_name("theirs.sqlite3");
+        let url = format!("sqlite://{}?mode=rwc", theirs.display());
+        let list = "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY 1";
+        db.runtime.block_on(async {
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("create");
+            sqlx::query("CREATE TABLE transitions (theirs int)")
+                .execute(&mut conn)
+                .await
+                .expect("their table");
+            conn.close().await.expect("close");
+        });
+        cmd.args(["--db", theirs.to_str().unwrap(), "migrate"]);
+        let out = cmd.output().expect("run agentctl");
+        assert_ne!(code(&out), 0, "{}", stderr(&out));
+        let objects = db.runtime.block_on(async {
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("open");
+            let objects: Vec<String> = sqlx::query_scalar(list)
+                .fetch_all(&mut conn)
+                .await
+                .expect("list");
+            conn.close().await.expect("close");
+            objects
+        });
+        (objects, stderr(&out))
+    };
+    let (objects, said) = objects;
+    assert!(said.contains("transitions"), "{said}");
+    assert_eq!(objects, ["transitions"], "a failed migrate wrote: {said}");
+}
+
 /// Every test above runs on SQLite, and on PostgreSQL when one is configured.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -394,4 +470,5 @@ on_both_backends!(
     a_failed_run_is_closed_out,
     a_quarantine_for_a_wrong_shape_verifies,
     backup_refuses_the_store_and_files_in_use,
+    a_failed_migrate_leaves_nothing_behind,
 );
