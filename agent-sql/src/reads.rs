@@ -647,10 +647,7 @@ macro_rules! impl_sql_store {
                 $crate::__private::RunRecord,
                 $crate::__private::StoreError,
             > {
-                self.operator_action(run_id, ::core::option::Option::Some(note), |r, now| {
-                    $crate::__private::operator::plan_cancel(r, note, now)
-                })
-                .await
+                self.cancel_with_children(run_id, note).await
             }
 
             async fn terminate_run(

@@ -437,6 +437,123 @@ fn a_failed_migrate_leaves_nothing_behind(new_db: fn() -> Db) {
     assert_eq!(objects, ["transitions"], "a failed migrate wrote: {said}");
 }
 
+/// Holds the first tool call of run `run` until released: a child mid-step.
+#[derive(Debug)]
+struct Gate {
+    run: String,
+    entered: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl agent_core::runner::FaultHook for Gate {
+    fn check(
+        &self,
+        point: agent_core::runner::FaultPoint,
+        run_id: &str,
+        _: u64,
+    ) -> Result<(), agent_core::runner::Crash> {
+        if point == agent_core::runner::FaultPoint::ToolSent && run_id == self.run {
+            let _ = self.entered.lock().unwrap().send(());
+            // Held once: the next calls (the compensation) go through.
+            let _ = self.release.lock().unwrap().recv();
+        }
+        Ok(())
+    }
+}
+
+/// Cancelling a parent that waits for its children stops a child that is in the middle of
+/// a step: the cancel reaches the child in the same write, so the child's step is never
+/// committed (its reservation is compensated) and it ends cancelled, its cancel naming
+/// the parent.
+fn cancelling_a_parent_stops_its_running_child(new_db: fn() -> Db) {
+    use agent_core::conformance::fixture::{Batch, BatchBehaviour, Fanout, FanoutBehaviour};
+    let db = new_db();
+    let world = Arc::new(fixture::World::default());
+    let parent = "batch-1";
+    let child = agent_core::runner::child_run_id(parent, 0, 0);
+    let store = db.runtime.block_on(db.store());
+    let parents = Runner::<Batch, BatchBehaviour>::new(
+        Arc::clone(&store),
+        BatchBehaviour,
+        fixture::tools(&world),
+    )
+    .expect("runner");
+    db.runtime.block_on(async {
+        parents
+            .start(
+                parent,
+                Batch::Splitting {
+                    orders: vec![vec!["apple".to_owned()]],
+                    first: false,
+                },
+            )
+            .await
+            .expect("start");
+        let waiting = parents.run(parent).await.expect("run the parent");
+        assert_eq!(waiting.status, RunStatus::Waiting, "{waiting:?}");
+    });
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let gate = Arc::new(Gate {
+        run: child.clone(),
+        entered: std::sync::Mutex::new(entered_tx),
+        release: std::sync::Mutex::new(release_rx),
+    });
+    let children = Runner::<Fanout, FanoutBehaviour>::new(
+        Arc::clone(&store),
+        FanoutBehaviour,
+        fixture::tools(&world),
+    )
+    .expect("runner")
+    .with_faults(gate);
+    let child_id = child.clone();
+    let child_runner = children.clone();
+    // The child's worker, on a thread of its own: the gate blocks it mid-step.
+    let worker = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async { child_runner.run(&child_id).await.map(|r| r.status) })
+    });
+    entered.recv().expect("the child reaches its tool call");
+    db.ok(&["cancel", parent, "--reason", "customer left", "--by", "ops"]);
+    release.send(()).expect("release the child");
+    let _ = worker.join().expect("the child's worker");
+    // Whatever the worker did (took the cancel, or was fenced out), a worker finishes it.
+    let ended = db
+        .runtime
+        .block_on(async { children.run(&child).await.expect("finish the child") });
+    assert_eq!(ended.status, RunStatus::Cancelled, "{ended:?}");
+    let shown = db.json(&["show", &child]);
+    let history = shown["history"].as_array().unwrap();
+    assert!(
+        history.iter().all(|t| t["to_state"] != "Reserved"),
+        "the child committed its step after its parent's cancel: {history:?}"
+    );
+    let cancel = history
+        .iter()
+        .find(|t| t["kind"] == "cancel")
+        .expect("a cancel transition");
+    assert_eq!(cancel["note"]["by"], "ops", "{cancel}");
+    assert_eq!(
+        cancel["note"]["reason"],
+        format!("its parent `{parent}` was cancelled: customer left"),
+        "{cancel}"
+    );
+    let state = world.state();
+    assert_eq!(
+        state.released, state.reserved,
+        "the child's reservation is compensated"
+    );
+    db.ok(&["verify", &child]);
+    let finished = db
+        .runtime
+        .block_on(async { parents.run(parent).await.expect("parent") });
+    assert_eq!(finished.status, RunStatus::Cancelled, "{finished:?}");
+    db.ok(&["verify", parent]);
+}
+
 /// Every test above runs on SQLite, and on PostgreSQL when one is configured.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -471,4 +588,5 @@ on_both_backends!(
     a_quarantine_for_a_wrong_shape_verifies,
     backup_refuses_the_store_and_files_in_use,
     a_failed_migrate_leaves_nothing_behind,
+    cancelling_a_parent_stops_its_running_child,
 );

@@ -118,6 +118,7 @@ macro_rules! store_conformance {
             check_cancel_racing_a_commit,
             check_labels_filter_runs,
             check_child_creation_is_idempotent,
+            check_cancel_reaches_children,
             check_list_runs_by_parent,
             check_claim_next_waits_for_all_children,
             check_claim_next_wakes_on_first_child,

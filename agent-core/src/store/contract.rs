@@ -492,6 +492,14 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Idempotent: a cancelled or compensating run, or one whose cancel is already
     /// requested, is returned as it is, without a new version.
     ///
+    /// The cancel reaches the run's children in the same write, and theirs: each child
+    /// that is not final, except those started in a state whose children outlive the run
+    /// ([`cancel_reaches_child`](super::operator::cancel_reaches_child)), is cancelled as
+    /// above with a note naming its parent
+    /// ([`child_cancel_note`](super::operator::child_cancel_note)). So no child commits a
+    /// step after its parent's cancel: one a worker holds gets the request, and its
+    /// holder's next commit is refused.
+    ///
     /// # Errors
     /// [`StoreError::NotFound`]; [`StoreError::RunIsFinal`] for a run in another final
     /// status.

@@ -5,6 +5,8 @@
 //! asks [`plan_cancel`], [`plan_terminate`] or [`plan_accept_cancel`], and writes what the
 //! plan says in the same write.
 
+use crate::graph::GraphDescription;
+
 use super::{
     ChainLink, Labels, Lease, Millis, OperatorNote, RunFailure, RunRecord, RunStatus, SignalRecord,
     StepCommit, StoreError, TransitionKind,
@@ -237,6 +239,35 @@ pub fn plan_cancel(
         record.epoch + 1,
         false,
     ))))
+}
+
+/// Whether an operator's cancel of a parent reaches a child it started while in state
+/// `state_at_spawn` (the parent's state at the child's [`SpawnedBy::version`]), under the
+/// parent's `graph`: every child does, except those of a state that declares
+/// `children_outlive`. Without the graph or the state (pruned), the child is cancelled: a
+/// cancel that stops too much is seen and undone by starting anew, a child that runs on
+/// after its parent's cancel has done what it did.
+///
+/// [`SpawnedBy::version`]: super::SpawnedBy::version
+#[must_use]
+pub fn cancel_reaches_child(
+    graph: Option<&GraphDescription>,
+    state_at_spawn: Option<&str>,
+) -> bool {
+    !matches!(
+        (graph, state_at_spawn),
+        (Some(g), Some(s)) if g.state(s).is_some_and(|d| d.children_outlive)
+    )
+}
+
+/// The note of the cancel a parent's cancel gives each of its children (and theirs): the
+/// same operator, and why, naming the parent.
+#[must_use]
+pub fn child_cancel_note(parent: &str, note: &OperatorNote) -> OperatorNote {
+    OperatorNote {
+        by: note.by.clone(),
+        reason: format!("its parent `{parent}` was cancelled: {}", note.reason),
+    }
 }
 
 /// Terminate `record` for `note`, whoever holds it: a terminated run is

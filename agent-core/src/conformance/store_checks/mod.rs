@@ -170,9 +170,9 @@ mod retention;
 mod runs;
 
 pub use children::{
-    check_child_creation_is_idempotent, check_claim_next_waits_for_all_children,
-    check_claim_next_wakes_on_first_child, check_list_runs_by_parent,
-    check_prune_keeps_child_entries,
+    check_cancel_reaches_children, check_child_creation_is_idempotent,
+    check_claim_next_waits_for_all_children, check_claim_next_wakes_on_first_child,
+    check_list_runs_by_parent, check_prune_keeps_child_entries,
 };
 pub use commits::{
     check_commits_across_a_reclaim, check_final_commit_ends_the_lease, check_quarantine_is_fenced,
