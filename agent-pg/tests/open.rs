@@ -157,13 +157,13 @@ async fn a_role_without_rights_creates_nothing() {
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
     let admin = PgStore::connect(&url, "public").await.expect("connect");
     // The role logs in as the test's user does (trust or the same password).
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some((protocol, rest)) = url.split_once("://") else {
         return;
     };
     let Some((_, host)) = rest.split_once('@') else {
         return;
     };
-    let as_role = format!("{scheme}://{role}@{host}");
+    let as_role = format!("{protocol}://{role}@{host}");
     let exec = |s: String| {
         let pool = admin.pool().clone();
         async move {

@@ -97,7 +97,7 @@ fn drive(db: &Db, run: &str) -> RunStatus {
 /// A new order of nothing (so its failure has nothing to compensate: it ends failed),
 /// waiting for its confirmation; with a signal sent to it, straight to the store (as one of
 /// an older client, or one sent before the payload type changed, reaches it).
-fn waiting_with_signal(db: &Db, run: &str, payload: Value) -> i64 {
+fn waiting_with_signal(db: &Db, run: &str, payload: &Value) -> i64 {
     let r = strict_runner(db);
     db.runtime.block_on(async {
         r.start(run, fixture::initial(&[])).await.expect("start");
@@ -105,7 +105,7 @@ fn waiting_with_signal(db: &Db, run: &str, payload: Value) -> i64 {
         assert_eq!(waiting.status, RunStatus::Waiting, "{waiting:?}");
         db.store()
             .await
-            .send_signal(run, "confirm", &payload)
+            .send_signal(run, "confirm", payload)
             .await
             .expect("send")
     })
@@ -116,7 +116,7 @@ fn waiting_with_signal(db: &Db, run: &str, payload: Value) -> i64 {
 /// chain) and retrying puts the run back to waiting, and a correct signal completes it.
 fn a_rejected_signal_is_dropped_and_the_run_resumes(new_db: fn() -> Db) {
     let db = new_db();
-    let bad = waiting_with_signal(&db, TRAPPED, json!({ "ok": "not a bool" }));
+    let bad = waiting_with_signal(&db, TRAPPED, &json!({ "ok": "not a bool" }));
     assert_eq!(drive(&db, TRAPPED), RunStatus::Failed);
     db.ok(&["retry", TRAPPED]);
     assert_eq!(
@@ -184,7 +184,7 @@ fn a_rejected_signal_is_dropped_and_the_run_resumes(new_db: fn() -> Db) {
 /// dead-lettered one is; a completed run is still refused.
 fn a_failed_run_is_closed_out(new_db: fn() -> Db) {
     let db = new_db();
-    waiting_with_signal(&db, TRAPPED, json!({ "ok": 3 }));
+    waiting_with_signal(&db, TRAPPED, &json!({ "ok": 3 }));
     assert_eq!(drive(&db, TRAPPED), RunStatus::Failed);
     let cancel = db.agentctl(&["cancel", TRAPPED, "--by", "ops"]);
     assert_eq!(code(&cancel), 1);
