@@ -92,7 +92,12 @@ impl PgStore {
                     continue;
                 }
                 let child_note = child_cancel_note(&p, note);
-                let head = locked_head(&mut tx, &child).await?;
+                let head = match locked_head(&mut tx, &child).await {
+                    Ok(head) => head,
+                    // Its first claim quarantines it; it must not keep its parent running.
+                    Err(StoreError::Corrupt { .. }) => continue,
+                    Err(e) => return Err(e),
+                };
                 let child_graph = self.graph_in(&mut tx, &head.record).await?;
                 match plan_cancel(&head.record, &child_note, now) {
                     Ok(plan) => {

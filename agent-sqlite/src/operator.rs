@@ -107,7 +107,12 @@ impl SqliteStore {
                     continue;
                 }
                 let child_note = child_cancel_note(&p, note);
-                let head = head_in(&mut tx, &child).await?;
+                let head = match head_in(&mut tx, &child).await {
+                    Ok(head) => head,
+                    // Its first claim quarantines it; it must not keep its parent running.
+                    Err(StoreError::Corrupt { .. }) => continue,
+                    Err(e) => return Err(e),
+                };
                 match plan_cancel(&head.record, &child_note, now) {
                     Ok(plan) => {
                         cancel_in(&mut tx, head, plan, &child_note, now, &mut written).await?;
