@@ -121,13 +121,16 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
-            StoreError::NotFound(_) => Self::not_found(e.to_string()),
+            StoreError::NotFound(_) | StoreError::NoPendingSignal { .. } => {
+                Self::not_found(e.to_string())
+            }
             StoreError::InvalidLabel(_) => Self::bad_request(e.to_string()),
             StoreError::RunIsFinal { .. }
             | StoreError::Conflict { .. }
             | StoreError::LeaseLost { .. }
             | StoreError::AlreadyExists(_)
-            | StoreError::CancelRequested(_) => Self::conflict(e.to_string()),
+            | StoreError::CancelRequested(_)
+            | StoreError::RunIsHeld { .. } => Self::conflict(e.to_string()),
             StoreError::Unavailable(_) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

@@ -1,15 +1,15 @@
-//! Runs: list, read (with history, journal and state at a version), signal, cancel, retry,
-//! fork.
+//! Runs: list, read (with history, journal, pending signals and state at a version),
+//! signal, drop a pending signal, cancel, terminate, retry, fork.
 
 use agent_core::signals::SignalRefusal;
 use agent_core::store::operator::{Requeue, RequeueMode, plan_requeue};
 use agent_core::store::{
-    JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunRecord, RunStatus, StateAtVersion,
-    TransitionRecord,
+    JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunRecord, RunStatus, SignalRecord,
+    StateAtVersion, TransitionRecord,
 };
 use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -25,8 +25,13 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/runs/{id}/history", get(history))
         .route("/v1/runs/{id}/journal", get(journal))
         .route("/v1/runs/{id}/state/{version}", get(state_at))
-        .route("/v1/runs/{id}/signals", post(send_signal))
+        .route(
+            "/v1/runs/{id}/signals",
+            get(pending_signals).post(send_signal),
+        )
+        .route("/v1/runs/{id}/signals/{signal}", delete(drop_signal))
         .route("/v1/runs/{id}/cancel", post(cancel))
+        .route("/v1/runs/{id}/terminate", post(terminate))
         .route("/v1/runs/{id}/retry", post(retry))
         .route("/v1/runs/{id}/fork", post(fork))
 }
@@ -417,6 +422,77 @@ pub(crate) async fn cancel(
 ) -> Result<Json<RunRecord>, ApiError> {
     let note = body.map(|Json(b)| b).unwrap_or_default().note()?;
     Ok(Json(app.store.cancel_run(&id, &note).await?))
+}
+
+/// Terminate a run: it stops at once, nothing compensated, in a `terminate` transition with
+/// who and why. A worker holding it is fenced out. This also closes out a failed,
+/// quarantined or dead-lettered run.
+#[utoipa::path(post, path = "/v1/runs/{id}/terminate", tag = "operate",
+    params(("id" = String, Path, description = "The run")),
+    request_body = OperatorBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Terminated (or terminated already)", body = RunRecord),
+        (status = 400, description = "A body that is not JSON, a `by` or `reason` too long", body = ErrorBody),
+        (status = 413, description = "A body over the limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape", body = ErrorBody),
+        (status = 401, description = "No token", body = ErrorBody),
+        (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "The run completed, was compensated or was cancelled", body = ErrorBody),
+    ))]
+pub(crate) async fn terminate(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    body: Option<Json<OperatorBody>>,
+) -> Result<Json<RunRecord>, ApiError> {
+    let note = body.map(|Json(b)| b).unwrap_or_default().note()?;
+    Ok(Json(app.store.terminate_run(&id, &note).await?))
+}
+
+/// The signals of a run that no step consumed yet, oldest first, with their ids.
+#[utoipa::path(get, path = "/v1/runs/{id}/signals", tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "The pending signals", body = Vec<SignalRecord>),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ))]
+pub(crate) async fn pending_signals(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<SignalRecord>>, ApiError> {
+    Ok(Json(app.store.pending_signals(&id).await?))
+}
+
+/// Drop a pending signal (one no handler accepts), recorded in a `signal_dropped`
+/// transition with who and why; the run keeps its state, status and wait. A failed run can
+/// then be retried without it.
+#[utoipa::path(delete, path = "/v1/runs/{id}/signals/{signal}", tag = "operate",
+    params(
+        ("id" = String, Path, description = "The run"),
+        ("signal" = i64, Path, description = "The pending signal's id"),
+    ),
+    request_body = OperatorBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Dropped: the run after its `signal_dropped` version", body = RunRecord),
+        (status = 400, description = "A body that is not JSON, a `by` or `reason` too long", body = ErrorBody),
+        (status = 413, description = "A body over the limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A body of the wrong shape", body = ErrorBody),
+        (status = 401, description = "No token", body = ErrorBody),
+        (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
+        (status = 404, description = "No such run, or no pending signal of that id", body = ErrorBody),
+        (status = 409, description = "The run ended, or a worker holds it now", body = ErrorBody),
+    ))]
+pub(crate) async fn drop_signal(
+    State(app): State<AppState>,
+    Path((id, signal)): Path<(String, i64)>,
+    body: Option<Json<OperatorBody>>,
+) -> Result<Json<RunRecord>, ApiError> {
+    let note = body.map(|Json(b)| b).unwrap_or_default().note()?;
+    Ok(Json(app.store.drop_signal(&id, signal, &note).await?))
 }
 
 /// Retry a failed, quarantined or dead-lettered run: it goes back to running (or, when

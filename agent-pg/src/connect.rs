@@ -385,11 +385,14 @@ impl PgStore {
         database_of(&self.options)
     }
 
-    /// Create the schema if needed and apply the embedded migrations (each in one
-    /// transaction; concurrent callers serialize on an advisory lock). Idempotent.
+    /// Create the schema if needed and apply the embedded migrations, all in one
+    /// transaction: a start that fails writes nothing (no schema, no migrations table, no
+    /// half of the migrations), whatever it failed on. Concurrent callers on one schema
+    /// serialize on an advisory lock held by that transaction. Idempotent.
     ///
     /// # Errors
-    /// [`PgSetupError::Migrate`] when a migration fails or an applied one was changed.
+    /// [`PgSetupError::Migrate`] when a migration fails or an applied one was changed;
+    /// [`PgSetupError::Database`] when the schema cannot be created or locked.
     pub async fn migrate(&self) -> Result<(), PgSetupError> {
         // A store already at this binary's migrations (every start after the first): one
         // read says so, without the schema creation, lock and listing of the migrator's
@@ -407,9 +410,30 @@ impl PgStore {
         }
         let mut migrator = migrator();
         let quoted = format!("\"{}\"", self.schema);
-        migrator.create_schema(quoted.clone());
         migrator.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
-        migrator.run(&self.pool).await?;
+        // The transaction's own lock instead of the migrator's session lock, which a
+        // failed run would leave held on a pooled connection.
+        migrator.set_locking(false);
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('agent-pg/migrate/' || $1))")
+            .bind(&self.schema)
+            .execute(&mut *tx)
+            .await?;
+        // Created only when missing: an existing schema needs no right to create schemas.
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                .bind(&self.schema)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !exists {
+            sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {quoted}")))
+                .execute(&mut *tx)
+                .await?;
+        }
+        // The migrator's own run, on the transaction's connection: each migration's
+        // transaction becomes a savepoint of this one, which commits them all or none.
+        migrator.run_direct(None, &mut *tx, false).await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -524,6 +524,21 @@ pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
      ts_to_ms(created_at) AS created_at, consumed_at_version FROM signals \
      WHERE run_id = $1 AND consumed_at_version IS NULL ORDER BY id";
 
+/// Signal `$2` of run `$1`, consumed or not (`Store::drop_signal` reads it under the run's
+/// row lock).
+pub(crate) const SIGNAL_OF_RUN: &str = "SELECT id, run_id, name, payload, \
+     ts_to_ms(created_at) AS created_at, consumed_at_version FROM signals \
+     WHERE run_id = $1 AND id = $2";
+
+/// `Store::drop_signal` after its operator's transition `$4`: the run's wait put back on
+/// the row and on the transition (which [`OPERATOR_TRANSITION`] clears), and signal `$5`
+/// marked consumed at that version.
+pub(crate) const KEEP_WAIT_DROP_SIGNAL: &str = "WITH upd AS (UPDATE runs SET waiting_for = $2, \
+     wake_at = ms_to_ts($3) WHERE id = $1 AND version = $4 RETURNING id), \
+     tr AS (UPDATE transitions SET waiting_for = $2, wake_at = ms_to_ts($3) \
+     FROM upd WHERE transitions.run_id = upd.id AND transitions.version = $4) \
+     UPDATE signals SET consumed_at_version = $4 WHERE id = $5 AND run_id = $1";
+
 /// `Store::quarantine`: fenced by the epoch, no version written, the lease ended.
 pub(crate) const QUARANTINE_UNDER_LEASE: &str = concat!(
     "WITH upd AS (UPDATE runs SET status = 'quarantined', error_code = $3, error_message = $4, \

@@ -647,10 +647,7 @@ macro_rules! impl_sql_store {
                 $crate::__private::RunRecord,
                 $crate::__private::StoreError,
             > {
-                self.operator_action(run_id, ::core::option::Option::Some(note), |r, now| {
-                    $crate::__private::operator::plan_cancel(r, note, now)
-                })
-                .await
+                self.cancel_with_children(run_id, note).await
             }
 
             async fn terminate_run(
@@ -665,6 +662,18 @@ macro_rules! impl_sql_store {
                     $crate::__private::operator::plan_terminate(r, note)
                 })
                 .await
+            }
+
+            async fn drop_signal(
+                &self,
+                run_id: &str,
+                signal_id: i64,
+                note: &$crate::__private::OperatorNote,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.write_signal_drop(run_id, signal_id, note).await
             }
 
             async fn accept_cancel(

@@ -47,6 +47,18 @@ pub const RUN_HEAD: &str = "SELECT version, epoch FROM runs WHERE id = $1";
 pub const CANCEL_PENDING: &str =
     "SELECT 1 FROM runs WHERE id = $1 AND cancel_requested_by IS NOT NULL";
 
+/// The children of run `$1` that are not final, by id: each with the parent's state at the
+/// version that spawned it (`NULL` when pruned), for an operator's cancel of the parent to
+/// reach them in its own transaction (`Store::cancel_run`).
+pub static CHILDREN_TO_CANCEL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT c.id, t.to_state FROM runs c LEFT JOIN transitions t \
+         ON t.run_id = c.spawned_by AND t.version = c.spawned_at_version \
+         WHERE c.spawned_by = $1 AND c.status NOT IN {} ORDER BY c.id",
+        final_statuses()
+    )
+});
+
 /// Every agent with a registered graph.
 pub const AGENTS: &str = "SELECT DISTINCT agent FROM agents ORDER BY agent";
 

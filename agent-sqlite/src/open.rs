@@ -123,6 +123,23 @@ fn migrator() -> Migrator {
     sqlx::migrate!("./migrations")
 }
 
+/// Apply the embedded migrations in one write transaction: a start that fails part-way
+/// leaves the file as it found it (no migrations table, no half of the migrations), as
+/// when the file is another application's database holding a table of the same name.
+async fn migrate(pool: &sqlx::SqlitePool) -> Result<(), SqliteOpenError> {
+    let mut conn = pool.acquire().await.map_err(SqliteOpenError::Open)?;
+    // Immediate: the write lock from the start, so that no other writer slips in between
+    // the migrator's reads and its writes.
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE")
+        .await
+        .map_err(SqliteOpenError::Open)?;
+    // The migrator's own run, on the transaction's connection: each migration's
+    // transaction becomes a savepoint of this one, which commits them all or none.
+    migrator().run_direct(None, &mut *tx, false).await?;
+    tx.commit().await.map_err(SqliteOpenError::Open)?;
+    Ok(())
+}
+
 /// The lock a worker process holds on a database file for as long as one of its stores
 /// on that file is open.
 ///
@@ -264,7 +281,7 @@ impl SqliteStore {
         let store = {
             let _opening = lock.opening.lock().await;
             let store = Self::connect(options, Some(path), false).await?;
-            migrator().run(&store.pool).await?;
+            migrate(&store.pool).await?;
             store
         };
         Ok(Self {

@@ -2,8 +2,12 @@
 //! and the plan's write in one `BEGIN IMMEDIATE` transaction, so nothing commits between
 //! what the plan saw and what it writes.
 
+use agent_core::graph::GraphDescription;
 use agent_core::store::history::VersionPayload;
-use agent_core::store::operator::{OperatorPlan, OperatorTransition};
+use agent_core::store::operator::{
+    OperatorPlan, OperatorTransition, cancel_reaches_child, child_cancel_note, plan_cancel,
+    plan_drop_signal,
+};
 use agent_core::store::{
     Lease, MigrationCommit, Millis, OperatorNote, RunRecord, StoreError, now_ms,
 };
@@ -63,7 +67,149 @@ impl SqliteStore {
     }
 }
 
+/// An operator's transition written in a transaction not committed yet: the run it leaves,
+/// once the transaction commits.
+struct Written {
+    run_id: String,
+    plan: CommitPlan,
+    t: Box<OperatorTransition>,
+    applied: Applied,
+}
+
 impl SqliteStore {
+    /// `Store::cancel_run`: the run's cancel ([`plan_cancel`]), then the same for each of
+    /// its children a cancel reaches ([`cancel_reaches_child`]), and theirs, in one write
+    /// transaction: no child commits a step after its parent's cancel.
+    pub(crate) async fn cancel_with_children(
+        &self,
+        run_id: &str,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let mut tx = self.write_tx().await?;
+        let mut written = Vec::new();
+        let head = head_in(&mut tx, run_id).await?;
+        let plan = plan_cancel(&head.record, note, now)?;
+        let parent = cancel_in(&mut tx, head, plan, note, now, &mut written).await?;
+        let mut parents = vec![run_id.to_owned()];
+        while let Some(p) = parents.pop() {
+            let graph = self.graph_in(&mut tx, &p).await?;
+            let children = sqlx::query(agent_sql::sql::CHILDREN_TO_CANCEL.as_str())
+                .bind(&p)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            for row in children {
+                let c = |e: sqlx::Error| corrupt(&p, e);
+                let child: String = row.try_get("id").map_err(c)?;
+                let state: Option<String> = row.try_get("to_state").map_err(c)?;
+                if !cancel_reaches_child(graph.as_ref(), state.as_deref()) {
+                    continue;
+                }
+                let child_note = child_cancel_note(&p, note);
+                let head = match head_in(&mut tx, &child).await {
+                    Ok(head) => head,
+                    // Its first claim quarantines it; it must not keep its parent running.
+                    Err(StoreError::Corrupt { .. }) => continue,
+                    Err(e) => return Err(e),
+                };
+                match plan_cancel(&head.record, &child_note, now) {
+                    Ok(plan) => {
+                        cancel_in(&mut tx, head, plan, &child_note, now, &mut written).await?;
+                    }
+                    Err(StoreError::RunIsFinal { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                parents.push(child);
+            }
+        }
+        tx.commit().await.map_err(db_err)?;
+        self.work.notify_waiters();
+        let mut record = parent;
+        for w in written {
+            self.events.wake(&w.run_id);
+            let lease = w.t.lease(&w.run_id);
+            let applied = w.plan.applied(&lease, &w.t.commit, w.applied, &self.heads);
+            if w.run_id == run_id {
+                record = Some(applied);
+            }
+        }
+        record.ok_or_else(|| StoreError::Backend(format!("the cancel of `{run_id}` wrote nothing")))
+    }
+
+    /// The registered graph of run `run_id`'s agent and fingerprint, read in `tx`.
+    async fn graph_in(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        run_id: &str,
+    ) -> Result<Option<GraphDescription>, StoreError> {
+        let head = head_in(tx, run_id).await?;
+        let agent = head.record.agent.as_str();
+        sqlx::query(sql::AGENT_GRAPH)
+            .bind(agent)
+            .bind(&head.record.fingerprint)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_err)?
+            .map(|row| rows::graph(agent, &row))
+            .transpose()
+    }
+
+    /// `Store::drop_signal`: the run and the signal read, the plan's `signal_dropped`
+    /// version written with the run's wait kept, and the signal marked consumed at it, in
+    /// one write transaction.
+    pub(crate) async fn write_signal_drop(
+        &self,
+        run_id: &str,
+        signal_id: i64,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let mut tx = self.write_tx().await?;
+        let head = head_in(&mut tx, run_id).await?;
+        let signal = sqlx::query(sql::SIGNAL_OF_RUN)
+            .bind(run_id)
+            .bind(signal_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?
+            .ok_or_else(|| StoreError::NoPendingSignal {
+                run_id: run_id.to_owned(),
+                signal_id,
+            })?;
+        let signal = rows::signal(run_id, &signal)?;
+        let t = plan_drop_signal(&head.record, &signal, note, now)?;
+        let (plan, payload) = CommitPlan::operator(head, &t);
+        let applied = write_transition(&mut tx, run_id, &t, &plan, &payload, now).await?;
+        let version = to_i64(plan.version);
+        sqlx::query(sql::KEEP_WAIT_ROW)
+            .bind(run_id)
+            .bind(&t.commit.waiting_for)
+            .bind(t.commit.wake_at)
+            .bind(version)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::MIGRATED_TRANSITION)
+            .bind(run_id)
+            .bind(&t.commit.waiting_for)
+            .bind(t.commit.wake_at)
+            .bind(version)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query(sql::CONSUME_SIGNAL)
+            .bind(signal_id)
+            .bind(version)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        self.events.wake(run_id);
+        let lease = t.lease(run_id);
+        Ok(plan.applied(&lease, &t.commit, applied, &self.heads))
+    }
+
     /// `Store::migrate_run`: the run read, the migration checked against it
     /// ([`MigrationCommit::refusal`]), then the `migrated` version written as an operator's
     /// transition (its note chained into the hash) with the lease kept, and the row's
@@ -106,6 +252,48 @@ impl SqliteStore {
         tx.commit().await.map_err(db_err)?;
         self.events.wake(run_id);
         Ok(plan.migrated(lease, m, &t.commit, applied, &self.heads))
+    }
+}
+
+/// Write what `plan` says for the cancel of the run `head` reads, in `tx`: the request
+/// recorded, or the transition (kept in `written` for after the commit). The run as it is
+/// now, or `None` when it waits in `written`.
+async fn cancel_in(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    head: RunHead,
+    plan: OperatorPlan,
+    note: &OperatorNote,
+    now: Millis,
+    written: &mut Vec<Written>,
+) -> Result<Option<RunRecord>, StoreError> {
+    let run_id = head.record.id.clone();
+    match plan {
+        OperatorPlan::Unchanged => Ok(Some(head.record)),
+        OperatorPlan::RequestCancel => {
+            sqlx::query(sql::REQUEST_CANCEL)
+                .bind(&run_id)
+                .bind(&note.by)
+                .bind(&note.reason)
+                .bind(now)
+                .execute(&mut **tx)
+                .await
+                .map_err(db_err)?;
+            let mut record = head.record;
+            record.cancel_requested = Some(note.clone());
+            record.updated_at = now;
+            Ok(Some(record))
+        }
+        OperatorPlan::Transition(t) => {
+            let (plan, payload) = CommitPlan::operator(head, &t);
+            let applied = write_transition(tx, &run_id, &t, &plan, &payload, now).await?;
+            written.push(Written {
+                run_id,
+                plan,
+                t,
+                applied,
+            });
+            Ok(None)
+        }
     }
 }
 

@@ -428,7 +428,7 @@ pub(crate) const MIGRATED_ROW: &str = "UPDATE runs SET agent_version = $2, finge
      migrated_at_version = $4, resume_base = $5, waiting_for = $6, wake_at = $7 \
      WHERE id = $1 AND version = $4";
 
-/// The same wait on the `migrated` transition, for its events.
+/// The same wait on the `migrated` (or `signal_dropped`) transition, for its events.
 pub(crate) const MIGRATED_TRANSITION: &str = "UPDATE transitions SET waiting_for = $2, \
      wake_at = $3 WHERE run_id = $1 AND version = $4";
 
@@ -460,6 +460,16 @@ pub(crate) const CLAIM_READS: &str = "SELECT c.value ->> 0 AS id, \
 pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, created_at, \
      consumed_at_version FROM signals WHERE run_id = $1 AND consumed_at_version IS NULL \
      ORDER BY id";
+
+/// Signal `$2` of run `$1`, consumed or not (`Store::drop_signal` reads it in its write).
+pub(crate) const SIGNAL_OF_RUN: &str = "SELECT id, run_id, name, payload, created_at, \
+     consumed_at_version FROM signals WHERE run_id = $1 AND id = $2";
+
+/// An operator's transition that keeps the run's wait (`Store::drop_signal`): the wait put
+/// back on the run row and on the transition `$4` (for its events), which
+/// [`OPERATOR_RUN`] and [`INSERT_OPERATOR_TRANSITION`] clear.
+pub(crate) const KEEP_WAIT_ROW: &str =
+    "UPDATE runs SET waiting_for = $2, wake_at = $3 WHERE id = $1 AND version = $4";
 
 /// `Store::quarantine`: fenced by the epoch, no version written, the lease ended.
 pub(crate) const QUARANTINE_UNDER_LEASE: &str = concat!(

@@ -133,7 +133,11 @@ pub(crate) enum Command {
     /// Cancel a run: the workers run its saga's compensations and it ends `cancelled`.
     Cancel(CancelArgs),
     /// Terminate a run: it stops at once, nothing compensated, recorded with who and why.
+    /// Also closes out a failed, quarantined or dead-lettered run.
     Terminate(TerminateArgs),
+    /// Drop a pending signal of a run (one no handler accepts), recorded with who and why
+    /// (`agentctl show RUN` lists the pending signals with their ids).
+    DropSignal(DropSignalArgs),
     /// Serve the store over HTTP: runs, history, live events, signal, cancel, retry
     /// (`docs/http-api.md`).
     Serve(ServeArgs),
@@ -195,6 +199,20 @@ pub(crate) struct TerminateArgs {
     pub by: String,
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct DropSignalArgs {
+    /// The run's id.
+    pub run: String,
+    /// The pending signal's id (`agentctl show RUN` lists them).
+    pub signal: i64,
+    /// Why (recorded with the `signal_dropped` transition).
+    #[arg(long)]
+    pub reason: String,
+    /// Who drops it (recorded with the transition).
+    #[arg(long, env = "USER", value_name = "WHO")]
+    pub by: String,
+}
+
 impl Command {
     /// Whether the command writes rows (a SQLite store is then opened read-write; every
     /// other command opens it read-only, so that it cannot write by mistake).
@@ -208,6 +226,7 @@ impl Command {
             | Self::Repair(_)
             | Self::Cancel(_)
             | Self::Terminate(_)
+            | Self::DropSignal(_)
             | Self::Serve(_) => true,
             Self::Migrate(args) => !args.dry_run,
             Self::Tools(args) => !matches!(args.action, ToolsAction::List),

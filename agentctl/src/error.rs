@@ -91,6 +91,15 @@ impl From<StoreError> for CliError {
                      puts a quarantined run back at one of those"
                 ))
             }
+            StoreError::RunIsFinal {
+                ref run_id, status, ..
+            } if !status.has_ended() => {
+                let hint = format!(
+                    "`agentctl terminate {run_id} --reason WHY` closes it out; `agentctl retry \
+                     {run_id}` runs it again"
+                );
+                Self::failed(e.to_string()).hint(hint)
+            }
             StoreError::RunIsFinal { ref run_id, .. } => {
                 let hint = format!(
                     "a finished run stays as it is; `agentctl fork {run_id} NEW_RUN --at VERSION` \
@@ -99,6 +108,13 @@ impl From<StoreError> for CliError {
                 Self::failed(e.to_string()).hint(hint)
             }
             StoreError::InvalidLabel(_) => Self::usage(e.to_string()),
+            StoreError::RunIsHeld { .. } => Self::failed(e.to_string()).hint(
+                "a worker is executing it; try again once its step commits or its lease expires",
+            ),
+            StoreError::NoPendingSignal { ref run_id, .. } => {
+                let hint = format!("`agentctl show {run_id}` lists its pending signals");
+                Self::failed(e.to_string()).hint(hint)
+            }
             other => Self::failed(other.to_string()),
         }
     }

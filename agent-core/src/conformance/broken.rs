@@ -379,6 +379,15 @@ impl Store for Broken {
         self.inner.accept_cancel(lease).await
     }
 
+    async fn drop_signal(
+        &self,
+        run_id: &str,
+        signal_id: i64,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.drop_signal(run_id, signal_id, note).await
+    }
+
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
         if self.flaw == Flaw::PrunesEverything {
             let mut everything = policy.clone();

@@ -113,9 +113,10 @@ async fn check_history(store: &dyn Store, record: &RunRecord) -> Result<(), Stri
     for t in &history {
         let legal = match t.kind {
             TransitionKind::Start => t.version == 0,
-            TransitionKind::Status | TransitionKind::Cancel | TransitionKind::Terminate => {
-                t.from_state == t.to_state
-            }
+            TransitionKind::Status
+            | TransitionKind::Cancel
+            | TransitionKind::Terminate
+            | TransitionKind::SignalDropped => t.from_state == t.to_state,
             TransitionKind::Step | TransitionKind::Error => {
                 graph.has_edge(&t.from_state, &t.to_state)
             }

@@ -914,14 +914,14 @@ where
         let state: A = match self.check_loaded(&record) {
             Ok(state) => state,
             Err(error) => {
-                let record = Box::pin(self.commit_status(
-                    lease,
-                    &record,
-                    RunStatus::Quarantined,
-                    Some(error),
-                ))
-                .await?;
-                return Ok(StepOutcome::Finished(record));
+                // Quarantined without writing a version: a version is hash-chained over
+                // its state, and this state is one no step may build on. Its stored form
+                // (a patch from the row's state) could not replay to it either when the row
+                // was changed outside the store, which would break the chain for good.
+                return match self.inner.store.quarantine(lease, error).await {
+                    Err(StoreError::LeaseLost { .. }) => Err(RunnerError::LeaseLost(record.id)),
+                    quarantined => Ok(StepOutcome::Finished(quarantined?)),
+                };
             }
         };
         if record.cancel_requested.is_some() && record.status != RunStatus::Compensating {

@@ -308,6 +308,28 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Signals of a run not yet consumed, oldest first.
     async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError>;
 
+    /// Drop the pending signal `signal_id` of run `run_id` for an operator: in one write,
+    /// the signal is marked consumed by a new `signal_dropped` version (so no step reads
+    /// it), and that version keeps the run's state, status, error and wait, carries `note`
+    /// (who, and why, after the dropped signal's id and name) and is hash-chained like any
+    /// operator's transition, under a new epoch ([`plan_drop_signal`]).
+    ///
+    /// For a signal no handler accepts: the run that failed on it can then be retried
+    /// without it, and a signal sent after it is the next one read.
+    ///
+    /// [`plan_drop_signal`]: super::operator::plan_drop_signal
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; [`StoreError::NoPendingSignal`] when the run has no
+    /// pending signal of that id; [`StoreError::RunIsHeld`] while a live lease holds the
+    /// run; [`StoreError::RunIsFinal`] for a run that ended.
+    async fn drop_signal(
+        &self,
+        run_id: &str,
+        signal_id: i64,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError>;
+
     /// Quarantine the run this lease holds, without writing a version (for a run whose
     /// stored history does not allow one), and end the lease, in one write fenced by the
     /// epoch: no other worker can claim the run in between. [`StoreError::LeaseLost`] when
@@ -472,6 +494,14 @@ pub trait Store: Send + Sync + fmt::Debug {
     ///
     /// Idempotent: a cancelled or compensating run, or one whose cancel is already
     /// requested, is returned as it is, without a new version.
+    ///
+    /// The cancel reaches the run's children in the same write, and theirs: each child
+    /// that is not final, except those started in a state whose children outlive the run
+    /// ([`cancel_reaches_child`](super::operator::cancel_reaches_child)), is cancelled as
+    /// above with a note naming its parent
+    /// ([`child_cancel_note`](super::operator::child_cancel_note)). So no child commits a
+    /// step after its parent's cancel: one a worker holds gets the request, and its
+    /// holder's next commit is refused.
     ///
     /// # Errors
     /// [`StoreError::NotFound`]; [`StoreError::RunIsFinal`] for a run in another final

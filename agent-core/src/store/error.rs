@@ -55,6 +55,24 @@ pub enum StoreError {
         /// What was asked: `cancelled` or `terminated`.
         action: &'static str,
     },
+    /// An operator's action that must not race the worker holding the run (a live lease):
+    /// try again once the lease is released or has expired.
+    #[error("run `{run_id}` is held by a worker's live lease: {action} waits until it is released")]
+    RunIsHeld {
+        /// The run.
+        run_id: String,
+        /// What was asked (`dropping a signal`).
+        action: &'static str,
+    },
+    /// No signal of this id is pending on the run: it does not exist, belongs to another
+    /// run, or was consumed (or dropped) already.
+    #[error("run `{run_id}` has no pending signal #{signal_id}")]
+    NoPendingSignal {
+        /// The run.
+        run_id: String,
+        /// The signal's id.
+        signal_id: i64,
+    },
     /// A label whose key or value is not allowed ([`validate_labels`](super::validate_labels)).
     #[error("invalid label: {0}")]
     InvalidLabel(String),

@@ -182,6 +182,55 @@ impl Inner {
         self.runs.get(run_id).ok_or_else(|| not_found(run_id))
     }
 
+    /// What [`Store::cancel_run`] does to one run, as [`operator::plan_cancel`] says.
+    fn cancel_one(
+        &mut self,
+        run_id: &str,
+        note: &OperatorNote,
+        now: i64,
+    ) -> Result<RunRecord, StoreError> {
+        self.run(run_id)?;
+        let position = self.next_position();
+        let data = self.run_mut(run_id)?;
+        Ok(match operator::plan_cancel(&data.record, note, now)? {
+            OperatorPlan::Unchanged => data.record.clone(),
+            OperatorPlan::RequestCancel => {
+                data.record.cancel_requested = Some(note.clone());
+                data.record.updated_at = now;
+                data.record.clone()
+            }
+            OperatorPlan::Transition(t) => data.apply_operator(&t, now, position),
+        })
+    }
+
+    /// The children of `parent` that are not final and that a cancel of it reaches
+    /// ([`operator::cancel_reaches_child`]), by id.
+    fn children_reached_by_cancel(&self, parent: &str) -> Vec<String> {
+        let Some(p) = self.runs.get(parent) else {
+            return Vec::new();
+        };
+        let graph = self
+            .graphs
+            .get(&(p.record.agent.clone(), p.record.fingerprint.clone()))
+            .map(|(graph, _)| graph);
+        let mut ids: Vec<String> = self
+            .runs
+            .values()
+            .filter(|c| !c.record.status.is_final())
+            .filter_map(|c| {
+                let by = c
+                    .record
+                    .spawned_by
+                    .as_ref()
+                    .filter(|s| s.run_id == parent)?;
+                let state = p.versions.get(&by.version).map(|v| v.state_name.as_str());
+                operator::cancel_reaches_child(graph, state).then(|| c.record.id.clone())
+            })
+            .collect();
+        ids.sort();
+        ids
+    }
+
     fn run_mut(&mut self, run_id: &str) -> Result<&mut RunData, StoreError> {
         self.runs.get_mut(run_id).ok_or_else(|| not_found(run_id))
     }
@@ -942,6 +991,37 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn drop_signal(
+        &self,
+        run_id: &str,
+        signal_id: i64,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        let record = {
+            let mut g = self.lock();
+            g.run(run_id)?;
+            let signal = g
+                .signals
+                .get(&signal_id)
+                .filter(|s| s.run_id == run_id)
+                .cloned()
+                .ok_or_else(|| StoreError::NoPendingSignal {
+                    run_id: run_id.to_owned(),
+                    signal_id,
+                })?;
+            let position = g.next_position();
+            let data = g.run_mut(run_id)?;
+            let t = operator::plan_drop_signal(&data.record, &signal, note, now_ms())?;
+            let record = data.apply_operator(&t, now_ms(), position);
+            if let Some(s) = g.signals.get_mut(&signal_id) {
+                s.consumed_at_version = Some(record.version);
+            }
+            record
+        };
+        self.events.wake(run_id);
+        Ok(record)
+    }
+
     async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
         let now = now_ms();
         let mut g = self.lock();
@@ -1256,23 +1336,29 @@ impl Store for MemoryStore {
 
     async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError> {
         let now = now_ms();
-        let record = {
+        let (record, touched) = {
             let mut g = self.lock();
-            g.run(run_id)?;
-            let position = g.next_position();
-            let data = g.run_mut(run_id)?;
-            match operator::plan_cancel(&data.record, note, now)? {
-                OperatorPlan::Unchanged => return Ok(data.record.clone()),
-                OperatorPlan::RequestCancel => {
-                    data.record.cancel_requested = Some(note.clone());
-                    data.record.updated_at = now;
-                    data.record.clone()
+            let record = g.cancel_one(run_id, note, now)?;
+            // Under the same lock: no child commits a step after its parent's cancel.
+            let mut touched = vec![run_id.to_owned()];
+            let mut parents = vec![run_id.to_owned()];
+            while let Some(parent) = parents.pop() {
+                for child in g.children_reached_by_cancel(&parent) {
+                    let child_note = operator::child_cancel_note(&parent, note);
+                    match g.cancel_one(&child, &child_note, now) {
+                        Ok(_) | Err(StoreError::RunIsFinal { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                    touched.push(child.clone());
+                    parents.push(child);
                 }
-                OperatorPlan::Transition(t) => data.apply_operator(&t, now, position),
             }
+            (record, touched)
         };
         self.work.notify_waiters();
-        self.events.wake(run_id);
+        for id in &touched {
+            self.events.wake(id);
+        }
         Ok(record)
     }
 

@@ -5,9 +5,11 @@
 //! asks [`plan_cancel`], [`plan_terminate`] or [`plan_accept_cancel`], and writes what the
 //! plan says in the same write.
 
+use crate::graph::GraphDescription;
+
 use super::{
-    ChainLink, Labels, Lease, Millis, OperatorNote, RunFailure, RunRecord, RunStatus, StepCommit,
-    StoreError, TransitionKind,
+    ChainLink, Labels, Lease, Millis, OperatorNote, RunFailure, RunRecord, RunStatus, SignalRecord,
+    StepCommit, StoreError, TransitionKind,
 };
 
 /// The error code of a cancelled run while its compensations run (and after).
@@ -239,17 +241,51 @@ pub fn plan_cancel(
     ))))
 }
 
+/// Whether an operator's cancel of a parent reaches a child it started while in state
+/// `state_at_spawn` (the parent's state at the child's [`SpawnedBy::version`]), under the
+/// parent's `graph`: every child does, except those of a state that declares
+/// `children_outlive`. Without the graph or the state (pruned), the child is cancelled: a
+/// cancel that stops too much is seen and undone by starting anew, a child that runs on
+/// after its parent's cancel has done what it did.
+///
+/// [`SpawnedBy::version`]: super::SpawnedBy::version
+#[must_use]
+pub fn cancel_reaches_child(
+    graph: Option<&GraphDescription>,
+    state_at_spawn: Option<&str>,
+) -> bool {
+    !matches!(
+        (graph, state_at_spawn),
+        (Some(g), Some(s)) if g.state(s).is_some_and(|d| d.children_outlive)
+    )
+}
+
+/// The note of the cancel a parent's cancel gives each of its children (and theirs): the
+/// same operator, and why, naming the parent.
+#[must_use]
+pub fn child_cancel_note(parent: &str, note: &OperatorNote) -> OperatorNote {
+    OperatorNote {
+        by: note.by.clone(),
+        reason: format!("its parent `{parent}` was cancelled: {}", note.reason),
+    }
+}
+
 /// Terminate `record` for `note`, whoever holds it: a terminated run is
-/// [`OperatorPlan::Unchanged`]; another final run is refused; any other run gets the
+/// [`OperatorPlan::Unchanged`]; a run that ended (completed, compensated, cancelled) is
+/// refused; any other run, failed, quarantined and dead-lettered ones included, gets the
 /// `terminate` transition to terminated, with a new epoch that fences out a live holder
 /// (its next write gets [`StoreError::LeaseLost`] and it stops). Nothing is compensated.
 ///
+/// A failed, quarantined or dead-lettered run waits for an operator (`retry` and `resume`
+/// send it back to work); terminating it is how an operator closes it out instead, so that
+/// no run can be left with nothing that ends it.
+///
 /// # Errors
-/// [`StoreError::RunIsFinal`] for a run in a final status other than terminated.
+/// [`StoreError::RunIsFinal`] for a completed, compensated or cancelled run.
 pub fn plan_terminate(record: &RunRecord, note: &OperatorNote) -> Result<OperatorPlan, StoreError> {
     match record.status {
         RunStatus::Terminated => Ok(OperatorPlan::Unchanged),
-        status if status.is_final() => Err(StoreError::RunIsFinal {
+        status if status.has_ended() => Err(StoreError::RunIsFinal {
             run_id: record.id.clone(),
             status,
             action: "terminated",
@@ -264,6 +300,71 @@ pub fn plan_terminate(record: &RunRecord, note: &OperatorNote) -> Result<Operato
             false,
         )))),
     }
+}
+
+/// Drop the pending `signal` of `record` at `now` for `note`
+/// ([`Store::drop_signal`](super::Store::drop_signal)): the `signal_dropped` transition,
+/// which keeps the run's state, status, error and wait, and records who dropped which signal
+/// and why (its note's reason names the signal, then gives `note`'s reason). The store marks
+/// the signal consumed at the transition's version in the same write, so no step ever reads
+/// it. The write takes a new epoch, fencing out a holder whose lease expired.
+///
+/// `signal` must be a pending signal of `record`'s run; the store reads it in its write.
+///
+/// # Errors
+/// [`StoreError::RunIsHeld`] while a live lease holds the run (its holder may be consuming
+/// the signal); [`StoreError::RunIsFinal`] for a run that ended (completed, compensated,
+/// cancelled, terminated); [`StoreError::NoPendingSignal`] when `signal` is not a pending
+/// signal of the run.
+pub fn plan_drop_signal(
+    record: &RunRecord,
+    signal: &SignalRecord,
+    note: &OperatorNote,
+    now: Millis,
+) -> Result<OperatorTransition, StoreError> {
+    if signal.run_id != record.id || signal.consumed_at_version.is_some() {
+        return Err(StoreError::NoPendingSignal {
+            run_id: record.id.clone(),
+            signal_id: signal.id,
+        });
+    }
+    if record.status.has_ended() {
+        return Err(StoreError::RunIsFinal {
+            run_id: record.id.clone(),
+            status: record.status,
+            action: "changed",
+        });
+    }
+    if lease_is_live(record, now) {
+        return Err(StoreError::RunIsHeld {
+            run_id: record.id.clone(),
+            action: "dropping a signal",
+        });
+    }
+    let note = OperatorNote {
+        by: note.by.clone(),
+        reason: format!(
+            "dropped signal #{} `{}`: {}",
+            signal.id, signal.name, note.reason
+        ),
+    };
+    Ok(OperatorTransition {
+        commit: StepCommit {
+            expected_version: record.version,
+            from_state: record.state_name.clone(),
+            to_state: record.state_name.clone(),
+            state: record.state.clone(),
+            kind: TransitionKind::SignalDropped,
+            status: record.status,
+            waiting_for: record.waiting_for.clone(),
+            wake_at: record.wake_at,
+            error: record.error.clone(),
+            consumed_signal: Some(signal.id),
+        },
+        note,
+        epoch: record.epoch + 1,
+        keep_lease: false,
+    })
 }
 
 /// The `cancel` transition the holder of `lease` writes for the cancel requested on

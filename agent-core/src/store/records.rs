@@ -106,6 +106,17 @@ impl RunStatus {
         )
     }
 
+    /// Whether the run is over for good: completed, compensated, cancelled or terminated.
+    /// The other final statuses (failed, quarantined, dead-lettered) wait for an operator,
+    /// who can send the run back to work or terminate it.
+    #[must_use]
+    pub const fn has_ended(self) -> bool {
+        matches!(
+            self,
+            Self::Completed | Self::Compensated | Self::Cancelled | Self::Terminated
+        )
+    }
+
     /// Whether a worker may pick the run up (running or compensating).
     #[must_use]
     pub const fn is_runnable(self) -> bool {
@@ -589,6 +600,9 @@ pub enum TransitionKind {
     /// ([`Store::migrate_run`](super::Store::migrate_run)); the note says from which
     /// version and fingerprint to which ([`MigrationNote`](super::MigrationNote)).
     Migrated,
+    /// An operator dropped a pending signal ([`Store::drop_signal`](super::Store::drop_signal)):
+    /// the state, status and wait are unchanged, and the note says which signal and why.
+    SignalDropped,
 }
 
 impl TransitionKind {
@@ -913,6 +927,7 @@ mod tests {
                 TransitionKind::Terminate,
                 TransitionKind::Repair,
                 TransitionKind::Migrated,
+                TransitionKind::SignalDropped,
             ],
             &[
                 "start",
@@ -923,6 +938,7 @@ mod tests {
                 "terminate",
                 "repair",
                 "migrated",
+                "signal_dropped",
             ],
             |s| s.as_str(),
             TransitionKind::parse,

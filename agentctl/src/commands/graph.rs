@@ -126,7 +126,8 @@ async fn overlay(cx: &Ctx, run: &agent_core::store::RunRecord) -> Result<PathOve
             | TransitionKind::Cancel
             | TransitionKind::Terminate
             | TransitionKind::Repair
-            | TransitionKind::Migrated => {}
+            | TransitionKind::Migrated
+            | TransitionKind::SignalDropped => {}
         }
     }
     for e in &journal {

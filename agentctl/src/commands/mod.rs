@@ -116,6 +116,7 @@ pub(crate) async fn run(cli: Cli, out: Output, agents: &[Registered]) -> Result<
         Command::Agents => agents::run(&cx).await,
         Command::Cancel(args) => operate::cancel(&cx, &args).await,
         Command::Terminate(args) => operate::terminate(&cx, &args).await,
+        Command::DropSignal(args) => operate::drop_signal(&cx, &args).await,
         Command::Serve(args) => serve::run(cx, args).await,
         Command::Migrate(_) | Command::Backup(_) => unreachable!("dispatched above"),
     }

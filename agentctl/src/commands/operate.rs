@@ -1,12 +1,13 @@
-//! `agentctl cancel RUN` and `agentctl terminate RUN`: an operator stops a run, recorded
-//! with who and why in its hash-chained history.
+//! `agentctl cancel RUN` and `agentctl terminate RUN`: an operator stops a run;
+//! `agentctl drop-signal RUN ID`: an operator drops a pending signal. Each is recorded with
+//! who and why in the run's hash-chained history.
 
 use std::process::ExitCode;
 
 use agent_core::store::{OperatorNote, RunRecord, RunStatus, now_ms};
 
 use super::Ctx;
-use crate::cli::{CancelArgs, TerminateArgs};
+use crate::cli::{CancelArgs, DropSignalArgs, TerminateArgs};
 use crate::error::Result;
 use crate::output::outln;
 
@@ -92,6 +93,38 @@ pub(super) async fn terminate(cx: &Ctx, args: &TerminateArgs) -> Result<ExitCode
     {
         cx.out.note(&format!(
             "worker {owner} held it: its next write is refused and it stops"
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn drop_signal(cx: &Ctx, args: &DropSignalArgs) -> Result<ExitCode> {
+    let before = cx.run(&args.run).await?;
+    let note = OperatorNote::new(&args.by, &args.reason);
+    let after = cx.store.drop_signal(&args.run, args.signal, &note).await?;
+    if cx.out.json {
+        cx.out.print_json(&serde_json::json!({
+            "run": after.id,
+            "signal": args.signal,
+            "status": after.status,
+            "version": after.version,
+            "previous_version": before.version,
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "dropped signal #{} of run {} at version {} (by {}: {}); it is still {}",
+        args.signal,
+        after.id,
+        after.version,
+        note.by,
+        note.reason,
+        after.status
+    );
+    if matches!(after.status, RunStatus::Failed) {
+        cx.out.note(&format!(
+            "`agentctl retry {}` runs its failed step again without it",
+            after.id
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -247,7 +247,12 @@ fn next_step(run: &RunRecord, unreadable: bool, history: &[TransitionRecord]) ->
             "fix the cause, then re-queue it with `agentctl resume {}`",
             run.id
         ),
-        RunStatus::Failed => format!("re-run the failed step with `agentctl retry {}`", run.id),
+        RunStatus::Failed => format!(
+            "re-run the failed step with `agentctl retry {id}` (after `agentctl drop-signal \
+             {id} SIGNAL_ID --reason WHY` when a pending signal is what it fails on); or close \
+             it out with `agentctl terminate {id} --reason WHY`",
+            id = run.id
+        ),
         _ => String::new(),
     }
 }
@@ -425,7 +430,10 @@ fn clock(ms: i64) -> String {
 fn transition_row(cx: &Ctx, t: &TransitionRecord, state: Option<&StateAtVersion>) -> Vec<Cell> {
     let name = match t.kind {
         TransitionKind::Start => t.to_state.clone(),
-        TransitionKind::Status | TransitionKind::Cancel | TransitionKind::Terminate
+        TransitionKind::Status
+        | TransitionKind::Cancel
+        | TransitionKind::Terminate
+        | TransitionKind::SignalDropped
             if t.from_state == t.to_state =>
         {
             t.to_state.clone()
@@ -436,7 +444,9 @@ fn transition_row(cx: &Ctx, t: &TransitionRecord, state: Option<&StateAtVersion>
         TransitionKind::Error | TransitionKind::Terminate => {
             cx.out.cell(t.kind.as_str(), Color::Red)
         }
-        TransitionKind::Cancel => cx.out.cell(t.kind.as_str(), Color::Magenta),
+        TransitionKind::Cancel | TransitionKind::SignalDropped => {
+            cx.out.cell(t.kind.as_str(), Color::Magenta)
+        }
         kind => cx.out.cell(kind.as_str(), Color::Blue),
     };
     vec![

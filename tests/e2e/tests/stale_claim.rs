@@ -174,6 +174,14 @@ impl Store for LateClaim {
     async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
         self.inner.accept_cancel(lease).await
     }
+    async fn drop_signal(
+        &self,
+        run_id: &str,
+        signal_id: i64,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.drop_signal(run_id, signal_id, note).await
+    }
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
         self.inner.prune(policy).await
     }

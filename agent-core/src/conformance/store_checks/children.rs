@@ -571,3 +571,134 @@ pub async fn check_prune_keeps_child_entries(store: Arc<dyn Store>) -> CheckResu
     );
     Ok(())
 }
+
+/// An operator's cancel of a parent reaches its children in the same write, and theirs: a
+/// child a worker holds gets the request (its holder's next commit is refused), a free one
+/// moves to compensating, a grandchild too, each with a note naming the parent; a final
+/// child, and one started in a state whose children outlive the run, are left alone. Every
+/// chain verifies.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult {
+    use crate::store::operator::child_cancel_note;
+    use crate::store::{OperatorNote, TransitionKind};
+
+    let agent = unique("cascade");
+    // A graph whose `Start` state's children outlive the run.
+    let mut graph = <crate::conformance::fixture::Order as crate::Agent>::graph().clone();
+    graph.agent.clone_from(&agent);
+    for s in &mut graph.states {
+        s.children_outlive = s.name == "Start";
+    }
+    store.register_agent(&graph).await.ctx("register_agent")?;
+    let fp = graph.fingerprint();
+    let parent = store
+        .create_run(NewRun::new(
+            unique("parent"),
+            &agent,
+            &fp,
+            "Start",
+            json!({}),
+        ))
+        .await
+        .ctx("create_run of the parent")?;
+    let outliving = spawn(&store, "Child", &parent.id, 0).await?;
+    let lease = claim(&store, &parent.id, "setup").await?;
+    let to_decide = crate::store::StepCommit {
+        to_state: "Decide".to_owned(),
+        ..step(0, json!({ "step": 0 }))
+    };
+    store
+        .commit_step(&lease, &to_decide)
+        .await
+        .ctx("commit of the parent")?;
+    let held = spawn(&store, "Child", &parent.id, 1).await?;
+    let free = spawn(&store, "Child", &parent.id, 1).await?;
+    let done = spawn(&store, "Child", &parent.id, 1).await?;
+    let grandchild = spawn(&store, "Grandchild", &free.id, 0).await?;
+    let done_lease = claim(&store, &done.id, "cw").await?;
+    store
+        .commit_step(
+            &done_lease,
+            &crate::store::StepCommit {
+                status: RunStatus::Completed,
+                ..step(0, json!({}))
+            },
+        )
+        .await
+        .ctx("complete a child")?;
+    let held_lease = claim(&store, &held.id, "cw").await?;
+    let wait = crate::store::StepCommit {
+        from_state: "Decide".to_owned(),
+        to_state: "Decide".to_owned(),
+        status: RunStatus::Waiting,
+        waiting_for: Some(WAIT_ALL_CHILDREN.to_owned()),
+        ..step(1, json!({ "step": 1 }))
+    };
+    store
+        .commit_step(&lease, &wait)
+        .await
+        .ctx("the parent's wait")?;
+    store.release_lease(&lease).await.ctx("release_lease")?;
+
+    let note = OperatorNote::new("alice", "customer left");
+    let cancelled = store
+        .cancel_run(&parent.id, &note)
+        .await
+        .ctx("cancel_run of the parent")?;
+    ensure!(
+        cancelled.status == RunStatus::Compensating,
+        "the parent must be compensating, got {cancelled:?}"
+    );
+    let to_child = child_cancel_note(&parent.id, &note);
+    let held_now = stored(&store, &held.id).await?;
+    ensure!(
+        held_now.cancel_requested.as_ref() == Some(&to_child)
+            && held_now.status == RunStatus::Running,
+        "a held child must get the cancel request naming its parent, got {held_now:?}"
+    );
+    ensure!(
+        matches!(
+            store
+                .commit_step(&held_lease, &step(0, json!({ "late": true })))
+                .await,
+            Err(StoreError::CancelRequested(_))
+        ),
+        "the holder of a child must not commit a step after its parent's cancel"
+    );
+    let free_now = stored(&store, &free.id).await?;
+    ensure!(
+        free_now.status == RunStatus::Compensating,
+        "a free child must be compensating, got {free_now:?}"
+    );
+    let last = store.history(&free.id).await.ctx("history")?;
+    let last = last.last().ok_or("no history")?;
+    ensure!(
+        last.kind == TransitionKind::Cancel && last.note.as_ref() == Some(&to_child),
+        "the child's cancel must carry the note naming its parent, got {last:?}"
+    );
+    let grand_now = stored(&store, &grandchild.id).await?;
+    ensure!(
+        grand_now.status == RunStatus::Compensating
+            && grand_now
+                .error
+                .as_ref()
+                .is_some_and(|e| e.message.contains(&free.id)),
+        "a grandchild must be cancelled with its own parent named, got {grand_now:?}"
+    );
+    let outliving_now = stored(&store, &outliving.id).await?;
+    ensure!(
+        outliving_now.status == RunStatus::Running && outliving_now.cancel_requested.is_none(),
+        "a child of a `children_outlive` state must be left alone, got {outliving_now:?}"
+    );
+    let done_now = stored(&store, &done.id).await?;
+    ensure!(
+        done_now.status == RunStatus::Completed && done_now.version == 1,
+        "a completed child must be left alone, got {done_now:?}"
+    );
+    for id in [&parent.id, &free.id, &grandchild.id, &done.id] {
+        super::verify_chain(&store, id).await?;
+    }
+    Ok(())
+}

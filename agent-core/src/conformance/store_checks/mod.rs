@@ -170,9 +170,9 @@ mod retention;
 mod runs;
 
 pub use children::{
-    check_child_creation_is_idempotent, check_claim_next_waits_for_all_children,
-    check_claim_next_wakes_on_first_child, check_list_runs_by_parent,
-    check_prune_keeps_child_entries,
+    check_cancel_reaches_children, check_child_creation_is_idempotent,
+    check_claim_next_waits_for_all_children, check_claim_next_wakes_on_first_child,
+    check_list_runs_by_parent, check_prune_keeps_child_entries,
 };
 pub use commits::{
     check_commits_across_a_reclaim, check_final_commit_ends_the_lease, check_quarantine_is_fenced,
@@ -206,7 +206,8 @@ pub use migrate::{
 pub use operator::{
     check_cancel_moves_free_runs_to_compensating,
     check_cancel_of_a_leased_run_waits_for_its_holder, check_cancel_racing_a_commit,
-    check_labels_filter_runs, check_terminate_stops_runs_at_once,
+    check_drop_signal_is_audited, check_labels_filter_runs,
+    check_terminate_closes_out_stopped_runs, check_terminate_stops_runs_at_once,
 };
 pub use repair::check_repair_resets_a_quarantined_run;
 pub use retention::{check_retention_deletes_old_final_runs, check_retention_keeps_the_window};

@@ -645,3 +645,168 @@ pub async fn check_labels_filter_runs(store: Arc<dyn Store>) -> CheckResult {
     }
     Ok(())
 }
+
+/// Terminate closes out a failed, a quarantined and a dead-lettered run (each waits for an
+/// operator, and nothing else would end it): one `terminate` transition with who and why,
+/// the chain verifying; a completed run is still refused.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_terminate_closes_out_stopped_runs(store: Arc<dyn Store>) -> CheckResult {
+    let why = note("nothing will fix it");
+    let failed = create(&store, "close-failed", json!({})).await?;
+    let lease = claim(&store, &failed.id, "w").await?;
+    store
+        .commit_step(
+            &lease,
+            &StepCommit {
+                status: RunStatus::Failed,
+                error: Some(crate::store::RunFailure {
+                    code: "handler".to_owned(),
+                    message: "the payload does not read".to_owned(),
+                }),
+                ..step(0, json!({}))
+            },
+        )
+        .await
+        .ctx("commit_step to failed")?;
+    let quarantined = create(&store, "close-quarantined", json!({})).await?;
+    let dead = create(&store, "close-dead", json!({})).await?;
+    for (run, status) in [
+        (&quarantined, RunStatus::Quarantined),
+        (&dead, RunStatus::DeadLettered),
+    ] {
+        store
+            .set_status(
+                &run.id,
+                status,
+                Some(crate::store::RunFailure {
+                    code: "stuck".to_owned(),
+                    message: "stuck".to_owned(),
+                }),
+            )
+            .await
+            .ctx("set_status")?;
+    }
+    for run in [&failed, &quarantined, &dead] {
+        let before = stored(&store, &run.id).await?;
+        let t = store
+            .terminate_run(&run.id, &why)
+            .await
+            .ctx("terminate_run of a stopped run")?;
+        ensure!(
+            t.status == RunStatus::Terminated
+                && t.version == before.version + 1
+                && t.error.as_ref().is_some_and(|e| e.code == TERMINATED),
+            "a {} run must be terminated in one new version, got {t:?}",
+            before.status
+        );
+        ends_with(&store, &t, TransitionKind::Terminate, &why).await?;
+        ensure!(
+            store
+                .claim_run(&run.id, "w2", LONG)
+                .await
+                .ctx("claim")?
+                .is_none(),
+            "a terminated run must not be claimable"
+        );
+    }
+    Ok(())
+}
+
+/// A pending signal is dropped in one `signal_dropped` version that keeps the run's state,
+/// status and wait and records who and why (naming the signal), the chain verifying; the
+/// signal is no longer pending, the one sent after it is; dropping it again, dropping
+/// another run's signal, and dropping under a live lease are refused.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_drop_signal_is_audited(store: Arc<dyn Store>) -> CheckResult {
+    let why = note("the payload is not a Confirmation");
+    let agent = unique("drop-agent");
+    let (run, _) = waiting_run(&store, &agent, "w", false).await?;
+    let bad = store
+        .send_signal(&run.id, "approval", &json!({ "ok": "nope" }))
+        .await
+        .ctx("send_signal")?;
+    let good = store
+        .send_signal(&run.id, "approval", &json!({ "ok": true }))
+        .await
+        .ctx("send_signal")?;
+    let before = stored(&store, &run.id).await?;
+    let after = store
+        .drop_signal(&run.id, bad, &why)
+        .await
+        .ctx("drop_signal")?;
+    ensure!(
+        after.version == before.version + 1
+            && after.status == RunStatus::Waiting
+            && after.waiting_for.as_deref() == Some("approval")
+            && after.state == before.state
+            && after.lease_owner.is_none(),
+        "dropping a signal keeps state, status and wait in one new version: {after:?}"
+    );
+    let reread = stored(&store, &run.id).await?;
+    ensure!(
+        (
+            reread.version,
+            reread.status,
+            &reread.waiting_for,
+            reread.epoch
+        ) == (after.version, after.status, &after.waiting_for, after.epoch),
+        "the stored run {reread:?} differs from the one drop_signal returned {after:?}"
+    );
+    let pending: Vec<i64> = store
+        .pending_signals(&run.id)
+        .await
+        .ctx("pending_signals")?
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    ensure!(
+        pending == vec![good],
+        "after the drop only the later signal is pending, got {pending:?}"
+    );
+    let recorded = OperatorNote::new(
+        why.by.clone(),
+        format!("dropped signal #{bad} `approval`: {}", why.reason),
+    );
+    ends_with(&store, &after, TransitionKind::SignalDropped, &recorded).await?;
+    ensure!(
+        matches!(
+            store.drop_signal(&run.id, bad, &why).await,
+            Err(StoreError::NoPendingSignal { signal_id, .. }) if signal_id == bad
+        ),
+        "dropping a dropped signal must be NoPendingSignal"
+    );
+    let (other, _) = waiting_run(&store, &agent, "w", false).await?;
+    ensure!(
+        matches!(
+            store.drop_signal(&other.id, good, &why).await,
+            Err(StoreError::NoPendingSignal { .. })
+        ),
+        "dropping another run's signal must be NoPendingSignal"
+    );
+    ensure!(
+        stored(&store, &run.id).await?.version == after.version,
+        "a refused drop writes nothing"
+    );
+    ensure!(
+        matches!(
+            store.drop_signal("no-such-run", good, &why).await,
+            Err(StoreError::NotFound(_))
+        ),
+        "dropping a signal of an unknown run must be NotFound"
+    );
+    // The run's signal is consumed by a step of a live holder: the drop must not race it.
+    let lease = claim(&store, &run.id, "holder").await?;
+    ensure!(
+        matches!(
+            store.drop_signal(&run.id, good, &why).await,
+            Err(StoreError::RunIsHeld { .. })
+        ),
+        "dropping a signal of a run held by a live lease must be RunIsHeld"
+    );
+    store.release_lease(&lease).await.ctx("release_lease")?;
+    verify_chain(&store, &run.id).await
+}
