@@ -49,7 +49,7 @@ pub use operator::{validate_label, validate_labels};
 pub use records::{
     CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis,
     NewRun, OperatorNote, PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter,
-    RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch,
+    RunKey, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch,
     TransitionKind, TransitionRecord, VersionCount, VersionSpan, WAIT_ALL_CHILDREN,
     WAIT_FIRST_CHILD, idempotency_key, now_ms,
 };
