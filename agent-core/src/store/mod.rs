@@ -32,6 +32,7 @@ mod records;
 pub mod repair;
 mod run_id;
 mod stats;
+pub mod tools;
 pub mod verify;
 
 pub use canonical::{canonical_json, creation_hash, input_hash};
