@@ -35,6 +35,40 @@ impl Db {
         }
     }
 
+    /// An empty PostgreSQL store in a schema of its own on `DATABASE_URL`, or `None` when
+    /// it is not set (outside CI: under CI the PostgreSQL tests must not be skipped).
+    pub(crate) async fn pg() -> Option<Self> {
+        let url = match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                assert!(
+                    std::env::var("CI").is_err(),
+                    "DATABASE_URL is not set under CI"
+                );
+                eprintln!("*** SKIPPED on PostgreSQL: DATABASE_URL is not set ***");
+                return None;
+            }
+        };
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let store = agent_pg::PgStore::connect(&url, &schema)
+            .await
+            .expect("connect to DATABASE_URL");
+        store.migrate().await.expect("migrate");
+        Some(Self {
+            dir: tempfile::tempdir().expect("tempdir"),
+            store: Arc::new(store),
+        })
+    }
+
+    /// A SQLite store, and a PostgreSQL one when `DATABASE_URL` is set, each named.
+    pub(crate) async fn both() -> Vec<(&'static str, Self)> {
+        let mut dbs = vec![("sqlite", Self::new().await)];
+        if let Some(pg) = Self::pg().await {
+            dbs.push(("postgres", pg));
+        }
+        dbs
+    }
+
     /// A SQLite store at `path` (kept).
     pub(crate) async fn open(path: &std::path::Path) -> Self {
         let store = agent_sqlite::SqliteStore::open(path)
