@@ -94,6 +94,13 @@ impl Modify for EdgeChecks {
                 responses.entry("403".into()).or_insert_with(|| {
                     answer("A `Host` this server does not answer to, without the token").into()
                 });
+                responses.entry("429".into()).or_insert_with(|| {
+                    answer(
+                        "Too many wrong tokens from this client within a minute: not \
+                         checked, try again after `Retry-After` seconds",
+                    )
+                    .into()
+                });
             }
         }
     }

@@ -23,6 +23,7 @@ use super::graph::{self, Overlay};
 use super::view::{self, Change};
 use super::{COOKIE, root_of};
 use crate::AppState;
+use crate::auth::Attempt;
 use crate::error::ApiError;
 use crate::extract::{Path, Query};
 use crate::runs::{ListQuery, list_page};
@@ -1017,18 +1018,33 @@ pub(crate) struct SignIn {
 }
 
 /// `POST /ui/login`: check the token and keep it in a cookie for reads of `/ui/`.
-pub(crate) fn sign_in(auth: &crate::auth::Auth, uri: &Uri, Form(form): Form<SignIn>) -> Response {
+/// A wrong token counts against the client ([`crate::throttle`]): past the limit, the form
+/// answers `429` with `Retry-After` without checking what it is given.
+pub(crate) fn sign_in(
+    auth: &crate::auth::Auth,
+    uri: &Uri,
+    client: Option<std::net::IpAddr>,
+    Form(form): Form<SignIn>,
+) -> Response {
     let root = root_of(uri.path());
-    if !auth.accepts(Some(&form.token)) {
+    let attempt = auth.attempt(&form.token, client);
+    if attempt != Attempt::Accepted {
         let page = LoginPage {
             root: &root,
             title: "Sign in",
             failed: true,
         };
-        return match page.render() {
+        let mut response = match page.render() {
             Ok(body) => (StatusCode::FORBIDDEN, Html(body)).into_response(),
-            Err(e) => PageError::from(e).render(&root),
+            Err(e) => return PageError::from(e).render(&root),
         };
+        if let Attempt::Throttled(secs) = attempt {
+            *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        return response;
     }
     let cookie = format!(
         "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
