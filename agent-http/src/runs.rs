@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{Json, Path, Query};
+use crate::extract::{Json, Path, Query, at_most_i32, at_most_i64};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -120,7 +120,7 @@ impl PageCursor {
 
 /// The text whose UTF-8 bytes `hex` spells (lowercase or uppercase), if it is any.
 fn unhex(hex: &str) -> Option<String> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = hex
@@ -128,7 +128,7 @@ fn unhex(hex: &str) -> Option<String> {
         .chunks(2)
         .map(|pair| {
             let digit = |c: u8| char::from(c).to_digit(16);
-            Some(u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()?)
+            u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()
         })
         .collect();
     String::from_utf8(bytes?).ok()
@@ -195,7 +195,7 @@ pub(crate) async fn list_page(app: &AppState, q: ListQuery) -> Result<RunPage, A
         spawned_by: q.parent,
         created_after: q.created_after,
         created_before: q.created_before,
-        agent_version: q.agent_version,
+        agent_version: at_most_i32("agent_version", q.agent_version)?,
         fingerprint: None,
     };
     let mut runs = app.store.list_runs(&filter).await?;
@@ -271,11 +271,8 @@ pub(crate) async fn history(
     Query(q): Query<HistoryQuery>,
 ) -> Result<Json<Vec<TransitionRecord>>, ApiError> {
     let limit = records_limit(q.limit)?;
-    Ok(Json(
-        app.store
-            .history_from(&id, q.from.unwrap_or(0), limit)
-            .await?,
-    ))
+    let from = at_most_i64("from", q.from)?.unwrap_or(0);
+    Ok(Json(app.store.history_from(&id, from, limit).await?))
 }
 
 /// Which journal entries.
@@ -285,7 +282,8 @@ pub(crate) struct JournalQuery {
     /// Only the calls of the step that started from this version.
     #[param(minimum = 0)]
     version: Option<u64>,
-    /// From the entries of this version on (0 when absent; with `version`, that version).
+    /// From the entries of this version on (0 when absent; with `version`, the later of
+    /// the two).
     #[param(minimum = 0)]
     from_version: Option<u64>,
     /// From this index in the first version on (0 when absent): the next page is from the
@@ -314,20 +312,16 @@ pub(crate) async fn journal(
     Query(q): Query<JournalQuery>,
 ) -> Result<Json<Vec<JournalEntry>>, ApiError> {
     let limit = records_limit(q.limit)?;
-    let from_version = match (q.version, q.from_version) {
-        (Some(v), Some(f)) if v != f => {
-            return Err(ApiError::bad_request(format!(
-                "`version` {v} reads that step only: `from_version` {f} is outside it"
-            )));
-        }
-        (Some(v), _) => v,
-        (None, f) => f.unwrap_or(0),
-    };
-    let mut entries = app
-        .store
-        .journal_from(&id, (from_version, q.from_seq.unwrap_or(0)), limit)
-        .await?;
-    if let Some(v) = q.version {
+    let version = at_most_i64("version", q.version)?;
+    let from = (
+        at_most_i64("from_version", q.from_version)?.unwrap_or(0),
+        at_most_i32("from_seq", q.from_seq)?.unwrap_or(0),
+    );
+    // With `version`, that step's entries from `from` on: the page starts at the later of
+    // the two, and whatever it read of later steps is left out.
+    let from = version.map_or(from, |v| from.max((v, 0)));
+    let mut entries = app.store.journal_from(&id, from, limit).await?;
+    if let Some(v) = version {
         entries.retain(|e| e.version == v);
     }
     Ok(Json(entries))
@@ -348,6 +342,7 @@ pub(crate) async fn state_at(
     State(app): State<AppState>,
     Path((id, version)): Path<(String, u64)>,
 ) -> Result<Json<StateAtVersion>, ApiError> {
+    at_most_i64("version", Some(version))?;
     app.store
         .state_at(&id, version)
         .await?
@@ -360,7 +355,7 @@ pub(crate) async fn state_at(
 #[serde(deny_unknown_fields)]
 pub(crate) struct SignalBody {
     /// The signal's name (what the run waits for).
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000]*$")]
     name: String,
     /// Its payload.
     #[serde(default)]
@@ -381,7 +376,7 @@ pub(crate) struct SignalSent {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Sent", body = SignalSent),
-        (status = 400, description = "A body that is not JSON, a name that is empty or too long, a payload holding a secret the server has no key to seal", body = ErrorBody),
+        (status = 400, description = "A body that is not JSON, a name that is empty or too long, a string holding a NUL, a payload holding a secret the server has no key to seal", body = ErrorBody),
         (status = 413, description = "A body over the limit", body = ErrorBody),
         (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
@@ -449,11 +444,11 @@ pub(crate) async fn send_signal(
 pub(crate) struct OperatorBody {
     /// Who (recorded with the transition).
     #[serde(default)]
-    #[schema(max_length = 200)]
+    #[schema(max_length = 200, pattern = "^[^\\u0000]*$")]
     by: Option<String>,
     /// Why.
     #[serde(default)]
-    #[schema(max_length = 2000)]
+    #[schema(max_length = 2000, pattern = "^[^\\u0000]*$")]
     reason: Option<String>,
 }
 
@@ -526,11 +521,16 @@ pub(crate) async fn retry(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ForkBody {
     /// The version whose state the new run starts from.
+    #[serde(deserialize_with = "crate::extract::integral")]
     version: u64,
     /// The new run's id (1 to 200 characters); `{id}.fork-v{version}` when absent, so that
     /// sending the same request twice forks once.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
+    )]
     new_id: Option<String>,
 }
 

@@ -20,7 +20,7 @@ pub(crate) const PER_CLIENT: u32 = 10;
 /// Wrong tokens every client together may present within a window.
 pub(crate) const GLOBAL: u32 = 100;
 /// The window.
-pub(crate) const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_mins(1);
 /// The most clients remembered at once: past it, windows that ended are forgotten, and if
 /// none has, a new client counts only towards the global count.
 const MAX_CLIENTS: usize = 10_000;
@@ -139,12 +139,12 @@ mod tests {
     use super::Throttle;
 
     fn ip(n: u8) -> Option<IpAddr> {
-        Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)))
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)).into()
     }
 
     #[test]
     fn a_client_is_refused_after_its_failures_and_others_are_not() {
-        let t = Throttle::new(3, 100, Duration::from_secs(60));
+        let t = Throttle::new(3, 100, Duration::from_mins(1));
         for _ in 0..3 {
             assert_eq!(t.refused(ip(1)), None);
             t.failed(ip(1));
@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn past_the_global_count_clients_that_failed_are_refused() {
-        let t = Throttle::new(100, 5, Duration::from_secs(60));
+        let t = Throttle::new(100, 5, Duration::from_mins(1));
         for n in 0..5 {
             t.failed(ip(n));
         }

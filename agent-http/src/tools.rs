@@ -52,7 +52,7 @@ impl From<ToolSwitch> for ToolSwitchBody {
 pub(crate) struct SwitchBody {
     /// Why (kept with the switch).
     #[serde(default)]
-    #[schema(max_length = 2000)]
+    #[schema(max_length = 2000, pattern = "^[^\\u0000]*$")]
     reason: Option<String>,
 }
 
@@ -123,9 +123,9 @@ async fn switch(
 pub(crate) async fn enable(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    body: Option<Json<SwitchBody>>,
+    body: Option<Json<Option<SwitchBody>>>,
 ) -> Result<Json<ToolSwitchBody>, ApiError> {
-    switch(&app, &name, true, body.map(|Json(b)| b)).await
+    switch(&app, &name, true, body.and_then(|Json(b)| b)).await
 }
 
 /// Switch a tool off, for every run: its next calls fail fast with a clear error code.
@@ -146,7 +146,7 @@ pub(crate) async fn enable(
 pub(crate) async fn disable(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    body: Option<Json<SwitchBody>>,
+    body: Option<Json<Option<SwitchBody>>>,
 ) -> Result<Json<ToolSwitchBody>, ApiError> {
-    switch(&app, &name, false, body.map(|Json(b)| b)).await
+    switch(&app, &name, false, body.and_then(|Json(b)| b)).await
 }

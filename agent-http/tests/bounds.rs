@@ -150,7 +150,9 @@ async fn history_and_journal_come_in_bounded_pages() {
             format!("/v1/runs/{RUN}/history?limit=0"),
             format!("/v1/runs/{RUN}/history?limit=1001"),
             format!("/v1/runs/{RUN}/journal?limit=1001"),
-            format!("/v1/runs/{RUN}/journal?version=1&from_version=2"),
+            format!("/v1/runs/{RUN}/history?from=9223372036854775808"),
+            format!("/v1/runs/{RUN}/journal?from_version=9223372036854775808"),
+            "/v1/events?after=9223372036854775808".to_owned(),
         ] {
             let (status, body) = json(client().get(server.url(&url)).send().await.unwrap()).await;
             assert_error(status, &body, 400, "bad_request");
