@@ -49,15 +49,24 @@ impl Db {
                 return None;
             }
         };
-        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-        let store = agent_pg::PgStore::connect(&url, &schema)
+        Some(Self::pg_at(&url, &format!("t_{}", uuid::Uuid::new_v4().simple())).await)
+    }
+
+    /// A PostgreSQL store in `schema` of `DATABASE_URL` (which must be set), migrated.
+    pub(crate) async fn pg_in(schema: &str) -> Self {
+        let url = std::env::var("DATABASE_URL").expect("set DATABASE_URL");
+        Self::pg_at(&url, schema).await
+    }
+
+    async fn pg_at(url: &str, schema: &str) -> Self {
+        let store = agent_pg::PgStore::connect(url, schema)
             .await
             .expect("connect to DATABASE_URL");
         store.migrate().await.expect("migrate");
-        Some(Self {
+        Self {
             dir: tempfile::tempdir().expect("tempdir"),
             store: Arc::new(store),
-        })
+        }
     }
 
     /// A SQLite store, and a PostgreSQL one when `DATABASE_URL` is set, each named.
