@@ -8,7 +8,8 @@
 //! ```
 //!
 //! `BENCH_RUNS` sets the number of runs (20,000 by default; CI-sized), `BENCH_CLIENTS` the
-//! number of clients sending expensive requests (8). The server runs as `agentctl serve`
+//! number of clients sending expensive requests (8), `BENCH_STORES` the stores
+//! (`sqlite,postgres`); `BENCH_KEEP_SCHEMA=1` keeps PostgreSQL's schema to look into. The server runs as `agentctl serve`
 //! runs it, on a multi-threaded runtime of its own (its own OS threads); the clients on
 //! another.
 //!
@@ -72,7 +73,7 @@ async fn seed(store: &Arc<dyn Store>, runs: usize) {
                     .with_label("tenant", format!("t{}", i % 50));
                 store.create_run(new).await.expect("create");
                 if i % 10 == 0 {
-                    let (lease, _) = (store.claim_run(&id, "seed", Duration::from_secs(600)))
+                    let (lease, _) = (store.claim_run(&id, "seed", Duration::from_mins(10)))
                         .await
                         .expect("claim")
                         .expect("free");
@@ -95,10 +96,16 @@ async fn seed(store: &Arc<dyn Store>, runs: usize) {
     }
     let id = "long-run";
     store
-        .create_run(NewRun::new(id, "Checkout", "fp", "Working", json!({"Working": {"step": 0}})))
+        .create_run(NewRun::new(
+            id,
+            "Checkout",
+            "fp",
+            "Working",
+            json!({"Working": {"step": 0}}),
+        ))
         .await
         .expect("create");
-    let (lease, _) = (store.claim_run(id, "seed", Duration::from_secs(600)))
+    let (lease, _) = (store.claim_run(id, "seed", Duration::from_mins(10)))
         .await
         .expect("claim")
         .expect("free");
@@ -134,11 +141,11 @@ fn serve(store: Arc<dyn Store>) -> (String, tokio::sync::oneshot::Sender<()>) {
 /// p50 and p99 of `samples`, in milliseconds.
 fn quantiles(mut samples: Vec<Duration>) -> (f64, f64) {
     samples.sort_unstable();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+    let at = |percent: usize| {
+        let i = (samples.len() - 1) * percent / 100;
         samples[i].as_secs_f64() * 1000.0
     };
-    (at(0.5), at(0.99))
+    (at(50), at(99))
 }
 
 /// `SAMPLES` trivial requests one after the other.
@@ -154,10 +161,25 @@ async fn trivial(http: &reqwest::Client, url: &str) -> Vec<Duration> {
     out
 }
 
-async fn measure(kind: &str, store: Arc<dyn Store>, runs: usize, clients: usize) {
+#[allow(clippy::cast_precision_loss)] // counts and times printed as floats
+async fn measure(
+    kind: &str,
+    store: Arc<dyn Store>,
+    pg: Option<&PgStore>,
+    runs: usize,
+    clients: usize,
+) {
     let seeded = Instant::now();
     seed(&store, runs).await;
     let seeding = seeded.elapsed();
+    if let Some(pg) = pg {
+        // The statistics autovacuum would gather on a store in use: without them, the
+        // planner of a schema filled a minute ago takes its tables for empty.
+        sqlx::query("ANALYZE")
+            .execute(pg.pool())
+            .await
+            .expect("analyze");
+    }
     // A cursor to the middle of the listing: the most a page skips.
     let middle = store
         .list_runs(&RunFilter {
@@ -167,15 +189,11 @@ async fn measure(kind: &str, store: Arc<dyn Store>, runs: usize, clients: usize)
         .await
         .expect("list");
     let middle = middle.last().expect("runs");
-    let cursor = format!(
-        "r1.{}.{}",
-        middle.created_at,
-        middle
-            .id
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    );
+    let mut cursor = format!("r1.{}.", middle.created_at);
+    for b in middle.id.bytes() {
+        use std::fmt::Write as _;
+        let _ = write!(cursor, "{b:02x}");
+    }
     let head = store.event_head().await.expect("head").get();
     let (base, stop) = serve(Arc::clone(&store));
     // reqwest's TLS wants a crypto provider even for plain HTTP.
@@ -203,7 +221,10 @@ async fn measure(kind: &str, store: Arc<dyn Store>, runs: usize, clients: usize)
             "runs, 500 of one label",
             format!("{base}/v1/runs?limit=500&label=tenant=t7"),
         ),
-        ("events, 1000 from the start", format!("{base}/v1/events?limit=1000")),
+        (
+            "events, 1000 from the start",
+            format!("{base}/v1/events?limit=1000"),
+        ),
         (
             "events, 1000 from the middle",
             format!("{base}/v1/events?limit=1000&after={}", head / 2),
@@ -220,7 +241,10 @@ async fn measure(kind: &str, store: Arc<dyn Store>, runs: usize, clients: usize)
             "history, 1000",
             format!("{base}/v1/runs/long-run/history?limit=1000&from=200"),
         ),
-        ("journal, 1000", format!("{base}/v1/runs/long-run/journal?limit=1000")),
+        (
+            "journal, 1000",
+            format!("{base}/v1/runs/long-run/journal?limit=1000"),
+        ),
         ("inspector runs page", format!("{base}/ui/?limit=500")),
         ("inspector run page", format!("{base}/ui/runs/long-run")),
     ];
@@ -290,18 +314,22 @@ async fn measure(kind: &str, store: Arc<dyn Store>, runs: usize, clients: usize)
 async fn main() {
     let runs = env_usize("BENCH_RUNS", 20_000);
     let clients = env_usize("BENCH_CLIENTS", 8);
+    let stores = std::env::var("BENCH_STORES").unwrap_or_else(|_| "sqlite,postgres".into());
     let dir = tempfile::tempdir().expect("tempdir");
-    let lite = SqliteStore::open(dir.path().join("runs.sqlite3"))
-        .await
-        .expect("open SQLite");
-    measure("SQLite", Arc::new(lite), runs, clients).await;
+    if stores.contains("sqlite") {
+        let lite = SqliteStore::open(dir.path().join("runs.sqlite3"))
+            .await
+            .expect("open SQLite");
+        measure("SQLite", Arc::new(lite), None, runs, clients).await;
+    }
     match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => {
+        Ok(url) if !url.is_empty() && stores.contains("postgres") => {
             let schema = format!("bench_loaded_{}", uuid::Uuid::new_v4().simple());
             let pg = PgStore::connect(&url, &schema).await.expect("connect");
             pg.migrate().await.expect("migrate");
             let pg = Arc::new(pg);
-            measure("PostgreSQL", Arc::clone(&pg) as Arc<dyn Store>, runs, clients).await;
+            let store = Arc::clone(&pg) as Arc<dyn Store>;
+            measure("PostgreSQL", store, Some(&pg), runs, clients).await;
             if std::env::var("BENCH_KEEP_SCHEMA").is_ok() {
                 println!("  kept schema {schema}");
             } else {
