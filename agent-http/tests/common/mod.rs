@@ -20,6 +20,31 @@ pub(crate) const TOKEN: &str = "correct-horse-battery-staple";
 pub(crate) struct Db {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) store: Arc<dyn Store>,
+    /// The URL and schema of a PostgreSQL store of the test's own, dropped with it.
+    drop_schema: Option<(String, String)>,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let Some((url, schema)) = self.drop_schema.take() else {
+            return;
+        };
+        // On a thread and runtime of its own: a test's runtime may be ending.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let store = agent_pg::PgStore::connect(&url, &schema).await?;
+                store.drop_schema().await
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("could not drop a test's schema: {e}");
+        }
+    }
 }
 
 impl Db {
@@ -32,6 +57,7 @@ impl Db {
         Self {
             dir,
             store: Arc::new(store),
+            drop_schema: None,
         }
     }
 
@@ -49,7 +75,10 @@ impl Db {
                 return None;
             }
         };
-        Some(Self::pg_at(&url, &format!("t_{}", uuid::Uuid::new_v4().simple())).await)
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let mut db = Self::pg_at(&url, &schema).await;
+        db.drop_schema = Some((url, schema));
+        Some(db)
     }
 
     /// A PostgreSQL store in `schema` of `DATABASE_URL` (which must be set), migrated.
@@ -66,6 +95,7 @@ impl Db {
         Self {
             dir: tempfile::tempdir().expect("tempdir"),
             store: Arc::new(store),
+            drop_schema: None,
         }
     }
 
@@ -86,6 +116,7 @@ impl Db {
         Self {
             dir: tempfile::tempdir().expect("tempdir"),
             store: Arc::new(store),
+            drop_schema: None,
         }
     }
 
