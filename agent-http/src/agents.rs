@@ -102,7 +102,7 @@ pub(crate) struct StartRun {
     /// The run's id; a new one (`AGENT-` and a UUID v7) when absent. Starting is idempotent
     /// by id: the same id with the same state and labels returns the run.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000]*$")]
     id: Option<String>,
     /// The initial state, as the agent's enum serializes (`{"Start": {"items": [..]}}` for
     /// serde's default representation).

@@ -29,8 +29,8 @@ pub(crate) struct ErrorBody {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct ErrorDetail {
     /// A stable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
-    /// `too_large`, `unsupported_media_type`, `unprocessable`, `unavailable`, `internal`,
-    /// `store`, `corrupt`.
+    /// `too_large`, `unsupported_media_type`, `unprocessable`, `too_many_requests`,
+    /// `unavailable`, `internal`, `store`, `corrupt`.
     pub(crate) code: String,
     /// For a person.
     pub(crate) message: String,
@@ -51,6 +51,14 @@ impl ApiError {
         Self {
             retry_after: Some(retry_after_secs),
             ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        }
+    }
+
+    /// `429` with `Retry-After`: this client must wait.
+    pub(crate) fn too_many(message: impl Into<String>, retry_after_secs: u32) -> Self {
+        Self {
+            retry_after: Some(retry_after_secs),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message)
         }
     }
 

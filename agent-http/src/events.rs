@@ -111,7 +111,7 @@ async fn page(
     after: Option<u64>,
     limit: Option<usize>,
 ) -> Result<Json<EventPage>, ApiError> {
-    let after = EventCursor::from_u64(after.unwrap_or(0));
+    let after = EventCursor::from_u64(crate::extract::at_most_i64("after", after)?.unwrap_or(0));
     let events = app.store.events(scope, after, page_limit(limit)?).await?;
     let cursor = events.last().map_or(after, |e| e.cursor);
     Ok(Json(EventPage { events, cursor }))
@@ -156,7 +156,9 @@ fn resume_point(headers: &HeaderMap, after: Option<u64>) -> Result<EventCursor, 
             .ok()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID is not a cursor of this API")),
-        None => Ok(EventCursor::from_u64(after.unwrap_or(0))),
+        None => Ok(EventCursor::from_u64(
+            crate::extract::at_most_i64("after", after)?.unwrap_or(0),
+        )),
     }
 }
 

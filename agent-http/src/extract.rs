@@ -107,3 +107,48 @@ where
             .map_err(|r: PathRejection| ApiError::rejected(r.status(), r.body_text()))
     }
 }
+
+/// `value` when it is within what the stores count in (versions, positions: a signed 64-bit
+/// integer, as the document's `int64` says), else `400` naming `name`.
+pub(crate) fn at_most_i64(name: &str, value: Option<u64>) -> Result<Option<u64>, ApiError> {
+    match value {
+        Some(v) if i64::try_from(v).is_err() => Err(ApiError::bad_request(format!(
+            "`{name}` is at most {}, not {v}",
+            i64::MAX
+        ))),
+        v => Ok(v),
+    }
+}
+
+/// `value` when it is within a signed 32-bit integer (an agent version, a journal index: the
+/// document's `int32`, and PostgreSQL's `integer`), else `400` naming `name`.
+pub(crate) fn at_most_i32(name: &str, value: Option<u32>) -> Result<Option<u32>, ApiError> {
+    match value {
+        Some(v) if i32::try_from(v).is_err() => Err(ApiError::bad_request(format!(
+            "`{name}` is at most {}, not {v}",
+            i32::MAX
+        ))),
+        v => Ok(v),
+    }
+}
+
+/// A `u64` written as a JSON integer or as a number with no fraction (`3.0`): JSON Schema's
+/// `integer`, which the document says, takes both.
+pub(crate) fn integral<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::Deserialize as _;
+    use serde::de::Error as _;
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(v) = n.as_u64() {
+        return Ok(v);
+    }
+    match n.as_f64() {
+        // Exactly representable and in range: 2^64 itself (`u64::MAX as f64`) is not.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Some(f) if f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
+            Ok(f as u64)
+        }
+        _ => Err(D::Error::custom(format!(
+            "expected a non-negative integer, not {n}"
+        ))),
+    }
+}

@@ -73,8 +73,13 @@ pub(crate) async fn check(
     if hosts.allows(host) {
         return next.run(request).await;
     }
-    if hosts.auth.accepts(crate::auth::presented(&request)) {
-        return next.run(request).await;
+    let presented = crate::auth::presented(&request);
+    match presented.map(|p| (hosts.auth).attempt(p, crate::auth::client_of(&request))) {
+        Some(crate::auth::Attempt::Accepted) => return next.run(request).await,
+        Some(crate::auth::Attempt::Throttled(secs)) => {
+            return crate::auth::throttled(secs).into_response();
+        }
+        _ => {}
     }
     let shown: String = host.chars().take(100).filter(|c| !c.is_control()).collect();
     ApiError::forbidden(format!(

@@ -52,6 +52,7 @@ mod inspector;
 mod limits;
 mod openapi;
 mod runs;
+mod throttle;
 mod tools;
 
 use std::net::SocketAddr;
@@ -82,6 +83,7 @@ pub struct ApiConfig {
     seal_keys: SealKeys,
     allowed_hosts: Vec<String>,
     max_streams: usize,
+    wrong_tokens: (u32, u32),
 }
 
 impl Default for ApiConfig {
@@ -96,6 +98,7 @@ impl Default for ApiConfig {
             seal_keys: SealKeys::new(),
             allowed_hosts: Vec::new(),
             max_streams: DEFAULT_MAX_STREAMS,
+            wrong_tokens: (throttle::PER_CLIENT, throttle::GLOBAL),
         }
     }
 }
@@ -157,6 +160,18 @@ impl ApiConfig {
     #[must_use]
     pub fn with_max_streams(mut self, n: usize) -> Self {
         self.max_streams = n;
+        self
+    }
+
+    /// After `per_client` wrong tokens from one client address within a minute (10 by
+    /// default), refuse its next attempts for the rest of the minute without checking them
+    /// (`429` with `Retry-After`): the API's bearer tokens, the sign-in form's, and the
+    /// tokens of reads. After `everyone` wrong tokens from all clients together (100 by
+    /// default), refuse every client that presented a wrong one in that minute too. A
+    /// client that presented no wrong token is never refused.
+    #[must_use]
+    pub fn with_wrong_token_limits(mut self, per_client: u32, everyone: u32) -> Self {
+        self.wrong_tokens = (per_client, everyone);
         self
     }
 
@@ -234,6 +249,11 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
     let auth = Arc::new(auth::Auth::new(
         config.token.clone(),
         config.reads_need_token,
+        throttle::Throttle::new(
+            config.wrong_tokens.0,
+            config.wrong_tokens.1,
+            throttle::WINDOW,
+        ),
     ));
     let limits = move |router: Router| {
         router
@@ -363,7 +383,9 @@ pub async fn serve_on(
         }
     }
     tracing::info!(%addr, "serving the store over HTTP");
-    axum::serve(listener, router(store, config))
+    // With each client's address, which the throttle of wrong tokens counts by.
+    let app = router(store, config).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|source| ServeError::Io { addr, source })

@@ -90,6 +90,9 @@ impl Modify for EdgeChecks {
                 item.trace.as_mut(),
             ];
             for op in operations.into_iter().flatten() {
+                for parameter in op.parameters.iter_mut().flatten() {
+                    printable(parameter);
+                }
                 let responses = &mut op.responses.responses;
                 responses.entry("400".into()).or_insert_with(|| {
                     answer("A path, query or body holding a control character (a NUL, say)").into()
@@ -97,7 +100,40 @@ impl Modify for EdgeChecks {
                 responses.entry("403".into()).or_insert_with(|| {
                     answer("A `Host` this server does not answer to, without the token").into()
                 });
+                responses.entry("429".into()).or_insert_with(|| {
+                    answer(
+                        "Too many wrong tokens from this client within a minute: not \
+                         checked, try again after `Retry-After` seconds",
+                    )
+                    .into()
+                });
             }
+        }
+    }
+}
+
+/// What the edge accepts in a path or query (no C0 control character, no DEL), said on
+/// every string parameter that does not say more.
+const PRINTABLE: &str = "^[^\\u0000-\\u001F\\u007F]*$";
+
+fn printable(parameter: &mut utoipa::openapi::path::Parameter) {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::path::ParameterIn;
+    use utoipa::openapi::schema::{Schema, SchemaType, Type};
+    if !matches!(
+        parameter.parameter_in,
+        ParameterIn::Path | ParameterIn::Query
+    ) {
+        return;
+    }
+    if let Some(RefOr::T(Schema::Object(object))) = parameter.schema.as_mut() {
+        let text = match &object.schema_type {
+            SchemaType::Type(t) => *t == Type::String,
+            SchemaType::Array(types) => types.contains(&Type::String),
+            SchemaType::AnyValue => false,
+        };
+        if text && object.pattern.is_none() {
+            object.pattern = Some(PRINTABLE.to_owned());
         }
     }
 }

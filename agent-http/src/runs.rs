@@ -4,8 +4,8 @@
 use agent_core::signals::SignalRefusal;
 use agent_core::store::operator::{Requeue, RequeueMode, plan_requeue};
 use agent_core::store::{
-    JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunRecord, RunStatus, SignalRecord,
-    StateAtVersion, TransitionRecord,
+    JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunKey, RunRecord, RunStatus,
+    SignalRecord, StateAtVersion, TransitionRecord,
 };
 use axum::Router;
 use axum::extract::State;
@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{Json, Path, Query};
+use crate::extract::{Json, Path, Query, at_most_i32, at_most_i64};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -39,8 +39,8 @@ pub(crate) fn routes() -> Router<AppState> {
 /// Runs per page when the request does not say, and at most.
 const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 500;
-/// The most runs of one millisecond a cursor may say earlier pages listed.
-const MAX_SEEN_IN_ONE_MS: usize = 100 * MAX_PAGE;
+/// The longest id a run has (the id a cursor carries is one).
+const MAX_ID_CHARS: usize = 200;
 
 /// Which runs to list.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -63,7 +63,7 @@ pub(crate) struct ListQuery {
     /// Runs per page (default 50, at most 500).
     #[param(minimum = 1, maximum = 500)]
     pub(crate) limit: Option<usize>,
-    /// The `next` of the previous page.
+    /// The `next` of the previous page (opaque).
     pub(crate) cursor: Option<String>,
 }
 
@@ -77,34 +77,67 @@ pub(crate) struct RunPage {
     pub(crate) next: Option<String>,
 }
 
-/// Where a page of runs ends: the creation time of its last run, and how many runs
-/// created at that same millisecond were listed so far (runs are listed newest first,
-/// those of one millisecond in a stable order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PageCursor {
-    created_at: Millis,
-    seen_at_that_time: usize,
-}
+/// Where a page of runs ends: the key of its last run ([`RunKey`]), the next page being
+/// the runs after it in the listing's order. Written `r1.{created_at}.{id as hex}`: the
+/// id's bytes in hex, so that no character of an id can break the cursor's syntax.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PageCursor(RunKey);
 
 impl PageCursor {
     fn parse(s: &str) -> Result<Self, ApiError> {
-        let bad = || ApiError::bad_request(format!("not a cursor of this API: `{s}`"));
-        let (at, seen) = s.split_once('.').ok_or_else(bad)?;
-        let cursor = Self {
-            created_at: at.parse().map_err(|_| bad())?,
-            seen_at_that_time: seen.parse().map_err(|_| bad())?,
-        };
-        // What a page reads is bounded by the page and by the runs of one millisecond the
-        // cursor skips; a cursor claiming more than any page could have seen is not ours.
-        if cursor.seen_at_that_time > MAX_SEEN_IN_ONE_MS {
-            return Err(bad());
+        let shown: String = s.chars().take(60).collect();
+        let bad = || ApiError::bad_request(format!("not a cursor of this API: `{shown}`"));
+        let mut parts = s.split('.');
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some("r1"), Some(at), Some(id), None) => {
+                // `parse` checks: a time out of an i64's range is refused, not wrapped.
+                let created_at: Millis = at.parse().map_err(|_| bad())?;
+                if id.is_empty() || id.len() > 2 * 4 * MAX_ID_CHARS {
+                    return Err(bad());
+                }
+                let id = unhex(id).ok_or_else(bad)?;
+                if id.chars().count() > MAX_ID_CHARS || id.chars().any(char::is_control) {
+                    return Err(bad());
+                }
+                Ok(Self(RunKey { created_at, id }))
+            }
+            (Some(at), Some(seen), None, None)
+                if at.bytes().all(|b| b.is_ascii_digit())
+                    && seen.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                Err(ApiError::bad_request(format!(
+                    "`{shown}` is a cursor of an earlier version of this API, which counted \
+                     the runs of one millisecond; list again from the first page"
+                )))
+            }
+            _ => Err(bad()),
         }
-        Ok(cursor)
     }
 
-    fn render(self) -> String {
-        format!("{}.{}", self.created_at, self.seen_at_that_time)
+    fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = format!("r1.{}.", self.0.created_at);
+        for b in self.0.id.as_bytes() {
+            let _ = write!(out, "{b:02x}");
+        }
+        out
     }
+}
+
+/// The text whose UTF-8 bytes `hex` spells (lowercase or uppercase), if it is any.
+fn unhex(hex: &str) -> Option<String> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = hex
+        .as_bytes()
+        .chunks(2)
+        .map(|pair| {
+            let digit = |c: u8| char::from(c).to_digit(16);
+            u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()
+        })
+        .collect();
+    String::from_utf8(bytes?).ok()
 }
 
 fn parse_statuses(list: Option<&str>) -> Result<Vec<RunStatus>, ApiError> {
@@ -147,7 +180,9 @@ pub(crate) async fn list_runs(
     list_page(&app, q).await.map(Json)
 }
 
-/// A page of runs (what `GET /v1/runs` answers; the inspector's runs page shows it).
+/// A page of runs (what `GET /v1/runs` answers; the inspector's runs page shows it). It
+/// reads at most `limit + 1` runs from the store, whatever the cursor: the cursor is the
+/// last run's key, and the store seeks to it.
 pub(crate) async fn list_page(app: &AppState, q: ListQuery) -> Result<RunPage, ApiError> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
@@ -156,62 +191,24 @@ pub(crate) async fn list_page(app: &AppState, q: ListQuery) -> Result<RunPage, A
         )));
     }
     let cursor = q.cursor.as_deref().map(PageCursor::parse).transpose()?;
-    let skip = cursor.map_or(0, |c| c.seen_at_that_time);
-    let mut created_before = q.created_before;
-    if let Some(c) = cursor {
-        let through = c.created_at.saturating_add(1);
-        created_before = Some(created_before.map_or(through, |b| b.min(through)));
-    }
     let filter = RunFilter {
         agent: q.agent,
         statuses: parse_statuses(q.status.as_deref())?,
         // One more than the page, to know whether another follows.
-        limit: Some(skip + limit + 1),
+        limit: Some(limit + 1),
+        after: cursor.map(|c| c.0),
         labels: parse_labels(q.label.as_deref())?,
         spawned_by: q.parent,
         created_after: q.created_after,
-        created_before,
-        agent_version: q.agent_version,
+        created_before: q.created_before,
+        agent_version: at_most_i32("agent_version", q.agent_version)?,
         fingerprint: None,
     };
-    let listed = app.store.list_runs(&filter).await?;
-    let mut runs: Vec<RunRecord> = match cursor {
-        // Leave out the runs of the cursor's millisecond the earlier pages listed.
-        Some(c) => {
-            let mut left = c.seen_at_that_time;
-            listed
-                .into_iter()
-                .filter(|r| {
-                    if left > 0 && r.created_at == c.created_at {
-                        left -= 1;
-                        false
-                    } else {
-                        true
-                    }
-                })
-                .collect()
-        }
-        None => listed,
-    };
+    let mut runs = app.store.list_runs(&filter).await?;
     let more = runs.len() > limit;
     runs.truncate(limit);
     let next = match runs.last() {
-        Some(last) if more => {
-            let on_page = runs
-                .iter()
-                .filter(|r| r.created_at == last.created_at)
-                .count();
-            let before = cursor
-                .filter(|c| c.created_at == last.created_at)
-                .map_or(0, |c| c.seen_at_that_time);
-            Some(
-                PageCursor {
-                    created_at: last.created_at,
-                    seen_at_that_time: before + on_page,
-                }
-                .render(),
-            )
-        }
+        Some(last) if more => Some(PageCursor(RunKey::of(last)).render()),
         _ => None,
     };
     Ok(RunPage { runs, next })
@@ -238,18 +235,50 @@ pub(crate) async fn get_run(
     load(&app, &id).await.map(Json)
 }
 
-/// Every committed transition of a run, by version.
+/// Transitions or journal entries per page when the request does not say, and at most.
+const DEFAULT_RECORDS: usize = 100;
+const MAX_RECORDS: usize = 1000;
+
+fn records_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    let limit = limit.unwrap_or(DEFAULT_RECORDS);
+    if limit == 0 || limit > MAX_RECORDS {
+        return Err(ApiError::bad_request(format!(
+            "limit is 1 to {MAX_RECORDS}, not {limit}"
+        )));
+    }
+    Ok(limit)
+}
+
+/// Which transitions.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct HistoryQuery {
+    /// From this version on (0 when absent); the next page is from the last version read
+    /// plus one.
+    #[param(minimum = 0)]
+    from: Option<u64>,
+    /// Transitions per page (default 100, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<usize>,
+}
+
+/// A run's committed transitions, by version, a page at a time: at most `limit` from
+/// version `from` on (a page shorter than `limit` is the last).
 #[utoipa::path(get, path = "/v1/runs/{id}/history", tag = "runs",
-    params(("id" = String, Path, description = "The run")),
+    params(("id" = String, Path, description = "The run"), HistoryQuery),
     responses(
         (status = 200, description = "The transitions", body = Vec<TransitionRecord>),
+        (status = 400, description = "A version or limit that is not a number in range", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
     ))]
 pub(crate) async fn history(
     State(app): State<AppState>,
     Path(id): Path<String>,
+    Query(q): Query<HistoryQuery>,
 ) -> Result<Json<Vec<TransitionRecord>>, ApiError> {
-    Ok(Json(app.store.history(&id).await?))
+    let limit = records_limit(q.limit)?;
+    let from = at_most_i64("from", q.from)?.unwrap_or(0);
+    Ok(Json(app.store.history_from(&id, from, limit).await?))
 }
 
 /// Which journal entries.
@@ -259,15 +288,28 @@ pub(crate) struct JournalQuery {
     /// Only the calls of the step that started from this version.
     #[param(minimum = 0)]
     version: Option<u64>,
+    /// From the entries of this version on (0 when absent; with `version`, the later of
+    /// the two).
+    #[param(minimum = 0)]
+    from_version: Option<u64>,
+    /// From this index in the first version on (0 when absent): the next page is from the
+    /// last entry's `version` and `seq` plus one.
+    #[param(minimum = 0)]
+    from_seq: Option<u32>,
+    /// Entries per page (default 100, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<usize>,
 }
 
 /// A run's journal: its tool calls, decisions, compensations and child starts, by version
-/// and index (secrets were redacted before they were stored).
+/// and index (secrets were redacted before they were stored), a page at a time: at most
+/// `limit` entries from (`from_version`, `from_seq`) on (a page shorter than `limit` is
+/// the last).
 #[utoipa::path(get, path = "/v1/runs/{id}/journal", tag = "runs",
     params(("id" = String, Path, description = "The run"), JournalQuery),
     responses(
         (status = 200, description = "The journal", body = Vec<JournalEntry>),
-        (status = 400, description = "A version that is not a number", body = ErrorBody),
+        (status = 400, description = "A version, index or limit that is not a number in range; `version` with another `from_version`", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
     ))]
 pub(crate) async fn journal(
@@ -275,8 +317,20 @@ pub(crate) async fn journal(
     Path(id): Path<String>,
     Query(q): Query<JournalQuery>,
 ) -> Result<Json<Vec<JournalEntry>>, ApiError> {
-    load(&app, &id).await?;
-    Ok(Json(app.store.journal(&id, q.version).await?))
+    let limit = records_limit(q.limit)?;
+    let version = at_most_i64("version", q.version)?;
+    let from = (
+        at_most_i64("from_version", q.from_version)?.unwrap_or(0),
+        at_most_i32("from_seq", q.from_seq)?.unwrap_or(0),
+    );
+    // With `version`, that step's entries from `from` on: the page starts at the later of
+    // the two, and whatever it read of later steps is left out.
+    let from = version.map_or(from, |v| from.max((v, 0)));
+    let mut entries = app.store.journal_from(&id, from, limit).await?;
+    if let Some(v) = version {
+        entries.retain(|e| e.version == v);
+    }
+    Ok(Json(entries))
 }
 
 /// A run's state at a version (time travel).
@@ -294,6 +348,7 @@ pub(crate) async fn state_at(
     State(app): State<AppState>,
     Path((id, version)): Path<(String, u64)>,
 ) -> Result<Json<StateAtVersion>, ApiError> {
+    at_most_i64("version", Some(version))?;
     app.store
         .state_at(&id, version)
         .await?
@@ -306,7 +361,7 @@ pub(crate) async fn state_at(
 #[serde(deny_unknown_fields)]
 pub(crate) struct SignalBody {
     /// The signal's name (what the run waits for).
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000]*$")]
     name: String,
     /// Its payload.
     #[serde(default)]
@@ -327,7 +382,7 @@ pub(crate) struct SignalSent {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Sent", body = SignalSent),
-        (status = 400, description = "A body that is not JSON, a name that is empty or too long, a payload holding a secret the server has no key to seal", body = ErrorBody),
+        (status = 400, description = "A body that is not JSON, a name that is empty or too long, a string holding a NUL, a payload holding a secret the server has no key to seal", body = ErrorBody),
         (status = 413, description = "A body over the limit", body = ErrorBody),
         (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
@@ -377,11 +432,11 @@ pub(crate) async fn send_signal(
 pub(crate) struct OperatorBody {
     /// Who (recorded with the transition).
     #[serde(default)]
-    #[schema(max_length = 200)]
+    #[schema(max_length = 200, pattern = "^[^\\u0000]*$")]
     by: Option<String>,
     /// Why.
     #[serde(default)]
-    #[schema(max_length = 2000)]
+    #[schema(max_length = 2000, pattern = "^[^\\u0000]*$")]
     reason: Option<String>,
 }
 
@@ -525,11 +580,16 @@ pub(crate) async fn retry(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ForkBody {
     /// The version whose state the new run starts from.
+    #[serde(deserialize_with = "crate::extract::integral")]
     version: u64,
     /// The new run's id (1 to 200 characters); `{id}.fork-v{version}` when absent, so that
     /// sending the same request twice forks once.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
+    )]
     new_id: Option<String>,
 }
 
@@ -576,17 +636,43 @@ pub(crate) async fn fork(
 
 #[cfg(test)]
 mod tests {
-    use super::PageCursor;
+    use super::{PageCursor, RunKey};
 
     #[test]
     fn page_cursors_read_back_and_refuse_garbage() {
-        let c = PageCursor {
-            created_at: 1_700_000_000_123,
-            seen_at_that_time: 3,
-        };
-        assert_eq!(PageCursor::parse(&c.render()).unwrap(), c);
-        for bad in ["", "12", "a.b", "12.-1", "1.2.3"] {
+        for id in ["run-1", "a.b~c/d", "ünïcode ✓", "x"] {
+            let c = PageCursor(RunKey {
+                created_at: 1_700_000_000_123,
+                id: id.to_owned(),
+            });
+            assert_eq!(PageCursor::parse(&c.render()).unwrap(), c, "{id}");
+        }
+        let negative = PageCursor(RunKey {
+            created_at: -5,
+            id: "r".to_owned(),
+        });
+        assert_eq!(PageCursor::parse(&negative.render()).unwrap(), negative);
+        for bad in [
+            "",
+            "12",
+            "a.b",
+            "12.-1",
+            "1.2.3",
+            "r1..72",
+            "r1.1.",
+            "r1.1.7",
+            "r1.1.zz",
+            "r1.1.ff",
+            "r1.1.00",
+            "r1.9223372036854775808.72",
+            "r1.-9223372036854775809.72",
+            "r1.18446744073709551615.72",
+            "r1.1.72.72",
+            "r2.1.72",
+        ] {
             assert!(PageCursor::parse(bad).is_err(), "{bad}");
         }
+        let old = PageCursor::parse("1700000000123.3").unwrap_err();
+        assert!(old.to_string().contains("earlier version"), "{old}");
     }
 }

@@ -2,6 +2,7 @@
 //! every run ([`Store::set_tool_enabled`](agent_core::store::Store::set_tool_enabled)). A
 //! disabled tool fails fast with a clear error code at its next call.
 
+use agent_core::store::tools::{UnknownTool, known_tools};
 use agent_core::store::{Millis, ToolSwitch};
 use axum::Router;
 use axum::extract::State;
@@ -51,7 +52,7 @@ impl From<ToolSwitch> for ToolSwitchBody {
 pub(crate) struct SwitchBody {
     /// Why (kept with the switch).
     #[serde(default)]
-    #[schema(max_length = 2000)]
+    #[schema(max_length = 2000, pattern = "^[^\\u0000]*$")]
     reason: Option<String>,
 }
 
@@ -84,6 +85,13 @@ async fn switch(
             "`reason` has at most 2000 characters",
         ));
     }
+    // A switch of a name nothing declares would answer 200 and switch nothing (a
+    // misspelt `chargepayment` while `ChargePayment` keeps running): refused, in the
+    // CLI's words.
+    let known = known_tools(app.store.as_ref()).await?;
+    if let Some(unknown) = UnknownTool::check(name, &known) {
+        return Err(ApiError::not_found(unknown.to_string()));
+    }
     app.store
         .set_tool_enabled(name, enabled, reason.as_deref())
         .await?;
@@ -107,6 +115,7 @@ async fn switch(
         (status = 400, description = "A body that is not JSON, a name or reason too long", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
         (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
+        (status = 404, description = "A tool no registered agent declares and none switched before", body = ErrorBody),
         (status = 413, description = "A body over the limit", body = ErrorBody),
         (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
         (status = 422, description = "A body of the wrong shape", body = ErrorBody),
@@ -114,9 +123,9 @@ async fn switch(
 pub(crate) async fn enable(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    body: Option<Json<SwitchBody>>,
+    body: Option<Json<Option<SwitchBody>>>,
 ) -> Result<Json<ToolSwitchBody>, ApiError> {
-    switch(&app, &name, true, body.map(|Json(b)| b)).await
+    switch(&app, &name, true, body.and_then(|Json(b)| b)).await
 }
 
 /// Switch a tool off, for every run: its next calls fail fast with a clear error code.
@@ -129,6 +138,7 @@ pub(crate) async fn enable(
         (status = 400, description = "A body that is not JSON, a name or reason too long", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
         (status = 403, description = "A wrong token, or none configured", body = ErrorBody),
+        (status = 404, description = "A tool no registered agent declares and none switched before", body = ErrorBody),
         (status = 413, description = "A body over the limit", body = ErrorBody),
         (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
         (status = 422, description = "A body of the wrong shape", body = ErrorBody),
@@ -136,7 +146,7 @@ pub(crate) async fn enable(
 pub(crate) async fn disable(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    body: Option<Json<SwitchBody>>,
+    body: Option<Json<Option<SwitchBody>>>,
 ) -> Result<Json<ToolSwitchBody>, ApiError> {
-    switch(&app, &name, false, body.map(|Json(b)| b)).await
+    switch(&app, &name, false, body.and_then(|Json(b)| b)).await
 }

@@ -350,6 +350,8 @@ async fn the_pages_work_where_the_router_is_mounted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_are_switched_off_and_on_with_the_token() {
     let db = Db::new().await;
+    // A run registers the fixture agent's graph, which declares `Charge`.
+    db.drive("order-waiting", "Pay").await;
     let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
     let c = client();
     let (status, _) = json(

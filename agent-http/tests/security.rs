@@ -89,9 +89,12 @@ fn writes(id: &str) -> Vec<(String, serde_json::Value)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_without_the_token_are_refused_and_change_nothing() {
     let db = fixture_db().await;
+    // Every write with every wrong token is more than the throttle lets one client try
+    // (tests/throttle.rs): this test is about each refusal, not about their number.
     let config = ApiConfig::default()
         .with_token(TOKEN)
-        .with_agent(db.runner("Pay"));
+        .with_agent(db.runner("Pay"))
+        .with_wrong_token_limits(1000, 1000);
     let server = Server::serve(&db.store, config).await;
     let http = client();
     let before = (snapshot(&db, WAITING).await, snapshot(&db, FAILED).await);

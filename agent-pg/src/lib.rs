@@ -310,6 +310,8 @@ impl SqlReads for PgStore {
     const HAND_BACK: &'static str = sql::HAND_BACK;
     const LOAD_RUN: &'static str = sql::LOAD_RUN;
     const JOURNAL: &'static str = sql::JOURNAL;
+    const HISTORY_FROM: &'static str = sql::HISTORY_FROM;
+    const JOURNAL_FROM: &'static str = sql::JOURNAL_FROM;
     const PENDING_SIGNALS: &'static str = sql::PENDING_SIGNALS;
     const TOOL_SWITCHES: &'static str = sql::TOOL_SWITCHES;
 

@@ -328,6 +328,17 @@ pub(crate) const JOURNAL: &str = concat!(
      WHERE j.run_id = $1 AND ($2::bigint IS NULL OR j.version = $2) ORDER BY j.version, j.seq"
 );
 
+/// `Store::journal_from`: a page of `JOURNAL`, from `($2, $3)` (version, seq), at most
+/// `$4` rows; `version >= $2` bounds the index range, the rest cuts its first version.
+pub(crate) const JOURNAL_FROM: &str = concat!(
+    "SELECT ",
+    journal_cols!(),
+    " FROM journal j LEFT JOIN outputs o ON j.output_external AND o.run_id = j.run_id \
+     AND o.version = j.version AND o.seq = j.seq \
+     WHERE j.run_id = $1 AND j.version >= $2 AND (j.version > $2 OR j.seq >= $3) \
+     ORDER BY j.version, j.seq LIMIT $4"
+);
+
 /// One step, one statement: the compare-and-set on version and epoch (and no operator's
 /// cancel waiting) is the `WHERE` of the update, and every other write hangs off its
 /// `RETURNING`, so a stale writer, or one racing a cancel, writes nothing.
@@ -427,6 +438,11 @@ pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, 
      ts_to_ms(created_at) AS created_at, hash, note_by, note_reason FROM transitions \
      WHERE run_id = $1 ORDER BY version";
 
+/// `Store::history_from`: a page of `HISTORY`, from version `$2`, at most `$3` rows.
+pub(crate) const HISTORY_FROM: &str = "SELECT run_id, version, from_state, to_state, kind, \
+     status, epoch, ts_to_ms(created_at) AS created_at, hash, note_by, note_reason \
+     FROM transitions WHERE run_id = $1 AND version >= $2 ORDER BY version LIMIT $3";
+
 /// The filter of `Store::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
 /// `$4`-`$10`;
 /// `$3` is the listing's limit).
@@ -445,11 +461,40 @@ macro_rules! runs_filter {
     };
 }
 
-pub(crate) const LIST_RUNS: &str = concat!(
+/// A run's creation time in milliseconds as the listing orders it: `ts_to_ms(created_at)`
+/// written with immutable functions only, so that an index can hold it (`runs_listed`);
+/// the text must stay the index's, for the planner to match the two.
+macro_rules! listed_ms {
+    () => {
+        "(round(extract(epoch FROM (created_at AT TIME ZONE 'UTC')) * 1000)::bigint)"
+    };
+}
+
+/// The listing's order, total: newest first by the millisecond, then by id as bytes
+/// (`COLLATE "C"`, whatever the database's collation), as every store lists runs.
+macro_rules! listed_order {
+    () => {
+        concat!(
+            " ORDER BY ",
+            listed_ms!(),
+            " DESC, id COLLATE \"C\" DESC LIMIT $3"
+        )
+    };
+}
+
+/// `Store::list_runs` without `RunFilter::after`.
+pub(crate) const LIST_RUNS: &str = concat!("SELECT ", run_cols!(), runs_filter!(), listed_order!());
+
+/// `Store::list_runs` after a key (`$11` its milliseconds, `$12` its id): a seek in
+/// `runs_listed`, so that a page reads its own rows, not the pages before it.
+pub(crate) const LIST_RUNS_AFTER: &str = concat!(
     "SELECT ",
     run_cols!(),
     runs_filter!(),
-    " ORDER BY created_at DESC, seq DESC LIMIT $3"
+    " AND (",
+    listed_ms!(),
+    ", id COLLATE \"C\") < ($11::bigint, $12::text)",
+    listed_order!()
 );
 
 /// `Store::count_runs`: runs per status under the listing's filter (`$3` unused).

@@ -151,7 +151,13 @@ agent_sql::impl_sql_store!(PgStore {
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
-        let rows = filtered(sql::LIST_RUNS, filter, limit)
+        let query = match &filter.after {
+            None => filtered(sql::LIST_RUNS, filter, limit),
+            Some(key) => filtered(sql::LIST_RUNS_AFTER, filter, limit)
+                .bind(key.created_at)
+                .bind(&key.id),
+        };
+        let rows = query
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;

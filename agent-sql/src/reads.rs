@@ -66,6 +66,10 @@ pub trait SqlReads: Store + Sync {
     /// A run's journal in the columns of [`rows::EntryRow`], `$1` the run, `$2` a version
     /// or `NULL` for all.
     const JOURNAL: &'static str;
+    /// As [`HISTORY`](Self::HISTORY) from version `$2` on, at most `$3` rows.
+    const HISTORY_FROM: &'static str;
+    /// As [`JOURNAL`](Self::JOURNAL) from `($2, $3)` (version, seq) on, at most `$4` rows.
+    const JOURNAL_FROM: &'static str;
     /// A run's pending signals in the columns of [`rows::SignalRow`], `$1` the run.
     const PENDING_SIGNALS: &'static str;
     /// The tool switches in the columns of [`rows::SwitchRow`].
@@ -280,6 +284,55 @@ pub async fn history<S: SqlReads>(
     )
     .await?;
     rows.iter().map(|r| rows::transition(run_id, r)).collect()
+}
+
+/// `Store::history_from`.
+///
+/// # Errors
+/// As `Store::history`.
+pub async fn history_from<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+    version: u64,
+    max: usize,
+) -> Result<Vec<TransitionRecord>, StoreError> {
+    let rows = store
+        .fetch(
+            S::HISTORY_FROM,
+            &[
+                Arg::Text(run_id),
+                Arg::Int(to_i64(version)),
+                Arg::Int(limit(Some(max))),
+            ],
+        )
+        .await?;
+    let rows = found(store, run_id, rows).await?;
+    rows.iter().map(|r| rows::transition(run_id, r)).collect()
+}
+
+/// `Store::journal_from`.
+///
+/// # Errors
+/// As `Store::journal`.
+pub async fn journal_from<S: SqlReads>(
+    store: &S,
+    run_id: &str,
+    from: (u64, u32),
+    max: usize,
+) -> Result<Vec<JournalEntry>, StoreError> {
+    let rows = store
+        .fetch(
+            S::JOURNAL_FROM,
+            &[
+                Arg::Text(run_id),
+                Arg::Int(to_i64(from.0)),
+                Arg::Int(i64::from(from.1)),
+                Arg::Int(limit(Some(max))),
+            ],
+        )
+        .await?;
+    let rows = found(store, run_id, rows).await?;
+    rows.iter().map(|r| rows::entry(run_id, r)).collect()
 }
 
 /// `Store::journal`.
@@ -585,6 +638,30 @@ macro_rules! impl_sql_store {
                 $crate::__private::StoreError,
             > {
                 $crate::reads::history(self, run_id).await
+            }
+
+            async fn history_from(
+                &self,
+                run_id: &str,
+                version: u64,
+                limit: usize,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::TransitionRecord>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::history_from(self, run_id, version, limit).await
+            }
+
+            async fn journal_from(
+                &self,
+                run_id: &str,
+                from: (u64, u32),
+                limit: usize,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::JournalEntry>,
+                $crate::__private::StoreError,
+            > {
+                $crate::reads::journal_from(self, run_id, from, limit).await
             }
 
             async fn state_at(

@@ -289,6 +289,17 @@ pub(crate) const JOURNAL: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.s
      AND o.version = j.version AND o.seq = j.seq \
      WHERE j.run_id = $1 AND ($2 IS NULL OR j.version = $2) ORDER BY j.version, j.seq";
 
+/// `Store::journal_from`: a page of `JOURNAL`, from `($2, $3)` (version, seq), at most
+/// `$4` rows; `version >= $2` bounds the index range, the rest cuts its first version.
+pub(crate) const JOURNAL_FROM: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.state, \
+     j.name, j.tool_kind, j.input_hash, j.input, j.idempotency_key, j.status, \
+     COALESCE(o.output, j.output) AS output, j.error_class, j.error_code, j.error_message, \
+     j.attempts, j.duration_ms, j.started_at, j.finished_at \
+     FROM journal j LEFT JOIN outputs o ON j.output_external = 1 AND o.run_id = j.run_id \
+     AND o.version = j.version AND o.seq = j.seq \
+     WHERE j.run_id = $1 AND j.version >= $2 AND (j.version > $2 OR j.seq >= $3) \
+     ORDER BY j.version, j.seq LIMIT $4";
+
 pub(crate) const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
@@ -352,6 +363,11 @@ pub(crate) const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version 
 pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
      created_at, hash, note_by, note_reason FROM transitions WHERE run_id = $1 ORDER BY version";
 
+/// `Store::history_from`: a page of `HISTORY`, from version `$2`, at most `$3` rows.
+pub(crate) const HISTORY_FROM: &str = "SELECT run_id, version, from_state, to_state, kind, \
+     status, epoch, created_at, hash, note_by, note_reason FROM transitions \
+     WHERE run_id = $1 AND version >= $2 ORDER BY version LIMIT $3";
+
 /// The filter of `Store::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
 /// `$4`-`$10`;
 /// `$3` is the listing's limit).
@@ -368,11 +384,22 @@ macro_rules! runs_filter {
     };
 }
 
+/// `Store::list_runs` without `RunFilter::after`, in the listing's total order: newest
+/// first, then by id (compared as bytes, SQLite's `BINARY`), as every store lists runs.
 pub(crate) const LIST_RUNS: &str = concat!(
     "SELECT ",
     run_cols!(),
     runs_filter!(),
-    " ORDER BY created_at DESC, seq DESC LIMIT $3"
+    " ORDER BY created_at DESC, id DESC LIMIT $3"
+);
+
+/// `Store::list_runs` after a key (`$11` its milliseconds, `$12` its id): a seek in
+/// `runs_listed`, so that a page reads its own rows, not the pages before it.
+pub(crate) const LIST_RUNS_AFTER: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    runs_filter!(),
+    " AND (created_at, id) < ($11, $12) ORDER BY created_at DESC, id DESC LIMIT $3"
 );
 
 /// `Store::count_runs`: runs per status under the listing's filter (`$3` unused).

@@ -216,7 +216,13 @@ agent_sql::impl_sql_store!(SqliteStore {
         let limit = filter
             .limit
             .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-        let rows = filtered(sql::LIST_RUNS, filter, Some(limit))?
+        let query = match &filter.after {
+            None => filtered(sql::LIST_RUNS, filter, Some(limit))?,
+            Some(key) => filtered(sql::LIST_RUNS_AFTER, filter, Some(limit))?
+                .bind(key.created_at)
+                .bind(&key.id),
+        };
+        let rows = query
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;

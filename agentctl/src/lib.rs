@@ -87,10 +87,7 @@ impl Ctl {
     {
         let cli = cli::Cli::parse_from(args);
         let out = output::Output::new(&cli.global);
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
+        let runtime = match runtime_for(&cli.command) {
             Ok(rt) => rt,
             Err(e) => {
                 out.error(&error::CliError::failed(format!(
@@ -106,5 +103,43 @@ impl Ctl {
                 e.exit_code()
             }
         }
+    }
+}
+
+/// The runtime a command runs on. `serve` answers many clients at once, on every core: on
+/// one thread, a few expensive requests held up every other. The other commands are one
+/// client's sequence of requests, on the thread that runs them.
+fn runtime_for(command: &cli::Command) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if matches!(command, cli::Command::Serve(_)) {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use tokio::runtime::RuntimeFlavor;
+
+    fn flavor(args: &[&str]) -> RuntimeFlavor {
+        let cli = crate::cli::Cli::parse_from(args);
+        super::runtime_for(&cli.command)
+            .expect("runtime")
+            .handle()
+            .runtime_flavor()
+    }
+
+    #[test]
+    fn serve_runs_on_every_core_and_the_rest_on_one_thread() {
+        assert_eq!(
+            flavor(&["agentctl", "--db", "x.sqlite3", "serve"]),
+            RuntimeFlavor::MultiThread
+        );
+        assert_eq!(
+            flavor(&["agentctl", "--db", "x.sqlite3", "runs"]),
+            RuntimeFlavor::CurrentThread
+        );
     }
 }

@@ -46,6 +46,10 @@ enum Flaw {
     CancelsUnderTheHoldersEpoch,
     /// `list_runs` ignores the label filter.
     IgnoresLabels,
+    /// `list_runs` orders the runs of one millisecond by creation, not by id.
+    ListsTiesByCreation,
+    /// `list_runs` lists the run at the key again after it.
+    ListsTheKeyAgain,
     /// `events` reads from its cursor inclusive: the event at the cursor comes again.
     EventsRepeatTheCursor,
     /// `events` leaves out the starts of tool calls.
@@ -294,6 +298,23 @@ impl Store for Broken {
                 ..filter.clone()
             };
             return self.inner.list_runs(&unlabelled).await;
+        }
+        if self.flaw == Flaw::ListsTiesByCreation {
+            // Created in the reverse order of their ids: within a millisecond, creation
+            // order is the ids' ascending order.
+            let mut runs = self.inner.list_runs(filter).await?;
+            runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+            return Ok(runs);
+        }
+        if self.flaw == Flaw::ListsTheKeyAgain
+            && let Some(key) = &filter.after
+        {
+            let mut runs = self.inner.list_runs(filter).await?;
+            if let Some(at_key) = self.inner.load_run(&key.id).await? {
+                runs.insert(0, at_key);
+                runs.truncate(filter.limit.unwrap_or(usize::MAX));
+            }
+            return Ok(runs);
         }
         self.inner.list_runs(filter).await
     }
@@ -552,6 +573,16 @@ catches!(
     check_cancel_racing_a_commit
 );
 catches!(labels_must_filter, IgnoresLabels, check_labels_filter_runs);
+catches!(
+    listing_must_break_ties_by_id,
+    ListsTiesByCreation,
+    check_list_runs_keyset
+);
+catches!(
+    keyset_must_start_after_the_key,
+    ListsTheKeyAgain,
+    check_list_runs_keyset
+);
 catches!(
     hand_back_must_not_count,
     HandBackCounts,

@@ -195,6 +195,22 @@ pub trait Store: Send + Sync + fmt::Debug {
         version: Option<u64>,
     ) -> Result<Vec<JournalEntry>, StoreError>;
 
+    /// At most `limit` entries of a run's journal from `(version, seq)` on, ordered by
+    /// `(version, seq)`: a page of [`journal`](Self::journal), whose cost is its own
+    /// entries (the next page starts after the last entry's `(version, seq)`). The
+    /// default reads the whole journal; SQL stores read the page only.
+    async fn journal_from(
+        &self,
+        run_id: &str,
+        from: (u64, u32),
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        let mut entries = self.journal(run_id, None).await?;
+        entries.retain(|e| (e.version, e.seq) >= from);
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
     /// Commit one step atomically: check `expected_version` and the lease epoch, write the
     /// new version (+1), its transition record (hash-chained), the run row, and mark the
     /// consumed signal. A stale writer gets [`StoreError::LeaseLost`] or
@@ -237,6 +253,21 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Every committed transition of a run, by version.
     async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError>;
 
+    /// At most `limit` of a run's transitions from `version` on, by version: a page of
+    /// [`history`](Self::history), whose cost is its own transitions. The default reads
+    /// the whole history; SQL stores read the page only.
+    async fn history_from(
+        &self,
+        run_id: &str,
+        version: u64,
+        limit: usize,
+    ) -> Result<Vec<TransitionRecord>, StoreError> {
+        let mut history = self.history(run_id).await?;
+        history.retain(|t| t.version >= version);
+        history.truncate(limit);
+        Ok(history)
+    }
+
     /// The state at `version` (time travel); `None` if never committed or pruned.
     async fn state_at(
         &self,
@@ -248,19 +279,22 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn fork(&self, run_id: &str, version: u64, new_id: &str)
     -> Result<RunRecord, StoreError>;
 
-    /// Runs matching the filter, newest first: of its agent, in one of its statuses,
-    /// spawned by [`RunFilter::spawned_by`], and carrying every label of
-    /// [`RunFilter::labels`] (SQL stores answer it from an index on
-    /// `(key, value)`). A row that cannot be read is listed as
+    /// Runs matching the filter, in [`RunFilter`]'s order (newest first, then by id
+    /// descending): of its agent, in one of its statuses, spawned by
+    /// [`RunFilter::spawned_by`], carrying every label of [`RunFilter::labels`] (SQL stores
+    /// answer it from an index on `(key, value)`), and after [`RunFilter::after`] (SQL
+    /// stores seek to it in an index on the order, so a page reads its own runs only). A row that cannot be read is listed as
     /// [`RunRecord::unreadable`], not as an error for the whole listing.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
 
     /// How many runs match the filter, per status (statuses with no run left out, in
-    /// [`RunStatus::ALL`]'s order). [`RunFilter::limit`] is ignored: this counts them all.
-    /// The default lists the runs; SQL stores count in the database.
+    /// [`RunStatus::ALL`]'s order). [`RunFilter::limit`] and [`RunFilter::after`] are
+    /// ignored: this counts them all. The default lists the runs; SQL stores count in the
+    /// database.
     async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
         let all = RunFilter {
             limit: None,
+            after: None,
             ..filter.clone()
         };
         let runs = self.list_runs(&all).await?;
@@ -272,13 +306,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
 
     /// How many runs match the filter, per agent version and recorded graph fingerprint,
-    /// ordered by both. [`RunFilter::limit`] is ignored: this counts them all. The default
+    /// ordered by both. [`RunFilter::limit`] and [`RunFilter::after`] are ignored: this
+    /// counts them all. The default
     /// lists the runs; SQL stores count in the database, so that a worker's start-up
     /// report ([`Worker::version_report`](crate::runner::Worker::version_report)) reads no
     /// run however many wait.
     async fn count_versions(&self, filter: &RunFilter) -> Result<Vec<VersionCount>, StoreError> {
         let all = RunFilter {
             limit: None,
+            after: None,
             ..filter.clone()
         };
         let mut counts = std::collections::BTreeMap::<(u32, String), u64>::new();

@@ -861,6 +861,36 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn history_from(
+        &self,
+        run_id: &str,
+        version: u64,
+        limit: usize,
+    ) -> Result<Vec<TransitionRecord>, StoreError> {
+        let g = self.lock();
+        Ok(g.run(run_id)?
+            .versions
+            .range(version..)
+            .take(limit)
+            .map(|(_, v)| v.transition.clone())
+            .collect())
+    }
+
+    async fn journal_from(
+        &self,
+        run_id: &str,
+        from: (u64, u32),
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        let g = self.lock();
+        Ok(g.run(run_id)?
+            .journal
+            .range(from..)
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
     async fn state_at(
         &self,
         run_id: &str,
@@ -938,10 +968,13 @@ impl Store for MemoryStore {
                         .is_none_or(|t| d.record.created_at < t)
                     && (filter.agent_version).is_none_or(|v| d.record.agent_version == v)
                     && (filter.fingerprint.as_ref()).is_none_or(|f| d.record.fingerprint == *f)
+                    && (filter.after.as_ref()).is_none_or(|k| {
+                        (d.record.created_at, d.record.id.as_str()) < (k.created_at, &k.id)
+                    })
             })
             .collect();
         runs.sort_by(|a, b| {
-            (b.record.created_at, b.created_seq).cmp(&(a.record.created_at, a.created_seq))
+            (b.record.created_at, &b.record.id).cmp(&(a.record.created_at, &a.record.id))
         });
         Ok(runs
             .into_iter()

@@ -32,6 +32,7 @@ mod records;
 pub mod repair;
 mod run_id;
 mod stats;
+pub mod tools;
 pub mod verify;
 
 pub use canonical::{canonical_json, creation_hash, input_hash};
@@ -49,7 +50,7 @@ pub use operator::{validate_label, validate_labels};
 pub use records::{
     CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis,
     NewRun, OperatorNote, PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter,
-    RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch,
+    RunKey, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch,
     TransitionKind, TransitionRecord, VersionCount, VersionSpan, WAIT_ALL_CHILDREN,
     WAIT_FIRST_CHILD, idempotency_key, now_ms,
 };

@@ -689,6 +689,10 @@ pub struct SignalRecord {
 }
 
 /// Which runs to list.
+///
+/// Runs are listed in one total order, the same in every store: newest first by creation
+/// time in milliseconds ([`RunRecord::created_at`]), then by id, descending, ids compared
+/// as bytes ([`RunKey`]'s order, reversed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunFilter {
     /// Only this agent.
@@ -697,6 +701,10 @@ pub struct RunFilter {
     pub statuses: Vec<RunStatus>,
     /// At most this many, newest first (all when `None`).
     pub limit: Option<usize>,
+    /// Only runs listed after this one (keyset paging): created earlier, or in the same
+    /// millisecond with a smaller id. Give the key of the last run of a page
+    /// ([`RunKey::of`]) to read the next page, whose cost is then that of its own runs.
+    pub after: Option<RunKey>,
     /// Only runs carrying every one of these labels (all when empty).
     pub labels: Labels,
     /// Only the children of this run ([`RunRecord::spawned_by`]), at any version.
@@ -709,6 +717,27 @@ pub struct RunFilter {
     pub agent_version: Option<u32>,
     /// Only runs that recorded this graph fingerprint ([`RunRecord::fingerprint`]).
     pub fingerprint: Option<String>,
+}
+
+/// A run's place in the listing order of [`RunFilter`]: runs are listed from the greatest
+/// key down (newest first, then by id descending).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RunKey {
+    /// The run's creation time ([`RunRecord::created_at`]).
+    pub created_at: Millis,
+    /// The run's id.
+    pub id: String,
+}
+
+impl RunKey {
+    /// The key of `run`.
+    #[must_use]
+    pub fn of(run: &RunRecord) -> Self {
+        Self {
+            created_at: run.created_at,
+            id: run.id.clone(),
+        }
+    }
 }
 
 /// How many runs of one agent version recorded one graph fingerprint

@@ -18,16 +18,18 @@ mod graph;
 mod pages;
 mod view;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
 use crate::AppState;
+use crate::auth::Attempt;
 use crate::auth::Auth;
 
 /// The cookie the sign-in form sets: the token, hex-encoded.
@@ -49,8 +51,11 @@ pub(crate) fn routes(state: AppState, auth: Arc<Auth>) -> Router {
             "/ui/login",
             get(pages::login).post({
                 let auth = Arc::clone(&auth);
-                move |uri: axum::http::Uri, form| {
-                    std::future::ready(pages::sign_in(&auth, &uri, form))
+                move |uri: axum::http::Uri,
+                      connect: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
+                      form| {
+                    let client = connect.map(|axum::Extension(ConnectInfo(addr))| addr.ip());
+                    std::future::ready(pages::sign_in(&auth, &uri, client, form))
                 }
             }),
         )
@@ -110,8 +115,13 @@ async fn check(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> R
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
         .find_map(|hexed| String::from_utf8(hex::decode(hexed).ok()?).ok());
-    if bearer.or(cookie).is_some_and(|t| auth.accepts(Some(&t))) {
-        return secure(next.run(request).await);
+    match bearer
+        .or(cookie)
+        .map(|t| auth.attempt(&t, crate::auth::client_of(&request)))
+    {
+        Some(Attempt::Accepted) => return secure(next.run(request).await),
+        Some(Attempt::Throttled(secs)) => return crate::auth::throttled(secs).into_response(),
+        _ => {}
     }
     if path.starts_with("/ui/stream/") {
         return (StatusCode::UNAUTHORIZED, "sign in at /ui/login").into_response();

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use agent_core::graph::{GraphDescription, Routing};
 use agent_core::router::{Decision, DecisionRecord};
-use agent_core::store::verify::verify_run;
+use agent_core::store::verify::{VerifyReport, verify_run};
 use agent_core::store::{
     EntryKind, JournalEntry, RunFilter, RunRecord, RunStatus, TransitionKind, now_ms,
 };
@@ -23,6 +23,7 @@ use super::graph::{self, Overlay};
 use super::view::{self, Change};
 use super::{COOKIE, root_of};
 use crate::AppState;
+use crate::auth::Attempt;
 use crate::error::ApiError;
 use crate::extract::{Path, Query};
 use crate::runs::{ListQuery, list_page};
@@ -31,6 +32,17 @@ use crate::runs::{ListQuery, list_page};
 const TIMELINE_STATES: usize = 200;
 /// Journal entries on one page of a run's journal (newest page first).
 const JOURNAL_PAGE: usize = 200;
+/// A run's page reads at most this many of its latest transitions (its graph's overlay and
+/// path are drawn from them; older ones through the API, a page at a time).
+const HISTORY_READ: usize = 2000;
+/// A run's page reads at most this many journal entries, from the first version of the
+/// transitions it read.
+const JOURNAL_READ: usize = 10 * JOURNAL_PAGE;
+/// Children listed on a run's page, newest first.
+const CHILDREN_SHOWN: usize = 200;
+/// A run's page verifies its hash chain up to this many versions (verifying reads every
+/// version's state); a longer chain is left to `agentctl verify`.
+const VERIFIED_VERSIONS: u64 = 1000;
 /// Inputs and outputs shown inline up to this many bytes; the rest on the entry's page.
 const INLINE_JSON: usize = 2048;
 
@@ -381,6 +393,8 @@ struct SignalRow {
 }
 
 struct VerifyView {
+    /// Whether the chain was verified here (not when it is longer than this page verifies).
+    checked: bool,
     ok: bool,
     summary: String,
 }
@@ -556,29 +570,9 @@ fn decision_row(e: &JournalEntry) -> DecisionRow {
     }
 }
 
-async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunView, PageError> {
-    let head = app.store.event_head().await?.get();
-    let run = app
-        .store
-        .load_run(id)
-        .await?
-        .ok_or_else(|| PageError::not_found(format!("run `{id}` not found")))?;
-    let history = app.store.history(id).await?;
-    let journal = app.store.journal(id, None).await?;
-    let signals = app.store.pending_signals(id).await?;
-    let children = app
-        .store
-        .list_runs(&RunFilter {
-            spawned_by: Some(id.to_owned()),
-            ..RunFilter::default()
-        })
-        .await?;
-    let graph: Option<GraphDescription> = app
-        .store
-        .agent_graph(&run.agent, Some(&run.fingerprint))
-        .await?;
-    let report = verify_run(app.store.as_ref(), &run).await?;
-    let verify = VerifyView {
+fn verify_view(report: &VerifyReport) -> VerifyView {
+    VerifyView {
+        checked: true,
         ok: report.ok,
         summary: match &report.problem {
             None => format!(
@@ -596,6 +590,49 @@ async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunVi
             ),
             Some(p) => format!("version {}: {} ({})", p.version, p.message, p.kind.as_str()),
         },
+    }
+}
+
+async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunView, PageError> {
+    let head = app.store.event_head().await?.get();
+    let run = app
+        .store
+        .load_run(id)
+        .await?
+        .ok_or_else(|| PageError::not_found(format!("run `{id}` not found")))?;
+    // Every read bounded, whatever the run's length: the latest transitions, the journal
+    // from the first of them, a page of children, and the chain verified only when short.
+    let first_read = (run.version + 1).saturating_sub(HISTORY_READ as u64);
+    let history = app.store.history_from(id, first_read, HISTORY_READ).await?;
+    let journal = app
+        .store
+        .journal_from(id, (first_read, 0), JOURNAL_READ)
+        .await?;
+    let signals = app.store.pending_signals(id).await?;
+    let children = app
+        .store
+        .list_runs(&RunFilter {
+            spawned_by: Some(id.to_owned()),
+            limit: Some(CHILDREN_SHOWN),
+            ..RunFilter::default()
+        })
+        .await?;
+    let graph: Option<GraphDescription> = app
+        .store
+        .agent_graph(&run.agent, Some(&run.fingerprint))
+        .await?;
+    let verify = if run.version > VERIFIED_VERSIONS {
+        VerifyView {
+            checked: false,
+            ok: false,
+            summary: format!(
+                "not verified here: {} versions, more than this page verifies \
+                 ({VERIFIED_VERSIONS}); run `agentctl verify`",
+                run.version
+            ),
+        }
+    } else {
+        verify_view(&verify_run(app.store.as_ref(), &run).await?)
     };
     let signal_fields = graph
         .as_ref()
@@ -611,6 +648,7 @@ async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunVi
         .map(|t| format!("{} → {}", t.from_state, t.to_state))
         .collect();
     let older = history.len().saturating_sub(TIMELINE_STATES);
+    let not_shown = older + usize::try_from(first_read).unwrap_or(usize::MAX);
     let mut timeline = Vec::new();
     let mut previous: Option<Value> = None;
     for t in history.iter().skip(older.saturating_sub(1)) {
@@ -698,7 +736,7 @@ async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunVi
         graph: graph.as_ref().map(|g| graph::svg(g, &over)),
         path,
         timeline,
-        timeline_older: older,
+        timeline_older: not_shown,
         journal: journal[shown].iter().map(entry_row).collect(),
         journal_page,
         journal_pages,
@@ -980,18 +1018,33 @@ pub(crate) struct SignIn {
 }
 
 /// `POST /ui/login`: check the token and keep it in a cookie for reads of `/ui/`.
-pub(crate) fn sign_in(auth: &crate::auth::Auth, uri: &Uri, Form(form): Form<SignIn>) -> Response {
+/// A wrong token counts against the client ([`crate::throttle`]): past the limit, the form
+/// answers `429` with `Retry-After` without checking what it is given.
+pub(crate) fn sign_in(
+    auth: &crate::auth::Auth,
+    uri: &Uri,
+    client: Option<std::net::IpAddr>,
+    Form(form): Form<SignIn>,
+) -> Response {
     let root = root_of(uri.path());
-    if !auth.accepts(Some(&form.token)) {
+    let attempt = auth.attempt(&form.token, client);
+    if attempt != Attempt::Accepted {
         let page = LoginPage {
             root: &root,
             title: "Sign in",
             failed: true,
         };
-        return match page.render() {
+        let mut response = match page.render() {
             Ok(body) => (StatusCode::FORBIDDEN, Html(body)).into_response(),
-            Err(e) => PageError::from(e).render(&root),
+            Err(e) => return PageError::from(e).render(&root),
         };
+        if let Attempt::Throttled(secs) = attempt {
+            *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        return response;
     }
     let cookie = format!(
         "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",

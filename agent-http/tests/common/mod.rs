@@ -20,6 +20,31 @@ pub(crate) const TOKEN: &str = "correct-horse-battery-staple";
 pub(crate) struct Db {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) store: Arc<dyn Store>,
+    /// The URL and schema of a PostgreSQL store of the test's own, dropped with it.
+    drop_schema: Option<(String, String)>,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let Some((url, schema)) = self.drop_schema.take() else {
+            return;
+        };
+        // On a thread and runtime of its own: a test's runtime may be ending.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let store = agent_pg::PgStore::connect(&url, &schema).await?;
+                store.drop_schema().await
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("could not drop a test's schema: {e}");
+        }
+    }
 }
 
 impl Db {
@@ -32,7 +57,55 @@ impl Db {
         Self {
             dir,
             store: Arc::new(store),
+            drop_schema: None,
         }
+    }
+
+    /// An empty PostgreSQL store in a schema of its own on `DATABASE_URL`, or `None` when
+    /// it is not set (outside CI: under CI the PostgreSQL tests must not be skipped).
+    pub(crate) async fn pg() -> Option<Self> {
+        let url = match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                assert!(
+                    std::env::var("CI").is_err(),
+                    "DATABASE_URL is not set under CI"
+                );
+                eprintln!("*** SKIPPED on PostgreSQL: DATABASE_URL is not set ***");
+                return None;
+            }
+        };
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let mut db = Self::pg_at(&url, &schema).await;
+        db.drop_schema = Some((url, schema));
+        Some(db)
+    }
+
+    /// A PostgreSQL store in `schema` of `DATABASE_URL` (which must be set), migrated.
+    pub(crate) async fn pg_in(schema: &str) -> Self {
+        let url = std::env::var("DATABASE_URL").expect("set DATABASE_URL");
+        Self::pg_at(&url, schema).await
+    }
+
+    async fn pg_at(url: &str, schema: &str) -> Self {
+        let store = agent_pg::PgStore::connect(url, schema)
+            .await
+            .expect("connect to DATABASE_URL");
+        store.migrate().await.expect("migrate");
+        Self {
+            dir: tempfile::tempdir().expect("tempdir"),
+            store: Arc::new(store),
+            drop_schema: None,
+        }
+    }
+
+    /// A SQLite store, and a PostgreSQL one when `DATABASE_URL` is set, each named.
+    pub(crate) async fn both() -> Vec<(&'static str, Self)> {
+        let mut dbs = vec![("sqlite", Self::new().await)];
+        if let Some(pg) = Self::pg().await {
+            dbs.push(("postgres", pg));
+        }
+        dbs
     }
 
     /// A SQLite store at `path` (kept).
@@ -43,6 +116,7 @@ impl Db {
         Self {
             dir: tempfile::tempdir().expect("tempdir"),
             store: Arc::new(store),
+            drop_schema: None,
         }
     }
 

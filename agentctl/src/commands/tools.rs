@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
+use agent_core::store::tools::{UnknownTool, known_tools};
 use agent_core::store::{Millis, now_ms};
 use comfy_table::{Cell, Color};
 use serde::Serialize;
@@ -92,18 +93,10 @@ async fn list(cx: &Ctx) -> Result<ExitCode> {
 }
 
 async fn switch(cx: &Ctx, args: ToolSwitchArgs, enabled: bool) -> Result<ExitCode> {
-    let known = rows(cx).await?;
-    if !known.contains_key(&args.tool) {
-        let names: Vec<&str> = known.keys().map(String::as_str).collect();
-        cx.out.warn(&format!(
-            "no registered agent declares a tool `{}` (known: {}); switching it anyway",
-            args.tool,
-            if names.is_empty() {
-                "none".to_owned()
-            } else {
-                names.join(", ")
-            }
-        ));
+    // Switched anyway, with a warning: an operator may switch a tool off before the
+    // agent declaring it is deployed. The HTTP API refuses it (its clients are programs).
+    if let Some(unknown) = UnknownTool::check(&args.tool, &known_tools(cx.store.as_ref()).await?) {
+        cx.out.warn(&format!("{unknown}; switching it anyway"));
     }
     cx.store
         .set_tool_enabled(&args.tool, enabled, args.reason.as_deref())

@@ -7,6 +7,82 @@ use serde_json::json;
 use super::{CheckResult, Ctx, claim, create, entry, grow, step, stored, unique, verify_chain};
 use crate::store::{CallStatus, RetentionPolicy, RunStatus, Store};
 
+/// `history_from` and `journal_from` are pages of `history` and `journal`: from a version
+/// (and seq) on, at most the limit, in order, and `NotFound` for a run that does not
+/// exist (an empty page for one that does, past its end).
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_history_and_journal_pages(store: Arc<dyn Store>) -> CheckResult {
+    let r = create(&store, "pages", json!({ "items": [] })).await?;
+    let lease = claim(&store, &r.id, "w").await?;
+    for v in 0..6_u64 {
+        for seq in 0..3_u32 {
+            store
+                .record_entry(
+                    &lease,
+                    &entry(&r.id, v, seq, CallStatus::Succeeded, Some(json!(seq))),
+                )
+                .await
+                .ctx("record_entry")?;
+        }
+        grow(&store, &lease, v, 1).await?;
+    }
+    let history = store.history(&r.id).await.ctx("history")?;
+    let journal = store.journal(&r.id, None).await.ctx("journal")?;
+    for from in 0..9_u64 {
+        for limit in [1_usize, 2, 5, 100] {
+            let page = store
+                .history_from(&r.id, from, limit)
+                .await
+                .ctx("history_from")?;
+            let want: Vec<u64> = (history.iter().map(|t| t.version))
+                .filter(|v| *v >= from)
+                .take(limit)
+                .collect();
+            let got: Vec<u64> = page.iter().map(|t| t.version).collect();
+            ensure!(
+                got == want,
+                "history_from({from}, {limit}): {got:?}, want {want:?}"
+            );
+            for seq in 0..4_u32 {
+                let page =
+                    (store.journal_from(&r.id, (from, seq), limit).await).ctx("journal_from")?;
+                let want: Vec<(u64, u32)> = (journal.iter().map(|e| (e.version, e.seq)))
+                    .filter(|k| *k >= (from, seq))
+                    .take(limit)
+                    .collect();
+                let got: Vec<(u64, u32)> = page.iter().map(|e| (e.version, e.seq)).collect();
+                ensure!(
+                    got == want,
+                    "journal_from(({from}, {seq}), {limit}): {got:?}, want {want:?}"
+                );
+            }
+        }
+    }
+    let whole = store
+        .history_from(&r.id, 0, usize::MAX)
+        .await
+        .ctx("history_from")?;
+    ensure!(whole == history, "history_from(0, all) must be the history");
+    let missing = unique("no-such-run");
+    ensure!(
+        matches!(
+            store.history_from(&missing, 0, 10).await,
+            Err(crate::store::StoreError::NotFound(_))
+        ),
+        "history_from of a run that does not exist must be NotFound"
+    );
+    ensure!(
+        matches!(
+            store.journal_from(&missing, (0, 0), 10).await,
+            Err(crate::store::StoreError::NotFound(_))
+        ),
+        "journal_from of a run that does not exist must be NotFound"
+    );
+    Ok(())
+}
+
 /// Every version replays (time travel) as the state grows; fork starts a new run from any
 /// version without touching the original.
 ///

@@ -184,8 +184,8 @@ pub use events::{
     check_followers_are_woken, check_hub_followers_share_reads, check_status_changes_are_events,
 };
 pub use history::{
-    check_history_time_travel_and_fork, check_prune_keeps_resume_working,
-    check_storage_grows_linearly,
+    check_history_and_journal_pages, check_history_time_travel_and_fork,
+    check_prune_keeps_resume_working, check_storage_grows_linearly,
 };
 pub use journal::{
     check_commit_carries_entries, check_journal_is_durable_and_ordered,
@@ -213,5 +213,5 @@ pub use repair::check_repair_resets_a_quarantined_run;
 pub use retention::{check_retention_deletes_old_final_runs, check_retention_keeps_the_window};
 pub use runs::{
     check_agent_graphs, check_corrupt_data_is_an_error, check_create_run_is_idempotent,
-    check_list_runs, check_set_status, check_store_and_load_runs,
+    check_list_runs, check_list_runs_keyset, check_set_status, check_store_and_load_runs,
 };

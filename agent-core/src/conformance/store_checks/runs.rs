@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{CheckResult, Ctx, LONG, claim, create, grow, new_run, step, stored, unique};
 use crate::graph::GraphDescription;
 use crate::store::{
-    Lease, RunFailure, RunFilter, RunStatus, Store, StoreError, TransitionKind, now_ms,
+    Lease, RunFailure, RunFilter, RunKey, RunStatus, Store, StoreError, TransitionKind, now_ms,
 };
 
 /// Create, load, and the errors for unknown runs.
@@ -218,6 +218,110 @@ pub async fn check_list_runs(store: Arc<dyn Store>) -> CheckResult {
     ensure!(
         none.is_empty(),
         "count_runs of an agent without runs: {none:?}"
+    );
+    Ok(())
+}
+
+/// `list_runs` lists in one total order, the same in every store (newest first by the
+/// millisecond, then by id descending, as bytes), and [`RunFilter::after`] lists exactly
+/// the runs after a key in that order: pages read one after the other list every run
+/// once, whatever ties one millisecond holds.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_list_runs_keyset(store: Arc<dyn Store>) -> CheckResult {
+    let agent = unique("Keyset");
+    // Created back to back, so that several share a millisecond, with ids whose byte order
+    // is the reverse of their creation order (and one outside ASCII, one a prefix of
+    // another): an order by creation within a millisecond is caught.
+    let tag = unique("k");
+    let mut ids = Vec::new();
+    for i in 0..24_u32 {
+        let id = match i {
+            0 => format!("{tag}-é"),
+            1 => format!("{tag}-Z"),
+            2 => format!("{tag}-Z0"),
+            _ => format!("{tag}-{}", char::from(b'z' - u8::try_from(i).unwrap_or(0))),
+        };
+        store
+            .create_run(new_run(&id, &agent, json!({ "i": i })))
+            .await
+            .ctx("create_run")?;
+        ids.push(id);
+    }
+    let filter = RunFilter {
+        agent: Some(agent.clone()),
+        ..RunFilter::default()
+    };
+    let all = store.list_runs(&filter).await.ctx("list_runs")?;
+    let keys: Vec<RunKey> = all.iter().map(RunKey::of).collect();
+    let mut want = keys.clone();
+    want.sort_by(|a, b| b.cmp(a));
+    ensure!(
+        all.len() == ids.len() && keys == want,
+        "list_runs must list newest first, then by id descending (as bytes): {keys:?}"
+    );
+    // Every page after the last key of the one before, three at a time.
+    let mut paged = Vec::new();
+    let mut after = None;
+    // Bounded: a store that does not advance past the key would page for ever.
+    for _ in 0..=keys.len() {
+        let page = store
+            .list_runs(&RunFilter {
+                limit: Some(3),
+                after: after.clone(),
+                ..filter.clone()
+            })
+            .await
+            .ctx("list_runs after a key")?;
+        ensure!(
+            page.len() <= 3,
+            "a page after a key over its limit: {}",
+            page.len()
+        );
+        let Some(last) = page.last() else { break };
+        after = Some(RunKey::of(last));
+        paged.extend(page.iter().map(RunKey::of));
+    }
+    ensure!(
+        paged == keys,
+        "pages after keys must list every run once, in order: {paged:?} vs {keys:?}"
+    );
+    // After any key, runs of the agent or not: exactly the smaller keys, in order, also
+    // for a key in the middle of a millisecond that no run has.
+    for key in &keys {
+        for probe in [
+            key.clone(),
+            RunKey {
+                created_at: key.created_at,
+                id: format!("{}0", key.id),
+            },
+        ] {
+            let got: Vec<RunKey> = store
+                .list_runs(&RunFilter {
+                    after: Some(probe.clone()),
+                    ..filter.clone()
+                })
+                .await
+                .ctx("list_runs after a key")?
+                .iter()
+                .map(RunKey::of)
+                .collect();
+            let want: Vec<RunKey> = keys.iter().filter(|k| **k < probe).cloned().collect();
+            ensure!(got == want, "after {probe:?}: {got:?}, want {want:?}");
+        }
+    }
+    // Counts ignore the key, as they ignore the limit.
+    let counted = store
+        .count_runs(&RunFilter {
+            after: keys.last().cloned(),
+            ..filter.clone()
+        })
+        .await
+        .ctx("count_runs")?;
+    ensure!(
+        counted == vec![(RunStatus::Running, 24)],
+        "count_runs must ignore `after`: {counted:?}"
     );
     Ok(())
 }
