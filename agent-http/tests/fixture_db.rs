@@ -38,7 +38,7 @@ async fn write_fixture_db() {
             RunStatus::DeadLettered,
             Some(RunFailure {
                 code: "crash_loop".into(),
-                message: "claimed 5 times without progress".into(),
+                message: "5 lost claims in a row without progress".into(),
             }),
         )
         .await

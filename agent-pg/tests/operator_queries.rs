@@ -140,7 +140,8 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         .await
         .unwrap();
     let crashing = store.create_run(browsing("order-44")).await.unwrap();
-    for _ in 0..3 {
+    // Four claims, each lease left to run out: three lost claims in a row.
+    for _ in 0..4 {
         store
             .claim_run(&crashing.id, "worker-c", Duration::from_millis(1))
             .await

@@ -796,7 +796,7 @@ impl FaultHook for Timeline {
     }
 }
 
-/// A worker runs a suspect (a run claimed `SUSPECT_CLAIMS` times without a commit) alone: no
+/// A worker runs a suspect (a run with `SUSPECT_CLAIMS` lost claims without a commit) alone: no
 /// other run does anything between its claim and its last commit. The runs claimed with it
 /// wait uncounted, and every run (the suspect is healthy after all) completes with its
 /// count reset.

@@ -793,7 +793,7 @@ where
         let error = RunFailure {
             code: "crash_loop".into(),
             message: format!(
-                "{} claims in a row found the previous one lost without progress; the step crashes its worker",
+                "{} lost claims in a row without progress; the step crashes its worker",
                 record.claims_without_progress
             ),
         };

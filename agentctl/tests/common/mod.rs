@@ -129,7 +129,7 @@ impl Db {
                 RunStatus::DeadLettered,
                 Some(RunFailure {
                     code: "crash_loop".into(),
-                    message: "claimed 5 times without progress".into(),
+                    message: "5 lost claims in a row without progress".into(),
                 }),
             )
             .await
