@@ -30,7 +30,8 @@ where
 }
 
 /// The request, its body read (within the body limit) and refused when a string in it
-/// holds a NUL ([`crate::edge`]); then given back whole to axum's JSON extractor.
+/// holds a NUL ([`crate::edge`]) or it is an array; then given back whole to axum's JSON
+/// extractor.
 async fn without_nul<S: Send + Sync>(req: Request, state: &S) -> Result<Request, ApiError> {
     let headers = req.headers().clone();
     let bytes = axum::body::Bytes::from_request(req, state)
@@ -39,6 +40,13 @@ async fn without_nul<S: Send + Sync>(req: Request, state: &S) -> Result<Request,
     if crate::edge::json_holds_nul(&bytes) {
         return Err(ApiError::bad_request(
             "a string of the body holds a NUL character: names, notes and payloads are text",
+        ));
+    }
+    // Every body of the API is an object; serde would read a struct from an array too
+    // (`[]` as an empty operator note), which the document does not allow.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::unprocessable(
+            "the body is a JSON object, not an array",
         ));
     }
     let mut rebuilt = Request::new(axum::body::Body::from(bytes));

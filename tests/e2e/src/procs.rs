@@ -56,7 +56,7 @@ pub struct WorkerOpts {
     pub tool_latency: (u64, u64),
     /// Router latency range, ms.
     pub llm_latency: (u64, u64),
-    /// Claims without progress before a run is dead-lettered.
+    /// Lost claims in a row without progress before a run is dead-lettered.
     pub max_claims: u32,
     /// Exit once this many runs exist and all are final (0: run until SIGTERM).
     pub exit_when_done: u64,
