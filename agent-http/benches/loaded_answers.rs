@@ -9,9 +9,9 @@
 //!
 //! `BENCH_RUNS` sets the number of runs (20,000 by default; CI-sized), `BENCH_CLIENTS` the
 //! number of clients sending expensive requests (8), `BENCH_STORES` the stores
-//! (`sqlite,postgres`); `BENCH_KEEP_SCHEMA=1` keeps PostgreSQL's schema to look into. The server runs as `agentctl serve`
-//! runs it, on a multi-threaded runtime of its own (its own OS threads); the clients on
-//! another.
+//! (`sqlite,postgres`); `BENCH_KEEP_SCHEMA=1` keeps PostgreSQL's schema to look into. The
+//! server runs as `agentctl serve` runs it, on a multi-threaded runtime of its own (its own
+//! OS threads); the clients on another.
 //!
 //! Printed per store: the answer time of `GET /v1/runs/{id}` with no other client (idle)
 //! and while the clients loop over the expensive requests (loaded), p50 and p99 of 400

@@ -35,7 +35,8 @@
 //!
 //! A worker opens with [`PgStore::connect`] and [`PgStore::migrate`], which creates the
 //! schema and applies the embedded migrations in one transaction, so that a start that
-//! fails leaves nothing behind (concurrent workers serialize on an advisory lock). A tool that reads or operates an existing store (`agentctl`) opens with
+//! fails leaves nothing behind (concurrent workers serialize on an advisory lock). A tool
+//! that reads or operates an existing store (`agentctl`) opens with
 //! [`PgStore::open_existing`], which writes nothing: [`PgStore::check_schema`] refuses a
 //! missing schema ([`PgSetupError::NoSchema`], listing the schemas that hold a store), a
 //! schema without the store's tables ([`PgSetupError::NotAStore`]), and a store behind or

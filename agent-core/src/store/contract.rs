@@ -62,8 +62,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// takes the lease over from a holder that neither released nor committed through it
     /// (expired, or `worker`'s own) increments `claims_without_progress`, so each lost
     /// claim is charged once, and a claim that lands after its worker died costs nothing
-    /// until another claim finds it lost. Returns `None` while another worker holds a live lease,
-    /// or when the run is final. A run whose row does not read is quarantined in the same
+    /// until another claim finds it lost. Returns `None` while another worker holds a live
+    /// lease, or when the run is final. A run whose row does not read is quarantined in the same
     /// call (code [`ROW_UNREADABLE`](super::ROW_UNREADABLE), lease ended) and
     /// [`StoreError::Corrupt`] returned: nobody can execute it, and listings then say so.
     async fn claim_run(
@@ -168,8 +168,8 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Give a claimed run back without having executed anything for it: the lease is
     /// released, and the next claim is not charged for it (`claims_without_progress` is
-    /// left as the claim found it). A [`Worker`](crate::runner::Worker) hands back the runs it claimed together
-    /// with a suspect it must run alone, so that waiting for their turn never pushes them
+    /// left as the claim found it). A [`Worker`](crate::runner::Worker) hands back the
+    /// runs it claimed together with a suspect it must run alone, so that waiting for their turn never pushes them
     /// towards dead-lettering. Like `release_lease`, nothing happens when the epoch is no
     /// longer current; unlike it, other workers are not woken (the run is no more runnable
     /// than before it was claimed).
@@ -283,8 +283,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// descending): of its agent, in one of its statuses, spawned by
     /// [`RunFilter::spawned_by`], carrying every label of [`RunFilter::labels`] (SQL stores
     /// answer it from an index on `(key, value)`), and after [`RunFilter::after`] (SQL
-    /// stores seek to it in an index on the order, so a page reads its own runs only). A row that cannot be read is listed as
-    /// [`RunRecord::unreadable`], not as an error for the whole listing.
+    /// stores seek to it in an index on the order, so a page reads its own runs only). A
+    /// row that cannot be read is listed as [`RunRecord::unreadable`], not as an error for
+    /// the whole listing.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
 
     /// How many runs match the filter, per status (statuses with no run left out, in
@@ -307,8 +308,7 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// How many runs match the filter, per agent version and recorded graph fingerprint,
     /// ordered by both. [`RunFilter::limit`] and [`RunFilter::after`] are ignored: this
-    /// counts them all. The default
-    /// lists the runs; SQL stores count in the database, so that a worker's start-up
+    /// counts them all. The default lists the runs; SQL stores count in the database, so that a worker's start-up
     /// report ([`Worker::version_report`](crate::runner::Worker::version_report)) reads no
     /// run however many wait.
     async fn count_versions(&self, filter: &RunFilter) -> Result<Vec<VersionCount>, StoreError> {
