@@ -54,6 +54,14 @@ struct Written {
     applied: Applied,
 }
 
+/// The database's clock, in `tx`: lease expiry is judged by it, as claims judge it.
+async fn db_now(tx: &mut sqlx::Transaction<'static, sqlx::Postgres>) -> Result<Millis, StoreError> {
+    sqlx::query_scalar("SELECT ts_to_ms(clock_timestamp())")
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_err)
+}
+
 impl PgStore {
     /// `Store::cancel_run`: the run's row locked and its cancel written ([`plan_cancel`]),
     /// then the same for each of its children a cancel reaches ([`cancel_reaches_child`]),
@@ -67,10 +75,7 @@ impl PgStore {
         let mut tx = self.pool.begin().await.map_err(db_err)?;
         let head = locked_head(&mut tx, run_id).await?;
         // Lease expiry is judged by the database's clock, as claims judge it.
-        let now: Millis = sqlx::query_scalar("SELECT ts_to_ms(clock_timestamp())")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_err)?;
+        let now: Millis = db_now(&mut tx).await?;
         let mut written = Vec::new();
         let plan = plan_cancel(&head.record, note, now)?;
         let graph = self.graph_in(&mut tx, &head.record).await?;
@@ -195,10 +200,7 @@ impl PgStore {
         let mut tx = self.pool.begin().await.map_err(db_err)?;
         let head = locked_head(&mut tx, run_id).await?;
         // Lease expiry is judged by the database's clock, as claims judge it.
-        let now: Millis = sqlx::query_scalar("SELECT ts_to_ms(clock_timestamp())")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_err)?;
+        let now: Millis = db_now(&mut tx).await?;
         let c = |e: sqlx::Error| corrupt(run_id, e);
         match plan(&head.record, now)? {
             OperatorPlan::Unchanged => Ok(head.record),
@@ -246,10 +248,7 @@ impl PgStore {
     ) -> Result<RunRecord, StoreError> {
         let mut tx = self.pool.begin().await.map_err(db_err)?;
         let head = locked_head(&mut tx, run_id).await?;
-        let now: Millis = sqlx::query_scalar("SELECT ts_to_ms(clock_timestamp())")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_err)?;
+        let now: Millis = db_now(&mut tx).await?;
         let signal = sqlx::query(sql::SIGNAL_OF_RUN)
             .bind(run_id)
             .bind(signal_id)
