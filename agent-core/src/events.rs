@@ -1,8 +1,8 @@
 //! Following runs live: a [`Follower`] reads a run's (or an agent's, or every run's) events
 //! from the store after a cursor, and waits for more.
 //!
-//! Events come from the store only ([`Store::events`]), never from a wake-up: a wake-up
-//! ([`Store::event_wakes`]) only says when to read again, and the follower also reads every
+//! Events come from the store only ([`EventLog::events`](crate::store::EventLog::events)), never from a wake-up: a wake-up
+//! ([`EventLog::event_wakes`](crate::store::EventLog::event_wakes)) only says when to read again, and the follower also reads every
 //! [`FollowConfig::poll`] without one. So a follower that disconnects and comes back with its
 //! last cursor misses nothing, a wake-up lost to a crash between a commit and its
 //! notification delays the follower by a poll at most, and a follower that falls behind

@@ -255,7 +255,7 @@ pub struct MigrateReport {
 /// Migrate every claimable run of an older version that `runner` can run, now, instead of
 /// at its next step (`agentctl migrate` does the same from a control binary that registers
 /// the agent, through [`migrate_claimed`], see `docs/versions.md`). Each
-/// run is claimed and migrated with one [`Store::migrate_run`](crate::store::Store::migrate_run)
+/// run is claimed and migrated with one [`RunStore::migrate_run`](crate::store::RunStore::migrate_run)
 /// under that lease, exactly as a worker would before its next step; nothing else of it
 /// runs. Compensating runs are handed back (they are compensated at their own version).
 /// Runs waiting for a signal that has not come are not claimable: they are migrated when
@@ -271,7 +271,7 @@ where
     H: Send + Sync + 'static,
 {
     use crate::runner::StepOutcome;
-    use crate::store::{RunStatus, versioned_agent};
+    use crate::store::{Claimed, RunStatus, versioned_agent};
     let store = runner.store();
     let config = runner.config();
     let entries: Vec<String> = A::older_versions()
@@ -291,7 +291,10 @@ where
             return Ok(report);
         }
         let mut progressed = false;
-        for (mut lease, record) in batch {
+        for Claimed {
+            mut lease, record, ..
+        } in batch
+        {
             if record.status == RunStatus::Compensating || !seen.insert(record.id.clone()) {
                 report.left += 1;
                 store.hand_back(&lease).await?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use durable_agents::runner::{Runner, RunnerConfig, Worker, WorkerConfig, child_run_id};
 use durable_agents::store::memory::MemoryStore;
-use durable_agents::store::{RunStatus, Store};
+use durable_agents::store::{HistoryStore, RunStatus, Store};
 use durable_agents::tool::ToolBox;
 use durable_agents::{Agent, ChildOutcome, Ctx, StepResult};
 use serde::{Deserialize, Serialize};

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_core::store::{NewRun, RunFilter, RunStatus, StepCommit, Store, TransitionKind};
+use agent_core::store::{Claimed, NewRun, RunFilter, RunStatus, StepCommit, Store, TransitionKind};
 use agent_http::ApiConfig;
 use agent_pg::PgStore;
 use agent_sqlite::SqliteStore;
@@ -73,12 +73,16 @@ async fn seed(store: &Arc<dyn Store>, runs: usize) {
                     .with_label("tenant", format!("t{}", i % 50));
                 store.create_run(new).await.expect("create");
                 if i % 10 == 0 {
-                    let (lease, _) = (store.claim_run(&id, "seed", Duration::from_mins(10)))
-                        .await
-                        .expect("claim")
-                        .expect("free");
+                    let Claimed { lease, .. } =
+                        (store.claim_run(&id, "seed", Duration::from_mins(10)))
+                            .await
+                            .expect("claim")
+                            .expect("free");
                     for v in 0..3 {
-                        store.commit_step(&lease, &commit(v)).await.expect("commit");
+                        store
+                            .commit_step(&lease, &commit(v), &[])
+                            .await
+                            .expect("commit");
                     }
                     store.release_lease(&lease).await.expect("release");
                 }
@@ -105,12 +109,15 @@ async fn seed(store: &Arc<dyn Store>, runs: usize) {
         ))
         .await
         .expect("create");
-    let (lease, _) = (store.claim_run(id, "seed", Duration::from_mins(10)))
+    let Claimed { lease, .. } = (store.claim_run(id, "seed", Duration::from_mins(10)))
         .await
         .expect("claim")
         .expect("free");
     for v in 0..LONG_RUN_VERSIONS {
-        store.commit_step(&lease, &commit(v)).await.expect("commit");
+        store
+            .commit_step(&lease, &commit(v), &[])
+            .await
+            .expect("commit");
     }
     store.release_lease(&lease).await.expect("release");
 }

@@ -62,7 +62,7 @@ use agent_core::agent::{Agent, Handle};
 use agent_core::events::{EphemeralBus, FollowConfig};
 use agent_core::runner::Runner;
 use agent_core::secrets::SealKeys;
-use agent_core::store::Store;
+use agent_core::store::{EventLog, HistoryStore, Store};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderValue;
@@ -232,6 +232,23 @@ pub(crate) struct AppState {
     /// What wakes the event streams: one watcher of the store for all of them, and reads
     /// shared by the streams of one scope, so an idle stream costs no read.
     pub(crate) hub: agent_core::events::EventHub,
+}
+
+/// What the inspector's pages hold of the store: its reads and its events, never a write
+/// (the pages are `GET`s; every action on a run goes through the API and its checks).
+#[derive(Clone, Debug)]
+pub(crate) struct Reader {
+    pub(crate) store: Arc<dyn HistoryStore>,
+    pub(crate) events: Arc<dyn EventLog>,
+}
+
+impl axum::extract::FromRef<AppState> for Reader {
+    fn from_ref(app: &AppState) -> Self {
+        Self {
+            store: Arc::clone(&app.store) as Arc<dyn HistoryStore>,
+            events: Arc::clone(&app.store) as Arc<dyn EventLog>,
+        }
+    }
 }
 
 /// The API over `store`, to mount in a service (`Router::nest`, `Router::merge`) or to

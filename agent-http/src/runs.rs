@@ -4,8 +4,8 @@
 use agent_core::signals::SignalRefusal;
 use agent_core::store::operator::{Requeue, RequeueMode, plan_requeue};
 use agent_core::store::{
-    JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunKey, RunRecord, RunStatus,
-    SignalRecord, StateAtVersion, TransitionRecord,
+    HistoryStore, JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunKey, RunRecord,
+    RunStatus, SignalRecord, StateAtVersion, TransitionRecord,
 };
 use axum::Router;
 use axum::extract::State;
@@ -177,13 +177,13 @@ pub(crate) async fn list_runs(
     State(app): State<AppState>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
-    list_page(&app, q).await.map(Json)
+    list_page(app.store.as_ref(), q).await.map(Json)
 }
 
 /// A page of runs (what `GET /v1/runs` answers; the inspector's runs page shows it). It
 /// reads at most `limit + 1` runs from the store, whatever the cursor: the cursor is the
 /// last run's key, and the store seeks to it.
-pub(crate) async fn list_page(app: &AppState, q: ListQuery) -> Result<RunPage, ApiError> {
+pub(crate) async fn list_page(store: &dyn HistoryStore, q: ListQuery) -> Result<RunPage, ApiError> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::bad_request(format!(
@@ -204,7 +204,7 @@ pub(crate) async fn list_page(app: &AppState, q: ListQuery) -> Result<RunPage, A
         agent_version: at_most_i32("agent_version", q.agent_version)?,
         fingerprint: None,
     };
-    let mut runs = app.store.list_runs(&filter).await?;
+    let mut runs = store.list_runs(&filter).await?;
     let more = runs.len() > limit;
     runs.truncate(limit);
     let next = match runs.last() {

@@ -1,5 +1,5 @@
 //! The tool registry's kill switch: list the switches, switch a tool off and on again for
-//! every run ([`Store::set_tool_enabled`](agent_core::store::Store::set_tool_enabled)). A
+//! every run ([`OperatorStore::set_tool_enabled`](agent_core::store::OperatorStore::set_tool_enabled)). A
 //! disabled tool fails fast with a clear error code at its next call.
 
 use agent_core::store::tools::{UnknownTool, known_tools};

@@ -7,7 +7,7 @@ extern crate durable_agents_http as agent_http;
 mod common;
 
 use agent_core::graph::GraphDescription;
-use agent_core::store::NewRun;
+use agent_core::store::{Claimed, NewRun};
 use agent_http::ApiConfig;
 use common::{Db, Server, TOKEN, client, json};
 use serde_json::json;
@@ -404,7 +404,7 @@ async fn a_long_journal_is_paged_and_counts_are_exact() {
         .create_run(NewRun::new("long", "Checkout", "f", "Start", json!({})))
         .await
         .unwrap();
-    let (lease, _) = db
+    let Claimed { lease, .. } = db
         .store
         .claim_run("long", "test", Duration::from_mins(5))
         .await

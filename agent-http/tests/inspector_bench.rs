@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use agent_core::store::{NewRun, RunFilter, RunStatus};
+use agent_core::store::{Claimed, NewRun, RunFilter, RunStatus};
 use agent_http::ApiConfig;
 use common::{Db, Server, client};
 use serde_json::json;
@@ -103,7 +103,7 @@ async fn inspector_pages_on_a_large_store() {
         .create_run(NewRun::new("long", "Checkout", "f", "Start", json!({})))
         .await
         .unwrap();
-    let (lease, _) = db
+    let Claimed { lease, .. } = db
         .store
         .claim_run("long", "bench", Duration::from_mins(10))
         .await

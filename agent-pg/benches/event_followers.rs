@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use agent_core::events::{FollowConfig, Follower};
 use agent_core::store::{
-    EventCursor, EventKind, EventScope, Lease, NewRun, RunStatus, StepCommit, Store,
+    Claimed, EventCursor, EventKind, EventScope, Lease, NewRun, RunStatus, StepCommit, Store,
     TransitionKind, now_ms,
 };
 use agent_pg::PgStore;
@@ -54,7 +54,7 @@ async fn create(store: &Arc<dyn Store>, tag: &str) -> Vec<Lease> {
             .create_run(NewRun::new(id.clone(), "Bench", "fp", "Ticking", initial))
             .await
             .expect("create");
-        let (lease, _) = store
+        let Claimed { lease, .. } = store
             .claim_run(&id, "bench", Duration::from_hours(1))
             .await
             .expect("claim")
@@ -72,7 +72,10 @@ async fn drive(store: &Arc<dyn Store>, leases: Vec<Lease>) -> f64 {
         let store = store.clone();
         set.spawn(async move {
             for v in 0..STEPS {
-                store.commit_step(&lease, &commit(v)).await.expect("commit");
+                store
+                    .commit_step(&lease, &commit(v), &[])
+                    .await
+                    .expect("commit");
             }
         });
     }

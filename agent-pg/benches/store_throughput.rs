@@ -14,7 +14,7 @@
 //!   run's state is kept). On PostgreSQL, sequentially, also a **floor on a held
 //!   connection**: the bare statement without the pool's pings (see [`Floor`]). All of them
 //!   write the state the runner writes, byte for byte (see [`state`]).
-//! - **store**: `Store::commit_step` under a lease (compare-and-set on version and epoch,
+//! - **store**: `RunStore::commit_step` under a lease (compare-and-set on version and epoch,
 //!   JSON-Patch delta or snapshot, hash-chained transition record).
 //! - **runner**: whole steps through `agent_core::runner::Runner`: load and check the state,
 //!   dispatch to the handler, commit — what an agent without tool calls pays per transition.
@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use agent_core::runner::{Crash, FaultHook, FaultPoint, Runner, RunnerConfig};
-use agent_core::store::{Lease, NewRun, RunStatus, StepCommit, Store, TransitionKind};
+use agent_core::store::{Claimed, Lease, NewRun, RunStatus, StepCommit, Store, TransitionKind};
 use agent_core::{Ctx, StepResult, ToolBox};
 use agent_pg::PgStore;
 use agent_sqlite::SqliteStore;
@@ -434,7 +434,7 @@ async fn store_runs(store: &Arc<dyn Store>, runs: u64, steps: u64, tag: &str) ->
             ))
             .await
             .expect("create");
-        let (lease, _) = store
+        let Claimed { lease, .. } = store
             .claim_run(&id, "bench", Duration::from_hours(1))
             .await
             .expect("claim")
@@ -452,7 +452,7 @@ async fn store_steps(store: Arc<dyn Store>, runs: u64, steps: u64, tag: &str) ->
         async move {
             let lease = &leases[usize::try_from(r).unwrap_or(0)];
             store
-                .commit_step(lease, &commit(v, state(v + 1, steps)))
+                .commit_step(lease, &commit(v, state(v + 1, steps)), &[])
                 .await
                 .expect("commit");
         }
@@ -704,7 +704,7 @@ async fn growth(store: &Arc<dyn Store>, tag: &str, steps: u64) -> (u64, u64) {
             items.push(json!(format!("item {v}: a product name of some length")));
         }
         store
-            .commit_step(lease, &commit(v, s.clone()))
+            .commit_step(lease, &commit(v, s.clone()), &[])
             .await
             .expect("commit");
         if v + 1 == steps / 2 {

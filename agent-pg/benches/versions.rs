@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_core::store::{
-    MigrationCommit, MigrationNote, NewRun, RunStatus, StepCommit, Store, TransitionKind,
+    Claimed, MigrationCommit, MigrationNote, NewRun, RunStatus, StepCommit, Store, TransitionKind,
 };
 use agent_pg::PgStore;
 use agent_sqlite::SqliteStore;
@@ -105,7 +105,7 @@ async fn migration_cost(store: &dyn Store, name: &str, runs: usize) {
             ))
             .await
             .expect("create");
-        let (lease, _) = store
+        let Claimed { lease, .. } = store
             .claim_run(&id, "bench", TTL)
             .await
             .expect("claim")
@@ -114,7 +114,7 @@ async fn migration_cost(store: &dyn Store, name: &str, runs: usize) {
         if first_step == 0 {
             let t = Instant::now();
             store
-                .commit_step(&lease, &step_commit(0))
+                .commit_step(&lease, &step_commit(0), &[])
                 .await
                 .expect("step");
             steps.push(t.elapsed());
@@ -133,7 +133,7 @@ async fn migration_cost(store: &dyn Store, name: &str, runs: usize) {
             migrations.push(t.elapsed());
             let t = Instant::now();
             store
-                .commit_step(&lease, &step_commit(1))
+                .commit_step(&lease, &step_commit(1), &[])
                 .await
                 .expect("step");
             steps.push(t.elapsed());
@@ -201,7 +201,7 @@ async fn claim_cost(
             .await
             .expect("claim");
         samples.push(t.elapsed());
-        let (lease, record) = claimed.into_iter().next().expect("a claimable run");
+        let Claimed { lease, record, .. } = claimed.into_iter().next().expect("a claimable run");
         if entries == &v2 {
             assert_eq!(
                 record.agent_version, 2,

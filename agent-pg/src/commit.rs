@@ -14,7 +14,7 @@ use crate::group_commit::{CommitRow, EntryRow};
 use crate::{PgStore, sql};
 
 impl PgStore {
-    /// `Store::record_entry`: through the group commit (its own statement when a slot is
+    /// `RunStore::record_entry`: through the group commit (its own statement when a slot is
     /// free, else one statement with the other runs' entries that arrived meanwhile);
     /// durable when this returns. An output too large to keep inline goes to the side
     /// table, in a statement of its own through the pool.
@@ -85,15 +85,15 @@ impl PgStore {
         Ok(written > 0)
     }
 
-    /// `Store::commit_step_with_entries`: the entries go with the commit through the
-    /// group commit, written in one statement before it (with the other commits' entries
-    /// when it is grouped), and the commit is sent only if they all were. An entry whose
-    /// output goes to the side table is recorded first, on its own.
-    pub(crate) async fn commit_with_entries(
+    /// `RunStore::commit_step`: the entries go with the commit through the group commit,
+    /// written in one statement before it (with the other commits' entries when it is
+    /// grouped), and the commit is sent only if they all were. An entry whose output goes
+    /// to the side table is recorded first, on its own.
+    pub(crate) async fn commit(
         &self,
         lease: &Lease,
-        entries: &[JournalEntry],
         commit: &StepCommit,
+        entries: &[JournalEntry],
     ) -> Result<RunRecord, StoreError> {
         let mut carried = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -106,15 +106,6 @@ impl PgStore {
             }
         }
         self.commit_carrying(lease, commit, carried).await
-    }
-
-    /// `Store::commit_step`.
-    pub(crate) async fn commit(
-        &self,
-        lease: &Lease,
-        commit: &StepCommit,
-    ) -> Result<RunRecord, StoreError> {
-        self.commit_carrying(lease, commit, Vec::new()).await
     }
 
     /// The commit, with `entries` written before it by the group commit.

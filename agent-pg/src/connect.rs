@@ -473,7 +473,7 @@ impl PgStore {
         self.group.stats()
     }
 
-    /// The plan PostgreSQL chooses now for [`Store::claim_next`](agent_core::store::Store)
+    /// The plan PostgreSQL chooses now for [`RunStore::claim_next`](agent_core::store::Store)
     /// of these agents, `limit` at a time (`EXPLAIN`, nothing executed): for an operator
     /// or a benchmark checking that claims go through indexes however many runs wait.
     ///

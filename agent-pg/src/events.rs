@@ -1,6 +1,6 @@
 //! Waking event followers across processes, and only while someone follows.
 //!
-//! A follower's store ([`PgStore::event_wakes`](agent_core::store::Store::event_wakes))
+//! A follower's store ([`PgStore::event_wakes`](agent_core::store::EventLog::event_wakes))
 //! registers in `event_listeners` (a row it refreshes while it listens and deletes when
 //! its last follower is gone; one that is not refreshed expires), and `LISTEN`s on the
 //! store's events channel, handing each notification (a run id) to its followers in

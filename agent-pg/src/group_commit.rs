@@ -22,12 +22,12 @@
 //!   caller learns why exactly as after a commit of its own. A journal entry is fenced by
 //!   its lease's epoch the same way. A run appears at most once in a batch; a second
 //!   write of the same run waits for the next one.
-//! - **A commit may carry its step's entries** (`Store::commit_step_with_entries`). They
+//! - **A commit may carry its step's entries** (`RunStore::commit_step`). They
 //!   are written first, those of all the batch's commits in one statement, and a commit
 //!   is sent only if all of its entries were (else it is answered as refused, and its
 //!   caller finds out why).
 //! - **Durable before the answer.** A caller hears of its commit or entry only once the
-//!   statement that carried it is committed (`Store::record_entry`'s contract: an entry
+//!   statement that carried it is committed (`RunStore::record_entry`'s contract: an entry
 //!   is durable when the call returns).
 //! - **One bad row does not fail the others.** When the server rejects a grouped statement
 //!   (nothing of it was written), its commits are sent again one statement each, so each

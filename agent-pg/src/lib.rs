@@ -66,13 +66,13 @@
 //!
 //! ## Commits and lost acknowledgements
 //!
-//! [`Store::commit_step`] is a single statement (possibly shared with other runs' commits,
+//! [`RunStore::commit_step`] is a single statement (possibly shared with other runs' commits,
 //! see below): the update of the run row carries
 //! `WHERE version = $expected AND epoch = $epoch`, and the transition insert and the signal
 //! update hang off its `RETURNING`, so a stale writer writes nothing. When the connection
 //! drops, the error is [`StoreError::Unavailable`] and the commit may or may not have
 //! happened. Resolve it by re-reading, never by committing blindly again: call
-//! [`Store::load_run`]; if `version == expected + 1` and `epoch` is the lease's epoch and the
+//! [`HistoryStore::load_run`]; if `version == expected + 1` and `epoch` is the lease's epoch and the
 //! state is the one committed, the commit happened; if `version == expected`, it did not and
 //! may be retried with the same [`StepCommit`]; anything else
 //! means another worker moved the run, so stop.
@@ -98,7 +98,7 @@
 //! [`PgStore::with_group_commit`] sets both bounds (`per_statement = 1` turns grouping off);
 //! [`PgStore::group_commit_stats`] says how many commits went in how many statements.
 //! Commits that consume a signal are grouped like the others, and so are journal entries
-//! and signals sent ([`Store::send_signal`]): many senders at once cost a few statements
+//! and signals sent ([`RunStore::send_signal`]): many senders at once cost a few statements
 //! on the store's own connections, not one pooled connection each.
 //!
 //! Commit statements run on connections of the store's own, outside the pool: one per
@@ -135,9 +135,9 @@
 //! signals (see "Group commit"); count them when sizing the server's `max_connections`.
 //!
 //! [`Store`]: agent_core::store::Store
-//! [`Store::commit_step`]: agent_core::store::Store::commit_step
-//! [`Store::load_run`]: agent_core::store::Store::load_run
-//! [`Store::send_signal`]: agent_core::store::Store::send_signal
+//! [`RunStore::commit_step`]: agent_core::store::RunStore::commit_step
+//! [`HistoryStore::load_run`]: agent_core::store::HistoryStore::load_run
+//! [`RunStore::send_signal`]: agent_core::store::RunStore::send_signal
 //! [`StepCommit`]: agent_core::store::StepCommit
 //! [`StoreError::Unavailable`]: agent_core::store::StoreError::Unavailable
 
@@ -171,9 +171,9 @@ pub use group_commit::GroupCommitStats;
 /// Default of [`PgStore::with_group_commit`]: commit statements in flight at once.
 pub const COMMITS_IN_FLIGHT: usize = 4;
 
-/// How many connections the reads of event followers share ([`Store::events`]).
+/// How many connections the reads of event followers share ([`EventLog::events`]).
 ///
-/// [`Store::events`]: agent_core::store::Store::events
+/// [`EventLog::events`]: agent_core::store::EventLog::events
 pub const EVENT_READERS: u32 = 2;
 
 /// Default of [`PgStore::with_group_commit`]: commits in one grouped statement at most.

@@ -1,4 +1,4 @@
-//! Operators' verbs (`Store::cancel_run`, `terminate_run`, `accept_cancel`): the run row
+//! Operators' verbs (`OperatorStore::cancel_run`, `terminate_run`, `accept_cancel`): the run row
 //! locked, read, and the plan's write made in one transaction, so no commit lands between
 //! what the plan saw and what it writes.
 
@@ -63,7 +63,7 @@ async fn db_now(tx: &mut sqlx::Transaction<'static, sqlx::Postgres>) -> Result<M
 }
 
 impl PgStore {
-    /// `Store::cancel_run`: the run's row locked and its cancel written ([`plan_cancel`]),
+    /// `OperatorStore::cancel_run`: the run's row locked and its cancel written ([`plan_cancel`]),
     /// then the same for each of its children a cancel reaches ([`cancel_reaches_child`]),
     /// and theirs, each row locked parent first, in one transaction: no child commits a
     /// step after its parent's cancel.
@@ -237,7 +237,7 @@ impl PgStore {
         }
     }
 
-    /// `Store::drop_signal`: the run row locked and read with the signal, the plan's
+    /// `OperatorStore::drop_signal`: the run row locked and read with the signal, the plan's
     /// `signal_dropped` version written with the run's wait kept, and the signal marked
     /// consumed at it, in one transaction.
     pub(crate) async fn write_signal_drop(
@@ -281,7 +281,7 @@ impl PgStore {
         Ok(plan.applied(&lease, commit, applied, &self.heads))
     }
 
-    /// `Store::migrate_run`: the run row locked and read, the migration checked against it
+    /// `RunStore::migrate_run`: the run row locked and read, the migration checked against it
     /// ([`MigrationCommit::refusal`]), then the `migrated` version written as an operator's
     /// transition (its note chained into the hash) with the lease kept, and the row's
     /// agent version, fingerprint, resume base and wait set, in one transaction.

@@ -132,7 +132,7 @@ pub(crate) const CLAIM_READS: &str = "SELECT c.id, \
      FROM unnest($1::text[], $2::bigint[], $3::boolean[]) AS c(id, version, waiting)";
 
 /// The agents asked for (`$1`, all when empty): an entry `Agent` takes any of its runs, an
-/// entry `Agent@N` only those on version `N` (`Store::claim_next`). Checked on rows an
+/// entry `Agent@N` only those on version `N` (`RunStore::claim_next`). Checked on rows an
 /// index of the arm found, so it needs no index of its own.
 const OF_AGENTS: &str = "(cardinality($1::text[]) = 0 OR r.agent = ANY($1) \
      OR (r.agent || '@' || r.agent_version) = ANY($1))";
@@ -214,7 +214,7 @@ fn claim_candidates() -> String {
     arms.replace("clock_timestamp()", "statement_timestamp()")
 }
 
-/// `Store::next_due`: milliseconds until the earliest live lease of a run that is not
+/// `RunStore::next_due`: milliseconds until the earliest live lease of a run that is not
 /// final runs out or its earliest timer is due (`runs_lease_expiry`, `runs_waiting_wake`);
 /// `NULL` when there is none.
 /// (`statement_timestamp()` bounds the index scans; see [`claim_candidates`].)
@@ -238,11 +238,11 @@ pub(crate) const RENEW_LEASE: &str = "UPDATE runs \
      SET lease_expires_at = clock_timestamp() + $4::bigint * interval '1 millisecond' \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING ts_to_ms(lease_expires_at)";
 
-/// Release, leaving what the claim was charged (`Store::hand_back`); wakes nobody.
+/// Release, leaving what the claim was charged (`RunStore::hand_back`); wakes nobody.
 pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
-/// `Store::expire_leases_of`: the leases of a worker's previous process end now; one
+/// `RunStore::expire_leases_of`: the leases of a worker's previous process end now; one
 /// notification per run wakes the workers. The status filter keeps to `runs_claimable`.
 pub(crate) const EXPIRE_LEASES_OF: &str = "WITH upd AS (UPDATE runs SET lease_expires_at = clock_timestamp() \
      WHERE status IN ('running', 'compensating', 'waiting') AND lease_owner = $1 \
@@ -328,7 +328,7 @@ pub(crate) const JOURNAL: &str = concat!(
      WHERE j.run_id = $1 AND ($2::bigint IS NULL OR j.version = $2) ORDER BY j.version, j.seq"
 );
 
-/// `Store::journal_from`: a page of `JOURNAL`, from `($2, $3)` (version, seq), at most
+/// `HistoryStore::journal_from`: a page of `JOURNAL`, from `($2, $3)` (version, seq), at most
 /// `$4` rows; `version >= $2` bounds the index range, the rest cuts its first version.
 pub(crate) const JOURNAL_FROM: &str = concat!(
     "SELECT ",
@@ -438,12 +438,12 @@ pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, 
      ts_to_ms(created_at) AS created_at, hash, note_by, note_reason FROM transitions \
      WHERE run_id = $1 ORDER BY version";
 
-/// `Store::history_from`: a page of `HISTORY`, from version `$2`, at most `$3` rows.
+/// `HistoryStore::history_from`: a page of `HISTORY`, from version `$2`, at most `$3` rows.
 pub(crate) const HISTORY_FROM: &str = "SELECT run_id, version, from_state, to_state, kind, \
      status, epoch, ts_to_ms(created_at) AS created_at, hash, note_by, note_reason \
      FROM transitions WHERE run_id = $1 AND version >= $2 ORDER BY version LIMIT $3";
 
-/// The filter of `Store::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
+/// The filter of `HistoryStore::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
 /// `$4`-`$10`;
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
@@ -482,10 +482,10 @@ macro_rules! listed_order {
     };
 }
 
-/// `Store::list_runs` without `RunFilter::after`.
+/// `HistoryStore::list_runs` without `RunFilter::after`.
 pub(crate) const LIST_RUNS: &str = concat!("SELECT ", run_cols!(), runs_filter!(), listed_order!());
 
-/// `Store::list_runs` after a key (`$11` its milliseconds, `$12` its id): a seek in
+/// `HistoryStore::list_runs` after a key (`$11` its milliseconds, `$12` its id): a seek in
 /// `runs_listed`, so that a page reads its own rows, not the pages before it.
 pub(crate) const LIST_RUNS_AFTER: &str = concat!(
     "SELECT ",
@@ -497,14 +497,14 @@ pub(crate) const LIST_RUNS_AFTER: &str = concat!(
     listed_order!()
 );
 
-/// `Store::count_runs`: runs per status under the listing's filter (`$3` unused).
+/// `HistoryStore::count_runs`: runs per status under the listing's filter (`$3` unused).
 pub(crate) const COUNT_RUNS: &str = concat!(
     "SELECT status, count(*) AS n",
     runs_filter!(),
     " AND $3::bigint IS NULL GROUP BY status"
 );
 
-/// `Store::count_versions`: runs per agent version and fingerprint under the listing's
+/// `HistoryStore::count_versions`: runs per agent version and fingerprint under the listing's
 /// filter (`$3` unused).
 pub(crate) const COUNT_VERSIONS: &str = concat!(
     "SELECT agent_version, fingerprint, count(*) AS n",
@@ -517,12 +517,12 @@ pub(crate) const COUNT_VERSIONS: &str = concat!(
 /// transaction ends.
 pub(crate) const LOCK_RUN: &str = "SELECT id FROM runs WHERE id = $1 FOR UPDATE";
 
-/// `Store::cancel_run` under a live lease: the request, for the holder's next commit.
+/// `OperatorStore::cancel_run` under a live lease: the request, for the holder's next commit.
 pub(crate) const REQUEST_CANCEL: &str = "UPDATE runs SET cancel_requested_by = $2, \
      cancel_reason = $3, updated_at = clock_timestamp() WHERE id = $1 \
      RETURNING ts_to_ms(updated_at) AS updated_at";
 
-/// An operator's transition (`Store::cancel_run`, `terminate_run`, `accept_cancel`) inside
+/// An operator's transition (`OperatorStore::cancel_run`, `terminate_run`, `accept_cancel`) inside
 /// the transaction that locked the run: the new version, status and epoch (`$6`), the lease
 /// kept (`$7`) or ended, the request cleared, and the transition with its note.
 pub(crate) const OPERATOR_TRANSITION: &str = "WITH upd AS (UPDATE runs SET version = $2, \
@@ -569,13 +569,13 @@ pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, \
      ts_to_ms(created_at) AS created_at, consumed_at_version FROM signals \
      WHERE run_id = $1 AND consumed_at_version IS NULL ORDER BY id";
 
-/// Signal `$2` of run `$1`, consumed or not (`Store::drop_signal` reads it under the run's
+/// Signal `$2` of run `$1`, consumed or not (`OperatorStore::drop_signal` reads it under the run's
 /// row lock).
 pub(crate) const SIGNAL_OF_RUN: &str = "SELECT id, run_id, name, payload, \
      ts_to_ms(created_at) AS created_at, consumed_at_version FROM signals \
      WHERE run_id = $1 AND id = $2";
 
-/// `Store::drop_signal` after its operator's transition `$4`: the run's wait put back on
+/// `OperatorStore::drop_signal` after its operator's transition `$4`: the run's wait put back on
 /// the row and on the transition (which [`OPERATOR_TRANSITION`] clears), and signal `$5`
 /// marked consumed at that version.
 pub(crate) const KEEP_WAIT_DROP_SIGNAL: &str = "WITH upd AS (UPDATE runs SET waiting_for = $2, \
@@ -584,7 +584,7 @@ pub(crate) const KEEP_WAIT_DROP_SIGNAL: &str = "WITH upd AS (UPDATE runs SET wai
      FROM upd WHERE transitions.run_id = upd.id AND transitions.version = $4) \
      UPDATE signals SET consumed_at_version = $4 WHERE id = $5 AND run_id = $1";
 
-/// `Store::quarantine`: fenced by the epoch, no version written, the lease ended.
+/// `RunStore::quarantine`: fenced by the epoch, no version written, the lease ended.
 pub(crate) const QUARANTINE_UNDER_LEASE: &str = concat!(
     "WITH upd AS (UPDATE runs SET status = 'quarantined', error_code = $3, error_message = $4, \
      lease_owner = NULL, lease_expires_at = NULL, updated_at = clock_timestamp() \
@@ -640,7 +640,7 @@ pub(crate) const TOOL_STATS: &str = "WITH calls AS (SELECT name, kind, status, d
        errs.by_code FROM agg LEFT JOIN errs ON errs.name = agg.name AND errs.kind = agg.kind \
      ORDER BY agg.name COLLATE \"C\", agg.kind COLLATE \"C\"";
 
-/// `Store::repair_run`'s compare-and-set: the run still quarantined at the planned epoch and
+/// `OperatorStore::repair_run`'s compare-and-set: the run still quarantined at the planned epoch and
 /// last stored version, no live lease; the row rewritten from the restored state, and the
 /// repair's transition inserted off its `RETURNING` (nothing when the row did not match).
 pub(crate) const REPAIR_RUN: &str = "WITH upd AS (UPDATE runs SET state = $2::jsonb, \
@@ -658,7 +658,7 @@ pub(crate) const REPAIR_RUN: &str = "WITH upd AS (UPDATE runs SET state = $2::js
      SELECT id, version, $9, $3, 'repair', 'running', epoch, updated_at, $6, 'snapshot', state, \
      $10, $11 FROM upd";
 
-/// `Store::migrate_run`, after [`OPERATOR_TRANSITION`] wrote the `migrated` version in the
+/// `RunStore::migrate_run`, after [`OPERATOR_TRANSITION`] wrote the `migrated` version in the
 /// same transaction: the run row's agent version (`$2`), fingerprint (`$3`), the version
 /// migrated at (`$4`) and the resume base (`$5`), what the run waits for (`$6`, `$7`), on
 /// the row and on the transition (for its events), and the mapped state's name (`$8`: an
@@ -685,7 +685,7 @@ const PG: Dialect = Dialect {
     typed: true,
 };
 
-/// `Store::prune`'s candidates ([`agent_sql::sql::prune_candidates`]).
+/// `OperatorStore::prune`'s candidates ([`agent_sql::sql::prune_candidates`]).
 pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
     LazyLock::new(|| agent_sql::sql::prune_candidates("ms_to_ts($3)"));
 

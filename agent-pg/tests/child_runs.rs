@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use agent_core::conformance::store_checks::step;
 use agent_core::store::{
-    NewRun, ROW_UNREADABLE, RunFilter, RunStatus, Store, StoreError, WAIT_ALL_CHILDREN,
+    Claimed, HistoryStore, NewRun, ROW_UNREADABLE, RunFilter, RunStatus, RunStore, StoreError,
+    WAIT_ALL_CHILDREN,
 };
 use agent_pg::PgStore;
 use serde_json::json;
@@ -28,7 +29,7 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
         .create_run(NewRun::new("parent", "Parent", "fp", "Start", json!({})))
         .await
         .unwrap();
-    let (lease, _) = store.claim_run("parent", "w", LONG).await.unwrap().unwrap();
+    let Claimed { lease, .. } = store.claim_run("parent", "w", LONG).await.unwrap().unwrap();
     store
         .create_run(NewRun::new("child", "Child", "fp", "Start", json!({})).spawned_by("parent", 0))
         .await
@@ -36,9 +37,11 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
     let mut wait = step(0, json!({}));
     wait.status = RunStatus::Waiting;
     wait.waiting_for = Some(WAIT_ALL_CHILDREN.to_owned());
-    store.commit_step(&lease, &wait).await.unwrap();
+    store.commit_step(&lease, &wait, &[]).await.unwrap();
     store.release_lease(&lease).await.unwrap();
-    let (child_lease, _) = store.claim_run("child", "w", LONG).await.unwrap().unwrap();
+    let Claimed {
+        lease: child_lease, ..
+    } = store.claim_run("child", "w", LONG).await.unwrap().unwrap();
     assert!(
         idle.claim_next(&["Parent".to_owned()], "idle", LONG, 5)
             .await
@@ -60,7 +63,7 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut done = step(0, json!({ "done": true }));
     done.status = RunStatus::Completed;
-    let child = store.commit_step(&child_lease, &done).await.unwrap();
+    let child = store.commit_step(&child_lease, &done, &[]).await.unwrap();
     assert!(
         child.lease_owner.is_none(),
         "the final commit ended the lease"
@@ -75,7 +78,7 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "the woken worker finds the parent");
-    assert_eq!(claimed[0].1.id, "parent");
+    assert_eq!(claimed[0].record.id, "parent");
     common::drop_store(store).await;
 }
 

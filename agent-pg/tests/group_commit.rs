@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_core::conformance::store_checks;
-use agent_core::store::{Lease, NewRun, RunRecord, StepCommit, Store, StoreError};
+use agent_core::store::{HistoryStore, Lease, NewRun, RunRecord, RunStore, StepCommit, StoreError};
 use agent_pg::{GroupCommitStats, PgStore};
 use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
@@ -47,7 +47,7 @@ async fn claimed(store: &PgStore, id: &str) -> Lease {
         .await
         .expect("claim")
         .expect("free run")
-        .0
+        .lease
 }
 
 /// A step to version `expected + 1` whose state holds `cart`.
@@ -61,7 +61,7 @@ fn spawn_commit(
     commit: StepCommit,
 ) -> JoinHandle<Result<RunRecord, StoreError>> {
     let (store, lease) = (store.clone(), lease.clone());
-    tokio::spawn(async move { store.commit_step(&lease, &commit).await })
+    tokio::spawn(async move { store.commit_step(&lease, &commit, &[]).await })
 }
 
 async fn until(store: &PgStore, what: &str, done: impl Fn(GroupCommitStats) -> bool) {
@@ -125,7 +125,7 @@ async fn grouped_commits_keep_each_runs_fence() {
     };
     let moved = claimed(&store, "moved").await;
     other
-        .commit_step(&moved, &step(0, "other"))
+        .commit_step(&moved, &step(0, "other"), &[])
         .await
         .expect("other worker commits");
     let taken = claimed(&store, "taken").await;
@@ -314,11 +314,11 @@ async fn commits_stop_when_the_pool_is_closed() {
     };
     let lease = claimed(&store, "closing").await;
     store
-        .commit_step(&lease, &step(0, "before"))
+        .commit_step(&lease, &step(0, "before"), &[])
         .await
         .expect("a commit opens the store's commit connection");
     store.pool().close().await;
-    let refused = store.commit_step(&lease, &step(1, "after")).await;
+    let refused = store.commit_step(&lease, &step(1, "after"), &[]).await;
     assert!(
         matches!(refused, Err(StoreError::Unavailable(_))),
         "a closed store must not commit on its own connections: {refused:?}"
@@ -577,11 +577,7 @@ async fn grouped_commits_carry_their_entries_and_each_keeps_its_fence() {
             read_entry(&lease.run_id, 1, json!({ "also": i })),
         ];
         let commit = step(0, &format!("item {i}"));
-        tokio::spawn(async move {
-            store
-                .commit_step_with_entries(&lease, &entries, &commit)
-                .await
-        })
+        tokio::spawn(async move { store.commit_step(&lease, &commit, &entries).await })
     };
     let good_commits: Vec<_> = goods
         .iter()

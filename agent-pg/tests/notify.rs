@@ -6,7 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::store::{NewRun, RunStatus, StepCommit, Store, StoreError, TransitionKind};
+use agent_core::store::{
+    Claimed, HistoryStore, NewRun, OperatorStore, RunStatus, RunStore, StepCommit, StoreError,
+    TransitionKind,
+};
 use agent_pg::PgStore;
 use serde_json::json;
 
@@ -72,7 +75,7 @@ async fn a_lost_ack_is_resolved_by_rereading_never_by_committing_twice() {
         return;
     };
     store.create_run(new_run("r")).await.unwrap();
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run("r", "w", Duration::from_mins(1))
         .await
         .unwrap()
@@ -90,7 +93,7 @@ async fn a_lost_ack_is_resolved_by_rereading_never_by_committing_twice() {
         consumed_signal: None,
     };
     // The commit lands, but the caller never hears (simulated: the result is dropped).
-    let _lost = store.commit_step(&lease, &commit).await;
+    let _lost = store.commit_step(&lease, &commit, &[]).await;
     // Recovery: re-read; version == expected + 1 with our epoch and state means it landed.
     let now = store.load_run("r").await.unwrap().unwrap();
     assert_eq!(now.version, commit.expected_version + 1);
@@ -98,7 +101,7 @@ async fn a_lost_ack_is_resolved_by_rereading_never_by_committing_twice() {
     assert_eq!(now.state, commit.state);
     // Committing blindly again would be refused, never applied twice.
     assert!(matches!(
-        store.commit_step(&lease, &commit).await,
+        store.commit_step(&lease, &commit, &[]).await,
         Err(StoreError::Conflict { found: 1, .. })
     ));
     assert_eq!(store.history("r").await.unwrap().len(), 2);
@@ -126,7 +129,7 @@ async fn killed_connections_are_transient_and_the_run_continues() {
         return;
     };
     store.create_run(new_run("k")).await.unwrap();
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run("k", "w", Duration::from_mins(1))
         .await
         .unwrap()
@@ -161,7 +164,7 @@ async fn killed_connections_are_transient_and_the_run_continues() {
         loop {
             attempts += 1;
             assert!(attempts < 20, "the store did not recover");
-            match store.commit_step(&lease, &commit).await {
+            match store.commit_step(&lease, &commit, &[]).await {
                 Ok(r) => {
                     assert_eq!(r.version, v + 1);
                     break;

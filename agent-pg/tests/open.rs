@@ -4,7 +4,7 @@
 
 mod common;
 
-use agent_core::store::{Store, StoreError};
+use agent_core::store::{HistoryStore, StoreError};
 use agent_pg::{PgSetupError, PgStore};
 
 #[tokio::test]

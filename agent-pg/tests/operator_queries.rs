@@ -6,8 +6,9 @@ mod common;
 use std::time::Duration;
 
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, NewRun, OperatorNote, RunStatus, StepCommit, Store,
-    TransitionKind, idempotency_key, input_hash, now_ms,
+    CallStatus, Claimed, EntryKind, HistoryStore, JournalEntry, NewRun, OperatorNote,
+    OperatorStore, RunStatus, RunStore, StepCommit, TransitionKind, idempotency_key, input_hash,
+    now_ms,
 };
 use agent_core::tool::{ErrorClass, ToolKind};
 use serde_json::json;
@@ -61,7 +62,7 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         ))
         .await
         .unwrap();
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run(&run.id, "worker-a", Duration::from_mins(1))
         .await
         .unwrap()
@@ -125,6 +126,7 @@ async fn every_operator_query_runs_on_a_populated_schema() {
                     error: None,
                     consumed_signal: None,
                 },
+                &[],
             )
             .await
             .unwrap();

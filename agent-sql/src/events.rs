@@ -1,6 +1,6 @@
-//! `Store::events` on both SQL stores: the records positioned at or after a cursor, read in
+//! `EventLog::events` on both SQL stores: the records positioned at or after a cursor, read in
 //! one statement of the store's dialect ([`SqlReads::run_events_sql`],
-//! [`SqlReads::scope_events_sql`]), turned into events by [`EventLog`].
+//! [`SqlReads::scope_events_sql`]), turned into events by [`EventBuilder`].
 //!
 //! The statement has one arm per kind of record (transitions, calls started, calls
 //! finished, signals, status changes), each ordered by position and cut at one row more
@@ -11,9 +11,9 @@
 use std::collections::HashMap;
 
 use agent_core::store::{
-    CallStatus, EntryKind, EventCursor, EventLog, EventScope, JournalEntry, Millis, OperatorNote,
-    RunEvent, RunFailure, SignalRecord, StatusChange, StoreError, TransitionFacts, TransitionKind,
-    TransitionRecord,
+    CallStatus, EntryKind, EventBuilder, EventCursor, EventScope, JournalEntry, Millis,
+    OperatorNote, RunEvent, RunFailure, SignalRecord, StatusChange, StoreError, TransitionFacts,
+    TransitionKind, TransitionRecord,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -58,7 +58,7 @@ pub struct EventRow {
     finished_at: Option<Millis>,
 }
 
-/// `Store::events`.
+/// `EventLog::events`.
 ///
 /// # Errors
 /// The store's error for a failed statement; [`StoreError::Corrupt`] for a record that
@@ -107,7 +107,7 @@ pub async fn events<S: SqlReads>(
     {
         return Err(StoreError::NotFound(run_id.clone()));
     }
-    let mut log = EventLog::new();
+    let mut log = EventBuilder::new();
     // Per arm: how many rows, and the last position.
     let mut arms: HashMap<String, (usize, u64)> = HashMap::new();
     for row in &rows {
@@ -131,7 +131,7 @@ pub async fn events<S: SqlReads>(
     Ok(events)
 }
 
-fn add(log: &mut EventLog, r: EventRow, position: u64) -> Result<(), StoreError> {
+fn add(log: &mut EventBuilder, r: EventRow, position: u64) -> Result<(), StoreError> {
     let id = r.run_id.clone();
     let c = |e: sqlx::Error| corrupt(&id, e);
     let missing = |what: &str| corrupt(&id, format!("event record without its {what}"));

@@ -13,13 +13,13 @@
 //!   not read as [`StoreError::Corrupt`] with the run it belongs to;
 //! - [`commit`]: the planning of a step commit, from the run's stored head to the payload
 //!   (snapshot or patch), the chained hash and the record after the commit;
-//! - [`events`]: `Store::events`, from the records positioned after a cursor;
+//! - [`events`]: `EventLog::events`, from the records positioned after a cursor;
 //! - [`heads`]: the cache of the heads of runs, so that a commit need not read its run back;
 //! - [`migrations`]: whether a database holds the migrations a binary embeds, for opens that
 //!   must not migrate;
 //! - [`reads`]: the reads whose logic is the same on both (time travel, history, journal,
 //!   signals, fork), over a small trait each store implements;
-//! - [`retention`]: `Store::prune`, a batch chosen by reads and written set-based;
+//! - [`retention`]: `OperatorStore::prune`, a batch chosen by reads and written set-based;
 //! - [`sql`]: the statements whose text is the same on both dialects, and the list of final
 //!   statuses, derived once from [`RunStatus`](agent_core::store::RunStatus);
 //! - [`write_queue`]: the queue of the group commits, which hands writes to a store's own
@@ -50,9 +50,10 @@ pub mod write_queue;
 pub mod __private {
     pub use agent_core::graph::GraphDescription;
     pub use agent_core::store::{
-        EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease, OperatorNote,
-        RunEvent, RunRecord, SignalRecord, StateAtVersion, StepCommit, Store, StoreError,
-        ToolSwitch, TransitionRecord, VersionSpan, operator,
+        EventCursor, EventLog, EventScope, EventWakes, HistoryStore, InspectedRun, JournalEntry,
+        Lease, OperatorNote, OperatorStore, RunEvent, RunRecord, RunStore, SignalRecord,
+        StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+        operator,
     };
     pub use async_trait::async_trait;
 }
@@ -144,10 +145,10 @@ pub fn lease_of(r: &RunRecord, worker: &str) -> Lease {
     }
 }
 
-/// A run just created claimed by `worker` ([`Store::create_run_claimed`]), with what its
+/// A run just created claimed by `worker` ([`RunStore::create_run_claimed`]), with what its
 /// first step would read: nothing beyond its start.
 ///
-/// [`Store::create_run_claimed`]: agent_core::store::Store::create_run_claimed
+/// [`RunStore::create_run_claimed`]: agent_core::store::RunStore::create_run_claimed
 #[must_use]
 pub fn created_claimed(record: RunRecord, worker: &str) -> Claimed {
     Claimed {
@@ -158,12 +159,12 @@ pub fn created_claimed(record: RunRecord, worker: &str) -> Claimed {
 }
 
 /// The claimed runs, each with what the store's claim read for it
-/// ([`Store::claim_next_reading`]): `rows` are the rows of the store's statement reading
+/// ([`RunStore::claim_next`]): `rows` are the rows of the store's statement reading
 /// them, `decode` reads a row's run id and reads. The claims stand whatever happened
 /// there: a run whose reads failed or did not decode gets `reads: None`, and the runner
 /// reads them itself.
 ///
-/// [`Store::claim_next_reading`]: agent_core::store::Store::claim_next_reading
+/// [`RunStore::claim_next`]: agent_core::store::RunStore::claim_next
 pub fn with_claim_reads<R>(
     claimed: Vec<(Lease, RunRecord)>,
     rows: Result<Vec<R>, StoreError>,

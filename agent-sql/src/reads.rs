@@ -114,11 +114,11 @@ pub trait SqlReads: Store + Sync {
         self.fetch(sql, args).await
     }
 
-    /// Create `new` as a fork of `parent` (run and version), as `Store::fork` does
+    /// Create `new` as a fork of `parent` (run and version), as `HistoryStore::fork` does
     /// (idempotent: the same fork again returns the run it made).
     ///
     /// # Errors
-    /// As `Store::fork`.
+    /// As `HistoryStore::fork`.
     async fn insert_fork(&self, new: &NewRun, parent: (&str, u64))
     -> Result<RunRecord, StoreError>;
 }
@@ -144,7 +144,7 @@ async fn run_exists<S: SqlReads>(store: &S, run_id: &str) -> Result<bool, StoreE
         .is_empty())
 }
 
-/// `Store::inspect_run`.
+/// `HistoryStore::inspect_run`.
 ///
 /// # Errors
 /// The store's error for a failed statement.
@@ -238,10 +238,10 @@ async fn replay_at_via<S: SqlReads>(
     rows::replay(run_id, version, &rows)
 }
 
-/// `Store::state_at`.
+/// `HistoryStore::state_at`.
 ///
 /// # Errors
-/// As `Store::state_at`.
+/// As `HistoryStore::state_at`.
 pub async fn state_at<S: SqlReads>(
     store: &S,
     run_id: &str,
@@ -254,10 +254,10 @@ pub async fn state_at<S: SqlReads>(
     Ok(at)
 }
 
-/// `Store::version_span`.
+/// `HistoryStore::version_span`.
 ///
 /// # Errors
-/// As `Store::version_span`.
+/// As `HistoryStore::version_span`.
 pub async fn version_span<S: SqlReads>(
     store: &S,
     run_id: &str,
@@ -269,10 +269,10 @@ pub async fn version_span<S: SqlReads>(
     }
 }
 
-/// `Store::history`.
+/// `HistoryStore::history`.
 ///
 /// # Errors
-/// As `Store::history`.
+/// As `HistoryStore::history`.
 pub async fn history<S: SqlReads>(
     store: &S,
     run_id: &str,
@@ -286,10 +286,10 @@ pub async fn history<S: SqlReads>(
     rows.iter().map(|r| rows::transition(run_id, r)).collect()
 }
 
-/// `Store::history_from`.
+/// `HistoryStore::history_from`.
 ///
 /// # Errors
-/// As `Store::history`.
+/// As `HistoryStore::history`.
 pub async fn history_from<S: SqlReads>(
     store: &S,
     run_id: &str,
@@ -310,10 +310,10 @@ pub async fn history_from<S: SqlReads>(
     rows.iter().map(|r| rows::transition(run_id, r)).collect()
 }
 
-/// `Store::journal_from`.
+/// `HistoryStore::journal_from`.
 ///
 /// # Errors
-/// As `Store::journal`.
+/// As `HistoryStore::journal`.
 pub async fn journal_from<S: SqlReads>(
     store: &S,
     run_id: &str,
@@ -335,10 +335,10 @@ pub async fn journal_from<S: SqlReads>(
     rows.iter().map(|r| rows::entry(run_id, r)).collect()
 }
 
-/// `Store::journal`.
+/// `HistoryStore::journal`.
 ///
 /// # Errors
-/// As `Store::journal`.
+/// As `HistoryStore::journal`.
 pub async fn journal<S: SqlReads>(
     store: &S,
     run_id: &str,
@@ -354,10 +354,10 @@ pub async fn journal<S: SqlReads>(
     rows.iter().map(|r| rows::entry(run_id, r)).collect()
 }
 
-/// `Store::pending_signals`.
+/// `HistoryStore::pending_signals`.
 ///
 /// # Errors
-/// As `Store::pending_signals`.
+/// As `HistoryStore::pending_signals`.
 pub async fn pending_signals<S: SqlReads>(
     store: &S,
     run_id: &str,
@@ -369,10 +369,10 @@ pub async fn pending_signals<S: SqlReads>(
     rows.iter().map(|r| rows::signal(run_id, r)).collect()
 }
 
-/// `Store::fork`: a new run from the state of `run_id` at `version`.
+/// `HistoryStore::fork`: a new run from the state of `run_id` at `version`.
 ///
 /// # Errors
-/// As `Store::fork`.
+/// As `HistoryStore::fork`.
 pub async fn fork<S: SqlReads>(
     store: &S,
     run_id: &str,
@@ -395,10 +395,10 @@ pub async fn fork<S: SqlReads>(
     store.insert_fork(&new, (run_id, version)).await
 }
 
-/// `Store::agents`.
+/// `HistoryStore::agents`.
 ///
 /// # Errors
-/// As `Store::agents`.
+/// As `HistoryStore::agents`.
 pub async fn agents<S: SqlReads>(store: &S) -> Result<Vec<String>, StoreError> {
     let rows = store.fetch(sql::AGENTS, &[]).await?;
     rows.iter()
@@ -406,19 +406,19 @@ pub async fn agents<S: SqlReads>(store: &S) -> Result<Vec<String>, StoreError> {
         .collect()
 }
 
-/// `Store::tool_switches`.
+/// `HistoryStore::tool_switches`.
 ///
 /// # Errors
-/// As `Store::tool_switches`.
+/// As `HistoryStore::tool_switches`.
 pub async fn tool_switches<S: SqlReads>(store: &S) -> Result<Vec<ToolSwitch>, StoreError> {
     let rows = store.fetch(S::TOOL_SWITCHES, &[]).await?;
     rows.iter().map(rows::tool_switch).collect()
 }
 
-/// `Store::agent_graph`.
+/// `HistoryStore::agent_graph`.
 ///
 /// # Errors
-/// As `Store::agent_graph`.
+/// As `HistoryStore::agent_graph`.
 pub async fn agent_graph<S: SqlReads>(
     store: &S,
     agent: &str,
@@ -433,10 +433,10 @@ pub async fn agent_graph<S: SqlReads>(
     rows.first().map(|r| rows::graph(agent, r)).transpose()
 }
 
-/// `Store::hand_back`.
+/// `RunStore::hand_back`.
 ///
 /// # Errors
-/// As `Store::hand_back`.
+/// As `RunStore::hand_back`.
 pub async fn hand_back<S: SqlReads>(store: &S, lease: &Lease) -> Result<(), StoreError> {
     store
         .fetch(
@@ -447,10 +447,10 @@ pub async fn hand_back<S: SqlReads>(store: &S, lease: &Lease) -> Result<(), Stor
     Ok(())
 }
 
-/// `Store::tool_enabled`.
+/// `HistoryStore::tool_enabled`.
 ///
 /// # Errors
-/// As `Store::tool_enabled`.
+/// As `HistoryStore::tool_enabled`.
 pub async fn tool_enabled<S: SqlReads>(store: &S, tool: &str) -> Result<bool, StoreError> {
     let rows = store.fetch(sql::TOOL_ENABLED, &[Arg::Text(tool)]).await?;
     rows.first().map_or(Ok(true), rows::enabled)
@@ -527,25 +527,32 @@ pub async fn prune_point<S: SqlReads>(
         .map(|at| (id, cutoff, at)))
 }
 
-/// The methods of `agent_core::store::Store` that are the same on every SQL store, inside
-/// the store's `impl Store` (the rest of its methods go in the braces). The store
-/// implements [`SqlReads`] and has two inherent methods with the signatures of
-/// `Store::record_entry` and `Store::commit_step`, named `record` and `commit`, and
+/// The methods of the store contract's roles that are the same on every SQL store, inside
+/// the store's role impls (the rest of each role's methods go in its braces). The store
+/// implements [`SqlReads`] and has inherent methods with the signatures of
+/// `RunStore::record_entry` and `RunStore::commit_step`, named `record` and `commit`, and
 /// `operator_action(run_id, request, plan)`: read the run, ask `plan` (one of
 /// [`agent_core::store::operator`]'s) and do what it says, in one transaction, `request`
 /// being the note a cancel request records.
 ///
 /// ```text
 /// agent_sql::impl_sql_store!(PgStore {
-///     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> { … }
-///     …
+///     history { async fn load_run(&self, run_id: &str) -> … { … } … }
+///     runs { … }
+///     operator { … }
+///     events { … }
 /// });
 /// ```
 #[macro_export]
 macro_rules! impl_sql_store {
-    ($store:ty { $($methods:tt)* }) => {
+    ($store:ty {
+        history { $($history:tt)* }
+        runs { $($runs:tt)* }
+        operator { $($operator:tt)* }
+        events { $($events:tt)* }
+    }) => {
         #[$crate::__private::async_trait]
-        impl $crate::__private::Store for $store {
+        impl $crate::__private::HistoryStore for $store {
             async fn agents(&self) -> ::core::result::Result<
                 ::std::vec::Vec<::std::string::String>,
                 $crate::__private::StoreError,
@@ -564,26 +571,11 @@ macro_rules! impl_sql_store {
                 $crate::reads::agent_graph(self, agent, fingerprint).await
             }
 
-            async fn hand_back(
-                &self,
-                lease: &$crate::__private::Lease,
-            ) -> ::core::result::Result<(), $crate::__private::StoreError> {
-                $crate::reads::hand_back(self, lease).await
-            }
-
             async fn tool_enabled(
                 &self,
                 tool: &str,
             ) -> ::core::result::Result<bool, $crate::__private::StoreError> {
                 $crate::reads::tool_enabled(self, tool).await
-            }
-
-            async fn record_entry(
-                &self,
-                lease: &$crate::__private::Lease,
-                entry: &$crate::__private::JournalEntry,
-            ) -> ::core::result::Result<(), $crate::__private::StoreError> {
-                self.record(lease, entry).await
             }
 
             async fn journal(
@@ -595,29 +587,6 @@ macro_rules! impl_sql_store {
                 $crate::__private::StoreError,
             > {
                 $crate::reads::journal(self, run_id, version).await
-            }
-
-            async fn commit_step(
-                &self,
-                lease: &$crate::__private::Lease,
-                commit: &$crate::__private::StepCommit,
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                self.commit(lease, commit).await
-            }
-
-            async fn commit_step_with_entries(
-                &self,
-                lease: &$crate::__private::Lease,
-                entries: &[$crate::__private::JournalEntry],
-                commit: &$crate::__private::StepCommit,
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                self.commit_with_entries(lease, entries, commit).await
             }
 
             async fn version_span(
@@ -716,6 +685,60 @@ macro_rules! impl_sql_store {
                 $crate::reads::tool_switches(self).await
             }
 
+            $($history)*
+        }
+
+        #[$crate::__private::async_trait]
+        impl $crate::__private::RunStore for $store {
+            async fn hand_back(
+                &self,
+                lease: &$crate::__private::Lease,
+            ) -> ::core::result::Result<(), $crate::__private::StoreError> {
+                $crate::reads::hand_back(self, lease).await
+            }
+
+            async fn record_entry(
+                &self,
+                lease: &$crate::__private::Lease,
+                entry: &$crate::__private::JournalEntry,
+            ) -> ::core::result::Result<(), $crate::__private::StoreError> {
+                self.record(lease, entry).await
+            }
+
+            async fn commit_step(
+                &self,
+                lease: &$crate::__private::Lease,
+                commit: &$crate::__private::StepCommit,
+                entries: &[$crate::__private::JournalEntry],
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.commit(lease, commit, entries).await
+            }
+
+            async fn accept_cancel(
+                &self,
+                lease: &$crate::__private::Lease,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                self.operator_action(&lease.run_id, ::core::option::Option::None, |r, _| {
+                    $crate::__private::operator::plan_accept_cancel(r, lease).map(|t| {
+                        $crate::__private::operator::OperatorPlan::Transition(
+                            ::std::boxed::Box::new(t),
+                        )
+                    })
+                })
+                .await
+            }
+
+            $($runs)*
+        }
+
+        #[$crate::__private::async_trait]
+        impl $crate::__private::OperatorStore for $store {
             async fn cancel_run(
                 &self,
                 run_id: &str,
@@ -753,23 +776,11 @@ macro_rules! impl_sql_store {
                 self.write_signal_drop(run_id, signal_id, note).await
             }
 
-            async fn accept_cancel(
-                &self,
-                lease: &$crate::__private::Lease,
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                self.operator_action(&lease.run_id, ::core::option::Option::None, |r, _| {
-                    $crate::__private::operator::plan_accept_cancel(r, lease).map(|t| {
-                        $crate::__private::operator::OperatorPlan::Transition(
-                            ::std::boxed::Box::new(t),
-                        )
-                    })
-                })
-                .await
-            }
+            $($operator)*
+        }
 
+        #[$crate::__private::async_trait]
+        impl $crate::__private::EventLog for $store {
             async fn events(
                 &self,
                 scope: &$crate::__private::EventScope,
@@ -782,7 +793,7 @@ macro_rules! impl_sql_store {
                 $crate::events::events(self, scope, after, limit).await
             }
 
-            $($methods)*
+            $($events)*
         }
     };
 }

@@ -1,4 +1,4 @@
-//! `Store::prune` on both SQL stores (retention, issue 22): the batch chosen by reads, then
+//! `OperatorStore::prune` on both SQL stores (retention, issue 22): the batch chosen by reads, then
 //! written set-based, a few statements for the whole batch whatever its size, each store
 //! binding the batch its own way ([`SqlRetention`]; the statements are
 //! [`RetentionSql`]'s, over the dialect's batch expressions).
@@ -49,7 +49,7 @@ pub trait SqlRetention: SqlReads {
     async fn compact(&self, points: Vec<PrunePoint>) -> Result<Compacted, StoreError>;
 }
 
-/// `Store::prune`: the final runs `policy` deletes, deleted as one batch, then the runs it
+/// `OperatorStore::prune`: the final runs `policy` deletes, deleted as one batch, then the runs it
 /// compacts, compacted as one batch (at most `policy.max_runs` each).
 ///
 /// Neither write locks a run row a commit writes: the deletion takes final runs only,

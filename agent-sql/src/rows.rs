@@ -349,13 +349,13 @@ pub fn listed_run(row: &impl SqlRow) -> Result<(RunRecord, Option<RunHead>), Sto
     }
 }
 
-/// Read a run row for a person diagnosing it ([`Store::inspect_run`]): the whole record and
+/// Read a run row for a person diagnosing it ([`HistoryStore::inspect_run`]): the whole record and
 /// its head when it reads, else what of it reads and why the rest does not.
 ///
 /// # Errors
 /// Only for an error other than [`StoreError::Corrupt`] (none today).
 ///
-/// [`Store::inspect_run`]: agent_core::store::Store::inspect_run
+/// [`HistoryStore::inspect_run`]: agent_core::store::HistoryStore::inspect_run
 pub fn inspected_run(row: &impl SqlRow) -> Result<(InspectedRun, Option<RunHead>), StoreError> {
     match stored_run(row) {
         Ok(stored) => Ok((
@@ -582,7 +582,7 @@ pub fn version_span(run_id: &str, row: &impl SqlRow) -> Result<Option<VersionSpa
     }))
 }
 
-/// What a claim read besides the run (`Store::claim_next_reading`), from the columns both
+/// What a claim read besides the run (`RunStore::claim_next`), from the columns both
 /// stores' claim reads select: the version span as `[first, last, count]`, whether the
 /// journal has an entry at the run's version, and the pending signals of a waiting run as
 /// `[[id, name, payload, created_at], ...]` (`None`: not read, the run does not wait).

@@ -49,7 +49,7 @@ pub const CANCEL_PENDING: &str =
 
 /// The children of run `$1` that are not final, by id: each with the parent's state at the
 /// version that spawned it (`NULL` when pruned), for an operator's cancel of the parent to
-/// reach them in its own transaction (`Store::cancel_run`).
+/// reach them in its own transaction (`OperatorStore::cancel_run`).
 pub static CHILDREN_TO_CANCEL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT c.id, t.to_state FROM runs c LEFT JOIN transitions t \
@@ -203,7 +203,7 @@ fn prune_journal(cut: &str) -> String {
     )
 }
 
-/// Retention's statements in a dialect (`Store::prune`, [`crate::retention`]): the same
+/// Retention's statements in a dialect (`OperatorStore::prune`, [`crate::retention`]): the same
 /// text on both stores around the dialect's expressions of a batch.
 #[derive(Clone, Debug)]
 pub struct RetentionSql {

@@ -13,7 +13,7 @@ use crate::SqliteStore;
 use crate::group_commit::{CommitRow, EntryRow};
 
 impl SqliteStore {
-    /// `Store::record_entry`: the epoch checked and the entry written in one transaction,
+    /// `RunStore::record_entry`: the epoch checked and the entry written in one transaction,
     /// through the group commit (alone when the writer is idle, else with the other runs'
     /// entries and commits that arrived meanwhile); durable when this returns.
     pub(crate) async fn record(
@@ -27,25 +27,16 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// `Store::commit_step`: planned here, from the head this store remembers (or reads),
-    /// then written by the group commit, alone or with other runs' commits in one
-    /// `BEGIN IMMEDIATE` transaction.
+    /// `RunStore::commit_step`: planned here, from the head this store remembers (or
+    /// reads), then written by the group commit, alone or with other runs' commits in one
+    /// `BEGIN IMMEDIATE` transaction. The entries are written in the commit's transaction,
+    /// after its compare-and-set and only if it applied (which fences them by the lease as
+    /// [`record`](Self::record) does).
     pub(crate) async fn commit(
         &self,
         lease: &Lease,
         commit: &StepCommit,
-    ) -> Result<RunRecord, StoreError> {
-        self.commit_with_entries(lease, &[], commit).await
-    }
-
-    /// `Store::commit_step_with_entries`: the entries are written in the commit's
-    /// transaction, after its compare-and-set and only if it applied (which fences them by
-    /// the lease as [`record`](Self::record) does).
-    pub(crate) async fn commit_with_entries(
-        &self,
-        lease: &Lease,
         entries: &[JournalEntry],
-        commit: &StepCommit,
     ) -> Result<RunRecord, StoreError> {
         for entry in entries {
             check_entry(lease, entry)?;

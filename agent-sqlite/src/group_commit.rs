@@ -18,11 +18,11 @@
 //!   version and epoch (and no operator's cancel waiting, and its consumed signal still
 //!   pending); one that fails it writes nothing, and its caller learns why exactly as after
 //!   a transaction of its own. A journal entry checks its lease's epoch the same way.
-//! - **A commit may carry its step's entries** (`Store::commit_step_with_entries`): they
+//! - **A commit may carry its step's entries** (`RunStore::commit_step`): they
 //!   are written after its compare-and-set applied and before its version, as part of
 //!   the same write, so they are written if and only if the commit is.
 //! - **Durable before the answer.** A caller hears of its commit or entry only once the
-//!   transaction that carried it is committed (`Store::record_entry`'s contract: an entry
+//!   transaction that carried it is committed (`RunStore::record_entry`'s contract: an entry
 //!   is durable when the call returns).
 //! - **One bad commit does not fail the others.** A batch is written without savepoints
 //!   first (they would double its statements); if one of its writes fails, that attempt

@@ -51,7 +51,7 @@
 //!   [`SqliteStore::open_existing`] wait on the busy timeout for the worker's
 //!   transactions. For several workers or machines, use `agent-pg` (PostgreSQL): same
 //!   contract, same conformance suite.
-//! - **No `LISTEN/NOTIFY`.** [`Store::wait_for_work`] wakes on work created through this
+//! - **No `LISTEN/NOTIFY`.** [`RunStore::wait_for_work`] wakes on work created through this
 //!   store instance, and otherwise sleeps until its timeout (workers poll).
 //! - **Throughput** is bounded by one writer and an fsync per transaction
 //!   (`synchronous = FULL` in WAL mode keeps every acknowledged commit across power loss).
@@ -59,14 +59,14 @@
 //!   transaction (group commit), each with its own compare-and-set, so many runs stepping
 //!   at once share one fsync; so do journal entries and signals sent at once. A worker's
 //!   claim reads, in one statement for the batch, what each claimed run's first step
-//!   would otherwise read with statements of its own (`Store::claim_next_reading`).
+//!   would otherwise read with statements of its own (`RunStore::claim_next`).
 //!
 //! ## Feature flags
 //!
 //! None; SQLite is compiled in (sqlx's bundled library), nothing to install.
 //!
 //! [`Store`]: agent_core::store::Store
-//! [`Store::wait_for_work`]: agent_core::store::Store::wait_for_work
+//! [`RunStore::wait_for_work`]: agent_core::store::RunStore::wait_for_work
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -143,7 +143,7 @@ impl SqliteStore {
         self.group.stats()
     }
 
-    /// The plan SQLite chooses now for [`Store::claim_next`](agent_core::store::Store)'s
+    /// The plan SQLite chooses now for [`RunStore::claim_next`](agent_core::store::Store)'s
     /// query of these agents, `limit` at a time (`EXPLAIN QUERY PLAN`, nothing executed),
     /// as the `sqlite3` shell draws it: for an operator or a benchmark checking that
     /// claims go through indexes however many runs wait.

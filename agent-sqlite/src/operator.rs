@@ -1,4 +1,4 @@
-//! Operators' verbs (`Store::cancel_run`, `terminate_run`, `accept_cancel`): the run read
+//! Operators' verbs (`OperatorStore::cancel_run`, `terminate_run`, `accept_cancel`): the run read
 //! and the plan's write in one `BEGIN IMMEDIATE` transaction, so nothing commits between
 //! what the plan saw and what it writes.
 
@@ -77,7 +77,7 @@ struct Written {
 }
 
 impl SqliteStore {
-    /// `Store::cancel_run`: the run's cancel ([`plan_cancel`]), then the same for each of
+    /// `OperatorStore::cancel_run`: the run's cancel ([`plan_cancel`]), then the same for each of
     /// its children a cancel reaches ([`cancel_reaches_child`]), and theirs, in one write
     /// transaction: no child commits a step after its parent's cancel.
     pub(crate) async fn cancel_with_children(
@@ -155,7 +155,7 @@ impl SqliteStore {
             .transpose()
     }
 
-    /// `Store::drop_signal`: the run and the signal read, the plan's `signal_dropped`
+    /// `OperatorStore::drop_signal`: the run and the signal read, the plan's `signal_dropped`
     /// version written with the run's wait kept, and the signal marked consumed at it, in
     /// one write transaction.
     pub(crate) async fn write_signal_drop(
@@ -210,7 +210,7 @@ impl SqliteStore {
         Ok(plan.applied(&lease, &t.commit, applied, &self.heads))
     }
 
-    /// `Store::migrate_run`: the run read, the migration checked against it
+    /// `RunStore::migrate_run`: the run read, the migration checked against it
     /// ([`MigrationCommit::refusal`]), then the `migrated` version written as an operator's
     /// transition (its note chained into the hash) with the lease kept, and the row's
     /// agent version, fingerprint, resume base and wait set, in one write transaction.

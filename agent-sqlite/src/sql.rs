@@ -205,7 +205,7 @@ fn claim_candidates() -> String {
     )
 }
 
-/// `Store::next_due`: the earliest time after `$1` at which a live lease of a run that is
+/// `RunStore::next_due`: the earliest time after `$1` at which a live lease of a run that is
 /// not final runs out or a timer is due; `NULL` when there is none. Each on its index
 /// (`runs_lease_expiry`, `runs_waiting_wake`), named for the reason given at
 /// [`claim_candidates`].
@@ -224,11 +224,11 @@ pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantin
 pub(crate) const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING lease_expires_at";
 
-/// Release, leaving what the claim was charged (`Store::hand_back`).
+/// Release, leaving what the claim was charged (`RunStore::hand_back`).
 pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
 
-/// `Store::expire_leases_of`: the leases of a worker's previous process end now (`$2`).
+/// `RunStore::expire_leases_of`: the leases of a worker's previous process end now (`$2`).
 pub(crate) const EXPIRE_LEASES_OF: &str = "UPDATE runs SET lease_expires_at = $2 \
      WHERE status IN ('running', 'compensating', 'waiting') AND lease_owner = $1 \
      AND lease_expires_at > $2";
@@ -289,7 +289,7 @@ pub(crate) const JOURNAL: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.s
      AND o.version = j.version AND o.seq = j.seq \
      WHERE j.run_id = $1 AND ($2 IS NULL OR j.version = $2) ORDER BY j.version, j.seq";
 
-/// `Store::journal_from`: a page of `JOURNAL`, from `($2, $3)` (version, seq), at most
+/// `HistoryStore::journal_from`: a page of `JOURNAL`, from `($2, $3)` (version, seq), at most
 /// `$4` rows; `version >= $2` bounds the index range, the rest cuts its first version.
 pub(crate) const JOURNAL_FROM: &str = "SELECT j.run_id, j.version, j.seq, j.kind, j.state, \
      j.name, j.tool_kind, j.input_hash, j.input, j.idempotency_key, j.status, \
@@ -303,7 +303,7 @@ pub(crate) const JOURNAL_FROM: &str = "SELECT j.run_id, j.version, j.seq, j.kind
 pub(crate) const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
-/// A commit to a final status also ends the lease (`Store::commit_step`). The
+/// A commit to a final status also ends the lease (`RunStore::commit_step`). The
 /// compare-and-set on epoch (`$13`) and version (`$14`) is in the `WHERE`, with no
 /// operator's cancel waiting: a commit based on a head the run has moved past, or racing a
 /// cancel, updates nothing and returns no row.
@@ -363,12 +363,12 @@ pub(crate) const CONSUME_SIGNAL: &str = "UPDATE signals SET consumed_at_version 
 pub(crate) const HISTORY: &str = "SELECT run_id, version, from_state, to_state, kind, status, epoch, \
      created_at, hash, note_by, note_reason FROM transitions WHERE run_id = $1 ORDER BY version";
 
-/// `Store::history_from`: a page of `HISTORY`, from version `$2`, at most `$3` rows.
+/// `HistoryStore::history_from`: a page of `HISTORY`, from version `$2`, at most `$3` rows.
 pub(crate) const HISTORY_FROM: &str = "SELECT run_id, version, from_state, to_state, kind, \
      status, epoch, created_at, hash, note_by, note_reason FROM transitions \
      WHERE run_id = $1 AND version >= $2 ORDER BY version LIMIT $3";
 
-/// The filter of `Store::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
+/// The filter of `HistoryStore::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
 /// `$4`-`$10`;
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
@@ -384,7 +384,7 @@ macro_rules! runs_filter {
     };
 }
 
-/// `Store::list_runs` without `RunFilter::after`, in the listing's total order: newest
+/// `HistoryStore::list_runs` without `RunFilter::after`, in the listing's total order: newest
 /// first, then by id (compared as bytes, SQLite's `BINARY`), as every store lists runs.
 pub(crate) const LIST_RUNS: &str = concat!(
     "SELECT ",
@@ -393,7 +393,7 @@ pub(crate) const LIST_RUNS: &str = concat!(
     " ORDER BY created_at DESC, id DESC LIMIT $3"
 );
 
-/// `Store::list_runs` after a key (`$11` its milliseconds, `$12` its id): a seek in
+/// `HistoryStore::list_runs` after a key (`$11` its milliseconds, `$12` its id): a seek in
 /// `runs_listed`, so that a page reads its own rows, not the pages before it.
 pub(crate) const LIST_RUNS_AFTER: &str = concat!(
     "SELECT ",
@@ -402,14 +402,14 @@ pub(crate) const LIST_RUNS_AFTER: &str = concat!(
     " AND (created_at, id) < ($11, $12) ORDER BY created_at DESC, id DESC LIMIT $3"
 );
 
-/// `Store::count_runs`: runs per status under the listing's filter (`$3` unused).
+/// `HistoryStore::count_runs`: runs per status under the listing's filter (`$3` unused).
 pub(crate) const COUNT_RUNS: &str = concat!(
     "SELECT status, count(*) AS n",
     runs_filter!(),
     " AND $3 IS NULL GROUP BY status"
 );
 
-/// `Store::count_versions`: runs per agent version and fingerprint under the listing's
+/// `HistoryStore::count_versions`: runs per agent version and fingerprint under the listing's
 /// filter (`$3` unused).
 pub(crate) const COUNT_VERSIONS: &str = concat!(
     "SELECT agent_version, fingerprint, count(*) AS n",
@@ -418,11 +418,11 @@ pub(crate) const COUNT_VERSIONS: &str = concat!(
      ORDER BY agent_version, fingerprint"
 );
 
-/// `Store::cancel_run` under a live lease: the request, for the holder's next commit.
+/// `OperatorStore::cancel_run` under a live lease: the request, for the holder's next commit.
 pub(crate) const REQUEST_CANCEL: &str = "UPDATE runs SET cancel_requested_by = $2, \
      cancel_reason = $3, updated_at = $4 WHERE id = $1";
 
-/// An operator's transition on the run row (`Store::cancel_run`, `terminate_run`,
+/// An operator's transition on the run row (`OperatorStore::cancel_run`, `terminate_run`,
 /// `accept_cancel`), inside the write transaction that read the run: the new version,
 /// status and epoch (`$6`), the lease kept (`$7`) or ended, the request cleared.
 pub(crate) const OPERATOR_RUN: &str = "UPDATE runs SET version = $2, status = $3, \
@@ -446,7 +446,7 @@ pub(crate) const INSERT_OPERATOR_TRANSITION: &str = concat!(
     ", $14, $15)"
 );
 
-/// `Store::migrate_run`, after the `migrated` version was written in the same
+/// `RunStore::migrate_run`, after the `migrated` version was written in the same
 /// transaction: the run row's agent version (`$2`), fingerprint (`$3`), the version
 /// migrated at (`$4`), the resume base (`$5`), what the run waits for (`$6`, `$7`) and the
 /// mapped state's name (`$8`: an operator's transition keeps the run's).
@@ -467,7 +467,7 @@ pub(crate) const SEND_SIGNAL: &str = concat!(
      RETURNING id"
 );
 
-/// What a worker's claim reads for the claimed runs (`Store::claim_next_reading`), in one
+/// What a worker's claim reads for the claimed runs (`RunStore::claim_next`), in one
 /// statement for the batch: `$1` is a JSON array of `[id, version, waiting]`. Per run, its
 /// version span as `[first, last, count]`, whether its journal has an entry at its
 /// version, and, for a waiting run, its pending signals as `[[id, name, payload,
@@ -488,17 +488,17 @@ pub(crate) const PENDING_SIGNALS: &str = "SELECT id, run_id, name, payload, crea
      consumed_at_version FROM signals WHERE run_id = $1 AND consumed_at_version IS NULL \
      ORDER BY id";
 
-/// Signal `$2` of run `$1`, consumed or not (`Store::drop_signal` reads it in its write).
+/// Signal `$2` of run `$1`, consumed or not (`OperatorStore::drop_signal` reads it in its write).
 pub(crate) const SIGNAL_OF_RUN: &str = "SELECT id, run_id, name, payload, created_at, \
      consumed_at_version FROM signals WHERE run_id = $1 AND id = $2";
 
-/// An operator's transition that keeps the run's wait (`Store::drop_signal`): the wait put
+/// An operator's transition that keeps the run's wait (`OperatorStore::drop_signal`): the wait put
 /// back on the run row and on the transition `$4` (for its events), which
 /// [`OPERATOR_RUN`] and [`INSERT_OPERATOR_TRANSITION`] clear.
 pub(crate) const KEEP_WAIT_ROW: &str =
     "UPDATE runs SET waiting_for = $2, wake_at = $3 WHERE id = $1 AND version = $4";
 
-/// `Store::quarantine`: fenced by the epoch, no version written, the lease ended.
+/// `RunStore::quarantine`: fenced by the epoch, no version written, the lease ended.
 pub(crate) const QUARANTINE_UNDER_LEASE: &str = concat!(
     "UPDATE runs SET status = 'quarantined', error_code = $3, error_message = $4, \
      lease_owner = NULL, lease_expires_at = NULL, updated_at = $5 \
@@ -533,7 +533,7 @@ pub(crate) const STORAGE_BYTES: &str = "SELECT \
    + (SELECT COALESCE(sum(length(output) + 24), 0) FROM outputs WHERE run_id = $1) \
    + (SELECT COALESCE(sum(length(state) + 160), 0) FROM runs WHERE id = $1)";
 
-/// `Store::repair_run`'s compare-and-set: the run still quarantined at the planned epoch and
+/// `OperatorStore::repair_run`'s compare-and-set: the run still quarantined at the planned epoch and
 /// last stored version, no live lease; the row rewritten from the restored state.
 pub(crate) const REPAIR_RUN: &str = "UPDATE runs SET state = $2, state_name = $3, version = $4, \
      snapshot_version = $4, status = 'running', waiting_for = NULL, wake_at = NULL, \
@@ -559,7 +559,7 @@ const SQLITE: Dialect = Dialect {
     typed: false,
 };
 
-/// The highest position drawn so far (`Store::event_head`).
+/// The highest position drawn so far (`EventLog::event_head`).
 pub(crate) const LAST_POSITION: &str = concat!("SELECT ", next_position!(), " - 1");
 
 /// Before prune deletes records: keep their highest position as the floor, so that it is
@@ -567,7 +567,7 @@ pub(crate) const LAST_POSITION: &str = concat!("SELECT ", next_position!(), " - 
 pub(crate) const RAISE_POSITION_FLOOR: &str =
     concat!("UPDATE event_clock SET n = ", next_position!(), " - 1");
 
-/// `Store::prune`'s candidates ([`agent_sql::sql::prune_candidates`]).
+/// `OperatorStore::prune`'s candidates ([`agent_sql::sql::prune_candidates`]).
 pub(crate) static PRUNE_CANDIDATES: LazyLock<String> =
     LazyLock::new(|| agent_sql::sql::prune_candidates("$3"));
 
@@ -587,7 +587,7 @@ pub(crate) static RETENTION: LazyLock<RetentionSql> = LazyLock::new(|| {
 
 #[cfg(test)]
 mod tests {
-    use agent_core::store::Store;
+    use agent_core::store::RunStore;
     use sqlx::Row;
 
     use crate::SqliteStore;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    ClaimReads, Claimed, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy, RunFailure,
-    RunFilter, RunRecord, RunStatus, StoreError, TransitionKind, VersionCount, now_ms,
+    ClaimReads, Claimed, HistoryStore, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy,
+    RunFailure, RunFilter, RunRecord, RunStatus, StoreError, TransitionKind, VersionCount, now_ms,
 };
 use agent_sql::{corrupt, lease_of, ms, repair_refused, rows, to_i64};
 use serde_json::Value;
@@ -20,47 +20,374 @@ use crate::group_commit::SignalRow;
 use crate::{SqliteStore, db_err, sql};
 
 agent_sql::impl_sql_store!(SqliteStore {
-    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
-        let json = serde_json::to_string(graph).map_err(|e| StoreError::Backend(e.to_string()))?;
-        sqlx::query(sql::REGISTER_AGENT)
-            .bind(&graph.agent)
-            .bind(graph.fingerprint())
-            .bind(json)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await
-            .map_err(db_err)?;
-        Ok(())
-    }
+    history {
+        async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+            let row = sqlx::query(sql::LOAD_RUN)
+                .bind(run_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_err)?;
+            row.map(|r| rows::stored_run(&r).map(|s| s.head.record))
+                .transpose()
+        }
 
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        Ok(self.insert_run(&run, None, None).await?.0)
-    }
+        async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+            let limit = filter
+                .limit
+                .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+            let query = match &filter.after {
+                None => filtered(sql::LIST_RUNS, filter, Some(limit))?,
+                Some(key) => filtered(sql::LIST_RUNS_AFTER, filter, Some(limit))?
+                    .bind(key.created_at)
+                    .bind(&key.id),
+            };
+            let rows = query
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_err)?;
+            rows.iter()
+                .map(|r| rows::listed_run(r).map(|(record, _)| record))
+                .collect()
+        }
 
-    async fn create_run_claimed(
-        &self,
-        run: NewRun,
-        worker: &str,
-        ttl: Duration,
-    ) -> Result<Option<Claimed>, StoreError> {
-        match self.insert_run(&run, None, Some((worker, ttl))).await? {
-            (record, true) => Ok(Some(agent_sql::created_claimed(record, worker))),
-            // The same request's run, created before (a retry): claimed as any run is.
-            (_, false) => self.claim_run_reading(&run.id, worker, ttl).await,
+        async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+            let rows = filtered(sql::COUNT_RUNS, filter, None)?
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_err)?;
+            rows::status_counts(&rows)
+        }
+
+        async fn count_versions(&self, filter: &RunFilter) -> Result<Vec<VersionCount>, StoreError> {
+            // On a reader: counting scans the runs, and the one write connection serves the
+            // worker's claims and commits meanwhile (a worker counts at start-up).
+            let rows = filtered(sql::COUNT_VERSIONS, filter, None)?
+                .fetch_all(&self.readers)
+                .await
+                .map_err(db_err)?;
+            rows::version_counts(&rows)
+        }
+
+        async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+            let bytes: i64 = sqlx::query_scalar(sql::STORAGE_BYTES)
+                .bind(run_id)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_err)?;
+            Ok(Some(u64::try_from(bytes).unwrap_or(0)))
         }
     }
+    runs {
+        async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
+            let json = serde_json::to_string(graph).map_err(|e| StoreError::Backend(e.to_string()))?;
+            sqlx::query(sql::REGISTER_AGENT)
+                .bind(&graph.agent)
+                .bind(graph.fingerprint())
+                .bind(json)
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await
+                .map_err(db_err)?;
+            Ok(())
+        }
 
-    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query(sql::LOAD_RUN)
-            .bind(run_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
-        row.map(|r| rows::stored_run(&r).map(|s| s.head.record))
-            .transpose()
+        async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+            Ok(self.insert_run(&run, None, None).await?.0)
+        }
+
+        async fn create_run_claimed(
+            &self,
+            run: NewRun,
+            worker: &str,
+            ttl: Duration,
+        ) -> Result<Option<Claimed>, StoreError> {
+            match self.insert_run(&run, None, Some((worker, ttl))).await? {
+                (record, true) => Ok(Some(agent_sql::created_claimed(record, worker))),
+                // The same request's run, created before (a retry): claimed as any run is.
+                (_, false) => self.claim_run(&run.id, worker, ttl).await,
+            }
+        }
+
+        async fn claim_run(
+            &self,
+            run_id: &str,
+            worker: &str,
+            ttl: Duration,
+        ) -> Result<Option<Claimed>, StoreError> {
+            let Some(claimed) = self.claim_one(run_id, worker, ttl).await? else {
+                return Ok(None);
+            };
+            Ok(self.with_reads(vec![claimed]).await.pop())
+        }
+
+        async fn claim_next(
+            &self,
+            agents: &[String],
+            worker: &str,
+            ttl: Duration,
+            limit: usize,
+        ) -> Result<Vec<Claimed>, StoreError> {
+            let claimed = self.claim_batch(agents, worker, ttl, limit).await?;
+            Ok(self.with_reads(claimed).await)
+        }
+
+        async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+            let expires_at = now_ms().saturating_add(ms(ttl));
+            let row = sqlx::query(sql::RENEW_LEASE)
+                .bind(&lease.run_id)
+                .bind(to_i64(lease.epoch))
+                .bind(&lease.worker)
+                .bind(expires_at)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_err)?;
+            match row {
+                Some(_) => Ok(Lease {
+                    expires_at,
+                    ..lease.clone()
+                }),
+                None => Err(self.fenced_out(lease).await?),
+            }
+        }
+
+        async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+            let released = sqlx::query(sql::RELEASE_LEASE)
+                .bind(&lease.run_id)
+                .bind(to_i64(lease.epoch))
+                .execute(&self.pool)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+            if released > 0 {
+                self.work.notify_waiters();
+            }
+            Ok(())
+        }
+
+        async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+            let expired = sqlx::query(sql::EXPIRE_LEASES_OF)
+                .bind(worker)
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+            if expired > 0 {
+                self.work.notify_waiters();
+            }
+            Ok(expired)
+        }
+
+        async fn send_signal(
+            &self,
+            run_id: &str,
+            name: &str,
+            payload: &Value,
+        ) -> Result<i64, StoreError> {
+            let id = self
+                .group
+                .signal(SignalRow {
+                    run_id: run_id.to_owned(),
+                    name: name.to_owned(),
+                    payload: payload.to_string(),
+                    created_at: now_ms(),
+                })
+                .await?
+                .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
+            self.work.notify_waiters();
+            self.events.wake(run_id);
+            Ok(id)
+        }
+
+        async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
+            let mut tx = self.write_tx().await?;
+            let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
+                .bind(&lease.run_id)
+                .bind(to_i64(lease.epoch))
+                .bind(&error.code)
+                .bind(&error.message)
+                .bind(now_ms())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            if row.is_some() {
+                Self::status_changed(&mut tx, &lease.run_id).await?;
+                tx.commit().await.map_err(db_err)?;
+            } else {
+                drop(tx);
+            }
+            match row {
+                Some(row) => {
+                    let record = rows::stored_run(&row)?.head.record;
+                    self.events.wake(&record.id);
+                    // A quarantined child may end its parent's wait (see `commit_step`).
+                    if record.spawned_by.is_some() {
+                        self.work.notify_waiters();
+                    }
+                    Ok(record)
+                }
+                None => Err(self.fenced_out(lease).await?),
+            }
+        }
+
+        async fn migrate_run(
+            &self,
+            lease: &Lease,
+            commit: &agent_core::store::MigrationCommit,
+        ) -> Result<RunRecord, StoreError> {
+            self.write_migration(lease, commit).await
+        }
+
+        async fn wait_for_work(&self, timeout: Duration) {
+            let _ = tokio::time::timeout(timeout, self.work.notified()).await;
+        }
+
+        async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+            let now = now_ms();
+            let at: Option<i64> = sqlx::query_scalar(sql::NEXT_DUE)
+                .bind(now)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_err)?;
+            Ok(at.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))))
+        }
     }
+    operator {
+        async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
+            let run_id = commit.run_id.as_str();
+            let now = now_ms();
+            let state = commit.state.to_string();
+            let mut tx = self.write_tx().await?;
+            let updated = sqlx::query(sql::REPAIR_RUN)
+                .bind(run_id)
+                .bind(&state)
+                .bind(&commit.to_state)
+                .bind(to_i64(commit.version()))
+                .bind(to_i64(commit.epoch()))
+                .bind(&commit.hash)
+                .bind(now)
+                .bind(to_i64(commit.expected_epoch))
+                .bind(to_i64(commit.last_version))
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            if updated.rows_affected() != 1 {
+                drop(tx);
+                return Err(repair_refused(commit, self.load_run(run_id).await));
+            }
+            sqlx::query(sql::INSERT_OPERATOR_TRANSITION)
+                .bind(run_id)
+                .bind(to_i64(commit.version()))
+                .bind(&commit.from_state)
+                .bind(&commit.to_state)
+                .bind(TransitionKind::Repair.as_str())
+                .bind(RunStatus::Running.as_str())
+                .bind(to_i64(commit.epoch()))
+                .bind(now)
+                .bind(&commit.hash)
+                .bind("snapshot")
+                .bind(&state)
+                .bind(&commit.note.by)
+                .bind(&commit.note.reason)
+                .bind(None::<&str>)
+                .bind(None::<&str>)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            let row = sqlx::query(sql::LOAD_RUN)
+                .bind(run_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            let stored = rows::stored_run(&row)?;
+            tx.commit().await.map_err(db_err)?;
+            self.heads.remember(stored.head.clone());
+            self.work.notify_waiters();
+            self.events.wake(run_id);
+            Ok(stored.head.record)
+        }
 
-    async fn claim_run(
+        async fn set_status(
+            &self,
+            run_id: &str,
+            status: RunStatus,
+            error: Option<RunFailure>,
+        ) -> Result<RunRecord, StoreError> {
+            let mut tx = self.write_tx().await?;
+            let row = sqlx::query(sql::SET_STATUS)
+                .bind(run_id)
+                .bind(status.as_str())
+                .bind(error.as_ref().map(|e| e.code.as_str()))
+                .bind(error.as_ref().map(|e| e.message.as_str()))
+                .bind(now_ms())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            if row.is_some() {
+                Self::status_changed(&mut tx, run_id).await?;
+                tx.commit().await.map_err(db_err)?;
+            } else {
+                drop(tx);
+            }
+            match row {
+                Some(row) => {
+                    self.work.notify_waiters();
+                    self.events.wake(run_id);
+                    rows::stored_run(&row).map(|s| s.head.record)
+                }
+                None => match self.load_run(run_id).await? {
+                    None => Err(StoreError::NotFound(run_id.to_owned())),
+                    Some(r) => Err(StoreError::LeaseLost {
+                        run_id: run_id.to_owned(),
+                        epoch: r.epoch,
+                    }),
+                },
+            }
+        }
+
+        async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
+            agent_sql::retention::prune(self, policy).await
+        }
+
+        async fn set_tool_enabled(
+            &self,
+            tool: &str,
+            enabled: bool,
+            reason: Option<&str>,
+        ) -> Result<(), StoreError> {
+            sqlx::query(sql::SET_TOOL)
+                .bind(tool)
+                .bind(enabled)
+                .bind(reason)
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await
+                .map_err(db_err)?;
+            Ok(())
+        }
+    }
+    events {
+        async fn event_wakes(
+            &self,
+        ) -> Result<Option<agent_core::store::EventWakes>, StoreError> {
+            Ok(Some(self.events.subscribe()))
+        }
+
+        async fn event_head(&self) -> Result<agent_core::store::EventCursor, StoreError> {
+            let last: i64 = sqlx::query_scalar(sql::LAST_POSITION)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_err)?;
+            Ok(agent_core::store::EventCursor::after_position(
+                u64::try_from(last).unwrap_or(0),
+            ))
+        }
+    }
+});
+
+impl SqliteStore {
+    /// Claim one run (`RunStore::claim_run` without its reads).
+    async fn claim_one(
         &self,
         run_id: &str,
         worker: &str,
@@ -94,7 +421,8 @@ agent_sql::impl_sql_store!(SqliteStore {
         }
     }
 
-    async fn claim_next(
+    /// Claim a batch (`RunStore::claim_next` without their reads).
+    async fn claim_batch(
         &self,
         agents: &[String],
         worker: &str,
@@ -142,327 +470,6 @@ agent_sql::impl_sql_store!(SqliteStore {
         Ok(out)
     }
 
-    async fn claim_next_reading(
-        &self,
-        agents: &[String],
-        worker: &str,
-        ttl: Duration,
-        limit: usize,
-    ) -> Result<Vec<Claimed>, StoreError> {
-        let claimed = self.claim_next(agents, worker, ttl, limit).await?;
-        Ok(self.with_reads(claimed).await)
-    }
-
-    async fn claim_run_reading(
-        &self,
-        run_id: &str,
-        worker: &str,
-        ttl: Duration,
-    ) -> Result<Option<Claimed>, StoreError> {
-        let Some(claimed) = self.claim_run(run_id, worker, ttl).await? else {
-            return Ok(None);
-        };
-        Ok(self.with_reads(vec![claimed]).await.pop())
-    }
-
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
-        let expires_at = now_ms().saturating_add(ms(ttl));
-        let row = sqlx::query(sql::RENEW_LEASE)
-            .bind(&lease.run_id)
-            .bind(to_i64(lease.epoch))
-            .bind(&lease.worker)
-            .bind(expires_at)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
-        match row {
-            Some(_) => Ok(Lease {
-                expires_at,
-                ..lease.clone()
-            }),
-            None => Err(self.fenced_out(lease).await?),
-        }
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        let released = sqlx::query(sql::RELEASE_LEASE)
-            .bind(&lease.run_id)
-            .bind(to_i64(lease.epoch))
-            .execute(&self.pool)
-            .await
-            .map_err(db_err)?
-            .rows_affected();
-        if released > 0 {
-            self.work.notify_waiters();
-        }
-        Ok(())
-    }
-
-    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
-        let expired = sqlx::query(sql::EXPIRE_LEASES_OF)
-            .bind(worker)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await
-            .map_err(db_err)?
-            .rows_affected();
-        if expired > 0 {
-            self.work.notify_waiters();
-        }
-        Ok(expired)
-    }
-
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let limit = filter
-            .limit
-            .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-        let query = match &filter.after {
-            None => filtered(sql::LIST_RUNS, filter, Some(limit))?,
-            Some(key) => filtered(sql::LIST_RUNS_AFTER, filter, Some(limit))?
-                .bind(key.created_at)
-                .bind(&key.id),
-        };
-        let rows = query
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)?;
-        rows.iter()
-            .map(|r| rows::listed_run(r).map(|(record, _)| record))
-            .collect()
-    }
-
-    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        let rows = filtered(sql::COUNT_RUNS, filter, None)?
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)?;
-        rows::status_counts(&rows)
-    }
-
-    async fn count_versions(&self, filter: &RunFilter) -> Result<Vec<VersionCount>, StoreError> {
-        // On a reader: counting scans the runs, and the one write connection serves the
-        // worker's claims and commits meanwhile (a worker counts at start-up).
-        let rows = filtered(sql::COUNT_VERSIONS, filter, None)?
-            .fetch_all(&self.readers)
-            .await
-            .map_err(db_err)?;
-        rows::version_counts(&rows)
-    }
-
-    async fn send_signal(
-        &self,
-        run_id: &str,
-        name: &str,
-        payload: &Value,
-    ) -> Result<i64, StoreError> {
-        let id = self
-            .group
-            .signal(SignalRow {
-                run_id: run_id.to_owned(),
-                name: name.to_owned(),
-                payload: payload.to_string(),
-                created_at: now_ms(),
-            })
-            .await?
-            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
-        self.work.notify_waiters();
-        self.events.wake(run_id);
-        Ok(id)
-    }
-
-    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
-        let mut tx = self.write_tx().await?;
-        let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
-            .bind(&lease.run_id)
-            .bind(to_i64(lease.epoch))
-            .bind(&error.code)
-            .bind(&error.message)
-            .bind(now_ms())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        if row.is_some() {
-            Self::status_changed(&mut tx, &lease.run_id).await?;
-            tx.commit().await.map_err(db_err)?;
-        } else {
-            drop(tx);
-        }
-        match row {
-            Some(row) => {
-                let record = rows::stored_run(&row)?.head.record;
-                self.events.wake(&record.id);
-                // A quarantined child may end its parent's wait (see `commit_step`).
-                if record.spawned_by.is_some() {
-                    self.work.notify_waiters();
-                }
-                Ok(record)
-            }
-            None => Err(self.fenced_out(lease).await?),
-        }
-    }
-
-    async fn migrate_run(
-        &self,
-        lease: &Lease,
-        commit: &agent_core::store::MigrationCommit,
-    ) -> Result<RunRecord, StoreError> {
-        self.write_migration(lease, commit).await
-    }
-
-    async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
-        let run_id = commit.run_id.as_str();
-        let now = now_ms();
-        let state = commit.state.to_string();
-        let mut tx = self.write_tx().await?;
-        let updated = sqlx::query(sql::REPAIR_RUN)
-            .bind(run_id)
-            .bind(&state)
-            .bind(&commit.to_state)
-            .bind(to_i64(commit.version()))
-            .bind(to_i64(commit.epoch()))
-            .bind(&commit.hash)
-            .bind(now)
-            .bind(to_i64(commit.expected_epoch))
-            .bind(to_i64(commit.last_version))
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        if updated.rows_affected() != 1 {
-            drop(tx);
-            return Err(repair_refused(commit, self.load_run(run_id).await));
-        }
-        sqlx::query(sql::INSERT_OPERATOR_TRANSITION)
-            .bind(run_id)
-            .bind(to_i64(commit.version()))
-            .bind(&commit.from_state)
-            .bind(&commit.to_state)
-            .bind(TransitionKind::Repair.as_str())
-            .bind(RunStatus::Running.as_str())
-            .bind(to_i64(commit.epoch()))
-            .bind(now)
-            .bind(&commit.hash)
-            .bind("snapshot")
-            .bind(&state)
-            .bind(&commit.note.by)
-            .bind(&commit.note.reason)
-            .bind(None::<&str>)
-            .bind(None::<&str>)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        let row = sqlx::query(sql::LOAD_RUN)
-            .bind(run_id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        let stored = rows::stored_run(&row)?;
-        tx.commit().await.map_err(db_err)?;
-        self.heads.remember(stored.head.clone());
-        self.work.notify_waiters();
-        self.events.wake(run_id);
-        Ok(stored.head.record)
-    }
-
-    async fn set_status(
-        &self,
-        run_id: &str,
-        status: RunStatus,
-        error: Option<RunFailure>,
-    ) -> Result<RunRecord, StoreError> {
-        let mut tx = self.write_tx().await?;
-        let row = sqlx::query(sql::SET_STATUS)
-            .bind(run_id)
-            .bind(status.as_str())
-            .bind(error.as_ref().map(|e| e.code.as_str()))
-            .bind(error.as_ref().map(|e| e.message.as_str()))
-            .bind(now_ms())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        if row.is_some() {
-            Self::status_changed(&mut tx, run_id).await?;
-            tx.commit().await.map_err(db_err)?;
-        } else {
-            drop(tx);
-        }
-        match row {
-            Some(row) => {
-                self.work.notify_waiters();
-                self.events.wake(run_id);
-                rows::stored_run(&row).map(|s| s.head.record)
-            }
-            None => match self.load_run(run_id).await? {
-                None => Err(StoreError::NotFound(run_id.to_owned())),
-                Some(r) => Err(StoreError::LeaseLost {
-                    run_id: run_id.to_owned(),
-                    epoch: r.epoch,
-                }),
-            },
-        }
-    }
-
-    async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
-        agent_sql::retention::prune(self, policy).await
-    }
-
-    async fn set_tool_enabled(
-        &self,
-        tool: &str,
-        enabled: bool,
-        reason: Option<&str>,
-    ) -> Result<(), StoreError> {
-        sqlx::query(sql::SET_TOOL)
-            .bind(tool)
-            .bind(enabled)
-            .bind(reason)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await
-            .map_err(db_err)?;
-        Ok(())
-    }
-
-    async fn wait_for_work(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.work.notified()).await;
-    }
-
-    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
-        let now = now_ms();
-        let at: Option<i64> = sqlx::query_scalar(sql::NEXT_DUE)
-            .bind(now)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db_err)?;
-        Ok(at.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))))
-    }
-
-    async fn event_wakes(
-        &self,
-    ) -> Result<Option<agent_core::store::EventWakes>, StoreError> {
-        Ok(Some(self.events.subscribe()))
-    }
-
-    async fn event_head(&self) -> Result<agent_core::store::EventCursor, StoreError> {
-        let last: i64 = sqlx::query_scalar(sql::LAST_POSITION)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db_err)?;
-        Ok(agent_core::store::EventCursor::after_position(
-            u64::try_from(last).unwrap_or(0),
-        ))
-    }
-
-    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
-        let bytes: i64 = sqlx::query_scalar(sql::STORAGE_BYTES)
-            .bind(run_id)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db_err)?;
-        Ok(Some(u64::try_from(bytes).unwrap_or(0)))
-    }
-});
-
-impl SqliteStore {
     /// The claimed runs with what their first steps read ([`sql::CLAIM_READS`]), read in
     /// one statement after the claim's transaction, while the new leases hold the runs
     /// (only a lease holder journals or consumes a signal). If it fails, or a run's reads
@@ -488,7 +495,7 @@ impl SqliteStore {
         agent_sql::with_claim_reads(claimed, rows, claim_reads)
     }
 
-    /// Quarantine a run whose row does not read (`Store::claim_run`, `claim_next`): written
+    /// Quarantine a run whose row does not read (`RunStore::claim_run`, `claim_next`): written
     /// without decoding anything, so that listings say what the row holds and no worker
     /// claims it again.
     async fn quarantine_unreadable(

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use agent_core::conformance::store_checks::step;
 use agent_core::store::{
-    NewRun, ROW_UNREADABLE, RunFilter, RunStatus, Store, StoreError, WAIT_FIRST_CHILD,
+    Claimed, HistoryStore, NewRun, ROW_UNREADABLE, RunFilter, RunStatus, RunStore, StoreError,
+    WAIT_FIRST_CHILD,
 };
 use agent_sqlite::SqliteStore;
 use serde_json::json;
@@ -34,7 +35,7 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
         .create_run(NewRun::new("parent", "Parent", "fp", "Start", json!({})))
         .await
         .unwrap();
-    let (lease, _) = store.claim_run("parent", "w", LONG).await.unwrap().unwrap();
+    let Claimed { lease, .. } = store.claim_run("parent", "w", LONG).await.unwrap().unwrap();
     for id in ["a", "b"] {
         store
             .create_run(NewRun::new(id, "Child", "fp", "Start", json!({})).spawned_by("parent", 0))
@@ -44,9 +45,11 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
     let mut wait = step(0, json!({}));
     wait.status = RunStatus::Waiting;
     wait.waiting_for = Some(WAIT_FIRST_CHILD.to_owned());
-    store.commit_step(&lease, &wait).await.unwrap();
+    store.commit_step(&lease, &wait, &[]).await.unwrap();
     store.release_lease(&lease).await.unwrap();
-    let (child_lease, _) = store.claim_run("a", "w", LONG).await.unwrap().unwrap();
+    let Claimed {
+        lease: child_lease, ..
+    } = store.claim_run("a", "w", LONG).await.unwrap().unwrap();
     let waiter = {
         let store = store.clone();
         tokio::spawn(async move {
@@ -58,7 +61,7 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut done = step(0, json!({ "done": true }));
     done.status = RunStatus::Completed;
-    store.commit_step(&child_lease, &done).await.unwrap();
+    store.commit_step(&child_lease, &done, &[]).await.unwrap();
     let took = waiter.await.unwrap();
     assert!(
         took < Duration::from_secs(5),
@@ -69,7 +72,7 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "the woken worker finds the parent");
-    assert_eq!(claimed[0].1.id, "parent");
+    assert_eq!(claimed[0].record.id, "parent");
     remove(store, path).await;
 }
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use agent_core::conformance::store_checks::step;
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, NewRun, RunStatus, Store, VersionSpan, input_hash, now_ms,
+    CallStatus, Claimed, EntryKind, HistoryStore, JournalEntry, NewRun, RunStatus, RunStore,
+    VersionSpan, input_hash, now_ms,
 };
 use agent_sqlite::SqliteStore;
 use serde_json::json;
@@ -50,13 +51,13 @@ async fn a_claim_reads_what_each_runs_first_step_reads() {
 
     // Interrupted after a call at version 1.
     store.create_run(new("journaled")).await.unwrap();
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run("journaled", "w1", TTL)
         .await
         .unwrap()
         .unwrap();
     store
-        .commit_step(&lease, &step(0, json!({ "at": 1 })))
+        .commit_step(&lease, &step(0, json!({ "at": 1 })), &[])
         .await
         .unwrap();
     store
@@ -66,7 +67,7 @@ async fn a_claim_reads_what_each_runs_first_step_reads() {
     store.release_lease(&lease).await.unwrap();
     // Waiting for `go`, sent twice; and `other`, which it does not wait for.
     store.create_run(new("waiting")).await.unwrap();
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run("waiting", "w1", TTL)
         .await
         .unwrap()
@@ -74,7 +75,7 @@ async fn a_claim_reads_what_each_runs_first_step_reads() {
     let mut wait = step(0, json!({ "at": 1 }));
     wait.status = RunStatus::Waiting;
     wait.waiting_for = Some("go".to_owned());
-    store.commit_step(&lease, &wait).await.unwrap();
+    store.commit_step(&lease, &wait, &[]).await.unwrap();
     store.release_lease(&lease).await.unwrap();
     for (name, n) in [("go", 1), ("other", 2), ("go", 3)] {
         store
@@ -86,7 +87,7 @@ async fn a_claim_reads_what_each_runs_first_step_reads() {
     store.create_run(new("fresh")).await.unwrap();
 
     let claimed = store
-        .claim_next_reading(&["Reads".to_owned()], "w2", TTL, 10)
+        .claim_next(&["Reads".to_owned()], "w2", TTL, 10)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 3, "every run was claimed");
@@ -135,7 +136,7 @@ async fn a_claim_reads_what_each_runs_first_step_reads() {
     // By id, the same.
     store.release_lease(&claimed[0].lease).await.unwrap();
     let again = store
-        .claim_run_reading(&claimed[0].record.id, "w3", TTL)
+        .claim_run(&claimed[0].record.id, "w3", TTL)
         .await
         .unwrap()
         .expect("a released run is claimed");

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use agent_core::conformance::store_checks::step;
 use agent_core::store::verify::verify_run;
-use agent_core::store::{Lease, NewRun, RunRecord, RunStatus, Store, StoreError};
+use agent_core::store::{
+    Claimed, HistoryStore, Lease, NewRun, RunRecord, RunStatus, RunStore, StoreError,
+};
 use agent_sqlite::SqliteStore;
 use futures::future::join_all;
 use serde_json::json;
@@ -28,13 +30,13 @@ async fn claimed_runs() -> (SqliteStore, Vec<Lease>, PathBuf) {
             .create_run(NewRun::new(&id, "A", "fp", "Start", json!({ "n": 0 })))
             .await
             .unwrap();
-        let (lease, _) = store
+        let Claimed { lease, .. } = store
             .claim_run(&id, "w", Duration::from_hours(1))
             .await
             .unwrap()
             .unwrap();
         store
-            .commit_step(&lease, &step(0, json!({ "n": 1 })))
+            .commit_step(&lease, &step(0, json!({ "n": 1 })), &[])
             .await
             .unwrap();
         leases.push(lease);
@@ -50,7 +52,7 @@ async fn commit_all_at_once(
 ) -> Vec<Result<RunRecord, StoreError>> {
     join_all(leases.iter().enumerate().map(|(i, lease)| {
         let commit = step(1, json!({ "n": 2, "run": i }));
-        async move { store.commit_step(lease, &commit).await }
+        async move { store.commit_step(lease, &commit, &[]).await }
     }))
     .await
 }
@@ -81,7 +83,7 @@ async fn a_stale_commit_in_a_batch_is_refused_and_the_others_commit() {
     // version 1, so its commit of that run enters the batch and must be refused there.
     let other = SqliteStore::open(&path).await.unwrap();
     other
-        .commit_step(&leases[stale], &step(1, json!({ "n": "other" })))
+        .commit_step(&leases[stale], &step(1, json!({ "n": "other" })), &[])
         .await
         .unwrap();
     other.close().await;
@@ -146,7 +148,7 @@ async fn a_batch_keeps_fencing_and_final_statuses_end_leases() {
             .await
             .unwrap()
             .unwrap()
-            .0;
+            .lease;
     }
     leases[0] = old;
     let outcomes = join_all(leases.iter().enumerate().map(|(i, lease)| {
@@ -156,7 +158,7 @@ async fn a_batch_keeps_fencing_and_final_statuses_end_leases() {
             commit.to_state = "Done".into();
         }
         let store = &store;
-        async move { store.commit_step(lease, &commit).await }
+        async move { store.commit_step(lease, &commit, &[]).await }
     }))
     .await;
     for (i, outcome) in outcomes.into_iter().enumerate() {

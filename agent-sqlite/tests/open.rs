@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use agent_core::store::{NewRun, RunFilter, Store};
+use agent_core::store::{HistoryStore, NewRun, RunFilter, RunStore};
 use agent_sqlite::{Access, SqliteOpenError, SqliteStore};
 
 fn run(id: &str) -> NewRun {

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-use agent_core::store::{NewRun, RunFilter, Store};
+use agent_core::store::{HistoryStore, NewRun, RunFilter, RunStore};
 use agent_sqlite::{Access, SqliteOpenError, SqliteStore};
 
 /// Set in the child processes: the file to open as a worker.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::store::{CallStatus, EventCursor, EventScope, Store};
+use agent_core::store::{CallStatus, EventCursor, EventLog, EventScope, HistoryStore};
 use agent_core::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, ToolPolicy, kind};
 use agent_core::{Ctx, RunStatus, Runner, StepError, StepResult};
 use agent_sqlite::SqliteStore;

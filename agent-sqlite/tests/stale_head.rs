@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_core::conformance::store_checks::step;
-use agent_core::store::{NewRun, RunStatus, Store, StoreError};
+use agent_core::store::{
+    Claimed, HistoryStore, NewRun, OperatorStore, RunStatus, RunStore, StoreError,
+};
 use agent_sqlite::SqliteStore;
 use serde_json::json;
 
@@ -34,17 +36,17 @@ async fn close(a: SqliteStore, b: SqliteStore, path: &Path) {
 async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
     let (a, b, path) = two_stores().await;
     let hour = Duration::from_hours(1);
-    let (lease, _) = a.claim_run("r", "w", hour).await.unwrap().unwrap();
+    let Claimed { lease, .. } = a.claim_run("r", "w", hour).await.unwrap().unwrap();
 
     // `a` remembers version 1; `b` moves the run to version 2 behind its back.
-    a.commit_step(&lease, &step(0, json!({ "n": 1 })))
+    a.commit_step(&lease, &step(0, json!({ "n": 1 })), &[])
         .await
         .unwrap();
-    b.commit_step(&lease, &step(1, json!({ "n": 2 })))
+    b.commit_step(&lease, &step(1, json!({ "n": 2 })), &[])
         .await
         .unwrap();
     match a
-        .commit_step(&lease, &step(1, json!({ "n": "stale" })))
+        .commit_step(&lease, &step(1, json!({ "n": "stale" })), &[])
         .await
     {
         Err(StoreError::Conflict {
@@ -57,13 +59,15 @@ async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
 
     // `a` catches up to version 3 and remembers it; `b` claims the run again (a new
     // epoch), so `a`'s lease is stale though its remembered version is current.
-    a.commit_step(&lease, &step(2, json!({ "n": 3 })))
+    a.commit_step(&lease, &step(2, json!({ "n": 3 })), &[])
         .await
         .unwrap();
-    let (new_lease, _) = b.claim_run("r", "w", hour).await.unwrap().unwrap();
+    let Claimed {
+        lease: new_lease, ..
+    } = b.claim_run("r", "w", hour).await.unwrap().unwrap();
     assert!(new_lease.epoch > lease.epoch);
     match a
-        .commit_step(&lease, &step(3, json!({ "n": "stale" })))
+        .commit_step(&lease, &step(3, json!({ "n": "stale" })), &[])
         .await
     {
         Err(StoreError::LeaseLost { .. }) => {}
@@ -89,12 +93,12 @@ async fn a_commit_from_a_stale_remembered_head_writes_nothing() {
 async fn a_commit_writes_its_status_when_the_stored_one_moved() {
     let (a, b, path) = two_stores().await;
     // A short lease, so that another store may change the status once it ran out.
-    let (lease, _) = a
+    let Claimed { lease, .. } = a
         .claim_run("r", "w", Duration::from_millis(100))
         .await
         .unwrap()
         .unwrap();
-    a.commit_step(&lease, &step(0, json!({ "n": 1 })))
+    a.commit_step(&lease, &step(0, json!({ "n": 1 })), &[])
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -102,7 +106,7 @@ async fn a_commit_writes_its_status_when_the_stored_one_moved() {
     // `a` remembers `Running` at version 1; nobody claimed the run since, so its lease's
     // epoch is still current.
     let committed = a
-        .commit_step(&lease, &step(1, json!({ "n": 2 })))
+        .commit_step(&lease, &step(1, json!({ "n": 2 })), &[])
         .await
         .unwrap();
     assert_eq!(committed.status, RunStatus::Running);

@@ -17,7 +17,7 @@ use agent_core::agent::Agent;
 use agent_core::conformance::fixture::{self, Behaviour, World};
 use agent_core::conformance::version_checks::OrderV2;
 use agent_core::runner::{CrashAt, FaultPoint, Runner, RunnerConfig};
-use agent_core::store::{RunFilter, RunStatus, TransitionKind};
+use agent_core::store::{Claimed, RunFilter, RunStatus, TransitionKind};
 use common::{Db, PAID_WAITING};
 use serde_json::{Value, json};
 
@@ -307,7 +307,7 @@ fn apply_migrates_each_run_once(new_db: fn() -> Db) {
     // A worker holds one run: the migration is fenced against it and leaves it.
     let lease = db.runtime.block_on(async {
         let store = store_of(&db).await;
-        let (lease, _) = store
+        let Claimed { lease, .. } = store
             .claim_run(FRESH, "busy-worker", Duration::from_mins(1))
             .await
             .unwrap()

@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use agent_core::store::{NewRun, Store};
+use agent_core::store::{NewRun, RunStore, Store};
 use agent_sqlite::{Access, SqliteStore};
 use common::{DONE, Db};
 use sqlx::Connection;

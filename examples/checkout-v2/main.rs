@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durable_agents::runner::{Runner, RunnerConfig, StepOutcome};
-use durable_agents::store::{RunStatus, Store, TransitionKind, verify::verify_run};
+use durable_agents::store::{Claimed, RunStatus, Store, TransitionKind, verify::verify_run};
 use durable_agents::{Agent, router::Router};
 use examples::checkout::{self as v1, Customer};
 use examples::checkout_v2 as v2;
@@ -96,7 +96,11 @@ async fn run_on(opened: &stores::Opened) -> Result<bool, Box<dyn std::error::Err
     for ((user, stop), customer) in STOPS.iter().zip([alice, bob, carol]) {
         let id = format!("{}-{user}", durable_agents::store::new_run_id("checkout"));
         runner_v1.start(&id, v1::start(customer)).await?;
-        let (mut lease, mut record) = store
+        let Claimed {
+            mut lease,
+            mut record,
+            ..
+        } = store
             .claim_run(&id, "checkout-v1", Duration::from_secs(30))
             .await?
             .ok_or("a run just started is claimable")?;

@@ -10,9 +10,9 @@ use super::store_checks as checks;
 use crate::graph::GraphDescription;
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    JournalEntry, Lease, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
-    RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion, StepCommit, Store,
-    StoreError, ToolSwitch, TransitionRecord,
+    Claimed, EventLog, HistoryStore, JournalEntry, Lease, NewRun, OperatorNote, OperatorStore,
+    PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus,
+    RunStore, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,11 +84,7 @@ impl Broken {
 }
 
 #[async_trait]
-impl Store for Broken {
-    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
-        self.inner.register_agent(graph).await
-    }
-
+impl HistoryStore for Broken {
     async fn agent_graph(
         &self,
         agent: &str,
@@ -101,12 +97,112 @@ impl Store for Broken {
         self.inner.agents().await
     }
 
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        self.inner.create_run(run).await
-    }
-
     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.inner.load_run(run_id).await
+    }
+
+    async fn journal(
+        &self,
+        run_id: &str,
+        version: Option<u64>,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        self.inner.journal(run_id, version).await
+    }
+
+    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
+        self.inner.history(run_id).await
+    }
+
+    async fn state_at(
+        &self,
+        run_id: &str,
+        version: u64,
+    ) -> Result<Option<StateAtVersion>, StoreError> {
+        let got = self.inner.state_at(run_id, version).await;
+        if self.flaw == Flaw::PanicsOnCorrupt {
+            return Ok(Some(got.expect("history replays")).flatten());
+        }
+        got
+    }
+
+    async fn fork(
+        &self,
+        run_id: &str,
+        version: u64,
+        new_id: &str,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.fork(run_id, version, new_id).await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        if self.flaw == Flaw::IgnoresLabels {
+            let unlabelled = RunFilter {
+                labels: crate::store::Labels::new(),
+                ..filter.clone()
+            };
+            return self.inner.list_runs(&unlabelled).await;
+        }
+        if self.flaw == Flaw::ListsTiesByCreation {
+            // Created in the reverse order of their ids: within a millisecond, creation
+            // order is the ids' ascending order.
+            let mut runs = self.inner.list_runs(filter).await?;
+            runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+            return Ok(runs);
+        }
+        if self.flaw == Flaw::ListsTheKeyAgain
+            && let Some(key) = &filter.after
+        {
+            let mut runs = self.inner.list_runs(filter).await?;
+            if let Some(at_key) = self.inner.load_run(&key.id).await? {
+                runs.insert(0, at_key);
+                runs.truncate(filter.limit.unwrap_or(usize::MAX));
+            }
+            return Ok(runs);
+        }
+        self.inner.list_runs(filter).await
+    }
+
+    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        let dropped = self
+            .dropped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut pending = self.inner.pending_signals(run_id).await?;
+        pending.retain(|s| !dropped.contains(&s.id));
+        Ok(pending)
+    }
+
+    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
+        self.inner.tool_switches().await
+    }
+
+    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
+        self.inner.tool_enabled(tool).await
+    }
+
+    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+        if self.flaw != Flaw::FullCopies {
+            return self.inner.storage_bytes(run_id).await;
+        }
+        let mut total = 0;
+        for t in self.inner.history(run_id).await? {
+            if let Some(s) = self.inner.state_at(run_id, t.version).await? {
+                total += serde_json::to_vec(&s.state).map_or(0, |b| b.len() as u64);
+            }
+        }
+        Ok(Some(total))
+    }
+}
+
+#[async_trait]
+impl RunStore for Broken {
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
+        self.inner.register_agent(graph).await
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.inner.create_run(run).await
     }
 
     async fn claim_run(
@@ -114,7 +210,7 @@ impl Store for Broken {
         run_id: &str,
         worker: &str,
         ttl: Duration,
-    ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
+    ) -> Result<Option<Claimed>, StoreError> {
         match self.flaw {
             Flaw::StealsLiveLeases => {
                 // Forget the current holder, then claim.
@@ -132,11 +228,11 @@ impl Store for Broken {
             Flaw::StaticEpoch => {
                 let before = self.inner.load_run(run_id).await?;
                 let got = self.inner.claim_run(run_id, worker, ttl).await?;
-                Ok(got.map(|(mut l, mut r)| {
+                Ok(got.map(|mut c| {
                     let e = before.map_or(0, |b| b.epoch);
-                    l.epoch = e;
-                    r.epoch = e;
-                    (l, r)
+                    c.lease.epoch = e;
+                    c.record.epoch = e;
+                    c
                 }))
             }
             _ => self.inner.claim_run(run_id, worker, ttl).await,
@@ -149,7 +245,7 @@ impl Store for Broken {
         worker: &str,
         ttl: Duration,
         limit: usize,
-    ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+    ) -> Result<Vec<Claimed>, StoreError> {
         if self.flaw == Flaw::StealsLiveLeases {
             let mut out = Vec::new();
             for r in self.inner.list_runs(&RunFilter::default()).await? {
@@ -222,14 +318,6 @@ impl Store for Broken {
         }
     }
 
-    async fn journal(
-        &self,
-        run_id: &str,
-        version: Option<u64>,
-    ) -> Result<Vec<JournalEntry>, StoreError> {
-        self.inner.journal(run_id, version).await
-    }
-
     async fn migrate_run(
         &self,
         lease: &Lease,
@@ -242,6 +330,7 @@ impl Store for Broken {
         &self,
         lease: &Lease,
         commit: &StepCommit,
+        entries: &[JournalEntry],
     ) -> Result<RunRecord, StoreError> {
         match self.flaw {
             Flaw::NoVersionCheck => {
@@ -249,74 +338,21 @@ impl Store for Broken {
                 if let Some(r) = self.inner.load_run(&lease.run_id).await? {
                     c.expected_version = r.version;
                 }
-                self.inner.commit_step(lease, &c).await
+                self.inner.commit_step(lease, &c, entries).await
             }
             Flaw::IgnoresEpoch => {
                 self.inner
-                    .commit_step(&self.current_epoch(lease).await, commit)
+                    .commit_step(&self.current_epoch(lease).await, commit, entries)
                     .await
             }
             Flaw::FinalCommitKeepsLease => {
-                let mut record = self.inner.commit_step(lease, commit).await?;
+                let mut record = self.inner.commit_step(lease, commit, entries).await?;
                 record.lease_owner = Some(lease.worker.clone());
                 record.lease_expires_at = Some(lease.expires_at);
                 Ok(record)
             }
-            _ => self.inner.commit_step(lease, commit).await,
+            _ => self.inner.commit_step(lease, commit, entries).await,
         }
-    }
-
-    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
-        self.inner.history(run_id).await
-    }
-
-    async fn state_at(
-        &self,
-        run_id: &str,
-        version: u64,
-    ) -> Result<Option<StateAtVersion>, StoreError> {
-        let got = self.inner.state_at(run_id, version).await;
-        if self.flaw == Flaw::PanicsOnCorrupt {
-            return Ok(Some(got.expect("history replays")).flatten());
-        }
-        got
-    }
-
-    async fn fork(
-        &self,
-        run_id: &str,
-        version: u64,
-        new_id: &str,
-    ) -> Result<RunRecord, StoreError> {
-        self.inner.fork(run_id, version, new_id).await
-    }
-
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        if self.flaw == Flaw::IgnoresLabels {
-            let unlabelled = RunFilter {
-                labels: crate::store::Labels::new(),
-                ..filter.clone()
-            };
-            return self.inner.list_runs(&unlabelled).await;
-        }
-        if self.flaw == Flaw::ListsTiesByCreation {
-            // Created in the reverse order of their ids: within a millisecond, creation
-            // order is the ids' ascending order.
-            let mut runs = self.inner.list_runs(filter).await?;
-            runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
-            return Ok(runs);
-        }
-        if self.flaw == Flaw::ListsTheKeyAgain
-            && let Some(key) = &filter.after
-        {
-            let mut runs = self.inner.list_runs(filter).await?;
-            if let Some(at_key) = self.inner.load_run(&key.id).await? {
-                runs.insert(0, at_key);
-                runs.truncate(filter.limit.unwrap_or(usize::MAX));
-            }
-            return Ok(runs);
-        }
-        self.inner.list_runs(filter).await
     }
 
     async fn send_signal(
@@ -338,17 +374,6 @@ impl Store for Broken {
         Ok(id)
     }
 
-    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
-        let dropped = self
-            .dropped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let mut pending = self.inner.pending_signals(run_id).await?;
-        pending.retain(|s| !dropped.contains(&s.id));
-        Ok(pending)
-    }
-
     async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
         if self.flaw == Flaw::IgnoresEpoch {
             return self
@@ -359,6 +384,13 @@ impl Store for Broken {
         self.inner.quarantine(lease, error).await
     }
 
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
+        self.inner.accept_cancel(lease).await
+    }
+}
+
+#[async_trait]
+impl OperatorStore for Broken {
     async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError> {
         self.inner.repair_run(commit).await
     }
@@ -396,10 +428,6 @@ impl Store for Broken {
         self.inner.terminate_run(run_id, note).await
     }
 
-    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
-        self.inner.accept_cancel(lease).await
-    }
-
     async fn drop_signal(
         &self,
         run_id: &str,
@@ -426,28 +454,10 @@ impl Store for Broken {
     ) -> Result<(), StoreError> {
         self.inner.set_tool_enabled(tool, enabled, reason).await
     }
+}
 
-    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
-        self.inner.tool_switches().await
-    }
-
-    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
-        self.inner.tool_enabled(tool).await
-    }
-
-    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
-        if self.flaw != Flaw::FullCopies {
-            return self.inner.storage_bytes(run_id).await;
-        }
-        let mut total = 0;
-        for t in self.inner.history(run_id).await? {
-            if let Some(s) = self.inner.state_at(run_id, t.version).await? {
-                total += serde_json::to_vec(&s.state).map_or(0, |b| b.len() as u64);
-            }
-        }
-        Ok(Some(total))
-    }
-
+#[async_trait]
+impl EventLog for Broken {
     async fn events(
         &self,
         scope: &crate::store::EventScope,

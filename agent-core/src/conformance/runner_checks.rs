@@ -17,8 +17,8 @@ use crate::runner::{
 };
 use crate::store::verify::verify_run;
 use crate::store::{
-    CallStatus, EntryKind, NewRun, OperatorNote, RunRecord, RunStatus, Store, TransitionKind,
-    operator,
+    CallStatus, Claimed, EntryKind, NewRun, OperatorNote, RunRecord, RunStatus, Store,
+    TransitionKind, operator,
 };
 use crate::tool::ToolKind;
 
@@ -441,7 +441,9 @@ pub async fn check_stale_worker_is_fenced(store: Arc<dyn Store>) -> Result<(), S
     let zombie = runner(&store, &world, "Pay", "zombie")?;
     let healthy = runner(&store, &world, "Pay", "healthy")?;
     start(&zombie, "fenced").await?;
-    let (mut lease, record) = store
+    let Claimed {
+        mut lease, record, ..
+    } = store
         .claim_run("fenced", "zombie", Duration::from_millis(1))
         .await
         .map_err(|e| e.to_string())?
@@ -945,7 +947,7 @@ pub async fn check_worker_expires_its_old_leases_at_start(
 
 /// A worker with nothing to claim takes a run over when the lease of its dead holder
 /// expires, not at its next poll: here the worker polls once an hour, and the run's lease
-/// runs out after 300 ms ([`Store::next_due`]).
+/// runs out after 300 ms ([`RunStore::next_due`](crate::store::RunStore::next_due)).
 ///
 /// # Errors
 /// What went wrong.

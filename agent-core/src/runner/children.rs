@@ -4,17 +4,17 @@
 //! Starting: the step journals one [`EntryKind::Child`] entry (started, naming every child
 //! id) before it creates the children, so a cancel of the parent finds them whatever
 //! happened next; child ids derive from the parent, the step's version and the index, and
-//! [`Store::create_run`] is idempotent, so a crash anywhere creates no child twice.
+//! [`RunStore::create_run`] is idempotent, so a crash anywhere creates no child twice.
 //!
 //! Waiting: when the join does not hold yet, the step is suspended and the runner commits
 //! the parent as waiting ([`WAIT_ALL_CHILDREN`] or [`WAIT_FIRST_CHILD`]); the store's
-//! [`claim_next`](Store::claim_next) makes it claimable once the join holds, with nothing
+//! [`claim_next`](RunStore::claim_next) makes it claimable once the join holds, with nothing
 //! written when a child commits. The resumed step runs at the version it began at (the
 //! one before the wait), so its journal and idempotency keys are the ones of its first
 //! execution.
 //!
 //! [`Ctx::spawn_all`]: crate::agent::Ctx::spawn_all
-//! [`Store::create_run`]: crate::store::Store::create_run
+//! [`RunStore::create_run`]: crate::store::RunStore::create_run
 
 use std::time::Duration;
 
@@ -400,7 +400,7 @@ mod mediation {
     use crate::conformance::fixture::{self, Batch, BatchBehaviour, Fanout, Order, World};
     use crate::graph::GraphDescription;
     use crate::store::memory::MemoryStore;
-    use crate::store::{NewRun, RunFilter, Store};
+    use crate::store::{Claimed, HistoryStore, NewRun, RunFilter, RunStore, Store};
 
     fn renamed(graph: &GraphDescription, name: &str) -> &'static GraphDescription {
         let mut g = graph.clone();
@@ -440,7 +440,7 @@ mod mediation {
                     ))
                     .await
                     .unwrap();
-                let (lease, record) = store
+                let Claimed { lease, record, .. } = store
                     .claim_run(&id, "w", Duration::from_secs(30))
                     .await
                     .unwrap()

@@ -965,7 +965,7 @@ mod tests {
     use std::time::Duration;
 
     use super::ToolSwitches;
-    use crate::store::Store;
+    use crate::store::OperatorStore;
     use crate::store::memory::MemoryStore;
 
     #[tokio::test]

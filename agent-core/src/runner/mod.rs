@@ -17,13 +17,13 @@
 //! them later ([`RunFilter::labels`](crate::store::RunFilter::labels),
 //! `agentctl runs --label`).
 //!
-//! An operator's cancel ([`Store::cancel_run`]) reaches a
+//! An operator's cancel ([`OperatorStore::cancel_run`](crate::store::OperatorStore::cancel_run)) reaches a
 //! run the runner is executing at its next commit: the store refuses the commit with
 //! [`StoreError::CancelRequested`], the runner writes the `cancel` transition in the
-//! step's place ([`Store::accept_cancel`]) and runs
+//! step's place ([`RunStore::accept_cancel`](crate::store::RunStore::accept_cancel)) and runs
 //! the saga's compensations, journaled calls of the refused step included, and the run
 //! ends `cancelled`. A run claimed with a cancel pending is cancelled before its handler
-//! runs. A terminate ([`Store::terminate_run`]) fences
+//! runs. A terminate ([`OperatorStore::terminate_run`](crate::store::OperatorStore::terminate_run)) fences
 //! the runner out instead: its next write is refused with `LeaseLost`, and it stops.
 
 mod children;
@@ -133,7 +133,7 @@ pub struct RunnerConfig {
     pub ephemeral: crate::events::EphemeralBus,
     /// How long the runner uses the tool registry (the kill switch) it read before reading
     /// it again: a tool switched off (`agentctl tools disable`,
-    /// [`Store::set_tool_enabled`]) fails fast with `tool.disabled` at every call that
+    /// [`OperatorStore::set_tool_enabled`](crate::store::OperatorStore::set_tool_enabled)) fails fast with `tool.disabled` at every call that
     /// starts this long after the switch or later (calls started earlier may still run
     /// it). `Duration::ZERO` reads the registry at every call.
     pub tool_registry_refresh: Duration,
@@ -286,7 +286,7 @@ pub(crate) enum Known {
     /// The run's previous step was committed by this runner: nothing can be journaled at
     /// the new version yet.
     Fresh,
-    /// What the claim read ([`Store::claim_next_reading`]).
+    /// What the claim read ([`RunStore::claim_next`]).
     Claimed(ClaimReads),
 }
 
@@ -516,7 +516,7 @@ where
     /// `initial` already claimed by this runner, and drive it until it is final or waiting.
     ///
     /// Where `start` then `run` write the run, then claim it and read what its first step
-    /// needs, this creates it claimed in one write ([`Store::create_run_claimed`]): no
+    /// needs, this creates it claimed in one write ([`RunStore::create_run_claimed`](crate::store::RunStore::create_run_claimed)): no
     /// other worker can take it in between, and a short run costs two statements less
     /// (W1 in `BENCHMARKS.md`). Idempotent as `start`: for a run of this id created from
     /// the same request it is `run`.
@@ -622,14 +622,14 @@ where
     /// injected), so the run can be claimed again at once.
     ///
     /// A run whose stored row does not read is quarantined by the store when claimed
-    /// ([`Store::claim_run`]) and returned as far as it reads ([`Store::inspect_run`]), so
+    /// ([`RunStore::claim_run`](crate::store::RunStore::claim_run)) and returned as far as it reads ([`HistoryStore::inspect_run`](crate::store::HistoryStore::inspect_run)), so
     /// that a caller driving several runs goes on with the others.
     pub async fn run(&self, run_id: &str) -> Result<RunRecord, RunnerError> {
         self.check_router()?;
         let claimed = self
             .inner
             .store
-            .claim_run_reading(
+            .claim_run(
                 run_id,
                 &self.inner.config.worker_id,
                 self.inner.config.lease_ttl,
@@ -842,7 +842,7 @@ where
     }
 
     /// Release the lease unless `record` shows it ended already: a commit to a final
-    /// status ends it in the same write (`Store::commit_step`).
+    /// status ends it in the same write (`RunStore::commit_step`).
     async fn release_if_held(&self, lease: &Lease, record: &RunRecord) {
         if record.lease_owner.is_none() {
             return;
@@ -1031,7 +1031,7 @@ where
     }
 
     /// [`commit`](Self::commit), writing `entries` of the step with it
-    /// ([`Store::commit_step_with_entries`](crate::store::Store::commit_step_with_entries)).
+    /// ([`RunStore::commit_step`](crate::store::RunStore::commit_step)).
     pub(crate) async fn commit_with_entries(
         &self,
         lease: &Lease,
@@ -1049,12 +1049,7 @@ where
             // await takes its space in this future, which every run in flight holds while
             // its commit waits (issue 22, W4).
             let error = {
-                let committed = if entries.is_empty() {
-                    store.commit_step(lease, commit).await
-                } else {
-                    store.commit_step_with_entries(lease, entries, commit).await
-                };
-                match committed {
+                match store.commit_step(lease, commit, entries).await {
                     Ok(record) => {
                         faults.check(FaultPoint::CommitApplied, run_id, record.version)?;
                         return Ok(record);
@@ -1111,7 +1106,7 @@ where
         None
     }
 
-    /// Write the cancel requested on the run this lease holds (`Store::accept_cancel`).
+    /// Write the cancel requested on the run this lease holds (`RunStore::accept_cancel`).
     async fn accept_cancel(&self, lease: &Lease, run_id: &str) -> Result<RunRecord, RunnerError> {
         match self.inner.store.accept_cancel(lease).await {
             Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {

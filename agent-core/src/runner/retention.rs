@@ -3,7 +3,7 @@
 //!
 //! A [`Worker`](super::Worker) with [`WorkerConfig::retention`](super::WorkerConfig) set
 //! applies the policy every [`Retention::interval`] while it works, through
-//! [`Store::prune`]: final runs not updated for [`Retention::delete_final_after`] are
+//! [`OperatorStore::prune`]: final runs not updated for [`Retention::delete_final_after`] are
 //! deleted whole, and versions older than [`Retention::history_window`] are compacted into
 //! a snapshot at the first kept version, for every run, final or not.
 //!
@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use crate::store::{PruneReport, RetentionPolicy, Store, StoreError, now_ms};
+use crate::store::{OperatorStore, PruneReport, RetentionPolicy, Store, StoreError, now_ms};
 
 /// How a worker keeps its store's size bounded ([`WorkerConfig::retention`](super::WorkerConfig)).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,11 +80,11 @@ impl Retention {
         }
     }
 
-    /// One pass: batches of [`Store::prune`] until one is not full.
+    /// One pass: batches of [`OperatorStore::prune`](crate::store::OperatorStore::prune) until one is not full.
     ///
     /// # Errors
     /// The store's error; what the earlier batches did stays done.
-    pub async fn apply(&self, store: &dyn Store) -> Result<PruneReport, StoreError> {
+    pub async fn apply(&self, store: &dyn OperatorStore) -> Result<PruneReport, StoreError> {
         if self.history_window.is_none() && self.delete_final_after.is_none() {
             return Ok(PruneReport::default());
         }

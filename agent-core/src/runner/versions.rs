@@ -16,7 +16,7 @@ pub const MIGRATION_FAILED: &str = "migration.failed";
 /// no migration of the chain declares the signal skipped.
 pub const MIGRATION_SKIPS_SIGNAL: &str = "migration.skips_signal";
 
-/// The entries of [`Store::claim_next`](crate::store::Store::claim_next) for the runs a
+/// The entries of [`RunStore::claim_next`](crate::store::RunStore::claim_next) for the runs a
 /// runner of `A` can run: `A@VERSION` and `A@v` for every older version it migrates from.
 #[must_use]
 pub fn claim_entries<A: Agent>() -> Vec<String> {
@@ -164,7 +164,7 @@ pub async fn plan_migration<A: Agent>(
 }
 
 /// Migrate the run `lease` holds (claimed as `record`) to `A`'s version now, with one
-/// [`Store::migrate_run`] under the lease, as [`plan_migration`] plans it; nothing else
+/// [`RunStore::migrate_run`](crate::store::RunStore::migrate_run) under the lease, as [`plan_migration`] plans it; nothing else
 /// of the run runs, and the lease stays held (release it). A run the plan leaves or would
 /// quarantine is not written: the caller hands it back (a worker quarantines it at its
 /// next step; an operator's tool reports it). `agentctl migrate` applies runs with it.

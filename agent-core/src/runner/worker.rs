@@ -31,7 +31,7 @@ pub struct WorkerConfig {
     /// At its first start, expire the leases still held under this worker's id
     /// ([`RunnerConfig::worker_id`](super::RunnerConfig)) so that the runs its previous
     /// process was driving are claimed at once instead of when their leases run out
-    /// ([`Store::expire_leases_of`](crate::store::Store::expire_leases_of)).
+    /// ([`RunStore::expire_leases_of`](crate::store::RunStore::expire_leases_of)).
     ///
     /// Only for an id that is **stable across restarts and held by one process at a time**
     /// (a supervisor's slot, a StatefulSet pod name): with an id another live process
@@ -43,7 +43,7 @@ pub struct WorkerConfig {
     /// Retention the worker applies to its store while it works (see [`Retention`]):
     /// final runs deleted after an age, versions older than a window compacted. `None`
     /// (the default): nothing is removed unless an operator prunes
-    /// ([`Store::prune`](crate::store::Store::prune), `agentctl prune`).
+    /// ([`OperatorStore::prune`](crate::store::OperatorStore::prune), `agentctl prune`).
     pub retention: Option<Retention>,
 }
 
@@ -110,7 +110,7 @@ pub const CHANGED_GRAPH_LISTED: usize = 20;
 /// - a step that **kills the process** is not: every run in flight is charged. A run claimed
 ///   [`SUSPECT_CLAIMS`] lost claims without a commit is a suspect and runs alone: the
 ///   worker hands the rest of its batch back with
-///   [`Store::hand_back`](crate::store::Store::hand_back) (not counted), lets the runs in
+///   [`RunStore::hand_back`](crate::store::RunStore::hand_back) (not counted), lets the runs in
 ///   flight finish, then drives the suspect with nothing else in the process.
 ///
 /// # Restarts
@@ -161,7 +161,7 @@ where
     /// The runs of this agent that are not final and that this worker leaves alone or
     /// that disagree with its graph: counts of runs on versions it cannot run, and the runs
     /// of its own version whose recorded fingerprint is not its graph's. Counted by the
-    /// store ([`Store::count_versions`](crate::store::Store::count_versions)): no run is
+    /// store ([`HistoryStore::count_versions`](crate::store::HistoryStore::count_versions)): no run is
     /// read, however many wait.
     ///
     /// # Errors
@@ -272,7 +272,7 @@ where
             }
             for run_id in std::mem::take(&mut panicked) {
                 match store
-                    .claim_run_reading(&run_id, &cfg.worker_id, cfg.lease_ttl)
+                    .claim_run(&run_id, &cfg.worker_id, cfg.lease_ttl)
                     .await
                 {
                     Ok(Some(claimed)) => self.spawn(&mut tasks, claimed),
@@ -284,7 +284,7 @@ where
             let mut claimed = 0;
             if free > 0 {
                 match store
-                    .claim_next_reading(&agents, &cfg.worker_id, cfg.lease_ttl, free)
+                    .claim_next(&agents, &cfg.worker_id, cfg.lease_ttl, free)
                     .await
                 {
                     Ok(batch) => {
@@ -375,7 +375,7 @@ where
     }
 }
 
-/// When the next lease or timer comes due ([`Store::next_due`]), as last asked of the
+/// When the next lease or timer comes due ([`RunStore::next_due`]), as last asked of the
 /// store: a worker with nothing to claim waits for a notification at most until then, so
 /// that a run whose holder died is taken over when its lease expires, not at the next
 /// poll. Asked at most once per poll interval, and again once the time it gave has come.

@@ -60,7 +60,7 @@ pub fn input_hash(value: &Value) -> String {
     hex::encode(Sha256::digest(canonical_json(value).as_bytes()))
 }
 
-/// What makes two [`Store::create_run`](super::Store::create_run) calls with the same id "the same run": SHA-256 over
+/// What makes two [`RunStore::create_run`](super::RunStore::create_run) calls with the same id "the same run": SHA-256 over
 /// the agent's name, the initial state's name and the canonical JSON of the initial state
 /// (and the labels, when there are any: runs created without labels keep their hash; and
 /// the parent, for a child run),

@@ -1,4 +1,11 @@
-//! The [`Store`] trait: what every backend guarantees (see the [module docs](super)).
+//! The store contract (see the [module docs](super)), by role: [`RunStore`] drives runs,
+//! [`HistoryStore`] reads what was stored and branches from it, [`OperatorStore`] acts on
+//! runs for a person, [`EventLog`] follows what was committed. [`Store`] is their sum, and
+//! every backend implements all four; code that needs one role asks for that one, so a
+//! page that only reads takes a [`HistoryStore`] and cannot move a run.
+//!
+//! Every method documents what it guarantees; the [conformance
+//! suite](crate::conformance) checks each guarantee for every backend.
 
 use std::fmt;
 use std::time::Duration;
@@ -15,13 +22,20 @@ use super::{
 };
 use crate::graph::GraphDescription;
 
-/// The durable storage of runs. Every method documents what it guarantees; the
-/// [conformance suite](crate::conformance) checks each guarantee for every backend.
+/// The durable storage of runs: all four roles. The runner, `agentctl` and the HTTP service
+/// take an `Arc<dyn Store>`; it coerces to any one role (`Arc<dyn HistoryStore>`). A store
+/// implements the roles, never this trait, which every type implementing them has.
+pub trait Store: RunStore + OperatorStore + EventLog {}
+
+impl<T: RunStore + OperatorStore + EventLog + ?Sized> Store for T {}
+
+/// What was stored, read back: runs, their histories, journals, signals and the agents'
+/// graphs, and time travel (the state at a version, a fork from it). Reads never change a
+/// run; [`fork`](Self::fork) creates a new one and leaves its source as it was.
 #[async_trait]
-pub trait Store: Send + Sync + fmt::Debug {
-    /// Store an agent's graph under `(agent, fingerprint)`; idempotent. Lets tools without
-    /// the agent's code (`agentctl`) draw it.
-    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError>;
+pub trait HistoryStore: Send + Sync + fmt::Debug {
+    /// Names of the registered agents, sorted.
+    async fn agents(&self) -> Result<Vec<String>, StoreError>;
 
     /// The most recently registered graph of an agent, or the one with this fingerprint.
     async fn agent_graph(
@@ -29,18 +43,6 @@ pub trait Store: Send + Sync + fmt::Debug {
         agent: &str,
         fingerprint: Option<&str>,
     ) -> Result<Option<GraphDescription>, StoreError>;
-
-    /// Names of the registered agents, sorted.
-    async fn agents(&self) -> Result<Vec<String>, StoreError>;
-
-    /// Create a run at version 0 (status running), recording the `start` transition, with
-    /// its labels ([`NewRun::with_label`]), which are checked first
-    /// ([`validate_labels`](super::validate_labels)).
-    /// Idempotent on `id`: creating an existing run with the same agent, initial state,
-    /// labels and parent ([`NewRun::spawned_by`]) returns it unchanged; with other content,
-    /// [`StoreError::AlreadyExists`]. A child run keeps its parent in
-    /// [`RunRecord::spawned_by`].
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError>;
 
     /// The run, or `None`.
     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
@@ -56,228 +58,6 @@ pub trait Store: Send + Sync + fmt::Debug {
             unreadable: None,
         }))
     }
-
-    /// Take the run's lease for `worker` if it is free, expired, or already `worker`'s.
-    /// Every successful claim increments the epoch (fencing any earlier holder); one that
-    /// takes the lease over from a holder that neither released nor committed through it
-    /// (expired, or `worker`'s own) increments `claims_without_progress`, so each lost
-    /// claim is charged once, and a claim that lands after its worker died costs nothing
-    /// until another claim finds it lost. Returns `None` while another worker holds a live
-    /// lease, or when the run is final. A run whose row does not read is quarantined in the same
-    /// call (code [`ROW_UNREADABLE`](super::ROW_UNREADABLE), lease ended) and
-    /// [`StoreError::Corrupt`] returned: nobody can execute it, and listings then say so.
-    async fn claim_run(
-        &self,
-        run_id: &str,
-        worker: &str,
-        ttl: Duration,
-    ) -> Result<Option<(Lease, RunRecord)>, StoreError>;
-
-    /// Claim up to `limit` runnable runs of these agents (running or compensating; waiting
-    /// runs whose signal has arrived or whose `wake_at` passed; parents waiting for their
-    /// children once the wait holds, see below) whose lease is free or expired, oldest
-    /// first, skipping runs locked by other claimers.
-    ///
-    /// A run waiting for [`WAIT_ALL_CHILDREN`](super::WAIT_ALL_CHILDREN) is claimable when no run spawned by it at
-    /// `version - 1` is in a status that is not final; for
-    /// [`WAIT_FIRST_CHILD`](super::WAIT_FIRST_CHILD), also as
-    /// soon as one of them is completed. Nothing is written when a child commits: the
-    /// parent is found by this query, so it is woken once. Each claim counts as in
-    /// [`claim_run`](Self::claim_run). A run whose row does not read is quarantined as
-    /// there and left out: one bad run never keeps the others from being claimed.
-    async fn claim_next(
-        &self,
-        agents: &[String],
-        worker: &str,
-        ttl: Duration,
-        limit: usize,
-    ) -> Result<Vec<(Lease, RunRecord)>, StoreError>;
-
-    /// [`claim_next`](Self::claim_next), each run with what its resumption reads first
-    /// ([`ClaimReads`](super::ClaimReads): its version span, whether its journal has entries at its version,
-    /// its pending signals), read by the claim itself. A
-    /// [`Worker`](crate::runner::Worker) claims this way, so that a batch of runs resumes
-    /// on one statement instead of one or more per run.
-    ///
-    /// The default claims with `claim_next` and reads nothing more (`reads: None`); the
-    /// runner then reads what it needs itself.
-    async fn claim_next_reading(
-        &self,
-        agents: &[String],
-        worker: &str,
-        ttl: Duration,
-        limit: usize,
-    ) -> Result<Vec<Claimed>, StoreError> {
-        let claimed = self.claim_next(agents, worker, ttl, limit).await?;
-        Ok(claimed
-            .into_iter()
-            .map(|(lease, record)| Claimed {
-                lease,
-                record,
-                reads: None,
-            })
-            .collect())
-    }
-
-    /// [`claim_run`](Self::claim_run) with what the run's resumption reads first, as
-    /// [`claim_next_reading`](Self::claim_next_reading) does; the default reads nothing
-    /// more.
-    async fn claim_run_reading(
-        &self,
-        run_id: &str,
-        worker: &str,
-        ttl: Duration,
-    ) -> Result<Option<Claimed>, StoreError> {
-        let claimed = self.claim_run(run_id, worker, ttl).await?;
-        Ok(claimed.map(|(lease, record)| Claimed {
-            lease,
-            record,
-            reads: None,
-        }))
-    }
-
-    /// [`create_run`](Self::create_run), the new run claimed by `worker` as
-    /// [`claim_run_reading`](Self::claim_run_reading) would claim it: for a caller that
-    /// creates a run to drive it at once ([`Runner::start_and_run`]), so that no other
-    /// worker takes it in between and the claim costs no statement of its own. Nobody is
-    /// woken for the new run: it is held.
-    ///
-    /// A run of this id created from the same request is claimed as `claim_run_reading`
-    /// claims (`None` while another worker holds it); from another request it is
-    /// [`StoreError::AlreadyExists`], as for `create_run`. The default does exactly those
-    /// two calls; stores override it with one write.
-    ///
-    /// [`Runner::start_and_run`]: crate::runner::Runner::start_and_run
-    async fn create_run_claimed(
-        &self,
-        run: NewRun,
-        worker: &str,
-        ttl: Duration,
-    ) -> Result<Option<Claimed>, StoreError> {
-        let id = run.id.clone();
-        self.create_run(run).await?;
-        self.claim_run_reading(&id, worker, ttl).await
-    }
-
-    /// Extend a held lease. [`StoreError::LeaseLost`] if the epoch is no longer current.
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;
-
-    /// Give the lease up (after a commit that leaves the run waiting or final, or on shutdown).
-    /// Resets `claims_without_progress`: a worker that releases its lease did not crash.
-    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
-
-    /// Give a claimed run back without having executed anything for it: the lease is
-    /// released, and the next claim is not charged for it (`claims_without_progress` is
-    /// left as the claim found it). A [`Worker`](crate::runner::Worker) hands back the
-    /// runs it claimed together with a suspect it must run alone, so that waiting for their turn never pushes them
-    /// towards dead-lettering. Like `release_lease`, nothing happens when the epoch is no
-    /// longer current; unlike it, other workers are not woken (the run is no more runnable
-    /// than before it was claimed).
-    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError>;
-
-    /// Expire every live lease that `worker` holds on a run that is not final, and wake the
-    /// workers; returns how many. The runs become claimable at once, by any worker, instead
-    /// of when their leases run out. Epochs and claim counts are kept: the next claim fences
-    /// the old holder out and counts against the run as any takeover does.
-    ///
-    /// For a worker that restarts under the same, stable id
-    /// ([`WorkerConfig::expire_own_leases_at_start`](crate::runner::WorkerConfig)): what its
-    /// previous process held, nobody is running any more.
-    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError>;
-
-    /// Durably record (insert or replace) a journal entry, fenced by the lease epoch.
-    async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError>;
-
-    /// The journal of a run, ordered by `(version, seq)`; only `version` when given.
-    async fn journal(
-        &self,
-        run_id: &str,
-        version: Option<u64>,
-    ) -> Result<Vec<JournalEntry>, StoreError>;
-
-    /// At most `limit` entries of a run's journal from `(version, seq)` on, ordered by
-    /// `(version, seq)`: a page of [`journal`](Self::journal), whose cost is its own
-    /// entries (the next page starts after the last entry's `(version, seq)`). The
-    /// default reads the whole journal; SQL stores read the page only.
-    async fn journal_from(
-        &self,
-        run_id: &str,
-        from: (u64, u32),
-        limit: usize,
-    ) -> Result<Vec<JournalEntry>, StoreError> {
-        let mut entries = self.journal(run_id, None).await?;
-        entries.retain(|e| (e.version, e.seq) >= from);
-        entries.truncate(limit);
-        Ok(entries)
-    }
-
-    /// Commit one step atomically: check `expected_version` and the lease epoch, write the
-    /// new version (+1), its transition record (hash-chained), the run row, and mark the
-    /// consumed signal. A stale writer gets [`StoreError::LeaseLost`] or
-    /// [`StoreError::Conflict`] and nothing is written. Resets `claims_without_progress`.
-    /// While an operator's cancel is requested ([`cancel_run`](Self::cancel_run)), every
-    /// commit is refused with [`StoreError::CancelRequested`] in the same compare-and-set.
-    ///
-    /// A commit to a final status also ends the lease (owner and expiry cleared in the same
-    /// write), which saves every finished run a release; nobody needs waking for a final
-    /// run. The returned record shows it, and the runner releases only a lease that is
-    /// still held.
-    async fn commit_step(
-        &self,
-        lease: &Lease,
-        commit: &StepCommit,
-    ) -> Result<RunRecord, StoreError>;
-
-    /// [`commit_step`](Self::commit_step) with journal entries of the step that were not
-    /// recorded yet (the runner defers the entry of a read whose policy allows it,
-    /// [`ToolPolicy::journal_with_commit`](crate::tool::ToolPolicy), to its step's commit,
-    /// so that a step calling one such read writes once, not twice).
-    ///
-    /// When this returns `Ok`, the entries are durable with the commit. On an error they
-    /// may or may not have been written, as with [`record_entry`](Self::record_entry)
-    /// followed by a commit; a store may write them in the commit's transaction, and then
-    /// writes them only if the commit applies. The default records them one by one, fenced
-    /// by the lease, then commits.
-    async fn commit_step_with_entries(
-        &self,
-        lease: &Lease,
-        entries: &[JournalEntry],
-        commit: &StepCommit,
-    ) -> Result<RunRecord, StoreError> {
-        for entry in entries {
-            self.record_entry(lease, entry).await?;
-        }
-        self.commit_step(lease, commit).await
-    }
-
-    /// Every committed transition of a run, by version.
-    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError>;
-
-    /// At most `limit` of a run's transitions from `version` on, by version: a page of
-    /// [`history`](Self::history), whose cost is its own transitions. The default reads
-    /// the whole history; SQL stores read the page only.
-    async fn history_from(
-        &self,
-        run_id: &str,
-        version: u64,
-        limit: usize,
-    ) -> Result<Vec<TransitionRecord>, StoreError> {
-        let mut history = self.history(run_id).await?;
-        history.retain(|t| t.version >= version);
-        history.truncate(limit);
-        Ok(history)
-    }
-
-    /// The state at `version` (time travel); `None` if never committed or pruned.
-    async fn state_at(
-        &self,
-        run_id: &str,
-        version: u64,
-    ) -> Result<Option<StateAtVersion>, StoreError>;
-
-    /// A new run `new_id` starting at version 0 from `run_id`'s state at `version`.
-    async fn fork(&self, run_id: &str, version: u64, new_id: &str)
-    -> Result<RunRecord, StoreError>;
 
     /// Runs matching the filter, in [`RunFilter`]'s order (newest first, then by id
     /// descending): of its agent, in one of its statuses, spawned by
@@ -333,6 +113,245 @@ pub trait Store: Send + Sync + fmt::Debug {
             .collect())
     }
 
+    /// Every committed transition of a run, by version.
+    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError>;
+
+    /// At most `limit` of a run's transitions from `version` on, by version: a page of
+    /// [`history`](Self::history), whose cost is its own transitions. The default reads
+    /// the whole history; SQL stores read the page only.
+    async fn history_from(
+        &self,
+        run_id: &str,
+        version: u64,
+        limit: usize,
+    ) -> Result<Vec<TransitionRecord>, StoreError> {
+        let mut history = self.history(run_id).await?;
+        history.retain(|t| t.version >= version);
+        history.truncate(limit);
+        Ok(history)
+    }
+
+    /// The first and last stored versions of a run and how many there are, or `None` when
+    /// it has none. A consistent run has `last == run.version` and
+    /// `count == last - first + 1` (`first > 0` only after pruning). The runner checks it
+    /// when it claims a run, so a regressed or gapped history (a restored backup, a manual
+    /// edit) is quarantined before any tool call. The default reads the whole history.
+    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
+        let history = self.history(run_id).await?;
+        Ok(match (history.first(), history.last()) {
+            (Some(first), Some(last)) => Some(VersionSpan {
+                first: first.version,
+                last: last.version,
+                count: history.len() as u64,
+            }),
+            _ => None,
+        })
+    }
+
+    /// The state at `version` (time travel); `None` if never committed or pruned.
+    async fn state_at(
+        &self,
+        run_id: &str,
+        version: u64,
+    ) -> Result<Option<StateAtVersion>, StoreError>;
+
+    /// A new run `new_id` starting at version 0 from `run_id`'s state at `version`.
+    async fn fork(&self, run_id: &str, version: u64, new_id: &str)
+    -> Result<RunRecord, StoreError>;
+
+    /// The journal of a run, ordered by `(version, seq)`; only `version` when given.
+    async fn journal(
+        &self,
+        run_id: &str,
+        version: Option<u64>,
+    ) -> Result<Vec<JournalEntry>, StoreError>;
+
+    /// At most `limit` entries of a run's journal from `(version, seq)` on, ordered by
+    /// `(version, seq)`: a page of [`journal`](Self::journal), whose cost is its own
+    /// entries (the next page starts after the last entry's `(version, seq)`). The
+    /// default reads the whole journal; SQL stores read the page only.
+    async fn journal_from(
+        &self,
+        run_id: &str,
+        from: (u64, u32),
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        let mut entries = self.journal(run_id, None).await?;
+        entries.retain(|e| (e.version, e.seq) >= from);
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    /// Signals of a run not yet consumed, oldest first.
+    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError>;
+
+    /// The tool registry.
+    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError>;
+
+    /// Whether a tool may be called (tools never switched are enabled).
+    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError>;
+
+    /// Per-tool call statistics over the calls started at or after `since`: count,
+    /// failures by error code, average, p50 and p99 duration. SQL backends compute it in
+    /// SQL; the default reads every run's journal.
+    async fn tool_stats(&self, since: Millis) -> Result<Vec<ToolStats>, StoreError> {
+        let runs = self.list_runs(&RunFilter::default()).await?;
+        let mut entries = Vec::new();
+        for run in runs {
+            entries.extend(self.journal(&run.id, None).await?);
+        }
+        Ok(compute_tool_stats(&entries, since))
+    }
+
+    /// Bytes used by this run's rows (state versions, journal, outputs), for the
+    /// storage-growth check; `None` when the backend cannot tell.
+    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+        let _ = run_id;
+        Ok(None)
+    }
+}
+
+/// What the runner needs to drive runs: create them, claim them under a lease, journal
+/// their tool calls, commit their steps, and the few writes a step may end in instead
+/// (quarantine, migration, an accepted cancel). Driving a run reads it, so a `RunStore` is
+/// a [`HistoryStore`].
+#[async_trait]
+pub trait RunStore: HistoryStore {
+    /// Store an agent's graph under `(agent, fingerprint)`; idempotent. Lets tools without
+    /// the agent's code (`agentctl`) draw it.
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError>;
+
+    /// Create a run at version 0 (status running), recording the `start` transition, with
+    /// its labels ([`NewRun::with_label`]), which are checked first
+    /// ([`validate_labels`](super::validate_labels)).
+    /// Idempotent on `id`: creating an existing run with the same agent, initial state,
+    /// labels and parent ([`NewRun::spawned_by`]) returns it unchanged; with other content,
+    /// [`StoreError::AlreadyExists`]. A child run keeps its parent in
+    /// [`RunRecord::spawned_by`].
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError>;
+
+    /// Take the run's lease for `worker` if it is free, expired, or already `worker`'s, and
+    /// read what its resumption reads first ([`Claimed::reads`]: its version span, whether
+    /// its journal has entries at its version, its pending signals) in the same call, so
+    /// that resuming a run costs no statement of its own. `reads` may be `None` for a store
+    /// that cannot read them with the claim; the runner then reads them itself.
+    ///
+    /// Every successful claim increments the epoch (fencing any earlier holder); one that
+    /// takes the lease over from a holder that neither released nor committed through it
+    /// (expired, or `worker`'s own) increments `claims_without_progress`, so each lost
+    /// claim is charged once, and a claim that lands after its worker died costs nothing
+    /// until another claim finds it lost. Returns `None` while another worker holds a live
+    /// lease, or when the run is final. A run whose row does not read is quarantined in the same
+    /// call (code [`ROW_UNREADABLE`](super::ROW_UNREADABLE), lease ended) and
+    /// [`StoreError::Corrupt`] returned: nobody can execute it, and listings then say so.
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError>;
+
+    /// Claim up to `limit` runnable runs of these agents (running or compensating; waiting
+    /// runs whose signal has arrived or whose `wake_at` passed; parents waiting for their
+    /// children once the wait holds, see below) whose lease is free or expired, oldest
+    /// first, skipping runs locked by other claimers, each with what its resumption reads
+    /// first, as [`claim_run`](Self::claim_run) reads it: a batch of runs resumes on one
+    /// statement instead of one or more per run.
+    ///
+    /// A run waiting for [`WAIT_ALL_CHILDREN`](super::WAIT_ALL_CHILDREN) is claimable when no run spawned by it at
+    /// `version - 1` is in a status that is not final; for
+    /// [`WAIT_FIRST_CHILD`](super::WAIT_FIRST_CHILD), also as
+    /// soon as one of them is completed. Nothing is written when a child commits: the
+    /// parent is found by this query, so it is woken once. Each claim counts as in
+    /// [`claim_run`](Self::claim_run). A run whose row does not read is quarantined as
+    /// there and left out: one bad run never keeps the others from being claimed.
+    async fn claim_next(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError>;
+
+    /// [`create_run`](Self::create_run), the new run claimed by `worker` as
+    /// [`claim_run`](Self::claim_run) would claim it: for a caller that
+    /// creates a run to drive it at once ([`Runner::start_and_run`]), so that no other
+    /// worker takes it in between and the claim costs no statement of its own. Nobody is
+    /// woken for the new run: it is held.
+    ///
+    /// A run of this id created from the same request is claimed as `claim_run`
+    /// claims (`None` while another worker holds it); from another request it is
+    /// [`StoreError::AlreadyExists`], as for `create_run`. The default does exactly those
+    /// two calls; stores override it with one write.
+    ///
+    /// [`Runner::start_and_run`]: crate::runner::Runner::start_and_run
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let id = run.id.clone();
+        self.create_run(run).await?;
+        self.claim_run(&id, worker, ttl).await
+    }
+
+    /// Extend a held lease. [`StoreError::LeaseLost`] if the epoch is no longer current.
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;
+
+    /// Give the lease up (after a commit that leaves the run waiting or final, or on shutdown).
+    /// Resets `claims_without_progress`: a worker that releases its lease did not crash.
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Give a claimed run back without having executed anything for it: the lease is
+    /// released, and the next claim is not charged for it (`claims_without_progress` is
+    /// left as the claim found it). A [`Worker`](crate::runner::Worker) hands back the
+    /// runs it claimed together with a suspect it must run alone, so that waiting for their turn never pushes them
+    /// towards dead-lettering. Like `release_lease`, nothing happens when the epoch is no
+    /// longer current; unlike it, other workers are not woken (the run is no more runnable
+    /// than before it was claimed).
+    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Expire every live lease that `worker` holds on a run that is not final, and wake the
+    /// workers; returns how many. The runs become claimable at once, by any worker, instead
+    /// of when their leases run out. Epochs and claim counts are kept: the next claim fences
+    /// the old holder out and counts against the run as any takeover does.
+    ///
+    /// For a worker that restarts under the same, stable id
+    /// ([`WorkerConfig::expire_own_leases_at_start`](crate::runner::WorkerConfig)): what its
+    /// previous process held, nobody is running any more.
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError>;
+
+    /// Durably record (insert or replace) a journal entry, fenced by the lease epoch.
+    async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError>;
+
+    /// Commit one step atomically: check `expected_version` and the lease epoch, write the
+    /// new version (+1), its transition record (hash-chained), the run row, and mark the
+    /// consumed signal. A stale writer gets [`StoreError::LeaseLost`] or
+    /// [`StoreError::Conflict`] and nothing is written. Resets `claims_without_progress`.
+    /// While an operator's cancel is requested ([`cancel_run`](OperatorStore::cancel_run)), every
+    /// commit is refused with [`StoreError::CancelRequested`] in the same compare-and-set.
+    ///
+    /// `entries` are journal entries of the step not recorded yet: the runner defers the
+    /// entry of a read whose policy allows it
+    /// ([`ToolPolicy::journal_with_commit`](crate::tool::ToolPolicy)) to its step's commit, so
+    /// that a step calling one such read writes once, not twice. When this returns `Ok`,
+    /// they are durable with the commit. On an error they may or may not have been
+    /// written, as with [`record_entry`](Self::record_entry) followed by a commit; a store
+    /// may write them in the commit's transaction, and then writes them only if the commit
+    /// applies.
+    ///
+    /// A commit to a final status also ends the lease (owner and expiry cleared in the same
+    /// write), which saves every finished run a release; nobody needs waking for a final
+    /// run. The returned record shows it, and the runner releases only a lease that is
+    /// still held.
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+        entries: &[JournalEntry],
+    ) -> Result<RunRecord, StoreError>;
+
     /// Send a signal; kept until a waiting step consumes it (also when sent early).
     async fn send_signal(
         &self,
@@ -341,8 +360,127 @@ pub trait Store: Send + Sync + fmt::Debug {
         payload: &Value,
     ) -> Result<i64, StoreError>;
 
-    /// Signals of a run not yet consumed, oldest first.
-    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError>;
+    /// Quarantine the run this lease holds, without writing a version (for a run whose
+    /// stored history does not allow one), and end the lease, in one write fenced by the
+    /// epoch: no other worker can claim the run in between. [`StoreError::LeaseLost`] when
+    /// the epoch moved.
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError>;
+
+    /// Move the run this lease holds to a newer version of its agent
+    /// ([migration](mod@super::migrate)) in one write: the transition `commit.version()` of
+    /// kind `migrated` (the mapped state as a snapshot, status and `waiting_for` as the
+    /// commit says, the note of [`MigrationNote::to_note`](super::MigrationNote::to_note),
+    /// hash-chained like a commit under the lease's epoch), and the run row moved to it
+    /// with its `agent_version`, `fingerprint`, `migrated_at_version` (the new version) and
+    /// `resume_base` from the commit. The lease stays held: the holder goes on to run the
+    /// step. Pending signals are kept (they belong to the run).
+    ///
+    /// Refused, nothing written, as [`MigrationCommit::refusal`] says, checked in the same
+    /// write: [`StoreError::LeaseLost`] when the epoch moved, [`StoreError::Conflict`] when
+    /// the run's version or agent version is not the expected one (another worker migrated
+    /// it first), [`StoreError::CancelRequested`] while an operator's cancel waits, and
+    /// [`StoreError::Backend`] for a run that is not running or waiting (a compensating
+    /// run is never migrated).
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &MigrationCommit,
+    ) -> Result<RunRecord, StoreError>;
+
+    /// For the holder of `lease` on a run whose cancel was requested: write the `cancel`
+    /// transition (to `compensating`, error `cancelled`, with the requester's note) in
+    /// place of the step it was refused, fenced by the epoch; the lease stays held so the
+    /// holder goes on to compensate.
+    ///
+    /// # Errors
+    /// [`StoreError::LeaseLost`] when the epoch moved; [`StoreError::Backend`] when no
+    /// cancel is requested.
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError>;
+
+    /// Wait until there may be work (a notification), or `timeout`. Backends without
+    /// notifications sleep.
+    async fn wait_for_work(&self, timeout: Duration) {
+        tokio::time::sleep(timeout).await;
+    }
+
+    /// How long until a run that cannot be claimed now may become claimable by time alone:
+    /// the earliest live lease on a run that is not final to run out, or the earliest
+    /// timer (`wake_at`) still to come. `None` when there is none, or when the backend
+    /// cannot tell (the default). A [`Worker`](crate::runner::Worker) with nothing to claim
+    /// waits for work at most this long, so that a run whose holder died is taken over
+    /// when its lease expires, not at the next poll. Any run counts, whatever its agent: a
+    /// worker woken for another agent's run finds nothing and waits again.
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// What a person does to runs through `agentctl` or the HTTP API: cancel, terminate,
+/// retry, repair, drop a signal, prune, switch tools. Each action is one write, refused
+/// while a live lease holds a run it would change behind its holder's back, and recorded
+/// (with who and why) where it changes a run's history.
+#[async_trait]
+pub trait OperatorStore: HistoryStore {
+    /// Cancel a run: its saga's compensations run and it ends `cancelled`.
+    ///
+    /// A run that is not held by a live lease (running, waiting for a signal or a timer,
+    /// or held by an expired lease) moves to `compensating` with error `cancelled` in one
+    /// `cancel` transition, hash-chained like a commit and carrying `note`; the write takes
+    /// a new epoch, so an expired holder's late commit is refused. A worker then claims it
+    /// and runs the compensations. A run held by a live lease gets the request recorded
+    /// ([`RunRecord::cancel_requested`]) and is returned unchanged otherwise: from then on
+    /// [`commit_step`](RunStore::commit_step) refuses its holder's commits with
+    /// [`StoreError::CancelRequested`], checked in the commit's own compare-and-set, and the
+    /// holder writes the cancel with [`accept_cancel`](RunStore::accept_cancel). So a cancel
+    /// racing a commit leaves one history: the step, then the cancel; or the cancel alone.
+    ///
+    /// Idempotent: a cancelled or compensating run, or one whose cancel is already
+    /// requested, is returned as it is, without a new version.
+    ///
+    /// The cancel reaches the run's children in the same write, and theirs: each child
+    /// that is not final, except those started in a state whose children outlive the run
+    /// ([`cancel_reaches_child`](super::operator::cancel_reaches_child)), is cancelled as
+    /// above with a note naming its parent
+    /// ([`child_cancel_note`](super::operator::child_cancel_note)). So no child commits a
+    /// step after its parent's cancel: one a worker holds gets the request, and its
+    /// holder's next commit is refused.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; [`StoreError::RunIsFinal`] for a run in another final
+    /// status.
+    async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError>;
+
+    /// Terminate a run: it stops at once, nothing compensated, in a `terminate` transition
+    /// to `terminated` carrying `note` (who and why), hash-chained like a commit. The write
+    /// takes a new epoch and ends the lease, so a worker running the run is fenced out: its
+    /// next write gets [`StoreError::LeaseLost`] and it stops. Idempotent: a terminated run
+    /// is returned as it is, without a new version.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; [`StoreError::RunIsFinal`] for a run in another final
+    /// status.
+    async fn terminate_run(
+        &self,
+        run_id: &str,
+        note: &OperatorNote,
+    ) -> Result<RunRecord, StoreError>;
+
+    /// Put a run that is not held by a live lease into `status` with `error` (quarantine,
+    /// dead-letter), or back to running for an operator's retry (clearing the error).
+    async fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        error: Option<RunFailure>,
+    ) -> Result<RunRecord, StoreError>;
+
+    /// Write a planned [repair](mod@super::repair) of a quarantined run in one write: the
+    /// transition `commit.version()` (kind `repair`, status running, the restored state as a
+    /// snapshot, `commit.hash`), and the run row rewritten from it (that state and version,
+    /// running, error and wait cleared, no lease, epoch `commit.epoch()`). Refused with
+    /// [`StoreError::Conflict`] and nothing written when the run is no longer quarantined,
+    /// its epoch or last stored version moved, or a live lease holds it.
+    async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError>;
 
     /// Drop the pending signal `signal_id` of run `run_id` for an operator: in one write,
     /// the signal is marked consumed by a new `signal_dropped` version (so no step reads
@@ -366,50 +504,6 @@ pub trait Store: Send + Sync + fmt::Debug {
         note: &OperatorNote,
     ) -> Result<RunRecord, StoreError>;
 
-    /// Quarantine the run this lease holds, without writing a version (for a run whose
-    /// stored history does not allow one), and end the lease, in one write fenced by the
-    /// epoch: no other worker can claim the run in between. [`StoreError::LeaseLost`] when
-    /// the epoch moved.
-    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError>;
-
-    /// Put a run that is not held by a live lease into `status` with `error` (quarantine,
-    /// dead-letter), or back to running for an operator's retry (clearing the error).
-    async fn set_status(
-        &self,
-        run_id: &str,
-        status: RunStatus,
-        error: Option<RunFailure>,
-    ) -> Result<RunRecord, StoreError>;
-
-    /// Write a planned [repair](mod@super::repair) of a quarantined run in one write: the
-    /// transition `commit.version()` (kind `repair`, status running, the restored state as a
-    /// snapshot, `commit.hash`), and the run row rewritten from it (that state and version,
-    /// running, error and wait cleared, no lease, epoch `commit.epoch()`). Refused with
-    /// [`StoreError::Conflict`] and nothing written when the run is no longer quarantined,
-    /// its epoch or last stored version moved, or a live lease holds it.
-    async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError>;
-
-    /// Move the run this lease holds to a newer version of its agent
-    /// ([migration](mod@super::migrate)) in one write: the transition `commit.version()` of
-    /// kind `migrated` (the mapped state as a snapshot, status and `waiting_for` as the
-    /// commit says, the note of [`MigrationNote::to_note`](super::MigrationNote::to_note),
-    /// hash-chained like a commit under the lease's epoch), and the run row moved to it
-    /// with its `agent_version`, `fingerprint`, `migrated_at_version` (the new version) and
-    /// `resume_base` from the commit. The lease stays held: the holder goes on to run the
-    /// step. Pending signals are kept (they belong to the run).
-    ///
-    /// Refused, nothing written, as [`MigrationCommit::refusal`] says, checked in the same
-    /// write: [`StoreError::LeaseLost`] when the epoch moved, [`StoreError::Conflict`] when
-    /// the run's version or agent version is not the expected one (another worker migrated
-    /// it first), [`StoreError::CancelRequested`] while an operator's cancel waits, and
-    /// [`StoreError::Backend`] for a run that is not running or waiting (a compensating
-    /// run is never migrated).
-    async fn migrate_run(
-        &self,
-        lease: &Lease,
-        commit: &MigrationCommit,
-    ) -> Result<RunRecord, StoreError>;
-
     /// Remove old versions and their journal by policy; resume keeps working.
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError>;
 
@@ -420,66 +514,12 @@ pub trait Store: Send + Sync + fmt::Debug {
         enabled: bool,
         reason: Option<&str>,
     ) -> Result<(), StoreError>;
+}
 
-    /// The tool registry.
-    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError>;
-
-    /// Whether a tool may be called (tools never switched are enabled).
-    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError>;
-
-    /// Wait until there may be work (a notification), or `timeout`. Backends without
-    /// notifications sleep.
-    async fn wait_for_work(&self, timeout: Duration) {
-        tokio::time::sleep(timeout).await;
-    }
-
-    /// How long until a run that cannot be claimed now may become claimable by time alone:
-    /// the earliest live lease on a run that is not final to run out, or the earliest
-    /// timer (`wake_at`) still to come. `None` when there is none, or when the backend
-    /// cannot tell (the default). A [`Worker`](crate::runner::Worker) with nothing to claim
-    /// waits for work at most this long, so that a run whose holder died is taken over
-    /// when its lease expires, not at the next poll. Any run counts, whatever its agent: a
-    /// worker woken for another agent's run finds nothing and waits again.
-    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
-        Ok(None)
-    }
-
-    /// The first and last stored versions of a run and how many there are, or `None` when
-    /// it has none. A consistent run has `last == run.version` and
-    /// `count == last - first + 1` (`first > 0` only after pruning). The runner checks it
-    /// when it claims a run, so a regressed or gapped history (a restored backup, a manual
-    /// edit) is quarantined before any tool call. The default reads the whole history.
-    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
-        let history = self.history(run_id).await?;
-        Ok(match (history.first(), history.last()) {
-            (Some(first), Some(last)) => Some(VersionSpan {
-                first: first.version,
-                last: last.version,
-                count: history.len() as u64,
-            }),
-            _ => None,
-        })
-    }
-
-    /// Per-tool call statistics over the calls started at or after `since`: count,
-    /// failures by error code, average, p50 and p99 duration. SQL backends compute it in
-    /// SQL; the default reads every run's journal.
-    async fn tool_stats(&self, since: Millis) -> Result<Vec<ToolStats>, StoreError> {
-        let runs = self.list_runs(&RunFilter::default()).await?;
-        let mut entries = Vec::new();
-        for run in runs {
-            entries.extend(self.journal(&run.id, None).await?);
-        }
-        Ok(compute_tool_stats(&entries, since))
-    }
-
-    /// Bytes used by this run's rows (state versions, journal, outputs), for the
-    /// storage-growth check; `None` when the backend cannot tell.
-    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
-        let _ = run_id;
-        Ok(None)
-    }
-
+/// The events every commit gives ([events](mod@super::events)), read from a cursor, and the
+/// wake-ups that tell a follower when to read again.
+#[async_trait]
+pub trait EventLog: Send + Sync + fmt::Debug {
     /// The events in `scope` after `after`, in cursor order, at most `limit`
     /// ([events](mod@super::events)). Derived from the records as committed: a read from
     /// any cursor returns exactly the events a read from the start returns after it,
@@ -514,58 +554,4 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn event_wakes(&self) -> Result<Option<EventWakes>, StoreError> {
         Ok(None)
     }
-
-    /// Cancel a run: its saga's compensations run and it ends `cancelled`.
-    ///
-    /// A run that is not held by a live lease (running, waiting for a signal or a timer,
-    /// or held by an expired lease) moves to `compensating` with error `cancelled` in one
-    /// `cancel` transition, hash-chained like a commit and carrying `note`; the write takes
-    /// a new epoch, so an expired holder's late commit is refused. A worker then claims it
-    /// and runs the compensations. A run held by a live lease gets the request recorded
-    /// ([`RunRecord::cancel_requested`]) and is returned unchanged otherwise: from then on
-    /// [`commit_step`](Self::commit_step) refuses its holder's commits with
-    /// [`StoreError::CancelRequested`], checked in the commit's own compare-and-set, and the
-    /// holder writes the cancel with [`accept_cancel`](Self::accept_cancel). So a cancel
-    /// racing a commit leaves one history: the step, then the cancel; or the cancel alone.
-    ///
-    /// Idempotent: a cancelled or compensating run, or one whose cancel is already
-    /// requested, is returned as it is, without a new version.
-    ///
-    /// The cancel reaches the run's children in the same write, and theirs: each child
-    /// that is not final, except those started in a state whose children outlive the run
-    /// ([`cancel_reaches_child`](super::operator::cancel_reaches_child)), is cancelled as
-    /// above with a note naming its parent
-    /// ([`child_cancel_note`](super::operator::child_cancel_note)). So no child commits a
-    /// step after its parent's cancel: one a worker holds gets the request, and its
-    /// holder's next commit is refused.
-    ///
-    /// # Errors
-    /// [`StoreError::NotFound`]; [`StoreError::RunIsFinal`] for a run in another final
-    /// status.
-    async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError>;
-
-    /// Terminate a run: it stops at once, nothing compensated, in a `terminate` transition
-    /// to `terminated` carrying `note` (who and why), hash-chained like a commit. The write
-    /// takes a new epoch and ends the lease, so a worker running the run is fenced out: its
-    /// next write gets [`StoreError::LeaseLost`] and it stops. Idempotent: a terminated run
-    /// is returned as it is, without a new version.
-    ///
-    /// # Errors
-    /// [`StoreError::NotFound`]; [`StoreError::RunIsFinal`] for a run in another final
-    /// status.
-    async fn terminate_run(
-        &self,
-        run_id: &str,
-        note: &OperatorNote,
-    ) -> Result<RunRecord, StoreError>;
-
-    /// For the holder of `lease` on a run whose cancel was requested: write the `cancel`
-    /// transition (to `compensating`, error `cancelled`, with the requester's note) in
-    /// place of the step it was refused, fenced by the epoch; the lease stays held so the
-    /// holder goes on to compensate.
-    ///
-    /// # Errors
-    /// [`StoreError::LeaseLost`] when the epoch moved; [`StoreError::Backend`] when no
-    /// cancel is requested.
-    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError>;
 }

@@ -42,7 +42,7 @@ pub enum StoreError {
     #[error("store error: {0}")]
     Backend(String),
     /// An operator asked to cancel the run while this step ran: the step is not committed.
-    /// The lease holder takes the cancel instead ([`Store::accept_cancel`](super::Store::accept_cancel)).
+    /// The lease holder takes the cancel instead ([`RunStore::accept_cancel`](super::RunStore::accept_cancel)).
     #[error("run `{0}` is being cancelled: the step was not committed")]
     CancelRequested(String),
     /// An operator's action on a run in a final status other than the one it leads to.

@@ -3,7 +3,7 @@
 //! Nothing is written for events: every record a store keeps for a run (its transitions,
 //! journal entries, signals, and the status changes that write no version) carries a
 //! **position**, drawn by the store from one counter when the record is written, under the
-//! run's write lock. The events of a record follow from the record alone ([`EventLog`]),
+//! run's write lock. The events of a record follow from the record alone ([`EventBuilder`]),
 //! so a read from any cursor returns exactly what was committed, after any crash, and the
 //! same events as a fresh read: nothing is lost or invented, and a record that was never
 //! committed never shows.
@@ -348,8 +348,8 @@ pub struct TransitionFacts {
     pub consumed_signal: Option<(i64, String)>,
 }
 
-/// A status change that writes no version ([`Store::set_status`](super::Store::set_status),
-/// [`Store::quarantine`](super::Store::quarantine)), kept for its event.
+/// A status change that writes no version ([`OperatorStore::set_status`](super::OperatorStore::set_status),
+/// [`RunStore::quarantine`](super::RunStore::quarantine)), kept for its event.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatusChange {
     /// The run.
@@ -367,11 +367,11 @@ pub struct StatusChange {
 /// The events of the records a store read: add each record with its position, then
 /// [`finish`](Self::finish). Every store derives events with it, so they agree.
 #[derive(Debug, Default)]
-pub struct EventLog {
+pub struct EventBuilder {
     events: Vec<RunEvent>,
 }
 
-impl EventLog {
+impl EventBuilder {
     /// An empty log.
     #[must_use]
     pub fn new() -> Self {

@@ -1,4 +1,4 @@
-//! An in-memory [`Store`]: every guarantee of the contract, nothing durable across a restart.
+//! An in-memory [`Store`](super::Store): every guarantee of the contract, nothing durable across a restart.
 //!
 //! For tests, examples and single-process use where losing runs on exit is acceptable. All
 //! data lives behind one mutex, so every operation is atomic; versions are kept through
@@ -25,15 +25,17 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::events::{
-    EventCursor, EventLog, EventScope, EventWakes, RunEvent, StatusChange, TransitionFacts, WakeHub,
+    EventBuilder, EventCursor, EventScope, EventWakes, RunEvent, StatusChange, TransitionFacts,
+    WakeHub,
 };
 use super::history::{self, VersionPayload};
 use super::operator::{self, OperatorPlan, OperatorTransition};
 use super::{
-    CallStatus, JournalEntry, Lease, MigrationCommit, Millis, NewRun, OperatorNote, PruneReport,
-    RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord,
-    StateAtVersion, StepCommit, Store, StoreError, ToolSwitch, TransitionKind, TransitionRecord,
-    WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, creation_hash, now_ms, transition_hash, validate_labels,
+    CallStatus, Claimed, EventLog, HistoryStore, JournalEntry, Lease, MigrationCommit, Millis,
+    NewRun, OperatorNote, OperatorStore, PruneReport, RepairCommit, RetentionPolicy, RunFailure,
+    RunFilter, RunRecord, RunStatus, RunStore, SignalRecord, StateAtVersion, StepCommit,
+    StoreError, ToolSwitch, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
+    creation_hash, now_ms, transition_hash, validate_labels,
 };
 use crate::graph::GraphDescription;
 use crate::tool::ToolKind;
@@ -182,7 +184,7 @@ impl Inner {
         self.runs.get(run_id).ok_or_else(|| not_found(run_id))
     }
 
-    /// What [`Store::cancel_run`] does to one run, as [`operator::plan_cancel`] says.
+    /// What [`OperatorStore::cancel_run`] does to one run, as [`operator::plan_cancel`] says.
     fn cancel_one(
         &mut self,
         run_id: &str,
@@ -243,7 +245,7 @@ impl Inner {
         })
     }
 
-    /// Whether a parent waiting for its children may go on: see [`Store::claim_next`].
+    /// Whether a parent waiting for its children may go on: see [`RunStore::claim_next`].
     fn children_done(&self, r: &RunRecord) -> bool {
         let first = match r.waiting_for.as_deref() {
             Some(WAIT_ALL_CHILDREN) => false,
@@ -345,7 +347,7 @@ impl Inner {
         record
     }
 
-    fn claim(data: &mut RunData, worker: &str, ttl: Duration, now: i64) -> (Lease, RunRecord) {
+    fn claim(data: &mut RunData, worker: &str, ttl: Duration, now: i64) -> Claimed {
         let r = &mut data.record;
         r.epoch += 1;
         // Charged only when the previous claim was neither released nor committed through.
@@ -361,7 +363,11 @@ impl Inner {
             epoch: r.epoch,
             expires_at: now.saturating_add(ttl_ms(ttl)),
         };
-        (lease, r.clone())
+        Claimed {
+            lease,
+            record: r.clone(),
+            reads: None,
+        }
     }
 }
 
@@ -489,7 +495,7 @@ impl RunData {
     }
 
     /// The events of this run's records positioned at or after `from`.
-    fn events(&self, log: &mut EventLog, from: u64, signals: &[(&SignalRecord, u64)]) {
+    fn events(&self, log: &mut EventBuilder, from: u64, signals: &[(&SignalRecord, u64)]) {
         let agent = &self.record.agent;
         for v in self.versions.values().filter(|v| v.position >= from) {
             log.transition(agent, v.position, &v.transition, &v.facts);
@@ -539,19 +545,7 @@ pub(crate) fn is_saga_entry(e: &JournalEntry) -> bool {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
-    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
-        let mut g = self.lock();
-        let key = (graph.agent.clone(), graph.fingerprint());
-        g.graph_seq += 1;
-        let seq = g.graph_seq;
-        g.graphs
-            .entry(key)
-            .and_modify(|e| e.1 = seq)
-            .or_insert_with(|| (graph.clone(), seq));
-        Ok(())
-    }
-
+impl HistoryStore for MemoryStore {
     async fn agent_graph(
         &self,
         agent: &str,
@@ -572,6 +566,201 @@ impl Store for MemoryStore {
         Ok(names)
     }
 
+    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        Ok(self.lock().runs.get(run_id).map(|d| d.record.clone()))
+    }
+
+    async fn journal(
+        &self,
+        run_id: &str,
+        version: Option<u64>,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        let g = self.lock();
+        let data = g.run(run_id)?;
+        Ok(data
+            .journal
+            .values()
+            .filter(|e| version.is_none_or(|v| e.version == v))
+            .cloned()
+            .collect())
+    }
+
+    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
+        let g = self.lock();
+        Ok(g.run(run_id)?
+            .versions
+            .values()
+            .map(|v| v.transition.clone())
+            .collect())
+    }
+
+    async fn history_from(
+        &self,
+        run_id: &str,
+        version: u64,
+        limit: usize,
+    ) -> Result<Vec<TransitionRecord>, StoreError> {
+        let g = self.lock();
+        Ok(g.run(run_id)?
+            .versions
+            .range(version..)
+            .take(limit)
+            .map(|(_, v)| v.transition.clone())
+            .collect())
+    }
+
+    async fn journal_from(
+        &self,
+        run_id: &str,
+        from: (u64, u32),
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>, StoreError> {
+        let g = self.lock();
+        Ok(g.run(run_id)?
+            .journal
+            .range(from..)
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn state_at(
+        &self,
+        run_id: &str,
+        version: u64,
+    ) -> Result<Option<StateAtVersion>, StoreError> {
+        let g = self.lock();
+        g.run(run_id)?.state_at(version)
+    }
+
+    async fn fork(
+        &self,
+        run_id: &str,
+        version: u64,
+        new_id: &str,
+    ) -> Result<RunRecord, StoreError> {
+        let record = {
+            let mut g = self.lock();
+            let data = g.run(run_id)?;
+            let at = data
+                .state_at(version)?
+                .ok_or_else(|| StoreError::NotFound(format!("{run_id}@{version}")))?;
+            // The state at `version` is of the agent version the run was on then.
+            let history: Vec<TransitionRecord> = data
+                .versions
+                .values()
+                .map(|v| v.transition.clone())
+                .collect();
+            let (agent_version, fingerprint) =
+                super::agent_version_at(&data.record, &history, version);
+            let new = NewRun::new(
+                new_id,
+                data.record.agent.clone(),
+                fingerprint,
+                at.state_name,
+                at.state,
+            )
+            .with_labels(data.record.labels.clone())
+            .with_agent_version(agent_version);
+            if let Some(existing) = g.runs.get(new_id) {
+                return if existing.creation_hash == creation_hash(&new)
+                    && existing.record.parent == Some((run_id.to_owned(), version))
+                {
+                    Ok(existing.record.clone())
+                } else {
+                    Err(StoreError::AlreadyExists(new_id.to_owned()))
+                };
+            }
+            g.insert_run(&new, Some((run_id.to_owned(), version)))
+        };
+        self.work.notify_waiters();
+        self.events.wake(&record.id);
+        Ok(record)
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let g = self.lock();
+        let mut runs: Vec<&RunData> = g
+            .runs
+            .values()
+            .filter(|d| {
+                filter.agent.as_ref().is_none_or(|a| *a == d.record.agent)
+                    && (filter.spawned_by.as_ref()).is_none_or(|p| {
+                        d.record.spawned_by.as_ref().is_some_and(|s| s.run_id == *p)
+                    })
+                    && (filter.statuses.is_empty() || filter.statuses.contains(&d.record.status))
+                    && filter
+                        .labels
+                        .iter()
+                        .all(|(k, v)| d.record.labels.get(k) == Some(v))
+                    && filter
+                        .created_after
+                        .is_none_or(|t| d.record.created_at >= t)
+                    && filter
+                        .created_before
+                        .is_none_or(|t| d.record.created_at < t)
+                    && (filter.agent_version).is_none_or(|v| d.record.agent_version == v)
+                    && (filter.fingerprint.as_ref()).is_none_or(|f| d.record.fingerprint == *f)
+                    && (filter.after.as_ref()).is_none_or(|k| {
+                        (d.record.created_at, d.record.id.as_str()) < (k.created_at, &k.id)
+                    })
+            })
+            .collect();
+        runs.sort_by(|a, b| {
+            (b.record.created_at, &b.record.id).cmp(&(a.record.created_at, &a.record.id))
+        });
+        Ok(runs
+            .into_iter()
+            .take(filter.limit.unwrap_or(usize::MAX))
+            .map(|d| d.record.clone())
+            .collect())
+    }
+
+    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        let g = self.lock();
+        g.run(run_id)?;
+        Ok(g.signals
+            .values()
+            .filter(|s| s.run_id == run_id && s.consumed_at_version.is_none())
+            .cloned()
+            .collect())
+    }
+
+    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
+        Ok(self.lock().tools.values().cloned().collect())
+    }
+
+    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().tools.get(tool).is_none_or(|s| s.enabled))
+    }
+
+    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
+        let g = self.lock();
+        let data = g.run(run_id)?;
+        let versions: u64 = data.versions.values().map(StoredVersion::bytes).sum();
+        let journal: u64 = data
+            .journal
+            .values()
+            .map(|e| serde_json::to_vec(e).map_or(0, |b| b.len() as u64))
+            .sum();
+        Ok(Some(versions + journal))
+    }
+}
+
+#[async_trait]
+impl RunStore for MemoryStore {
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        let key = (graph.agent.clone(), graph.fingerprint());
+        g.graph_seq += 1;
+        let seq = g.graph_seq;
+        g.graphs
+            .entry(key)
+            .and_modify(|e| e.1 = seq)
+            .or_insert_with(|| (graph.clone(), seq));
+        Ok(())
+    }
+
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         validate_labels(&run.labels)?;
         let record = {
@@ -590,16 +779,12 @@ impl Store for MemoryStore {
         Ok(record)
     }
 
-    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        Ok(self.lock().runs.get(run_id).map(|d| d.record.clone()))
-    }
-
     async fn claim_run(
         &self,
         run_id: &str,
         worker: &str,
         ttl: Duration,
-    ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
+    ) -> Result<Option<Claimed>, StoreError> {
         let now = now_ms();
         let mut g = self.lock();
         let data = g.run_mut(run_id)?;
@@ -617,7 +802,7 @@ impl Store for MemoryStore {
         worker: &str,
         ttl: Duration,
         limit: usize,
-    ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+    ) -> Result<Vec<Claimed>, StoreError> {
         let now = now_ms();
         let mut g = self.lock();
         // Every run is looked at (there is no index), but only the `limit` oldest are
@@ -765,26 +950,17 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn journal(
-        &self,
-        run_id: &str,
-        version: Option<u64>,
-    ) -> Result<Vec<JournalEntry>, StoreError> {
-        let g = self.lock();
-        let data = g.run(run_id)?;
-        Ok(data
-            .journal
-            .values()
-            .filter(|e| version.is_none_or(|v| e.version == v))
-            .cloned()
-            .collect())
-    }
-
     async fn commit_step(
         &self,
         lease: &Lease,
         commit: &StepCommit,
+        entries: &[JournalEntry],
     ) -> Result<RunRecord, StoreError> {
+        // The memory store has no transaction to share: the entries are recorded first,
+        // fenced by the lease, as the contract allows.
+        for entry in entries {
+            self.record_entry(lease, entry).await?;
+        }
         let now = now_ms();
         let record = {
             let mut g = self.lock();
@@ -852,137 +1028,6 @@ impl Store for MemoryStore {
         Ok(record)
     }
 
-    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
-        let g = self.lock();
-        Ok(g.run(run_id)?
-            .versions
-            .values()
-            .map(|v| v.transition.clone())
-            .collect())
-    }
-
-    async fn history_from(
-        &self,
-        run_id: &str,
-        version: u64,
-        limit: usize,
-    ) -> Result<Vec<TransitionRecord>, StoreError> {
-        let g = self.lock();
-        Ok(g.run(run_id)?
-            .versions
-            .range(version..)
-            .take(limit)
-            .map(|(_, v)| v.transition.clone())
-            .collect())
-    }
-
-    async fn journal_from(
-        &self,
-        run_id: &str,
-        from: (u64, u32),
-        limit: usize,
-    ) -> Result<Vec<JournalEntry>, StoreError> {
-        let g = self.lock();
-        Ok(g.run(run_id)?
-            .journal
-            .range(from..)
-            .take(limit)
-            .map(|(_, e)| e.clone())
-            .collect())
-    }
-
-    async fn state_at(
-        &self,
-        run_id: &str,
-        version: u64,
-    ) -> Result<Option<StateAtVersion>, StoreError> {
-        let g = self.lock();
-        g.run(run_id)?.state_at(version)
-    }
-
-    async fn fork(
-        &self,
-        run_id: &str,
-        version: u64,
-        new_id: &str,
-    ) -> Result<RunRecord, StoreError> {
-        let record = {
-            let mut g = self.lock();
-            let data = g.run(run_id)?;
-            let at = data
-                .state_at(version)?
-                .ok_or_else(|| StoreError::NotFound(format!("{run_id}@{version}")))?;
-            // The state at `version` is of the agent version the run was on then.
-            let history: Vec<TransitionRecord> = data
-                .versions
-                .values()
-                .map(|v| v.transition.clone())
-                .collect();
-            let (agent_version, fingerprint) =
-                super::agent_version_at(&data.record, &history, version);
-            let new = NewRun::new(
-                new_id,
-                data.record.agent.clone(),
-                fingerprint,
-                at.state_name,
-                at.state,
-            )
-            .with_labels(data.record.labels.clone())
-            .with_agent_version(agent_version);
-            if let Some(existing) = g.runs.get(new_id) {
-                return if existing.creation_hash == creation_hash(&new)
-                    && existing.record.parent == Some((run_id.to_owned(), version))
-                {
-                    Ok(existing.record.clone())
-                } else {
-                    Err(StoreError::AlreadyExists(new_id.to_owned()))
-                };
-            }
-            g.insert_run(&new, Some((run_id.to_owned(), version)))
-        };
-        self.work.notify_waiters();
-        self.events.wake(&record.id);
-        Ok(record)
-    }
-
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let g = self.lock();
-        let mut runs: Vec<&RunData> = g
-            .runs
-            .values()
-            .filter(|d| {
-                filter.agent.as_ref().is_none_or(|a| *a == d.record.agent)
-                    && (filter.spawned_by.as_ref()).is_none_or(|p| {
-                        d.record.spawned_by.as_ref().is_some_and(|s| s.run_id == *p)
-                    })
-                    && (filter.statuses.is_empty() || filter.statuses.contains(&d.record.status))
-                    && filter
-                        .labels
-                        .iter()
-                        .all(|(k, v)| d.record.labels.get(k) == Some(v))
-                    && filter
-                        .created_after
-                        .is_none_or(|t| d.record.created_at >= t)
-                    && filter
-                        .created_before
-                        .is_none_or(|t| d.record.created_at < t)
-                    && (filter.agent_version).is_none_or(|v| d.record.agent_version == v)
-                    && (filter.fingerprint.as_ref()).is_none_or(|f| d.record.fingerprint == *f)
-                    && (filter.after.as_ref()).is_none_or(|k| {
-                        (d.record.created_at, d.record.id.as_str()) < (k.created_at, &k.id)
-                    })
-            })
-            .collect();
-        runs.sort_by(|a, b| {
-            (b.record.created_at, &b.record.id).cmp(&(a.record.created_at, &a.record.id))
-        });
-        Ok(runs
-            .into_iter()
-            .take(filter.limit.unwrap_or(usize::MAX))
-            .map(|d| d.record.clone())
-            .collect())
-    }
-
     async fn send_signal(
         &self,
         run_id: &str,
@@ -1014,16 +1059,90 @@ impl Store for MemoryStore {
         Ok(id)
     }
 
-    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
-        let g = self.lock();
-        g.run(run_id)?;
-        Ok(g.signals
-            .values()
-            .filter(|s| s.run_id == run_id && s.consumed_at_version.is_none())
-            .cloned()
-            .collect())
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let mut g = self.lock();
+        g.run(&lease.run_id)?.fenced(lease)?;
+        let position = g.next_position();
+        let data = g.run_mut(&lease.run_id)?;
+        let r = &mut data.record;
+        r.status = RunStatus::Quarantined;
+        r.error = Some(error);
+        r.lease_owner = None;
+        r.lease_expires_at = None;
+        r.updated_at = now;
+        data.status_changed(position, now);
+        let record = data.record.clone();
+        drop(g);
+        self.events.wake(&lease.run_id);
+        Ok(record)
     }
 
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        let now = now_ms();
+        let record = {
+            let mut g = self.lock();
+            let data = g.run(&lease.run_id)?;
+            if let Some(refused) = commit.refusal(&data.record, lease.epoch) {
+                return Err(refused);
+            }
+            let position = g.next_position();
+            let data = g.run_mut(&lease.run_id)?;
+            let t = commit.transition(lease.epoch);
+            data.append_version(&t.commit, t.epoch, Some(&t.note), now, position, None);
+            let r = &mut data.record;
+            r.agent_version = commit.to_agent_version;
+            r.fingerprint.clone_from(&commit.fingerprint);
+            r.migrated_at_version = Some(commit.version());
+            r.resume_base = commit.resume_base;
+            r.clone()
+        };
+        self.work.notify_waiters();
+        self.events.wake(&lease.run_id);
+        Ok(record)
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.work.notified()).await;
+    }
+
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let now = now_ms();
+        let g = self.lock();
+        let due = g
+            .runs
+            .values()
+            .map(|d| &d.record)
+            .filter(|r| !r.status.is_final())
+            .flat_map(|r| {
+                let lease = r.lease_owner.as_ref().and(r.lease_expires_at);
+                [lease, r.wake_at]
+            })
+            .flatten()
+            .filter(|&at| at > now)
+            .min();
+        Ok(due.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))))
+    }
+
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
+        let mut g = self.lock();
+        g.run(&lease.run_id)?;
+        let position = g.next_position();
+        let data = g.run_mut(&lease.run_id)?;
+        let t = operator::plan_accept_cancel(&data.record, lease)?;
+        let record = data.apply_operator(&t, now_ms(), position);
+        drop(g);
+        self.events.wake(&lease.run_id);
+        Ok(record)
+    }
+}
+
+#[async_trait]
+impl OperatorStore for MemoryStore {
     async fn drop_signal(
         &self,
         run_id: &str,
@@ -1052,25 +1171,6 @@ impl Store for MemoryStore {
             record
         };
         self.events.wake(run_id);
-        Ok(record)
-    }
-
-    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
-        let now = now_ms();
-        let mut g = self.lock();
-        g.run(&lease.run_id)?.fenced(lease)?;
-        let position = g.next_position();
-        let data = g.run_mut(&lease.run_id)?;
-        let r = &mut data.record;
-        r.status = RunStatus::Quarantined;
-        r.error = Some(error);
-        r.lease_owner = None;
-        r.lease_expires_at = None;
-        r.updated_at = now;
-        data.status_changed(position, now);
-        let record = data.record.clone();
-        drop(g);
-        self.events.wake(&lease.run_id);
         Ok(record)
     }
 
@@ -1175,34 +1275,6 @@ impl Store for MemoryStore {
         Ok(record)
     }
 
-    async fn migrate_run(
-        &self,
-        lease: &Lease,
-        commit: &MigrationCommit,
-    ) -> Result<RunRecord, StoreError> {
-        let now = now_ms();
-        let record = {
-            let mut g = self.lock();
-            let data = g.run(&lease.run_id)?;
-            if let Some(refused) = commit.refusal(&data.record, lease.epoch) {
-                return Err(refused);
-            }
-            let position = g.next_position();
-            let data = g.run_mut(&lease.run_id)?;
-            let t = commit.transition(lease.epoch);
-            data.append_version(&t.commit, t.epoch, Some(&t.note), now, position, None);
-            let r = &mut data.record;
-            r.agent_version = commit.to_agent_version;
-            r.fingerprint.clone_from(&commit.fingerprint);
-            r.migrated_at_version = Some(commit.version());
-            r.resume_base = commit.resume_base;
-            r.clone()
-        };
-        self.work.notify_waiters();
-        self.events.wake(&lease.run_id);
-        Ok(record)
-    }
-
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
         let mut g = self.lock();
         let mut report = PruneReport::default();
@@ -1288,85 +1360,6 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
-        Ok(self.lock().tools.values().cloned().collect())
-    }
-
-    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
-        Ok(self.lock().tools.get(tool).is_none_or(|s| s.enabled))
-    }
-
-    async fn wait_for_work(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.work.notified()).await;
-    }
-
-    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
-        let now = now_ms();
-        let g = self.lock();
-        let due = g
-            .runs
-            .values()
-            .map(|d| &d.record)
-            .filter(|r| !r.status.is_final())
-            .flat_map(|r| {
-                let lease = r.lease_owner.as_ref().and(r.lease_expires_at);
-                [lease, r.wake_at]
-            })
-            .flatten()
-            .filter(|&at| at > now)
-            .min();
-        Ok(due.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0))))
-    }
-
-    async fn events(
-        &self,
-        scope: &EventScope,
-        after: EventCursor,
-        limit: usize,
-    ) -> Result<Vec<RunEvent>, StoreError> {
-        let g = self.lock();
-        let from = after.position();
-        let mut log = EventLog::new();
-        let mut of_run = |data: &RunData| {
-            let signals: Vec<_> = g
-                .signals
-                .values()
-                .filter(|s| s.run_id == data.record.id)
-                .filter_map(|s| g.signal_positions.get(&s.id).map(|p| (s, *p)))
-                .collect();
-            data.events(&mut log, from, &signals);
-        };
-        match scope {
-            EventScope::Run(id) => of_run(g.run(id)?),
-            EventScope::Agent(_) | EventScope::All => g
-                .runs
-                .values()
-                .filter(|d| scope.contains(&d.record.id, &d.record.agent))
-                .for_each(of_run),
-        }
-        Ok(log.finish(after, limit))
-    }
-
-    async fn event_wakes(&self) -> Result<Option<EventWakes>, StoreError> {
-        Ok(Some(self.events.subscribe()))
-    }
-
-    async fn event_head(&self) -> Result<EventCursor, StoreError> {
-        Ok(EventCursor::after_position(self.lock().position))
-    }
-
-    async fn storage_bytes(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
-        let g = self.lock();
-        let data = g.run(run_id)?;
-        let versions: u64 = data.versions.values().map(StoredVersion::bytes).sum();
-        let journal: u64 = data
-            .journal
-            .values()
-            .map(|e| serde_json::to_vec(e).map_or(0, |b| b.len() as u64))
-            .sum();
-        Ok(Some(versions + journal))
-    }
-
     async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError> {
         let now = now_ms();
         let (record, touched) = {
@@ -1414,17 +1407,45 @@ impl Store for MemoryStore {
         self.events.wake(run_id);
         Ok(record)
     }
+}
 
-    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
-        let mut g = self.lock();
-        g.run(&lease.run_id)?;
-        let position = g.next_position();
-        let data = g.run_mut(&lease.run_id)?;
-        let t = operator::plan_accept_cancel(&data.record, lease)?;
-        let record = data.apply_operator(&t, now_ms(), position);
-        drop(g);
-        self.events.wake(&lease.run_id);
-        Ok(record)
+#[async_trait]
+impl EventLog for MemoryStore {
+    async fn events(
+        &self,
+        scope: &EventScope,
+        after: EventCursor,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, StoreError> {
+        let g = self.lock();
+        let from = after.position();
+        let mut log = EventBuilder::new();
+        let mut of_run = |data: &RunData| {
+            let signals: Vec<_> = g
+                .signals
+                .values()
+                .filter(|s| s.run_id == data.record.id)
+                .filter_map(|s| g.signal_positions.get(&s.id).map(|p| (s, *p)))
+                .collect();
+            data.events(&mut log, from, &signals);
+        };
+        match scope {
+            EventScope::Run(id) => of_run(g.run(id)?),
+            EventScope::Agent(_) | EventScope::All => g
+                .runs
+                .values()
+                .filter(|d| scope.contains(&d.record.id, &d.record.agent))
+                .for_each(of_run),
+        }
+        Ok(log.finish(after, limit))
+    }
+
+    async fn event_wakes(&self) -> Result<Option<EventWakes>, StoreError> {
+        Ok(Some(self.events.subscribe()))
+    }
+
+    async fn event_head(&self) -> Result<EventCursor, StoreError> {
+        Ok(EventCursor::after_position(self.lock().position))
     }
 }
 

@@ -1,5 +1,5 @@
 //! Moving a run to a newer version of its agent: the `migrated` transition
-//! ([`Store::migrate_run`](super::Store::migrate_run)).
+//! ([`RunStore::migrate_run`](super::RunStore::migrate_run)).
 //!
 //! A worker of version N of an agent that claims a run of an older version it can migrate
 //! from ([`Agent::older_versions`](crate::Agent::older_versions)) maps the run's state
@@ -19,7 +19,7 @@ use super::{
 };
 use crate::store::operator::OperatorTransition;
 
-/// A migration to write ([`Store::migrate_run`](super::Store::migrate_run)): the run's next
+/// A migration to write ([`RunStore::migrate_run`](super::RunStore::migrate_run)): the run's next
 /// version, in the new version's state, under the claimer's lease.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MigrationCommit {
@@ -222,7 +222,7 @@ pub fn agent_version_at(
         )
 }
 
-/// The entry of [`Store::claim_next`](super::Store::claim_next)'s `agents` that claims the
+/// The entry of [`RunStore::claim_next`](super::RunStore::claim_next)'s `agents` that claims the
 /// runs of `agent` on version `version` only: `Agent@N`.
 #[must_use]
 pub fn versioned_agent(agent: &str, version: u32) -> String {
@@ -230,7 +230,7 @@ pub fn versioned_agent(agent: &str, version: u32) -> String {
 }
 
 /// Whether a run of `agent` on version `version` is one
-/// [`Store::claim_next`](super::Store::claim_next) may claim for these entries: all runs
+/// [`RunStore::claim_next`](super::RunStore::claim_next) may claim for these entries: all runs
 /// when there is none,
 /// else an entry naming the agent (any version) or `agent@version`.
 #[must_use]

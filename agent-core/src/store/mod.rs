@@ -1,22 +1,34 @@
-//! The `Store` contract: what every backend guarantees, and the records it keeps.
+//! The store contract: what every backend guarantees, and the records it keeps.
 //!
 //! A backend (in-memory here, PostgreSQL in `agent-pg`, SQLite in `agent-sqlite`) keeps runs,
 //! their versions, a journal of tool calls and LLM decisions, signals, leases, the tool
-//! registry and each agent's graph. The runner relies on these guarantees, and the
-//! [conformance suite](crate::conformance) checks them for every backend:
+//! registry and each agent's graph. The contract comes in four roles, each a trait:
+//!
+//! | role | for | used by |
+//! |---|---|---|
+//! | [`HistoryStore`] | reading runs, histories, journals, signals, graphs; time travel | every reader: the inspector, `agentctl show`, verification |
+//! | [`RunStore`] | creating, claiming, journaling and committing runs | the runner and its workers |
+//! | [`OperatorStore`] | cancel, terminate, retry, repair, drop a signal, prune, tool switches | `agentctl`, the HTTP API |
+//! | [`EventLog`] | the events of committed records, and wake-ups to follow them | followers, streams |
+//!
+//! [`Store`] is their sum: a backend implements the four roles, and has `Store` for free.
+//! `RunStore` and `OperatorStore` build on `HistoryStore` (acting on a run reads it); the
+//! defaults of the optional methods let a third-party store start from the required ones.
+//!
+//! The runner relies on these guarantees, and the [conformance suite](crate::conformance)
+//! checks them for every backend:
 //!
 //! 1. Versions of a run form one chain `0, 1, 2, …` with no gap, duplicate or fork:
-//!    [`Store::commit_step`] is a compare-and-set on `(version, epoch)`.
+//!    [`RunStore::commit_step`] is a compare-and-set on `(version, epoch)`.
 //! 2. Only the holder of the current lease epoch may write: every write that belongs to a
-//!    step ([`Store::record_entry`], [`Store::commit_step`],
-//!    [`Store::commit_step_with_entries`]) carries the [`Lease`], and a stale epoch gets
+//!    step ([`RunStore::record_entry`], [`RunStore::commit_step`]) carries the [`Lease`],
+//!    and a stale epoch gets
 //!    [`StoreError::LeaseLost`]. A worker that sees it stops.
 //! 3. Journal entries are durable as soon as `record_entry` returns, before the step commits:
 //!    a completed write is never executed again; a decision is never asked again. Entries
-//!    a commit carries (`commit_step_with_entries`: reads that are cheap to repeat) are
-//!    durable with it.
+//!    a commit carries (reads that are cheap to repeat) are durable with it.
 //! 4. Storage grows linearly with the number of steps: versions are stored as deltas with
-//!    snapshots spaced by size (see [`history`]), and [`Store::prune`] removes old ones.
+//!    snapshots spaced by size (see [`history`]), and [`OperatorStore::prune`] removes old ones.
 
 mod canonical;
 mod chain;
@@ -37,11 +49,11 @@ pub mod verify;
 
 pub use canonical::{canonical_json, creation_hash, input_hash};
 pub use chain::{ChainLink, legacy_transition_hash, transition_hash};
-pub use contract::Store;
+pub use contract::{EventLog, HistoryStore, OperatorStore, RunStore, Store};
 pub use error::StoreError;
 pub use events::{
-    EventCursor, EventKind, EventLog, EventScope, EventWake, EventWakes, RunEvent, StatusChange,
-    TransitionFacts, WakeHub,
+    EventBuilder, EventCursor, EventKind, EventScope, EventWake, EventWakes, RunEvent,
+    StatusChange, TransitionFacts, WakeHub,
 };
 pub use migrate::{
     MigrationCommit, MigrationNote, agent_version_at, claimable_by, versioned_agent,

@@ -303,7 +303,7 @@ pub fn plan_terminate(record: &RunRecord, note: &OperatorNote) -> Result<Operato
 }
 
 /// Drop the pending `signal` of `record` at `now` for `note`
-/// ([`Store::drop_signal`](super::Store::drop_signal)): the `signal_dropped` transition,
+/// ([`OperatorStore::drop_signal`](super::OperatorStore::drop_signal)): the `signal_dropped` transition,
 /// which keeps the run's state, status, error and wait, and records who dropped which signal
 /// and why (its note's reason names the signal, then gives `note`'s reason). The store marks
 /// the signal consumed at the transition's version in the same write, so no step ever reads
@@ -368,7 +368,7 @@ pub fn plan_drop_signal(
 }
 
 /// The `cancel` transition the holder of `lease` writes for the cancel requested on
-/// `record` (see [`Store::accept_cancel`](super::Store::accept_cancel)).
+/// `record` (see [`RunStore::accept_cancel`](super::RunStore::accept_cancel)).
 ///
 /// # Errors
 /// [`StoreError::LeaseLost`] when the epoch moved; [`StoreError::Backend`] when no cancel
@@ -449,7 +449,7 @@ pub enum RequeueMode {
 pub enum Requeue {
     /// Nothing: the run is running or compensating already.
     Already,
-    /// Set this status and error ([`Store::set_status`](super::Store::set_status)).
+    /// Set this status and error ([`OperatorStore::set_status`](super::OperatorStore::set_status)).
     To(RunStatus, Option<RunFailure>),
 }
 

@@ -56,10 +56,10 @@ pub enum RunStatus {
     Quarantined,
     /// Gave up after repeated crashes or failing compensations; needs an operator.
     DeadLettered,
-    /// Cancelled by an operator ([`Store::cancel_run`](super::Store::cancel_run)), its
+    /// Cancelled by an operator ([`OperatorStore::cancel_run`](super::OperatorStore::cancel_run)), its
     /// compensations completed.
     Cancelled,
-    /// Stopped by an operator ([`Store::terminate_run`](super::Store::terminate_run)) without
+    /// Stopped by an operator ([`OperatorStore::terminate_run`](super::OperatorStore::terminate_run)) without
     /// compensating.
     Terminated,
 }
@@ -181,15 +181,15 @@ pub struct RunRecord {
     /// The labels the run was created with ([`NewRun::with_label`]).
     pub labels: Labels,
     /// A cancel asked for while a worker held the run's lease: the holder turns it into the
-    /// `cancel` transition at its next commit ([`Store::cancel_run`](super::Store::cancel_run)).
+    /// `cancel` transition at its next commit ([`OperatorStore::cancel_run`](super::OperatorStore::cancel_run)).
     pub cancel_requested: Option<OperatorNote>,
     /// The version of the agent the run is on ([`Agent::VERSION`](crate::Agent::VERSION)):
     /// the one it was started with, or the one a `migrated` transition moved it to
-    /// ([`Store::migrate_run`](super::Store::migrate_run)).
+    /// ([`RunStore::migrate_run`](super::RunStore::migrate_run)).
     #[serde(default = "first_agent_version")]
     pub agent_version: u32,
     /// The version at which the run was last migrated
-    /// ([`Store::migrate_run`](super::Store::migrate_run)); with
+    /// ([`RunStore::migrate_run`](super::RunStore::migrate_run)); with
     /// [`resume_base`](Self::resume_base), meaningful
     /// only while the run is still at that version (see
     /// [`migration_resume_base`](Self::migration_resume_base)).
@@ -258,7 +258,7 @@ impl RunRecord {
 /// with it when a worker tries to claim the run.
 pub const ROW_UNREADABLE: &str = "row.unreadable";
 
-/// A run's row as far as it reads ([`Store::inspect_run`](super::Store::inspect_run)), for
+/// A run's row as far as it reads ([`HistoryStore::inspect_run`](super::HistoryStore::inspect_run)), for
 /// diagnosing a run whose record does not.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct InspectedRun {
@@ -589,18 +589,18 @@ pub enum TransitionKind {
     /// The status changed without a state change (wait, failure, compensation done).
     Status,
     /// An operator cancelled the run: it moves to compensating with error `cancelled`
-    /// ([`Store::cancel_run`](super::Store::cancel_run)).
+    /// ([`OperatorStore::cancel_run`](super::OperatorStore::cancel_run)).
     Cancel,
-    /// An operator terminated the run ([`Store::terminate_run`](super::Store::terminate_run)).
+    /// An operator terminated the run ([`OperatorStore::terminate_run`](super::OperatorStore::terminate_run)).
     Terminate,
     /// An operator reset a quarantined run to an earlier version's state
     /// ([`repair`](mod@super::repair)).
     Repair,
     /// A worker of a newer version of the agent moved the run to it
-    /// ([`Store::migrate_run`](super::Store::migrate_run)); the note says from which
+    /// ([`RunStore::migrate_run`](super::RunStore::migrate_run)); the note says from which
     /// version and fingerprint to which ([`MigrationNote`](super::MigrationNote)).
     Migrated,
-    /// An operator dropped a pending signal ([`Store::drop_signal`](super::Store::drop_signal)):
+    /// An operator dropped a pending signal ([`OperatorStore::drop_signal`](super::OperatorStore::drop_signal)):
     /// the state, status and wait are unchanged, and the note says which signal and why.
     SignalDropped,
 }
@@ -741,7 +741,7 @@ impl RunKey {
 }
 
 /// How many runs of one agent version recorded one graph fingerprint
-/// ([`Store::count_versions`](super::Store::count_versions)).
+/// ([`HistoryStore::count_versions`](super::HistoryStore::count_versions)).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionCount {
     /// Their agent version ([`RunRecord::agent_version`]).
@@ -765,7 +765,7 @@ pub struct ToolSwitch {
     pub updated_at: Millis,
 }
 
-/// What to prune ([`Store::prune`](super::Store::prune)).
+/// What to prune ([`OperatorStore::prune`](super::OperatorStore::prune)).
 ///
 /// A run's versions before its cutoff are removed, and the first kept version becomes a
 /// snapshot, so that every kept version still replays and the kept chain still verifies
@@ -798,7 +798,7 @@ pub struct RetentionPolicy {
     pub max_runs: Option<usize>,
 }
 
-/// What [`Store::prune`](super::Store::prune) removed.
+/// What [`OperatorStore::prune`](super::OperatorStore::prune) removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PruneReport {
     /// Versions removed (those of deleted runs not counted).
@@ -825,7 +825,7 @@ pub struct StateAtVersion {
     pub state: Value,
 }
 
-/// The stored versions of a run (see [`Store::version_span`](super::Store::version_span)).
+/// The stored versions of a run (see [`HistoryStore::version_span`](super::HistoryStore::version_span)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionSpan {
     /// Oldest stored version.
@@ -837,21 +837,21 @@ pub struct VersionSpan {
 }
 
 /// What a claim read besides the run, for the worker about to resume it
-/// ([`Store::claim_next_reading`](super::Store::claim_next_reading)): what the runner
+/// ([`RunStore::claim_next`](super::RunStore::claim_next)): what the runner
 /// would otherwise read with statements of its own before the run's first step. Read in
 /// the claim's statement, while the new lease already holds the run, so none of it can
 /// change under the runner (only a lease holder commits or journals, and only the
 /// runner consumes a signal).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClaimReads {
-    /// The run's stored versions, as [`Store::version_span`](super::Store::version_span)
+    /// The run's stored versions, as [`HistoryStore::version_span`](super::HistoryStore::version_span)
     /// answers.
     pub span: Option<VersionSpan>,
     /// Whether the journal holds an entry at the run's current version (a step
     /// interrupted after a tool call); when not, the first step does not read it.
     pub journaled_at_version: bool,
     /// The signals pending for a waiting run, oldest first, as
-    /// [`Store::pending_signals`](super::Store::pending_signals) answers; `None` when not
+    /// [`HistoryStore::pending_signals`](super::HistoryStore::pending_signals) answers; `None` when not
     /// read (the run does not wait). A signal sent after the claim is not here: the runner
     /// reads them again when none of these is the one it waits for.
     pub pending_signals: Option<Vec<SignalRecord>>,

@@ -7,7 +7,7 @@
 //! [`Repair`](super::TransitionKind::Repair)), the one after the last stored version and
 //! chained to it, so the history keeps everything that happened, the repair included, and
 //! `verify` checks it like any other step. It is planned here from what the store reads
-//! and written by [`Store::repair_run`] in one write, refused if the run moved meanwhile.
+//! and written by [`OperatorStore::repair_run`](crate::store::OperatorStore::repair_run) in one write, refused if the run moved meanwhile.
 
 use std::collections::BTreeMap;
 
@@ -15,11 +15,11 @@ use serde_json::Value;
 
 use super::verify::verify_chain;
 use super::{
-    ChainLink, OperatorNote, RunRecord, RunStatus, Store, StoreError, TransitionKind, now_ms,
-    transition_hash,
+    ChainLink, HistoryStore, OperatorNote, OperatorStore, RunRecord, RunStatus, StoreError,
+    TransitionKind, now_ms, transition_hash,
 };
 
-/// A planned repair: what [`Store::repair_run`] writes.
+/// A planned repair: what [`OperatorStore::repair_run`](crate::store::OperatorStore::repair_run) writes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RepairCommit {
     /// The run.
@@ -122,7 +122,7 @@ pub enum RepairError {
 /// # Errors
 /// [`RepairError`] saying which of these does not hold.
 pub async fn plan_repair(
-    store: &dyn Store,
+    store: &dyn HistoryStore,
     run_id: &str,
     to_version: u64,
     note: OperatorNote,
@@ -204,14 +204,14 @@ pub async fn plan_repair(
 }
 
 /// Repair quarantined run `run_id` to `to_version`, by and for `note` ([`plan_repair`], then
-/// [`Store::repair_run`]): the run is running again at that version's state, at a new
+/// [`OperatorStore::repair_run`](crate::store::OperatorStore::repair_run)): the run is running again at that version's state, at a new
 /// version, with its error cleared.
 ///
 /// # Errors
 /// [`RepairError`]; [`StoreError::Conflict`] inside it when the run moved between the plan
 /// and the write (nothing was written: look again and retry).
 pub async fn repair(
-    store: &dyn Store,
+    store: &dyn OperatorStore,
     run_id: &str,
     to_version: u64,
     note: OperatorNote,

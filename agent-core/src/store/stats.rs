@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{CallStatus, EntryKind, JournalEntry, Millis};
 
-/// Call statistics of one tool (see [`Store::tool_stats`](super::Store::tool_stats)).
+/// Call statistics of one tool (see [`HistoryStore::tool_stats`](super::HistoryStore::tool_stats)).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolStats {
     /// The tool (or `router` for decisions).

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{Store, StoreError};
+use super::{HistoryStore, StoreError};
 
 /// The tools an operator may switch: every tool the latest graph of a registered agent
 /// declares, and every tool switched before (so that a switch can be undone after its
@@ -12,7 +12,9 @@ use super::{Store, StoreError};
 ///
 /// # Errors
 /// The store's error when the agents, a graph or the switches cannot be read.
-pub async fn known_tools<S: Store + ?Sized>(store: &S) -> Result<BTreeSet<String>, StoreError> {
+pub async fn known_tools<S: HistoryStore + ?Sized>(
+    store: &S,
+) -> Result<BTreeSet<String>, StoreError> {
     let mut known = BTreeSet::new();
     for agent in store.agents().await? {
         if let Some(graph) = store.agent_graph(&agent, None).await? {

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::{
-    ChainLink, RunRecord, StateAtVersion, Store, StoreError, TransitionRecord,
+    ChainLink, HistoryStore, RunRecord, StateAtVersion, StoreError, TransitionRecord,
     legacy_transition_hash, transition_hash,
 };
 use serde::Serialize;
@@ -116,7 +116,10 @@ pub fn verify_chain(
 ///
 /// # Errors
 /// When the store cannot be read.
-pub async fn verify_run(store: &dyn Store, run: &RunRecord) -> Result<VerifyReport, StoreError> {
+pub async fn verify_run(
+    store: &dyn HistoryStore,
+    run: &RunRecord,
+) -> Result<VerifyReport, StoreError> {
     let history = store.history(&run.id).await?;
     let mut states = BTreeMap::new();
     for t in &history {

@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::graph::{self, Overlay};
 use super::view::{self, Change};
 use super::{COOKIE, root_of};
-use crate::AppState;
+use crate::Reader;
 use crate::auth::Attempt;
 use crate::error::ApiError;
 use crate::extract::{Path, Query};
@@ -239,14 +239,14 @@ fn encode(s: &str) -> String {
 
 /// `GET /ui/`: the runs, filtered, a page at a time, with counts per status.
 pub(crate) async fn runs(
-    State(app): State<AppState>,
+    State(app): State<Reader>,
     uri: Uri,
     Query(q): Query<RunsQuery>,
 ) -> Response {
     let root = root_of(uri.path());
     let result = async {
         // Read where the events end before the runs: what moves after it reaches the page.
-        let head = app.store.event_head().await?.get();
+        let head = app.events.event_head().await?.get();
         let limit = q.limit.unwrap_or(50);
         let created_after = age_ms(q.age.trim())?.map(|ms| now_ms() - ms);
         let list = ListQuery {
@@ -267,7 +267,7 @@ pub(crate) async fn runs(
                     .collect()
             })
             .unwrap_or_default();
-        let page = list_page(&app, list).await?;
+        let page = list_page(app.store.as_ref(), list).await?;
         let labels: BTreeMap<String, String> = non_empty(&q.label)
             .iter()
             .flat_map(|l| l.split(','))
@@ -593,8 +593,8 @@ fn verify_view(report: &VerifyReport) -> VerifyView {
     }
 }
 
-async fn run_view(app: &AppState, id: &str, journal_page: usize) -> Result<RunView, PageError> {
-    let head = app.store.event_head().await?.get();
+async fn run_view(app: &Reader, id: &str, journal_page: usize) -> Result<RunView, PageError> {
+    let head = app.events.event_head().await?.get();
     let run = app
         .store
         .load_run(id)
@@ -780,7 +780,7 @@ pub(crate) struct RunQuery {
 
 /// `GET /ui/runs/{id}`: one run, whole.
 pub(crate) async fn run(
-    State(app): State<AppState>,
+    State(app): State<Reader>,
     uri: Uri,
     Path(id): Path<String>,
     Query(q): Query<RunQuery>,
@@ -819,7 +819,7 @@ struct EntryPage<'a> {
 
 /// `GET /ui/runs/{id}/entries/{version}/{seq}`: one journal entry, whole (large outputs).
 pub(crate) async fn entry(
-    State(app): State<AppState>,
+    State(app): State<Reader>,
     uri: Uri,
     Path((id, version, seq)): Path<(String, u64, u32)>,
 ) -> Response {
@@ -859,7 +859,7 @@ struct AgentsPage<'a> {
 }
 
 /// `GET /ui/agents`: the registered agents.
-pub(crate) async fn agents(State(app): State<AppState>, uri: Uri) -> Response {
+pub(crate) async fn agents(State(app): State<Reader>, uri: Uri) -> Response {
     let root = root_of(uri.path());
     let result = async {
         let agents = app.store.agents().await?;
@@ -905,7 +905,7 @@ struct AgentPage<'a> {
 
 /// `GET /ui/agents/{name}`: an agent's graph, from the stored description.
 pub(crate) async fn agent(
-    State(app): State<AppState>,
+    State(app): State<Reader>,
     uri: Uri,
     Path(name): Path<String>,
 ) -> Response {

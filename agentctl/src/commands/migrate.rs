@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::store::location::StoreLocation;
-use agent_core::store::{ROW_UNREADABLE, RunFilter, RunRecord, RunStatus, Store, StoreError};
+use agent_core::store::{
+    Claimed, ROW_UNREADABLE, RunFilter, RunRecord, RunStatus, Store, StoreError,
+};
 use agent_core::versions::{MigrationOutcome, MigrationPlan, NotMigrated};
 use agent_pg::{PgSetupError, PgStore};
 use agent_sqlite::{Access, SqliteOpenError, SqliteStore};
@@ -182,7 +184,11 @@ async fn apply(opened: &Opened, out: Output, agents: &[Registered]) -> Result<Ex
             }
             Err(e) => return Err(e.into()),
         };
-        let (lease, fresh) = claimed;
+        let Claimed {
+            lease,
+            record: fresh,
+            ..
+        } = claimed;
         let row = match agent.apply(store, &lease, &fresh).await {
             Ok(MigrationOutcome::Migrated(migrated)) => {
                 let migrated = *migrated;

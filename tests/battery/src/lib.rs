@@ -563,7 +563,7 @@ pub mod order {
     use agent_core::conformance::fixture::{self, Behaviour as Handlers, Order, World};
     use agent_core::router::Router;
     use agent_core::runner::{Runner, RunnerConfig};
-    use agent_core::store::{RunRecord, Store};
+    use agent_core::store::{Claimed, RunRecord, Store};
     use agent_core::tool::ToolBox;
 
     /// A runner of the fixture agent over `store` with `tools` and `router`.
@@ -618,7 +618,12 @@ pub mod order {
             .claim_run(run_id, &worker, runner.config().lease_ttl)
             .await
             .map_err(|e| e.to_string())?;
-        let Some((mut lease, mut record)) = claimed else {
+        let Some(Claimed {
+            mut lease,
+            mut record,
+            ..
+        }) = claimed
+        else {
             // Final runs cannot be claimed (a crash after the last commit was applied).
             return match store.load_run(run_id).await.map_err(|e| e.to_string())? {
                 Some(r) if r.status.is_final() => Ok(r),

@@ -11,7 +11,8 @@ use agent_core::Agent;
 use agent_core::conformance::fixture::Order;
 use agent_core::runner::{Runner, RunnerError, StepOutcome};
 use agent_core::store::{
-    JournalEntry, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store, TransitionKind,
+    Claimed, JournalEntry, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store,
+    TransitionKind,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -137,7 +138,12 @@ where
             )
             .await
             .map_err(e)?;
-        let Some((mut lease, mut record)) = claimed else {
+        let Some(Claimed {
+            mut lease,
+            mut record,
+            ..
+        }) = claimed
+        else {
             break;
         };
         seen.insert(record.version, record.clone());
@@ -219,7 +225,7 @@ pub async fn load(
         ))
         .await
         .map_err(e)?;
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run(
             &capture.run_id,
             "loader",
@@ -248,7 +254,7 @@ pub async fn load(
             error: next.error.clone(),
             consumed_signal: None,
         };
-        store.commit_step(&lease, &commit).await.map_err(e)?;
+        store.commit_step(&lease, &commit, &[]).await.map_err(e)?;
     }
     store.release_lease(&lease).await.map_err(e)?;
     for s in &capture.signals {

@@ -13,9 +13,10 @@ use std::time::Duration;
 use agent_core::graph::GraphDescription;
 use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
 use agent_core::store::{
-    EventCursor, EventScope, JournalEntry, Lease, NewRun, OperatorNote, PruneReport,
-    RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord,
-    StateAtVersion, StepCommit, Store, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+    Claimed, EventCursor, EventLog, EventScope, HistoryStore, JournalEntry, Lease, NewRun,
+    OperatorNote, OperatorStore, PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter,
+    RunRecord, RunStatus, RunStore, SignalRecord, StateAtVersion, StepCommit, Store, StoreError,
+    ToolSwitch, TransitionRecord, VersionSpan,
 };
 use agent_pg::PgStore;
 use async_trait::async_trait;
@@ -35,10 +36,7 @@ struct LateClaim {
 }
 
 #[async_trait]
-impl Store for LateClaim {
-    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
-        self.inner.register_agent(graph).await
-    }
+impl HistoryStore for LateClaim {
     async fn agent_graph(
         &self,
         agent: &str,
@@ -46,54 +44,15 @@ impl Store for LateClaim {
     ) -> Result<Option<GraphDescription>, StoreError> {
         self.inner.agent_graph(agent, fingerprint).await
     }
+
     async fn agents(&self) -> Result<Vec<String>, StoreError> {
         self.inner.agents().await
     }
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        self.inner.create_run(run).await
-    }
+
     async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.inner.load_run(run_id).await
     }
-    async fn claim_run(
-        &self,
-        run_id: &str,
-        worker: &str,
-        ttl: Duration,
-    ) -> Result<Option<(Lease, RunRecord)>, StoreError> {
-        self.inner.claim_run(run_id, worker, ttl).await
-    }
-    async fn claim_next(
-        &self,
-        agents: &[String],
-        worker: &str,
-        ttl: Duration,
-        limit: usize,
-    ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
-        let claimed = self.inner.claim_next(agents, worker, ttl, limit).await?;
-        if !claimed.is_empty() && !self.delayed.swap(true, Ordering::SeqCst) {
-            tokio::time::sleep(self.delay).await;
-        }
-        Ok(claimed)
-    }
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
-        self.inner.renew_lease(lease, ttl).await
-    }
-    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.inner.release_lease(lease).await
-    }
-    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.inner.hand_back(lease).await
-    }
-    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
-        self.inner.quarantine(lease, error).await
-    }
-    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
-        self.inner.expire_leases_of(worker).await
-    }
-    async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
-        self.inner.record_entry(lease, entry).await
-    }
+
     async fn journal(
         &self,
         run_id: &str,
@@ -101,23 +60,11 @@ impl Store for LateClaim {
     ) -> Result<Vec<JournalEntry>, StoreError> {
         self.inner.journal(run_id, version).await
     }
-    async fn commit_step(
-        &self,
-        lease: &Lease,
-        commit: &StepCommit,
-    ) -> Result<RunRecord, StoreError> {
-        self.inner.commit_step(lease, commit).await
-    }
-    async fn migrate_run(
-        &self,
-        lease: &Lease,
-        commit: &agent_core::store::MigrationCommit,
-    ) -> Result<RunRecord, StoreError> {
-        self.inner.migrate_run(lease, commit).await
-    }
+
     async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
         self.inner.history(run_id).await
     }
+
     async fn state_at(
         &self,
         run_id: &str,
@@ -125,6 +72,7 @@ impl Store for LateClaim {
     ) -> Result<Option<StateAtVersion>, StoreError> {
         self.inner.state_at(run_id, version).await
     }
+
     async fn fork(
         &self,
         run_id: &str,
@@ -133,9 +81,102 @@ impl Store for LateClaim {
     ) -> Result<RunRecord, StoreError> {
         self.inner.fork(run_id, version, new_id).await
     }
+
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.list_runs(filter).await
     }
+
+    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        self.inner.pending_signals(run_id).await
+    }
+
+    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
+        self.inner.tool_switches().await
+    }
+
+    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
+        self.inner.tool_enabled(tool).await
+    }
+
+    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
+        self.inner.version_span(run_id).await
+    }
+}
+
+#[async_trait]
+impl RunStore for LateClaim {
+    async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
+        self.inner.register_agent(graph).await
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.inner.create_run(run).await
+    }
+
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        self.inner.claim_run(run_id, worker, ttl).await
+    }
+
+    async fn claim_next(
+        &self,
+        agents: &[String],
+        worker: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let claimed = self.inner.claim_next(agents, worker, ttl, limit).await?;
+        if !claimed.is_empty() && !self.delayed.swap(true, Ordering::SeqCst) {
+            tokio::time::sleep(self.delay).await;
+        }
+        Ok(claimed)
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        self.inner.renew_lease(lease, ttl).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.release_lease(lease).await
+    }
+
+    async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.hand_back(lease).await
+    }
+
+    async fn quarantine(&self, lease: &Lease, error: RunFailure) -> Result<RunRecord, StoreError> {
+        self.inner.quarantine(lease, error).await
+    }
+
+    async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {
+        self.inner.expire_leases_of(worker).await
+    }
+
+    async fn record_entry(&self, lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError> {
+        self.inner.record_entry(lease, entry).await
+    }
+
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        commit: &StepCommit,
+        entries: &[JournalEntry],
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.commit_step(lease, commit, entries).await
+    }
+
+    async fn migrate_run(
+        &self,
+        lease: &Lease,
+        commit: &agent_core::store::MigrationCommit,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.migrate_run(lease, commit).await
+    }
+
     async fn send_signal(
         &self,
         run_id: &str,
@@ -144,9 +185,18 @@ impl Store for LateClaim {
     ) -> Result<i64, StoreError> {
         self.inner.send_signal(run_id, name, payload).await
     }
-    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
-        self.inner.pending_signals(run_id).await
+
+    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
+        self.inner.accept_cancel(lease).await
     }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        self.inner.wait_for_work(timeout).await;
+    }
+}
+
+#[async_trait]
+impl OperatorStore for LateClaim {
     async fn set_status(
         &self,
         run_id: &str,
@@ -155,15 +205,18 @@ impl Store for LateClaim {
     ) -> Result<RunRecord, StoreError> {
         self.inner.set_status(run_id, status, error).await
     }
+
     async fn repair_run(
         &self,
         commit: &agent_core::store::RepairCommit,
     ) -> Result<RunRecord, StoreError> {
         self.inner.repair_run(commit).await
     }
+
     async fn cancel_run(&self, run_id: &str, note: &OperatorNote) -> Result<RunRecord, StoreError> {
         self.inner.cancel_run(run_id, note).await
     }
+
     async fn terminate_run(
         &self,
         run_id: &str,
@@ -171,9 +224,7 @@ impl Store for LateClaim {
     ) -> Result<RunRecord, StoreError> {
         self.inner.terminate_run(run_id, note).await
     }
-    async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
-        self.inner.accept_cancel(lease).await
-    }
+
     async fn drop_signal(
         &self,
         run_id: &str,
@@ -182,9 +233,11 @@ impl Store for LateClaim {
     ) -> Result<RunRecord, StoreError> {
         self.inner.drop_signal(run_id, signal_id, note).await
     }
+
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError> {
         self.inner.prune(policy).await
     }
+
     async fn set_tool_enabled(
         &self,
         tool: &str,
@@ -193,15 +246,10 @@ impl Store for LateClaim {
     ) -> Result<(), StoreError> {
         self.inner.set_tool_enabled(tool, enabled, reason).await
     }
-    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
-        self.inner.tool_switches().await
-    }
-    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
-        self.inner.tool_enabled(tool).await
-    }
-    async fn wait_for_work(&self, timeout: Duration) {
-        self.inner.wait_for_work(timeout).await;
-    }
+}
+
+#[async_trait]
+impl EventLog for LateClaim {
     async fn events(
         &self,
         scope: &EventScope,
@@ -209,9 +257,6 @@ impl Store for LateClaim {
         limit: usize,
     ) -> Result<Vec<RunEvent>, StoreError> {
         self.inner.events(scope, after, limit).await
-    }
-    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
-        self.inner.version_span(run_id).await
     }
 }
 

@@ -17,8 +17,8 @@ use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, entry, grow, new_run, step, stored, unique};
 use crate::store::{
-    CallStatus, EntryKind, NewRun, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus,
-    SpawnedBy, Store, StoreError, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
+    CallStatus, Claimed, EntryKind, NewRun, RetentionPolicy, RunFailure, RunFilter, RunRecord,
+    RunStatus, SpawnedBy, Store, StoreError, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
 };
 
 /// A child of `parent`, spawned by its step at `version`.
@@ -80,7 +80,7 @@ async fn waiting_parent(
             c.waiting_for = Some(waiting_for.to_owned());
         }
         store
-            .commit_step(&lease, &c)
+            .commit_step(&lease, &c, &[])
             .await
             .ctx("commit of the parent")?;
     }
@@ -97,7 +97,7 @@ async fn claimable(store: &Arc<dyn Store>, agent: &str) -> Result<BTreeSet<Strin
         .await
         .ctx("claim_next")?;
     let mut ids = BTreeSet::new();
-    for (lease, _) in &claimed {
+    for Claimed { lease, .. } in &claimed {
         store.hand_back(lease).await.ctx("hand_back")?;
         ids.insert(lease.run_id.clone());
     }
@@ -370,7 +370,7 @@ pub async fn check_claim_next_waits_for_all_children(store: Arc<dyn Store>) -> C
     wait.status = RunStatus::Waiting;
     wait.waiting_for = Some("go".into());
     store
-        .commit_step(&lease, &wait)
+        .commit_step(&lease, &wait, &[])
         .await
         .ctx("commit of a child")?;
     finish(&store, &joined[2], RunStatus::Cancelled).await?;
@@ -382,7 +382,7 @@ pub async fn check_claim_next_waits_for_all_children(store: Arc<dyn Store>) -> C
         message: "failed".into(),
     });
     store
-        .commit_step(&lease, &failed)
+        .commit_step(&lease, &failed, &[])
         .await
         .ctx("final commit of a child")?;
     expect_claimable(
@@ -409,12 +409,12 @@ pub async fn check_claim_next_waits_for_all_children(store: Arc<dyn Store>) -> C
         .ctx("claim_next")?;
     ensure!(
         claimed.len() == 1
-            && claimed[0].1.id == parent.id
-            && claimed[0].1.waiting_for.as_deref() == Some(WAIT_ALL_CHILDREN)
-            && claimed[0].1.version == 2,
+            && claimed[0].record.id == parent.id
+            && claimed[0].record.waiting_for.as_deref() == Some(WAIT_ALL_CHILDREN)
+            && claimed[0].record.version == 2,
         "claim_next of the parent returned {claimed:?}"
     );
-    store.hand_back(&claimed[0].0).await.ctx("hand_back")?;
+    store.hand_back(&claimed[0].lease).await.ctx("hand_back")?;
 
     // Nothing to wait for: no child at version 0 (its only child is at version 1).
     let lonely_agent = unique("Lonely");
@@ -478,7 +478,7 @@ pub async fn check_claim_next_wakes_on_first_child(store: Arc<dyn Store>) -> Che
     let mut done = step(0, json!({ "done": true }));
     done.status = RunStatus::Completed;
     store
-        .commit_step(&lease, &done)
+        .commit_step(&lease, &done, &[])
         .await
         .ctx("final commit of a child")?;
     expect_claimable(
@@ -610,7 +610,7 @@ pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult
         ..step(0, json!({ "step": 0 }))
     };
     store
-        .commit_step(&lease, &to_decide)
+        .commit_step(&lease, &to_decide, &[])
         .await
         .ctx("commit of the parent")?;
     let held = spawn(&store, "Child", &parent.id, 1).await?;
@@ -625,6 +625,7 @@ pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult
                 status: RunStatus::Completed,
                 ..step(0, json!({}))
             },
+            &[],
         )
         .await
         .ctx("complete a child")?;
@@ -637,7 +638,7 @@ pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult
         ..step(1, json!({ "step": 1 }))
     };
     store
-        .commit_step(&lease, &wait)
+        .commit_step(&lease, &wait, &[])
         .await
         .ctx("the parent's wait")?;
     store.release_lease(&lease).await.ctx("release_lease")?;
@@ -661,7 +662,7 @@ pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult
     ensure!(
         matches!(
             store
-                .commit_step(&held_lease, &step(0, json!({ "late": true })))
+                .commit_step(&held_lease, &step(0, json!({ "late": true })), &[])
                 .await,
             Err(StoreError::CancelRequested(_))
         ),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored, verify_chain};
-use crate::store::{CallStatus, RunFailure, RunStatus, Store, StoreError};
+use crate::store::{CallStatus, Claimed, RunFailure, RunStatus, Store, StoreError};
 
 /// N committers race the same expected version with the same lease: exactly one wins per
 /// round, and the versions form one chain with a valid hash chain.
@@ -25,7 +25,7 @@ pub async fn check_version_chain_single_winner(store: Arc<dyn Store>) -> CheckRe
             let lease = lease.clone();
             tasks.push(tokio::spawn(async move {
                 store
-                    .commit_step(&lease, &step(v, json!({ "winner": i, "round": v })))
+                    .commit_step(&lease, &step(v, json!({ "winner": i, "round": v })), &[])
                     .await
             }));
         }
@@ -59,7 +59,7 @@ pub async fn check_version_chain_single_winner(store: Arc<dyn Store>) -> CheckRe
     // A late commit of an old version is still a conflict.
     ensure!(
         matches!(
-            store.commit_step(&lease, &step(3, json!({}))).await,
+            store.commit_step(&lease, &step(3, json!({})), &[]).await,
             Err(StoreError::Conflict { found, .. }) if found == ROUNDS
         ),
         "a commit from an old version must be Conflict with the current version"
@@ -88,7 +88,7 @@ pub async fn check_commits_across_a_reclaim(store: Arc<dyn Store>) -> CheckResul
     let r = create(&store, "reclaim", json!({ "n": 0 })).await?;
     let first = claim(&store, &r.id, "w").await?;
     store
-        .commit_step(&first, &step(0, json!({ "n": 1 })))
+        .commit_step(&first, &step(0, json!({ "n": 1 })), &[])
         .await
         .ctx("commit under the first lease")?;
     store.release_lease(&first).await.ctx("release_lease")?;
@@ -98,7 +98,7 @@ pub async fn check_commits_across_a_reclaim(store: Arc<dyn Store>) -> CheckResul
         "claiming again did not increase the epoch"
     );
     match store
-        .commit_step(&first, &step(1, json!({ "n": "stale" })))
+        .commit_step(&first, &step(1, json!({ "n": "stale" })), &[])
         .await
     {
         Err(StoreError::LeaseLost { .. }) => {}
@@ -109,7 +109,7 @@ pub async fn check_commits_across_a_reclaim(store: Arc<dyn Store>) -> CheckResul
         }
     }
     let committed = store
-        .commit_step(&second, &step(1, json!({ "n": 2 })))
+        .commit_step(&second, &step(1, json!({ "n": 2 })), &[])
         .await
         .ctx("commit under the second lease")?;
     ensure!(
@@ -141,7 +141,7 @@ pub async fn check_commits_across_a_reclaim(store: Arc<dyn Store>) -> CheckResul
 /// What the store did wrong, when it breaks the guarantee.
 pub async fn check_stale_epoch_is_fenced(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "fence", json!({ "n": 0 })).await?;
-    let (old, _) = store
+    let Claimed { lease: old, .. } = store
         .claim_run(&r.id, "old", Duration::from_millis(150))
         .await
         .ctx("claim_run")?
@@ -151,7 +151,11 @@ pub async fn check_stale_epoch_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         .await
         .ctx("record_entry under a live lease")?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (new, rec) = store
+    let Claimed {
+        lease: new,
+        record: rec,
+        ..
+    } = store
         .claim_run(&r.id, "new", LONG)
         .await
         .ctx("claim_run")?
@@ -162,7 +166,7 @@ pub async fn check_stale_epoch_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         "claimed record and lease disagree on the epoch"
     );
     match store
-        .commit_step(&old, &step(0, json!({ "n": "stale" })))
+        .commit_step(&old, &step(0, json!({ "n": "stale" })), &[])
         .await
     {
         Err(StoreError::LeaseLost { epoch, .. }) => {
@@ -216,7 +220,7 @@ pub async fn check_stale_epoch_is_fenced(store: Arc<dyn Store>) -> CheckResult {
         "releasing a stale lease freed the current holder's lease"
     );
     store
-        .commit_step(&new, &step(0, json!({ "n": 1 })))
+        .commit_step(&new, &step(0, json!({ "n": 1 })), &[])
         .await
         .ctx("commit by the current holder")?;
     store
@@ -238,7 +242,7 @@ pub async fn check_final_commit_ends_the_lease(store: Arc<dyn Store>) -> CheckRe
     waiting.status = RunStatus::Waiting;
     waiting.waiting_for = Some("go".to_owned());
     let rec = store
-        .commit_step(&lease, &waiting)
+        .commit_step(&lease, &waiting, &[])
         .await
         .ctx("commit_step (waiting)")?;
     ensure!(
@@ -249,7 +253,7 @@ pub async fn check_final_commit_ends_the_lease(store: Arc<dyn Store>) -> CheckRe
     let mut done = step(1, json!({ "n": 2 }));
     done.status = RunStatus::Completed;
     let rec = store
-        .commit_step(&lease, &done)
+        .commit_step(&lease, &done, &[])
         .await
         .ctx("commit_step (completed)")?;
     let after = stored(&store, &run.id).await?;
@@ -278,7 +282,7 @@ pub async fn check_final_commit_ends_the_lease(store: Arc<dyn Store>) -> CheckRe
 /// What the store did wrong, when it breaks the guarantee.
 pub async fn check_quarantine_is_fenced(store: Arc<dyn Store>) -> CheckResult {
     let run = create(&store, "quarantine", json!({})).await?;
-    let (stale, _) = store
+    let Claimed { lease: stale, .. } = store
         .claim_run(&run.id, "a", Duration::from_millis(1))
         .await
         .ctx("claim_run")?
@@ -328,7 +332,7 @@ pub async fn check_quarantine_is_fenced(store: Arc<dyn Store>) -> CheckResult {
             .await
             .ctx("claim_next")?
             .iter()
-            .all(|(l, _)| l.run_id != run.id),
+            .all(|Claimed { lease: l, .. }| l.run_id != run.id),
         "a quarantined run was claimed again"
     );
     Ok(())

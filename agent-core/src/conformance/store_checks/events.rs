@@ -1,4 +1,4 @@
-//! Events ([`Store::events`]): derived from the records as committed, with cursors that
+//! Events ([`EventLog::events`]): derived from the records as committed, with cursors that
 //! grow in commit order within a run, the same from any cursor as from the start, and
 //! wake-ups for followers where the store has them.
 
@@ -122,7 +122,10 @@ async fn eventful_run(store: &Arc<dyn Store>) -> Result<String, String> {
     "Waiting".clone_into(&mut wait.to_state);
     wait.status = RunStatus::Waiting;
     wait.waiting_for = Some("approve".to_owned());
-    store.commit_step(&lease, &wait).await.ctx("commit wait")?;
+    store
+        .commit_step(&lease, &wait, &[])
+        .await
+        .ctx("commit wait")?;
     store.release_lease(&lease).await.ctx("release")?;
     let signal = store
         .send_signal(&id, "approve", &json!({ "ok": true }))
@@ -133,7 +136,7 @@ async fn eventful_run(store: &Arc<dyn Store>) -> Result<String, String> {
     "Waiting".clone_into(&mut resume.from_state);
     resume.consumed_signal = Some(signal);
     store
-        .commit_step(&lease, &resume)
+        .commit_step(&lease, &resume, &[])
         .await
         .ctx("commit resume")?;
     store.release_lease(&lease).await.ctx("release")?;
@@ -145,7 +148,10 @@ async fn eventful_run(store: &Arc<dyn Store>) -> Result<String, String> {
     let mut done = step(2, json!({ "n": 3 }));
     "Done".clone_into(&mut done.to_state);
     done.status = RunStatus::Completed;
-    store.commit_step(&lease, &done).await.ctx("commit done")?;
+    store
+        .commit_step(&lease, &done, &[])
+        .await
+        .ctx("commit done")?;
     Ok(id)
 }
 
@@ -364,7 +370,7 @@ pub async fn check_events_by_agent_and_of_all(store: Arc<dyn Store>) -> CheckRes
             .ctx("create_run")?;
         let lease = claim(&store, &id, "w").await?;
         store
-            .commit_step(&lease, &step(0, json!({ "n": 1 })))
+            .commit_step(&lease, &step(0, json!({ "n": 1 })), &[])
             .await
             .ctx("commit_step")?;
         ids.insert(id);

@@ -114,7 +114,10 @@ pub async fn check_history_time_travel_and_fork(store: Arc<dyn Store>) -> CheckR
             "Even"
         }
         .into();
-        store.commit_step(&lease, &c).await.ctx("commit_step")?;
+        store
+            .commit_step(&lease, &c, &[])
+            .await
+            .ctx("commit_step")?;
         expected.push(state.clone());
     }
     for (v, want) in expected.iter().enumerate() {
@@ -169,7 +172,7 @@ pub async fn check_history_time_travel_and_fork(store: Arc<dyn Store>) -> CheckR
     ensure!(fork.agent == r.agent, "fork changed the agent");
     let fl = claim(&store, &fork_id, "w").await?;
     store
-        .commit_step(&fl, &step(0, json!({ "forked": true })))
+        .commit_step(&fl, &step(0, json!({ "forked": true })), &[])
         .await
         .ctx("commit on fork")?;
     let orig = stored(&store, &r.id).await?;
@@ -206,7 +209,7 @@ pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckRes
             items.push(json!(v));
         }
         store
-            .commit_step(&lease, &step(v, s.clone()))
+            .commit_step(&lease, &step(v, s.clone()), &[])
             .await
             .ctx("commit_step")?;
         states.push(s);
@@ -217,7 +220,10 @@ pub async fn check_prune_keeps_resume_working(store: Arc<dyn Store>) -> CheckRes
     grow(&store, &fl, 0, 20).await?;
     let mut done = step(20, json!({ "done": true }));
     done.status = RunStatus::Completed;
-    store.commit_step(&fl, &done).await.ctx("commit_step")?;
+    store
+        .commit_step(&fl, &done, &[])
+        .await
+        .ctx("commit_step")?;
 
     let report = store
         .prune(&RetentionPolicy {

@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored};
-use crate::store::{CallStatus, EntryKind, EventScope, RunStatus, Store, StoreError, now_ms};
+use crate::store::{
+    CallStatus, Claimed, EntryKind, EventScope, RunStatus, Store, StoreError, now_ms,
+};
 use crate::tool::{ErrorClass, ToolKind};
 
 /// Journal entries are visible once recorded, replaced on the same key, ordered by
@@ -81,7 +83,7 @@ pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> Chec
     ensure!(j[1] == done, "replaced entry reads back as {:?}", j[1]);
     // Entries survive the commit and stay ordered across versions.
     store
-        .commit_step(&lease, &step(0, json!({ "a": 1 })))
+        .commit_step(&lease, &step(0, json!({ "a": 1 })), &[])
         .await
         .ctx("commit_step")?;
     store
@@ -103,7 +105,7 @@ pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> Chec
     Ok(())
 }
 
-/// A commit that carries journal entries (`commit_step_with_entries`) makes them durable
+/// A commit that carries journal entries (`commit_step`) makes them durable
 /// with the version (large outputs included); a stale lease's commit writes neither the
 /// version nor its entries.
 ///
@@ -111,7 +113,7 @@ pub async fn check_journal_is_durable_and_ordered(store: Arc<dyn Store>) -> Chec
 /// What the store did wrong, when it breaks the guarantee.
 pub async fn check_commit_carries_entries(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "commit-entries", json!({ "n": 0 })).await?;
-    let (old, _) = store
+    let Claimed { lease: old, .. } = store
         .claim_run(&r.id, "old", Duration::from_millis(150))
         .await
         .ctx("claim_run")?
@@ -128,9 +130,9 @@ pub async fn check_commit_carries_entries(store: Arc<dyn Store>) -> CheckResult 
         read(1, json!({ "big": big })),
     ];
     let record = store
-        .commit_step_with_entries(&old, &carried, &step(0, json!({ "n": 1 })))
+        .commit_step(&old, &step(0, json!({ "n": 1 })), &carried)
         .await
-        .ctx("commit_step_with_entries")?;
+        .ctx("commit_step with entries")?;
     ensure!(
         record.version == 1,
         "the commit returned version {}",
@@ -166,7 +168,7 @@ pub async fn check_commit_carries_entries(store: Arc<dyn Store>) -> CheckResult 
     );
     // Another worker takes the run over: the old holder's commit with entries is fenced.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (new, _) = store
+    let Claimed { lease: new, .. } = store
         .claim_run(&r.id, "new", LONG)
         .await
         .ctx("claim_run")?
@@ -178,7 +180,7 @@ pub async fn check_commit_carries_entries(store: Arc<dyn Store>) -> CheckResult 
     ensure!(
         matches!(
             store
-                .commit_step_with_entries(&old, &stale, &step(1, json!({ "n": "stale" })))
+                .commit_step(&old, &step(1, json!({ "n": "stale" })), &stale)
                 .await,
             Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. })
         ),
@@ -191,7 +193,7 @@ pub async fn check_commit_carries_entries(store: Arc<dyn Store>) -> CheckResult 
     let j = store.journal(&r.id, Some(1)).await.ctx("journal")?;
     ensure!(j.is_empty(), "a stale commit's entries were written: {j:?}");
     store
-        .commit_step_with_entries(&new, &[], &step(1, json!({ "n": 2 })))
+        .commit_step(&new, &step(1, json!({ "n": 2 })), &[])
         .await
         .ctx("commit with no entries by the current holder")?;
     Ok(())
@@ -217,7 +219,10 @@ pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> Chec
     let mut wait = step(0, json!({ "waiting": true }));
     wait.status = RunStatus::Waiting;
     wait.waiting_for = Some("approval".into());
-    let rec = store.commit_step(&lease, &wait).await.ctx("commit wait")?;
+    let rec = store
+        .commit_step(&lease, &wait, &[])
+        .await
+        .ctx("commit wait")?;
     ensure!(rec.status == RunStatus::Waiting, "run is not waiting");
     ensure!(
         rec.waiting_for.as_deref() == Some("approval"),
@@ -237,13 +242,16 @@ pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> Chec
         .claim_next(&["Agent".into()], "w2", LONG, 10)
         .await
         .ctx("claim_next")?;
-    let Some((lease2, _)) = claimed.into_iter().find(|(l, _)| l.run_id == r.id) else {
+    let Some(Claimed { lease: lease2, .. }) = claimed
+        .into_iter()
+        .find(|Claimed { lease: l, .. }| l.run_id == r.id)
+    else {
         return Err("a waiting run whose signal arrived early was not claimed".into());
     };
     let mut resume = step(1, json!({ "approved": true }));
     resume.consumed_signal = Some(early);
     let rec = store
-        .commit_step(&lease2, &resume)
+        .commit_step(&lease2, &resume, &[])
         .await
         .ctx("commit consuming")?;
     ensure!(
@@ -258,7 +266,7 @@ pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> Chec
     let mut again = step(2, json!({ "approved": "twice" }));
     again.consumed_signal = Some(early);
     ensure!(
-        store.commit_step(&lease2, &again).await.is_err(),
+        store.commit_step(&lease2, &again, &[]).await.is_err(),
         "a signal was consumed twice"
     );
     let cur = stored(&store, &r.id).await?;

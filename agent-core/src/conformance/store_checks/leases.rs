@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, new_run, step, stored, unique};
-use crate::store::{CallStatus, RunStatus, Store, StoreError, now_ms};
+use crate::store::{CallStatus, Claimed, RunStatus, Store, StoreError, now_ms};
 
 /// A live lease blocks other claimers; the holder may re-claim; an expired lease is taken
 /// over with a higher epoch; claims count until a commit; final runs are not claimed.
@@ -18,7 +18,11 @@ pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
     store: Arc<dyn Store>,
 ) -> CheckResult {
     let r = create(&store, "lease", json!({})).await?;
-    let (a, rec) = store
+    let Claimed {
+        lease: a,
+        record: rec,
+        ..
+    } = store
         .claim_run(&r.id, "a", LONG)
         .await
         .ctx("claim_run")?
@@ -47,10 +51,16 @@ pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
         .await
         .ctx("claim_next")?;
     ensure!(
-        b_next.iter().all(|(l, _)| l.run_id != r.id),
+        b_next
+            .iter()
+            .all(|Claimed { lease: l, .. }| l.run_id != r.id),
         "claim_next returned a run under a live lease"
     );
-    let (a2, rec) = store
+    let Claimed {
+        lease: a2,
+        record: rec,
+        ..
+    } = store
         .claim_run(&r.id, "a", Duration::from_millis(100))
         .await
         .ctx("claim_run")?
@@ -68,7 +78,11 @@ pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
         .ctx("renew_lease")?;
     ensure!(renewed.epoch == a2.epoch, "renewal changed the epoch");
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let (b, rec) = store
+    let Claimed {
+        lease: b,
+        record: rec,
+        ..
+    } = store
         .claim_run(&r.id, "b", LONG)
         .await
         .ctx("claim_run")?
@@ -80,7 +94,7 @@ pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
         rec.claims_without_progress
     );
     let after = store
-        .commit_step(&b, &step(0, json!({ "done": true })))
+        .commit_step(&b, &step(0, json!({ "done": true })), &[])
         .await
         .ctx("commit_step")?;
     ensure!(
@@ -90,14 +104,14 @@ pub async fn check_live_lease_blocks_and_expired_lease_is_reclaimed(
     store.release_lease(&b).await.ctx("release_lease")?;
     let cur = stored(&store, &r.id).await?;
     ensure!(cur.lease_owner.is_none(), "released run still has an owner");
-    let (c, _) = store
+    let Claimed { lease: c, .. } = store
         .claim_run(&r.id, "c", LONG)
         .await
         .ctx("claim_run")?
         .ok_or("a released run was not claimable")?;
     let mut fin = step(1, json!({ "done": true }));
     fin.status = RunStatus::Completed;
-    store.commit_step(&c, &fin).await.ctx("commit_step")?;
+    store.commit_step(&c, &fin, &[]).await.ctx("commit_step")?;
     store.release_lease(&c).await.ctx("release_lease")?;
     ensure!(
         store
@@ -124,7 +138,9 @@ pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> 
         .ctx("claim_run")?
         .ok_or("claim of a free run returned None")?;
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let (lease, rec) = store
+    let Claimed {
+        lease, record: rec, ..
+    } = store
         .claim_run(&run.id, "w", LONG)
         .await
         .ctx("claim_run")?
@@ -146,7 +162,7 @@ pub async fn check_hand_back_does_not_count_the_claim(store: Arc<dyn Store>) -> 
         "hand_back left claims_without_progress at {}, want 1 (the lost claim it found)",
         back.claims_without_progress
     );
-    let (again, _) = store
+    let Claimed { lease: again, .. } = store
         .claim_run(&run.id, "w2", LONG)
         .await
         .ctx("claim_run")?
@@ -219,7 +235,10 @@ pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>
         .claim_next(std::slice::from_ref(&agent), &taker, LONG, 10)
         .await
         .ctx("claim_next")?;
-    let mut ids: Vec<&str> = claimed.iter().map(|(l, _)| l.run_id.as_str()).collect();
+    let mut ids: Vec<&str> = claimed
+        .iter()
+        .map(|Claimed { lease: l, .. }| l.run_id.as_str())
+        .collect();
     ids.sort_unstable();
     let mut want = vec![held.id.as_str(), expired.id.as_str()];
     want.sort_unstable();
@@ -227,9 +246,13 @@ pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>
         ids == want,
         "claim_next after expire_leases_of took {ids:?}, want {want:?} (not the other worker's run)"
     );
-    let (new, rec) = claimed
+    let Claimed {
+        lease: new,
+        record: rec,
+        ..
+    } = claimed
         .iter()
-        .find(|(l, _)| l.run_id == held.id)
+        .find(|Claimed { lease: l, .. }| l.run_id == held.id)
         .ok_or("the expired run was not taken")?;
     ensure!(
         new.epoch == old.epoch + 1 && rec.claims_without_progress == 1,
@@ -239,7 +262,10 @@ pub async fn check_expire_leases_of_frees_one_workers_runs(store: Arc<dyn Store>
         rec.claims_without_progress
     );
     ensure!(
-        store.commit_step(&old, &step(0, json!({}))).await.is_err(),
+        store
+            .commit_step(&old, &step(0, json!({})), &[])
+            .await
+            .is_err(),
         "the old holder committed after its lease was expired and taken over"
     );
     let still = stored(&store, &other_run.id).await?;
@@ -276,7 +302,7 @@ pub async fn check_claim_next_takes_the_oldest_first(store: Arc<dyn Store>) -> C
             .claim_next(std::slice::from_ref(&agent), "w", LONG, limit)
             .await
             .ctx("claim_next")?;
-        claimed.extend(batch.into_iter().map(|(l, _)| l.run_id));
+        claimed.extend(batch.into_iter().map(|Claimed { lease: l, .. }| l.run_id));
     }
     ensure!(
         claimed == created,
@@ -314,7 +340,7 @@ pub async fn check_claim_next_selects_runnable_runs(store: Arc<dyn Store>) -> Ch
         c.status = RunStatus::Waiting;
         c.waiting_for = Some("go".into());
         c.wake_at = wake_at;
-        store.commit_step(&l, &c).await.ctx("commit wait")?;
+        store.commit_step(&l, &c, &[]).await.ctx("commit wait")?;
         store.release_lease(&l).await.ctx("release_lease")?;
         if signal {
             store
@@ -334,13 +360,13 @@ pub async fn check_claim_next_selects_runnable_runs(store: Arc<dyn Store>) -> Ch
     let l = claim(&store, &done.id, "setup").await?;
     let mut fin = step(0, json!({}));
     fin.status = RunStatus::Completed;
-    store.commit_step(&l, &fin).await.ctx("commit")?;
+    store.commit_step(&l, &fin, &[]).await.ctx("commit")?;
     store.release_lease(&l).await.ctx("release_lease")?;
     let backing_off = store.create_run(mk("backoff")).await.ctx("create_run")?;
     let l = claim(&store, &backing_off.id, "setup").await?;
     let mut later = step(0, json!({}));
     later.wake_at = Some(now_ms() + 3_600_000);
-    store.commit_step(&l, &later).await.ctx("commit")?;
+    store.commit_step(&l, &later, &[]).await.ctx("commit")?;
     store.release_lease(&l).await.ctx("release_lease")?;
 
     let one = store
@@ -359,7 +385,7 @@ pub async fn check_claim_next_selects_runnable_runs(store: Arc<dyn Store>) -> Ch
     let got: BTreeSet<String> = one
         .iter()
         .chain(&rest)
-        .map(|(l, _)| l.run_id.clone())
+        .map(|Claimed { lease: l, .. }| l.run_id.clone())
         .collect();
     let id_of = |tag: &str| {
         waiting
@@ -383,7 +409,12 @@ pub async fn check_claim_next_selects_runnable_runs(store: Arc<dyn Store>) -> Ch
         !got.contains(&other_agent.id),
         "claim_next ignored the agent filter"
     );
-    for (l, rec) in one.iter().chain(&rest) {
+    for Claimed {
+        lease: l,
+        record: rec,
+        ..
+    } in one.iter().chain(&rest)
+    {
         ensure!(
             l.worker == "w" && rec.lease_owner.as_deref() == Some("w") && rec.epoch == l.epoch,
             "claim_next returned an inconsistent lease/record"
@@ -430,7 +461,7 @@ pub async fn check_concurrent_claim_next_is_disjoint(store: Arc<dyn Store>) -> C
                 if got.is_empty() {
                     return Ok::<_, StoreError>(mine);
                 }
-                mine.extend(got.into_iter().map(|(l, _)| l.run_id));
+                mine.extend(got.into_iter().map(|Claimed { lease: l, .. }| l.run_id));
             }
         }));
     }
@@ -491,7 +522,7 @@ pub async fn check_wait_for_work_returns(store: Arc<dyn Store>) -> CheckResult {
 pub async fn check_next_due_is_no_later_than_a_live_lease(store: Arc<dyn Store>) -> CheckResult {
     let ttl = Duration::from_secs(2);
     let r = create(&store, "due", json!({})).await?;
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run(&r.id, "a", ttl)
         .await
         .ctx("claim_run")?
@@ -503,14 +534,14 @@ pub async fn check_next_due_is_no_later_than_a_live_lease(store: Arc<dyn Store>)
     );
     let mut fin = step(0, json!({}));
     fin.status = RunStatus::Completed;
-    store.commit_step(&lease, &fin).await.ctx("commit")?;
+    store.commit_step(&lease, &fin, &[]).await.ctx("commit")?;
     let waiting = create(&store, "due-timer", json!({})).await?;
     let l = claim(&store, &waiting.id, "setup").await?;
     let mut wait = step(0, json!({}));
     wait.status = RunStatus::Waiting;
     wait.waiting_for = Some("go".into());
     wait.wake_at = Some(now_ms() + 1_500);
-    store.commit_step(&l, &wait).await.ctx("commit wait")?;
+    store.commit_step(&l, &wait, &[]).await.ctx("commit wait")?;
     store.release_lease(&l).await.ctx("release_lease")?;
     let due = store.next_due().await.ctx("next_due")?;
     ensure!(
@@ -520,7 +551,7 @@ pub async fn check_next_due_is_no_later_than_a_live_lease(store: Arc<dyn Store>)
     Ok(())
 }
 
-/// A claim that reads ([`Store::claim_next_reading`], [`Store::claim_run_reading`]) reads
+/// A claim that reads ([`RunStore::claim_next`](crate::store::RunStore::claim_next), [`RunStore::claim_run`](crate::store::RunStore::claim_run)) reads
 /// what the separate reads answer once the run is claimed: its version span, whether its
 /// journal has an entry at its version, a waiting run's pending signals. A store that
 /// reads nothing with a claim (`reads: None`) passes, as long as its claims are claims.
@@ -536,7 +567,7 @@ pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckRe
         .ctx("create_run")?;
     let lease = claim(&store, &journaled.id, "w1").await?;
     store
-        .commit_step(&lease, &step(0, json!({ "at": 1 })))
+        .commit_step(&lease, &step(0, json!({ "at": 1 })), &[])
         .await
         .ctx("commit_step")?;
     store
@@ -556,7 +587,10 @@ pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckRe
     let mut wait = step(0, json!({ "at": 1 }));
     wait.status = RunStatus::Waiting;
     wait.waiting_for = Some("go".to_owned());
-    store.commit_step(&lease, &wait).await.ctx("commit_step")?;
+    store
+        .commit_step(&lease, &wait, &[])
+        .await
+        .ctx("commit_step")?;
     store.release_lease(&lease).await.ctx("release_lease")?;
     store
         .send_signal(&waiting.id, "go", &json!({ "ok": true }))
@@ -569,14 +603,14 @@ pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckRe
         .ctx("create_run")?;
 
     let mut claimed = store
-        .claim_next_reading(std::slice::from_ref(&agent), "w2", LONG, 10)
+        .claim_next(std::slice::from_ref(&agent), "w2", LONG, 10)
         .await
-        .ctx("claim_next_reading")?;
+        .ctx("claim_next")?;
     let by_id = store
-        .claim_run_reading(&fresh.id, "w2", LONG)
+        .claim_run(&fresh.id, "w2", LONG)
         .await
-        .ctx("claim_run_reading")?
-        .ok_or("claim_run_reading of a free run returned None")?;
+        .ctx("claim_run")?
+        .ok_or("claim_run of a free run returned None")?;
     claimed.retain(|c| c.record.id != fresh.id);
     claimed.push(by_id);
     let ids: BTreeSet<&str> = claimed.iter().map(|c| c.record.id.as_str()).collect();
@@ -634,9 +668,9 @@ pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckRe
     Ok(())
 }
 
-/// [`Store::create_run_claimed`]: the new run is held by its creator (nobody else claims
+/// [`RunStore::create_run_claimed`](crate::store::RunStore::create_run_claimed): the new run is held by its creator (nobody else claims
 /// it), its lease commits, what it says was read matches the reads, and a retry of the same
-/// request claims the run as `claim_run_reading` would while another request is refused.
+/// request claims the run as `claim_run` would while another request is refused.
 ///
 /// # Errors
 /// What the store did wrong, when it breaks the guarantee.
@@ -691,7 +725,7 @@ pub async fn check_create_run_claimed_holds_the_run(store: Arc<dyn Store>) -> Ch
         );
     }
     store
-        .commit_step(lease, &step(0, json!({ "n": 1 })))
+        .commit_step(lease, &step(0, json!({ "n": 1 })), &[])
         .await
         .ctx("commit_step with the creation's lease")?;
     // The same request again (a retry after a lost answer): the run is claimed anew.

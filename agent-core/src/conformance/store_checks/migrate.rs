@@ -1,4 +1,4 @@
-//! Migrations ([`Store::migrate_run`]): a fenced transition of its own, once per run, that
+//! Migrations ([`RunStore::migrate_run`]): a fenced transition of its own, once per run, that
 //! the hash chain, time travel and fork see; and the claim filter by `Agent@N`.
 
 use std::sync::Arc;
@@ -8,7 +8,8 @@ use serde_json::json;
 use super::LONG as TTL;
 use crate::store::verify::verify_run;
 use crate::store::{
-    MigrationCommit, MigrationNote, NewRun, RunFilter, RunStatus, Store, StoreError, TransitionKind,
+    Claimed, MigrationCommit, MigrationNote, NewRun, RunFilter, RunStatus, Store, StoreError,
+    TransitionKind,
 };
 
 fn ensure(ok: bool, what: &str) -> Result<(), String> {
@@ -58,7 +59,7 @@ pub async fn check_migration_is_a_fenced_transition_once(
         .await
         .map_err(|e| e.to_string())?;
     ensure(run.agent_version == 1, "a new run is on agent version 1")?;
-    let (stale, _) = store
+    let Claimed { lease: stale, .. } = store
         .claim_run("m1", "w-old", TTL)
         .await
         .map_err(|e| e.to_string())?
@@ -68,7 +69,7 @@ pub async fn check_migration_is_a_fenced_transition_once(
         .release_lease(&stale)
         .await
         .map_err(|e| e.to_string())?;
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run("m1", "w-new", TTL)
         .await
         .map_err(|e| e.to_string())?
@@ -150,7 +151,7 @@ pub async fn check_migration_is_a_fenced_transition_once(
         consumed_signal: None,
     };
     let done = store
-        .commit_step(&lease, &step)
+        .commit_step(&lease, &step, &[])
         .await
         .map_err(|e| e.to_string())?;
     ensure(
@@ -209,7 +210,7 @@ pub async fn check_migration_refuses_compensating_runs(
         ))
         .await
         .map_err(|e| e.to_string())?;
-    let (lease, _) = store
+    let Claimed { lease, .. } = store
         .claim_run("mc", "w", TTL)
         .await
         .map_err(|e| e.to_string())?
@@ -227,7 +228,7 @@ pub async fn check_migration_refuses_compensating_runs(
         consumed_signal: None,
     };
     store
-        .commit_step(&lease, &compensating)
+        .commit_step(&lease, &compensating, &[])
         .await
         .map_err(|e| e.to_string())?;
     match store.migrate_run(&lease, &to_v2(1)).await {
@@ -267,8 +268,8 @@ pub async fn check_claim_next_filters_by_version(store: Arc<dyn Store>) -> Resul
             .await
             .map_err(|e| e.to_string())?;
     }
-    let ids = |claimed: Vec<(crate::store::Lease, crate::store::RunRecord)>| {
-        let mut ids: Vec<String> = claimed.into_iter().map(|(_, r)| r.id).collect();
+    let ids = |claimed: Vec<crate::store::Claimed>| {
+        let mut ids: Vec<String> = claimed.into_iter().map(|c| c.record.id).collect();
         ids.sort();
         ids
     };

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use crate::store::verify::verify_run;
 use crate::store::{
-    CallStatus, EntryKind, JournalEntry, Lease, NewRun, RunRecord, RunStatus, StepCommit, Store,
-    StoreError, TransitionKind, input_hash, now_ms,
+    CallStatus, Claimed, EntryKind, JournalEntry, Lease, NewRun, RunRecord, RunStatus, StepCommit,
+    Store, StoreError, TransitionKind, input_hash, now_ms,
 };
 use crate::tool::ToolKind;
 
@@ -117,7 +117,7 @@ async fn claim(store: &Arc<dyn Store>, run_id: &str, worker: &str) -> Result<Lea
         .claim_run(run_id, worker, LONG)
         .await
         .ctx("claim_run")?
-        .map(|(l, _)| l)
+        .map(|Claimed { lease: l, .. }| l)
         .ok_or_else(|| format!("claim_run of free run `{run_id}` by `{worker}` returned None"))
 }
 
@@ -132,7 +132,7 @@ async fn grow(store: &Arc<dyn Store>, lease: &Lease, from: u64, n: u64) -> Resul
             items.push(json!(format!("item number {v} with some payload text")));
         }
         let r = store
-            .commit_step(lease, &step(v, state.clone()))
+            .commit_step(lease, &step(v, state.clone()), &[])
             .await
             .ctx("commit_step")?;
         ensure!(

@@ -8,8 +8,8 @@ use serde_json::json;
 use super::{CheckResult, Ctx, LONG, claim, create, new_run, step, stored, unique, verify_chain};
 use crate::store::operator::{CANCELLED, TERMINATED};
 use crate::store::{
-    Labels, Lease, OperatorNote, RunFilter, RunRecord, RunStatus, StepCommit, Store, StoreError,
-    TransitionKind,
+    Claimed, Labels, Lease, OperatorNote, RunFilter, RunRecord, RunStatus, StepCommit, Store,
+    StoreError, TransitionKind,
 };
 
 fn note(reason: &str) -> OperatorNote {
@@ -35,7 +35,7 @@ async fn waiting_run(
         ..step(0, json!({ "waiting": true }))
     };
     store
-        .commit_step(&lease, &commit)
+        .commit_step(&lease, &commit, &[])
         .await
         .ctx("commit_step to waiting")?;
     if !keep_lease {
@@ -173,7 +173,7 @@ pub async fn check_terminate_stops_runs_at_once(store: Arc<dyn Store>) -> CheckR
     );
     ensure!(
         matches!(
-            store.commit_step(&lease, &step(0, json!({}))).await,
+            store.commit_step(&lease, &step(0, json!({})), &[]).await,
             Err(StoreError::LeaseLost { .. })
         ),
         "the holder of a terminated run's lease must be fenced out of commits"
@@ -201,6 +201,7 @@ pub async fn check_terminate_stops_runs_at_once(store: Arc<dyn Store>) -> CheckR
                 status: RunStatus::Completed,
                 ..step(0, json!({}))
             },
+            &[],
         )
         .await
         .ctx("commit_step to completed")?;
@@ -278,13 +279,13 @@ pub async fn check_cancel_moves_free_runs_to_compensating(store: Arc<dyn Store>)
         .await
         .ctx("claim_next")?;
     ensure!(
-        claimed.len() == 1 && claimed[0].1.id == waiting.id,
+        claimed.len() == 1 && claimed[0].record.id == waiting.id,
         "a cancelled waiting run must be claimable to compensate, claimed {:?}",
-        claimed.iter().map(|c| &c.1.id).collect::<Vec<_>>()
+        claimed.iter().map(|c| &c.record.id).collect::<Vec<_>>()
     );
 
     let expired = create(&store, "cancel-expired", json!({})).await?;
-    let (old, _) = store
+    let Claimed { lease: old, .. } = store
         .claim_run(&expired.id, "crashed", Duration::ZERO)
         .await
         .ctx("claim_run")?
@@ -302,7 +303,7 @@ pub async fn check_cancel_moves_free_runs_to_compensating(store: Arc<dyn Store>)
     );
     ensure!(
         matches!(
-            store.commit_step(&old, &step(0, json!({}))).await,
+            store.commit_step(&old, &step(0, json!({})), &[]).await,
             Err(StoreError::LeaseLost { .. })
         ),
         "the expired holder's late commit must be refused after a cancel"
@@ -324,7 +325,7 @@ pub async fn check_cancel_of_a_leased_run_waits_for_its_holder(
     let run = create(&store, "cancel-leased", json!({})).await?;
     let lease = claim(&store, &run.id, "holder").await?;
     store
-        .commit_step(&lease, &step(0, json!({ "n": 1 })))
+        .commit_step(&lease, &step(0, json!({ "n": 1 })), &[])
         .await
         .ctx("commit_step")?;
     let requested = store.cancel_run(&run.id, &why).await.ctx("cancel_run")?;
@@ -350,7 +351,10 @@ pub async fn check_cancel_of_a_leased_run_waits_for_its_holder(
         stored(&store, &run.id).await?.cancel_requested.as_ref() == Some(&why),
         "the cancel request must be stored with the run"
     );
-    match store.commit_step(&lease, &step(1, json!({ "n": 2 }))).await {
+    match store
+        .commit_step(&lease, &step(1, json!({ "n": 2 })), &[])
+        .await
+    {
         Err(StoreError::CancelRequested(id)) if id == run.id => {}
         other => {
             return Err(format!(
@@ -394,6 +398,7 @@ pub async fn check_cancel_of_a_leased_run_waits_for_its_holder(
                 kind: TransitionKind::Status,
                 ..step(2, json!({ "n": 1 }))
             },
+            &[],
         )
         .await
         .ctx("commit_step to cancelled")?;
@@ -427,7 +432,7 @@ pub async fn check_cancel_of_a_leased_run_waits_for_its_holder(
         .await
         .ctx("claim_next")?;
     ensure!(
-        claimed.len() == 1 && claimed[0].1.cancel_requested.as_ref() == Some(&why),
+        claimed.len() == 1 && claimed[0].record.cancel_requested.as_ref() == Some(&why),
         "a waiting run with a cancel request must be claimable, with its request"
     );
     Ok(())
@@ -436,7 +441,10 @@ pub async fn check_cancel_of_a_leased_run_waits_for_its_holder(
 /// Outcome of one committer in [`check_cancel_racing_a_commit`].
 async fn commit_until_cancelled(store: Arc<dyn Store>, lease: Lease) -> CheckResult {
     for v in 0..10_000 {
-        match store.commit_step(&lease, &step(v, json!({ "n": v }))).await {
+        match store
+            .commit_step(&lease, &step(v, json!({ "n": v })), &[])
+            .await
+        {
             Ok(_) => tokio::task::yield_now().await,
             Err(StoreError::CancelRequested(_)) => {
                 return store
@@ -470,7 +478,7 @@ pub async fn check_cancel_racing_a_commit(store: Arc<dyn Store>) -> CheckResult 
         } else {
             Duration::from_millis(5)
         };
-        let (lease, _) = store
+        let Claimed { lease, .. } = store
             .claim_run(&run.id, "holder", ttl)
             .await
             .ctx("claim_run")?
@@ -667,6 +675,7 @@ pub async fn check_terminate_closes_out_stopped_runs(store: Arc<dyn Store>) -> C
                 }),
                 ..step(0, json!({}))
             },
+            &[],
         )
         .await
         .ctx("commit_step to failed")?;

@@ -94,7 +94,7 @@ pub async fn check_repair_resets_a_quarantined_run(store: Arc<dyn Store>) -> Che
     // The repaired run goes on like any other.
     let next = claim(&store, &run.id, "w2").await?;
     store
-        .commit_step(&next, &step(4, json!({ "items": ["after repair"] })))
+        .commit_step(&next, &step(4, json!({ "items": ["after repair"] })), &[])
         .await
         .ctx("commit_step after repair")?;
     verify_chain(&store, &run.id).await

@@ -41,7 +41,7 @@ pub async fn check_retention_keeps_the_window(store: Arc<dyn Store>) -> CheckRes
                 .ok_or("test state lost its items")?
                 .push(json!(v));
             store
-                .commit_step(lease, &step(v, s.clone()))
+                .commit_step(lease, &step(v, s.clone()), &[])
                 .await
                 .ctx("commit_step")?;
             recent.push(s.clone());
@@ -111,7 +111,7 @@ pub async fn check_retention_keeps_the_window(store: Arc<dyn Store>) -> CheckRes
             .ok_or("no items")?
             .push(json!("after"));
         store
-            .commit_step(lease, &step(15, next.clone()))
+            .commit_step(lease, &step(15, next.clone()), &[])
             .await
             .ctx("commit_step after retention")?;
         ensure!(
@@ -146,7 +146,10 @@ pub async fn check_retention_deletes_old_final_runs(store: Arc<dyn Store>) -> Ch
         .ctx("send_signal")?;
     let mut last = step(0, json!({ "done": true }));
     last.status = RunStatus::Completed;
-    store.commit_step(&lease, &last).await.ctx("commit_step")?;
+    store
+        .commit_step(&lease, &last, &[])
+        .await
+        .ctx("commit_step")?;
     // A running run: kept.
     let live = create(&store, "live", json!({ "items": [] })).await?;
     // A final parent whose child still runs, and a final child of a running parent: kept.

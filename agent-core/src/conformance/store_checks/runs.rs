@@ -9,7 +9,8 @@ use serde_json::json;
 use super::{CheckResult, Ctx, LONG, claim, create, grow, new_run, step, stored, unique};
 use crate::graph::GraphDescription;
 use crate::store::{
-    Lease, RunFailure, RunFilter, RunKey, RunStatus, Store, StoreError, TransitionKind, now_ms,
+    Claimed, Lease, RunFailure, RunFilter, RunKey, RunStatus, Store, StoreError, TransitionKind,
+    now_ms,
 };
 
 /// Create, load, and the errors for unknown runs.
@@ -50,7 +51,7 @@ pub async fn check_store_and_load_runs(store: Arc<dyn Store>) -> CheckResult {
     };
     ensure!(
         matches!(
-            store.commit_step(&lease, &step(0, json!({}))).await,
+            store.commit_step(&lease, &step(0, json!({})), &[]).await,
             Err(StoreError::NotFound(_))
         ),
         "commit_step on an unknown run is not NotFound"
@@ -77,7 +78,7 @@ pub async fn check_create_run_is_idempotent(store: Arc<dyn Store>) -> CheckResul
         .ctx("create_run")?;
     let lease = claim(&store, &id, "w").await?;
     store
-        .commit_step(&lease, &step(0, json!({ "n": 2 })))
+        .commit_step(&lease, &step(0, json!({ "n": 2 })), &[])
         .await
         .ctx("commit_step")?;
     let again = store
@@ -532,12 +533,17 @@ where
         .await
         .ctx("claim_next next to a corrupt run")?;
     ensure!(
-        claimed.iter().any(|(l, _)| l.run_id == healthy.id),
+        claimed
+            .iter()
+            .any(|Claimed { lease: l, .. }| l.run_id == healthy.id),
         "a corrupt run kept claim_next from returning a healthy run"
     );
     if let Ok(Some(r)) = store.load_run(&bad.id).await {
         ensure!(
-            !claimed.iter().any(|(l, _)| l.run_id == bad.id) || r.state.is_object(),
+            !claimed
+                .iter()
+                .any(|Claimed { lease: l, .. }| l.run_id == bad.id)
+                || r.state.is_object(),
             "claim_next handed out a run whose state does not read"
         );
     }
