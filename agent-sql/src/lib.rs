@@ -39,6 +39,7 @@ mod decode;
 pub mod events;
 pub mod heads;
 pub mod migrations;
+pub mod operator;
 pub mod reads;
 pub mod retention;
 pub mod rows;

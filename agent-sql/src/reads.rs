@@ -529,11 +529,9 @@ pub async fn prune_point<S: SqlReads>(
 
 /// The methods of the store contract's roles that are the same on every SQL store, inside
 /// the store's role impls (the rest of each role's methods go in its braces). The store
-/// implements [`SqlReads`] and has inherent methods with the signatures of
-/// `RunStore::record_entry` and `RunStore::commit_step`, named `record` and `commit`, and
-/// `operator_action(run_id, request, plan)`: read the run, ask `plan` (one of
-/// [`agent_core::store::operator`]'s) and do what it says, in one transaction, `request`
-/// being the note a cancel request records.
+/// implements [`SqlReads`] and [`SqlOperator`](crate::operator::SqlOperator) (the
+/// operators' verbs, [`crate::operator`]), and has inherent methods with the signatures of
+/// `RunStore::record_entry` and `RunStore::commit_step`, named `record` and `commit`.
 ///
 /// ```text
 /// agent_sql::impl_sql_store!(PgStore {
@@ -724,7 +722,7 @@ macro_rules! impl_sql_store {
                 $crate::__private::RunRecord,
                 $crate::__private::StoreError,
             > {
-                self.operator_action(&lease.run_id, ::core::option::Option::None, |r, _| {
+                $crate::operator::operator_action(self, &lease.run_id, ::core::option::Option::None, |r, _| {
                     $crate::__private::operator::plan_accept_cancel(r, lease).map(|t| {
                         $crate::__private::operator::OperatorPlan::Transition(
                             ::std::boxed::Box::new(t),
@@ -747,7 +745,7 @@ macro_rules! impl_sql_store {
                 $crate::__private::RunRecord,
                 $crate::__private::StoreError,
             > {
-                self.cancel_with_children(run_id, note).await
+                $crate::operator::cancel_with_children(self, run_id, note).await
             }
 
             async fn terminate_run(
@@ -758,7 +756,7 @@ macro_rules! impl_sql_store {
                 $crate::__private::RunRecord,
                 $crate::__private::StoreError,
             > {
-                self.operator_action(run_id, ::core::option::Option::None, |r, _| {
+                $crate::operator::operator_action(self, run_id, ::core::option::Option::None, |r, _| {
                     $crate::__private::operator::plan_terminate(r, note)
                 })
                 .await
@@ -773,7 +771,7 @@ macro_rules! impl_sql_store {
                 $crate::__private::RunRecord,
                 $crate::__private::StoreError,
             > {
-                self.write_signal_drop(run_id, signal_id, note).await
+                $crate::operator::drop_signal(self, run_id, signal_id, note).await
             }
 
             $($operator)*

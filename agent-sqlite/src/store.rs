@@ -235,7 +235,7 @@ agent_sql::impl_sql_store!(SqliteStore {
             lease: &Lease,
             commit: &agent_core::store::MigrationCommit,
         ) -> Result<RunRecord, StoreError> {
-            self.write_migration(lease, commit).await
+            agent_sql::operator::migrate(self, lease, commit).await
         }
 
         async fn wait_for_work(&self, timeout: Duration) {
