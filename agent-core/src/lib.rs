@@ -17,6 +17,7 @@
 //! | [`versions`] | an agent's versions and the migrations between them |
 //! | [`store`] | the [`Store`] contract, records, delta history, the hash chain and its verifier, an in-memory store |
 //! | `conformance` | the suite every store backend runs (feature `conformance`) |
+#![warn(missing_docs)]
 
 // Lets the derives' `::agent_core::…` paths resolve inside this crate (the conformance fixture).
 #[allow(unused_extern_crates)]

@@ -40,6 +40,7 @@
 //! `GET /v1/openapi.json` serves the OpenAPI 3.1 document, generated from the handlers and
 //! the records' types ([`openapi`]); CI runs a property-based API tester against a live
 //! server with it. `docs/http-api.md` describes every endpoint.
+#![warn(missing_docs)]
 
 mod agents;
 mod auth;

@@ -185,6 +185,7 @@
 //! [`RouterReply`]: agent_core::router::RouterReply
 //! [`validate_answer`]: agent_core::router::validate_answer
 //! [`Conflict`]: agent_core::router::Conflict
+#![warn(missing_docs)]
 
 use std::sync::Arc;
 

@@ -5,6 +5,7 @@
 //! spans) -> `check` (graph rules) -> `expand` (code) or `fallback` (stubs next to the
 //! errors). `#[derive(Tool)]` runs on the same stages: its attribute in `attr`, its model
 //! and code in `tool`, its stub in `fallback`. Messages are `ctxt::Message`s.
+#![warn(missing_docs)]
 
 mod ast;
 mod attr;

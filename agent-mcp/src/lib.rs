@@ -26,6 +26,7 @@
 //!
 //! What is checked when, what a call journals and how idempotency keys reach the server:
 //! [`guide`] (`docs/mcp.md`).
+#![warn(missing_docs)]
 
 mod import;
 mod server;

@@ -140,6 +140,7 @@
 //! [`RunStore::send_signal`]: agent_core::store::RunStore::send_signal
 //! [`StepCommit`]: agent_core::store::StepCommit
 //! [`StoreError::Unavailable`]: agent_core::store::StoreError::Unavailable
+#![warn(missing_docs)]
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -28,6 +28,7 @@
 //! Each store keeps what is its own: connection setup, migrations and its dialect's
 //! statements (and how a batch of the group commit is written: grouped statements on
 //! PostgreSQL, one transaction on SQLite; on PostgreSQL, `LISTEN/NOTIFY`).
+#![warn(missing_docs)]
 
 use std::time::Duration;
 

@@ -67,6 +67,7 @@
 //!
 //! [`Store`]: agent_core::store::Store
 //! [`RunStore::wait_for_work`]: agent_core::store::RunStore::wait_for_work
+#![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -23,6 +23,7 @@
 //! migrates the runs of the registered agents' older versions (`docs/versions.md`,
 //! "Rolling out"). Registering an agent takes nothing but its type: no handlers, no tools,
 //! no router; nothing of a run executes but its migration.
+#![warn(missing_docs)]
 
 mod cli;
 mod commands;

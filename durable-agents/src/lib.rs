@@ -126,6 +126,7 @@
 //! lease's fencing epoch is checked in the commit); a run whose stored state no longer
 //! deserializes, or whose graph changed incompatibly, is quarantined before any tool call;
 //! storage grows linearly with the number of steps. Each is a test in the conformance suite.
+#![warn(missing_docs)]
 
 pub use agent_core::*;
 

@@ -90,7 +90,6 @@ impl World {
     }
 }
 
-/// A SKU.
 /// The payload of the `confirm` signal: the customer's answer.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Confirmation {
@@ -101,6 +100,7 @@ pub struct Confirmation {
     pub note: Option<String>,
 }
 
+/// The input of the fixture's tools that act on one item: its SKU.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Sku {
     /// Its code.

@@ -32,6 +32,8 @@ pub enum ProblemKind {
 }
 
 impl ProblemKind {
+    /// The kind's one word, as the JSON of a [`VerifyReport`] spells it: what `agentctl
+    /// verify` and the run inspector print after a broken version.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
