@@ -22,7 +22,7 @@ use serde_json::Value;
 use crate::graph::GraphDescription;
 use crate::store::{RunFailure, RunRecord, RunStatus};
 use crate::tool::{Tool, ToolError};
-use crate::versions::{MigrationError, OlderVersion};
+use crate::versions::older::{MigrationError, OlderVersion};
 
 /// An agent: an enum of states whose graph was checked at compile time.
 ///

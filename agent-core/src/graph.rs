@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::tool::ToolKind;
+use crate::store::records::ToolKind;
 
 /// The whole graph of one agent: its states in declaration order and the tools it declares.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

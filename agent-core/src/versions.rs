@@ -79,51 +79,15 @@
 
 // Reached by the derive's expansions through `__private`.
 pub(crate) mod checks;
+pub(crate) mod older;
 
 use serde_json::Value;
 
 use crate::agent::Agent;
-use crate::graph::GraphDescription;
 use crate::store::{MigrationCommit, RunFailure, RunRecord};
 
 pub use crate::runner::{migrate_claimed, plan_migration};
-
-/// Why a stored state of an older version could not be brought to this one.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MigrationError {
-    /// The stored state does not deserialize as the older version's enum.
-    #[error("the stored state does not read as `{agent}` version {version}: {message}")]
-    Unreadable {
-        /// The agent.
-        agent: String,
-        /// The version it was read as.
-        version: u32,
-        /// serde's message.
-        message: String,
-    },
-    /// The mapped state does not serialize.
-    #[error("the migrated state of `{agent}` version {version} does not serialize: {message}")]
-    Unwritable {
-        /// The agent.
-        agent: String,
-        /// The version it was mapped to.
-        version: u32,
-        /// serde's message.
-        message: String,
-    },
-}
-
-/// An older version an agent can run by migrating its runs (`migrate_from`, transitively).
-#[derive(Clone, Debug)]
-pub struct OlderVersion {
-    /// The version.
-    pub version: u32,
-    /// Its graph (its fingerprint is the one its runs recorded).
-    pub graph: &'static GraphDescription,
-    /// Signals of that version's waiting states that the chain from it may leave unwaited
-    /// (`skip_signal(...)` on any migration of the chain).
-    pub skipped_signals: Vec<&'static str>,
-}
+pub use older::{MigrationError, OlderVersion};
 
 /// [`Agent::migrate`] of an agent declaring `migrate_from(Old, with = map)`: bring a state
 /// of version `from` to `Old`'s version through `Old`'s own chain, then map it.

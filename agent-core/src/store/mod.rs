@@ -40,7 +40,7 @@ pub mod location;
 pub mod memory;
 pub mod migrate;
 pub mod operator;
-mod records;
+pub(crate) mod records;
 pub mod repair;
 mod run_id;
 mod stats;

@@ -6,7 +6,87 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::tool::{ErrorClass, ToolKind};
+/// The three kinds of tool, and what the runner guarantees for each.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum ToolKind {
+    /// No side effect. Journaled, served from the journal on resume, cacheable within a run.
+    Read,
+    /// A side effect. Gets an idempotency key; once its result is committed it never runs again.
+    Write,
+    /// A write with a declared compensation; completed calls form the run's saga.
+    Hybrid,
+}
+
+impl ToolKind {
+    /// `read`, `write` or `hybrid`: the stored name, the serde name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether calls of this kind have effects (and so idempotency keys).
+    #[must_use]
+    pub const fn has_effect(self) -> bool {
+        !matches!(self, Self::Read)
+    }
+}
+
+/// Why a call failed; decides whether the runner retries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum ErrorClass {
+    /// A passing fault: retried.
+    Retryable,
+    /// Will fail again: not retried.
+    Permanent,
+    /// The attempt exceeded the tool's timeout: retried.
+    Timeout,
+    /// The service asked to slow down: retried after its `retry-after`.
+    RateLimited,
+    /// Credentials refused: not retried.
+    Auth,
+    /// The tool is switched off in the tool registry: not retried.
+    Disabled,
+}
+
+impl ErrorClass {
+    /// Whether another attempt may succeed.
+    #[must_use]
+    pub const fn is_retryable(self) -> bool {
+        matches!(self, Self::Retryable | Self::Timeout | Self::RateLimited)
+    }
+
+    /// The stable error code stored in the journal (`tool.timeout`, ...).
+    #[must_use]
+    pub const fn code(self) -> &'static str {
+        match self {
+            Self::Retryable => "tool.retryable",
+            Self::Permanent => "tool.permanent",
+            Self::Timeout => "tool.timeout",
+            Self::RateLimited => "tool.rate_limited",
+            Self::Auth => "tool.auth",
+            Self::Disabled => "tool.disabled",
+        }
+    }
+}
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;

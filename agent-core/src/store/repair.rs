@@ -7,7 +7,7 @@
 //! [`Repair`](super::TransitionKind::Repair)), the one after the last stored version and
 //! chained to it, so the history keeps everything that happened, the repair included, and
 //! `verify` checks it like any other step. It is planned here from what the store reads
-//! and written by [`OperatorStore::repair_run`](crate::store::OperatorStore::repair_run) in one write, refused if the run moved meanwhile.
+//! and written by [`OperatorStore::repair_run`] in one write, refused if the run moved meanwhile.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +19,7 @@ use super::{
     TransitionKind, now_ms, transition_hash,
 };
 
-/// A planned repair: what [`OperatorStore::repair_run`](crate::store::OperatorStore::repair_run) writes.
+/// A planned repair: what [`OperatorStore::repair_run`] writes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RepairCommit {
     /// The run.
@@ -204,7 +204,7 @@ pub async fn plan_repair(
 }
 
 /// Repair quarantined run `run_id` to `to_version`, by and for `note` ([`plan_repair`], then
-/// [`OperatorStore::repair_run`](crate::store::OperatorStore::repair_run)): the run is running again at that version's state, at a new
+/// [`OperatorStore::repair_run`]): the run is running again at that version's state, at a new
 /// version, with its error cleared.
 ///
 /// # Errors
