@@ -61,7 +61,7 @@ pub enum RejectionCode {
     /// A successful status whose body is not the provider's shape (HTML, empty, not JSON).
     #[serde(rename = "ask.malformed")]
     AskMalformed,
-    /// The answer contradicts itself ([`Conflict`]): two end reasons, a part that started
+    /// The answer contradicts itself ([`Conflict`](super::Conflict)): two end reasons, a part that started
     /// twice or went on after it ended.
     #[serde(rename = "decision.contradictory")]
     Contradictory,
@@ -197,7 +197,7 @@ pub fn validate(
 
 /// Validate a reply against the options offered, in this order:
 ///
-/// 1. the reply: no [`Conflict`] (two end reasons, several candidate messages, a repeated
+/// 1. the reply: no [`Conflict`](super::Conflict) (two end reasons, several candidate messages, a repeated
 ///    key, a part restarted or continued after its end, an unfinished end), no refusal, not
 ///    truncated, no choice carrying a secret `redact` would change (a configured secret,
 ///    plain or encoded: [`RejectionCode::Exfiltration`]), exactly one choice;
