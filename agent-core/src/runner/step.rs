@@ -458,32 +458,37 @@ where
             code: error.code.clone(),
             message: error.message.clone(),
         };
-        // Built, and stored sealed where it holds a secret; one that cannot be fails the run.
-        let value = error_state::<A>(runner.inner.graph.state(target), &failure).and_then(
-            |mut value| match runner.inner.seal_state(&mut value, target) {
-                Ok(()) => Some(value),
-                Err(e) => {
-                    tracing::error!(target = %target, error = %e, "the on_error state cannot be stored");
-                    None
-                }
-            },
-        );
-        if let Some(value) = value {
-            let record = enter(
-                runner,
-                lease,
-                record,
-                target,
-                value,
-                TransitionKind::Error,
-                Some(error),
-                None,
-                &[],
-            )
-            .await?;
-            return Ok(StepOutcome::after_commit(record));
+        // Built by the derive's mapping, and stored sealed where it holds a secret; one that
+        // cannot be fails the run.
+        let stored = A::__on_error(&desc.name, failure).map(|state| {
+            let mut value = serde_json::to_value(&state).map_err(|e| e.to_string())?;
+            (runner.inner.seal_state(&mut value, target)).map_err(|e| e.to_string())?;
+            Ok::<_, String>(value)
+        });
+        match stored {
+            Some(Ok(value)) => {
+                let record = enter(
+                    runner,
+                    lease,
+                    record,
+                    target,
+                    value,
+                    TransitionKind::Error,
+                    Some(error),
+                    None,
+                    &[],
+                )
+                .await?;
+                return Ok(StepOutcome::after_commit(record));
+            }
+            Some(Err(e)) => {
+                tracing::error!(target = %target, error = %e, "the on_error state cannot be stored; failing the run");
+            }
+            // Only an `Agent` written by hand lacks the derive's mapping.
+            None => {
+                tracing::error!(target = %target, "the agent builds no on_error state; failing the run");
+            }
         }
-        tracing::error!(target = %target, "the on_error target cannot be built from a failure; failing the run");
     }
     let has_saga = saga::has_completed_hybrids(runner.inner.store.as_ref(), &record.id).await?;
     let status = if has_saga {
@@ -504,58 +509,6 @@ where
         .commit_status(lease, record, status, Some(error))
         .await?;
     Ok(StepOutcome::after_commit(record))
-}
-
-/// Build the `on_error` target's value from a failure: a unit variant, or a variant with
-/// one field that deserializes from the `Failure` or from its message. Serde's default
-/// (externally tagged) enum representation is assumed.
-fn error_state<A: Agent>(target: Option<&StateDescription>, failure: &Failure) -> Option<Value> {
-    let target = target?;
-    let name = target.name.as_str();
-    let failure_json = serde_json::to_value(failure).ok()?;
-    let message = Value::String(failure.message.clone());
-    let mut candidates = vec![Value::String(name.to_owned())];
-    for body in [&failure_json, &message] {
-        candidates.push(serde_json::json!({ name: body }));
-        if let Some(field) = single_field(&target.data) {
-            candidates.push(serde_json::json!({ name: { field: body } }));
-        }
-    }
-    candidates
-        .into_iter()
-        .find(|c| serde_json::from_value::<A>(c.clone()).is_ok_and(|a| a.state_name() == name))
-}
-
-/// The field name of a struct variant with exactly one field, from its source text.
-fn single_field(data: &str) -> Option<String> {
-    let inner = data.trim().strip_prefix('{')?.strip_suffix('}')?;
-    let mut fields = inner.split(',').filter(|f| !f.trim().is_empty());
-    let first = fields.next()?;
-    if fields.next().is_some() {
-        return None;
-    }
-    let name = first.split(':').next()?.trim();
-    (!name.is_empty()).then(|| name.trim_start_matches("pub").trim().to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::single_field;
-
-    #[test]
-    fn single_field_names() {
-        assert_eq!(
-            single_field("{ reason : String }").as_deref(),
-            Some("reason")
-        );
-        assert_eq!(
-            single_field("{ pub reason : Failure, }").as_deref(),
-            Some("reason")
-        );
-        assert_eq!(single_field("{ a : u32, b : u32 }"), None);
-        assert_eq!(single_field("(String)"), None);
-        assert_eq!(single_field(""), None);
-    }
 }
 
 /// The futures every run in flight holds: its step's while its handler waits for a tool,
