@@ -21,7 +21,7 @@ pub use ::std::sync::OnceLock;
 pub use ::std::vec;
 pub use ::std::vec::Vec;
 
-use crate::agent::{StepError, Wake};
+use crate::agent::{Failure, StepError, Wake};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -256,6 +256,26 @@ pub trait PayloadSchema {
 impl<T: schemars::JsonSchema> PayloadSchema for T {
     fn schema() -> Value {
         crate::schema::schema_for::<T>()
+    }
+}
+
+/// The field of a state entered by `on_error`, built from the failure that takes the run
+/// there ([`Agent::__on_error`](crate::Agent::__on_error)): the [`Failure`] itself, a
+/// `String` (its message), or a type of the user's with `From<Failure>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be built from a failure, so it cannot be the field of an `on_error` state",
+    label = "a step that fails enters this state with its `Failure` here",
+    note = "use `Failure` (the state that failed, the error's code and message), `String` (the message), or a type that implements `From<Failure>`"
+)]
+pub trait FromFailure {
+    /// The field's value for `failure`.
+    fn from_failure(failure: Failure) -> Self;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: From<Failure>> FromFailure for T {
+    fn from_failure(failure: Failure) -> Self {
+        T::from(failure)
     }
 }
 

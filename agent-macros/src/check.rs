@@ -294,11 +294,15 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 );
             }
         }
-        if let Some(target) = &s.on_error
-            && agent.state(target).is_none()
-        {
-            ok = false;
-            unknown_state(cx, target, "on_error = ...", &state_names);
+        if let Some(target) = &s.on_error {
+            match agent.state(target) {
+                None => {
+                    ok = false;
+                    unknown_state(cx, target, "on_error = ...", &state_names);
+                }
+                Some(t) if t.fields.len() > 1 => on_error_shape(cx, &name, target, t),
+                Some(_) => {}
+            }
         }
         let declared: Vec<String> = agent.tools.iter().map(|t| names::unraw(&t.ident)).collect();
         let mut seen: Vec<&Ident> = Vec::new();
@@ -395,6 +399,24 @@ fn check_handler_names(cx: &Ctxt, agent: &Agent) {
             seen.push((method, s));
         }
     }
+}
+
+/// A state entered on error is built from the failure alone: it can hold one field.
+fn on_error_shape(cx: &Ctxt, name: &str, target: &Ident, t: &State) {
+    let t_name = t.name();
+    cx.error(
+        target.span(),
+        Message::new(format!(
+            "state `{t_name}` cannot be entered on error: it has {} fields, and a failure fills one",
+            t.fields.len()
+        ))
+        .note(format!(
+            "when a step of `{name}` fails, the runner builds `{t_name}` from the step's `Failure`"
+        ))
+        .help(format!(
+            "give `{t_name}` no field, or one: `reason: Failure` (the failed state, the error's code and message), `reason: String` (the message), or a type with `From<Failure>`"
+        )),
+    );
 }
 
 fn unknown_state(cx: &Ctxt, target: &Ident, place: &str, states: &[String]) {

@@ -239,6 +239,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             }
         })
     };
+    let on_error = if stub { None } else { on_error_fn(agent) };
     let stored = stored_as_json(agent);
     // Spanned at the enum's name: a missing serde derive is reported there.
     let stored_impl = quote_spanned! {ident.span()=>
@@ -280,8 +281,72 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                 }
             }
             #migrate
+            #on_error
         }
     }
+}
+
+/// `Agent::__on_error`: for the states with `on_error = T`, the value of `T` built from the
+/// failure; `None` from the trait's default when no state has one. `T` has no field or one
+/// (checked), built through `FromFailure`, spanned at the field's type so that a type that
+/// cannot hold a failure is reported there.
+fn on_error_fn(agent: &Agent) -> Option<TokenStream> {
+    let krate = &agent.krate;
+    let private = quote!(#krate::__private);
+    let from = Ident::new("from", Span::mixed_site());
+    let failure = Ident::new("failure", Span::mixed_site());
+    // The failing states by target, in the order the targets are first named: one arm each.
+    let mut by_target: Vec<(&State, Vec<syn::LitStr>)> = Vec::new();
+    for s in &agent.states {
+        let Some(target) = s.on_error.as_ref().and_then(|t| agent.state(t)) else {
+            continue;
+        };
+        let name = lit(&s.name());
+        match by_target.iter_mut().find(|(t, _)| std::ptr::eq(*t, target)) {
+            Some((_, from)) => from.push(name),
+            None => by_target.push((target, vec![name])),
+        }
+    }
+    if by_target.is_empty() {
+        return None;
+    }
+    let build = |ty: &Type| quote_spanned!(ty.span()=> <#ty as #private::FromFailure>::from_failure(#failure));
+    let arms = by_target.iter().map(|(target, names)| {
+        let v = &target.ident;
+        let value = match &target.fields {
+            Fields::Unit => quote!(Self::#v),
+            Fields::Unnamed(f) => {
+                let fields = f.unnamed.iter().map(|f| build(&f.ty));
+                quote!(Self::#v(#(#fields),*))
+            }
+            Fields::Named(f) => {
+                let fields = f.named.iter().map(|f| {
+                    let ident = &f.ident;
+                    let value = build(&f.ty);
+                    quote!(#ident: #value)
+                });
+                quote!(Self::#v { #(#fields),* })
+            }
+        };
+        quote!(#(#names)|* => #private::Option::Some(#value),)
+    });
+    let arms: Vec<TokenStream> = arms.collect();
+    let failure_param = if by_target.iter().any(|(t, _)| !t.fields.is_empty()) {
+        quote!(#failure)
+    } else {
+        quote!(_)
+    };
+    Some(quote! {
+        fn __on_error(
+            #from: &str,
+            #failure_param: #krate::Failure,
+        ) -> #private::Option<Self> {
+            match #from {
+                #(#arms)*
+                _ => #private::Option::None,
+            }
+        }
+    })
 }
 
 /// `impl AgentFacts`: the hybrid tools and waits of this version, for the checks of a

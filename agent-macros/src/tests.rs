@@ -69,6 +69,50 @@ fn typo_in_to_gives_one_error_with_suggestion() {
 }
 
 #[test]
+fn an_on_error_state_holds_one_field_at_most() {
+    let input = parse_quote! {
+        enum A {
+            #[agent(initial, to(Next), on_error = Failed)]
+            Start,
+            #[agent(to(Done), on_error = Broken)]
+            Next,
+            #[agent(terminal)]
+            Done,
+            #[agent(terminal)]
+            Failed { reason: String, at: u64 },
+            #[agent(terminal)]
+            Broken(String, u32),
+        }
+    };
+    assert_eq!(
+        errors(&input),
+        [
+            "state `Failed` cannot be entered on error: it has 2 fields, and a failure fills one",
+            "state `Broken` cannot be entered on error: it has 2 fields, and a failure fills one",
+        ]
+    );
+    let shapes = parse_quote! {
+        enum A {
+            #[agent(initial, to(B), on_error = Unit)]
+            A,
+            #[agent(to(C), on_error = Named)]
+            B,
+            #[agent(to(Done), on_error = Unnamed)]
+            C,
+            #[agent(terminal)]
+            Done,
+            #[agent(terminal)]
+            Unit,
+            #[agent(terminal)]
+            Named { reason: Failure },
+            #[agent(terminal)]
+            Unnamed(String),
+        }
+    };
+    assert_eq!(errors(&shapes), Vec::<String>::new());
+}
+
+#[test]
 fn initial_states_are_counted() {
     let none = parse_quote! {
         enum A {

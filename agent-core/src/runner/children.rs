@@ -479,7 +479,10 @@ mod mediation {
                         "{cell}: refused: {outcome:?}"
                     );
                     assert!(started.is_empty(), "{cell}: nothing may be started");
-                    assert!(cx.take_step_error().is_some(), "{cell}: the step fails");
+                    assert!(
+                        cx.take_recorded().failure.is_some(),
+                        "{cell}: the step fails"
+                    );
                 }
                 cells += 1;
             }

@@ -50,19 +50,29 @@ pub(crate) struct StepCx<'r> {
     pub(crate) route_name: std::sync::OnceLock<String>,
     pub(crate) route_args: std::sync::OnceLock<Value>,
     wake: Option<Wake>,
-    /// A condition that must stop the step without committing (crash, lease lost, store down).
-    fatal: Mutex<Option<RunnerError>>,
-    /// A failure the handler must not be able to swallow (budget, nondeterminism).
-    step_error: Mutex<Option<StepError>>,
-    /// The journal contradicts the current graph: quarantine instead of committing.
-    quarantine: Mutex<Option<RunFailure>>,
-    interrupted: AtomicBool,
+    /// What the step recorded that its handler cannot undo, read when it returns.
+    recorded: Mutex<Recorded>,
     /// The run's parent, for the depth limit of the children it starts.
     pub(crate) spawned_by: Option<SpawnedBy>,
     /// Whether the handler started children in this visit (one join per visit).
     spawned: AtomicBool,
+}
+
+/// What a step recorded, as it ran, that decides how it ends whatever its handler returns:
+/// the tool path, the router loop and the start of children record here what the handler
+/// could otherwise swallow (`let _ = ctx.call(...)`). Each keeps the first one recorded;
+/// which of them wins is decided once, where the step's end is built
+/// ([`StepEnd`](super::step::StepEnd)).
+#[derive(Debug, Default)]
+pub(crate) struct Recorded {
+    /// A condition that must stop the step without committing (crash, lease lost, store down).
+    pub(crate) abort: Option<RunnerError>,
+    /// The journal contradicts the current graph: quarantine instead of committing.
+    pub(crate) quarantine: Option<RunFailure>,
+    /// A failure the handler must not be able to swallow (budget, nondeterminism).
+    pub(crate) failure: Option<StepError>,
     /// The join the step waits for: the runner commits the run as waiting instead.
-    suspend: Mutex<Option<Join>>,
+    pub(crate) suspend: Option<Join>,
 }
 
 impl<'r> StepCx<'r> {
@@ -90,13 +100,9 @@ impl<'r> StepCx<'r> {
             route_name: std::sync::OnceLock::new(),
             route_args: std::sync::OnceLock::new(),
             wake,
-            fatal: Mutex::new(None),
-            step_error: Mutex::new(None),
-            quarantine: Mutex::new(None),
-            interrupted: AtomicBool::new(false),
+            recorded: Mutex::new(Recorded::default()),
             spawned_by: record.spawned_by.clone(),
             spawned: AtomicBool::new(false),
-            suspend: Mutex::new(None),
         }
     }
 
@@ -114,20 +120,17 @@ impl<'r> StepCx<'r> {
 
     /// Suspend the step until `join` holds over its children.
     pub(crate) fn suspend(&self, join: Join) {
-        let mut s = lock(&self.suspend);
-        if s.is_none() {
-            *s = Some(join);
-        }
+        lock(&self.recorded).suspend.get_or_insert(join);
     }
 
-    /// The join the step was suspended on, if any.
-    pub(crate) fn take_suspend(&self) -> Option<Join> {
-        lock(&self.suspend).take()
+    /// What the step recorded, taken: how it ends is built from it and the handler's result.
+    pub(crate) fn take_recorded(&self) -> Recorded {
+        std::mem::take(&mut *lock(&self.recorded))
     }
 
-    /// The fatal condition, if any: the step must stop without committing.
+    /// The fatal condition, if any, taken: the step must stop without committing.
     pub(crate) fn take_fatal(&self) -> Option<RunnerError> {
-        lock(&self.fatal).take()
+        lock(&self.recorded).abort.take()
     }
 
     pub(crate) fn next_seq(&self) -> u32 {
@@ -177,43 +180,26 @@ impl<'r> StepCx<'r> {
         lock(&self.lease).clone()
     }
 
+    /// Stop the step without committing (crash, lease lost, store down).
     pub(crate) fn set_fatal(&self, e: RunnerError) {
-        self.interrupted.store(true, Ordering::SeqCst);
-        let mut f = lock(&self.fatal);
-        if f.is_none() {
-            *f = Some(e);
-        }
+        lock(&self.recorded).abort.get_or_insert(e);
     }
 
+    /// Whether the step was stopped: nothing more may run or be journaled in it.
     pub(crate) fn is_interrupted(&self) -> bool {
-        self.interrupted.load(Ordering::SeqCst)
+        let recorded = lock(&self.recorded);
+        recorded.abort.is_some() || recorded.quarantine.is_some()
     }
 
     /// Stop the step and quarantine the run: what the journal says cannot be replayed
     /// under the current graph.
     pub(crate) fn set_quarantine(&self, e: RunFailure) {
-        self.interrupted.store(true, Ordering::SeqCst);
-        let mut q = lock(&self.quarantine);
-        if q.is_none() {
-            *q = Some(e);
-        }
+        lock(&self.recorded).quarantine.get_or_insert(e);
     }
 
-    /// Why the run must be quarantined instead of committing, if the journal said so.
-    pub(crate) fn take_quarantine(&self) -> Option<RunFailure> {
-        lock(&self.quarantine).take()
-    }
-
-    /// A failure the handler could not swallow, if any.
-    pub(crate) fn take_step_error(&self) -> Option<StepError> {
-        lock(&self.step_error).take()
-    }
-
+    /// Fail the step, whatever its handler makes of the error.
     pub(crate) fn set_step_error(&self, e: StepError) {
-        let mut s = lock(&self.step_error);
-        if s.is_none() {
-            *s = Some(e);
-        }
+        lock(&self.recorded).failure.get_or_insert(e);
     }
 
     fn interrupted_error() -> ToolError {
@@ -273,19 +259,6 @@ impl<'r> StepCx<'r> {
     /// The deferred read entries, for the step's commit to write.
     pub(crate) fn take_deferred(&self) -> Vec<JournalEntry> {
         std::mem::take(&mut *lock(&self.deferred))
-    }
-
-    /// Whether the step stopped on a condition that forbids committing or writing.
-    pub(crate) fn is_fatal(&self) -> bool {
-        lock(&self.fatal).is_some()
-    }
-
-    /// Whether the step ends otherwise than by committing the transition its handler
-    /// returned: quarantined, failed past the handler, or waiting for children.
-    pub(crate) fn is_diverted(&self) -> bool {
-        lock(&self.quarantine).is_some()
-            || lock(&self.step_error).is_some()
-            || lock(&self.suspend).is_some()
     }
 
     /// Add or replace `entry` in the step's journal in memory.
