@@ -73,6 +73,11 @@ impl Agent for OrderV2 {
             skipped_signals: Vec::new(),
         }]
     }
+
+    // Its version 1's `on_error` states, which the derive built for `Order`.
+    fn __on_error(from: &str, failure: crate::agent::Failure) -> Option<Self> {
+        Order::__on_error(from, failure).map(Self)
+    }
 }
 
 // Like its version 1, routed by the model in one state.

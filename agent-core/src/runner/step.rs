@@ -524,7 +524,7 @@ mod sizes {
 
     use super::super::{Known, Runner, cx};
     use crate::store::memory::MemoryStore;
-    use crate::store::{NewRun, RunStatus, StepCommit, Store, TransitionKind};
+    use crate::store::{NewRun, RunStatus, RunStore, StepCommit, Store, TransitionKind};
     use crate::{Agent, Ctx, StepResult, ToolBox};
 
     #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
@@ -566,7 +566,9 @@ mod sizes {
             ))
             .await
             .unwrap();
-        let (mut lease, record) = store
+        let crate::store::Claimed {
+            mut lease, record, ..
+        } = store
             .claim_run("r", "w", Duration::from_secs(30))
             .await
             .unwrap()
