@@ -27,9 +27,13 @@
 //! the runner out instead: its next write is refused with `LeaseLost`, and it stops.
 
 mod children;
+mod commit;
+mod config;
 mod cx;
+mod error;
 mod faults;
 mod imported;
+mod redaction;
 mod retention;
 mod route;
 mod saga;
@@ -40,15 +44,17 @@ mod worker;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use tracing::{Instrument, info_span, warn};
 
-use crate::secrets::{Redactor, SealKeys};
+use crate::secrets::Redactor;
 /// The redactor's functions, where they were first published.
 pub use crate::secrets::{SECRET_PIECE, redact_fields as redact, redact_secrets};
 pub use children::child_run_id;
+pub(crate) use commit::renew_if_due;
+pub use config::RunnerConfig;
+pub use error::RunnerError;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use imported::{ImportedTools, SCHEMA_CHANGED};
 pub use retention::Retention;
@@ -63,171 +69,10 @@ use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
-    ClaimReads, Claimed, JournalEntry, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus,
-    StepCommit, Store, StoreError, TransitionKind,
+    ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, Store, StoreError,
 };
 use crate::tool::{ToolBox, ToolKind};
 use crate::toolset::ToolsFor;
-
-/// Settings of a runner.
-#[derive(Clone, Debug)]
-pub struct RunnerConfig {
-    /// This worker's name, stored with its leases.
-    pub worker_id: String,
-    /// How long a lease lasts without renewal.
-    pub lease_ttl: Duration,
-    /// How many times the router is re-asked after a rejected answer or a failed ask (an
-    /// HTTP error, a timeout, a body that is not the provider's shape), per decision; then
-    /// the state takes its failure path.
-    pub max_reasks: u32,
-    /// How long one ask of the router may take, the provider's own retries included; past
-    /// it the ask is journaled as `ask.timeout` and counts against `max_reasks`. Keep it
-    /// well under `lease_ttl`'s renewals (the lease is renewed while the ask runs), so one
-    /// slow model never holds a claim for long.
-    pub decision_timeout: Duration,
-    /// Token budget of a routing prompt; the oldest tool results are trimmed first.
-    pub prompt_token_budget: usize,
-    /// Lost claims without a commit before a run is dead-lettered (a poison run): claims
-    /// that found the run's previous claim neither released nor committed through (its
-    /// worker crashed, panicked, or hung past its lease). A claim itself costs nothing, so
-    /// a crash costs each run it held one, even a claim that landed after the worker died.
-    pub max_claims_without_progress: u32,
-    /// How often a transient store error is retried before the runner gives up on a run.
-    pub store_retries: u32,
-    /// Sensitive field names (matched case-insensitively, at any depth). Their values are
-    /// stored *sealed* ([`seal_keys`](Self::seal_keys)) in what a resumed run executes
-    /// again (journaled tool inputs and outputs, the model's decisions, children's inputs,
-    /// run states, signal payloads), so replay opens them and executes exactly what was first executed; everywhere else
-    /// (what the router is shown, logs, events) they are replaced by `"[redacted]"`. Input
-    /// hashes are computed on the values as executed. Fields a type marks secret
-    /// ([`Secret`](crate::secrets::Secret), `x-sealed`) are sealed too.
-    pub redact_fields: Vec<String>,
-    /// Secret values (API keys, passwords, tokens the tools hold), found plainly, JSON-escaped,
-    /// percent-encoded, in hex or in base64, whole or in pieces of
-    /// [`SECRET_PIECE`] characters, in values and in object keys ([`Redactor`]). Where a
-    /// resumed run executes a value again (tool inputs and outputs, decisions, states,
-    /// signal payloads) a string or key holding one is stored sealed; everywhere else (error
-    /// messages, the run's error, what the router is shown, the decision's raw output and
-    /// rejection messages, logs, the live token bus) it is replaced by `"[redacted]"`. A
-    /// model's answer that holds one is refused as exfiltration (`decision.exfiltration`)
-    /// and nothing in it runs. Values shorter than 4 characters are ignored (they would
-    /// shred text).
-    pub secrets: Vec<String>,
-    /// The keys secret values are sealed with ([`SealKeys`]: the active one seals, every
-    /// configured one opens what it sealed). Empty by default: a step that must store a
-    /// secret without a key fails with `seal.no_key` before anything runs, and a run whose
-    /// journal, state or signal holds a value sealed with a key not configured here is
-    /// quarantined with `seal.key_missing`. [`SealKeys::from_env`] reads them from
-    /// [`SEAL_KEYS_ENV`](crate::secrets::SEAL_KEYS_ENV).
-    pub seal_keys: SealKeys,
-    /// How many child runs one step may start ([`Ctx::spawn_all`](crate::Ctx::spawn_all));
-    /// a step starting more fails with a budget error, before any child is created.
-    pub max_children_per_step: u32,
-    /// How deep child runs may nest below a run that nobody started: a run this many
-    /// levels down fails with a budget error when it starts children (a guard against an
-    /// agent that, through its children, starts itself without end).
-    pub max_child_depth: u32,
-    /// Where the model's tokens go as they come, while a decision is asked or a tool
-    /// generates text ([events](crate::events)): share one bus with whoever shows them
-    /// (the HTTP server's event streams). Nothing is sent while nobody subscribes.
-    pub ephemeral: crate::events::EphemeralBus,
-    /// How long the runner uses the tool registry (the kill switch) it read before reading
-    /// it again: a tool switched off (`agentctl tools disable`,
-    /// [`OperatorStore::set_tool_enabled`](crate::store::OperatorStore::set_tool_enabled)) fails fast with `tool.disabled` at every call that
-    /// starts this long after the switch or later (calls started earlier may still run
-    /// it). `Duration::ZERO` reads the registry at every call.
-    pub tool_registry_refresh: Duration,
-}
-
-impl Default for RunnerConfig {
-    fn default() -> Self {
-        Self {
-            worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
-            lease_ttl: Duration::from_secs(30),
-            max_reasks: 2,
-            decision_timeout: Duration::from_secs(20),
-            prompt_token_budget: 8_000,
-            max_claims_without_progress: 5,
-            store_retries: 5,
-            redact_fields: crate::secrets::DEFAULT_SENSITIVE_FIELDS
-                .map(str::to_owned)
-                .to_vec(),
-            secrets: Vec::new(),
-            seal_keys: SealKeys::new(),
-            max_children_per_step: 1_000,
-            max_child_depth: 8,
-            ephemeral: crate::events::EphemeralBus::new(),
-            tool_registry_refresh: Duration::from_secs(1),
-        }
-    }
-}
-
-/// Why the runner could not go on with a run. The run itself is safe in the store.
-#[derive(Debug, thiserror::Error)]
-pub enum RunnerError {
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// Another worker holds the run, or took it over; this worker stopped.
-    #[error("run `{0}` is held by another worker")]
-    LeaseLost(String),
-    /// A crash was injected (tests).
-    #[error(transparent)]
-    Crashed(#[from] Crash),
-    /// No such run.
-    #[error("run `{0}` not found")]
-    NotFound(String),
-    /// A secret could not be stored sealed.
-    #[error(transparent)]
-    Seal(#[from] crate::secrets::SealError),
-    /// The run belongs to another agent.
-    #[error("run `{run_id}` belongs to agent `{found}`, not `{expected}`")]
-    WrongAgent {
-        /// The run.
-        run_id: String,
-        /// This runner's agent.
-        expected: String,
-        /// The run's agent.
-        found: String,
-    },
-    /// A run must start in the initial state.
-    #[error("state `{0}` is not the initial state of the agent")]
-    NotInitial(String),
-    /// The tool box does not match the graph.
-    #[error("tool box does not match agent `{agent}`: {problem}")]
-    ToolBox {
-        /// The agent.
-        agent: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// An LLM-routed state, but no router.
-    #[error(
-        "state `{0}` is routed by an LLM but the runner has no router; build it with `Runner::routed`"
-    )]
-    NoRouter(String),
-    /// The run is on a version of the agent this runner cannot run: a newer one, or an
-    /// older one it declares no migration from. The run is left as it is (not
-    /// quarantined), for a worker that can run it.
-    #[error(
-        "run `{run_id}` is on version {version} of `{agent}`, which this runner cannot run \
-         (it runs {runs})"
-    )]
-    VersionNotRunnable {
-        /// The run.
-        run_id: String,
-        /// The agent.
-        agent: String,
-        /// The run's version of the agent.
-        version: u32,
-        /// What this runner runs, as claim entries (`Agent@N`).
-        runs: String,
-    },
-    /// A signal refused at send: the run has ended, no state waits for it, or its payload
-    /// is not the type the waiting state declared.
-    #[error(transparent)]
-    SignalRefused(#[from] crate::signals::SignalRefusal),
-}
 
 /// Executes runs of agent `A` with handlers `H`.
 pub struct Runner<A, H> {
@@ -995,303 +840,9 @@ where
         }
         Ok(state)
     }
-
-    /// Commit a status-only change (same state, new version).
-    pub(crate) async fn commit_status(
-        &self,
-        lease: &Lease,
-        record: &RunRecord,
-        status: RunStatus,
-        error: Option<RunFailure>,
-    ) -> Result<RunRecord, RunnerError> {
-        let commit = StepCommit {
-            expected_version: record.version,
-            from_state: record.state_name.clone(),
-            to_state: record.state_name.clone(),
-            state: record.state.clone(),
-            kind: TransitionKind::Status,
-            status,
-            waiting_for: None,
-            wake_at: None,
-            error,
-            consumed_signal: None,
-        };
-        self.commit(lease, &commit, &record.id).await
-    }
-
-    /// Commit with fault points, retrying transient store errors and resolving a lost
-    /// acknowledgement by re-reading the version (never by committing twice).
-    pub(crate) async fn commit(
-        &self,
-        lease: &Lease,
-        commit: &StepCommit,
-        run_id: &str,
-    ) -> Result<RunRecord, RunnerError> {
-        self.commit_with_entries(lease, &[], commit, run_id).await
-    }
-
-    /// [`commit`](Self::commit), writing `entries` of the step with it
-    /// ([`RunStore::commit_step`](crate::store::RunStore::commit_step)).
-    pub(crate) async fn commit_with_entries(
-        &self,
-        lease: &Lease,
-        entries: &[JournalEntry],
-        commit: &StepCommit,
-        run_id: &str,
-    ) -> Result<RunRecord, RunnerError> {
-        let store = &self.inner.store;
-        let faults = &self.inner.faults;
-        faults.check(FaultPoint::CommitSent, run_id, commit.expected_version)?;
-        let mut attempt = 0;
-        loop {
-            // The result, in a block of its own, is taken apart before anything else is
-            // awaited: it holds a whole run record, and a local still in scope at an
-            // await takes its space in this future, which every run in flight holds while
-            // its commit waits (issue 22, W4).
-            let error = {
-                match store.commit_step(lease, commit, entries).await {
-                    Ok(record) => {
-                        faults.check(FaultPoint::CommitApplied, run_id, record.version)?;
-                        return Ok(record);
-                    }
-                    Err(error) => error,
-                }
-            };
-            match error {
-                StoreError::LeaseLost { .. } | StoreError::Conflict { .. } => {
-                    return Err(RunnerError::LeaseLost(run_id.to_owned()));
-                }
-                // An operator cancelled the run during the step: the cancel takes the
-                // step's place, and the run goes on to compensate (its journaled calls
-                // included) under this lease.
-                StoreError::CancelRequested(_) => {
-                    return Box::pin(self.accept_cancel(lease, run_id)).await;
-                }
-                e if e.is_transient() && attempt < self.inner.config.store_retries => {
-                    attempt += 1;
-                    // Rare, and boxed so that its timer and read are not part of every
-                    // commit's future.
-                    if let Some(resolved) =
-                        Box::pin(self.resolve_unknown_commit(lease, commit, run_id, attempt)).await
-                    {
-                        return resolved;
-                    }
-                }
-                e => return Err(e.into()),
-            }
-        }
-    }
-
-    /// After a transient failure of a commit (the `attempt`th): wait, then read the run,
-    /// since the commit may have been applied with its acknowledgement lost. `Some`: the
-    /// outcome (applied, or the run moved on without it); `None`: it was not applied, try
-    /// again.
-    async fn resolve_unknown_commit(
-        &self,
-        lease: &Lease,
-        commit: &StepCommit,
-        run_id: &str,
-        attempt: u32,
-    ) -> Option<Result<RunRecord, RunnerError>> {
-        tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
-        let Ok(Some(current)) = self.inner.store.load_run(run_id).await else {
-            return None;
-        };
-        if current.version == commit.expected_version + 1 && current.epoch == lease.epoch {
-            return Some(Ok(current));
-        }
-        if current.version != commit.expected_version || current.epoch != lease.epoch {
-            return Some(Err(RunnerError::LeaseLost(run_id.to_owned())));
-        }
-        None
-    }
-
-    /// Write the cancel requested on the run this lease holds (`RunStore::accept_cancel`).
-    async fn accept_cancel(&self, lease: &Lease, run_id: &str) -> Result<RunRecord, RunnerError> {
-        match self.inner.store.accept_cancel(lease).await {
-            Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
-                Err(RunnerError::LeaseLost(run_id.to_owned()))
-            }
-            accepted => Ok(accepted?),
-        }
-    }
-
-    pub(crate) async fn renew_if_due(
-        &self,
-        lease: &mut Lease,
-        record: &RunRecord,
-    ) -> Result<(), RunnerError> {
-        renew_if_due(&self.inner, lease, &record.id, record.version).await
-    }
 }
-
-/// Renew the lease when less than half of its time is left.
-pub(crate) async fn renew_if_due(
-    inner: &Inner,
-    lease: &mut Lease,
-    run_id: &str,
-    version: u64,
-) -> Result<(), RunnerError> {
-    let ttl = inner.config.lease_ttl;
-    let half = i64::try_from(ttl.as_millis() / 2).unwrap_or(i64::MAX);
-    if lease.expires_at - crate::store::now_ms() > half {
-        return Ok(());
-    }
-    inner
-        .faults
-        .check(FaultPoint::LeaseRenewal, run_id, version)?;
-    match inner.store.renew_lease(lease, ttl).await {
-        Ok(renewed) => {
-            *lease = renewed;
-            Ok(())
-        }
-        Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
-            Err(RunnerError::LeaseLost(run_id.to_owned()))
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
 fn short(s: &str) -> &str {
     &s[..s.len().min(12)]
-}
-
-impl RunnerConfig {
-    /// The one redactor of this configuration: [`secrets`](Self::secrets) in every
-    /// encoding it knows, and the values of [`redact_fields`](Self::redact_fields).
-    #[must_use]
-    pub fn redactor(&self) -> Redactor {
-        Redactor::new(&self.secrets).with_fields(&self.redact_fields)
-    }
-
-    /// Replace, in `value`, the values of the fields in [`redact_fields`](Self::redact_fields)
-    /// and every occurrence of a [secret](Self::secrets) in its strings and keys.
-    pub fn redact_value(&self, value: &mut Value) {
-        self.redactor().value(value);
-    }
-
-    /// `text` with every occurrence of a [secret](Self::secrets) replaced by `"[redacted]"`,
-    /// plainly or encoded ([`Redactor`]).
-    #[must_use]
-    pub fn redact_text(&self, text: &str) -> String {
-        self.redactor().text(text)
-    }
-
-    /// `value` as it is stored where a resumed run executes it again: the parts the
-    /// [`SealPolicy`](crate::secrets::SealPolicy) names (sensitive and `marked` fields,
-    /// strings and keys holding a configured secret) sealed with the active key.
-    ///
-    /// # Errors
-    /// [`SealError::NoKey`](crate::secrets::SealError) when something must be sealed and no
-    /// key is configured; `what` names what was to be stored.
-    pub fn seal_value(
-        &self,
-        value: &mut Value,
-        marked: &[String],
-        what: &str,
-    ) -> Result<(), crate::secrets::SealError> {
-        seal_with(
-            &self.redactor(),
-            &self.seal_keys,
-            value,
-            marked,
-            what,
-            false,
-        )
-    }
-
-    /// A run's state as it is stored: the values of sensitive fields and strings holding a
-    /// configured secret sealed, each the same text for the same value (an unchanged field
-    /// stays the same from one commit to the next).
-    ///
-    /// # Errors
-    /// [`SealError::NoKey`](crate::secrets::SealError) when the state holds a secret and no
-    /// key is configured.
-    pub fn seal_state(
-        &self,
-        state: &mut Value,
-        name: &str,
-    ) -> Result<(), crate::secrets::SealError> {
-        let what = format!("state `{name}`");
-        seal_with(&self.redactor(), &self.seal_keys, state, &[], &what, true)
-    }
-
-    /// A stored state, its sealed values opened (a copy only when it holds any).
-    ///
-    /// # Errors
-    /// [`SealError::MissingKey`](crate::secrets::SealError) or `Corrupt`.
-    pub fn open_state<'v>(
-        &self,
-        state: &'v Value,
-    ) -> Result<std::borrow::Cow<'v, Value>, crate::secrets::SealError> {
-        if !crate::secrets::holds_sealed(state) {
-            return Ok(std::borrow::Cow::Borrowed(state));
-        }
-        let mut opened = state.clone();
-        self.seal_keys.open_all(&mut opened)?;
-        Ok(std::borrow::Cow::Owned(opened))
-    }
-}
-
-/// Seal `value` by the policy of `redactor` (its field names and secrets) and `marked`.
-fn seal_with(
-    redactor: &Redactor,
-    keys: &SealKeys,
-    value: &mut Value,
-    marked: &[String],
-    what: &str,
-    stable: bool,
-) -> Result<(), crate::secrets::SealError> {
-    crate::secrets::SealPolicy {
-        redactor,
-        marked,
-        stable,
-    }
-    .seal(value, keys, what)
-    .map(|_| ())
-}
-
-/// The configuration's redaction and sealing, with its redactor built once.
-impl Inner {
-    pub(crate) fn redact_text(&self, text: &str) -> String {
-        self.redactor.text(text)
-    }
-
-    pub(crate) fn redact_value(&self, value: &mut Value) {
-        self.redactor.value(value);
-    }
-
-    pub(crate) fn seal_value(
-        &self,
-        value: &mut Value,
-        marked: &[String],
-        what: &str,
-    ) -> Result<(), crate::secrets::SealError> {
-        seal_with(
-            &self.redactor,
-            &self.config.seal_keys,
-            value,
-            marked,
-            what,
-            false,
-        )
-    }
-
-    pub(crate) fn seal_state(
-        &self,
-        state: &mut Value,
-        name: &str,
-    ) -> Result<(), crate::secrets::SealError> {
-        let what = format!("state `{name}`");
-        seal_with(
-            &self.redactor,
-            &self.config.seal_keys,
-            state,
-            &[],
-            &what,
-            true,
-        )
-    }
 }
 
 /// Whether a tool of this kind gets an idempotency key.
