@@ -123,3 +123,25 @@ async fn start_and_run_drives_a_new_run_and_is_idempotent() {
         "start and one step"
     );
 }
+
+/// Configuring a clone of a runner gives that clone settings of its own: the runner it was
+/// cloned from keeps its settings and its runs still complete (it used to panic).
+#[tokio::test]
+async fn a_clone_is_configured_on_its_own() {
+    let store = Arc::new(MemoryStore::new());
+    let runner = Runner::<Plain, Handlers>::new(store.clone(), Handlers, ToolBox::new()).unwrap();
+    let original_worker = runner.config().worker_id.clone();
+    let configured = runner
+        .clone()
+        .with_config(durable_agents::runner::RunnerConfig {
+            worker_id: "the-clone".into(),
+            ..durable_agents::runner::RunnerConfig::default()
+        });
+    assert_eq!(configured.config().worker_id, "the-clone");
+    assert_eq!(runner.config().worker_id, original_worker);
+    for (id, r) in [("by-original", &runner), ("by-clone", &configured)] {
+        r.start(id, Plain::Start).await.unwrap();
+        let done = r.run(id).await.unwrap();
+        assert_eq!(done.state_name, "Done", "{id}");
+    }
+}

@@ -123,6 +123,28 @@ pub(crate) struct Inner {
     pub(crate) redactor: Redactor,
 }
 
+impl Inner {
+    /// A copy of these settings for a runner of its own: what configures a run is shared,
+    /// what caches reads (the registered graph, the tool registry, the marked fields) starts
+    /// anew.
+    fn detached(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            tools: self.tools.clone(),
+            imported: self.imported.clone(),
+            router: self.router.clone(),
+            config: self.config.clone(),
+            faults: Arc::clone(&self.faults),
+            graph: self.graph,
+            fingerprint: self.fingerprint.clone(),
+            registered: tokio::sync::OnceCell::new(),
+            switches: cx::ToolSwitches::default(),
+            marked: cx::MarkedFields::default(),
+            redactor: self.redactor.clone(),
+        }
+    }
+}
+
 /// What a step knows of its run's journal and signals before it reads them.
 #[derive(Debug)]
 pub(crate) enum Known {
@@ -275,8 +297,14 @@ where
         })
     }
 
+    /// The runner's own settings, to change. A runner whose clones share them gets a copy
+    /// of its own first (with its caches started anew), so configuring a clone never
+    /// changes the runner it was cloned from, nor panics.
     fn inner_mut(&mut self) -> &mut Inner {
-        Arc::get_mut(&mut self.inner).expect("configure the runner before cloning it")
+        if Arc::get_mut(&mut self.inner).is_none() {
+            self.inner = Arc::new(self.inner.detached());
+        }
+        Arc::get_mut(&mut self.inner).unwrap_or_else(|| unreachable!("a new Arc is unshared"))
     }
 
     /// Add tools imported at start-up (from MCP servers: `durable-agents-mcp`) and the
