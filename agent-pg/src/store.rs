@@ -147,32 +147,6 @@ agent_sql::impl_sql_store!(PgStore {
             self.claim_run(&run.id, worker, ttl).await
         }
 
-        async fn claim_run(
-            &self,
-            run_id: &str,
-            worker: &str,
-            ttl: Duration,
-        ) -> Result<Option<Claimed>, StoreError> {
-            let Some(claimed) = self.claim_one(run_id, worker, ttl).await? else {
-                return Ok(None);
-            };
-            Ok(self.with_reads(vec![claimed]).await.pop())
-        }
-
-        async fn claim_next(
-            &self,
-            agents: &[String],
-            worker: &str,
-            ttl: Duration,
-            limit: usize,
-        ) -> Result<Vec<Claimed>, StoreError> {
-            if limit > 1 {
-                self.group.open_ahead();
-            }
-            let claimed = self.claim_batch(agents, worker, ttl, limit).await?;
-            Ok(self.with_reads(claimed).await)
-        }
-
         async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
             let row = sqlx::query(sql::RENEW_LEASE)
                 .bind(&lease.run_id)
@@ -451,7 +425,7 @@ fn filtered<'q>(
 
 impl PgStore {
     /// `RunStore::claim_run`.
-    async fn claim_one(
+    pub(crate) async fn claim_one(
         &self,
         run_id: &str,
         worker: &str,
@@ -498,7 +472,7 @@ impl PgStore {
     /// The claimed runs with what their resumption reads first, in one statement for all
     /// of them ([`sql::CLAIM_READS`]). The claims stand whatever happens here: a run whose
     /// reads fail or do not decode gets `reads: None`, and the runner reads them itself.
-    async fn with_reads(&self, claimed: Vec<(Lease, RunRecord)>) -> Vec<Claimed> {
+    pub(crate) async fn with_reads(&self, claimed: Vec<(Lease, RunRecord)>) -> Vec<Claimed> {
         if claimed.is_empty() {
             return Vec::new();
         }
@@ -519,13 +493,18 @@ impl PgStore {
     }
 
     /// `RunStore::claim_next`.
-    async fn claim_batch(
+    pub(crate) async fn claim_batch(
         &self,
         agents: &[String],
         worker: &str,
         ttl: Duration,
         limit: usize,
     ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
+        // A worker's batch brings as many commits: a connection for each commit slot and
+        // one for the claims, opened while the claim is read.
+        if limit > 1 {
+            self.group.open_ahead();
+        }
         // What this claim can see includes every write notified so far (see
         // `wait_for_work`).
         self.notices_seen

@@ -52,10 +52,10 @@ pub mod write_queue;
 pub mod __private {
     pub use agent_core::graph::GraphDescription;
     pub use agent_core::store::{
-        EventCursor, EventLog, EventScope, EventWakes, HistoryStore, InspectedRun, JournalEntry,
-        Lease, OperatorNote, OperatorStore, RunEvent, RunRecord, RunStore, SignalRecord,
-        StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord, VersionSpan,
-        operator,
+        Claimed, EventCursor, EventLog, EventScope, EventWakes, HistoryStore, InspectedRun,
+        JournalEntry, Lease, OperatorNote, OperatorStore, RunEvent, RunRecord, RunStore,
+        SignalRecord, StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord,
+        VersionSpan, operator,
     };
     pub use async_trait::async_trait;
 }

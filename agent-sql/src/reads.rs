@@ -531,7 +531,9 @@ pub async fn prune_point<S: SqlReads>(
 /// the store's role impls (the rest of each role's methods go in its braces). The store
 /// implements [`SqlReads`] and [`SqlOperator`](crate::operator::SqlOperator) (the
 /// operators' verbs, [`crate::operator`]), and has inherent methods with the signatures of
-/// `RunStore::record_entry` and `RunStore::commit_step`, named `record` and `commit`.
+/// `RunStore::record_entry` and `RunStore::commit_step`, named `record` and `commit`, and
+/// the claims without their reads, `claim_one(run_id, worker, ttl)` and
+/// `claim_batch(agents, worker, ttl, limit)`, whose runs `with_reads(claimed)` reads for.
 ///
 /// ```text
 /// agent_sql::impl_sql_store!(PgStore {
@@ -701,6 +703,37 @@ macro_rules! impl_sql_store {
                 entry: &$crate::__private::JournalEntry,
             ) -> ::core::result::Result<(), $crate::__private::StoreError> {
                 self.record(lease, entry).await
+            }
+
+            async fn claim_run(
+                &self,
+                run_id: &str,
+                worker: &str,
+                ttl: ::std::time::Duration,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::__private::Claimed>,
+                $crate::__private::StoreError,
+            > {
+                let ::core::option::Option::Some(claimed) =
+                    self.claim_one(run_id, worker, ttl).await?
+                else {
+                    return ::core::result::Result::Ok(::core::option::Option::None);
+                };
+                ::core::result::Result::Ok(self.with_reads(::std::vec![claimed]).await.pop())
+            }
+
+            async fn claim_next(
+                &self,
+                agents: &[::std::string::String],
+                worker: &str,
+                ttl: ::std::time::Duration,
+                limit: usize,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::Claimed>,
+                $crate::__private::StoreError,
+            > {
+                let claimed = self.claim_batch(agents, worker, ttl, limit).await?;
+                ::core::result::Result::Ok(self.with_reads(claimed).await)
             }
 
             async fn commit_step(

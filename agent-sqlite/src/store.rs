@@ -108,29 +108,6 @@ agent_sql::impl_sql_store!(SqliteStore {
             }
         }
 
-        async fn claim_run(
-            &self,
-            run_id: &str,
-            worker: &str,
-            ttl: Duration,
-        ) -> Result<Option<Claimed>, StoreError> {
-            let Some(claimed) = self.claim_one(run_id, worker, ttl).await? else {
-                return Ok(None);
-            };
-            Ok(self.with_reads(vec![claimed]).await.pop())
-        }
-
-        async fn claim_next(
-            &self,
-            agents: &[String],
-            worker: &str,
-            ttl: Duration,
-            limit: usize,
-        ) -> Result<Vec<Claimed>, StoreError> {
-            let claimed = self.claim_batch(agents, worker, ttl, limit).await?;
-            Ok(self.with_reads(claimed).await)
-        }
-
         async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
             let expires_at = now_ms().saturating_add(ms(ttl));
             let row = sqlx::query(sql::RENEW_LEASE)
@@ -387,7 +364,7 @@ agent_sql::impl_sql_store!(SqliteStore {
 
 impl SqliteStore {
     /// Claim one run (`RunStore::claim_run` without its reads).
-    async fn claim_one(
+    pub(crate) async fn claim_one(
         &self,
         run_id: &str,
         worker: &str,
@@ -422,7 +399,7 @@ impl SqliteStore {
     }
 
     /// Claim a batch (`RunStore::claim_next` without their reads).
-    async fn claim_batch(
+    pub(crate) async fn claim_batch(
         &self,
         agents: &[String],
         worker: &str,
@@ -474,7 +451,7 @@ impl SqliteStore {
     /// one statement after the claim's transaction, while the new leases hold the runs
     /// (only a lease holder journals or consumes a signal). If it fails, or a run's reads
     /// do not decode, those runs come without them and the runner reads them itself.
-    async fn with_reads(&self, claimed: Vec<(Lease, RunRecord)>) -> Vec<Claimed> {
+    pub(crate) async fn with_reads(&self, claimed: Vec<(Lease, RunRecord)>) -> Vec<Claimed> {
         if claimed.is_empty() {
             return Vec::new();
         }
