@@ -4,21 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Decision, Rejection, RouteRequest, RouterReply};
-
-/// At most `max` bytes of `s`, cut at a character boundary, with `…` when cut. Callers
-/// redact first: a secret cut in two no longer matches the redactor.
-#[must_use]
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
+use super::{Decision, Rejection, RouteRequest, RouterReply, truncate};
 
 /// Raw output kept in the journal, at most this many bytes.
 pub const MAX_JOURNALED_OUTPUT: usize = 4096;

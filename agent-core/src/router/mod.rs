@@ -25,11 +25,11 @@ mod decision;
 mod scripted;
 mod validate;
 
-pub use decision::{DecisionRecord, MAX_JOURNALED_OUTPUT, redact_strings, truncate};
+pub use decision::{DecisionRecord, MAX_JOURNALED_OUTPUT, redact_strings};
 pub use scripted::ScriptedRouter;
 pub use validate::{
     MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, Rejection, RejectionCode, check_transition_arguments,
-    validate, validate_answer, validate_redacted,
+    truncate, validate, validate_answer, validate_redacted,
 };
 
 /// What an option does.

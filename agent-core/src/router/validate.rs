@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Decision, OptionKind, RawChoice, RouteOption, RouterReply, ToolCall, truncate};
+use super::{Decision, OptionKind, RawChoice, RouteOption, RouterReply, ToolCall};
 
 /// Why an answer (or an ask) did not give a decision. Stored by its string form, which is
 /// stable: new codes may be added, existing ones never change meaning.
@@ -482,4 +482,18 @@ fn parse_arguments(raw: &str) -> Result<Value, Rejection> {
             format!("arguments are not valid JSON: {e}"),
         ),
     })
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary, with `…` when cut. Callers
+/// redact first: a secret cut in two no longer matches the redactor.
+#[must_use]
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }

@@ -37,18 +37,17 @@ mod redaction;
 mod retention;
 mod route;
 mod saga;
+mod shared;
 mod step;
 mod versions;
 mod worker;
 
-use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use serde_json::Value;
 use tracing::{Instrument, info_span, warn};
 
-use crate::secrets::Redactor;
 /// The redactor's functions, where they were first published.
 pub use crate::secrets::{SECRET_PIECE, redact_fields as redact, redact_secrets};
 pub use children::child_run_id;
@@ -58,6 +57,8 @@ pub use error::RunnerError;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use imported::{ImportedTools, SCHEMA_CHANGED};
 pub use retention::Retention;
+pub(crate) use shared::{Inner, Known, keyed};
+pub use shared::{Runner, StepOutcome};
 pub use versions::{
     MIGRATION_FAILED, MIGRATION_SKIPS_SIGNAL, claim_entries, migrate_claimed, plan_migration,
 };
@@ -66,96 +67,12 @@ pub use worker::{
 };
 
 use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};
-use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::store::{
     ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, Store, StoreError,
 };
-use crate::tool::{ToolBox, ToolKind};
+use crate::tool::ToolBox;
 use crate::toolset::ToolsFor;
-
-/// Executes runs of agent `A` with handlers `H`.
-pub struct Runner<A, H> {
-    inner: Arc<Inner>,
-    handlers: Arc<H>,
-    agent: PhantomData<fn() -> A>,
-}
-
-impl<A, H> Clone for Runner<A, H> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-            handlers: Arc::clone(&self.handlers),
-            agent: PhantomData,
-        }
-    }
-}
-
-impl<A: Agent, H> fmt::Debug for Runner<A, H> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Runner")
-            .field("agent", &A::NAME)
-            .field("worker", &self.inner.config.worker_id)
-            .field("store", &self.inner.store)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Everything a step needs that does not depend on the agent's type.
-pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) tools: ToolBox,
-    /// Tools imported at start-up and the states that may call them.
-    pub(crate) imported: ImportedTools,
-    pub(crate) router: Option<Arc<dyn Router>>,
-    pub(crate) config: RunnerConfig,
-    pub(crate) faults: Arc<dyn FaultHook>,
-    pub(crate) graph: &'static GraphDescription,
-    pub(crate) fingerprint: String,
-    /// Set once the graph is stored: a runner registers it at its first start, not at
-    /// every one (a failed registration is tried again at the next start).
-    pub(crate) registered: tokio::sync::OnceCell<()>,
-    /// The tool registry as last read, shared by every run this runner drives.
-    pub(crate) switches: cx::ToolSwitches,
-    /// Per tool, the input fields its schema marks secret (computed at first use).
-    pub(crate) marked: cx::MarkedFields,
-    /// The configuration's one redactor, built when the configuration is set.
-    pub(crate) redactor: Redactor,
-}
-
-impl Inner {
-    /// A copy of these settings for a runner of its own: what configures a run is shared,
-    /// what caches reads (the registered graph, the tool registry, the marked fields) starts
-    /// anew.
-    fn detached(&self) -> Self {
-        Self {
-            store: Arc::clone(&self.store),
-            tools: self.tools.clone(),
-            imported: self.imported.clone(),
-            router: self.router.clone(),
-            config: self.config.clone(),
-            faults: Arc::clone(&self.faults),
-            graph: self.graph,
-            fingerprint: self.fingerprint.clone(),
-            registered: tokio::sync::OnceCell::new(),
-            switches: cx::ToolSwitches::default(),
-            marked: cx::MarkedFields::default(),
-            redactor: self.redactor.clone(),
-        }
-    }
-}
-
-/// What a step knows of its run's journal and signals before it reads them.
-#[derive(Debug)]
-pub(crate) enum Known {
-    /// Nothing: the step reads what it needs.
-    Nothing,
-    /// The run's previous step was committed by this runner: nothing can be journaled at
-    /// the new version yet.
-    Fresh,
-    /// What the claim read ([`RunStore::claim_next`]).
-    Claimed(ClaimReads),
-}
 
 /// A claimed run after the checks before its first step.
 // Moved out of once, as soon as it is returned: boxing the ended run would cost more.
@@ -170,29 +87,6 @@ enum Ready {
         known: Known,
         read_cache: cx::ReadCache,
     },
-}
-
-/// How a call to [`Runner::step`] ended.
-#[derive(Clone, Debug, PartialEq)]
-pub enum StepOutcome {
-    /// A new version was committed; the run can go on.
-    Committed(RunRecord),
-    /// The run waits for a signal; nothing was committed by this call, or the wait was.
-    Waiting(RunRecord),
-    /// The run is final (completed, compensated, failed, quarantined, dead-lettered).
-    Finished(RunRecord),
-}
-
-impl StepOutcome {
-    /// The outcome of a committed step. A run that just entered a waiting state is reported
-    /// as committed, so the next step looks for a signal that may already be there.
-    pub(crate) fn after_commit(record: RunRecord) -> Self {
-        if record.status.is_final() {
-            Self::Finished(record)
-        } else {
-            Self::Committed(record)
-        }
-    }
 }
 
 impl<A, H> Runner<A, H>
@@ -871,9 +765,4 @@ where
 }
 fn short(s: &str) -> &str {
     &s[..s.len().min(12)]
-}
-
-/// Whether a tool of this kind gets an idempotency key.
-pub(crate) fn keyed(kind: ToolKind) -> bool {
-    kind.has_effect()
 }

@@ -157,7 +157,6 @@ async fn verify_chain(store: &Arc<dyn Store>, run_id: &str) -> CheckResult {
 }
 
 mod children;
-use children::children_of;
 mod commits;
 mod events;
 mod history;

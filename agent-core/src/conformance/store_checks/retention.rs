@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::children_of;
+use super::children::children_of;
 use super::{CheckResult, Ctx, claim, create, entry, grow, step, stored, verify_chain};
 use crate::store::{CallStatus, RetentionPolicy, RunStatus, Store, StoreError, now_ms};
 

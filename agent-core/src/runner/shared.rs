@@ -1,0 +1,128 @@
+//! What the runner's rooms share: the runner's type and its agent-independent part
+//! ([`Inner`]), what a step knows of its run before it reads it, and how a step ended. The
+//! runner's loop (`mod.rs`), its steps, commits and sagas all build on these; none of them
+//! is needed to define them.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::cx;
+use super::{FaultHook, ImportedTools, RunnerConfig};
+use crate::agent::Agent;
+use crate::graph::GraphDescription;
+use crate::router::Router;
+use crate::secrets::Redactor;
+use crate::store::{ClaimReads, RunRecord, Store};
+use crate::tool::{ToolBox, ToolKind};
+
+/// Executes runs of agent `A` with handlers `H`.
+pub struct Runner<A, H> {
+    pub(crate) inner: Arc<Inner>,
+    pub(super) handlers: Arc<H>,
+    pub(super) agent: PhantomData<fn() -> A>,
+}
+
+impl<A, H> Clone for Runner<A, H> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            handlers: Arc::clone(&self.handlers),
+            agent: PhantomData,
+        }
+    }
+}
+
+impl<A: Agent, H> fmt::Debug for Runner<A, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runner")
+            .field("agent", &A::NAME)
+            .field("worker", &self.inner.config.worker_id)
+            .field("store", &self.inner.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a step needs that does not depend on the agent's type.
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) tools: ToolBox,
+    /// Tools imported at start-up and the states that may call them.
+    pub(crate) imported: ImportedTools,
+    pub(crate) router: Option<Arc<dyn Router>>,
+    pub(crate) config: RunnerConfig,
+    pub(crate) faults: Arc<dyn FaultHook>,
+    pub(crate) graph: &'static GraphDescription,
+    pub(crate) fingerprint: String,
+    /// Set once the graph is stored: a runner registers it at its first start, not at
+    /// every one (a failed registration is tried again at the next start).
+    pub(crate) registered: tokio::sync::OnceCell<()>,
+    /// The tool registry as last read, shared by every run this runner drives.
+    pub(crate) switches: cx::ToolSwitches,
+    /// Per tool, the input fields its schema marks secret (computed at first use).
+    pub(crate) marked: cx::MarkedFields,
+    /// The configuration's one redactor, built when the configuration is set.
+    pub(crate) redactor: Redactor,
+}
+
+impl Inner {
+    /// A copy of these settings for a runner of its own: what configures a run is shared,
+    /// what caches reads (the registered graph, the tool registry, the marked fields) starts
+    /// anew.
+    pub(super) fn detached(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            tools: self.tools.clone(),
+            imported: self.imported.clone(),
+            router: self.router.clone(),
+            config: self.config.clone(),
+            faults: Arc::clone(&self.faults),
+            graph: self.graph,
+            fingerprint: self.fingerprint.clone(),
+            registered: tokio::sync::OnceCell::new(),
+            switches: cx::ToolSwitches::default(),
+            marked: cx::MarkedFields::default(),
+            redactor: self.redactor.clone(),
+        }
+    }
+}
+
+/// What a step knows of its run's journal and signals before it reads them.
+#[derive(Debug)]
+pub(crate) enum Known {
+    /// Nothing: the step reads what it needs.
+    Nothing,
+    /// The run's previous step was committed by this runner: nothing can be journaled at
+    /// the new version yet.
+    Fresh,
+    /// What the claim read ([`RunStore::claim_next`]).
+    Claimed(ClaimReads),
+}
+
+/// How a call to [`Runner::step`] ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepOutcome {
+    /// A new version was committed; the run can go on.
+    Committed(RunRecord),
+    /// The run waits for a signal; nothing was committed by this call, or the wait was.
+    Waiting(RunRecord),
+    /// The run is final (completed, compensated, failed, quarantined, dead-lettered).
+    Finished(RunRecord),
+}
+
+impl StepOutcome {
+    /// The outcome of a committed step. A run that just entered a waiting state is reported
+    /// as committed, so the next step looks for a signal that may already be there.
+    pub(crate) fn after_commit(record: RunRecord) -> Self {
+        if record.status.is_final() {
+            Self::Finished(record)
+        } else {
+            Self::Committed(record)
+        }
+    }
+}
+
+/// Whether a tool of this kind gets an idempotency key.
+pub(crate) fn keyed(kind: ToolKind) -> bool {
+    kind.has_effect()
+}
