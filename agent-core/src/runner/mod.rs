@@ -42,6 +42,7 @@ mod step;
 mod versions;
 mod worker;
 
+use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -57,8 +58,8 @@ pub use error::RunnerError;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use imported::{ImportedTools, SCHEMA_CHANGED};
 pub use retention::Retention;
+pub use shared::StepOutcome;
 pub(crate) use shared::{Inner, Known, keyed};
-pub use shared::{Runner, StepOutcome};
 pub use versions::{
     MIGRATION_FAILED, MIGRATION_SKIPS_SIGNAL, claim_entries, migrate_claimed, plan_migration,
 };
@@ -73,6 +74,33 @@ use crate::store::{
 };
 use crate::tool::ToolBox;
 use crate::toolset::ToolsFor;
+
+/// Executes runs of agent `A` with handlers `H`.
+pub struct Runner<A, H> {
+    pub(crate) inner: Arc<Inner>,
+    handlers: Arc<H>,
+    agent: PhantomData<fn() -> A>,
+}
+
+impl<A, H> Clone for Runner<A, H> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            handlers: Arc::clone(&self.handlers),
+            agent: PhantomData,
+        }
+    }
+}
+
+impl<A: Agent, H> fmt::Debug for Runner<A, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runner")
+            .field("agent", &A::NAME)
+            .field("worker", &self.inner.config.worker_id)
+            .field("store", &self.inner.store)
+            .finish_non_exhaustive()
+    }
+}
 
 /// A claimed run after the checks before its first step.
 // Moved out of once, as soon as it is returned: boxing the ended run would cost more.

@@ -1,47 +1,19 @@
-//! What the runner's rooms share: the runner's type and its agent-independent part
-//! ([`Inner`]), what a step knows of its run before it reads it, and how a step ended. The
-//! runner's loop (`mod.rs`), its steps, commits and sagas all build on these; none of them
-//! is needed to define them.
+//! What the runner's rooms share: the runner's agent-independent part ([`Inner`]), what a
+//! step knows of its run before it reads it, and how a step ended. The runner's loop
+//! (`mod.rs`), its steps, commits and sagas all build on these; none of them is needed to
+//! define them. (The `Runner` type itself stays in `mod.rs`, beside its constructors: a
+//! compiler error about a bound of `Runner::new` then names `Runner::<A, H>::new`, not the
+//! impl block's module.)
 
-use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::cx;
 use super::{FaultHook, ImportedTools, RunnerConfig};
-use crate::agent::Agent;
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::secrets::Redactor;
 use crate::store::{ClaimReads, RunRecord, Store};
 use crate::tool::{ToolBox, ToolKind};
-
-/// Executes runs of agent `A` with handlers `H`.
-pub struct Runner<A, H> {
-    pub(crate) inner: Arc<Inner>,
-    pub(super) handlers: Arc<H>,
-    pub(super) agent: PhantomData<fn() -> A>,
-}
-
-impl<A, H> Clone for Runner<A, H> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-            handlers: Arc::clone(&self.handlers),
-            agent: PhantomData,
-        }
-    }
-}
-
-impl<A: Agent, H> fmt::Debug for Runner<A, H> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Runner")
-            .field("agent", &A::NAME)
-            .field("worker", &self.inner.config.worker_id)
-            .field("store", &self.inner.store)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Everything a step needs that does not depend on the agent's type.
 pub(crate) struct Inner {
@@ -99,7 +71,7 @@ pub(crate) enum Known {
     Claimed(ClaimReads),
 }
 
-/// How a call to [`Runner::step`] ended.
+/// How a call to [`Runner::step`](super::Runner::step) ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepOutcome {
     /// A new version was committed; the run can go on.
