@@ -58,14 +58,13 @@ impl CounterHandlers for Count {
     async fn counting(
         &self,
         ctx: Ctx<'_, counter::Counting>,
-        n: u64,
-        limit: u64,
+        counter::Counting { n, limit }: counter::Counting,
     ) -> StepResult<counter::Counting> {
         let n = ctx.call::<Echo>(n).await? + 1;
         Ok(if n >= limit {
-            ctx.to(counter::Done::new(n))
+            ctx.to(counter::Done { n })
         } else {
-            ctx.to(counter::Counting::new(n, limit))
+            ctx.to(counter::Counting { n, limit })
         })
     }
 }

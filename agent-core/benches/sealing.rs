@@ -68,21 +68,21 @@ impl BenchHandlers for Handlers {
     async fn start(
         &self,
         ctx: Ctx<'_, bench::Start>,
-        n: u32,
-        secret: bool,
+        bench::Start { n, secret }: bench::Start,
     ) -> StepResult<bench::Start> {
         for i in 0..n {
             ctx.call::<Charge>(body(secret, i)).await?;
         }
-        Ok(ctx.to(bench::Decide::new()))
+        Ok(ctx.to(bench::Decide))
     }
 
     async fn decide(
         &self,
         ctx: Ctx<'_, bench::Decide>,
         _route: bench::DecideRoute,
+        _: bench::Decide,
     ) -> StepResult<bench::Decide> {
-        Ok(ctx.to(bench::Done::new()))
+        Ok(ctx.to(bench::Done))
     }
 }
 

@@ -41,7 +41,7 @@ pub mod versions;
 
 pub use agent::{
     Agent, AllowsChild, AllowsTool, AllowsTransition, ChildOutcome, ChildRun, Ctx, Failure, Handle,
-    IntoTarget, Next, RoutedByCode, RoutedByLlm, State, StepError, StepResult, Target, Wake,
+    Next, RoutedByCode, RoutedByLlm, State, StepError, StepResult, Wake,
 };
 pub use graph::{
     GraphDescription, PathOverlay, Routing, StateDescription, ToolDescription, TransitionArguments,
@@ -118,24 +118,25 @@ pub use store::{RunRecord, RunStatus, Store, StoreError};
 /// - `impl Agent for Checkout`: [`Agent::graph`] is the checked [`GraphDescription`];
 ///   with `version`, [`Agent::VERSION`]; with `migrate_from`, [`Agent::migrate`] and
 ///   [`Agent::older_versions`] through the chain of mappings;
-/// - `mod checkout`: a zero-sized marker per state (`checkout::Browsing`) implementing
-///   [`State`], and for each `route = llm` state an enum of its `to(...)` targets
+/// - `mod checkout`: a struct per state with the variant's fields, by name and as visible
+///   as the enum (`checkout::Browsing { customer, cart }`; a tuple struct for a tuple
+///   variant, a unit struct for a unit variant), implementing [`State`], `Debug` and `Clone`
+///   when its fields do; it is the type [`Ctx`] is typed by, the value the handler receives
+///   and the value [`Ctx::to`] takes. For each `route = llm` state an enum of its `to(...)` targets
 ///   (`checkout::ReviewRoute`), whose variant of a typed transition carries its argument
 ///   (`ReviewRoute::Payment(PayArgs)`; such an enum is neither `Copy` nor comparable, and
 ///   its `Debug` leaves the arguments out);
-/// - constructors `checkout::Review::new(cart) -> Target<checkout::Review>` (struct variants
-///   take the fields in order, tuple variants `f0, f1, ...`, unit variants nothing);
 /// - [`AllowsTool`], [`AllowsTransition`] and [`AllowsChild`] for exactly the declared
 ///   tools, edges and child agents, so [`Ctx::call`], [`Ctx::to`] and [`Ctx::spawn_all`]
 ///   compile only when legal;
 /// - `trait CheckoutHandlers`: one method per non-terminal state (its name in snake case),
 ///   taking the [`Ctx`], then the route for `route = llm` states, then the [`Wake`] for
-///   `wait` states, then the state's fields; implement it with `async fn`s. The trait is
+///   `wait` states, then the state's struct, which the handler destructures by field name
+///   (`checkout::Browsing { customer, cart }: checkout::Browsing`); implement it with
+///   `async fn`s. The trait is
 ///   not in your source: run `cargo doc --open` and find it next to your enum, where each
 ///   method's docs list its parameters in order;
 /// - `impl<H: CheckoutHandlers> Handle<H> for Checkout`, which the runner dispatches through;
-/// - `checkout::new::Review { cart }`: each state as a struct with the variant's fields, by
-///   name, which [`Ctx::to`] takes like `checkout::Review::new(cart)` ([`IntoTarget`]);
 /// - `struct CheckoutTools`: one public field per declared tool (its name in snake case),
 ///   what [`Runner::new`](runner::Runner::new) takes ([`ToolsFor`]), so a runner built
 ///   without one of the agent's tools does not compile; `CheckoutTools::from_shared(&app)`
@@ -178,27 +179,31 @@ pub use store::{RunRecord, RunStatus, Store, StoreError};
 ///     async fn browsing(
 ///         &self,
 ///         ctx: Ctx<'_, checkout::Browsing>,
-///         cart: Vec<String>,
+///         checkout::Browsing { cart }: checkout::Browsing,
 ///     ) -> StepResult<checkout::Browsing> {
 ///         let _hits = ctx.call::<SearchProducts>("socks".into()).await?;
-///         Ok(ctx.to(checkout::Review::new(cart)))
+///         Ok(ctx.to(checkout::Review { cart }))
 ///     }
 ///
 ///     async fn review(
 ///         &self,
 ///         ctx: Ctx<'_, checkout::Review>,
 ///         route: checkout::ReviewRoute,
-///         cart: Vec<String>,
+///         checkout::Review { cart }: checkout::Review,
 ///     ) -> StepResult<checkout::Review> {
 ///         Ok(match route {
-///             checkout::ReviewRoute::Payment => ctx.to(checkout::Payment::new(100 * cart.len() as u64)),
-///             checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(cart)),
+///             checkout::ReviewRoute::Payment => ctx.to(checkout::Payment { cents: 100 * cart.len() as u64 }),
+///             checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing { cart }),
 ///         })
 ///     }
 ///
-///     async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, cents: u64) -> StepResult<checkout::Payment> {
+///     async fn payment(
+///         &self,
+///         ctx: Ctx<'_, checkout::Payment>,
+///         checkout::Payment { cents }: checkout::Payment,
+///     ) -> StepResult<checkout::Payment> {
 ///         ctx.call::<ChargePayment>(cents).await?;
-///         Ok(ctx.to(checkout::Done::new()))
+///         Ok(ctx.to(checkout::Done))
 ///     }
 /// }
 ///

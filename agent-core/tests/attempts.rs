@@ -76,9 +76,13 @@ pub enum Pay {
 pub struct Handlers;
 
 impl PayHandlers for Handlers {
-    async fn start(&self, ctx: Ctx<'_, pay::Start>, cents: u64) -> StepResult<pay::Start> {
+    async fn start(
+        &self,
+        ctx: Ctx<'_, pay::Start>,
+        pay::Start { cents }: pay::Start,
+    ) -> StepResult<pay::Start> {
         ctx.call::<Charge>(Amount { cents }).await?;
-        Ok(ctx.to(pay::Done::new()))
+        Ok(ctx.to(pay::Done))
     }
 }
 

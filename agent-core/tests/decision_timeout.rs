@@ -33,10 +33,11 @@ impl TriageHandlers for Handlers {
         &self,
         ctx: Ctx<'_, triage::Patient>,
         route: triage::PatientRoute,
+        _: triage::Patient,
     ) -> StepResult<triage::Patient> {
         Ok(match route {
-            triage::PatientRoute::Quick => ctx.to(triage::Quick::new()),
-            triage::PatientRoute::Failed => ctx.to(triage::Failed::new()),
+            triage::PatientRoute::Quick => ctx.to(triage::Quick),
+            triage::PatientRoute::Failed => ctx.to(triage::Failed),
         })
     }
 
@@ -44,10 +45,11 @@ impl TriageHandlers for Handlers {
         &self,
         ctx: Ctx<'_, triage::Quick>,
         route: triage::QuickRoute,
+        _: triage::Quick,
     ) -> StepResult<triage::Quick> {
         Ok(match route {
-            triage::QuickRoute::Done => ctx.to(triage::Done::new()),
-            triage::QuickRoute::Failed => ctx.to(triage::Failed::new()),
+            triage::QuickRoute::Done => ctx.to(triage::Done),
+            triage::QuickRoute::Failed => ctx.to(triage::Failed),
         })
     }
 }

@@ -33,10 +33,11 @@ impl TicketHandlers for Handlers {
         &self,
         ctx: Ctx<'_, ticket::Open>,
         route: ticket::OpenRoute,
+        _: ticket::Open,
     ) -> StepResult<ticket::Open> {
         Ok(match route {
-            ticket::OpenRoute::Closed => ctx.to(ticket::Closed::new()),
-            ticket::OpenRoute::Escalated => ctx.to(ticket::Escalated::new()),
+            ticket::OpenRoute::Closed => ctx.to(ticket::Closed),
+            ticket::OpenRoute::Escalated => ctx.to(ticket::Escalated),
         })
     }
 }

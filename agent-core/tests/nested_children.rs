@@ -26,9 +26,15 @@ enum Nest {
 struct Handlers;
 
 impl NestHandlers for Handlers {
-    async fn go(&self, ctx: Ctx<'_, nest::Go>, levels: u32) -> StepResult<nest::Go> {
+    async fn go(
+        &self,
+        ctx: Ctx<'_, nest::Go>,
+        nest::Go { levels }: nest::Go,
+    ) -> StepResult<nest::Go> {
         if levels == 0 {
-            return Ok(ctx.to(nest::Done::new("bottom".to_owned())));
+            return Ok(ctx.to(nest::Done {
+                below: "bottom".to_owned(),
+            }));
         }
         let child = ctx
             .spawn_first::<Nest>([Nest::Go { levels: levels - 1 }])
@@ -38,7 +44,7 @@ impl NestHandlers for Handlers {
             ChildOutcome::Completed(other) => format!("{levels}>{}", other.state_name()),
             ChildOutcome::Ended { status, error } => format!("{levels}>{status}:{}", error.code),
         };
-        Ok(ctx.to(nest::Done::new(below)))
+        Ok(ctx.to(nest::Done { below }))
     }
 }
 

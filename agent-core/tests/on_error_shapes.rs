@@ -65,32 +65,36 @@ fn boom<S: durable_agents::State>() -> StepResult<S> {
 }
 
 impl ShapesHandlers for Handlers {
-    async fn start(&self, ctx: Ctx<'_, shapes::Start>, shape: u8) -> StepResult<shapes::Start> {
+    async fn start(
+        &self,
+        ctx: Ctx<'_, shapes::Start>,
+        shapes::Start { shape }: shapes::Start,
+    ) -> StepResult<shapes::Start> {
         Ok(match shape {
-            0 => ctx.to(shapes::A::new()),
-            1 => ctx.to(shapes::B::new()),
-            2 => ctx.to(shapes::C::new()),
-            3 => ctx.to(shapes::D::new()),
-            4 => ctx.to(shapes::E::new()),
-            _ => ctx.to(shapes::F::new()),
+            0 => ctx.to(shapes::A),
+            1 => ctx.to(shapes::B),
+            2 => ctx.to(shapes::C),
+            3 => ctx.to(shapes::D),
+            4 => ctx.to(shapes::E),
+            _ => ctx.to(shapes::F),
         })
     }
-    async fn a(&self, _: Ctx<'_, shapes::A>) -> StepResult<shapes::A> {
+    async fn a(&self, _: Ctx<'_, shapes::A>, _: shapes::A) -> StepResult<shapes::A> {
         boom()
     }
-    async fn b(&self, _: Ctx<'_, shapes::B>) -> StepResult<shapes::B> {
+    async fn b(&self, _: Ctx<'_, shapes::B>, _: shapes::B) -> StepResult<shapes::B> {
         boom()
     }
-    async fn c(&self, _: Ctx<'_, shapes::C>) -> StepResult<shapes::C> {
+    async fn c(&self, _: Ctx<'_, shapes::C>, _: shapes::C) -> StepResult<shapes::C> {
         boom()
     }
-    async fn d(&self, _: Ctx<'_, shapes::D>) -> StepResult<shapes::D> {
+    async fn d(&self, _: Ctx<'_, shapes::D>, _: shapes::D) -> StepResult<shapes::D> {
         boom()
     }
-    async fn e(&self, _: Ctx<'_, shapes::E>) -> StepResult<shapes::E> {
+    async fn e(&self, _: Ctx<'_, shapes::E>, _: shapes::E) -> StepResult<shapes::E> {
         boom()
     }
-    async fn f(&self, _: Ctx<'_, shapes::F>) -> StepResult<shapes::F> {
+    async fn f(&self, _: Ctx<'_, shapes::F>, _: shapes::F) -> StepResult<shapes::F> {
         boom()
     }
 }

@@ -110,12 +110,12 @@ pub enum Desk {
 pub struct Handlers;
 
 impl DeskHandlers for Handlers {
-    async fn start(&self, ctx: Ctx<'_, desk::Start>) -> StepResult<desk::Start> {
+    async fn start(&self, ctx: Ctx<'_, desk::Start>, _: desk::Start) -> StepResult<desk::Start> {
         let mut items = Vec::new();
         for held in ctx.call_each::<Hold>((0..4).map(|n| Item { n }), 4).await {
             items.push(held?.n);
         }
-        Ok(ctx.to(desk::Held::new(items)))
+        Ok(ctx.to(desk::Held { items }))
     }
 }
 
@@ -230,14 +230,14 @@ pub enum Pair {
 }
 
 impl PairHandlers for Handlers {
-    async fn start(&self, ctx: Ctx<'_, pair::Start>) -> StepResult<pair::Start> {
+    async fn start(&self, ctx: Ctx<'_, pair::Start>, _: pair::Start) -> StepResult<pair::Start> {
         let first = ctx.call::<Hold>(Item { n: 0 });
         let second = ctx.call::<Hold>(Item { n: 1 });
         // Polled second first: the index is the order of the `call`s, not of the polls.
         let (second, first) = tokio::join!(second, first);
         first?;
         second?;
-        Ok(ctx.to(pair::Held::new()))
+        Ok(ctx.to(pair::Held))
     }
 }
 
@@ -272,9 +272,10 @@ impl RoutedHandlers for Handlers {
         &self,
         ctx: Ctx<'_, routed::Start>,
         route: routed::StartRoute,
+        _: routed::Start,
     ) -> StepResult<routed::Start> {
         Ok(match route {
-            routed::StartRoute::Held => ctx.to(routed::Held::new()),
+            routed::StartRoute::Held => ctx.to(routed::Held),
         })
     }
 }

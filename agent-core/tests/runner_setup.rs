@@ -38,17 +38,18 @@ impl PickHandlers for Handlers {
         &self,
         ctx: Ctx<'_, pick::Start>,
         route: pick::StartRoute,
+        _: pick::Start,
     ) -> StepResult<pick::Start> {
         Ok(match route {
-            pick::StartRoute::Left => ctx.to(pick::Left::new()),
-            pick::StartRoute::Right => ctx.to(pick::Right::new()),
+            pick::StartRoute::Left => ctx.to(pick::Left),
+            pick::StartRoute::Right => ctx.to(pick::Right),
         })
     }
 }
 
 impl PlainHandlers for Handlers {
-    async fn start(&self, ctx: Ctx<'_, plain::Start>) -> StepResult<plain::Start> {
-        Ok(ctx.to(plain::Done::new()))
+    async fn start(&self, ctx: Ctx<'_, plain::Start>, _: plain::Start) -> StepResult<plain::Start> {
+        Ok(ctx.to(plain::Done))
     }
 }
 

@@ -108,32 +108,39 @@ pub struct Handlers {
 }
 
 impl VaultHandlers for Handlers {
-    async fn start(&self, ctx: Ctx<'_, vault::Start>, user: String) -> StepResult<vault::Start> {
+    async fn start(
+        &self,
+        ctx: Ctx<'_, vault::Start>,
+        vault::Start { user }: vault::Start,
+    ) -> StepResult<vault::Start> {
         ctx.call::<Login>(LoginInput {
             user,
             token: HANDLER_TOKEN.into(),
             pin: Secret(HANDLER_PIN.into()),
         })
         .await?;
-        Ok(ctx.to(vault::Decide::new()))
+        Ok(ctx.to(vault::Decide))
     }
 
     async fn decide(
         &self,
         ctx: Ctx<'_, vault::Decide>,
         route: vault::DecideRoute,
+        _: vault::Decide,
     ) -> StepResult<vault::Decide> {
         Ok(match route {
             vault::DecideRoute::Pay(args) => {
                 self.seen.lock().unwrap().push(args.clone());
-                ctx.to(vault::Pay::new(args.amount))
+                ctx.to(vault::Pay {
+                    amount: args.amount,
+                })
             }
-            vault::DecideRoute::Closed => ctx.to(vault::Closed::new()),
+            vault::DecideRoute::Closed => ctx.to(vault::Closed),
         })
     }
 
-    async fn pay(&self, ctx: Ctx<'_, vault::Pay>, _amount: u32) -> StepResult<vault::Pay> {
-        Ok(ctx.to(vault::Closed::new()))
+    async fn pay(&self, ctx: Ctx<'_, vault::Pay>, _: vault::Pay) -> StepResult<vault::Pay> {
+        Ok(ctx.to(vault::Closed))
     }
 }
 
@@ -495,7 +502,7 @@ pub enum Streamer {
 }
 
 impl StreamerHandlers for Handlers {
-    async fn go(&self, ctx: Ctx<'_, streamer::Go>) -> StepResult<streamer::Go> {
+    async fn go(&self, ctx: Ctx<'_, streamer::Go>, _: streamer::Go) -> StepResult<streamer::Go> {
         ctx.call::<Echo>(EchoInput {
             entries: [(CONFIGURED.to_owned(), 1), ("plain".to_owned(), 2)].into(),
             text: format!(
@@ -505,7 +512,7 @@ impl StreamerHandlers for Handlers {
             ),
         })
         .await?;
-        Ok(ctx.to(streamer::Done::new()))
+        Ok(ctx.to(streamer::Done))
     }
 }
 
@@ -579,10 +586,11 @@ impl GateHandlers for Approver {
         &self,
         ctx: Ctx<'_, gate::Waiting>,
         wake: durable_agents::Wake,
+        _: gate::Waiting,
     ) -> StepResult<gate::Waiting> {
         let approval: Approval = wake.payload().map_err(durable_agents::StepError::handler)?;
         self.seen.lock().unwrap().push(approval);
-        Ok(ctx.to(gate::Open::new()))
+        Ok(ctx.to(gate::Open))
     }
 }
 
@@ -691,22 +699,23 @@ impl SessionHandlers for Sessions {
     async fn opening(
         &self,
         ctx: Ctx<'_, session::Opening>,
-        user: String,
-        token: String,
+        session::Opening { user, token }: session::Opening,
     ) -> StepResult<session::Opening> {
         self.tokens.lock().unwrap().push(token.clone());
-        Ok(ctx.to(session::Using::new(user, token, 1)))
+        Ok(ctx.to(session::Using {
+            user,
+            token,
+            uses: 1,
+        }))
     }
 
     async fn using(
         &self,
         ctx: Ctx<'_, session::Using>,
-        _user: String,
-        token: String,
-        uses: u32,
+        session::Using { token, uses, .. }: session::Using,
     ) -> StepResult<session::Using> {
         self.tokens.lock().unwrap().push(token);
-        Ok(ctx.to(session::Closed::new(uses + 1)))
+        Ok(ctx.to(session::Closed { uses: uses + 1 }))
     }
 }
 

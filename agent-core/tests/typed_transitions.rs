@@ -60,15 +60,19 @@ impl DeskHandlers for Handlers {
         &self,
         ctx: Ctx<'_, desk::Triage>,
         route: desk::TriageRoute,
+        _: desk::Triage,
     ) -> StepResult<desk::Triage> {
         Ok(match route {
             desk::TriageRoute::Refunding(refund) => {
                 self.seen.lock().unwrap().push(Some(refund.clone()));
-                ctx.to(desk::Refunding::new(refund.amount_cents, refund.reason))
+                ctx.to(desk::Refunding {
+                    amount_cents: refund.amount_cents,
+                    reason: refund.reason,
+                })
             }
             desk::TriageRoute::Closed => {
                 self.seen.lock().unwrap().push(None);
-                ctx.to(desk::Closed::new())
+                ctx.to(desk::Closed)
             }
         })
     }
@@ -76,10 +80,9 @@ impl DeskHandlers for Handlers {
     async fn refunding(
         &self,
         ctx: Ctx<'_, desk::Refunding>,
-        _amount_cents: u32,
-        _reason: String,
+        _: desk::Refunding,
     ) -> StepResult<desk::Refunding> {
-        Ok(ctx.to(desk::Closed::new()))
+        Ok(ctx.to(desk::Closed))
     }
 }
 
@@ -339,22 +342,23 @@ mod stricter {
             &self,
             ctx: Ctx<'_, desk::Triage>,
             route: desk::TriageRoute,
+            _: desk::Triage,
         ) -> StepResult<desk::Triage> {
             Ok(match route {
-                desk::TriageRoute::Refunding(r) => {
-                    ctx.to(desk::Refunding::new(r.amount_cents, r.reason))
-                }
-                desk::TriageRoute::Closed => ctx.to(desk::Closed::new()),
+                desk::TriageRoute::Refunding(r) => ctx.to(desk::Refunding {
+                    amount_cents: r.amount_cents,
+                    reason: r.reason,
+                }),
+                desk::TriageRoute::Closed => ctx.to(desk::Closed),
             })
         }
 
         async fn refunding(
             &self,
             ctx: Ctx<'_, desk::Refunding>,
-            _amount_cents: u32,
-            _reason: String,
+            _: desk::Refunding,
         ) -> StepResult<desk::Refunding> {
-            Ok(ctx.to(desk::Closed::new()))
+            Ok(ctx.to(desk::Closed))
         }
     }
 }

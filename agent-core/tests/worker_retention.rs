@@ -26,13 +26,17 @@ pub enum Count {
 pub struct Handlers;
 
 impl CountHandlers for Handlers {
-    async fn step(&self, ctx: Ctx<'_, count::Step>, n: u32, hold: bool) -> StepResult<count::Step> {
+    async fn step(
+        &self,
+        ctx: Ctx<'_, count::Step>,
+        count::Step { n, hold }: count::Step,
+    ) -> StepResult<count::Step> {
         Ok(if n >= 3 && hold {
-            ctx.to(count::Hold::new(n))
+            ctx.to(count::Hold { n })
         } else if n >= 3 {
-            ctx.to(count::Done::new(n))
+            ctx.to(count::Done { n })
         } else {
-            ctx.to(count::Step::new(n + 1, hold))
+            ctx.to(count::Step { n: n + 1, hold })
         })
     }
 
@@ -40,9 +44,9 @@ impl CountHandlers for Handlers {
         &self,
         ctx: Ctx<'_, count::Hold>,
         _wake: Wake,
-        n: u32,
+        count::Hold { n }: count::Hold,
     ) -> StepResult<count::Hold> {
-        Ok(ctx.to(count::Done::new(n)))
+        Ok(ctx.to(count::Done { n }))
     }
 }
 

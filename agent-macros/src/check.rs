@@ -290,7 +290,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                         names::unraw(&a.to)
                     ))
                     .note("a transition's argument is what the model gives when it chooses the transition")
-                    .help(format!("add `route = llm` to `{name}`, or remove `args = ...` and pass the data to `{}::{}::new(...)` in the handler", agent.module, names::unraw(&a.to))),
+                    .help(format!("add `route = llm` to `{name}`, or remove `args = ...` and pass the data in the target's fields: `ctx.to({}::{} {{ .. }})` in the handler", agent.module, names::unraw(&a.to))),
                 );
             }
         }

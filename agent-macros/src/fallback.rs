@@ -1,5 +1,5 @@
 //! Stage 5: what is emitted next to the errors. The items the user's code refers to still
-//! exist (the `Agent` impl, the markers, constructors, the handler trait), and tools and
+//! exist (the `Agent` impl, the state structs, the handler trait), and tools and
 //! transitions are allowed everywhere, so the user sees the real mistakes and not a cascade
 //! of "cannot find" and "not allowed" errors that would vanish once they are fixed.
 
@@ -14,7 +14,6 @@ pub(crate) fn fallback(agent: &Agent) -> TokenStream {
     let krate = &agent.krate;
     let agent_impl = expand::agent_impl(agent, true);
     let markers = expand::markers(agent);
-    let constructors = expand::constructors(agent);
     let handlers = expand::handler_trait(agent);
     let handle = expand::handle_impl(agent, true);
     let toolset = crate::toolset::toolset(agent, true);
@@ -41,7 +40,6 @@ pub(crate) fn fallback(agent: &Agent) -> TokenStream {
         #facts
         #mapping
         #markers
-        #constructors
         #handlers
         #handle
         #toolset

@@ -1,146 +1,188 @@
-//! State constructors by name: `checkout::new::Receipt { customer, cart, payment_id }`, a
-//! struct per state with the variant's fields, that `Ctx::to` takes (`IntoTarget`). The
-//! positional `checkout::Receipt::new(customer, cart, payment_id)` stays; the named form
-//! cannot swap two fields of one type.
+//! The state structs: one type per state, `checkout::Receipt { customer, cart, payment_id }`,
+//! with the variant's fields by name (a tuple struct for a tuple variant, a unit struct for
+//! a unit variant). It is at once the marker `Ctx<'_, checkout::Receipt>` is typed by, the
+//! value the handler receives and destructures by field name, and the value `Ctx::to`
+//! takes (`State::__into_agent`): one name and one constructor per state, which cannot swap
+//! two fields of one type.
 //!
-//! The structs live in a module inside the markers' module, where the user's types cannot
-//! be named (the enum may be declared inside a function), so each field's type is written
-//! as an associated type of the state's marker, set outside the module, as the route
-//! enums' argument types are.
+//! The structs live in the markers' module, where the user's types cannot be named (the
+//! enum may be declared inside a function), so each field's type is written as an
+//! associated type of the state's struct, set outside the module, as the route enums'
+//! argument types are.
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
-use syn::{Fields, Ident, Visibility};
+use syn::{Attribute, Fields, Ident};
 
 use crate::ast::{Agent, State};
 use crate::expand;
 
-/// The module name inside the markers' module.
-const MODULE: &str = "new";
-
 fn fields_trait(state: &State) -> Ident {
-    format_ident!("__FieldsOf{}", names_unraw(&state.ident))
+    format_ident!("__FieldsOf{}", crate::names::unraw(&state.ident))
 }
 
-fn names_unraw(ident: &Ident) -> String {
-    crate::names::unraw(ident)
+/// The `#[doc]` attributes of the variant's fields, in order, so the struct's fields carry
+/// the user's docs.
+fn field_docs(state: &State) -> Vec<Vec<&Attribute>> {
+    state
+        .fields
+        .iter()
+        .map(|f| {
+            f.attrs
+                .iter()
+                .filter(|a| a.path().is_ident("doc"))
+                .collect()
+        })
+        .collect()
 }
 
-/// The enum's visibility seen from two levels down (inside `new`): the structs are exactly
-/// as visible as the markers, or rustc refuses `IntoTarget::State` as a leak.
-fn vis_two_down(vis: &Visibility) -> TokenStream {
-    match vis {
-        Visibility::Public(_) => quote!(pub),
-        Visibility::Inherited => quote!(pub(in super::super)),
-        Visibility::Restricted(r) => {
-            let path = &r.path;
-            let mut segments = path.segments.iter().peekable();
-            match segments.peek().map(|s| s.ident.to_string()).as_deref() {
-                Some("crate") => quote!(pub(in #path)),
-                Some("self") => {
-                    let rest = segments.skip(1);
-                    quote!(pub(in super::super #(::#rest)*))
-                }
-                _ => quote!(pub(in super::super::#path)),
-            }
-        }
+/// A field's docs: the user's, then its type as written (the field's type in the struct is
+/// the associated type that names it, which is all rustdoc shows).
+fn field_doc(docs: &[&Attribute], ty: &syn::Type) -> TokenStream {
+    let ty = format!("Type: `{}`.", expand::type_text(ty));
+    if docs.is_empty() {
+        quote!(#[doc = #ty])
+    } else {
+        quote!(#(#docs)* #[doc = ""] #[doc = #ty])
     }
 }
 
-/// Inside the markers' module: `pub mod new { ... }` and the hidden field-type traits.
-pub(crate) fn inside(agent: &Agent, inner_vis: &TokenStream) -> TokenStream {
-    let module = Ident::new(MODULE, proc_macro2::Span::call_site());
+/// Inside the markers' module: the hidden field-type traits and one struct per state, as
+/// visible as the enum (`inner_vis`), its fields too.
+pub(crate) fn inside(agent: &Agent, vis: &TokenStream) -> TokenStream {
     let traits = agent.states.iter().map(|s| {
         let tr = fields_trait(s);
         let assoc = expand::field_params(s).into_iter().map(|(f, _)| f);
         quote! {
             #[doc(hidden)]
             #[allow(non_camel_case_types)]
-            #inner_vis trait #tr {
+            #vis trait #tr {
                 #(type #assoc;)*
             }
         }
     });
-    let vis = vis_two_down(&agent.vis);
     let structs = agent.states.iter().map(|s| {
         let v = &s.ident;
         let tr = fields_trait(s);
         let doc = format!(
-            "State `{}` of agent `{}` by its fields' names, for `Ctx::to`.",
+            "State `{}` of agent `{}`: the value its handler receives and destructures by field name, the type its `Ctx` is typed by, and the target `ctx.to(...)` takes.",
             s.name(),
-            agent.name
+            agent.name,
         );
         let params = expand::field_params(s);
+        let docs = field_docs(s);
         let body = match &s.fields {
             Fields::Named(_) => {
-                let fields = params.iter().map(|(f, _)| {
-                    let fdoc = format!("Field `{f}`.");
-                    quote!(#[doc = #fdoc] #vis #f: <super::#v as super::#tr>::#f)
+                let fields = params.iter().zip(&docs).map(|((f, ty), docs)| {
+                    let docs = field_doc(docs, ty);
+                    quote!(#docs #vis #f: <#v as #tr>::#f)
                 });
                 quote!({ #(#fields,)* })
             }
             Fields::Unnamed(_) => {
-                let fields = params
-                    .iter()
-                    .map(|(f, _)| quote!(#vis <super::#v as super::#tr>::#f));
+                let fields = params.iter().zip(&docs).map(|((f, ty), docs)| {
+                    let docs = field_doc(docs, ty);
+                    quote!(#docs #vis <#v as #tr>::#f)
+                });
                 quote!((#(#fields,)*);)
             }
             Fields::Unit => quote!(;),
         };
         quote! {
             #[doc = #doc]
-            #[allow(missing_debug_implementations)]
+            #[allow(missing_debug_implementations, missing_copy_implementations)]
             #vis struct #v #body
         }
     });
-    let doc = format!(
-        "The states of agent `{}` built by their fields' names: `ctx.to(new::State {{ field, .. }})`.",
-        agent.name
-    );
     quote! {
         #(#traits)*
-        #[doc = #doc]
-        #inner_vis mod #module {
-            #(#structs)*
-        }
+        #(#structs)*
     }
 }
 
-/// Outside the module: the field types, and `IntoTarget` for each struct.
+/// Outside the module: the field types, `State` with the move into the enum, and `Debug`
+/// and `Clone` when every field has them.
 pub(crate) fn outside(agent: &Agent) -> TokenStream {
     let krate = &agent.krate;
+    let private = quote!(#krate::__private);
     let module = &agent.module;
     let enum_ident = &agent.ident;
-    let new = Ident::new(MODULE, proc_macro2::Span::call_site());
+    let stored = expand::stored_as_json(agent);
     let impls = agent.states.iter().map(|s| {
         let v = &s.ident;
+        let n = s.name();
+        let name = syn::LitStr::new(&n, proc_macro2::Span::call_site());
         let tr = fields_trait(s);
         let m = expand::marker(agent, s);
         let params = expand::field_params(s);
         let assoc = params.iter().map(|(f, t)| quote!(type #f = #t;));
-        let value = match &s.fields {
+        // `f` of the generated fn, not a name of the user's.
+        let f = Ident::new("f", proc_macro2::Span::mixed_site());
+        let (value, debug, clone) = match &s.fields {
             Fields::Named(_) => {
-                let moves = params.iter().map(|(f, _)| quote!(#f: self.#f));
-                quote!(#enum_ident::#v { #(#moves,)* })
+                let names: Vec<&Ident> = params.iter().map(|(f, _)| f).collect();
+                let texts = names.iter().map(|i| crate::names::unraw(i));
+                let value = quote!(#enum_ident::#v { #(#names: self.#names,)* });
+                let debug = quote! {
+                    #f.debug_struct(#name)
+                        #(.field(#texts, &self.#names))*
+                        .finish()
+                };
+                let clone = quote!(#m { #(#names: #private::core::clone::Clone::clone(&self.#names),)* });
+                (value, debug, clone)
             }
             Fields::Unnamed(_) => {
-                let moves = (0..params.len())
-                    .map(syn::Index::from)
-                    .map(|i| quote!(self.#i));
-                quote!(#enum_ident::#v(#(#moves,)*))
+                let index: Vec<syn::Index> = (0..params.len()).map(syn::Index::from).collect();
+                let value = quote!(#enum_ident::#v(#(self.#index,)*));
+                let debug = quote! {
+                    #f.debug_tuple(#name)
+                        #(.field(&self.#index))*
+                        .finish()
+                };
+                let clone = quote!(#m(#(#private::core::clone::Clone::clone(&self.#index),)*));
+                (value, debug, clone)
             }
-            Fields::Unit => quote!(#enum_ident::#v),
+            Fields::Unit => (
+                quote!(#enum_ident::#v),
+                quote!(#f.write_str(#name)),
+                quote!(#m),
+            ),
         };
+        // `for<'__agent>`: a bound that does not hold drops the impl instead of failing the
+        // build (the enum need not be `Debug`; its fields then need not be either).
+        let types: Vec<&syn::Type> = params.iter().map(|(_, t)| t).collect();
+        let bounded = |tr: TokenStream| {
+            if types.is_empty() {
+                TokenStream::new()
+            } else {
+                quote!(where #(for<'__agent> #types: #tr,)*)
+            }
+        };
+        let debug_bound = bounded(quote!(#private::core::fmt::Debug));
+        let clone_bound = bounded(quote!(#private::core::clone::Clone));
         quote! {
             #[automatically_derived]
             impl #module::#tr for #m {
                 #(#assoc)*
             }
             #[automatically_derived]
-            impl #krate::IntoTarget for #module::#new::#v {
-                type State = #m;
-                fn into_target(self) -> #krate::Target<#m> {
-                    #krate::Target::__new(#value)
+            impl #krate::State for #m #stored {
+                type Agent = #enum_ident;
+                const NAME: &'static str = #name;
+                fn __into_agent(self) -> #enum_ident {
+                    #value
+                }
+            }
+            #[automatically_derived]
+            impl #private::core::fmt::Debug for #m #debug_bound {
+                fn fmt(&self, #f: &mut #private::core::fmt::Formatter<'_>) -> #private::core::fmt::Result {
+                    #debug
+                }
+            }
+            #[automatically_derived]
+            impl #private::core::clone::Clone for #m #clone_bound {
+                fn clone(&self) -> Self {
+                    #clone
                 }
             }
         }

@@ -41,7 +41,7 @@ impl NotebookHandlers for Behaviour {
     async fn write(
         &self,
         ctx: Ctx<'_, notebook::Write>,
-        text: String,
+        notebook::Write { text }: notebook::Write,
     ) -> StepResult<notebook::Write> {
         let out = ctx
             .call_imported("notes__add_note", json!({ "text": text }))
@@ -49,18 +49,18 @@ impl NotebookHandlers for Behaviour {
         let count = out["structuredContent"]["count"]
             .as_u64()
             .ok_or_else(|| StepError::handler(format!("no count in {out}")))?;
-        Ok(ctx.to(notebook::Decide::new(count)))
+        Ok(ctx.to(notebook::Decide { count }))
     }
 
     async fn decide(
         &self,
         ctx: Ctx<'_, notebook::Decide>,
         route: notebook::DecideRoute,
-        _count: u64,
+        _: notebook::Decide,
     ) -> StepResult<notebook::Decide> {
         Ok(match route {
-            notebook::DecideRoute::Done => ctx.to(notebook::Done::new()),
-            notebook::DecideRoute::Gave => ctx.to(notebook::Gave::new()),
+            notebook::DecideRoute::Done => ctx.to(notebook::Done),
+            notebook::DecideRoute::Gave => ctx.to(notebook::Gave),
         })
     }
 }
@@ -457,17 +457,17 @@ impl SlotsHandlers for Behaviour {
     async fn reserve(
         &self,
         ctx: Ctx<'_, slots::Reserve>,
-        text: String,
+        slots::Reserve { text }: slots::Reserve,
     ) -> StepResult<slots::Reserve> {
         ctx.call_imported("notes__reserve_slot", json!({ "text": text }))
             .await?;
-        Ok(ctx.to(slots::Confirm::new(text)))
+        Ok(ctx.to(slots::Confirm { text }))
     }
 
     async fn confirm(
         &self,
         _: Ctx<'_, slots::Confirm>,
-        text: String,
+        slots::Confirm { text }: slots::Confirm,
     ) -> StepResult<slots::Confirm> {
         Err(StepError::handler(format!("the venue refused `{text}`")))
     }

@@ -31,18 +31,22 @@ impl RecallHandlers for Behaviour {
     async fn remember(
         &self,
         ctx: Ctx<'_, recall::Remember>,
-        name: String,
+        recall::Remember { name }: recall::Remember,
     ) -> StepResult<recall::Remember> {
         let entity = json!({"name": name, "entityType": "person", "observations": ["likes tea"]});
         ctx.call_imported("memory__create_entities", json!({ "entities": [entity] }))
             .await?;
-        Ok(ctx.to(recall::Read::new(name)))
+        Ok(ctx.to(recall::Read { name }))
     }
 
-    async fn read(&self, ctx: Ctx<'_, recall::Read>, name: String) -> StepResult<recall::Read> {
+    async fn read(
+        &self,
+        ctx: Ctx<'_, recall::Read>,
+        recall::Read { name }: recall::Read,
+    ) -> StepResult<recall::Read> {
         let graph = ctx.call_imported("memory__read_graph", json!({})).await?;
         let found = graph.to_string().contains(&name);
-        Ok(ctx.to(recall::Done::new(found)))
+        Ok(ctx.to(recall::Done { found }))
     }
 }
 

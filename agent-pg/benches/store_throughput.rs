@@ -212,28 +212,34 @@ enum Ticker {
 struct Tick;
 
 impl TickerHandlers for Tick {
-    async fn start(&self, ctx: Ctx<'_, ticker::Start>, limit: u64) -> StepResult<ticker::Start> {
-        Ok(ctx.to(ticker::Ticking::new(limit, 1, Vec::new(), String::new())))
+    async fn start(
+        &self,
+        ctx: Ctx<'_, ticker::Start>,
+        ticker::Start { limit }: ticker::Start,
+    ) -> StepResult<ticker::Start> {
+        Ok(ctx.to(ticker::Ticking {
+            limit,
+            step: 1,
+            cart: Vec::new(),
+            note: String::new(),
+        }))
     }
 
     async fn ticking(
         &self,
         ctx: Ctx<'_, ticker::Ticking>,
-        limit: u64,
-        step: u64,
-        _cart: Vec<String>,
-        _note: String,
+        ticker::Ticking { limit, step, .. }: ticker::Ticking,
     ) -> StepResult<ticker::Ticking> {
         Ok(if step + 1 >= limit {
-            ctx.to(ticker::Done::new(step + 1))
+            ctx.to(ticker::Done { steps: step + 1 })
         } else {
             let cart = vec!["apple".into(), "pear".into(), "plum".into()];
-            ctx.to(ticker::Ticking::new(
+            ctx.to(ticker::Ticking {
                 limit,
-                step + 1,
+                step: step + 1,
                 cart,
-                format!("step {step}"),
-            ))
+                note: format!("step {step}"),
+            })
         })
     }
 }

@@ -131,7 +131,11 @@ struct Steps {
 }
 
 impl FlowHandlers for Steps {
-    async fn step(&self, ctx: Ctx<'_, flow::Step>, plan: Plan, at: u32) -> StepResult<flow::Step> {
+    async fn step(
+        &self,
+        ctx: Ctx<'_, flow::Step>,
+        flow::Step { plan, at }: flow::Step,
+    ) -> StepResult<flow::Step> {
         if self.hang_at == Some(at) {
             std::future::pending::<()>().await;
         }
@@ -141,11 +145,11 @@ impl FlowHandlers for Steps {
         }
         let next = at + 1;
         Ok(if next >= plan.steps {
-            ctx.to(flow::Done::new(next))
+            ctx.to(flow::Done { steps: next })
         } else if next == plan.pause_at {
-            ctx.to(flow::Pause::new(plan, next))
+            ctx.to(flow::Pause { plan, at: next })
         } else {
-            ctx.to(flow::Step::new(plan, next))
+            ctx.to(flow::Step { plan, at: next })
         })
     }
 
@@ -153,13 +157,12 @@ impl FlowHandlers for Steps {
         &self,
         ctx: Ctx<'_, flow::Pause>,
         _wake: Wake,
-        plan: Plan,
-        at: u32,
+        flow::Pause { plan, at }: flow::Pause,
     ) -> StepResult<flow::Pause> {
         Ok(if at + 1 >= plan.steps {
-            ctx.to(flow::Done::new(at + 1))
+            ctx.to(flow::Done { steps: at + 1 })
         } else {
-            ctx.to(flow::Step::new(plan, at))
+            ctx.to(flow::Step { plan, at })
         })
     }
 }

@@ -52,14 +52,13 @@ impl CounterHandlers for Handlers {
     async fn counting(
         &self,
         ctx: Ctx<'_, counter::Counting>,
-        n: u64,
-        limit: u64,
+        counter::Counting { n, limit }: counter::Counting,
     ) -> StepResult<counter::Counting> {
         let n = n + 1;
         Ok(if n >= limit {
-            ctx.to(counter::Done::new(n))
+            ctx.to(counter::Done { n })
         } else {
-            ctx.to(counter::Counting::new(n, limit))
+            ctx.to(counter::Counting { n, limit })
         })
     }
 }
@@ -68,8 +67,7 @@ impl TreeHandlers for Handlers {
     async fn splitting(
         &self,
         ctx: Ctx<'_, tree::Splitting>,
-        children: u64,
-        steps: u64,
+        tree::Splitting { children, steps }: tree::Splitting,
     ) -> StepResult<tree::Splitting> {
         let states = (0..children).map(|_| Counter::Counting { n: 0, limit: steps });
         let mut total = 0;
@@ -78,7 +76,7 @@ impl TreeHandlers for Handlers {
                 total += n;
             }
         }
-        Ok(ctx.to(tree::Joined::new(total)))
+        Ok(ctx.to(tree::Joined { total }))
     }
 }
 

@@ -62,13 +62,13 @@ impl FanoutHandlers for Calls {
     async fn calling(
         &self,
         ctx: Ctx<'_, fanout::Calling>,
-        concurrency: usize,
+        fanout::Calling { concurrency }: fanout::Calling,
     ) -> StepResult<fanout::Calling> {
         let mut sum = 0;
         for r in ctx.call_each::<SlowWrite>(0..CALLS, concurrency).await {
             sum += r?;
         }
-        Ok(ctx.to(fanout::Done::new(sum)))
+        Ok(ctx.to(fanout::Done { sum }))
     }
 }
 

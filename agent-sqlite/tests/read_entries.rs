@@ -101,9 +101,7 @@ impl ReadsHandlers for Handlers {
     async fn step(
         &self,
         ctx: Ctx<'_, reads::Step>,
-        then: Then,
-        at: u32,
-        of: u32,
+        reads::Step { then, at, of }: reads::Step,
     ) -> StepResult<reads::Step> {
         if then == Then::ReadAtOnce {
             assert_eq!(ctx.call::<Triple>(at).await?, at * 3);
@@ -118,9 +116,13 @@ impl ReadsHandlers for Handlers {
             Then::ReadThenFail => return Err(StepError::Handler("it failed".into())),
         }
         Ok(if at + 1 >= of {
-            ctx.to(reads::Done::new(at + 1))
+            ctx.to(reads::Done { at: at + 1 })
         } else {
-            ctx.to(reads::Step::new(then, at + 1, of))
+            ctx.to(reads::Step {
+                then,
+                at: at + 1,
+                of,
+            })
         })
     }
 }

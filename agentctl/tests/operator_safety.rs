@@ -24,33 +24,32 @@ impl OrderHandlers for Strict {
     async fn start(
         &self,
         ctx: Ctx<'_, order::Start>,
-        items: Vec<String>,
+        state: order::Start,
     ) -> StepResult<order::Start> {
-        Behaviour.start(ctx, items).await
+        Behaviour.start(ctx, state).await
     }
 
     async fn decide(
         &self,
         ctx: Ctx<'_, order::Decide>,
         route: order::DecideRoute,
-        items: Vec<String>,
-        reservations: Vec<String>,
+        state: order::Decide,
     ) -> StepResult<order::Decide> {
-        Behaviour.decide(ctx, route, items, reservations).await
+        Behaviour.decide(ctx, route, state).await
     }
 
-    async fn pay(&self, ctx: Ctx<'_, order::Pay>, cents: u64) -> StepResult<order::Pay> {
-        Behaviour.pay(ctx, cents).await
+    async fn pay(&self, ctx: Ctx<'_, order::Pay>, state: order::Pay) -> StepResult<order::Pay> {
+        Behaviour.pay(ctx, state).await
     }
 
     async fn confirm(
         &self,
         ctx: Ctx<'_, order::Confirm>,
         wake: Wake,
-        payment_id: String,
+        state: order::Confirm,
     ) -> StepResult<order::Confirm> {
         let _: Confirmation = wake.payload()?;
-        Behaviour.confirm(ctx, wake, payment_id).await
+        Behaviour.confirm(ctx, wake, state).await
     }
 }
 

@@ -39,9 +39,13 @@
 //! struct Behaviour;
 //!
 //! impl SpellerHandlers for Behaviour {
-//!     async fn start(&self, ctx: Ctx<'_, speller::Start>, word: String) -> StepResult<speller::Start> {
+//!     async fn start(
+//!         &self,
+//!         ctx: Ctx<'_, speller::Start>,
+//!         speller::Start { word }: speller::Start, // the state, destructured by field name
+//!     ) -> StepResult<speller::Start> {
 //!         let letters = ctx.call::<CountLetters>(word).await?; // only tools listed in `Start` compile
-//!         Ok(ctx.to(speller::new::Done { letters }))           // only declared successors compile
+//!         Ok(ctx.to(speller::Done { letters }))           // only declared successors compile
 //!     }
 //! }
 //!
@@ -79,9 +83,13 @@
 //! # }
 //! # struct Behaviour;
 //! impl SpellerHandlers for Behaviour {
-//!     async fn start(&self, ctx: Ctx<'_, speller::Start>, word: String) -> StepResult<speller::Start> {
+//!     async fn start(
+//!         &self,
+//!         ctx: Ctx<'_, speller::Start>,
+//!         speller::Start { word }: speller::Start,
+//!     ) -> StepResult<speller::Start> {
 //!         ctx.call::<Publish>(word).await?; // error: tool `Publish` is not allowed in state `Start`
-//!         Ok(ctx.to(speller::Done::new(0)))
+//!         Ok(ctx.to(speller::Done { letters: 0 }))
 //!     }
 //! }
 //! ```

@@ -194,11 +194,10 @@ impl CheckoutHandlers for Handlers {
     async fn browsing(
         &self,
         ctx: Ctx<'_, checkout::Browsing>,
-        customer: Customer,
-        cart: Cart,
+        checkout::Browsing { customer, cart }: checkout::Browsing,
     ) -> StepResult<checkout::Browsing> {
         let (customer, cart, recommendations) = browse(&ctx, customer, cart).await?;
-        Ok(ctx.to(checkout::new::Review {
+        Ok(ctx.to(checkout::Review {
             customer,
             cart,
             recommendations,
@@ -209,27 +208,24 @@ impl CheckoutHandlers for Handlers {
         &self,
         ctx: Ctx<'_, checkout::Review>,
         route: checkout::ReviewRoute,
-        customer: Customer,
-        cart: Cart,
-        _recommendations: Vec<Product>,
+        checkout::Review { customer, cart, .. }: checkout::Review,
     ) -> StepResult<checkout::Review> {
         if cart.items.is_empty() && route == checkout::ReviewRoute::Reserving {
             return Err(StepError::handler("cannot check out an empty cart"));
         }
         Ok(match route {
-            checkout::ReviewRoute::Reserving => ctx.to(checkout::Reserving::new(customer, cart)),
-            checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(customer, cart)),
+            checkout::ReviewRoute::Reserving => ctx.to(checkout::Reserving { customer, cart }),
+            checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing { customer, cart }),
         })
     }
 
     async fn reserving(
         &self,
         ctx: Ctx<'_, checkout::Reserving>,
-        customer: Customer,
-        cart: Cart,
+        checkout::Reserving { customer, cart }: checkout::Reserving,
     ) -> StepResult<checkout::Reserving> {
         let reservations = reserve(&ctx, &cart).await?;
-        Ok(ctx.to(checkout::new::Payment {
+        Ok(ctx.to(checkout::Payment {
             customer,
             cart,
             reservations,
@@ -239,12 +235,10 @@ impl CheckoutHandlers for Handlers {
     async fn payment(
         &self,
         ctx: Ctx<'_, checkout::Payment>,
-        customer: Customer,
-        cart: Cart,
-        _reservations: Vec<String>,
+        checkout::Payment { customer, cart, .. }: checkout::Payment,
     ) -> StepResult<checkout::Payment> {
         let payment_id = pay(&ctx, &customer, &cart).await?;
-        Ok(ctx.to(checkout::new::Shipping {
+        Ok(ctx.to(checkout::Shipping {
             customer,
             cart,
             payment_id,
@@ -254,9 +248,11 @@ impl CheckoutHandlers for Handlers {
     async fn shipping(
         &self,
         ctx: Ctx<'_, checkout::Shipping>,
-        customer: Customer,
-        cart: Cart,
-        payment_id: String,
+        checkout::Shipping {
+            customer,
+            cart,
+            payment_id,
+        }: checkout::Shipping,
     ) -> StepResult<checkout::Shipping> {
         let shipment_id = ctx
             .call::<BookShipment>(BookShipmentInput {
@@ -264,7 +260,7 @@ impl CheckoutHandlers for Handlers {
                 payment_id: payment_id.clone(),
             })
             .await?;
-        Ok(ctx.to(checkout::new::Receipt {
+        Ok(ctx.to(checkout::Receipt {
             customer,
             cart,
             payment_id,
@@ -275,10 +271,12 @@ impl CheckoutHandlers for Handlers {
     async fn receipt(
         &self,
         ctx: Ctx<'_, checkout::Receipt>,
-        customer: Customer,
-        cart: Cart,
-        payment_id: String,
-        _shipment_id: String,
+        checkout::Receipt {
+            customer,
+            cart,
+            payment_id,
+            ..
+        }: checkout::Receipt,
     ) -> StepResult<checkout::Receipt> {
         let receipt_id = ctx
             .call::<SendReceipt>(SendReceiptInput {
@@ -286,7 +284,7 @@ impl CheckoutHandlers for Handlers {
                 payment_id,
             })
             .await?;
-        Ok(ctx.to(checkout::new::Done {
+        Ok(ctx.to(checkout::Done {
             receipt_id,
             total_cents: cart.total_cents(),
         }))

@@ -184,7 +184,7 @@ impl ResearchHandlers for Handlers {
     async fn searching(
         &self,
         ctx: Ctx<'_, research::Searching>,
-        topic: String,
+        research::Searching { topic }: research::Searching,
     ) -> StepResult<research::Searching> {
         let queries = ["papers", "news", "forums"].map(|source| Query {
             topic: topic.clone(),
@@ -195,7 +195,7 @@ impl ResearchHandlers for Handlers {
             let s = snippet?;
             notes.push(format!("{}: {}", s.source, s.text));
         }
-        Ok(ctx.to(research::Found::new(Finding { topic, notes })))
+        Ok(ctx.to(research::Found(Finding { topic, notes })))
     }
 }
 
@@ -203,7 +203,7 @@ impl ReportHandlers for Handlers {
     async fn planning(
         &self,
         ctx: Ctx<'_, report::Planning>,
-        question: String,
+        report::Planning { question }: report::Planning,
     ) -> StepResult<report::Planning> {
         let topics = ctx.call::<Outline>(question.clone()).await?;
         let children = topics.iter().map(|topic| Research::Searching {
@@ -224,28 +224,31 @@ impl ReportHandlers for Handlers {
                 _ => missing.push(topic),
             }
         }
-        Ok(ctx.to(report::Reviewing::new(question, findings, missing)))
+        Ok(ctx.to(report::Reviewing {
+            question,
+            findings,
+            missing,
+        }))
     }
 
     async fn reviewing(
         &self,
         ctx: Ctx<'_, report::Reviewing>,
         route: report::ReviewingRoute,
-        question: String,
-        findings: Vec<Finding>,
-        _missing: Vec<String>,
+        report::Reviewing {
+            question, findings, ..
+        }: report::Reviewing,
     ) -> StepResult<report::Reviewing> {
         Ok(match route {
-            report::ReviewingRoute::Writing => ctx.to(report::Writing::new(question, findings)),
-            report::ReviewingRoute::Abandoned => ctx.to(report::Abandoned::new()),
+            report::ReviewingRoute::Writing => ctx.to(report::Writing { question, findings }),
+            report::ReviewingRoute::Abandoned => ctx.to(report::Abandoned),
         })
     }
 
     async fn writing(
         &self,
         ctx: Ctx<'_, report::Writing>,
-        question: String,
-        findings: Vec<Finding>,
+        report::Writing { question, findings }: report::Writing,
     ) -> StepResult<report::Writing> {
         let mut text = String::new();
         for f in &findings {
@@ -256,7 +259,7 @@ impl ReportHandlers for Handlers {
             text.push('\n');
         }
         let path = ctx.call::<Publish>(Draft { question, text }).await?;
-        Ok(ctx.to(report::Published::new(path)))
+        Ok(ctx.to(report::Published { path }))
     }
 }
 

@@ -262,47 +262,45 @@ impl TriageHandlers for Handlers {
     async fn received(
         &self,
         ctx: Ctx<'_, triage::Received>,
-        ticket: Ticket,
+        triage::Received { ticket }: triage::Received,
     ) -> StepResult<triage::Received> {
         let order = ctx
             .call::<LookupOrder>(OrderId {
                 order_id: ticket.order_id.clone(),
             })
             .await?;
-        Ok(ctx.to(triage::Classify::new(ticket, order)))
+        Ok(ctx.to(triage::Classify { ticket, order }))
     }
 
     async fn classify(
         &self,
         ctx: Ctx<'_, triage::Classify>,
         route: triage::ClassifyRoute,
-        ticket: Ticket,
-        order: OrderInfo,
+        triage::Classify { ticket, order }: triage::Classify,
     ) -> StepResult<triage::Classify> {
         Ok(match route {
-            triage::ClassifyRoute::ProposeRefund => {
-                ctx.to(triage::ProposeRefund::new(ticket, order))
-            }
+            triage::ClassifyRoute::ProposeRefund => ctx.to(triage::ProposeRefund { ticket, order }),
             triage::ClassifyRoute::Answer => {
                 let message = format!(
                     "Thanks {}, we are looking into order {}.",
                     ticket.customer, order.order_id
                 );
-                ctx.to(triage::Answer::new(ticket, message))
+                ctx.to(triage::Answer { ticket, message })
             }
-            triage::ClassifyRoute::Escalated => ctx.to(triage::Escalated::new(Failure {
-                state: "Classify".into(),
-                code: "escalated".into(),
-                message: "the router handed the ticket to a person".into(),
-            })),
+            triage::ClassifyRoute::Escalated => ctx.to(triage::Escalated {
+                reason: Failure {
+                    state: "Classify".into(),
+                    code: "escalated".into(),
+                    message: "the router handed the ticket to a person".into(),
+                },
+            }),
         })
     }
 
     async fn propose_refund(
         &self,
         ctx: Ctx<'_, triage::ProposeRefund>,
-        ticket: Ticket,
-        order: OrderInfo,
+        triage::ProposeRefund { ticket, order }: triage::ProposeRefund,
     ) -> StepResult<triage::ProposeRefund> {
         let refund = RefundRequest {
             run_id: ctx.run_id().to_owned(),
@@ -310,9 +308,9 @@ impl TriageHandlers for Handlers {
             amount_cents: order.paid_cents,
         };
         Ok(if refund.amount_cents > APPROVAL_THRESHOLD_CENTS {
-            ctx.to(triage::AwaitApproval::new(ticket, refund))
+            ctx.to(triage::AwaitApproval { ticket, refund })
         } else {
-            ctx.to(triage::Refund::new(ticket, refund))
+            ctx.to(triage::Refund { ticket, refund })
         })
     }
 
@@ -320,52 +318,49 @@ impl TriageHandlers for Handlers {
         &self,
         ctx: Ctx<'_, triage::AwaitApproval>,
         wake: Wake,
-        ticket: Ticket,
-        refund: RefundRequest,
+        triage::AwaitApproval { ticket, refund }: triage::AwaitApproval,
     ) -> StepResult<triage::AwaitApproval> {
         let approval: Approval = match wake.payload() {
             Ok(a) => a,
             // A malformed approval is refused like a mismatched one: wait again.
-            Err(_) => return Ok(ctx.to(triage::AwaitApproval::new(ticket, refund))),
+            Err(_) => return Ok(ctx.to(triage::AwaitApproval { ticket, refund })),
         };
         if approval.refund_hash != refund.binding() {
             // Approved something else (another amount, or another run's refund): refused.
-            return Ok(ctx.to(triage::AwaitApproval::new(ticket, refund)));
+            return Ok(ctx.to(triage::AwaitApproval { ticket, refund }));
         }
         Ok(if approval.approved {
-            ctx.to(triage::Refund::new(ticket, refund))
+            ctx.to(triage::Refund { ticket, refund })
         } else {
             let message = format!("Sorry {}, your refund was not approved.", ticket.customer);
-            ctx.to(triage::Answer::new(ticket, message))
+            ctx.to(triage::Answer { ticket, message })
         })
     }
 
     async fn refund(
         &self,
         ctx: Ctx<'_, triage::Refund>,
-        ticket: Ticket,
-        refund: RefundRequest,
+        triage::Refund { ticket, refund }: triage::Refund,
     ) -> StepResult<triage::Refund> {
         ctx.call::<IssueRefund>(refund.clone()).await?;
         let message = format!(
             "{} cents refunded for order {}.",
             refund.amount_cents, refund.order_id
         );
-        Ok(ctx.to(triage::Answer::new(ticket, message)))
+        Ok(ctx.to(triage::Answer { ticket, message }))
     }
 
     async fn answer(
         &self,
         ctx: Ctx<'_, triage::Answer>,
-        ticket: Ticket,
-        message: String,
+        triage::Answer { ticket, message }: triage::Answer,
     ) -> StepResult<triage::Answer> {
         ctx.call::<SendReply>(Reply {
             customer: ticket.customer,
             text: message,
         })
         .await?;
-        Ok(ctx.to(triage::Closed::new()))
+        Ok(ctx.to(triage::Closed))
     }
 }
 

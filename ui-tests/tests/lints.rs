@@ -64,41 +64,44 @@ impl CheckoutHandlers for Shop {
     async fn browsing(
         &self,
         ctx: Ctx<'_, checkout::Browsing>,
-        cart: Cart,
+        checkout::Browsing { cart }: checkout::Browsing,
     ) -> StepResult<checkout::Browsing> {
         let _ = ctx.call::<GetCart>(()).await?;
-        Ok(ctx.to(checkout::Review::new(cart)))
+        Ok(ctx.to(checkout::Review { cart }))
     }
 
     async fn review(
         &self,
         ctx: Ctx<'_, checkout::Review>,
         route: checkout::ReviewRoute,
-        cart: Cart,
+        checkout::Review { cart }: checkout::Review,
     ) -> StepResult<checkout::Review> {
         Ok(match route {
-            checkout::ReviewRoute::Payment(order) => ctx.to(checkout::Payment::new(order)),
-            checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(cart)),
+            checkout::ReviewRoute::Payment(order) => ctx.to(checkout::Payment(order)),
+            checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing { cart }),
         })
     }
 
     async fn payment(
         &self,
         ctx: Ctx<'_, checkout::Payment>,
-        f0: Order,
+        checkout::Payment(f0): checkout::Payment,
     ) -> StepResult<checkout::Payment> {
         let _ = ctx.call::<ChargePayment>(f0).await?;
-        Ok(ctx.to(checkout::Confirm::new()))
+        Ok(ctx.to(checkout::Confirm))
     }
 
     async fn confirm(
         &self,
         ctx: Ctx<'_, checkout::Confirm>,
         wake: Wake,
+        _: checkout::Confirm,
     ) -> StepResult<checkout::Confirm> {
         Ok(match wake {
-            Wake::Signal(_) => ctx.to(checkout::Done::new()),
-            Wake::TimedOut => ctx.to(checkout::Failed::new("timed out".to_owned())),
+            Wake::Signal(_) => ctx.to(checkout::Done),
+            Wake::TimedOut => ctx.to(checkout::Failed {
+                reason: "timed out".to_owned(),
+            }),
         })
     }
 }
@@ -158,9 +161,13 @@ fn derives_are_lint_clean() {
     struct L;
 
     impl LocalHandlers for L {
-        async fn start(&self, ctx: Ctx<'_, local::Start>, f0: u8) -> StepResult<local::Start> {
+        async fn start(
+            &self,
+            ctx: Ctx<'_, local::Start>,
+            local::Start(f0): local::Start,
+        ) -> StepResult<local::Start> {
             let _ = f0;
-            Ok(ctx.to(local::End::new()))
+            Ok(ctx.to(local::End))
         }
     }
 

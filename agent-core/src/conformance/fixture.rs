@@ -336,7 +336,7 @@ impl OrderHandlers for Behaviour {
     async fn start(
         &self,
         ctx: Ctx<'_, order::Start>,
-        items: Vec<String>,
+        order::Start { items }: order::Start,
     ) -> StepResult<order::Start> {
         let mut reservations = Vec::new();
         for sku in &items {
@@ -344,36 +344,48 @@ impl OrderHandlers for Behaviour {
             let r = ctx.call::<Reserve>(Sku { sku: sku.clone() }).await?;
             reservations.push(r.reservation);
         }
-        Ok(ctx.to(order::Decide::new(items, reservations)))
+        Ok(ctx.to(order::Decide {
+            items,
+            reservations,
+        }))
     }
 
     async fn decide(
         &self,
         ctx: Ctx<'_, order::Decide>,
         route: order::DecideRoute,
-        items: Vec<String>,
-        _reservations: Vec<String>,
+        order::Decide { items, .. }: order::Decide,
     ) -> StepResult<order::Decide> {
         Ok(match route {
-            order::DecideRoute::Pay => ctx.to(order::Pay::new(100 * items.len() as u64)),
-            order::DecideRoute::Cancelled => ctx.to(order::Cancelled::new()),
+            order::DecideRoute::Pay => ctx.to(order::Pay {
+                cents: 100 * items.len() as u64,
+            }),
+            order::DecideRoute::Cancelled => ctx.to(order::Cancelled),
         })
     }
 
-    async fn pay(&self, ctx: Ctx<'_, order::Pay>, cents: u64) -> StepResult<order::Pay> {
+    async fn pay(
+        &self,
+        ctx: Ctx<'_, order::Pay>,
+        order::Pay { cents }: order::Pay,
+    ) -> StepResult<order::Pay> {
         let payment = ctx.call::<Charge>(Amount { cents }).await?;
-        Ok(ctx.to(order::Confirm::new(payment.payment_id)))
+        Ok(ctx.to(order::Confirm {
+            payment_id: payment.payment_id,
+        }))
     }
 
     async fn confirm(
         &self,
         ctx: Ctx<'_, order::Confirm>,
         wake: Wake,
-        payment_id: String,
+        order::Confirm { payment_id }: order::Confirm,
     ) -> StepResult<order::Confirm> {
         Ok(match wake {
-            Wake::Signal(_) => ctx.to(order::Done::new(payment_id)),
-            Wake::TimedOut => ctx.to(order::Failed::new("not confirmed".to_owned())),
+            Wake::Signal(_) => ctx.to(order::Done { payment_id }),
+            Wake::TimedOut => ctx.to(order::Failed {
+                reason: "not confirmed".to_owned(),
+            }),
         })
     }
 }
@@ -412,14 +424,14 @@ impl FanoutHandlers for FanoutBehaviour {
     async fn reserving(
         &self,
         ctx: Ctx<'_, fanout::Reserving>,
-        items: Vec<String>,
+        fanout::Reserving { items }: fanout::Reserving,
     ) -> StepResult<fanout::Reserving> {
         let skus = items.iter().map(|sku| Sku { sku: sku.clone() });
         let mut reservations = Vec::with_capacity(items.len());
         for r in ctx.call_each::<Reserve>(skus, items.len()).await {
             reservations.push(r?.reservation);
         }
-        Ok(ctx.to(fanout::Reserved::new(reservations)))
+        Ok(ctx.to(fanout::Reserved { reservations }))
     }
 }
 
@@ -460,8 +472,7 @@ impl BatchHandlers for BatchBehaviour {
     async fn splitting(
         &self,
         ctx: Ctx<'_, batch::Splitting>,
-        orders: Vec<Vec<String>>,
-        first: bool,
+        batch::Splitting { orders, first }: batch::Splitting,
     ) -> StepResult<batch::Splitting> {
         let sku = orders.iter().flatten().next().cloned().unwrap_or_default();
         ctx.call::<Lookup>(Sku { sku }).await?;
@@ -487,11 +498,14 @@ impl BatchHandlers for BatchBehaviour {
             }
         }
         if !failed.is_empty() {
-            return Ok(ctx.to(batch::Short::new(failed)));
+            return Ok(ctx.to(batch::Short { failed }));
         }
         let cents = 100 * reservations.iter().map(Vec::len).sum::<usize>() as u64;
         let payment = ctx.call::<Charge>(Amount { cents }).await?;
-        Ok(ctx.to(batch::Settled::new(reservations, payment.payment_id)))
+        Ok(ctx.to(batch::Settled {
+            reservations,
+            payment_id: payment.payment_id,
+        }))
     }
 }
 

@@ -541,8 +541,12 @@ mod sizes {
     struct Handlers;
 
     impl SmallHandlers for Handlers {
-        async fn start(&self, ctx: Ctx<'_, small::Start>, n: u32) -> StepResult<small::Start> {
-            Ok(ctx.to(small::Done::new(n)))
+        async fn start(
+            &self,
+            ctx: Ctx<'_, small::Start>,
+            small::Start { n }: small::Start,
+        ) -> StepResult<small::Start> {
+            Ok(ctx.to(small::Done { n }))
         }
     }
 

@@ -282,7 +282,7 @@ impl SupportHandlers for Handlers {
     async fn drafting(
         &self,
         ctx: Ctx<'_, support::Drafting>,
-        question: String,
+        support::Drafting { question }: support::Drafting,
     ) -> StepResult<support::Drafting> {
         let reply = ctx
             .call::<GenerateText>(
@@ -290,7 +290,7 @@ impl SupportHandlers for Handlers {
                     .with_context(json!({ "question": question })),
             )
             .await?;
-        Ok(ctx.to(support::Replied::new(reply)))
+        Ok(ctx.to(support::Replied { reply }))
     }
 }
 

@@ -101,16 +101,21 @@ pub(crate) enum Desk {
 pub(crate) struct Handlers;
 
 impl DeskHandlers for Handlers {
-    async fn intake(&self, ctx: Ctx<'_, desk::Intake>) -> StepResult<desk::Intake> {
-        Ok(ctx.to(desk::Triage::new()))
+    async fn intake(
+        &self,
+        ctx: Ctx<'_, desk::Intake>,
+        _: desk::Intake,
+    ) -> StepResult<desk::Intake> {
+        Ok(ctx.to(desk::Triage))
     }
     async fn triage(
         &self,
         ctx: Ctx<'_, desk::Triage>,
         route: desk::TriageRoute,
+        _: desk::Triage,
     ) -> StepResult<desk::Triage> {
         Ok(match route {
-            desk::TriageRoute::Closed => ctx.to(desk::Closed::new()),
+            desk::TriageRoute::Closed => ctx.to(desk::Closed),
         })
     }
 }

@@ -270,8 +270,7 @@ impl ShopHandlers for Behaviour {
     async fn start(
         &self,
         ctx: Ctx<'_, shop::Start>,
-        order: String,
-        items: Vec<String>,
+        shop::Start { order, items }: shop::Start,
     ) -> StepResult<shop::Start> {
         let mut reservations = Vec::new();
         for sku in &items {
@@ -279,26 +278,36 @@ impl ShopHandlers for Behaviour {
             let r = ctx.call::<Reserve>(Sku { sku: sku.clone() }).await?;
             reservations.push(r.reservation);
         }
-        Ok(ctx.to(shop::Decide::new(order, items, reservations)))
+        Ok(ctx.to(shop::Decide {
+            order,
+            items,
+            reservations,
+        }))
     }
 
     async fn decide(
         &self,
         ctx: Ctx<'_, shop::Decide>,
         route: shop::DecideRoute,
-        _order: String,
-        items: Vec<String>,
-        _reservations: Vec<String>,
+        shop::Decide { items, .. }: shop::Decide,
     ) -> StepResult<shop::Decide> {
         Ok(match route {
-            shop::DecideRoute::Pay => ctx.to(shop::Pay::new(100 * items.len() as u64)),
-            shop::DecideRoute::Cancelled => ctx.to(shop::Cancelled::new()),
+            shop::DecideRoute::Pay => ctx.to(shop::Pay {
+                cents: 100 * items.len() as u64,
+            }),
+            shop::DecideRoute::Cancelled => ctx.to(shop::Cancelled),
         })
     }
 
-    async fn pay(&self, ctx: Ctx<'_, shop::Pay>, cents: u64) -> StepResult<shop::Pay> {
+    async fn pay(
+        &self,
+        ctx: Ctx<'_, shop::Pay>,
+        shop::Pay { cents }: shop::Pay,
+    ) -> StepResult<shop::Pay> {
         let payment = ctx.call::<Charge>(Amount { cents }).await?;
-        Ok(ctx.to(shop::Done::new(payment.payment_id)))
+        Ok(ctx.to(shop::Done {
+            payment_id: payment.payment_id,
+        }))
     }
 }
 

@@ -163,8 +163,7 @@ impl ShopV2Handlers for BehaviourV2 {
     async fn start(
         &self,
         ctx: Ctx<'_, shop_v2::Start>,
-        order: String,
-        items: Vec<String>,
+        shop_v2::Start { order, items }: shop_v2::Start,
     ) -> StepResult<shop_v2::Start> {
         let mut reservations = Vec::new();
         for sku in &items {
@@ -172,32 +171,42 @@ impl ShopV2Handlers for BehaviourV2 {
             let r = ctx.call::<Reserve>(Sku { sku: sku.clone() }).await?;
             reservations.push(r.reservation);
         }
-        Ok(ctx.to(shop_v2::Decide::new(order, items, reservations)))
+        Ok(ctx.to(shop_v2::Decide {
+            order,
+            items,
+            reservations,
+        }))
     }
 
     async fn decide(
         &self,
         ctx: Ctx<'_, shop_v2::Decide>,
         route: shop_v2::DecideRoute,
-        _order: String,
-        items: Vec<String>,
-        _reservations: Vec<String>,
+        shop_v2::Decide { items, .. }: shop_v2::Decide,
     ) -> StepResult<shop_v2::Decide> {
         Ok(match route {
-            shop_v2::DecideRoute::Pay => ctx.to(shop_v2::Pay::new(100 * items.len() as u64)),
-            shop_v2::DecideRoute::Cancelled => ctx.to(shop_v2::Cancelled::new()),
+            shop_v2::DecideRoute::Pay => ctx.to(shop_v2::Pay {
+                cents: 100 * items.len() as u64,
+            }),
+            shop_v2::DecideRoute::Cancelled => ctx.to(shop_v2::Cancelled),
         })
     }
 
-    async fn pay(&self, ctx: Ctx<'_, shop_v2::Pay>, cents: u64) -> StepResult<shop_v2::Pay> {
+    async fn pay(
+        &self,
+        ctx: Ctx<'_, shop_v2::Pay>,
+        shop_v2::Pay { cents }: shop_v2::Pay,
+    ) -> StepResult<shop_v2::Pay> {
         let payment = ctx.call::<Charge>(Amount { cents }).await?;
-        Ok(ctx.to(shop_v2::Shipping::new(payment.payment_id)))
+        Ok(ctx.to(shop_v2::Shipping {
+            payment_id: payment.payment_id,
+        }))
     }
 
     async fn shipping(
         &self,
         ctx: Ctx<'_, shop_v2::Shipping>,
-        payment_id: String,
+        shop_v2::Shipping { payment_id }: shop_v2::Shipping,
     ) -> StepResult<shop_v2::Shipping> {
         ctx.call::<Lookup>(Sku {
             sku: "shipping".into(),
@@ -208,7 +217,10 @@ impl ShopV2Handlers for BehaviourV2 {
                 payment_id: payment_id.clone(),
             })
             .await?;
-        Ok(ctx.to(shop_v2::Done::new(payment_id, Some(shipment.shipment_id))))
+        Ok(ctx.to(shop_v2::Done {
+            payment_id,
+            shipment: Some(shipment.shipment_id),
+        }))
     }
 }
 

@@ -200,16 +200,23 @@ impl LeafHandlers for Behaviour {
     async fn asked(
         &self,
         ctx: Ctx<'_, leaf::Asked>,
-        index: u32,
-        input: u64,
+        leaf::Asked { index, input }: leaf::Asked,
     ) -> StepResult<leaf::Asked> {
         let a = ctx.call::<Work>(Job { input }).await?;
-        Ok(ctx.to(leaf::Answered::new(index, input, a.result)))
+        Ok(ctx.to(leaf::Answered {
+            index,
+            input,
+            result: a.result,
+        }))
     }
 }
 
 impl FanoutHandlers for Behaviour {
-    async fn start(&self, ctx: Ctx<'_, fanout::Start>, base: u64) -> StepResult<fanout::Start> {
+    async fn start(
+        &self,
+        ctx: Ctx<'_, fanout::Start>,
+        fanout::Start { base }: fanout::Start,
+    ) -> StepResult<fanout::Start> {
         let leaves = (0..CHILDREN).map(|index| Leaf::Asked {
             index,
             input: child_input(base, index),
@@ -230,7 +237,11 @@ impl FanoutHandlers for Behaviour {
         }
         let sum = results.iter().sum();
         let receipt = ctx.call::<Publish>(Total { sum }).await?.receipt;
-        Ok(ctx.to(fanout::Joined::new(results, sum, receipt)))
+        Ok(ctx.to(fanout::Joined {
+            results,
+            sum,
+            receipt,
+        }))
     }
 }
 

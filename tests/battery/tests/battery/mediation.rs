@@ -49,29 +49,33 @@ impl MediatedHandlers for Follow {
         &self,
         ctx: Ctx<'_, mediated::Bare>,
         _: mediated::BareRoute,
+        _: mediated::Bare,
     ) -> StepResult<mediated::Bare> {
-        Ok(ctx.to(mediated::Reads::new()))
+        Ok(ctx.to(mediated::Reads))
     }
     async fn reads(
         &self,
         ctx: Ctx<'_, mediated::Reads>,
         _: mediated::ReadsRoute,
+        _: mediated::Reads,
     ) -> StepResult<mediated::Reads> {
-        Ok(ctx.to(mediated::Writes::new()))
+        Ok(ctx.to(mediated::Writes))
     }
     async fn writes(
         &self,
         ctx: Ctx<'_, mediated::Writes>,
         _: mediated::WritesRoute,
+        _: mediated::Writes,
     ) -> StepResult<mediated::Writes> {
-        Ok(ctx.to(mediated::Hybrid::new()))
+        Ok(ctx.to(mediated::Hybrid))
     }
     async fn hybrid(
         &self,
         ctx: Ctx<'_, mediated::Hybrid>,
         _: mediated::HybridRoute,
+        _: mediated::Hybrid,
     ) -> StepResult<mediated::Hybrid> {
-        Ok(ctx.to(mediated::End::new()))
+        Ok(ctx.to(mediated::End))
     }
 }
 

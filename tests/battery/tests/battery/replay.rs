@@ -254,7 +254,7 @@ impl RenamedHandlers for Unreached {
     async fn start(
         &self,
         _: Ctx<'_, renamed::Start>,
-        _: Vec<String>,
+        _: renamed::Start,
     ) -> StepResult<renamed::Start> {
         Err(unreached())
     }
@@ -262,19 +262,18 @@ impl RenamedHandlers for Unreached {
         &self,
         _: Ctx<'_, renamed::Review>,
         _: renamed::ReviewRoute,
-        _: Vec<String>,
-        _: Vec<String>,
+        _: renamed::Review,
     ) -> StepResult<renamed::Review> {
         Err(unreached())
     }
-    async fn pay(&self, _: Ctx<'_, renamed::Pay>, _: String) -> StepResult<renamed::Pay> {
+    async fn pay(&self, _: Ctx<'_, renamed::Pay>, _: renamed::Pay) -> StepResult<renamed::Pay> {
         Err(unreached())
     }
     async fn confirm(
         &self,
         _: Ctx<'_, renamed::Confirm>,
         _: Wake,
-        _: String,
+        _: renamed::Confirm,
     ) -> StepResult<renamed::Confirm> {
         Err(unreached())
     }
@@ -284,7 +283,7 @@ impl NarrowedHandlers for Unreached {
     async fn start(
         &self,
         _: Ctx<'_, narrowed::Start>,
-        _: Vec<String>,
+        _: narrowed::Start,
     ) -> StepResult<narrowed::Start> {
         Err(unreached())
     }
@@ -292,21 +291,20 @@ impl NarrowedHandlers for Unreached {
         &self,
         ctx: Ctx<'_, narrowed::Decide>,
         route: narrowed::DecideRoute,
-        _: Vec<String>,
-        _: Vec<String>,
+        _: narrowed::Decide,
     ) -> StepResult<narrowed::Decide> {
         Ok(match route {
-            narrowed::DecideRoute::Cancelled => ctx.to(narrowed::Cancelled::new()),
+            narrowed::DecideRoute::Cancelled => ctx.to(narrowed::Cancelled),
         })
     }
-    async fn pay(&self, _: Ctx<'_, narrowed::Pay>, _: u64) -> StepResult<narrowed::Pay> {
+    async fn pay(&self, _: Ctx<'_, narrowed::Pay>, _: narrowed::Pay) -> StepResult<narrowed::Pay> {
         Err(unreached())
     }
     async fn confirm(
         &self,
         _: Ctx<'_, narrowed::Confirm>,
         _: Wake,
-        _: String,
+        _: narrowed::Confirm,
     ) -> StepResult<narrowed::Confirm> {
         Err(unreached())
     }

@@ -207,17 +207,15 @@ impl ChainHandlers for Legs {
     async fn leg(
         &self,
         ctx: Ctx<'_, chain::Leg>,
-        i: u32,
-        n: u32,
-        per: u32,
+        chain::Leg { i, n, per }: chain::Leg,
     ) -> StepResult<chain::Leg> {
         for j in 0..per {
             ctx.call::<Book>(Slot { i: i * per + j }).await?;
         }
         Ok(if i + 1 < n {
-            ctx.to(chain::Leg::new(i + 1, n, per))
+            ctx.to(chain::Leg { i: i + 1, n, per })
         } else {
-            ctx.to(chain::Done::new())
+            ctx.to(chain::Done)
         })
     }
 }

@@ -160,28 +160,28 @@ impl SupportHandlers for Desk {
     async fn intake(
         &self,
         ctx: Ctx<'_, support::Intake>,
-        user: String,
+        support::Intake { user }: support::Intake,
     ) -> StepResult<support::Intake> {
-        Ok(ctx.to(support::Triage::new(user)))
+        Ok(ctx.to(support::Triage { user }))
     }
     async fn triage(
         &self,
         ctx: Ctx<'_, support::Triage>,
         route: support::TriageRoute,
-        user: String,
+        support::Triage { user }: support::Triage,
     ) -> StepResult<support::Triage> {
         Ok(match route {
-            support::TriageRoute::Reply => ctx.to(support::Reply::new(user)),
-            support::TriageRoute::Closed => ctx.to(support::Closed::new()),
+            support::TriageRoute::Reply => ctx.to(support::Reply { user }),
+            support::TriageRoute::Closed => ctx.to(support::Closed),
         })
     }
     async fn reply(
         &self,
         ctx: Ctx<'_, support::Reply>,
-        user: String,
+        support::Reply { user }: support::Reply,
     ) -> StepResult<support::Reply> {
         ctx.call::<Notify>(User { user }).await?;
-        Ok(ctx.to(support::Closed::new()))
+        Ok(ctx.to(support::Closed))
     }
 }
 

@@ -12,9 +12,9 @@ enum Flow {
 struct H;
 
 impl FlowHandlers for H {
-    async fn start(&self, ctx: Ctx<'_, flow::Start>, n: u32) -> StepResult<flow::Start> {
+    async fn start(&self, ctx: Ctx<'_, flow::Start>, flow::Start { n }: flow::Start) -> StepResult<flow::Start> {
         let _ = n;
-        Ok(ctx.to(flow::Done::new()))
+        Ok(ctx.to(flow::Done))
     }
 }
 

@@ -15,21 +15,26 @@ enum Flow {
 struct H;
 
 impl FlowHandlers for H {
-    async fn start(&self, ctx: Ctx<'_, flow::Start>, cart: Vec<String>) -> StepResult<flow::Start> {
-        let _ = cart;
-        Ok(ctx.to(flow::Review::new(Vec::new())))
+    async fn start(
+        &self,
+        ctx: Ctx<'_, flow::Start>,
+        route: flow::ReviewRoute,
+        _: flow::Start,
+    ) -> StepResult<flow::Start> {
+        let _ = route;
+        Ok(ctx.to(flow::Review { cart: Vec::new() }))
     }
 
     async fn review(
         &self,
         ctx: Ctx<'_, flow::Review>,
         route: flow::ReviewRoute,
-        cart: Vec<String>,
+        flow::Review { cart }: flow::Review,
     ) -> StepResult<flow::Review> {
         let _ = cart;
         Ok(match route {
-            flow::ReviewRoute::Done => ctx.to(flow::Done::new()),
-            flow::ReviewRoute::Start => ctx.to(flow::Start::new()),
+            flow::ReviewRoute::Done => ctx.to(flow::Done),
+            flow::ReviewRoute::Start => ctx.to(flow::Start),
         })
     }
 }

@@ -1,4 +1,4 @@
-// A handler that leaves out a parameter (here the field `n`) is E0050, pointing at the state it runs.
+// A handler that leaves out the state (here `Start { n }`, its last parameter) is E0050, pointing at the state it runs.
 use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +14,7 @@ struct H;
 
 impl FlowHandlers for H {
     async fn start(&self, ctx: Ctx<'_, flow::Start>) -> StepResult<flow::Start> {
-        Ok(ctx.to(flow::Done::new()))
+        Ok(ctx.to(flow::Done))
     }
 }
 

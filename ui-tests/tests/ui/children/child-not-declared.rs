@@ -32,16 +32,16 @@ enum Report {
 struct Writer;
 
 impl ReportHandlers for Writer {
-    async fn plan(&self, ctx: Ctx<'_, report::Plan>, topics: Vec<String>) -> StepResult<report::Plan> {
+    async fn plan(&self, ctx: Ctx<'_, report::Plan>, report::Plan { topics }: report::Plan) -> StepResult<report::Plan> {
         let states = topics.into_iter().map(|topic| Research::Searching { topic });
         let _found = ctx.spawn_all::<Research>(states).await?;
-        Ok(ctx.to(report::Write::new()))
+        Ok(ctx.to(report::Write))
     }
 
-    async fn write(&self, ctx: Ctx<'_, report::Write>) -> StepResult<report::Write> {
+    async fn write(&self, ctx: Ctx<'_, report::Write>, _: report::Write) -> StepResult<report::Write> {
         let claims = vec![Fact::Checking { claim: "x".into() }];
         let _checked = ctx.spawn_first::<Fact>(claims).await?;
-        Ok(ctx.to(report::Done::new()))
+        Ok(ctx.to(report::Done))
     }
 }
 

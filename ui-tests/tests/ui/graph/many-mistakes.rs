@@ -21,14 +21,14 @@ enum Checkout {
 struct Shop;
 
 impl CheckoutHandlers for Shop {
-    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>) -> StepResult<checkout::Browsing> {
-        Ok(ctx.to(checkout::Review::new()))
+    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>, _: checkout::Browsing) -> StepResult<checkout::Browsing> {
+        Ok(ctx.to(checkout::Review))
     }
-    async fn review(&self, ctx: Ctx<'_, checkout::Review>) -> StepResult<checkout::Review> {
-        Ok(ctx.to(checkout::Payment::new()))
+    async fn review(&self, ctx: Ctx<'_, checkout::Review>, _: checkout::Review) -> StepResult<checkout::Review> {
+        Ok(ctx.to(checkout::Payment))
     }
-    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>) -> StepResult<checkout::Payment> {
-        Ok(ctx.to(checkout::Done::new()))
+    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, _: checkout::Payment) -> StepResult<checkout::Payment> {
+        Ok(ctx.to(checkout::Done))
     }
 }
 

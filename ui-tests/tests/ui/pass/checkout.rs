@@ -27,39 +27,39 @@ pub enum Checkout {
 struct Shop;
 
 impl CheckoutHandlers for Shop {
-    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>, cart: Cart) -> StepResult<checkout::Browsing> {
+    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>, checkout::Browsing { cart }: checkout::Browsing) -> StepResult<checkout::Browsing> {
         let _found = ctx.call::<SearchProducts>("socks".into()).await?;
         let _cart = ctx.call::<GetCart>(()).await?;
-        Ok(ctx.to(checkout::Review::new(cart)))
+        Ok(ctx.to(checkout::Review { cart }))
     }
 
     async fn review(
         &self,
         ctx: Ctx<'_, checkout::Review>,
         route: checkout::ReviewRoute,
-        cart: Cart,
+        checkout::Review { cart }: checkout::Review,
     ) -> StepResult<checkout::Review> {
         Ok(match route {
             checkout::ReviewRoute::Payment => {
                 let order = Order { id: cart.items.join(",") };
                 let _reservation = ctx.call::<ReserveInventory>(order.clone()).await?;
-                ctx.to(checkout::Payment::new(order))
+                ctx.to(checkout::Payment { order })
             }
-            checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing::new(cart)),
+            checkout::ReviewRoute::Browsing => ctx.to(checkout::Browsing { cart }),
         })
     }
 
-    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, order: Order) -> StepResult<checkout::Payment> {
+    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, checkout::Payment { order }: checkout::Payment) -> StepResult<checkout::Payment> {
         match ctx.call::<ChargePayment>(order.clone()).await {
-            Ok(_) => Ok(ctx.to(checkout::Confirm::new(order))),
-            Err(e) => Ok(ctx.to(checkout::Failed::new(e.to_string()))),
+            Ok(_) => Ok(ctx.to(checkout::Confirm(order))),
+            Err(e) => Ok(ctx.to(checkout::Failed { reason: e.to_string() })),
         }
     }
 
-    async fn confirm(&self, ctx: Ctx<'_, checkout::Confirm>, wake: Wake, f0: Order) -> StepResult<checkout::Confirm> {
+    async fn confirm(&self, ctx: Ctx<'_, checkout::Confirm>, wake: Wake, checkout::Confirm(f0): checkout::Confirm) -> StepResult<checkout::Confirm> {
         Ok(match wake {
-            Wake::Signal(_) => ctx.to(checkout::Done::new(f0.id)),
-            Wake::TimedOut => ctx.to(checkout::Failed::new("no approval".into())),
+            Wake::Signal(_) => ctx.to(checkout::Done { receipt: f0.id }),
+            Wake::TimedOut => ctx.to(checkout::Failed { reason: "no approval".into() }),
         })
     }
 }

@@ -28,7 +28,7 @@ enum Report {
 struct Writer;
 
 impl ReportHandlers for Writer {
-    async fn plan(&self, ctx: Ctx<'_, report::Plan>, topics: Vec<String>) -> StepResult<report::Plan> {
+    async fn plan(&self, ctx: Ctx<'_, report::Plan>, report::Plan { topics }: report::Plan) -> StepResult<report::Plan> {
         let states = topics.into_iter().map(|topic| agents::Research::Searching { topic });
         let mut summaries = Vec::new();
         for child in ctx.spawn_all::<agents::Research>(states).await? {
@@ -36,22 +36,22 @@ impl ReportHandlers for Writer {
                 summaries.push(summary);
             }
         }
-        Ok(ctx.to(report::Write::new(summaries)))
+        Ok(ctx.to(report::Write { summaries }))
     }
 
     async fn write(
         &self,
         ctx: Ctx<'_, report::Write>,
         route: report::WriteRoute,
-        _summaries: Vec<String>,
+        _: report::Write,
     ) -> StepResult<report::Write> {
         Ok(match route {
-            report::WriteRoute::Done => ctx.to(report::Done::new()),
+            report::WriteRoute::Done => ctx.to(report::Done),
             report::WriteRoute::Plan => {
                 // An agent may start runs of itself (bounded by `max_child_depth`).
                 let sub = ctx.spawn_first::<Report>([Report::Plan { topics: vec![] }]).await?;
                 let _ = sub.completed();
-                ctx.to(report::Plan::new(vec![]))
+                ctx.to(report::Plan { topics: vec![] })
             }
         })
     }

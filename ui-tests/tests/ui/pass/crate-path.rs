@@ -18,8 +18,8 @@ enum Flow {
 struct H;
 
 impl FlowHandlers for H {
-    async fn start(&self, ctx: Ctx<'_, flow::Start>) -> StepResult<flow::Start> {
-        Ok(ctx.to(flow::Done::new()))
+    async fn start(&self, ctx: Ctx<'_, flow::Start>, _: flow::Start) -> StepResult<flow::Start> {
+        Ok(ctx.to(flow::Done))
     }
 }
 

@@ -19,8 +19,8 @@ fn main() {
     struct Desk;
 
     impl SupportHandlers for Desk {
-        async fn open(&self, ctx: Ctx<'_, support::Open>, ticket: Ticket) -> StepResult<support::Open> {
-            Ok(ctx.to(support::Closed::new(ticket)))
+        async fn open(&self, ctx: Ctx<'_, support::Open>, support::Open { ticket }: support::Open) -> StepResult<support::Open> {
+            Ok(ctx.to(support::Closed(ticket)))
         }
     }
 

@@ -22,15 +22,15 @@ enum Checkout {
 struct H;
 
 impl Steps for H {
-    async fn browse(&self, ctx: Ctx<'_, states::Browse>, route: states::BrowseRoute) -> StepResult<states::Browse> {
+    async fn browse(&self, ctx: Ctx<'_, states::Browse>, route: states::BrowseRoute, _: states::Browse) -> StepResult<states::Browse> {
         Ok(match route {
-            states::BrowseRoute::Approve => ctx.to(states::Approve::new()),
-            states::BrowseRoute::Done => ctx.to(states::Done::new()),
+            states::BrowseRoute::Approve => ctx.to(states::Approve),
+            states::BrowseRoute::Done => ctx.to(states::Done),
         })
     }
-    async fn approve(&self, ctx: Ctx<'_, states::Approve>, wake: Wake) -> StepResult<states::Approve> {
+    async fn approve(&self, ctx: Ctx<'_, states::Approve>, wake: Wake, _: states::Approve) -> StepResult<states::Approve> {
         let _ = wake;
-        Ok(ctx.to(states::Done::new()))
+        Ok(ctx.to(states::Done))
     }
 }
 

@@ -26,13 +26,13 @@ enum Flow {
 struct H;
 
 impl FlowHandlers for H {
-    async fn start(&self, ctx: Ctx<'_, flow::Start>) -> StepResult<flow::Start> {
+    async fn start(&self, ctx: Ctx<'_, flow::Start>, _: flow::Start) -> StepResult<flow::Start> {
         let _ = ctx.call::<Search>("socks".to_owned()).await?;
-        Ok(ctx.to(flow::r#Match::new()))
+        Ok(ctx.to(flow::r#Match))
     }
 
-    async fn r#match(&self, ctx: Ctx<'_, flow::Match>) -> StepResult<flow::Match> {
-        Ok(ctx.to(flow::Done::new()))
+    async fn r#match(&self, ctx: Ctx<'_, flow::Match>, _: flow::r#Match) -> StepResult<flow::Match> {
+        Ok(ctx.to(flow::Done))
     }
 }
 

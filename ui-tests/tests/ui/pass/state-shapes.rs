@@ -1,4 +1,4 @@
-// Unit, tuple and struct variants; keyword-named states; constructors take the fields in order.
+// Unit, tuple and struct variants; keyword-named states; each state's struct has the variant's shape, `Debug` and `Clone`.
 use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 
@@ -19,18 +19,18 @@ pub enum Shapes {
 struct H;
 
 impl ShapesHandlers for H {
-    async fn unit(&self, ctx: Ctx<'_, shapes::Unit>) -> StepResult<shapes::Unit> {
-        Ok(ctx.to(shapes::Pair::new(1, "one".into())))
+    async fn unit(&self, ctx: Ctx<'_, shapes::Unit>, _: shapes::Unit) -> StepResult<shapes::Unit> {
+        Ok(ctx.to(shapes::Pair(1, "one".into())))
     }
-    async fn pair(&self, ctx: Ctx<'_, shapes::Pair>, f0: u32, f1: String) -> StepResult<shapes::Pair> {
-        Ok(ctx.to(shapes::Named::new(u64::from(f0), f1)))
+    async fn pair(&self, ctx: Ctx<'_, shapes::Pair>, shapes::Pair(f0, f1): shapes::Pair) -> StepResult<shapes::Pair> {
+        Ok(ctx.to(shapes::Named { count: u64::from(f0), label: f1 }))
     }
-    async fn named(&self, ctx: Ctx<'_, shapes::Named>, count: u64, label: String) -> StepResult<shapes::Named> {
+    async fn named(&self, ctx: Ctx<'_, shapes::Named>, shapes::Named { count, label }: shapes::Named) -> StepResult<shapes::Named> {
         let _ = (count, label);
-        Ok(ctx.to(shapes::Type::new()))
+        Ok(ctx.to(shapes::Type))
     }
-    async fn r#type(&self, ctx: Ctx<'_, shapes::Type>) -> StepResult<shapes::Type> {
-        Ok(ctx.to(shapes::Done::new()))
+    async fn r#type(&self, ctx: Ctx<'_, shapes::Type>, _: shapes::Type) -> StepResult<shapes::Type> {
+        Ok(ctx.to(shapes::Done))
     }
 }
 
@@ -43,5 +43,8 @@ fn main() {
     assert_eq!(data, ["", "(u32, String)", "{ count : u64, label : String }", "", ""]);
     assert_eq!(Shapes::Pair(1, "x".into()).state_name(), "Pair");
     assert_eq!(Shapes::Named { count: 1, label: String::new() }.state_name(), "Named");
-    assert_eq!(format!("{:?}", shapes::Pair::new(2, "b".into())), "Target(\"Pair\")");
+    assert_eq!(format!("{:?}", shapes::Pair(2, "b".into())), "Pair(2, \"b\")");
+    let named = shapes::Named { count: 3, label: "c".into() };
+    assert_eq!(format!("{:?}", named.clone()), "Named { count: 3, label: \"c\" }");
+    assert_eq!(format!("{:?}", shapes::Done), "Done");
 }

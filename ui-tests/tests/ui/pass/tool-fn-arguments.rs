@@ -66,12 +66,12 @@ enum Shop {
 struct Desk;
 
 impl ShopHandlers for Desk {
-    async fn browsing(&self, ctx: Ctx<'_, shop::Browsing>, user: String) -> StepResult<shop::Browsing> {
+    async fn browsing(&self, ctx: Ctx<'_, shop::Browsing>, shop::Browsing { user }: shop::Browsing) -> StepResult<shop::Browsing> {
         let found = ctx.call::<Search>(Query { text: "tea".into() }).await?;
         let sku = found[0].clone();
         let items = ctx.call::<AddToCart>(AddToCartInput { user, sku: sku.clone() }).await?;
         let _reservation: String = ctx.call::<ReserveStock>(sku.into()).await?;
-        Ok(ctx.to(shop::new::Done { items }))
+        Ok(ctx.to(shop::Done { items }))
     }
 }
 

@@ -112,17 +112,16 @@ impl BookingHandlers for Desk {
     async fn start(
         &self,
         ctx: Ctx<'_, booking::Start>,
-        id: String,
-        tries: u32,
+        booking::Start { id, tries }: booking::Start,
     ) -> StepResult<booking::Start> {
         if tries > 3 {
-            return Ok(ctx.to(booking::new::Failed("too many tries".to_owned())));
+            return Ok(ctx.to(booking::Failed("too many tries".to_owned())));
         }
         let seat = ctx.call::<FindSeat>(id).await?;
         let at = ctx.call::<Now>(()).await?;
         let held = ctx.call::<HoldSeat>(seat).await?;
         let _ = ctx.call::<HoldAgain>(held.clone()).await?;
-        Ok(ctx.to(booking::new::Held { seat: held.id, at }))
+        Ok(ctx.to(booking::Held { seat: held.id, at }))
     }
 }
 

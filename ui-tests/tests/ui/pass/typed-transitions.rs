@@ -25,20 +25,20 @@ pub enum Checkout {
 struct Shop;
 
 impl CheckoutHandlers for Shop {
-    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>, route: checkout::BrowsingRoute) -> StepResult<checkout::Browsing> {
+    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>, route: checkout::BrowsingRoute, _: checkout::Browsing) -> StepResult<checkout::Browsing> {
         println!("{route:?}");
         Ok(match route {
-            checkout::BrowsingRoute::Payment(args) => ctx.to(checkout::Payment::new(args.amount_cents)),
-            checkout::BrowsingRoute::Browsing => ctx.to(checkout::Browsing::new()),
+            checkout::BrowsingRoute::Payment(args) => ctx.to(checkout::Payment { cents: args.amount_cents }),
+            checkout::BrowsingRoute::Browsing => ctx.to(checkout::Browsing),
             checkout::BrowsingRoute::Done(lines) => {
                 let _: Vec<String> = lines;
-                ctx.to(checkout::Done::new())
+                ctx.to(checkout::Done)
             }
         })
     }
 
-    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, _cents: u64) -> StepResult<checkout::Payment> {
-        Ok(ctx.to(checkout::Done::new()))
+    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, _: checkout::Payment) -> StepResult<checkout::Payment> {
+        Ok(ctx.to(checkout::Done))
     }
 }
 
@@ -76,10 +76,10 @@ fn main() {
     struct Desk;
 
     impl SupportHandlers for Desk {
-        async fn open(&self, ctx: Ctx<'_, support::Open>, route: support::OpenRoute) -> StepResult<support::Open> {
+        async fn open(&self, ctx: Ctx<'_, support::Open>, route: support::OpenRoute, _: support::Open) -> StepResult<support::Open> {
             Ok(match route {
-                support::OpenRoute::Closed(reason) => ctx.to(support::Closed::new(reason.text)),
-                support::OpenRoute::Escalated => ctx.to(support::Escalated::new()),
+                support::OpenRoute::Closed(reason) => ctx.to(support::Closed(reason.text)),
+                support::OpenRoute::Escalated => ctx.to(support::Escalated),
             })
         }
     }

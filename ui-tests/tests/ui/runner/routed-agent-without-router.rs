@@ -17,10 +17,10 @@ enum Triage {
 struct Desk;
 
 impl TriageHandlers for Desk {
-    async fn read(&self, ctx: Ctx<'_, triage::Read>, route: triage::ReadRoute) -> StepResult<triage::Read> {
+    async fn read(&self, ctx: Ctx<'_, triage::Read>, route: triage::ReadRoute, _: triage::Read) -> StepResult<triage::Read> {
         Ok(match route {
-            triage::ReadRoute::Refund => ctx.to(triage::new::Refund),
-            triage::ReadRoute::Reply => ctx.to(triage::new::Reply),
+            triage::ReadRoute::Refund => ctx.to(triage::Refund),
+            triage::ReadRoute::Reply => ctx.to(triage::Reply),
         })
     }
 }

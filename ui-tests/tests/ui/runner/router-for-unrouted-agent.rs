@@ -16,8 +16,8 @@ enum Greeter {
 struct Desk;
 
 impl GreeterHandlers for Desk {
-    async fn start(&self, ctx: Ctx<'_, greeter::Start>) -> StepResult<greeter::Start> {
-        Ok(ctx.to(greeter::new::Done))
+    async fn start(&self, ctx: Ctx<'_, greeter::Start>, _: greeter::Start) -> StepResult<greeter::Start> {
+        Ok(ctx.to(greeter::Done))
     }
 }
 

@@ -21,8 +21,8 @@ enum Checkout {
 struct Shop;
 
 impl CheckoutHandlers for Shop {
-    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>) -> StepResult<checkout::Browsing> {
-        Ok(ctx.to(checkout::Done::new()))
+    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>, _: checkout::Browsing) -> StepResult<checkout::Browsing> {
+        Ok(ctx.to(checkout::Done))
     }
 }
 

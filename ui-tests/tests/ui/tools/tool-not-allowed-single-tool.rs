@@ -17,13 +17,13 @@ enum Checkout {
 struct Shop;
 
 impl CheckoutHandlers for Shop {
-    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>) -> StepResult<checkout::Browsing> {
+    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>, _: checkout::Browsing) -> StepResult<checkout::Browsing> {
         ctx.call::<ChargePayment>(Default::default()).await?;
-        Ok(ctx.to(checkout::Payment::new()))
+        Ok(ctx.to(checkout::Payment))
     }
 
-    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>) -> StepResult<checkout::Payment> {
-        Ok(ctx.to(checkout::Done::new()))
+    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, _: checkout::Payment) -> StepResult<checkout::Payment> {
+        Ok(ctx.to(checkout::Done))
     }
 }
 

@@ -21,15 +21,15 @@ enum Checkout {
 struct Shop;
 
 impl CheckoutHandlers for Shop {
-    async fn review(&self, ctx: Ctx<'_, checkout::Review>, route: checkout::ReviewRoute) -> StepResult<checkout::Review> {
+    async fn review(&self, ctx: Ctx<'_, checkout::Review>, route: checkout::ReviewRoute, _: checkout::Review) -> StepResult<checkout::Review> {
         Ok(match route {
-            checkout::ReviewRoute::Payment(args) => ctx.to(checkout::Payment::new(args.amount_cents)),
-            checkout::ReviewRoute::Done(_reason) => ctx.to(checkout::Done::new()),
+            checkout::ReviewRoute::Payment(args) => ctx.to(checkout::Payment { cents: args.amount_cents }),
+            checkout::ReviewRoute::Done(_reason) => ctx.to(checkout::Done),
         })
     }
 
-    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, _cents: u64) -> StepResult<checkout::Payment> {
-        Ok(ctx.to(checkout::Done::new()))
+    async fn payment(&self, ctx: Ctx<'_, checkout::Payment>, _: checkout::Payment) -> StepResult<checkout::Payment> {
+        Ok(ctx.to(checkout::Done))
     }
 }
 

@@ -15,12 +15,12 @@ enum Checkout {
 struct Shop;
 
 impl CheckoutHandlers for Shop {
-    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>) -> StepResult<checkout::Browsing> {
-        Ok(ctx.to(checkout::Done::new()))
+    async fn browsing(&self, ctx: Ctx<'_, checkout::Browsing>, _: checkout::Browsing) -> StepResult<checkout::Browsing> {
+        Ok(ctx.to(checkout::Done))
     }
 
-    async fn review(&self, ctx: Ctx<'_, checkout::Review>) -> StepResult<checkout::Review> {
-        Ok(ctx.to(checkout::Done::new()))
+    async fn review(&self, ctx: Ctx<'_, checkout::Review>, _: checkout::Review) -> StepResult<checkout::Review> {
+        Ok(ctx.to(checkout::Done))
     }
 }
 
