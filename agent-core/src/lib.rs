@@ -72,7 +72,7 @@ pub use store::{RunRecord, RunStatus, Store, StoreError};
 /// | `tools(read(A, B), write(C, D), hybrid(E(compensate = D)))` | every tool of the agent, by kind; a hybrid tool names its compensation, which must be declared `write` |
 /// | `dag` | the graph may have no cycle |
 /// | `name = "..."` | the agent's name (default: the enum's name) |
-/// | `module = ident` | the generated module of state markers (default: the enum's name in snake case) |
+/// | `module = ident` | the generated module of the states' structs (default: the enum's name in snake case) |
 /// | `handlers = Ident` | the generated handler trait (default: `{Enum}Handlers`) |
 /// | `crate = path` | where the framework is (default: the `durable-agents` dependency, under the name the manifest gives it), for re-exports |
 /// | `max_steps = N` | budget: at most `N` steps per run |

@@ -450,7 +450,7 @@ pub(crate) fn kind_type(krate: &syn::Path, kind: Kind) -> TokenStream {
 }
 
 /// The enum's visibility, seen from inside the generated module (one level down), so the
-/// markers are exactly as visible as the enum (a more visible marker could not name the
+/// state structs are exactly as visible as the enum (a more visible one could not name the
 /// enum as its `State::Agent`).
 fn inner_vis(vis: &Visibility) -> TokenStream {
     match vis {
