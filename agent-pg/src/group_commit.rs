@@ -48,112 +48,17 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use agent_core::store::{Millis, StoreError};
-use serde_json::Value;
+use agent_core::store::StoreError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use sqlx::types::Json;
 use sqlx::{Connection, Postgres, Row};
 
 use agent_sql::rows::{Applied, SqlRow};
+use agent_sql::write::{CommitRow, EntryRow, Outcome, SignalRow, Write, Written};
 use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
 
 use crate::connect::db_err;
 use crate::sql;
-
-/// The parameters of one step commit, owned (the statement may run in another task).
-#[derive(Debug)]
-pub(crate) struct CommitRow {
-    pub run_id: String,
-    pub epoch: i64,
-    pub expected: i64,
-    pub from_state: String,
-    pub to_state: String,
-    /// The whole state, when this version is a snapshot.
-    pub snapshot: Option<Value>,
-    pub status: &'static str,
-    pub waiting_for: Option<String>,
-    pub wake_at: Option<Millis>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub hash: String,
-    pub patch_bytes: i64,
-    pub kind: &'static str,
-    pub payload_kind: &'static str,
-    /// The JSON Patch from the previous version, when this version is not a snapshot.
-    pub patch: Option<Value>,
-    /// The signal this step consumes: it must still be pending (part of the
-    /// compare-and-set), and is marked consumed at the new version in the same statement.
-    pub signal: Option<i64>,
-    /// Journal entries of the step not recorded yet: written first (with the batch's
-    /// entries, when it is grouped), and the commit is sent only if they all were.
-    pub entries: Vec<EntryRow>,
-}
-
-/// The parameters of one journal entry whose output is kept inline, owned (the statement
-/// may run in another task).
-#[derive(Debug)]
-pub(crate) struct EntryRow {
-    pub run_id: String,
-    pub epoch: i64,
-    pub version: i64,
-    pub seq: i32,
-    pub kind: &'static str,
-    pub state: String,
-    pub name: String,
-    pub tool_kind: Option<&'static str>,
-    pub input_hash: String,
-    pub input: Value,
-    pub idempotency_key: Option<String>,
-    pub status: &'static str,
-    pub output: Option<Value>,
-    pub output_summary: Option<String>,
-    pub output_bytes: Option<i32>,
-    pub error_class: Option<String>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub attempts: i32,
-    pub duration_ms: i64,
-    pub started_at: Millis,
-    pub finished_at: Option<Millis>,
-}
-
-/// A signal to send, owned (the statement may run in another task).
-#[derive(Debug)]
-pub(crate) struct SignalRow {
-    pub run_id: String,
-    pub name: String,
-    pub payload: Value,
-}
-
-/// `Ok(None)`: the compare-and-set matched no row; the caller finds out why.
-pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
-
-/// One write the group commit carries.
-// Short-lived, moved once into the queue: boxing the rows would cost more.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Write {
-    Commit(CommitRow),
-    Entry(EntryRow),
-    Signal(SignalRow),
-}
-
-impl Write {
-    fn run_id(&self) -> &str {
-        match self {
-            Self::Commit(row) => &row.run_id,
-            Self::Entry(row) => &row.run_id,
-            Self::Signal(row) => &row.run_id,
-        }
-    }
-}
-
-/// What a write did: a commit's outcome, whether an entry was written (`false`: its
-/// epoch is not the run's, or the run is gone; nothing was written), or a signal's id
-/// (`None`: the run does not exist).
-pub(crate) enum Written {
-    Commit(Option<Applied>),
-    Entry(bool),
-    Signal(Option<i64>),
-}
 
 /// How many commits went to the database in how many statements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -611,7 +516,7 @@ impl Writer {
         let query = sqlx::query::<Postgres>(sql::SEND_SIGNALS)
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.name.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|r| &r.payload).collect::<Vec<_>>());
+            .bind(rows().map(|r| Json(&*r.payload)).collect::<Vec<_>>());
         let (mut conn, opened) = self.connections.take(&self.pool).await?;
         let returned = query.fetch_all(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);
@@ -622,43 +527,14 @@ impl Writer {
         Ok(ids.into_iter().map(Written::Signal).collect())
     }
 
-    /// One journal entry, one statement ([`sql::RECORD_ENTRY`], no side-table output).
+    /// One journal entry, one statement ([`sql::RECORD_ENTRY`]).
     async fn one_entry(&self, row: &EntryRow) -> Result<bool, StoreError> {
         self.statements.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let query = sqlx::query(sql::RECORD_ENTRY)
-            .bind(&row.run_id)
-            .bind(row.epoch)
-            .bind(row.version)
-            .bind(row.seq)
-            .bind(row.kind)
-            .bind(&row.state)
-            .bind(&row.name)
-            .bind(row.tool_kind)
-            .bind(&row.input_hash)
-            .bind(&row.input)
-            .bind(&row.idempotency_key)
-            .bind(row.status)
-            .bind(&row.output)
-            .bind(false)
-            .bind(&row.output_summary)
-            .bind(row.output_bytes)
-            .bind(&row.error_class)
-            .bind(&row.error_code)
-            .bind(&row.error_message)
-            .bind(row.attempts)
-            .bind(row.duration_ms)
-            .bind(row.started_at)
-            .bind(row.finished_at)
-            .bind(None::<&Value>);
         let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
-        let returned = query.fetch_one(&mut conn).await;
+        let returned = record_entry(row).fetch_one(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);
-        let written: i64 = returned
-            .map_err(db_err)?
-            .try_get(0)
-            .map_err(|e| agent_sql::corrupt(&row.run_id, e))?;
-        Ok(written > 0)
+        entry_written(row, returned)
     }
 
     /// Several journal entries of queued writes, one statement; whether each one was
@@ -692,14 +568,18 @@ impl Writer {
             .bind(rows().map(|r| r.name.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.tool_kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.input_hash.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|r| &r.input).collect::<Vec<_>>())
+            .bind(rows().map(|r| Json(&*r.input)).collect::<Vec<_>>())
             .bind(
                 rows()
                     .map(|r| r.idempotency_key.as_deref())
                     .collect::<Vec<_>>(),
             )
             .bind(rows().map(|r| r.status).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.output.as_ref()).collect::<Vec<_>>())
+            .bind(
+                rows()
+                    .map(|r| r.inline_output().map(Json))
+                    .collect::<Vec<_>>(),
+            )
             .bind(
                 rows()
                     .map(|r| r.output_summary.as_deref())
@@ -743,7 +623,7 @@ impl Writer {
             .bind(row.expected)
             .bind(&row.from_state)
             .bind(&row.to_state)
-            .bind(&row.snapshot)
+            .bind(row.snapshot())
             .bind(row.status)
             .bind(&row.waiting_for)
             .bind(row.wake_at)
@@ -753,7 +633,7 @@ impl Writer {
             .bind(row.patch_bytes)
             .bind(row.kind)
             .bind(row.payload_kind)
-            .bind(&row.patch);
+            .bind(row.patch());
         if let Some(signal) = row.signal {
             query = query.bind(signal);
         }
@@ -784,7 +664,7 @@ impl Writer {
             .bind(rows().map(|r| r.expected).collect::<Vec<_>>())
             .bind(rows().map(|r| r.from_state.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.to_state.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.snapshot.as_ref()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.snapshot().map(Json)).collect::<Vec<_>>())
             .bind(rows().map(|r| r.status).collect::<Vec<_>>())
             .bind(rows().map(|r| r.waiting_for.as_deref()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.wake_at).collect::<Vec<_>>())
@@ -798,7 +678,7 @@ impl Writer {
             .bind(rows().map(|r| r.patch_bytes).collect::<Vec<_>>())
             .bind(rows().map(|r| r.kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.payload_kind).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.patch.as_ref()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.patch().map(Json)).collect::<Vec<_>>())
             .bind(rows().map(|r| r.signal).collect::<Vec<_>>());
         let (mut conn, opened) = self.connections.take(&self.pool).await?;
         let returned = query.fetch_all(&mut conn).await;
@@ -810,6 +690,51 @@ impl Writer {
         }
         Ok(outcomes.into_iter().map(Written::Commit).collect())
     }
+}
+
+/// [`sql::RECORD_ENTRY`] for `row`, its values bound: the output inline, or in the side
+/// table when it is large.
+pub(crate) fn record_entry(
+    row: &EntryRow,
+) -> sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql::RECORD_ENTRY)
+        .bind(&row.run_id)
+        .bind(row.epoch)
+        .bind(row.version)
+        .bind(row.seq)
+        .bind(row.kind)
+        .bind(&row.state)
+        .bind(&row.name)
+        .bind(row.tool_kind)
+        .bind(&row.input_hash)
+        .bind(&*row.input)
+        .bind(&row.idempotency_key)
+        .bind(row.status)
+        .bind(row.inline_output())
+        .bind(row.external)
+        .bind(&row.output_summary)
+        .bind(row.output_bytes)
+        .bind(&row.error_class)
+        .bind(&row.error_code)
+        .bind(&row.error_message)
+        .bind(row.attempts)
+        .bind(row.duration_ms)
+        .bind(row.started_at)
+        .bind(row.finished_at)
+        .bind(row.output.as_deref().filter(|_| row.external))
+}
+
+/// Whether [`record_entry`]'s statement wrote `row` (`false`: its epoch is not the run's,
+/// or the run is gone).
+pub(crate) fn entry_written(
+    row: &EntryRow,
+    returned: Result<sqlx::postgres::PgRow, sqlx::Error>,
+) -> Result<bool, StoreError> {
+    let written: i64 = returned
+        .map_err(db_err)?
+        .try_get(0)
+        .map_err(|e| agent_sql::corrupt(&row.run_id, e))?;
+    Ok(written > 0)
 }
 
 /// The place in `rows` of the write a grouped statement's returned row `r` is about: its
