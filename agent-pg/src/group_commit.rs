@@ -43,7 +43,7 @@
 //! again when it is given back, which would make each commit three round trips instead
 //! of one.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -54,8 +54,10 @@ use sqlx::types::Json;
 use sqlx::{Connection, Postgres, Row};
 
 use agent_sql::rows::{Applied, SqlRow};
-use agent_sql::write::{CommitRow, EntryRow, Outcome, SignalRow, Write, Written};
-use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
+use agent_sql::write::{
+    CommitRow, EntryRow, Outcome, SignalRow, Write, Written, one_write_per_run,
+};
+use agent_sql::write_queue::{BatchWriter, same_error};
 
 use crate::connect::db_err;
 use crate::sql;
@@ -193,11 +195,8 @@ impl HeldConnections {
     }
 }
 
-/// The group commit of one store: its queue, over the store's commit statements.
-#[derive(Debug)]
-pub(crate) struct GroupCommit {
-    queue: Arc<WriteQueue<Writer>>,
-}
+/// The group commit of one store: the shared queue, over this store's commit statements.
+pub(crate) type GroupCommit = agent_sql::write::GroupCommit<Writer>;
 
 /// What sends a batch: grouped statements on the store's held connections.
 pub(crate) struct Writer {
@@ -208,96 +207,59 @@ pub(crate) struct Writer {
     regrouped: AtomicU64,
 }
 
-impl GroupCommit {
-    /// `max_in_flight` commit statements at once at most (the queue's slots), each of at
-    /// most `max_batch` commits.
-    pub(crate) fn new(
-        pool: PgPool,
-        connections: Arc<HeldConnections>,
-        max_in_flight: usize,
-        max_batch: usize,
-    ) -> Self {
-        let writer = Writer {
-            pool,
-            connections,
-            statements: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            regrouped: AtomicU64::new(0),
-        };
-        Self {
-            queue: Arc::new(WriteQueue::new(writer, max_in_flight, max_batch)),
-        }
-    }
+/// `max_in_flight` commit statements at once at most (the queue's slots), each of at most
+/// `max_batch` commits, on `connections`.
+pub(crate) fn group_commit(
+    pool: PgPool,
+    connections: Arc<HeldConnections>,
+    max_in_flight: usize,
+    max_batch: usize,
+) -> GroupCommit {
+    let writer = Writer {
+        pool,
+        connections,
+        statements: AtomicU64::new(0),
+        commits: AtomicU64::new(0),
+        regrouped: AtomicU64::new(0),
+    };
+    GroupCommit::new(writer, max_in_flight, max_batch)
+}
 
-    pub(crate) fn stats(&self) -> GroupCommitStats {
-        let writer = self.queue.writer();
+/// What this store's group commit has besides the shared one's writes.
+pub(crate) trait PgGroupCommit {
+    /// Its figures.
+    fn stats(&self) -> GroupCommitStats;
+    /// The held connections its statements go on, which it shares with the store's
+    /// claims and wake-ups.
+    fn connections(&self) -> Arc<HeldConnections>;
+    /// Have a connection open for each commit slot and one for the claims, ahead of the
+    /// commits a worker's claim is about to bring.
+    fn open_ahead(&self);
+}
+
+impl PgGroupCommit for GroupCommit {
+    fn stats(&self) -> GroupCommitStats {
+        let queue = self.queue();
+        let writer = queue.writer();
         GroupCommitStats {
             statements: writer.statements.load(Ordering::Relaxed),
             commits: writer.commits.load(Ordering::Relaxed),
             regrouped: writer.regrouped.load(Ordering::Relaxed),
-            waited: self.queue.waited(),
-            queued: self.queue.queued(),
+            waited: queue.waited(),
+            queued: queue.queued(),
         }
     }
 
-    /// The held connections its statements go on, which it shares with the store's
-    /// claims and wake-ups.
-    pub(crate) fn connections(&self) -> Arc<HeldConnections> {
-        Arc::clone(&self.queue.writer().connections)
+    fn connections(&self) -> Arc<HeldConnections> {
+        Arc::clone(&self.queue().writer().connections)
     }
 
-    /// Have a connection open for each commit slot and one for the claims, ahead of the
-    /// commits a worker's claim is about to bring.
-    pub(crate) fn open_ahead(&self) {
-        let writer = self.queue.writer();
+    fn open_ahead(&self) {
+        let queue = self.queue();
+        let writer = queue.writer();
         writer
             .connections
-            .open_ahead(&writer.pool, self.queue.slots() + 1);
-    }
-
-    /// Commit `row`: at once when a slot is free and nobody waits, else with the next
-    /// grouped statement.
-    pub(crate) fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
-        // Queued (or sent) now, not at the first poll: the future keeps the write's
-        // handle, not a copy of the row (`WriteQueue::write`).
-        self.queue
-            .write_then(Write::Commit(row), "a commit", |written| match written {
-                Written::Commit(applied) => Some(applied),
-                _ => None,
-            })
-    }
-
-    /// Write a journal entry, fenced by its lease's epoch, as a commit is: at once when a
-    /// slot is free, else with the next grouped statement of entries. `Ok(false)`: the
-    /// epoch is not the run's (or the run is gone) and nothing was written. Returns once
-    /// the entry is committed.
-    pub(crate) fn record(
-        &self,
-        row: EntryRow,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send + '_ {
-        self.queue.write_then(
-            Write::Entry(row),
-            "a journal entry",
-            |written| match written {
-                Written::Entry(written) => Some(written),
-                _ => None,
-            },
-        )
-    }
-
-    /// Store a signal, as a commit is written: at once when a slot is free, else with the
-    /// next grouped statement of signals (many senders at once then cost a few statements
-    /// on the store's held connections, instead of one pooled connection each). The
-    /// signal's id, once it is committed; `Ok(None)`: the run does not exist.
-    pub(crate) fn signal(
-        &self,
-        row: SignalRow,
-    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
-        self.queue
-            .write_then(Write::Signal(row), "a signal", |written| match written {
-                Written::Signal(id) => Some(id),
-                _ => None,
-            })
+            .open_ahead(&writer.pool, queue.slots() + 1);
     }
 }
 
@@ -313,30 +275,10 @@ impl BatchWriter for Writer {
         self.send(batch).await;
     }
 
-    /// Up to `max` queued writes, oldest first, one per run; callers that stopped
-    /// waiting are dropped unsent.
+    /// Up to `max` queued writes, oldest first, one per run: a grouped statement writes
+    /// each run once.
     fn take_batch(&self, waiting: &mut VecDeque<Queued>, max: usize) -> Vec<Queued> {
-        let mut batch = Vec::new();
-        let mut runs = HashSet::new();
-        let mut later = VecDeque::new();
-        while batch.len() < max {
-            let Some(next) = waiting.pop_front() else {
-                break;
-            };
-            if next.abandoned() {
-                continue;
-            }
-            if runs.insert(next.write.run_id().to_owned()) {
-                batch.push(next);
-            } else {
-                later.push_back(next);
-            }
-        }
-        // Second writes of a run already in the batch keep their place at the front.
-        while let Some(q) = later.pop_back() {
-            waiting.push_front(q);
-        }
-        batch
+        one_write_per_run(waiting, max)
     }
 }
 

@@ -21,6 +21,7 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use crate::connect::db_err;
+use crate::group_commit::PgGroupCommit;
 use crate::{PgStore, sql};
 
 agent_sql::impl_sql_store!(PgStore {

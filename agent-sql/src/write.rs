@@ -9,6 +9,9 @@
 
 use agent_core::store::history::VersionPayload;
 use agent_core::store::{JournalEntry, Lease, Millis, StepCommit, StoreError};
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -16,6 +19,7 @@ use crate::commit::{CommitPlan, check_entry, commit_head};
 use crate::heads::HeadCache;
 use crate::reads::{SqlReads, commit_refused};
 use crate::rows::Applied;
+use crate::write_queue::{BatchWriter, Queued, WriteQueue};
 use crate::{LARGE_OUTPUT_BYTES, serde_name, summary, to_i64};
 
 /// `value` as JSON text.
@@ -287,6 +291,108 @@ pub enum Written {
 /// A commit's outcome: `Ok(None)` when its compare-and-set matched no row; the caller
 /// finds out why ([`refused`]).
 pub type Outcome = Result<Option<Applied>, StoreError>;
+
+/// A store's group commit: its [`WriteQueue`] over the store's writer of these rows, and
+/// the three kinds of write a step makes. Each goes to the database at once, in its
+/// caller's task, when a slot is free and nobody waits, else with the next batch; each
+/// returns once what carried it is committed.
+pub struct GroupCommit<B: BatchWriter<Write = Write, Written = Written>> {
+    queue: Arc<WriteQueue<B>>,
+}
+
+impl<B: BatchWriter<Write = Write, Written = Written>> std::fmt::Debug for GroupCommit<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit")
+            .field("queue", &self.queue)
+            .finish()
+    }
+}
+
+impl<B: BatchWriter<Write = Write, Written = Written>> GroupCommit<B> {
+    /// A group commit writing with `writer`, `slots` writes or batches at once, batches of
+    /// at most `max_batch` writes.
+    pub fn new(writer: B, slots: usize, max_batch: usize) -> Self {
+        Self {
+            queue: Arc::new(WriteQueue::new(writer, slots, max_batch)),
+        }
+    }
+
+    /// Its queue (for its figures).
+    #[must_use]
+    pub fn queue(&self) -> &WriteQueue<B> {
+        &self.queue
+    }
+
+    /// Commit `row`.
+    pub fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
+        // Queued (or sent) now, not at the first poll: the future keeps the write's
+        // handle, not a copy of the row (`WriteQueue::write`).
+        self.queue
+            .write_then(Write::Commit(row), "a commit", |written| match written {
+                Written::Commit(applied) => Some(applied),
+                _ => None,
+            })
+    }
+
+    /// Write a journal entry, fenced by its lease's epoch. `Ok(false)`: the epoch is not
+    /// the run's (or the run is gone) and nothing was written (a writer may say why with
+    /// an error instead).
+    pub fn record(
+        &self,
+        row: EntryRow,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send + '_ {
+        self.queue.write_then(
+            Write::Entry(row),
+            "a journal entry",
+            |written| match written {
+                Written::Entry(written) => Some(written),
+                _ => None,
+            },
+        )
+    }
+
+    /// Store a signal (many senders at once then share a statement or a transaction). Its
+    /// id, once it is committed; `Ok(None)`: the run does not exist.
+    pub fn signal(
+        &self,
+        row: SignalRow,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
+        self.queue
+            .write_then(Write::Signal(row), "a signal", |written| match written {
+                Written::Signal(id) => Some(id),
+                _ => None,
+            })
+    }
+}
+
+/// Up to `max` queued writes, oldest first, at most one per run, for a writer whose batch
+/// cannot hold two writes of a run (one grouped statement per kind); callers that stopped
+/// waiting are dropped unsent, and second writes of a run keep their place at the front.
+pub fn one_write_per_run<B: BatchWriter<Write = Write>>(
+    waiting: &mut VecDeque<Queued<B>>,
+    max: usize,
+) -> Vec<Queued<B>> {
+    let mut batch = Vec::new();
+    let mut runs = HashSet::new();
+    let mut later = VecDeque::new();
+    while batch.len() < max {
+        let Some(next) = waiting.pop_front() else {
+            break;
+        };
+        if next.abandoned() {
+            continue;
+        }
+        if runs.insert(next.write.run_id().to_owned()) {
+            batch.push(next);
+        } else {
+            later.push_back(next);
+        }
+    }
+    while let Some(q) = later.pop_back() {
+        waiting.push_front(q);
+    }
+    batch
+}
 
 /// Plan `commit` under `lease` from the run's head (remembered in `heads`, else read from
 /// `store`), carrying `entries`: what the run is after the commit applies, and the row the

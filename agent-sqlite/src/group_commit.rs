@@ -34,13 +34,12 @@
 //!   unwritten. Batches are written by tasks of their own, so a caller that stops waiting
 //!   does not cancel the others' commits.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_core::store::StoreError;
 use agent_sql::rows::Applied;
-use agent_sql::write::{CommitRow, EntryRow, Outcome, SignalRow, Write, Written};
-use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
+use agent_sql::write::{CommitRow, EntryRow, Outcome, Write, Written};
+use agent_sql::write_queue::{BatchWriter, same_error};
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, SqliteConnection};
 
@@ -63,11 +62,8 @@ pub struct GroupCommitStats {
 
 type Queued = agent_sql::write_queue::Queued<Writer>;
 
-/// The group commit of one store: its queue, over the store's one writer.
-#[derive(Debug)]
-pub(crate) struct GroupCommit {
-    queue: Arc<WriteQueue<Writer>>,
-}
+/// The group commit of one store: the shared queue, over the store's one writer.
+pub(crate) type GroupCommit = agent_sql::write::GroupCommit<Writer>;
 
 /// What writes a batch: one `BEGIN IMMEDIATE` transaction on the store's pool.
 pub(crate) struct Writer {
@@ -77,75 +73,30 @@ pub(crate) struct Writer {
     retried: AtomicU64,
 }
 
-impl GroupCommit {
-    /// Commits of one transaction at most, by default: the W2 shape's 64 runs in flight
-    /// fit twice.
-    pub(crate) const MAX_BATCH: usize = 128;
+/// Commits of one transaction at most, by default: the W2 shape's 64 runs in flight fit
+/// twice.
+pub(crate) const MAX_BATCH: usize = 128;
 
-    /// SQLite has one writer: one transaction at a time.
-    pub(crate) fn new(pool: SqlitePool, max_batch: usize) -> Self {
-        let writer = Writer {
-            pool,
-            transactions: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            retried: AtomicU64::new(0),
-        };
-        Self {
-            queue: Arc::new(WriteQueue::new(writer, 1, max_batch)),
-        }
-    }
+/// SQLite has one writer: one transaction at a time, of at most `max_batch` writes.
+pub(crate) fn group_commit(pool: SqlitePool, max_batch: usize) -> GroupCommit {
+    let writer = Writer {
+        pool,
+        transactions: AtomicU64::new(0),
+        commits: AtomicU64::new(0),
+        retried: AtomicU64::new(0),
+    };
+    GroupCommit::new(writer, 1, max_batch)
+}
 
-    pub(crate) fn stats(&self) -> GroupCommitStats {
-        let writer = self.queue.writer();
-        GroupCommitStats {
-            transactions: writer.transactions.load(Ordering::Relaxed),
-            commits: writer.commits.load(Ordering::Relaxed),
-            waited: self.queue.waited(),
-            retried: writer.retried.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Commit `row`: in a transaction of its own when the writer is idle, else with the
-    /// next batch.
-    pub(crate) fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
-        // Queued (or sent) now, not at the first poll: the future keeps the write's
-        // handle, not a copy of the row (`WriteQueue::write`).
-        self.queue
-            .write_then(Write::Commit(row), "a commit", |written| match written {
-                Written::Commit(applied) => Some(applied),
-                _ => None,
-            })
-    }
-
-    /// Write a journal entry, fenced by its lease's epoch, as a commit is: alone when the
-    /// writer is idle, else with the next batch. Returns once it is committed.
-    pub(crate) fn record(
-        &self,
-        row: EntryRow,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
-        self.queue.write_then(
-            Write::Entry(row),
-            "a journal entry",
-            |written| match written {
-                Written::Entry(_) => Some(()),
-                _ => None,
-            },
-        )
-    }
-
-    /// Store a signal: alone when the writer is idle, else with the next batch (many
-    /// senders at once then share a transaction and its `fsync`, instead of queueing for
-    /// SQLite's write lock one by one). Its id once committed; `Ok(None)`: the run does not
-    /// exist.
-    pub(crate) fn signal(
-        &self,
-        row: SignalRow,
-    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
-        self.queue
-            .write_then(Write::Signal(row), "a signal", |written| match written {
-                Written::Signal(id) => Some(id),
-                _ => None,
-            })
+/// The figures of `group`.
+pub(crate) fn stats(group: &GroupCommit) -> GroupCommitStats {
+    let queue = group.queue();
+    let writer = queue.writer();
+    GroupCommitStats {
+        transactions: writer.transactions.load(Ordering::Relaxed),
+        commits: writer.commits.load(Ordering::Relaxed),
+        waited: queue.waited(),
+        retried: writer.retried.load(Ordering::Relaxed),
     }
 }
 
