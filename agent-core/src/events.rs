@@ -31,40 +31,18 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::broadcast;
 
+mod config;
 mod ephemeral;
 mod hub;
+pub use config::FollowConfig;
 pub use ephemeral::{Ephemeral, EphemeralBus, EphemeralKind, TokenSink};
 pub use hub::EventHub;
 
 use crate::store::{EventCursor, EventScope, EventWake, EventWakes, RunEvent, Store, StoreError};
-
-/// How a [`Follower`] reads.
-#[derive(Clone, Debug)]
-pub struct FollowConfig {
-    /// Events read from the store at a time.
-    pub batch: usize,
-    /// How long to wait for a wake-up before reading anyway.
-    pub poll: Duration,
-    /// For an agent's or every run's events: how far behind its cursor the follower reads
-    /// again, for events of other runs that committed after events it already delivered
-    /// (on PostgreSQL, runs committing at the same moment may commit in another order than
-    /// their positions). Events are delivered once; within a run, always in order.
-    pub settle: Duration,
-}
-
-impl Default for FollowConfig {
-    fn default() -> Self {
-        Self {
-            batch: 256,
-            poll: Duration::from_secs(1),
-            settle: Duration::from_secs(2),
-        }
-    }
-}
 
 /// Follows the events of a scope from a cursor: [`next`](Self::next) returns each event
 /// once, in order, waiting for it when there is none yet.
@@ -107,6 +85,16 @@ impl std::fmt::Debug for Follower {
             .field("pending", &self.pending.len())
             .field("missed_wakeups", &self.missed_wakeups)
             .finish_non_exhaustive()
+    }
+}
+
+impl EventHub {
+    /// A follower of `scope` from after `after`, woken by this hub and sharing its reads.
+    /// Must be called within a Tokio runtime (the first call starts the hub's watcher).
+    #[must_use]
+    pub fn follower(&self, scope: EventScope, after: EventCursor) -> Follower {
+        let (hub, rx, needed, config) = self.subscribe();
+        Follower::of_hub(hub, rx, needed, scope, after, config)
     }
 }
 

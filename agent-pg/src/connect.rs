@@ -16,7 +16,7 @@ use sqlx::postgres::{
 use sqlx::{AssertSqlSafe, Connection};
 use tokio::sync::Notify;
 
-use crate::group_commit::{GroupCommit, GroupCommitStats, HeldConnections};
+use crate::group_commit::{GroupCommitStats, HeldConnections, PgGroupCommit, group_commit};
 use crate::{COMMITS_IN_FLIGHT, COMMITS_PER_STATEMENT, PgStore};
 
 /// Errors of setting a [`PgStore`] up (connecting, checking the schema, migrating). The
@@ -286,7 +286,7 @@ impl PgStore {
         let held = Arc::new(HeldConnections::new(options.clone()));
         // The first connection proved the server is there; it serves the first statements.
         held.adopt(first);
-        let group = GroupCommit::new(
+        let group = group_commit(
             pool.clone(),
             Arc::clone(&held),
             COMMITS_IN_FLIGHT,
@@ -457,7 +457,7 @@ impl PgStore {
     /// commit is a statement of its own, queued while `in_flight` are running.
     #[must_use]
     pub fn with_group_commit(mut self, in_flight: usize, per_statement: usize) -> Self {
-        self.group = Arc::new(GroupCommit::new(
+        self.group = Arc::new(group_commit(
             self.pool.clone(),
             self.group.connections(),
             in_flight,

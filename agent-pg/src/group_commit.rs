@@ -43,117 +43,24 @@
 //! again when it is given back, which would make each commit three round trips instead
 //! of one.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use agent_core::store::{Millis, StoreError};
-use serde_json::Value;
+use agent_core::store::StoreError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use sqlx::types::Json;
 use sqlx::{Connection, Postgres, Row};
 
 use agent_sql::rows::{Applied, SqlRow};
-use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
+use agent_sql::write::{
+    CommitRow, EntryRow, Outcome, SignalRow, Write, Written, one_write_per_run,
+};
+use agent_sql::write_queue::{BatchWriter, same_error};
 
 use crate::connect::db_err;
 use crate::sql;
-
-/// The parameters of one step commit, owned (the statement may run in another task).
-#[derive(Debug)]
-pub(crate) struct CommitRow {
-    pub run_id: String,
-    pub epoch: i64,
-    pub expected: i64,
-    pub from_state: String,
-    pub to_state: String,
-    /// The whole state, when this version is a snapshot.
-    pub snapshot: Option<Value>,
-    pub status: &'static str,
-    pub waiting_for: Option<String>,
-    pub wake_at: Option<Millis>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub hash: String,
-    pub patch_bytes: i64,
-    pub kind: &'static str,
-    pub payload_kind: &'static str,
-    /// The JSON Patch from the previous version, when this version is not a snapshot.
-    pub patch: Option<Value>,
-    /// The signal this step consumes: it must still be pending (part of the
-    /// compare-and-set), and is marked consumed at the new version in the same statement.
-    pub signal: Option<i64>,
-    /// Journal entries of the step not recorded yet: written first (with the batch's
-    /// entries, when it is grouped), and the commit is sent only if they all were.
-    pub entries: Vec<EntryRow>,
-}
-
-/// The parameters of one journal entry whose output is kept inline, owned (the statement
-/// may run in another task).
-#[derive(Debug)]
-pub(crate) struct EntryRow {
-    pub run_id: String,
-    pub epoch: i64,
-    pub version: i64,
-    pub seq: i32,
-    pub kind: &'static str,
-    pub state: String,
-    pub name: String,
-    pub tool_kind: Option<&'static str>,
-    pub input_hash: String,
-    pub input: Value,
-    pub idempotency_key: Option<String>,
-    pub status: &'static str,
-    pub output: Option<Value>,
-    pub output_summary: Option<String>,
-    pub output_bytes: Option<i32>,
-    pub error_class: Option<String>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub attempts: i32,
-    pub duration_ms: i64,
-    pub started_at: Millis,
-    pub finished_at: Option<Millis>,
-}
-
-/// A signal to send, owned (the statement may run in another task).
-#[derive(Debug)]
-pub(crate) struct SignalRow {
-    pub run_id: String,
-    pub name: String,
-    pub payload: Value,
-}
-
-/// `Ok(None)`: the compare-and-set matched no row; the caller finds out why.
-pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
-
-/// One write the group commit carries.
-// Short-lived, moved once into the queue: boxing the rows would cost more.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Write {
-    Commit(CommitRow),
-    Entry(EntryRow),
-    Signal(SignalRow),
-}
-
-impl Write {
-    fn run_id(&self) -> &str {
-        match self {
-            Self::Commit(row) => &row.run_id,
-            Self::Entry(row) => &row.run_id,
-            Self::Signal(row) => &row.run_id,
-        }
-    }
-}
-
-/// What a write did: a commit's outcome, whether an entry was written (`false`: its
-/// epoch is not the run's, or the run is gone; nothing was written), or a signal's id
-/// (`None`: the run does not exist).
-pub(crate) enum Written {
-    Commit(Option<Applied>),
-    Entry(bool),
-    Signal(Option<i64>),
-}
 
 /// How many commits went to the database in how many statements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -288,11 +195,8 @@ impl HeldConnections {
     }
 }
 
-/// The group commit of one store: its queue, over the store's commit statements.
-#[derive(Debug)]
-pub(crate) struct GroupCommit {
-    queue: Arc<WriteQueue<Writer>>,
-}
+/// The group commit of one store: the shared queue, over this store's commit statements.
+pub(crate) type GroupCommit = agent_sql::write::GroupCommit<Writer>;
 
 /// What sends a batch: grouped statements on the store's held connections.
 pub(crate) struct Writer {
@@ -303,96 +207,59 @@ pub(crate) struct Writer {
     regrouped: AtomicU64,
 }
 
-impl GroupCommit {
-    /// `max_in_flight` commit statements at once at most (the queue's slots), each of at
-    /// most `max_batch` commits.
-    pub(crate) fn new(
-        pool: PgPool,
-        connections: Arc<HeldConnections>,
-        max_in_flight: usize,
-        max_batch: usize,
-    ) -> Self {
-        let writer = Writer {
-            pool,
-            connections,
-            statements: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            regrouped: AtomicU64::new(0),
-        };
-        Self {
-            queue: Arc::new(WriteQueue::new(writer, max_in_flight, max_batch)),
-        }
-    }
+/// `max_in_flight` commit statements at once at most (the queue's slots), each of at most
+/// `max_batch` commits, on `connections`.
+pub(crate) fn group_commit(
+    pool: PgPool,
+    connections: Arc<HeldConnections>,
+    max_in_flight: usize,
+    max_batch: usize,
+) -> GroupCommit {
+    let writer = Writer {
+        pool,
+        connections,
+        statements: AtomicU64::new(0),
+        commits: AtomicU64::new(0),
+        regrouped: AtomicU64::new(0),
+    };
+    GroupCommit::new(writer, max_in_flight, max_batch)
+}
 
-    pub(crate) fn stats(&self) -> GroupCommitStats {
-        let writer = self.queue.writer();
+/// What this store's group commit has besides the shared one's writes.
+pub(crate) trait PgGroupCommit {
+    /// Its figures.
+    fn stats(&self) -> GroupCommitStats;
+    /// The held connections its statements go on, which it shares with the store's
+    /// claims and wake-ups.
+    fn connections(&self) -> Arc<HeldConnections>;
+    /// Have a connection open for each commit slot and one for the claims, ahead of the
+    /// commits a worker's claim is about to bring.
+    fn open_ahead(&self);
+}
+
+impl PgGroupCommit for GroupCommit {
+    fn stats(&self) -> GroupCommitStats {
+        let queue = self.queue();
+        let writer = queue.writer();
         GroupCommitStats {
             statements: writer.statements.load(Ordering::Relaxed),
             commits: writer.commits.load(Ordering::Relaxed),
             regrouped: writer.regrouped.load(Ordering::Relaxed),
-            waited: self.queue.waited(),
-            queued: self.queue.queued(),
+            waited: queue.waited(),
+            queued: queue.queued(),
         }
     }
 
-    /// The held connections its statements go on, which it shares with the store's
-    /// claims and wake-ups.
-    pub(crate) fn connections(&self) -> Arc<HeldConnections> {
-        Arc::clone(&self.queue.writer().connections)
+    fn connections(&self) -> Arc<HeldConnections> {
+        Arc::clone(&self.queue().writer().connections)
     }
 
-    /// Have a connection open for each commit slot and one for the claims, ahead of the
-    /// commits a worker's claim is about to bring.
-    pub(crate) fn open_ahead(&self) {
-        let writer = self.queue.writer();
+    fn open_ahead(&self) {
+        let queue = self.queue();
+        let writer = queue.writer();
         writer
             .connections
-            .open_ahead(&writer.pool, self.queue.slots() + 1);
-    }
-
-    /// Commit `row`: at once when a slot is free and nobody waits, else with the next
-    /// grouped statement.
-    pub(crate) fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
-        // Queued (or sent) now, not at the first poll: the future keeps the write's
-        // handle, not a copy of the row (`WriteQueue::write`).
-        self.queue
-            .write_then(Write::Commit(row), "a commit", |written| match written {
-                Written::Commit(applied) => Some(applied),
-                _ => None,
-            })
-    }
-
-    /// Write a journal entry, fenced by its lease's epoch, as a commit is: at once when a
-    /// slot is free, else with the next grouped statement of entries. `Ok(false)`: the
-    /// epoch is not the run's (or the run is gone) and nothing was written. Returns once
-    /// the entry is committed.
-    pub(crate) fn record(
-        &self,
-        row: EntryRow,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send + '_ {
-        self.queue.write_then(
-            Write::Entry(row),
-            "a journal entry",
-            |written| match written {
-                Written::Entry(written) => Some(written),
-                _ => None,
-            },
-        )
-    }
-
-    /// Store a signal, as a commit is written: at once when a slot is free, else with the
-    /// next grouped statement of signals (many senders at once then cost a few statements
-    /// on the store's held connections, instead of one pooled connection each). The
-    /// signal's id, once it is committed; `Ok(None)`: the run does not exist.
-    pub(crate) fn signal(
-        &self,
-        row: SignalRow,
-    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
-        self.queue
-            .write_then(Write::Signal(row), "a signal", |written| match written {
-                Written::Signal(id) => Some(id),
-                _ => None,
-            })
+            .open_ahead(&writer.pool, queue.slots() + 1);
     }
 }
 
@@ -408,30 +275,10 @@ impl BatchWriter for Writer {
         self.send(batch).await;
     }
 
-    /// Up to `max` queued writes, oldest first, one per run; callers that stopped
-    /// waiting are dropped unsent.
+    /// Up to `max` queued writes, oldest first, one per run: a grouped statement writes
+    /// each run once.
     fn take_batch(&self, waiting: &mut VecDeque<Queued>, max: usize) -> Vec<Queued> {
-        let mut batch = Vec::new();
-        let mut runs = HashSet::new();
-        let mut later = VecDeque::new();
-        while batch.len() < max {
-            let Some(next) = waiting.pop_front() else {
-                break;
-            };
-            if next.abandoned() {
-                continue;
-            }
-            if runs.insert(next.write.run_id().to_owned()) {
-                batch.push(next);
-            } else {
-                later.push_back(next);
-            }
-        }
-        // Second writes of a run already in the batch keep their place at the front.
-        while let Some(q) = later.pop_back() {
-            waiting.push_front(q);
-        }
-        batch
+        one_write_per_run(waiting, max)
     }
 }
 
@@ -611,7 +458,7 @@ impl Writer {
         let query = sqlx::query::<Postgres>(sql::SEND_SIGNALS)
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.name.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|r| &r.payload).collect::<Vec<_>>());
+            .bind(rows().map(|r| Json(&*r.payload)).collect::<Vec<_>>());
         let (mut conn, opened) = self.connections.take(&self.pool).await?;
         let returned = query.fetch_all(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);
@@ -622,43 +469,14 @@ impl Writer {
         Ok(ids.into_iter().map(Written::Signal).collect())
     }
 
-    /// One journal entry, one statement ([`sql::RECORD_ENTRY`], no side-table output).
+    /// One journal entry, one statement ([`sql::RECORD_ENTRY`]).
     async fn one_entry(&self, row: &EntryRow) -> Result<bool, StoreError> {
         self.statements.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let query = sqlx::query(sql::RECORD_ENTRY)
-            .bind(&row.run_id)
-            .bind(row.epoch)
-            .bind(row.version)
-            .bind(row.seq)
-            .bind(row.kind)
-            .bind(&row.state)
-            .bind(&row.name)
-            .bind(row.tool_kind)
-            .bind(&row.input_hash)
-            .bind(&row.input)
-            .bind(&row.idempotency_key)
-            .bind(row.status)
-            .bind(&row.output)
-            .bind(false)
-            .bind(&row.output_summary)
-            .bind(row.output_bytes)
-            .bind(&row.error_class)
-            .bind(&row.error_code)
-            .bind(&row.error_message)
-            .bind(row.attempts)
-            .bind(row.duration_ms)
-            .bind(row.started_at)
-            .bind(row.finished_at)
-            .bind(None::<&Value>);
         let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
-        let returned = query.fetch_one(&mut conn).await;
+        let returned = record_entry(row).fetch_one(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);
-        let written: i64 = returned
-            .map_err(db_err)?
-            .try_get(0)
-            .map_err(|e| agent_sql::corrupt(&row.run_id, e))?;
-        Ok(written > 0)
+        entry_written(row, returned)
     }
 
     /// Several journal entries of queued writes, one statement; whether each one was
@@ -692,14 +510,18 @@ impl Writer {
             .bind(rows().map(|r| r.name.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.tool_kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.input_hash.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|r| &r.input).collect::<Vec<_>>())
+            .bind(rows().map(|r| Json(&*r.input)).collect::<Vec<_>>())
             .bind(
                 rows()
                     .map(|r| r.idempotency_key.as_deref())
                     .collect::<Vec<_>>(),
             )
             .bind(rows().map(|r| r.status).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.output.as_ref()).collect::<Vec<_>>())
+            .bind(
+                rows()
+                    .map(|r| r.inline_output().map(Json))
+                    .collect::<Vec<_>>(),
+            )
             .bind(
                 rows()
                     .map(|r| r.output_summary.as_deref())
@@ -743,7 +565,7 @@ impl Writer {
             .bind(row.expected)
             .bind(&row.from_state)
             .bind(&row.to_state)
-            .bind(&row.snapshot)
+            .bind(row.snapshot())
             .bind(row.status)
             .bind(&row.waiting_for)
             .bind(row.wake_at)
@@ -753,7 +575,7 @@ impl Writer {
             .bind(row.patch_bytes)
             .bind(row.kind)
             .bind(row.payload_kind)
-            .bind(&row.patch);
+            .bind(row.patch());
         if let Some(signal) = row.signal {
             query = query.bind(signal);
         }
@@ -784,7 +606,7 @@ impl Writer {
             .bind(rows().map(|r| r.expected).collect::<Vec<_>>())
             .bind(rows().map(|r| r.from_state.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.to_state.as_str()).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.snapshot.as_ref()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.snapshot().map(Json)).collect::<Vec<_>>())
             .bind(rows().map(|r| r.status).collect::<Vec<_>>())
             .bind(rows().map(|r| r.waiting_for.as_deref()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.wake_at).collect::<Vec<_>>())
@@ -798,7 +620,7 @@ impl Writer {
             .bind(rows().map(|r| r.patch_bytes).collect::<Vec<_>>())
             .bind(rows().map(|r| r.kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.payload_kind).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.patch.as_ref()).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.patch().map(Json)).collect::<Vec<_>>())
             .bind(rows().map(|r| r.signal).collect::<Vec<_>>());
         let (mut conn, opened) = self.connections.take(&self.pool).await?;
         let returned = query.fetch_all(&mut conn).await;
@@ -810,6 +632,51 @@ impl Writer {
         }
         Ok(outcomes.into_iter().map(Written::Commit).collect())
     }
+}
+
+/// [`sql::RECORD_ENTRY`] for `row`, its values bound: the output inline, or in the side
+/// table when it is large.
+pub(crate) fn record_entry(
+    row: &EntryRow,
+) -> sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql::RECORD_ENTRY)
+        .bind(&row.run_id)
+        .bind(row.epoch)
+        .bind(row.version)
+        .bind(row.seq)
+        .bind(row.kind)
+        .bind(&row.state)
+        .bind(&row.name)
+        .bind(row.tool_kind)
+        .bind(&row.input_hash)
+        .bind(&*row.input)
+        .bind(&row.idempotency_key)
+        .bind(row.status)
+        .bind(row.inline_output())
+        .bind(row.external)
+        .bind(&row.output_summary)
+        .bind(row.output_bytes)
+        .bind(&row.error_class)
+        .bind(&row.error_code)
+        .bind(&row.error_message)
+        .bind(row.attempts)
+        .bind(row.duration_ms)
+        .bind(row.started_at)
+        .bind(row.finished_at)
+        .bind(row.output.as_deref().filter(|_| row.external))
+}
+
+/// Whether [`record_entry`]'s statement wrote `row` (`false`: its epoch is not the run's,
+/// or the run is gone).
+pub(crate) fn entry_written(
+    row: &EntryRow,
+    returned: Result<sqlx::postgres::PgRow, sqlx::Error>,
+) -> Result<bool, StoreError> {
+    let written: i64 = returned
+        .map_err(db_err)?
+        .try_get(0)
+        .map_err(|e| agent_sql::corrupt(&row.run_id, e))?;
+    Ok(written > 0)
 }
 
 /// The place in `rows` of the write a grouped statement's returned row `r` is about: its

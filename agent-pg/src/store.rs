@@ -11,16 +11,17 @@ use agent_core::graph::GraphDescription;
 use agent_core::store::{
     ClaimReads, Claimed, EntryKind, EventWakes, HistoryStore, Lease, Millis, NewRun, PruneReport,
     RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus, StoreError,
-    ToolStats, VersionCount,
+    ToolStats, VersionCount, now_ms,
 };
 use agent_sql::reads::head_of;
+use agent_sql::write::SignalRow;
 use agent_sql::{corrupt, lease_of, ms, rows, to_i64, to_u64};
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use crate::connect::db_err;
-use crate::group_commit::SignalRow;
+use crate::group_commit::PgGroupCommit;
 use crate::{PgStore, sql};
 
 agent_sql::impl_sql_store!(PgStore {
@@ -194,11 +195,7 @@ agent_sql::impl_sql_store!(PgStore {
         ) -> Result<i64, StoreError> {
             let id = self
                 .group
-                .signal(SignalRow {
-                    run_id: run_id.to_owned(),
-                    name: name.to_owned(),
-                    payload: payload.clone(),
-                })
+                .signal(SignalRow::new(run_id, name, payload, now_ms()))
                 .await?
                 .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
             self.waker.wake(&self.pool, &self.channel);

@@ -34,110 +34,16 @@
 //!   unwritten. Batches are written by tasks of their own, so a caller that stops waiting
 //!   does not cancel the others' commits.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use agent_core::store::{Millis, StoreError};
+use agent_core::store::StoreError;
 use agent_sql::rows::Applied;
-use agent_sql::write_queue::{BatchWriter, WriteQueue, same_error};
+use agent_sql::write::{CommitRow, EntryRow, Outcome, Write, Written};
+use agent_sql::write_queue::{BatchWriter, same_error};
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, SqliteConnection};
 
 use crate::{db_err, sql};
-
-/// The statements' parameters of one step commit, owned (a batch is written by another
-/// task than its callers').
-#[derive(Debug)]
-pub(crate) struct CommitRow {
-    pub run_id: String,
-    pub epoch: i64,
-    pub expected: i64,
-    pub version: i64,
-    pub from_state: String,
-    pub to_state: String,
-    /// The whole state, when this version is a snapshot (the run row keeps it).
-    pub snapshot_state: Option<String>,
-    pub status: &'static str,
-    /// The commit keeps the run's (non-final) status as the head it was planned on had
-    /// it: try the statement that leaves status and lease columns alone first.
-    pub same_status: bool,
-    pub waiting_for: Option<String>,
-    pub wake_at: Option<Millis>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub hash: String,
-    pub patch_bytes: i64,
-    pub kind: &'static str,
-    pub payload_kind: &'static str,
-    /// The version's payload: the snapshot or the JSON Patch, serialized.
-    pub body: String,
-    /// The signal this step consumes: it must still be pending, and is marked consumed at
-    /// the new version in the same transaction.
-    pub signal: Option<i64>,
-    pub now: Millis,
-    /// Journal entries of the step not recorded yet: written after the compare-and-set,
-    /// only if it applied, and before the version.
-    pub entries: Vec<EntryRow>,
-}
-
-/// The parameters of one journal entry's write, owned (a batch is written by another task
-/// than its callers'). Outputs too large to keep inline go to the side table.
-#[derive(Debug)]
-pub(crate) struct EntryRow {
-    pub run_id: String,
-    pub epoch: u64,
-    pub version: i64,
-    pub seq: i64,
-    pub kind: &'static str,
-    pub state: String,
-    pub name: String,
-    pub tool_kind: Option<&'static str>,
-    pub input_hash: String,
-    pub input: String,
-    pub idempotency_key: Option<String>,
-    pub status: &'static str,
-    /// The output, serialized, and whether it goes to the side table.
-    pub output: Option<String>,
-    pub external: bool,
-    pub error_class: Option<String>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub attempts: i64,
-    pub duration_ms: i64,
-    pub started_at: Millis,
-    pub finished_at: Option<Millis>,
-}
-
-/// A signal to store, owned (a batch is written by another task than its callers').
-#[derive(Debug)]
-pub(crate) struct SignalRow {
-    pub run_id: String,
-    pub name: String,
-    /// The payload's JSON text.
-    pub payload: String,
-    pub created_at: Millis,
-}
-
-/// `Ok(None)`: the compare-and-set (or the signal's check) matched nothing and nothing was
-/// written; the caller finds out why.
-pub(crate) type Outcome = Result<Option<Applied>, StoreError>;
-
-/// One write the group commit carries.
-// Short-lived, moved once into the queue: boxing the rows would cost more.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Write {
-    Commit(CommitRow),
-    Entry(EntryRow),
-    Signal(SignalRow),
-}
-
-/// What a write did: a commit's outcome, an entry written, or a signal's id (`None`: the
-/// run does not exist, and nothing was written).
-pub(crate) enum Written {
-    Commit(Option<Applied>),
-    Entry,
-    Signal(Option<i64>),
-}
 
 /// How many commits went to the database in how many transactions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -156,11 +62,8 @@ pub struct GroupCommitStats {
 
 type Queued = agent_sql::write_queue::Queued<Writer>;
 
-/// The group commit of one store: its queue, over the store's one writer.
-#[derive(Debug)]
-pub(crate) struct GroupCommit {
-    queue: Arc<WriteQueue<Writer>>,
-}
+/// The group commit of one store: the shared queue, over the store's one writer.
+pub(crate) type GroupCommit = agent_sql::write::GroupCommit<Writer>;
 
 /// What writes a batch: one `BEGIN IMMEDIATE` transaction on the store's pool.
 pub(crate) struct Writer {
@@ -170,75 +73,30 @@ pub(crate) struct Writer {
     retried: AtomicU64,
 }
 
-impl GroupCommit {
-    /// Commits of one transaction at most, by default: the W2 shape's 64 runs in flight
-    /// fit twice.
-    pub(crate) const MAX_BATCH: usize = 128;
+/// Commits of one transaction at most, by default: the W2 shape's 64 runs in flight fit
+/// twice.
+pub(crate) const MAX_BATCH: usize = 128;
 
-    /// SQLite has one writer: one transaction at a time.
-    pub(crate) fn new(pool: SqlitePool, max_batch: usize) -> Self {
-        let writer = Writer {
-            pool,
-            transactions: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            retried: AtomicU64::new(0),
-        };
-        Self {
-            queue: Arc::new(WriteQueue::new(writer, 1, max_batch)),
-        }
-    }
+/// SQLite has one writer: one transaction at a time, of at most `max_batch` writes.
+pub(crate) fn group_commit(pool: SqlitePool, max_batch: usize) -> GroupCommit {
+    let writer = Writer {
+        pool,
+        transactions: AtomicU64::new(0),
+        commits: AtomicU64::new(0),
+        retried: AtomicU64::new(0),
+    };
+    GroupCommit::new(writer, 1, max_batch)
+}
 
-    pub(crate) fn stats(&self) -> GroupCommitStats {
-        let writer = self.queue.writer();
-        GroupCommitStats {
-            transactions: writer.transactions.load(Ordering::Relaxed),
-            commits: writer.commits.load(Ordering::Relaxed),
-            waited: self.queue.waited(),
-            retried: writer.retried.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Commit `row`: in a transaction of its own when the writer is idle, else with the
-    /// next batch.
-    pub(crate) fn commit(&self, row: CommitRow) -> impl Future<Output = Outcome> + Send + '_ {
-        // Queued (or sent) now, not at the first poll: the future keeps the write's
-        // handle, not a copy of the row (`WriteQueue::write`).
-        self.queue
-            .write_then(Write::Commit(row), "a commit", |written| match written {
-                Written::Commit(applied) => Some(applied),
-                _ => None,
-            })
-    }
-
-    /// Write a journal entry, fenced by its lease's epoch, as a commit is: alone when the
-    /// writer is idle, else with the next batch. Returns once it is committed.
-    pub(crate) fn record(
-        &self,
-        row: EntryRow,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
-        self.queue.write_then(
-            Write::Entry(row),
-            "a journal entry",
-            |written| match written {
-                Written::Entry => Some(()),
-                _ => None,
-            },
-        )
-    }
-
-    /// Store a signal: alone when the writer is idle, else with the next batch (many
-    /// senders at once then share a transaction and its `fsync`, instead of queueing for
-    /// SQLite's write lock one by one). Its id once committed; `Ok(None)`: the run does not
-    /// exist.
-    pub(crate) fn signal(
-        &self,
-        row: SignalRow,
-    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send + '_ {
-        self.queue
-            .write_then(Write::Signal(row), "a signal", |written| match written {
-                Written::Signal(id) => Some(id),
-                _ => None,
-            })
+/// The figures of `group`.
+pub(crate) fn stats(group: &GroupCommit) -> GroupCommitStats {
+    let queue = group.queue();
+    let writer = queue.writer();
+    GroupCommitStats {
+        transactions: writer.transactions.load(Ordering::Relaxed),
+        commits: writer.commits.load(Ordering::Relaxed),
+        waited: queue.waited(),
+        retried: writer.retried.load(Ordering::Relaxed),
     }
 }
 
@@ -367,11 +225,11 @@ enum Savepoints {
 async fn apply(conn: &mut SqliteConnection, write: &Write) -> Result<Written, StoreError> {
     match write {
         Write::Commit(row) => apply_commit(conn, row).await.map(Written::Commit),
-        Write::Entry(row) => apply_entry(conn, row).await.map(|()| Written::Entry),
+        Write::Entry(row) => apply_entry(conn, row).await.map(|()| Written::Entry(true)),
         Write::Signal(row) => sqlx::query_scalar(sql::SEND_SIGNAL)
             .bind(&row.run_id)
             .bind(&row.name)
-            .bind(&row.payload)
+            .bind(row.payload.get())
             .bind(row.created_at)
             .fetch_optional(&mut *conn)
             .await
@@ -383,9 +241,8 @@ async fn apply(conn: &mut SqliteConnection, write: &Write) -> Result<Written, St
 /// Write one journal entry on `conn`, inside a transaction, if its lease's epoch is the
 /// run's: [`StoreError::LeaseLost`] (or `NotFound`) and nothing written otherwise.
 async fn apply_entry(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(), StoreError> {
-    let epoch = i64::try_from(row.epoch).unwrap_or(i64::MAX);
     let upserted = entry_upsert(sql::UPSERT_ENTRY_FENCED, row)
-        .bind(epoch)
+        .bind(row.epoch)
         .execute(&mut *conn)
         .await
         .map_err(db_err)?;
@@ -407,9 +264,9 @@ async fn entry_refused(conn: &mut SqliteConnection, row: &EntryRow) -> StoreErro
         Err(e) => return db_err(e),
     };
     match agent_sql::rows::head(&row.run_id, &head) {
-        Ok((_, epoch)) if epoch != row.epoch => StoreError::LeaseLost {
+        Ok((_, stored)) if i64::try_from(stored).ok() != Some(row.epoch) => StoreError::LeaseLost {
             run_id: row.run_id.clone(),
-            epoch: row.epoch,
+            epoch: u64::try_from(row.epoch).unwrap_or_default(),
         },
         Ok(_) => StoreError::Backend(format!(
             "the journal entry of run {} at version {} was not written",
@@ -434,7 +291,7 @@ fn entry_upsert<'q>(
     statement: &'static str,
     row: &'q EntryRow,
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
-    let output = row.output.as_deref();
+    let output = row.output.as_deref().map(serde_json::value::RawValue::get);
     sqlx::query(statement)
         .bind(&row.run_id)
         .bind(row.version)
@@ -444,13 +301,13 @@ fn entry_upsert<'q>(
         .bind(&row.name)
         .bind(row.tool_kind)
         .bind(&row.input_hash)
-        .bind(&row.input)
+        .bind(row.input.get())
         .bind(&row.idempotency_key)
         .bind(row.status)
         .bind(if row.external { None } else { output })
         .bind(row.external)
-        .bind(output.map(agent_sql::summary))
-        .bind(output.map(|o| i64::try_from(o.len()).unwrap_or(i64::MAX)))
+        .bind(&row.output_summary)
+        .bind(row.output_bytes)
         .bind(&row.error_class)
         .bind(&row.error_code)
         .bind(&row.error_message)
@@ -469,7 +326,7 @@ async fn write_output(conn: &mut SqliteConnection, row: &EntryRow) -> Result<(),
             .bind(&row.run_id)
             .bind(row.version)
             .bind(row.seq)
-            .bind(row.output.as_deref())
+            .bind(row.output.as_deref().map(serde_json::value::RawValue::get))
             .execute(&mut *conn)
             .await
             .map_err(db_err)?;
@@ -540,7 +397,7 @@ async fn apply_commit(conn: &mut SqliteConnection, row: &CommitRow) -> Outcome {
             .bind(row.now)
             .bind(&row.hash)
             .bind(row.payload_kind)
-            .bind(&row.body)
+            .bind(row.body.get())
             .bind(&row.waiting_for)
             .bind(row.wake_at)
             .bind(&row.error_code)
@@ -573,7 +430,7 @@ async fn update_run(
         .bind(&row.run_id)
         .bind(row.version)
         .bind(&row.to_state)
-        .bind(row.snapshot_state.as_deref())
+        .bind(row.snapshot().map(serde_json::value::RawValue::get))
         .bind(row.status)
         .bind(&row.waiting_for)
         .bind(row.wake_at)
@@ -590,7 +447,7 @@ async fn update_run(
             .bind(&row.from_state)
             .bind(row.kind)
             .bind(row.payload_kind)
-            .bind(&row.body)
+            .bind(row.body.get())
             .fetch_all(&mut *conn)
             .await
     } else {

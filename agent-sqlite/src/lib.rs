@@ -141,7 +141,7 @@ impl SqliteStore {
     /// tests): their ratio is the group commit's average batch.
     #[must_use]
     pub fn group_commit_stats(&self) -> GroupCommitStats {
-        self.group.stats()
+        group_commit::stats(&self.group)
     }
 
     /// The plan SQLite chooses now for [`RunStore::claim_next`](agent_core::store::Store)'s

@@ -18,7 +18,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use tokio::sync::Notify;
 
 use crate::SqliteStore;
-use crate::group_commit::GroupCommit;
+use crate::group_commit::{MAX_BATCH, group_commit};
 
 /// The sentence a second process gets.
 const ONE_PROCESS: &str = "SQLite serves one process; use PostgreSQL for several";
@@ -383,7 +383,7 @@ impl SqliteStore {
             .await
             .map_err(SqliteOpenError::Open)?;
         Ok(Self {
-            group: Arc::new(GroupCommit::new(pool.clone(), GroupCommit::MAX_BATCH)),
+            group: Arc::new(group_commit(pool.clone(), MAX_BATCH)),
             pool,
             readers,
             path,

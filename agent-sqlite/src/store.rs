@@ -11,12 +11,12 @@ use agent_core::store::{
     ClaimReads, Claimed, HistoryStore, Lease, NewRun, PruneReport, RepairCommit, RetentionPolicy,
     RunFailure, RunFilter, RunRecord, RunStatus, StoreError, TransitionKind, VersionCount, now_ms,
 };
+use agent_sql::write::SignalRow;
 use agent_sql::{corrupt, lease_of, ms, repair_refused, rows, to_i64};
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
-use crate::group_commit::SignalRow;
 use crate::{SqliteStore, db_err, sql};
 
 agent_sql::impl_sql_store!(SqliteStore {
@@ -163,12 +163,7 @@ agent_sql::impl_sql_store!(SqliteStore {
         ) -> Result<i64, StoreError> {
             let id = self
                 .group
-                .signal(SignalRow {
-                    run_id: run_id.to_owned(),
-                    name: name.to_owned(),
-                    payload: payload.to_string(),
-                    created_at: now_ms(),
-                })
+                .signal(SignalRow::new(run_id, name, payload, now_ms()))
                 .await?
                 .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
             self.work.notify_waiters();

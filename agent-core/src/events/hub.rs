@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::{OnceCell, broadcast};
 
-use super::{FollowConfig, Follower};
+use super::config::FollowConfig;
 use crate::store::{EventCursor, EventScope, EventWake, EventWakes, RunEvent, Store, StoreError};
 
 /// What a hub tells its followers: which run has new events (`None`: any may), as of which
@@ -92,22 +92,27 @@ impl EventHub {
         }
     }
 
-    /// A follower of `scope` from after `after`, woken by this hub and sharing its reads.
-    /// Must be called within a Tokio runtime (the first call starts the hub's watcher).
-    #[must_use]
-    pub fn follower(&self, scope: EventScope, after: EventCursor) -> Follower {
+    /// What a new follower of this hub needs: the hub's shared part, a subscription to
+    /// its wake-ups, the generation the follower must see, and its configuration. Starts
+    /// the hub's watcher on the first call (within a Tokio runtime).
+    pub(super) fn subscribe(
+        &self,
+    ) -> (
+        Arc<HubShared>,
+        broadcast::Receiver<HubWake>,
+        u64,
+        FollowConfig,
+    ) {
         self.shared.started.call_once(|| {
             tokio::spawn(watch(Arc::downgrade(&self.shared)));
         });
         // Subscribed before the generation is read: a wake-up sent in between is received.
         let rx = self.shared.tx.subscribe();
         let needed = self.shared.generation.load(Ordering::Acquire);
-        Follower::of_hub(
+        (
             Arc::clone(&self.shared),
             rx,
             needed,
-            scope,
-            after,
             self.shared.config.clone(),
         )
     }

@@ -12,6 +12,7 @@
 //! - [`Secret<T>`] marks a field of a tool's input, a transition's argument or a signal's
 //!   payload as secret: it is sealed whatever its name.
 
+mod envelope;
 mod redactor;
 mod seal;
 
@@ -20,13 +21,13 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use envelope::{SEALED, holds_sealed, sealed_text, show_sealed, shown};
 pub use redactor::{
     REDACTED, Redactor, SECRET_PIECE, STREAM_HOLD_BACK, StreamRedactor, redact_fields,
     redact_secrets,
 };
 pub use seal::{
-    SEAL_KEYS_ENV, SEALED, SEALED_KEYWORD, SealError, SealKeys, SealPolicy, holds_sealed,
-    marked_fields, new_key_spec, sealed_text, show_sealed, shown,
+    SEAL_KEYS_ENV, SEALED_KEYWORD, SealError, SealKeys, SealPolicy, marked_fields, new_key_spec,
 };
 
 /// The field names whose values are secret by default ([`RunnerConfig::redact_fields`]),

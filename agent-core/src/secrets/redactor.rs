@@ -16,6 +16,8 @@ use aho_corasick::AhoCorasick;
 use base64::Engine as _;
 use serde_json::Value;
 
+use super::envelope::{sealed_text, show_sealed};
+
 /// What a secret (or a sensitive field's value) is replaced by.
 pub const REDACTED: &str = "[redacted]";
 
@@ -143,8 +145,8 @@ impl Redactor {
     /// same are told apart by a suffix, so no entry is lost), and sealed values are shown
     /// as `"[sealed:<key id>]"`.
     pub fn value(&self, value: &mut Value) {
-        if super::sealed_text(value).is_some() {
-            super::show_sealed(value);
+        if sealed_text(value).is_some() {
+            show_sealed(value);
             return;
         }
         match value {

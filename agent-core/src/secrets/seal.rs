@@ -19,9 +19,7 @@ use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 use serde_json::{Map, Value};
 
 use super::Redactor;
-
-/// The field of a sealed value's envelope.
-pub const SEALED: &str = "$sealed";
+use super::envelope::{SEALED, sealed_text};
 
 /// The environment variable [`SealKeys::from_env`] reads.
 pub const SEAL_KEYS_ENV: &str = "DURABLE_AGENTS_SEAL_KEYS";
@@ -415,54 +413,6 @@ impl SealPolicy<'_> {
     }
 }
 
-/// The text of a sealed envelope, if `value` is one.
-#[must_use]
-pub fn sealed_text(value: &Value) -> Option<&str> {
-    match value {
-        Value::Object(map) if map.len() == 1 => map.get(SEALED).and_then(Value::as_str),
-        _ => None,
-    }
-}
-
-/// Whether `value` holds a sealed envelope anywhere.
-#[must_use]
-pub fn holds_sealed(value: &Value) -> bool {
-    sealed_text(value).is_some()
-        || match value {
-            Value::Array(items) => items.iter().any(holds_sealed),
-            Value::Object(map) => map.values().any(holds_sealed),
-            _ => false,
-        }
-}
-
-/// `value` with every sealed envelope shown as `"[sealed:<key id>]"`: for people and for
-/// the model, never for replay.
-pub fn show_sealed(value: &mut Value) {
-    if let Some(text) = sealed_text(value) {
-        let id = text.split(':').nth(1).unwrap_or("?");
-        *value = Value::String(format!("[sealed:{id}]"));
-        return;
-    }
-    match value {
-        Value::Array(items) => items.iter_mut().for_each(show_sealed),
-        Value::Object(map) => map.values_mut().for_each(show_sealed),
-        _ => {}
-    }
-}
-
-/// `value` as people see it: every sealed envelope shown as `"[sealed:<key id>]"`, without
-/// a copy when it holds none.
-#[must_use]
-pub fn shown(value: &Value) -> std::borrow::Cow<'_, Value> {
-    if holds_sealed(value) {
-        let mut copy = value.clone();
-        show_sealed(&mut copy);
-        std::borrow::Cow::Owned(copy)
-    } else {
-        std::borrow::Cow::Borrowed(value)
-    }
-}
-
 /// The names of the properties a JSON Schema marks secret ([`SEALED_KEYWORD`]), at any
 /// depth (through `properties`, `items`, `anyOf`/`oneOf`/`allOf`, `additionalProperties`
 /// and `$ref`s into `$defs`). A name marked anywhere in a type is sealed anywhere in its
@@ -561,6 +511,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::secrets::{show_sealed, shown};
 
     #[test]
     fn sealed_values_open_to_exactly_what_was_sealed() {
@@ -653,11 +604,8 @@ mod tests {
         keys.open_all(&mut opened).unwrap();
         assert_eq!(opened, original);
         let plain = json!({"user": "ann"});
-        assert!(matches!(
-            super::shown(&plain),
-            std::borrow::Cow::Borrowed(_)
-        ));
-        let display = super::shown(&v);
+        assert!(matches!(shown(&plain), std::borrow::Cow::Borrowed(_)));
+        let display = shown(&v);
         assert_eq!(display["pin"], json!("[sealed:k1]"));
         assert!(!display.to_string().contains(SEALED), "{display}");
         let mut shown = v;
