@@ -137,10 +137,10 @@ pub(crate) fn outside(agent: &Agent) -> TokenStream {
                 #(#assoc)*
             }
             #[automatically_derived]
-            impl #krate::IntoTarget for #module::#new::#v {
+            impl #krate::__private::IntoTarget for #module::#new::#v {
                 type State = #m;
-                fn into_target(self) -> #krate::Target<#m> {
-                    #krate::Target::__new(#value)
+                fn into_target(self) -> #krate::__private::Target<#m> {
+                    #krate::__private::Target::__new(#value)
                 }
             }
         }
