@@ -97,8 +97,8 @@
 //! | [`tool`] | [`Tool`] (derivable), [`Execute`], [`Compensate`]; kinds read, write, hybrid; policies |
 //! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
-//! | [`store`] | the [`Store`] contract, records, delta history, an in-memory store |
-//! | `conformance` | the suite every store backend runs (feature `conformance`) |
+//! | [`store`] | runs as stored: the [`Store`] contract's reading and operating roles, records, run ids, an in-memory store |
+//! | [`backend`] | for authors of a store: the runner's role of the contract, the records and hashes a backend writes, the conformance suites (feature `conformance`) |
 //!
 //! Backends: [`sqlite`] (the embedded default, feature `sqlite`) and `postgres` (PostgreSQL,
 //! many workers, feature `postgres`). Providers: `llm` (OpenAI-compatible and Anthropic,
@@ -115,7 +115,7 @@
 //! | `llm` | no | `llm`: routers over OpenAI-compatible chat completions and Anthropic messages |
 //! | `http` | no | `http`: the store over HTTP, an axum router to mount (runs, events as SSE, signals) |
 //! | `mcp` | no | `mcp`: tools imported from MCP servers (stdio, streamable HTTP), each with a declared kind |
-//! | `conformance` | no | [`store_conformance!`] and [`runner_conformance!`]: the checks every store backend runs |
+//! | `conformance` | no | `backend::store_conformance!` and `backend::runner_conformance!`: the checks every store backend runs |
 //!
 //! ## Guarantees
 //!
@@ -183,11 +183,11 @@ pub mod store {
 /// For authors of a store backend: the runner's role of the contract ([`RunStore`](agent_core::store::RunStore)),
 /// the records a backend reads and writes, the hashes and plans every backend computes the
 /// same way, and, with the feature `conformance`, the suites a backend runs
-/// ([`store_conformance!`](crate::backend::store_conformance), [`runner_conformance!`](crate::backend::runner_conformance)).
+/// (`store_conformance!`, `runner_conformance!`).
 ///
 /// Named for what its reader writes, a backend (as `sqlite` and `postgres` are), apart
-/// from [`store`](crate::store), which is what every program reading runs needs: the two
-/// audiences meet at the [`Store`](agent_core::store::Store) trait, which both see.
+/// from [`store`], which is what every program reading runs needs: the two
+/// audiences meet at the [`Store`] trait, which both see.
 pub mod backend {
     pub use agent_core::store::{
         ChainLink, ClaimReads, Claimed, EventBuilder, EventLog, EventWake, EventWakes,
