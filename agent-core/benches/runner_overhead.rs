@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use durable_agents::__private::{Join, StepIo};
+use durable_agents::agent::Handle;
 use durable_agents::events::TokenSink;
+use durable_agents::graph::GraphDescription;
 use durable_agents::runner::{Runner, RunnerConfig};
 use durable_agents::store::RunRecord;
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::tool::{Execute, Tool, ToolBox, ToolContext, ToolError, kind};
-use durable_agents::{Agent, Ctx, GraphDescription, Handle, StepError, StepResult, Wake};
+use durable_agents::{Agent, Ctx, StepError, StepResult, Wake};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,10 +30,10 @@ impl Tool for Echo {
     type Kind = kind::Read;
     type Input = u64;
     type Output = u64;
-    fn policy() -> durable_agents::ToolPolicy {
-        durable_agents::ToolPolicy {
+    fn policy() -> durable_agents::tool::ToolPolicy {
+        durable_agents::tool::ToolPolicy {
             cache: false,
-            ..durable_agents::ToolPolicy::default()
+            ..durable_agents::tool::ToolPolicy::default()
         }
     }
 }
@@ -131,12 +133,13 @@ async fn direct(steps: u64) -> Duration {
 
 async fn framework(steps: u64, runs: u64) -> Duration {
     let store = Arc::new(MemoryStore::new());
-    let runner = Runner::<Counter, Count>::new(store, Count, ToolBox::new().with(Echo))
-        .expect("tool box matches")
-        .with_config(RunnerConfig {
+    let runner = Runner::<Counter, Count>::builder(store, Count, ToolBox::new().with(Echo))
+        .config(RunnerConfig {
             worker_id: "bench".into(),
             ..RunnerConfig::default()
-        });
+        })
+        .build()
+        .expect("tool box matches");
     let started = Instant::now();
     for r in 0..runs {
         let id = format!("bench-{r}");

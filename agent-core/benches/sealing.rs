@@ -24,7 +24,8 @@ use durable_agents::runner::{Runner, RunnerConfig};
 use durable_agents::secrets::SealKeys;
 use durable_agents::store::Store;
 use durable_agents::store::memory::MemoryStore;
-use durable_agents::{Agent, Ctx, Shared, StepResult, ToolResult, ToolsFor, tool_fn};
+use durable_agents::tool::ToolsFor;
+use durable_agents::{Agent, Ctx, Shared, StepResult, ToolResult, tool_fn};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -110,14 +111,15 @@ fn config() -> RunnerConfig {
 /// Runs per second of `runs` runs, each with `calls` calls in its first step.
 async fn rate(secret: bool, runs: u32, calls: u32, round: u32) -> f64 {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner = Runner::<Bench, _>::routed(
+    let runner = Runner::<Bench, _>::builder(
         Arc::clone(&store),
         Handlers,
         BenchTools::from_shared(&Arc::new(())).into_tool_box(),
-        model(secret),
     )
-    .unwrap()
-    .with_config(config());
+    .router(model(secret))
+    .config(config())
+    .build()
+    .unwrap();
     let started = Instant::now();
     for i in 0..runs {
         let id = format!("r{round}-{secret}-{i}");

@@ -2,11 +2,21 @@
 //!
 //! Generated code names only `::durable_agents::__private::…`, so everything else can move.
 
-pub use crate::agent::{Join, RouteChoice, StepIo};
+pub use crate::agent::{
+    Agent, AllowsChild, AllowsTool, AllowsTransition, Ctx, Failure, Handle, Join, RouteChoice,
+    RoutedByCode, RoutedByLlm, State, StepError, StepIo, StepResult, Wake,
+};
+pub use crate::graph::GraphDescription;
+pub use crate::tool::{
+    Compensate, Execute, RetryPolicy, Tool, ToolBox, ToolContext, ToolError, ToolKind, ToolPolicy,
+    kind,
+};
+pub use crate::toolset::{BuildTool, FromShared, Shared, ToolsFor};
 pub use crate::versions::checks::{
     AgentFacts, MigratesFrom, Text, check_compensations_kept, check_hybrid_kept,
     check_signals_kept, check_skip_signal, check_source, fail_if, migrate, older_versions,
 };
+pub use crate::versions::{MigrationError, OlderVersion};
 pub use crate::versions::{migrate_via, older_via};
 pub use ::core;
 pub use ::futures::future::BoxFuture;
@@ -21,15 +31,12 @@ pub use ::std::sync::OnceLock;
 pub use ::std::vec;
 pub use ::std::vec::Vec;
 
-use crate::agent::{Failure, StepError, Wake};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::graph::{
-    GraphDescription, Routing, StateDescription, ToolDescription, TransitionArguments, TypedCheck,
-    WaitDescription,
+    Routing, StateDescription, ToolDescription, TransitionArguments, TypedCheck, WaitDescription,
 };
-use crate::tool::ToolKind;
 
 /// The JSON round trip an agent's enum needs to be stored (the serde bounds of
 /// [`Agent`](crate::Agent)), as one trait the derive implements for the enum. That impl is

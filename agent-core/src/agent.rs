@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::graph::GraphDescription;
-use crate::store::{RunFailure, RunRecord, RunStatus};
+use crate::store::{FailureCode, RunFailure, RunRecord, RunStatus};
 use crate::tool::{Tool, ToolError};
 use crate::versions::older::{MigrationError, OlderVersion};
 
@@ -66,22 +66,22 @@ pub trait Agent: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
 }
 
 /// An agent none of whose states is routed by an LLM: its runner is built by
-/// [`Runner::new`](crate::runner::Runner::new), without a router. Implemented by
+/// [`Runner::new`](crate::runner::Runner::new) or [`Runner::builder`](crate::runner::Runner::builder), without a router. Implemented by
 /// `#[derive(Agent)]`; an agent implements exactly one of this and [`RoutedByLlm`].
 #[diagnostic::on_unimplemented(
     message = "agent `{Self}` has a state routed by an LLM, so its runner needs a router",
     label = "this runner would have no router",
-    note = "build it with `Runner::routed(store, handlers, tools, router)`; in tests the router can be a `ScriptedRouter`"
+    note = "build it with `Runner::builder(store, handlers, tools).router(router).build()`; in tests the router can be a `ScriptedRouter`"
 )]
 pub trait RoutedByCode: Agent {}
 
 /// An agent with at least one `route = llm` state: its runner is built by
-/// [`Runner::routed`](crate::runner::Runner::routed), which takes the router, so a runner
-/// without one does not compile. Implemented by `#[derive(Agent)]`.
+/// [`Runner::builder`](crate::runner::Runner::builder) with
+/// [`router`](crate::runner::RunnerBuilder::router), so a runner without one does not compile. Implemented by `#[derive(Agent)]`.
 #[diagnostic::on_unimplemented(
     message = "agent `{Self}` has no state routed by an LLM, so its runner takes no router",
     label = "this router would never be asked",
-    note = "build it with `Runner::new(store, handlers, tools)`"
+    note = "build it without `.router(...)`: `Runner::new(store, handlers, tools)`"
 )]
 pub trait RoutedByLlm: Agent {}
 
@@ -179,14 +179,14 @@ impl StepError {
     /// A stable error code (`tool.timeout`, `handler`, `budget`, `routing`,
     /// `router.unavailable`, `interrupted`).
     #[must_use]
-    pub fn code(&self) -> &'static str {
+    pub const fn code(&self) -> FailureCode {
         match self {
-            Self::Tool(e) => e.class.code(),
-            Self::Handler(_) => "handler",
-            Self::Budget(_) => "budget",
-            Self::Routing(_) => "routing",
-            Self::RouterUnavailable(_) => "router.unavailable",
-            Self::Interrupted(_) => "interrupted",
+            Self::Tool(e) => FailureCode::Tool(e.class),
+            Self::Handler(_) => FailureCode::Handler,
+            Self::Budget(_) => FailureCode::Budget,
+            Self::Routing(_) => FailureCode::Routing,
+            Self::RouterUnavailable(_) => FailureCode::RouterUnavailable,
+            Self::Interrupted(_) => FailureCode::Interrupted,
         }
     }
 }
@@ -201,7 +201,7 @@ pub struct Failure {
     /// The state whose step failed.
     pub state: String,
     /// The stable error code ([`StepError::code`]).
-    pub code: String,
+    pub code: FailureCode,
     /// What happened.
     pub message: String,
 }
@@ -298,14 +298,14 @@ impl<C: Agent> ChildRun<C> {
                 Err(e) => ChildOutcome::Ended {
                     status: record.status,
                     error: RunFailure {
-                        code: "state.corrupt".into(),
+                        code: FailureCode::StateCorrupt,
                         message: format!("the child's terminal state does not read: {e}"),
                     },
                 },
             }
         } else {
             let error = record.error.unwrap_or_else(|| RunFailure {
-                code: record.status.as_str().to_owned(),
+                code: record.status.as_str().into(),
                 message: format!("the child run ended {}", record.status),
             });
             ChildOutcome::Ended {

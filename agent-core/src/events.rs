@@ -18,7 +18,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use durable_agents::events::Follower;
-//! use durable_agents::store::{memory::MemoryStore, EventCursor, EventKind, EventScope, NewRun, RunStore};
+//! use durable_agents::backend::{NewRun, RunStore};
+//! use durable_agents::store::{memory::MemoryStore, EventCursor, EventKind, EventScope};
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = Arc::new(MemoryStore::new());
 //! store.create_run(NewRun::new("run-1", "Checkout", "f", "Browsing", serde_json::json!({}))).await.unwrap();

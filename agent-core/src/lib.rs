@@ -56,7 +56,7 @@ pub use runner::{
     Runner, RunnerConfig, RunnerError, StepOutcome, Worker, WorkerConfig, WorkerStats,
 };
 pub use store::memory::MemoryStore;
-pub use store::{RunRecord, RunStatus, Store, StoreError};
+pub use store::{FailureCode, RunRecord, RunStatus, Store, StoreError};
 
 /// Derive an agent from an enum of states: a graph checked at compile time.
 ///
@@ -145,7 +145,8 @@ pub use store::{RunRecord, RunStatus, Store, StoreError};
 /// # Example
 ///
 /// ```
-/// use durable_agents::{Agent, Ctx, Handle, StepResult, Tool};
+/// use durable_agents::agent::Handle;
+/// use durable_agents::{Agent, Ctx, StepResult, Tool};
 /// use serde::{Deserialize, Serialize};
 ///
 /// /// Search the catalogue.

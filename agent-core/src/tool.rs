@@ -359,7 +359,7 @@ pub trait DynTool: Send + Sync {
     /// fingerprint of the input schema the tool was imported with. The runner journals it
     /// with every call (the journaled input is `{"arguments": …, "schema": …}`) and holds a
     /// run whose journal names another fingerprint for the tool (code
-    /// [`SCHEMA_CHANGED`](crate::runner::SCHEMA_CHANGED)) instead of replaying it against a
+    /// [`FailureCode::ToolSchemaChanged`](crate::FailureCode::ToolSchemaChanged)) instead of replaying it against a
     /// different tool. `None` (the default) for compiled tools: their schema is the graph's.
     fn schema_fingerprint(&self) -> Option<String> {
         None

@@ -28,7 +28,7 @@ pub struct Shared<T>(pub T);
 /// pattern):
 ///
 /// ```
-/// # use durable_agents::FromShared;
+/// # use durable_agents::tool::FromShared;
 /// # #[derive(Clone)] struct Db; #[derive(Clone)] struct Mailer;
 /// #[derive(Clone)]
 /// struct App { db: Db, mailer: Mailer }

@@ -9,10 +9,8 @@ use std::time::Duration;
 use durable_agents::runner::{Runner, RunnerConfig};
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::store::{EntryKind, Store};
-use durable_agents::{
-    Agent, Ctx, Execute, RetryPolicy, StepResult, Tool, ToolBox, ToolContext, ToolError,
-    ToolPolicy, kind,
-};
+use durable_agents::tool::{RetryPolicy, ToolPolicy, kind};
+use durable_agents::{Agent, Ctx, Execute, StepResult, Tool, ToolBox, ToolContext, ToolError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -95,9 +93,11 @@ async fn a_kill_during_a_call_leaves_every_attempt_counted() {
         lease_ttl: Duration::from_millis(300),
         ..RunnerConfig::default()
     };
-    let runner = Runner::<Pay, _>::new(Arc::clone(&store), Handlers, ToolBox::new().with(charge))
-        .unwrap()
-        .with_config(config);
+    let runner =
+        Runner::<Pay, _>::builder(Arc::clone(&store), Handlers, ToolBox::new().with(charge))
+            .config(config)
+            .build()
+            .unwrap();
     runner.start("r1", Pay::Start { cents: 100 }).await.unwrap();
     // The kill: the worker's future is dropped while the second request is in flight.
     let killed = tokio::time::timeout(Duration::from_millis(500), runner.run("r1")).await;

@@ -70,17 +70,14 @@ impl Router for SlowModel {
 #[tokio::test]
 async fn a_state_bounds_its_own_asks() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner = Runner::<Triage, _>::routed(
-        Arc::clone(&store),
-        Handlers,
-        ToolBox::new(),
-        Arc::new(SlowModel),
-    )
-    .unwrap()
-    .with_config(RunnerConfig {
-        max_reasks: 1,
-        ..RunnerConfig::default()
-    });
+    let runner = Runner::<Triage, _>::builder(Arc::clone(&store), Handlers, ToolBox::new())
+        .router(Arc::new(SlowModel))
+        .config(RunnerConfig {
+            max_reasks: 1,
+            ..RunnerConfig::default()
+        })
+        .build()
+        .unwrap();
     runner.start("t", Triage::Patient).await.unwrap();
     let record = runner.run("t").await.unwrap();
     assert_eq!(record.state_name, "Failed", "{record:?}");

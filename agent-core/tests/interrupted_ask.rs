@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use durable_agents::router::{RouteRequest, Router, RouterError, RouterReply, ScriptedRouter};
 use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use durable_agents::runner::{FaultHook, NoFaults};
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::store::{CallStatus, EntryKind, EventCursor, EventKind, EventScope, Store};
 use durable_agents::{Agent, Ctx, StepResult, ToolBox};
@@ -55,21 +56,37 @@ impl Router for Model {
 }
 
 fn runner(store: &Arc<dyn Store>, model: &Arc<Model>, worker: &str) -> Runner<Ticket, Handlers> {
-    Runner::routed(Arc::clone(store), Handlers, ToolBox::new(), model.clone())
-        .unwrap()
-        .with_config(RunnerConfig {
+    runner_with(store, model, worker, Arc::new(NoFaults))
+}
+
+fn runner_with(
+    store: &Arc<dyn Store>,
+    model: &Arc<Model>,
+    worker: &str,
+    faults: Arc<dyn FaultHook>,
+) -> Runner<Ticket, Handlers> {
+    Runner::builder(Arc::clone(store), Handlers, ToolBox::new())
+        .router(model.clone())
+        .config(RunnerConfig {
             worker_id: worker.to_owned(),
             lease_ttl: Duration::from_millis(100),
             ..RunnerConfig::default()
         })
+        .faults(faults)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]
 async fn an_interrupted_ask_leaves_a_trace_and_is_asked_again_counted() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let model = Arc::new(Model::default());
-    let crashy = runner(&store, &model, "crashy")
-        .with_faults(Arc::new(CrashAt::new(FaultPoint::LlmAnswered, 0)));
+    let crashy = runner_with(
+        &store,
+        &model,
+        "crashy",
+        Arc::new(CrashAt::new(FaultPoint::LlmAnswered, 0)),
+    );
     crashy.start("t", Ticket::Open).await.unwrap();
     assert!(matches!(
         crashy.run("t").await,

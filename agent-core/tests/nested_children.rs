@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use durable_agents::agent::ChildOutcome;
 use durable_agents::runner::{Runner, RunnerConfig, Worker, WorkerConfig, child_run_id};
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::store::{HistoryStore, RunStatus, Store};
 use durable_agents::tool::ToolBox;
-use durable_agents::{Agent, ChildOutcome, Ctx, StepResult};
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Serialize, Deserialize, Agent)]
@@ -50,16 +51,17 @@ impl NestHandlers for Handlers {
 
 async fn run_tree(max_child_depth: u32) -> (Arc<MemoryStore>, String) {
     let store = Arc::new(MemoryStore::new());
-    let runner = Runner::<Nest, Handlers>::new(
+    let runner = Runner::<Nest, Handlers>::builder(
         Arc::clone(&store) as Arc<dyn Store>,
         Handlers,
         ToolBox::new(),
     )
-    .expect("no tools")
-    .with_config(RunnerConfig {
+    .config(RunnerConfig {
         max_child_depth,
         ..RunnerConfig::default()
-    });
+    })
+    .build()
+    .expect("no tools");
     runner
         .start("root", Nest::Go { levels: 3 })
         .await

@@ -21,7 +21,9 @@ pub struct Why {
 
 impl From<Failure> for Why {
     fn from(f: Failure) -> Self {
-        Self { code: f.code }
+        Self {
+            code: f.code.into(),
+        }
     }
 }
 
@@ -60,7 +62,7 @@ pub enum Shapes {
 #[derive(Debug)]
 pub struct Handlers;
 
-fn boom<S: durable_agents::State>() -> StepResult<S> {
+fn boom<S: durable_agents::agent::State>() -> StepResult<S> {
     Err(StepError::handler("boom"))
 }
 

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use durable_agents::router::{RawChoice, RouterReply, ScriptedRouter};
 use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerError};
+use durable_agents::runner::{FaultHook, NoFaults};
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::store::{EntryKind, RunStatus, Store, idempotency_key};
+use durable_agents::tool::kind;
 use durable_agents::{
-    Agent, Compensate, Ctx, Execute, StepResult, Tool, ToolBox, ToolContext, ToolError, kind,
+    Agent, Compensate, Ctx, Execute, StepResult, Tool, ToolBox, ToolContext, ToolError,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -120,10 +122,21 @@ impl DeskHandlers for Handlers {
 }
 
 fn runner(store: &Arc<dyn Store>, service: &Arc<Service>) -> Runner<Desk, Handlers> {
+    runner_with(store, service, Arc::new(NoFaults))
+}
+
+fn runner_with(
+    store: &Arc<dyn Store>,
+    service: &Arc<Service>,
+    faults: Arc<dyn FaultHook>,
+) -> Runner<Desk, Handlers> {
     let tools = ToolBox::new()
         .hybrid(Hold(Arc::clone(service)))
         .with(Release(Arc::clone(service)));
-    Runner::new(Arc::clone(store), Handlers, tools).unwrap()
+    Runner::builder(Arc::clone(store), Handlers, tools)
+        .faults(faults)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -162,8 +175,11 @@ async fn a_crash_among_concurrent_calls_reruns_only_the_unfinished_ones() {
     let service = Arc::new(Service::default());
     // Answers come back 1, 3, 2, 0: the process dies after the second one (item 3) answered
     // and before it is journaled; item 1 is journaled, items 2 and 0 are still running.
-    let crashing =
-        runner(&store, &service).with_faults(Arc::new(CrashAt::new(FaultPoint::ToolAnswered, 1)));
+    let crashing = runner_with(
+        &store,
+        &service,
+        Arc::new(CrashAt::new(FaultPoint::ToolAnswered, 1)),
+    );
     crashing.start("crash", Desk::Start).await.unwrap();
     let crashed = crashing.run("crash").await;
     assert!(
@@ -173,7 +189,7 @@ async fn a_crash_among_concurrent_calls_reruns_only_the_unfinished_ones() {
     let resumed = runner(&store, &service);
     // A crashed process keeps its lease until it expires; this test lets it go at once.
     let record = store.load_run("crash").await.unwrap().unwrap();
-    let lease = durable_agents::store::Lease {
+    let lease = durable_agents::backend::Lease {
         run_id: "crash".into(),
         worker: record.lease_owner.clone().unwrap(),
         epoch: record.epoch,
@@ -309,7 +325,10 @@ fn routed(
     let tools = ToolBox::new()
         .hybrid(Hold(Arc::clone(service)))
         .with(Release(Arc::clone(service)));
-    Runner::routed(Arc::clone(store), Handlers, tools, router).unwrap()
+    Runner::builder(Arc::clone(store), Handlers, tools)
+        .router(router)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]

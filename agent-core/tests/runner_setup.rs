@@ -56,7 +56,7 @@ impl PlainHandlers for Handlers {
 /// What only a hand-written impl can claim: `Pick` has a routed state. A derived agent
 /// cannot get a runner without a router (`Runner::new` does not compile for it: the ui spec
 /// `runner/routed-agent-without-router.rs`); this checks the constructor's own guard.
-impl durable_agents::RoutedByCode for Pick {}
+impl durable_agents::agent::RoutedByCode for Pick {}
 
 #[tokio::test]
 async fn a_routed_agent_without_a_router_is_refused_when_the_runner_is_built() {
@@ -81,15 +81,12 @@ async fn a_step_that_stops_with_an_error_gives_its_lease_back() {
     let plain = Runner::<Plain, _>::new(Arc::clone(&store), Handlers, ToolBox::new()).unwrap();
     plain.start("p", Plain::Start).await.unwrap();
     // A runner of another agent claims the run, then finds it is not its own.
-    let other = Runner::<Pick, _>::routed(
-        Arc::clone(&store),
-        Handlers,
-        ToolBox::new(),
-        Arc::new(durable_agents::router::ScriptedRouter::from_fn(|_| {
-            durable_agents::router::ScriptedRouter::choose("Left", "{}")
-        })),
-    )
-    .unwrap();
+    let other = Runner::<Pick, _>::builder(Arc::clone(&store), Handlers, ToolBox::new())
+        .router(Arc::new(durable_agents::router::ScriptedRouter::from_fn(
+            |_| durable_agents::router::ScriptedRouter::choose("Left", "{}"),
+        )))
+        .build()
+        .unwrap();
     assert!(matches!(
         other.run("p").await,
         Err(RunnerError::WrongAgent { .. })
@@ -125,22 +122,25 @@ async fn start_and_run_drives_a_new_run_and_is_idempotent() {
     );
 }
 
-/// Configuring a clone of a runner gives that clone settings of its own: the runner it was
-/// cloned from keeps its settings and its runs still complete (it used to panic).
+/// A runner is configured where it is built (configuring a clone of a built runner used to
+/// panic; there is no longer a way to): two runners built over one store keep their own
+/// settings, a clone shares its runner's, and the runs of each complete.
 #[tokio::test]
-async fn a_clone_is_configured_on_its_own() {
+async fn runners_are_configured_where_they_are_built() {
     let store = Arc::new(MemoryStore::new());
     let runner = Runner::<Plain, Handlers>::new(store.clone(), Handlers, ToolBox::new()).unwrap();
     let original_worker = runner.config().worker_id.clone();
-    let configured = runner
-        .clone()
-        .with_config(durable_agents::runner::RunnerConfig {
-            worker_id: "the-clone".into(),
+    let configured = Runner::<Plain, Handlers>::builder(store.clone(), Handlers, ToolBox::new())
+        .config(durable_agents::runner::RunnerConfig {
+            worker_id: "the-other".into(),
             ..durable_agents::runner::RunnerConfig::default()
-        });
-    assert_eq!(configured.config().worker_id, "the-clone");
+        })
+        .build()
+        .unwrap();
+    assert_eq!(configured.config().worker_id, "the-other");
+    assert_eq!(configured.clone().config().worker_id, "the-other");
     assert_eq!(runner.config().worker_id, original_worker);
-    for (id, r) in [("by-original", &runner), ("by-clone", &configured)] {
+    for (id, r) in [("by-default", &runner), ("by-other", &configured)] {
         r.start(id, Plain::Start).await.unwrap();
         let done = r.run(id).await.unwrap();
         assert_eq!(done.state_name, "Done", "{id}");

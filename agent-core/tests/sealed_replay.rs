@@ -13,10 +13,12 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use durable_agents::router::{RouteRequest, RouterReply, ScriptedRouter};
 use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use durable_agents::runner::{FaultHook, NoFaults};
 use durable_agents::secrets::{SealKeys, Secret};
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::store::{EntryKind, RunStatus, Store};
-use durable_agents::{Agent, Ctx, Shared, StepResult, ToolResult, ToolsFor, tool_fn};
+use durable_agents::tool::ToolsFor;
+use durable_agents::{Agent, Ctx, Shared, StepResult, ToolResult, tool_fn};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -170,18 +172,31 @@ fn runner(
     router: Arc<ScriptedRouter>,
     keys: SealKeys,
 ) -> Runner<Vault, Handlers> {
-    Runner::<Vault, _>::routed(
+    runner_with(store, log, handlers, router, keys, Arc::new(NoFaults))
+}
+
+fn runner_with(
+    store: &Arc<dyn Store>,
+    log: &Arc<Log>,
+    handlers: &Handlers,
+    router: Arc<ScriptedRouter>,
+    keys: SealKeys,
+    faults: Arc<dyn FaultHook>,
+) -> Runner<Vault, Handlers> {
+    Runner::<Vault, _>::builder(
         Arc::clone(store),
         handlers.clone(),
         VaultTools::from_shared(log).into_tool_box(),
-        router,
     )
-    .unwrap()
-    .with_config(RunnerConfig {
+    .router(router)
+    .config(RunnerConfig {
         secrets: vec![CONFIGURED.into()],
         seal_keys: keys,
         ..RunnerConfig::default()
     })
+    .faults(faults)
+    .build()
+    .unwrap()
 }
 
 async fn release(store: &Arc<dyn Store>, run: &str) {
@@ -189,7 +204,7 @@ async fn release(store: &Arc<dyn Store>, run: &str) {
     let record = store.load_run(run).await.unwrap().unwrap();
     if let (Some(worker), Some(expires_at)) = (record.lease_owner.clone(), record.lease_expires_at)
     {
-        let lease = durable_agents::store::Lease {
+        let lease = durable_agents::backend::Lease {
             run_id: run.into(),
             worker,
             epoch: record.epoch,
@@ -245,14 +260,14 @@ async fn a_crash_at_every_fault_point_replays_exactly_what_ran_and_stores_no_pla
             let handlers = Handlers::default();
             let asks = Arc::new(Mutex::new(0));
             let crash = Arc::new(CrashAt::new(point, nth));
-            let first = runner(
+            let first = runner_with(
                 &store,
                 &log,
                 &handlers,
                 model(Arc::clone(&asks)),
                 keys.clone(),
-            )
-            .with_faults(crash.clone());
+                crash.clone(),
+            );
             let run = format!("vault-{point}-{nth}");
             first
                 .start(&run, Vault::Start { user: "ann".into() })
@@ -344,14 +359,14 @@ async fn a_value_sealed_with_a_missing_key_holds_the_run_and_runs_nothing_again(
     let asks = Arc::new(Mutex::new(0));
     // Crash after the model's `Pay` was journaled, before its step commits.
     let crash = Arc::new(CrashAt::new(FaultPoint::CommitSent, 1));
-    let first = runner(
+    let first = runner_with(
         &store,
         &log,
         &handlers,
         model(Arc::clone(&asks)),
         SealKeys::generate("old"),
-    )
-    .with_faults(crash.clone());
+        crash.clone(),
+    );
     first
         .start("held", Vault::Start { user: "ann".into() })
         .await
@@ -529,13 +544,14 @@ async fn live_deltas_and_map_keys_never_show_a_secret() {
         ..RunnerConfig::default()
     };
     let mut follower = config.ephemeral.subscribe();
-    let r = Runner::<Streamer, _>::new(
+    let r = Runner::<Streamer, _>::builder(
         Arc::clone(&store),
         Handlers::default(),
         StreamerTools::from_shared(&log).into_tool_box(),
     )
-    .unwrap()
-    .with_config(config);
+    .config(config)
+    .build()
+    .unwrap();
     r.start("live", Streamer::Go).await.unwrap();
     r.run("live").await.unwrap();
     let mut live = String::new();
@@ -601,19 +617,20 @@ fn gate(store: &Arc<dyn Store>, handlers: &Approver, keys: SealKeys) -> Runner<G
 /// A runner of an agent without tools, sealing with `keys`.
 fn without_tools<A, H>(store: &Arc<dyn Store>, handlers: &H, keys: SealKeys) -> Runner<A, H>
 where
-    A: durable_agents::RoutedByCode + durable_agents::Handle<H>,
+    A: durable_agents::agent::RoutedByCode + durable_agents::agent::Handle<H>,
     H: Clone + Send + Sync + 'static,
 {
-    Runner::<A, H>::new(
+    Runner::<A, H>::builder(
         Arc::clone(store),
         handlers.clone(),
         durable_agents::ToolBox::new(),
     )
-    .unwrap()
-    .with_config(RunnerConfig {
+    .config(RunnerConfig {
         seal_keys: keys,
         ..RunnerConfig::default()
     })
+    .build()
+    .unwrap()
 }
 
 /// A signal's payload is stored with its secret parts sealed and reaches the handler as
@@ -745,7 +762,18 @@ async fn state_fields_are_stored_sealed_and_stable() {
     assert!(durable_agents::secrets::sealed_text(&stored.state["Opening"]["token"]).is_some());
     // Crash after the first step is committed: the second step reads the sealed state.
     let crash = Arc::new(CrashAt::new(FaultPoint::CommitApplied, 0));
-    let crashing = sessions(&store, &handlers, keys.clone()).with_faults(crash.clone());
+    let crashing = Runner::<Session, Sessions>::builder(
+        Arc::clone(&store),
+        handlers.clone(),
+        durable_agents::ToolBox::new(),
+    )
+    .config(RunnerConfig {
+        seal_keys: keys.clone(),
+        ..RunnerConfig::default()
+    })
+    .faults(crash.clone())
+    .build()
+    .unwrap();
     assert!(crashing.run("s").await.is_err());
     assert!(crash.fired());
     release(&store, "s").await;

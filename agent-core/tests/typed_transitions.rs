@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use durable_agents::router::{DecisionRecord, RouteRequest, RouterReply, ScriptedRouter};
 use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use durable_agents::runner::{FaultHook, NoFaults};
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::store::{EntryKind, JournalEntry, RunStatus, Store};
 use durable_agents::{Agent, Ctx, StepResult, ToolBox};
@@ -108,12 +109,24 @@ fn runner(
     handlers: &Handlers,
     router: Arc<ScriptedRouter>,
 ) -> Runner<Desk, Handlers> {
-    Runner::<Desk, _>::routed(Arc::clone(store), handlers.clone(), ToolBox::new(), router)
-        .unwrap()
-        .with_config(RunnerConfig {
+    runner_with(store, handlers, router, Arc::new(NoFaults))
+}
+
+fn runner_with(
+    store: &Arc<dyn Store>,
+    handlers: &Handlers,
+    router: Arc<ScriptedRouter>,
+    faults: Arc<dyn FaultHook>,
+) -> Runner<Desk, Handlers> {
+    Runner::<Desk, _>::builder(Arc::clone(store), handlers.clone(), ToolBox::new())
+        .router(router)
+        .config(RunnerConfig {
             max_reasks: 8,
             ..RunnerConfig::default()
         })
+        .faults(faults)
+        .build()
+        .unwrap()
 }
 
 async fn decisions(store: &Arc<dyn Store>, run: &str) -> Vec<JournalEntry> {
@@ -271,8 +284,12 @@ async fn the_journaled_decision_keeps_the_arguments_and_a_resumed_step_reads_the
     let handlers = Handlers::default();
     let (router, _) = script(&[("Refunding", VALID)]);
     // The process dies after the handler ran, before its transition is committed.
-    let crashing = runner(&store, &handlers, router)
-        .with_faults(Arc::new(CrashAt::new(FaultPoint::CommitSent, 0)));
+    let crashing = runner_with(
+        &store,
+        &handlers,
+        router,
+        Arc::new(CrashAt::new(FaultPoint::CommitSent, 0)),
+    );
     crashing.start("resume", Desk::Triage).await.unwrap();
     let crashed = crashing.run("resume").await;
     assert!(
@@ -367,20 +384,25 @@ mod stricter {
 async fn a_journaled_argument_the_new_type_refuses_quarantines_the_run() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let (router, _) = script(&[("Refunding", VALID)]);
-    let crashing = runner(&store, &Handlers::default(), router)
-        .with_faults(Arc::new(CrashAt::new(FaultPoint::CommitSent, 0)));
+    let crashing = runner_with(
+        &store,
+        &Handlers::default(),
+        router,
+        Arc::new(CrashAt::new(FaultPoint::CommitSent, 0)),
+    );
     crashing.start("changed", Desk::Triage).await.unwrap();
     assert!(crashing.run("changed").await.is_err());
     release(&store, "changed").await;
 
     // Deployed again with `amount_cents` at most 100: the journaled 250 no longer fits.
     let (silent, asked) = script(&[]);
-    let newer = Runner::<stricter::Desk, _>::routed(
+    let newer = Runner::<stricter::Desk, _>::builder(
         Arc::clone(&store),
         stricter::Handlers,
         ToolBox::new(),
-        silent,
     )
+    .router(silent)
+    .build()
     .unwrap();
     let record = newer.run("changed").await.unwrap();
     assert_eq!(record.status, RunStatus::Quarantined, "{record:?}");
@@ -397,7 +419,7 @@ async fn a_journaled_argument_the_new_type_refuses_quarantines_the_run() {
 async fn release(store: &Arc<dyn Store>, run: &str) {
     // A crashed process keeps its lease until it expires; the tests let it go at once.
     let record = store.load_run(run).await.unwrap().unwrap();
-    let lease = durable_agents::store::Lease {
+    let lease = durable_agents::backend::Lease {
         run_id: run.into(),
         worker: record.lease_owner.clone().unwrap(),
         epoch: record.epoch,

@@ -205,7 +205,7 @@ impl ApiConfig {
     /// # use std::sync::Arc;
     /// # use durable_agents::http::{ApiConfig, router};
     /// # use durable_agents::runner::Runner;
-    /// # fn demo<A: durable_agents::Agent + durable_agents::Handle<H>, H: Send + Sync + 'static>(
+    /// # fn demo<A: durable_agents::Agent + durable_agents::agent::Handle<H>, H: Send + Sync + 'static>(
     /// #     store: Arc<dyn durable_agents::store::Store>, runner: Runner<A, H>) {
     /// let api = router(store, ApiConfig::default().with_token("a-long-random-token-7f3e").with_agent(runner));
     /// # }

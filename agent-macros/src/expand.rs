@@ -170,7 +170,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             let children = s
                 .children
                 .iter()
-                .map(|c| quote!(<#c as #krate::Agent>::NAME));
+                .map(|c| quote!(<#c as #krate::__private::Agent>::NAME));
             let children_outlive = s.children_outlive.is_some();
             let data = lit(&s.data());
             let arguments = typed_successors(agent, s).into_iter().map(|(t, a)| {
@@ -201,12 +201,12 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             }
         });
         quote! {
-            static GRAPH: #krate::__private::OnceLock<#krate::GraphDescription> =
+            static GRAPH: #krate::__private::OnceLock<#krate::__private::GraphDescription> =
                 #krate::__private::OnceLock::new();
             GRAPH.get_or_init(|| {
                 #krate::__private::graph(&#krate::__private::AgentSpec {
                     name: #name,
-                    version: <Self as #krate::Agent>::VERSION,
+                    version: <Self as #krate::__private::Agent>::VERSION,
                     dag: #dag,
                     max_steps: #max_steps,
                     tools: &[#(#tools),*],
@@ -229,10 +229,10 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             fn migrate(
                 #from: u32,
                 #state: #private::serde_json::Value,
-            ) -> #private::Option<#private::core::result::Result<#private::serde_json::Value, #krate::versions::MigrationError>> {
+            ) -> #private::Option<#private::core::result::Result<#private::serde_json::Value, #krate::__private::MigrationError>> {
                 #private::migrate::<Self>(#from, #state)
             }
-            fn older_versions() -> #private::Vec<#krate::versions::OlderVersion> {
+            fn older_versions() -> #private::Vec<#krate::__private::OlderVersion> {
                 #private::older_versions::<Self>()
             }
         })
@@ -252,11 +252,11 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
     let routed = agent.states.iter().any(|s| s.llm.is_some());
     let by_code = quote! {
         #[automatically_derived]
-        impl #krate::RoutedByCode for #ident #stored {}
+        impl #krate::__private::RoutedByCode for #ident #stored {}
     };
     let by_llm = quote! {
         #[automatically_derived]
-        impl #krate::RoutedByLlm for #ident #stored {}
+        impl #krate::__private::RoutedByLlm for #ident #stored {}
     };
     let routing = match (stub, routed) {
         (true, _) => quote!(#by_code #by_llm),
@@ -267,10 +267,10 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
         #stored_impl
         #routing
         #[automatically_derived]
-        impl #krate::Agent for #ident #stored {
+        impl #krate::__private::Agent for #ident #stored {
             const NAME: &'static str = #name;
             #version
-            fn graph() -> &'static #krate::GraphDescription {
+            fn graph() -> &'static #krate::__private::GraphDescription {
                 #graph
             }
             fn state_name(&self) -> &'static str {
@@ -337,7 +337,7 @@ fn on_error_fn(agent: &Agent) -> Option<TokenStream> {
     Some(quote! {
         fn __on_error(
             #from: &str,
-            #failure_param: #krate::Failure,
+            #failure_param: #krate::__private::Failure,
         ) -> #private::Option<Self> {
             match #from {
                 #(#arms)*
@@ -435,17 +435,17 @@ pub(crate) fn migration(agent: &Agent) -> TokenStream {
 fn kind_value(agent: &Agent, kind: Kind) -> TokenStream {
     let krate = &agent.krate;
     match kind {
-        Kind::Read => quote!(#krate::ToolKind::Read),
-        Kind::Write => quote!(#krate::ToolKind::Write),
-        Kind::Hybrid => quote!(#krate::ToolKind::Hybrid),
+        Kind::Read => quote!(#krate::__private::ToolKind::Read),
+        Kind::Write => quote!(#krate::__private::ToolKind::Write),
+        Kind::Hybrid => quote!(#krate::__private::ToolKind::Hybrid),
     }
 }
 
 pub(crate) fn kind_type(krate: &syn::Path, kind: Kind) -> TokenStream {
     match kind {
-        Kind::Read => quote!(#krate::kind::Read),
-        Kind::Write => quote!(#krate::kind::Write),
-        Kind::Hybrid => quote!(#krate::kind::Hybrid),
+        Kind::Read => quote!(#krate::__private::kind::Read),
+        Kind::Write => quote!(#krate::__private::kind::Write),
+        Kind::Hybrid => quote!(#krate::__private::kind::Hybrid),
     }
 }
 
@@ -728,7 +728,7 @@ pub(crate) fn handler_trait(agent: &Agent) -> TokenStream {
         // (name or pattern, type, what it is) for the docs, in the order of the signature.
         let mut listed: Vec<(String, String, String)> = Vec::new();
         // Spanned at the state, so rustc's label "trait requires N parameters" is there.
-        let ctx_type = respan(quote!(#krate::Ctx<'_, #m>), span);
+        let ctx_type = respan(quote!(#krate::__private::Ctx<'_, #m>), span);
         let moves = s
             .successors()
             .iter()
@@ -764,7 +764,7 @@ pub(crate) fn handler_trait(agent: &Agent) -> TokenStream {
                 "Wake".to_owned(),
                 format!("why the run woke up: signal `{signal}` with its payload, or the wait timed out"),
             ));
-            quote_spanned!(span=> wake: #krate::Wake,)
+            quote_spanned!(span=> wake: #krate::__private::Wake,)
         });
         let what = match &s.fields {
             Fields::Named(_) => format!("the state's fields, destructured by name (or take it whole, `state: {module}::{v}`, and read `state.field`); `..` skips the ones the step does not read"),
@@ -806,7 +806,7 @@ pub(crate) fn handler_trait(agent: &Agent) -> TokenStream {
                 #route
                 #wake
                 #state,
-            ) -> impl #krate::__private::core::future::Future<Output = #krate::StepResult<#m>>
+            ) -> impl #krate::__private::core::future::Future<Output = #krate::__private::StepResult<#m>>
                    + #krate::__private::core::marker::Send;
         }
     }).collect::<Vec<_>>();
@@ -881,7 +881,7 @@ pub(crate) fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
                 #pattern => {
                     let #next = <H as #trait_ident>::#method(
                         #handlers,
-                        #krate::Ctx::<'_, #m>::__new(#io),
+                        #krate::__private::Ctx::<'_, #m>::__new(#io),
                         #route
                         #wake
                         #state,
@@ -901,12 +901,12 @@ pub(crate) fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
     };
     quote! {
         #[automatically_derived]
-        impl<H: #trait_ident> #krate::Handle<H> for #ident #stored {
+        impl<H: #trait_ident> #krate::__private::Handle<H> for #ident #stored {
             fn handle<'a>(
                 self,
                 #handlers: &'a H,
                 #io: &'a dyn #private::StepIo,
-            ) -> #private::BoxFuture<'a, #private::core::result::Result<Self, #krate::StepError>> {
+            ) -> #private::BoxFuture<'a, #private::core::result::Result<Self, #krate::__private::StepError>> {
                 #body
             }
         }
@@ -982,7 +982,7 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             #[diagnostic::do_not_recommend]
             impl #tools_trait for #krate::__private::Unreachable {}
             #[automatically_derived]
-            impl<T: #krate::Tool + #tools_trait> #krate::AllowsTool<T> for #m {}
+            impl<T: #krate::__private::Tool + #tools_trait> #krate::__private::AllowsTool<T> for #m {}
 
             #[diagnostic::on_unimplemented(
                 message = #child_msg,
@@ -996,7 +996,7 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             #[diagnostic::do_not_recommend]
             impl #children_trait for #krate::__private::Unreachable {}
             #[automatically_derived]
-            impl<C: #krate::Agent + #children_trait> #krate::AllowsChild<C> for #m {}
+            impl<C: #krate::__private::Agent + #children_trait> #krate::__private::AllowsChild<C> for #m {}
 
             #[diagnostic::on_unimplemented(
                 message = #move_msg,
@@ -1010,7 +1010,7 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             #[diagnostic::do_not_recommend]
             impl #moves_trait for #krate::__private::Unreachable {}
             #[automatically_derived]
-            impl<T: #krate::State + #moves_trait> #krate::AllowsTransition<T> for #m {}
+            impl<T: #krate::__private::State + #moves_trait> #krate::__private::AllowsTransition<T> for #m {}
         }
     });
     quote!(#(#per_state)*)
@@ -1040,7 +1040,7 @@ pub(crate) fn tool_checks(agent: &Agent) -> TokenStream {
             #[diagnostic::on_unimplemented(message = #msg, label = "declared here", note = #note)]
             pub trait #tr<T> {}
             impl<T> #tr<T> for #ty {}
-            const fn #f<T: #krate::Tool>() where <T as #krate::Tool>::Kind: #tr<T> {}
+            const fn #f<T: #krate::__private::Tool>() where <T as #krate::__private::Tool>::Kind: #tr<T> {}
         }
     });
     let comp_msg = format!(
@@ -1056,7 +1056,7 @@ pub(crate) fn tool_checks(agent: &Agent) -> TokenStream {
         quote_spanned! {path.span()=>
             let _ = __agent_named::<
                 #path,
-                __AgentNameCheck<{ #krate::__private::str_eq(<#path as #krate::Tool>::NAME, #name_lit) }>,
+                __AgentNameCheck<{ #krate::__private::str_eq(<#path as #krate::__private::Tool>::NAME, #name_lit) }>,
             >;
         }
     });
@@ -1079,9 +1079,9 @@ pub(crate) fn tool_checks(agent: &Agent) -> TokenStream {
         #[diagnostic::on_unimplemented(message = #comp_msg, label = "declared here", note = "make `type With` of the `Compensate` impl and `compensate = ...` in `#[agent(tools(...))]` name the same tool")]
         pub trait __AgentCompensatedBy<T, C> {}
         impl<T, C> __AgentCompensatedBy<T, C> for C {}
-        const fn __agent_compensated_by<T: #krate::Compensate, C>()
+        const fn __agent_compensated_by<T: #krate::__private::Compensate, C>()
         where
-            <T as #krate::Compensate>::With: __AgentCompensatedBy<T, C>,
+            <T as #krate::__private::Compensate>::With: __AgentCompensatedBy<T, C>,
         {
         }
         pub struct __AgentNameCheck<const SAME: bool>;

@@ -26,8 +26,8 @@ pub(crate) fn fallback(agent: &Agent) -> TokenStream {
     let allows = agent.states.iter().map(|s| {
         let m = expand::marker(agent, s);
         quote! {
-            impl<T: #krate::Tool> #krate::AllowsTool<T> for #m {}
-            impl<T: #krate::State> #krate::AllowsTransition<T> for #m {}
+            impl<T: #krate::__private::Tool> #krate::__private::AllowsTool<T> for #m {}
+            impl<T: #krate::__private::State> #krate::__private::AllowsTransition<T> for #m {}
         }
     });
     // Use the declared tools, so their imports are not reported as unused on top of the errors.

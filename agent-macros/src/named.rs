@@ -166,7 +166,7 @@ pub(crate) fn outside(agent: &Agent) -> TokenStream {
                 #(#assoc)*
             }
             #[automatically_derived]
-            impl #krate::State for #m #stored {
+            impl #krate::__private::State for #m #stored {
                 type Agent = #enum_ident;
                 const NAME: &'static str = #name;
                 fn __into_agent(self) -> #enum_ident {

@@ -377,7 +377,7 @@ fn tool_attribute_mistakes_are_each_reported_and_a_stub_is_emitted() {
     );
     let out = crate::tool::derive(&input).to_string();
     assert_eq!(out.matches("compile_error").count(), 4);
-    assert!(out.contains("impl :: durable_agents :: Tool for Count"));
+    assert!(out.contains("impl :: durable_agents :: __private :: Tool for Count"));
     assert!(out.contains("type Input = String"));
 }
 

@@ -120,7 +120,7 @@ pub(crate) fn tool_impl(tool: &Tool, body: &TokenStream) -> TokenStream {
     let (impl_generics, ty_generics, where_clause) = tool.generics.split_for_impl();
     quote! {
         #[automatically_derived]
-        impl #impl_generics #krate::Tool for #ident #ty_generics #where_clause {
+        impl #impl_generics #krate::__private::Tool for #ident #ty_generics #where_clause {
             const NAME: &'static str = #name;
             const DESCRIPTION: &'static str = #desc;
             type Kind = #kind;
@@ -138,7 +138,7 @@ pub(crate) fn expand(tool: &Tool) -> TokenStream {
         fields.push(quote!(timeout: #krate::__private::core::time::Duration::from_millis(#ms)));
     }
     if let Some(n) = tool.retries {
-        fields.push(quote!(retry: #krate::RetryPolicy {
+        fields.push(quote!(retry: #krate::__private::RetryPolicy {
             max_attempts: #n,
             ..#krate::__private::core::default::Default::default()
         }));
@@ -156,8 +156,8 @@ pub(crate) fn expand(tool: &Tool) -> TokenStream {
         TokenStream::new()
     } else {
         quote! {
-            fn policy() -> #krate::ToolPolicy {
-                #krate::ToolPolicy {
+            fn policy() -> #krate::__private::ToolPolicy {
+                #krate::__private::ToolPolicy {
                     #(#fields,)*
                     #rest
                 }

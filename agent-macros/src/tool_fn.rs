@@ -600,7 +600,7 @@ fn execute_impl(model: &Tool, func: &ItemFn, params: &[Param], generated: bool) 
     let cx = Ident::new("cx", Span::mixed_site());
     let args = params.iter().map(|p| match p {
         Param::Shared { field, .. } => {
-            quote!(#krate::Shared(#private::core::clone::Clone::clone(&self.#field)))
+            quote!(#krate::__private::Shared(#private::core::clone::Clone::clone(&self.#field)))
         }
         Param::Context => quote!(#cx),
         Param::Input => quote!(#input),
@@ -616,15 +616,16 @@ fn execute_impl(model: &Tool, func: &ItemFn, params: &[Param], generated: bool) 
         quote!(let _ = &#input;)
     };
     let span = func.sig.output.span();
-    let convert = quote_spanned!(span=> #private::core::convert::Into::<#krate::ToolError>::into);
+    let convert =
+        quote_spanned!(span=> #private::core::convert::Into::<#krate::__private::ToolError>::into);
     quote! {
         #[automatically_derived]
-        impl #krate::Execute for #ident {
+        impl #krate::__private::Execute for #ident {
             async fn execute(
                 &self,
                 #input: #input_ty,
-                #cx: &#krate::ToolContext,
-            ) -> #private::core::result::Result<#output_ty, #krate::ToolError> {
+                #cx: &#krate::__private::ToolContext,
+            ) -> #private::core::result::Result<#output_ty, #krate::__private::ToolError> {
                 #unpack
                 let _ = #cx;
                 #fn_name(#(#args),*).await.map_err(#convert)
@@ -639,10 +640,10 @@ fn build_impl(model: &Tool, shared: &[(&Ident, &Type)]) -> TokenStream {
     let state = Ident::new("__S", Span::mixed_site());
     let bounds = shared
         .iter()
-        .map(|(_, t)| quote!(#t: #krate::FromShared<#state>));
-    let fields = shared
-        .iter()
-        .map(|(f, t)| quote!(#f: <#t as #krate::FromShared<#state>>::from_shared(shared)));
+        .map(|(_, t)| quote!(#t: #krate::__private::FromShared<#state>));
+    let fields = shared.iter().map(
+        |(f, t)| quote!(#f: <#t as #krate::__private::FromShared<#state>>::from_shared(shared)),
+    );
     let body = if shared.is_empty() {
         quote!(Self)
     } else {
@@ -650,7 +651,7 @@ fn build_impl(model: &Tool, shared: &[(&Ident, &Type)]) -> TokenStream {
     };
     quote! {
         #[automatically_derived]
-        impl<#state> #krate::BuildTool<#state> for #ident
+        impl<#state> #krate::__private::BuildTool<#state> for #ident
         where
             #(#bounds,)*
         {
@@ -680,13 +681,13 @@ fn compensate_impl(model: &Tool, args: &Args) -> TokenStream {
     };
     quote! {
         #[automatically_derived]
-        impl #krate::Compensate for #ident {
+        impl #krate::__private::Compensate for #ident {
             type With = #with;
             fn compensation(
                 &self,
                 input: &#input_ty,
                 output: &#output_ty,
-            ) -> <#with as #krate::Tool>::Input {
+            ) -> <#with as #krate::__private::Tool>::Input {
                 let _ = input;
                 #body
             }

@@ -58,7 +58,7 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
             quote!(let _ = shared; #krate::__private::core::unreachable!(
                 "never run: the derive reported an error, so the crate does not compile"
             )),
-            quote!(#krate::ToolBox::new()),
+            quote!(#krate::__private::ToolBox::new()),
         )
     } else {
         let bounds: Vec<TokenStream> = agent
@@ -66,12 +66,12 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
             .iter()
             .map(|t| {
                 let path = &t.path;
-                quote!(#path: #krate::BuildTool<#state>)
+                quote!(#path: #krate::__private::BuildTool<#state>)
             })
             .collect();
         let built = tools.iter().zip(&fields).map(|(t, f)| {
             let path = &t.path;
-            quote!(#f: <#path as #krate::BuildTool<#state>>::build_tool(shared))
+            quote!(#f: <#path as #krate::__private::BuildTool<#state>>::build_tool(shared))
         });
         let adds = tools.iter().zip(&fields).map(|(t, f)| {
             let helper = helper(krate, t.kind);
@@ -80,7 +80,7 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
         (
             bounds,
             quote!(let _ = shared; Self { #(#built,)* }),
-            quote!(let tools = #krate::ToolBox::new(); #(#adds)* tools),
+            quote!(let tools = #krate::__private::ToolBox::new(); #(#adds)* tools),
         )
     };
     let runnable = tools.iter().filter(|_| !stub).map(|t| {
@@ -122,11 +122,11 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
         // `for<'a>`: each tool's `Execute` is required where the struct is used (the
         // runner), not here: an agent's graph compiles before its tools run.
         #[automatically_derived]
-        impl #krate::ToolsFor<#enum_ident> for #tools_ident
+        impl #krate::__private::ToolsFor<#enum_ident> for #tools_ident
         where
             #(#runnable,)*
         {
-            fn into_tool_box(self) -> #krate::ToolBox {
+            fn into_tool_box(self) -> #krate::__private::ToolBox {
                 #into_box
             }
         }

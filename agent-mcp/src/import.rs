@@ -281,10 +281,10 @@ impl McpImport {
 }
 
 /// Check every import against its server's tool list and build the [`ImportedTools`] to
-/// add to a runner ([`Runner::with_imported_tools`], which checks the states against the
+/// add to a runner ([`RunnerBuilder::imported_tools`], which checks the states against the
 /// agent's graph).
 ///
-/// [`Runner::with_imported_tools`]: agent_core::runner::Runner::with_imported_tools
+/// [`RunnerBuilder::imported_tools`]: agent_core::runner::RunnerBuilder::imported_tools
 ///
 /// # Errors
 /// [`ImportError`] listing every problem of every import.

@@ -18,7 +18,7 @@
 //!     .read("read_graph")
 //!     .write("create_entities")
 //!     .allow_in("Remember", ["read_graph", "create_entities"])])?;
-//! // runner = Runner::new(store, handlers, tool_box)?.with_imported_tools(tools)?;
+//! // runner = Runner::builder(store, handlers, tool_box).imported_tools(tools).build()?;
 //! // in the `Remember` handler:
 //! //   ctx.call_imported("memory__create_entities", json!({"entities": [...]})).await?
 //! # Ok(()) }

@@ -7,11 +7,13 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use durable_agents::FailureCode;
 use durable_agents::mcp::{IDEMPOTENCY_KEY_META, McpImport, McpServer, import};
 use durable_agents::router::{OptionKind, RouteRequest, ScriptedRouter};
 use durable_agents::runner::{
-    CrashAt, FaultPoint, ImportedTools, Runner, RunnerConfig, RunnerError, SCHEMA_CHANGED,
+    CrashAt, FaultPoint, ImportedTools, Runner, RunnerConfig, RunnerError,
 };
+use durable_agents::runner::{FaultHook, NoFaults};
 use durable_agents::store::memory::MemoryStore;
 use durable_agents::store::{CallStatus, EntryKind, RunStatus, Store};
 use durable_agents::{Agent, Ctx, StepError, StepResult, ToolBox};
@@ -103,16 +105,22 @@ fn runner(
     tools: ImportedTools,
     worker: &str,
 ) -> Runner<Notebook, Behaviour> {
-    Runner::routed(
-        Arc::clone(store),
-        Behaviour,
-        ToolBox::new(),
-        router(Arc::default()),
-    )
-    .unwrap()
-    .with_imported_tools(tools)
-    .unwrap()
-    .with_config(config(worker))
+    runner_with(store, tools, worker, Arc::new(NoFaults))
+}
+
+fn runner_with(
+    store: &Arc<dyn Store>,
+    tools: ImportedTools,
+    worker: &str,
+    faults: Arc<dyn FaultHook>,
+) -> Runner<Notebook, Behaviour> {
+    Runner::builder(Arc::clone(store), Behaviour, ToolBox::new())
+        .router(router(Arc::default()))
+        .imported_tools(tools)
+        .config(config(worker))
+        .faults(faults)
+        .build()
+        .unwrap()
 }
 
 /// The stdio server: the `rust_mcp_server` example next to this test binary.
@@ -157,15 +165,12 @@ async fn stdio_tools_are_legal_per_state_and_the_model_sees_only_its_own() {
     let tools = import([notebook_import(server)]).unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let offered = Arc::new(Mutex::new(Vec::new()));
-    let runner = Runner::<Notebook, Behaviour>::routed(
-        Arc::clone(&store),
-        Behaviour,
-        ToolBox::new(),
-        router(Arc::clone(&offered)),
-    )
-    .unwrap()
-    .with_imported_tools(tools)
-    .unwrap();
+    let runner =
+        Runner::<Notebook, Behaviour>::builder(Arc::clone(&store), Behaviour, ToolBox::new())
+            .router(router(Arc::clone(&offered)))
+            .imported_tools(tools)
+            .build()
+            .unwrap();
     runner
         .start(
             "n-1",
@@ -267,14 +272,14 @@ async fn states_and_compensations_are_checked_against_the_agent() {
         .write("add_note")
         .allow_in("Wirte", ["add_note"])])
     .unwrap();
-    let err = Runner::<Notebook, Behaviour>::routed(
+    let err = Runner::<Notebook, Behaviour>::builder(
         Arc::new(MemoryStore::new()),
         Behaviour,
         ToolBox::new(),
-        router(Arc::default()),
     )
-    .unwrap()
-    .with_imported_tools(tools)
+    .router(router(Arc::default()))
+    .imported_tools(tools)
+    .build()
     .unwrap_err();
     let RunnerError::ToolBox { problem, .. } = &err else {
         panic!("{err}")
@@ -329,12 +334,12 @@ async fn a_write_retried_after_a_crash_reuses_its_key_over_http() {
     let server = McpServer::http("notes", &url).await.unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let hook = Arc::new(CrashAt::new(FaultPoint::ToolAnswered, 0));
-    let crashy = runner(
+    let crashy = runner_with(
         &store,
         import([notebook_import(server.clone())]).unwrap(),
         "crashy",
-    )
-    .with_faults(hook.clone());
+        hook.clone(),
+    );
     crashy
         .start(
             "n-crash",
@@ -373,8 +378,12 @@ async fn a_changed_schema_holds_the_run_instead_of_replaying_it() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let hook = Arc::new(CrashAt::new(FaultPoint::ToolAnswered, 0));
     let v1 = McpServer::http("notes", &url).await.unwrap();
-    let crashy =
-        runner(&store, import([notebook_import(v1)]).unwrap(), "crashy").with_faults(hook.clone());
+    let crashy = runner_with(
+        &store,
+        import([notebook_import(v1)]).unwrap(),
+        "crashy",
+        hook.clone(),
+    );
     crashy
         .start("n-schema", Notebook::Write { text: "tea".into() })
         .await
@@ -389,7 +398,7 @@ async fn a_changed_schema_holds_the_run_instead_of_replaying_it() {
     let held = upgraded.run("n-schema").await.unwrap();
     assert_eq!(held.status, RunStatus::Quarantined);
     let error = held.error.unwrap();
-    assert_eq!(error.code, SCHEMA_CHANGED);
+    assert_eq!(error.code, FailureCode::ToolSchemaChanged);
     assert!(
         error.message.contains(
             "the input schema of tool `notes__add_note` changed since this run called it"
@@ -411,8 +420,12 @@ async fn a_schema_changed_after_an_earlier_step_holds_the_run_too() {
     let v1 = McpServer::http("notes", &url).await.unwrap();
     // The first worker commits `Write` and crashes once it has asked the model in `Decide`.
     let hook = Arc::new(CrashAt::new(FaultPoint::LlmSent, 0));
-    let first =
-        runner(&store, import([import_with(v1)]).unwrap(), "first").with_faults(hook.clone());
+    let first = runner_with(
+        &store,
+        import([import_with(v1)]).unwrap(),
+        "first",
+        hook.clone(),
+    );
     first
         .start("n-later", Notebook::Write { text: "jam".into() })
         .await
@@ -426,19 +439,16 @@ async fn a_schema_changed_after_an_earlier_step_holds_the_run_too() {
         "notes__add_note",
         r#"{"text": "more", "author": "ann"}"#,
     )]));
-    let upgraded = Runner::<Notebook, Behaviour>::routed(
-        Arc::clone(&store),
-        Behaviour,
-        ToolBox::new(),
-        router,
-    )
-    .unwrap()
-    .with_imported_tools(import([import_with(v2)]).unwrap())
-    .unwrap()
-    .with_config(config("upgraded"));
+    let upgraded =
+        Runner::<Notebook, Behaviour>::builder(Arc::clone(&store), Behaviour, ToolBox::new())
+            .router(router)
+            .imported_tools(import([import_with(v2)]).unwrap())
+            .config(config("upgraded"))
+            .build()
+            .unwrap();
     let held = upgraded.run("n-later").await.unwrap();
     assert_eq!(held.status, RunStatus::Quarantined);
-    assert_eq!(held.error.unwrap().code, SCHEMA_CHANGED);
+    assert_eq!(held.error.unwrap().code, FailureCode::ToolSchemaChanged);
 }
 
 /// Reserves a slot with an MCP hybrid tool, then fails at the confirmation: the saga
@@ -487,11 +497,11 @@ async fn a_failed_run_compensates_its_mcp_hybrid_once_with_a_key() {
         .allow::<slots::Reserve, _, _>(["reserve_slot"])])
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner = Runner::<Slots, Behaviour>::new(Arc::clone(&store), Behaviour, ToolBox::new())
-        .unwrap()
-        .with_imported_tools(tools)
-        .unwrap()
-        .with_config(config("w"));
+    let runner = Runner::<Slots, Behaviour>::builder(Arc::clone(&store), Behaviour, ToolBox::new())
+        .imported_tools(tools)
+        .config(config("w"))
+        .build()
+        .unwrap();
     runner
         .start(
             "s-1",

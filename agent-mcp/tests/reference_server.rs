@@ -101,10 +101,11 @@ async fn an_agent_writes_and_reads_through_the_reference_memory_server() {
         .allow::<recall::Read, _, _>(["read_graph"])])
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner = Runner::<Recall, Behaviour>::new(Arc::clone(&store), Behaviour, ToolBox::new())
-        .unwrap()
-        .with_imported_tools(tools)
-        .unwrap();
+    let runner =
+        Runner::<Recall, Behaviour>::builder(Arc::clone(&store), Behaviour, ToolBox::new())
+            .imported_tools(tools)
+            .build()
+            .unwrap();
     runner
         .start("r-1", Recall::Remember { name: "Ada".into() })
         .await

@@ -294,13 +294,14 @@ struct RunnerFigures {
 /// `runs` runs of `steps` transitions each, driven concurrently through the runner.
 async fn runner_steps(store: Arc<dyn Store>, runs: u64, steps: u64, tag: &str) -> RunnerFigures {
     let clock = Arc::new(CommitClock::default());
-    let runner = Runner::<Ticker, Tick>::new(store, Tick, ToolBox::new())
-        .expect("no tools to check")
-        .with_config(RunnerConfig {
+    let runner = Runner::<Ticker, Tick>::builder(store, Tick, ToolBox::new())
+        .config(RunnerConfig {
             worker_id: format!("bench-{tag}"),
             ..RunnerConfig::default()
         })
-        .with_faults(clock.clone());
+        .faults(clock.clone())
+        .build()
+        .expect("no tools to check");
     let mut ids = Vec::new();
     for r in 0..runs {
         let id = format!("runner-{tag}-{r}");

@@ -230,14 +230,16 @@ fn new_runner(
     hang_at: Option<u32>,
 ) -> (Runner<Flow, Steps>, Arc<Commits>) {
     let commits = Arc::new(Commits::default());
-    let runner = Runner::<Flow, Steps>::new(store, Steps { hang_at }, ToolBox::new().with(Think))
-        .expect("the tool box matches the agent")
-        .with_config(RunnerConfig {
-            worker_id: worker_id.to_owned(),
-            lease_ttl: lease,
-            ..RunnerConfig::default()
-        })
-        .with_faults(commits.clone());
+    let runner =
+        Runner::<Flow, Steps>::builder(store, Steps { hang_at }, ToolBox::new().with(Think))
+            .config(RunnerConfig {
+                worker_id: worker_id.to_owned(),
+                lease_ttl: lease,
+                ..RunnerConfig::default()
+            })
+            .faults(commits.clone())
+            .build()
+            .expect("the tool box matches the agent");
     (runner, commits)
 }
 

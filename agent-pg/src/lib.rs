@@ -10,7 +10,8 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use durable_agents::store::{NewRun, Store};
+//! use durable_agents::backend::NewRun;
+//! use durable_agents::store::Store;
 //! use durable_agents::postgres::PgStore;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -207,7 +207,7 @@ agent_sql::impl_sql_store!(PgStore {
             let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
                 .bind(&lease.run_id)
                 .bind(to_i64(lease.epoch))
-                .bind(&error.code)
+                .bind(error.code.as_str())
                 .bind(&error.message)
                 .fetch_optional(&self.pool)
                 .await

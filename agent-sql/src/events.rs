@@ -142,7 +142,7 @@ fn add(log: &mut EventBuilder, r: EventRow, position: u64) -> Result<(), StoreEr
         .map_err(c)?
         .unwrap_or_default();
     let error = r.error_code.clone().map(|code| RunFailure {
-        code,
+        code: code.into(),
         message: r.error_message.clone().unwrap_or_default(),
     });
     match r.source.as_str() {

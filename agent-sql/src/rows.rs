@@ -119,7 +119,7 @@ impl SalvageRow {
             waiting_for: self.waiting_for,
             wake_at: self.wake_at,
             error: self.error_code.map(|code| RunFailure {
-                code,
+                code: code.into(),
                 message: self.error_message.unwrap_or_default(),
             }),
             lease_owner: self.lease_owner,
@@ -341,7 +341,7 @@ pub fn listed_run(row: &impl SqlRow) -> Result<(RunRecord, Option<RunHead>), Sto
         (inspected, None) => {
             let mut record = inspected.record;
             record.error = Some(RunFailure {
-                code: ROW_UNREADABLE.to_owned(),
+                code: ROW_UNREADABLE.into(),
                 message: inspected.unreadable.unwrap_or_default(),
             });
             Ok((record, None))

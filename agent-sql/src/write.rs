@@ -106,7 +106,7 @@ impl CommitRow {
             same_status: commit.status == plan.base().status && !commit.status.is_final(),
             waiting_for: commit.waiting_for.clone(),
             wake_at: commit.wake_at,
-            error_code: commit.error.as_ref().map(|e| e.code.clone()),
+            error_code: commit.error.as_ref().map(|e| e.code.as_str().to_owned()),
             error_message: commit.error.as_ref().map(|e| e.message.clone()),
             hash: plan.hash.clone(),
             patch_bytes: to_i64(plan.patch_bytes),

@@ -115,9 +115,10 @@ fn ms(d: Duration) -> f64 {
 
 /// One run of `steps` steps, driven by a worker.
 async fn one_run(store: &Arc<dyn Store>, id: &str, steps: u64) -> Duration {
-    let runner = Runner::<Counter, Handlers>::new(Arc::clone(store), Handlers, ToolBox::new())
-        .expect("no tools")
-        .with_config(config("bench-single"));
+    let runner = Runner::<Counter, Handlers>::builder(Arc::clone(store), Handlers, ToolBox::new())
+        .config(config("bench-single"))
+        .build()
+        .expect("no tools");
     let started = Instant::now();
     runner
         .start(id, Counter::Counting { n: 0, limit: steps })
@@ -140,12 +141,14 @@ async fn tree(
     children: u64,
     steps: u64,
 ) -> (Duration, Option<i64>) {
-    let parents = Runner::<Tree, Handlers>::new(Arc::clone(store), Handlers, ToolBox::new())
-        .expect("no tools")
-        .with_config(config("bench-parents"));
-    let kids = Runner::<Counter, Handlers>::new(Arc::clone(store), Handlers, ToolBox::new())
-        .expect("no tools")
-        .with_config(config("bench-children"));
+    let parents = Runner::<Tree, Handlers>::builder(Arc::clone(store), Handlers, ToolBox::new())
+        .config(config("bench-parents"))
+        .build()
+        .expect("no tools");
+    let kids = Runner::<Counter, Handlers>::builder(Arc::clone(store), Handlers, ToolBox::new())
+        .config(config("bench-children"))
+        .build()
+        .expect("no tools");
     let started = Instant::now();
     parents
         .start(id, Tree::Splitting { children, steps })

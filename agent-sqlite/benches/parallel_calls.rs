@@ -111,12 +111,13 @@ async fn through_runner(runner: &Runner<Fanout, Calls>, id: &str, concurrency: u
 }
 
 fn runner_on(store: Arc<dyn Store>) -> Runner<Fanout, Calls> {
-    Runner::<Fanout, Calls>::new(store, Calls, ToolBox::new().with(SlowWrite))
-        .expect("tool box matches")
-        .with_config(RunnerConfig {
+    Runner::<Fanout, Calls>::builder(store, Calls, ToolBox::new().with(SlowWrite))
+        .config(RunnerConfig {
             worker_id: "bench".into(),
             ..RunnerConfig::default()
         })
+        .build()
+        .expect("tool box matches")
 }
 
 fn ms(d: Duration) -> f64 {

@@ -176,7 +176,7 @@ agent_sql::impl_sql_store!(SqliteStore {
             let row = sqlx::query(sql::QUARANTINE_UNDER_LEASE)
                 .bind(&lease.run_id)
                 .bind(to_i64(lease.epoch))
-                .bind(&error.code)
+                .bind(error.code.as_str())
                 .bind(&error.message)
                 .bind(now_ms())
                 .fetch_optional(&mut *tx)

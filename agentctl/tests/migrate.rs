@@ -139,24 +139,31 @@ fn old_runs(db: &Db) -> Arc<World> {
     let world = Arc::new(World::default());
     db.runtime.block_on(async {
         let store = store_of(db).await;
-        let v1 = common::runner(&store, &world, "Pay").with_config(config("v1"));
+        let v1 = common::runner_builder(&store, &world, "Pay")
+            .config(config("v1"))
+            .build()
+            .unwrap();
         v1.start(FRESH, fixture::initial(&["fig"])).await.unwrap();
         for id in [UNREADABLE, NO_CHAIN] {
             v1.start(id, fixture::initial(&["fig"])).await.unwrap();
         }
         let crash = Arc::new(CrashAt::new(FaultPoint::CommitSent, 0));
-        let crashing = common::runner(&store, &world, "Pay")
-            .with_config(config("v1-crash"))
-            .with_faults(crash.clone());
+        let crashing = common::runner_builder(&store, &world, "Pay")
+            .config(config("v1-crash"))
+            .faults(crash.clone())
+            .build()
+            .unwrap();
         crashing
             .start(INTERRUPTED, fixture::initial(&["a", "bb"]))
             .await
             .unwrap();
         assert!(crashing.run(INTERRUPTED).await.is_err() && crash.fired());
         let crash = Arc::new(CrashAt::new(FaultPoint::CompensationRegistered, 0));
-        let compensating = common::runner(&store, &Arc::new(World::default()), "Cancelled")
-            .with_config(config("v1-comp"))
-            .with_faults(crash.clone());
+        let compensating = common::runner_builder(&store, &Arc::new(World::default()), "Cancelled")
+            .config(config("v1-comp"))
+            .faults(crash.clone())
+            .build()
+            .unwrap();
         compensating
             .start(COMPENSATING, fixture::initial(&["c"]))
             .await
@@ -383,14 +390,15 @@ fn apply_migrates_each_run_once(new_db: fn() -> Db) {
 
         // The interrupted run goes on on version 2 from its carried-over journal: its
         // reservations are not made again.
-        let v2 = Runner::<OrderV2, Behaviour>::routed(
+        let v2 = Runner::<OrderV2, Behaviour>::builder(
             Arc::clone(&store),
             Behaviour,
             fixture::tools(&world),
-            Arc::new(fixture::router("Pay")),
         )
-        .unwrap()
-        .with_config(config("v2"));
+        .router(Arc::new(fixture::router("Pay")))
+        .config(config("v2"))
+        .build()
+        .unwrap();
         let reserved = world.state().reserved.len();
         let record = v2.run(INTERRUPTED).await.unwrap();
         assert_eq!(

@@ -77,13 +77,10 @@ fn pending(db: &Db, run: &str) -> Vec<i64> {
 fn strict_runner(db: &Db) -> Runner<Order, Strict> {
     let world = Arc::new(fixture::World::default());
     let store = db.runtime.block_on(db.store());
-    Runner::routed(
-        store,
-        Strict,
-        fixture::tools(&world),
-        Arc::new(fixture::router("Pay")),
-    )
-    .expect("runner")
+    Runner::builder(store, Strict, fixture::tools(&world))
+        .router(Arc::new(fixture::router("Pay")))
+        .build()
+        .expect("runner")
 }
 
 /// Drive `run` with the strict runner until it waits or stops; its status after.
@@ -498,13 +495,14 @@ fn cancelling_a_parent_stops_its_running_child(new_db: fn() -> Db) {
         entered: std::sync::Mutex::new(entered_tx),
         release: std::sync::Mutex::new(release_rx),
     });
-    let children = Runner::<Fanout, FanoutBehaviour>::new(
+    let children = Runner::<Fanout, FanoutBehaviour>::builder(
         Arc::clone(&store),
         FanoutBehaviour,
         fixture::tools(&world),
     )
-    .expect("runner")
-    .with_faults(gate);
+    .faults(gate)
+    .build()
+    .expect("runner");
     let child_id = child.clone();
     let child_runner = children.clone();
     // The child's worker, on a thread of its own: the gate blocks it mid-step.

@@ -105,8 +105,8 @@
 //! | [`tool`] | [`Tool`] (derivable), [`Execute`], [`Compensate`]; kinds read, write, hybrid; policies |
 //! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
-//! | [`store`] | the [`Store`] contract, records, delta history, an in-memory store |
-//! | `conformance` | the suite every store backend runs (feature `conformance`) |
+//! | [`store`] | runs as stored: the [`Store`] contract's reading and operating roles, records, run ids, an in-memory store |
+//! | [`backend`] | for authors of a store: the runner's role of the contract, the records and hashes a backend writes, the conformance suites (feature `conformance`) |
 //!
 //! Backends: [`sqlite`] (the embedded default, feature `sqlite`) and `postgres` (PostgreSQL,
 //! many workers, feature `postgres`). Providers: `llm` (OpenAI-compatible and Anthropic,
@@ -123,7 +123,7 @@
 //! | `llm` | no | `llm`: routers over OpenAI-compatible chat completions and Anthropic messages |
 //! | `http` | no | `http`: the store over HTTP, an axum router to mount (runs, events as SSE, signals) |
 //! | `mcp` | no | `mcp`: tools imported from MCP servers (stdio, streamable HTTP), each with a declared kind |
-//! | `conformance` | no | [`store_conformance!`] and [`runner_conformance!`]: the checks every store backend runs |
+//! | `conformance` | no | `backend::store_conformance!` and `backend::runner_conformance!`: the checks every store backend runs |
 //!
 //! ## Guarantees
 //!
@@ -136,14 +136,88 @@
 //! storage grows linearly with the number of steps. Each is a test in the conformance suite.
 #![warn(missing_docs)]
 
-pub use agent_core::*;
+// The root holds what a program that writes and runs agents names; the rest is one module
+// deep, by audience: `store` for those who read and operate runs, `backend` for those who
+// write a store. Nothing is re-exported by glob, so what the root offers is written here.
+
+/// Derive an agent from an enum of states: see [`agent_core::Agent`](macro@agent_core::Agent).
+pub use agent_core::Agent;
+pub use agent_core::{Tool, tool_fn};
+
+// Writing handlers.
+pub use agent_core::{Ctx, Failure, FailureCode, StepError, StepResult, Wake};
+// Writing tools.
+pub use agent_core::{
+    Compensate, Execute, Shared, ToolBox, ToolContext, ToolError, ToolKind, ToolResult,
+};
+// Running agents.
+pub use agent_core::{
+    MemoryStore, RunRecord, RunStatus, Runner, RunnerConfig, RunnerError, Store, Worker,
+    WorkerConfig,
+};
+
+pub use agent_core::{agent, events, graph, router, runner, schema, secrets, versions};
+
+/// Tools: [`Tool`](trait@tool::Tool) (derivable), [`Execute`], [`Compensate`]; kinds read,
+/// write, hybrid; policies; the tool box; an agent's tools built from shared resources.
+pub mod tool {
+    pub use agent_core::tool::{
+        Compensate, DynTool, ErrorClass, Execute, RetryPolicy, Tool, ToolBox, ToolContext,
+        ToolError, ToolKind, ToolPolicy, ToolResult, kind,
+    };
+    pub use agent_core::toolset::{BuildTool, FromShared, Shared, ToolsFor};
+}
+
+/// How to read the compile errors of `#[derive(Agent)]`, each with what to do about it.
+#[doc = include_str!("../../docs/compile-errors.md")]
+pub mod compile_errors {}
+
+/// Runs as stored, for programs that read and operate them: the [`Store`] contract's
+/// reading and operating roles, the records they return, run ids, store locations, the
+/// in-memory store, the hash chain's verifier.
+///
+/// Writing a store of your own is [`backend`]'s business.
+pub mod store {
+    pub use agent_core::store::{
+        CallStatus, EntryKind, EventCursor, EventKind, EventLog, EventScope, FailureCode,
+        HistoryStore, InspectedRun, JournalEntry, Labels, OperatorNote, OperatorStore, PruneReport,
+        RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord,
+        StateAtVersion, Store, StoreError, ToolStats, ToolSwitch, TransitionKind, TransitionRecord,
+        canonical_json, idempotency_key, input_hash, new_run_id,
+    };
+    pub use agent_core::store::{location, memory, repair, verify};
+}
+
+/// For authors of a store backend: the runner's role of the contract ([`RunStore`](agent_core::store::RunStore)),
+/// the records a backend reads and writes, the hashes and plans every backend computes the
+/// same way, and, with the feature `conformance`, the suites a backend runs
+/// (`store_conformance!`, `runner_conformance!`).
+///
+/// Named for what its reader writes, a backend (as `sqlite` and `postgres` are), apart
+/// from [`store`], which is what every program reading runs needs: the two
+/// audiences meet at the [`Store`] trait, which both see.
+pub mod backend {
+    pub use agent_core::store::{
+        ChainLink, ClaimReads, Claimed, EventBuilder, EventLog, EventWake, EventWakes,
+        HistoryStore, Lease, MigrationCommit, MigrationNote, Millis, NewRun, OperatorStore,
+        ROW_UNREADABLE, RepairCommit, RunKey, RunStore, SpawnedBy, StatusChange, StepCommit, Store,
+        StoreError, TransitionFacts, VersionCount, VersionSpan, WAIT_ALL_CHILDREN,
+        WAIT_FIRST_CHILD, WakeHub, agent_version_at, claimable_by, compute_tool_stats,
+        creation_hash, legacy_transition_hash, now_ms, transition_hash, validate_label,
+        validate_labels, versioned_agent,
+    };
+    pub use agent_core::store::{history, migrate, operator, tools};
+    #[cfg(feature = "conformance")]
+    pub use agent_core::{conformance, runner_conformance, store_conformance};
+}
 
 /// What an agent file needs, in one import: `use durable_agents::prelude::*;`.
 ///
 /// The derives and the tool attribute ([`Agent`](macro@crate::Agent),
 /// [`Tool`](macro@crate::Tool), [`tool_fn`](macro@crate::tool_fn)), what handlers and tools
-/// name ([`Ctx`], [`StepResult`], [`StepError`], [`ToolContext`], [`ToolError`], [`Shared`]),
-/// the tool traits and kinds, what runs an agent ([`Runner`], [`Worker`], the stores), and
+/// name ([`Ctx`], [`StepResult`], [`StepError`], [`Failure`], [`FailureCode`],
+/// [`ToolContext`], [`ToolError`], [`Shared`]), the tool traits and kinds, what runs an
+/// agent ([`Runner`], [`Worker`], the stores), and
 /// the derives the types of states and tools need: `Serialize` and `Deserialize` (serde's
 /// derives expand to `serde::...` paths, so add `serde` with its `derive` feature to your
 /// manifest) and [`JsonSchema`](schemars::JsonSchema), re-exported with the `schemars` crate
@@ -151,16 +225,19 @@ pub use agent_core::*;
 /// of it to match.
 pub mod prelude {
     pub use agent_core::{
-        Agent, BuildTool, Compensate, Ctx, Execute, Failure, FromShared, MemoryStore, RunRecord,
-        RunStatus, Runner, RunnerConfig, Shared, StepError, StepResult, Store, Tool, ToolBox,
-        ToolContext, ToolError, ToolKind, ToolResult, ToolsFor, Wake, Worker, WorkerConfig,
-        tool_fn,
+        Agent, BuildTool, Compensate, Ctx, Execute, Failure, FailureCode, FromShared, MemoryStore,
+        RunRecord, RunStatus, Runner, RunnerConfig, Shared, StepError, StepResult, Store, Tool,
+        ToolBox, ToolContext, ToolError, ToolKind, ToolResult, ToolsFor, Wake, Worker,
+        WorkerConfig, tool_fn,
     };
     #[cfg(feature = "sqlite")]
     pub use agent_sqlite::SqliteStore;
     pub use schemars::{self, JsonSchema};
     pub use serde::{Deserialize, Serialize};
 }
+
+#[doc(hidden)]
+pub use agent_core::__private;
 
 #[cfg(feature = "http")]
 pub use agent_http as http;

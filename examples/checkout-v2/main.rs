@@ -16,8 +16,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use durable_agents::backend::Claimed;
 use durable_agents::runner::{Runner, RunnerConfig, StepOutcome};
-use durable_agents::store::{Claimed, RunStatus, Store, TransitionKind, verify::verify_run};
+use durable_agents::store::{RunStatus, Store, TransitionKind, verify::verify_run};
 use durable_agents::{Agent, router::Router};
 use examples::checkout::{self as v1, Customer};
 use examples::checkout_v2 as v2;
@@ -80,13 +81,10 @@ async fn run_on(opened: &stores::Opened) -> Result<bool, Box<dyn std::error::Err
         worker_id: worker.to_owned(),
         ..RunnerConfig::default()
     };
-    let runner_v1 = Runner::routed(
-        Arc::clone(&store),
-        v1::Handlers,
-        v1::checkout_tools(&shop),
-        Arc::clone(&reviewer),
-    )?
-    .with_config(config("checkout-v1"));
+    let runner_v1 = Runner::builder(Arc::clone(&store), v1::Handlers, v1::checkout_tools(&shop))
+        .router(Arc::clone(&reviewer))
+        .config(config("checkout-v1"))
+        .build()?;
     let [alice, bob] = v1::demo_customers();
     let carol = Customer {
         user: "carol".into(),
@@ -125,13 +123,10 @@ async fn run_on(opened: &stores::Opened) -> Result<bool, Box<dyn std::error::Err
         v2::Checkout::VERSION,
         v1::Checkout::VERSION
     );
-    let runner_v2 = Runner::routed(
-        Arc::clone(&store),
-        v2::Handlers,
-        v2::checkout_tools(&shop),
-        reviewer,
-    )?
-    .with_config(config("checkout-v2"));
+    let runner_v2 = Runner::builder(Arc::clone(&store), v2::Handlers, v2::checkout_tools(&shop))
+        .router(reviewer)
+        .config(config("checkout-v2"))
+        .build()?;
     let mut all_ok = true;
     for (id, (user, _)) in ids.iter().zip(STOPS) {
         let record = runner_v2.run(id).await?;

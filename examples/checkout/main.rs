@@ -97,16 +97,17 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         worker_id: "checkout-example".to_owned(),
         ..RunnerConfig::default()
     };
-    let mut runner = Runner::routed(
+    let mut builder = Runner::builder(
         Arc::clone(&store),
         Handlers,
         checkout::checkout_tools(&shop),
-        router,
-    )?
-    .with_config(config);
+    )
+    .router(router)
+    .config(config);
     if let Some(n) = args.crash_after_steps {
-        runner = runner.with_faults(Arc::new(CrashAfter::new(n, "checkout")));
+        builder = builder.faults(Arc::new(CrashAfter::new(n, "checkout")));
     }
+    let runner = builder.build()?;
 
     let unfinished = store
         .list_runs(&RunFilter {

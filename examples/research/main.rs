@@ -93,21 +93,23 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         ..RunnerConfig::default()
     };
     let reports_dir = opened.shop_path.with_extension("reports");
-    let parents = Runner::<Report, Handlers>::routed(
+    let parents = Runner::<Report, Handlers>::builder(
         Arc::clone(&store),
         Handlers,
         research::report_tools(reports_dir),
-        Arc::new(research::scripted_reviewer()),
-    )?
-    .with_config(config("research-example-reports"))
-    .with_faults(Arc::clone(&faults));
-    let children = Runner::<Research, Handlers>::new(
+    )
+    .router(Arc::new(research::scripted_reviewer()))
+    .config(config("research-example-reports"))
+    .faults(Arc::clone(&faults))
+    .build()?;
+    let children = Runner::<Research, Handlers>::builder(
         Arc::clone(&store),
         Handlers,
         research::research_tools(),
-    )?
-    .with_config(config("research-example-research"))
-    .with_faults(faults);
+    )
+    .config(config("research-example-research"))
+    .faults(faults)
+    .build()?;
 
     let unfinished = store
         .list_runs(&RunFilter {

@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use durable_agents::agent::{AllowsTool, State};
 use durable_agents::prelude::*;
 use durable_agents::router::{RouterReply, ScriptedRouter};
-use durable_agents::{AllowsTool, State};
 
 use crate::shop::{Product, Shop, ShopError};
 

@@ -11,9 +11,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use durable_agents::agent::ChildOutcome;
 use durable_agents::router::{RouterReply, ScriptedRouter};
 use durable_agents::tool::{Execute, ToolBox, ToolContext, ToolError};
-use durable_agents::{Agent, ChildOutcome, Ctx, StepResult, Tool};
+use durable_agents::{Agent, Ctx, StepResult, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

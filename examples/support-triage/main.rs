@@ -71,12 +71,11 @@ fn runner(
     store: &Arc<dyn Store>,
     desk: &Arc<Desk>,
 ) -> Result<Runner<Triage, Handlers>, Box<dyn std::error::Error>> {
-    Ok(Runner::routed(
-        Arc::clone(store),
-        Handlers,
-        triage::tools(desk),
-        Arc::new(triage::scripted_classifier()),
-    )?)
+    Ok(
+        Runner::builder(Arc::clone(store), Handlers, triage::tools(desk))
+            .router(Arc::new(triage::scripted_classifier()))
+            .build()?,
+    )
 }
 
 async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {

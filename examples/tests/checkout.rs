@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use durable_agents::runner::{FaultHook, NoFaults};
 use durable_agents::store::{CallStatus, EntryKind, RunStatus, Store};
 use examples::checkout::{self, Checkout, Handlers};
 use examples::shop::Shop;
@@ -27,17 +28,24 @@ fn shop() -> Arc<Shop> {
 }
 
 fn runner(store: &Arc<dyn Store>, shop: &Arc<Shop>, worker: &str) -> Runner<Checkout, Handlers> {
-    Runner::routed(
-        Arc::clone(store),
-        Handlers,
-        checkout::tools(shop),
-        Arc::new(checkout::scripted_reviewer()),
-    )
-    .unwrap()
-    .with_config(RunnerConfig {
-        worker_id: worker.into(),
-        ..RunnerConfig::default()
-    })
+    runner_with(store, shop, worker, Arc::new(NoFaults))
+}
+
+fn runner_with(
+    store: &Arc<dyn Store>,
+    shop: &Arc<Shop>,
+    worker: &str,
+    faults: Arc<dyn FaultHook>,
+) -> Runner<Checkout, Handlers> {
+    Runner::builder(Arc::clone(store), Handlers, checkout::tools(shop))
+        .router(Arc::new(checkout::scripted_reviewer()))
+        .config(RunnerConfig {
+            worker_id: worker.into(),
+            ..RunnerConfig::default()
+        })
+        .faults(faults)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -108,7 +116,7 @@ async fn checkout_resumes_after_a_crash_at_every_commit() {
         let store = sqlite(&dir).await;
         let shop = shop();
         let hook = Arc::new(CrashAt::new(FaultPoint::CommitApplied, nth));
-        let crashy = runner(&store, &shop, "same-worker").with_faults(hook.clone());
+        let crashy = runner_with(&store, &shop, "same-worker", hook.clone());
         let [alice, _] = checkout::demo_customers();
         crashy.start("alice", checkout::start(alice)).await.unwrap();
         match crashy.run("alice").await {
@@ -140,12 +148,13 @@ async fn triage_approval_is_bound_to_the_exact_refund_and_survives_restart() {
     let store = sqlite(&dir).await;
     let desk = Arc::new(Desk::with_orders(&[("big", 50_000), ("other", 20_000)]));
     let make = || {
-        Runner::<Triage, triage::Handlers>::routed(
+        Runner::<Triage, triage::Handlers>::builder(
             Arc::clone(&store),
             triage::Handlers,
             triage::tools(&desk),
-            Arc::new(triage::scripted_classifier()),
         )
+        .router(Arc::new(triage::scripted_classifier()))
+        .build()
         .unwrap()
     };
     let first = make();
@@ -217,7 +226,8 @@ async fn triage_approval_is_bound_to_the_exact_refund_and_survives_restart() {
 
 #[test]
 fn checkout_graph_exports_render_and_round_trip() {
-    use durable_agents::{Agent, GraphDescription};
+    use durable_agents::Agent;
+    use durable_agents::graph::GraphDescription;
     let graph = Checkout::graph();
     assert_eq!(
         GraphDescription::from_yaml(&graph.to_yaml()).unwrap(),

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use durable_agents::runner::{
+    CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig, RunnerError,
+};
 use durable_agents::store::verify::verify_run;
 use durable_agents::store::{RunStatus, Store, TransitionKind};
 use durable_agents::versions::migrate_runs;
@@ -30,25 +32,28 @@ fn config() -> RunnerConfig {
 }
 
 fn runner_v1(store: &Arc<dyn Store>, shop: &Arc<Shop>) -> Runner<v1::Checkout, v1::Handlers> {
-    Runner::routed(
-        Arc::clone(store),
-        v1::Handlers,
-        v1::checkout_tools(shop),
-        Arc::new(v1::scripted_reviewer()),
-    )
-    .unwrap()
-    .with_config(config())
+    runner_v1_with(store, shop, Arc::new(NoFaults))
+}
+
+fn runner_v1_with(
+    store: &Arc<dyn Store>,
+    shop: &Arc<Shop>,
+    faults: Arc<dyn FaultHook>,
+) -> Runner<v1::Checkout, v1::Handlers> {
+    Runner::builder(Arc::clone(store), v1::Handlers, v1::checkout_tools(shop))
+        .router(Arc::new(v1::scripted_reviewer()))
+        .config(config())
+        .faults(faults)
+        .build()
+        .unwrap()
 }
 
 fn runner_v2(store: &Arc<dyn Store>, shop: &Arc<Shop>) -> Runner<v2::Checkout, v2::Handlers> {
-    Runner::routed(
-        Arc::clone(store),
-        v2::Handlers,
-        v2::checkout_tools(shop),
-        Arc::new(v1::scripted_reviewer()),
-    )
-    .unwrap()
-    .with_config(config())
+    Runner::builder(Arc::clone(store), v2::Handlers, v2::checkout_tools(shop))
+        .router(Arc::new(v1::scripted_reviewer()))
+        .config(config())
+        .build()
+        .unwrap()
 }
 
 /// How many effects of `op` the shop applied for this run (each key applies once).
@@ -71,8 +76,11 @@ async fn a_step_interrupted_on_v1_finishes_on_v2_with_each_effect_once() {
         let shop = Arc::new(Shop::demo());
         let [alice, _] = v1::demo_customers();
         let id = format!("alice-{nth}");
-        let crashing = runner_v1(&store, &shop)
-            .with_faults(Arc::new(CrashAt::new(FaultPoint::ToolAnswered, nth)));
+        let crashing = runner_v1_with(
+            &store,
+            &shop,
+            Arc::new(CrashAt::new(FaultPoint::ToolAnswered, nth)),
+        );
         crashing.start(&id, v1::start(alice)).await.unwrap();
         let crashed = crashing.run(&id).await;
         assert!(

@@ -146,7 +146,7 @@ pub mod v2 {
     }
 }
 
-fn handles<A: durable_agents::Handle<H>, H>() {}
+fn handles<A: durable_agents::agent::Handle<H>, H>() {}
 
 #[test]
 fn derives_are_lint_clean() {

@@ -44,22 +44,24 @@ impl Tree {
                 ..RunnerConfig::default()
             })
         };
-        let parents = Runner::<Batch, BatchBehaviour>::new(
+        let parents = Runner::<Batch, BatchBehaviour>::builder(
             Arc::clone(store),
             BatchBehaviour,
             fixture::tools(world),
         )
-        .map_err(|e| e.to_string())?
-        .with_config(base(&format!("{worker}-parents")))
-        .with_faults(Arc::clone(&faults));
-        let children = Runner::<Fanout, FanoutBehaviour>::new(
+        .config(base(&format!("{worker}-parents")))
+        .faults(Arc::clone(&faults))
+        .build()
+        .map_err(|e| e.to_string())?;
+        let children = Runner::<Fanout, FanoutBehaviour>::builder(
             Arc::clone(store),
             FanoutBehaviour,
             fixture::tools(world),
         )
-        .map_err(|e| e.to_string())?
-        .with_config(base(&format!("{worker}-children")))
-        .with_faults(faults);
+        .config(base(&format!("{worker}-children")))
+        .faults(faults)
+        .build()
+        .map_err(|e| e.to_string())?;
         let workers = WorkerConfig {
             concurrency: 4,
             poll_interval: Duration::from_millis(20),

@@ -12,13 +12,13 @@ use serde_json::json;
 use super::fixture::{self, Behaviour, Order, World};
 use crate::Agent;
 use crate::runner::{
-    Crash, CrashAt, FaultHook, FaultPoint, Runner, RunnerConfig, RunnerError, SUSPECT_CLAIMS,
-    Worker, WorkerConfig,
+    Crash, CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig, RunnerError,
+    SUSPECT_CLAIMS, Worker, WorkerConfig,
 };
 use crate::store::verify::verify_run;
 use crate::store::{
     CallStatus, Claimed, EntryKind, NewRun, OperatorNote, RunRecord, RunStatus, Store,
-    TransitionKind, operator,
+    TransitionKind,
 };
 use crate::tool::ToolKind;
 
@@ -49,14 +49,22 @@ fn runner(
     choice: &'static str,
     worker: &str,
 ) -> Result<Runner<Order, Behaviour>, String> {
-    Ok(Runner::routed(
-        Arc::clone(store),
-        Behaviour,
-        fixture::tools(world),
-        Arc::new(fixture::router(choice)),
-    )
-    .map_err(|e| e.to_string())?
-    .with_config(config(worker)))
+    runner_with(store, world, choice, worker, Arc::new(NoFaults))
+}
+
+fn runner_with(
+    store: &Arc<dyn Store>,
+    world: &Arc<World>,
+    choice: &'static str,
+    worker: &str,
+    faults: Arc<dyn FaultHook>,
+) -> Result<Runner<Order, Behaviour>, String> {
+    Runner::builder(Arc::clone(store), Behaviour, fixture::tools(world))
+        .router(Arc::new(fixture::router(choice)))
+        .config(config(worker))
+        .faults(faults)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 /// How a fixture run should end.
@@ -240,15 +248,16 @@ pub async fn check_crash_sweep(store: Arc<dyn Store>) -> Result<(), String> {
                 let router = Arc::new(fixture::router(scenario.choice()));
                 let hook = Arc::new(CrashAt::new(point, nth));
                 let run_id = format!("sweep-{scenario:?}-{point}-{nth}");
-                let crashy = Runner::<Order, Behaviour>::routed(
+                let crashy = Runner::<Order, Behaviour>::builder(
                     Arc::clone(&store),
                     Behaviour,
                     fixture::tools(&world),
-                    router.clone(),
                 )
-                .map_err(|e| e.to_string())?
-                .with_config(config("crashy"))
-                .with_faults(hook.clone());
+                .router(router.clone())
+                .config(config("crashy"))
+                .faults(hook.clone())
+                .build()
+                .map_err(|e| e.to_string())?;
                 start(&crashy, &run_id).await?;
                 let first = crashy.run(&run_id).await;
                 let record = match first {
@@ -257,14 +266,15 @@ pub async fn check_crash_sweep(store: Arc<dyn Store>) -> Result<(), String> {
                         *fired.entry(point).or_insert(0) += 1;
                         // The crashed worker's lease must expire before another takes over.
                         tokio::time::sleep(LEASE + Duration::from_millis(20)).await;
-                        let healthy = Runner::<Order, Behaviour>::routed(
+                        let healthy = Runner::<Order, Behaviour>::builder(
                             Arc::clone(&store),
                             Behaviour,
                             fixture::tools(&world),
-                            router.clone(),
                         )
-                        .map_err(|e| e.to_string())?
-                        .with_config(config("healthy"));
+                        .router(router.clone())
+                        .config(config("healthy"))
+                        .build()
+                        .map_err(|e| e.to_string())?;
                         healthy
                             .run(&run_id)
                             .await
@@ -328,13 +338,15 @@ pub async fn check_crash_sweep(store: Arc<dyn Store>) -> Result<(), String> {
 pub async fn check_crash_sweep_parallel_calls(store: Arc<dyn Store>) -> Result<(), String> {
     use fixture::{Fanout, FanoutBehaviour};
     let items = ["a", "bb", "ccc"];
-    let fanout = |world: &Arc<World>, worker: &str| {
-        Runner::<Fanout, FanoutBehaviour>::new(
+    let fanout = |world: &Arc<World>, worker: &str, faults: Arc<dyn FaultHook>| {
+        Runner::<Fanout, FanoutBehaviour>::builder(
             Arc::clone(&store),
             FanoutBehaviour,
             fixture::tools(world),
         )
-        .map(|r| r.with_config(config(worker)))
+        .config(config(worker))
+        .faults(faults)
+        .build()
         .map_err(|e| e.to_string())
     };
     let mut fired = BTreeMap::new();
@@ -354,7 +366,7 @@ pub async fn check_crash_sweep_parallel_calls(store: Arc<dyn Store>) -> Result<(
                 let hook = Arc::new(CrashAt::new(point, nth));
                 let run_id = format!("parallel-{failing:?}-{point}-{nth}");
                 let ctx = |e: String| format!("{run_id}: {e}");
-                let crashy = fanout(&world, "crashy")?.with_faults(hook.clone());
+                let crashy = fanout(&world, "crashy", hook.clone())?;
                 let initial = Fanout::Reserving {
                     items: items.iter().map(|s| (*s).to_owned()).collect(),
                 };
@@ -367,7 +379,7 @@ pub async fn check_crash_sweep_parallel_calls(store: Arc<dyn Store>) -> Result<(
                     Err(RunnerError::Crashed(_)) if hook.fired() => {
                         *fired.entry(point).or_insert(0) += 1;
                         tokio::time::sleep(LEASE + Duration::from_millis(20)).await;
-                        fanout(&world, "healthy")?
+                        fanout(&world, "healthy", Arc::new(NoFaults))?
                             .run(&run_id)
                             .await
                             .map_err(|e| ctx(format!("resume failed: {e}")))?
@@ -625,14 +637,12 @@ pub async fn check_illegal_router_answers(store: Arc<dyn Store>) -> Result<(), S
     let hostile = Arc::new(crate::router::ScriptedRouter::from_fn(|_| {
         crate::router::ScriptedRouter::choose("Charge", r#"{"cents": 1000000}"#)
     }));
-    let r = Runner::<Order, Behaviour>::routed(
-        Arc::clone(&store),
-        Behaviour,
-        fixture::tools(&world),
-        hostile.clone(),
-    )
-    .map_err(|e| e.to_string())?
-    .with_config(config("w"));
+    let r =
+        Runner::<Order, Behaviour>::builder(Arc::clone(&store), Behaviour, fixture::tools(&world))
+            .router(hostile.clone())
+            .config(config("w"))
+            .build()
+            .map_err(|e| e.to_string())?;
     start(&r, "hostile").await?;
     let record = r.run("hostile").await.map_err(|e| e.to_string())?;
     if world.state().applied.iter().any(|(t, _)| t == "Charge") {
@@ -724,23 +734,21 @@ pub async fn check_redaction(store: Arc<dyn Store>) -> Result<(), String> {
             crate::router::ScriptedRouter::choose("Lookup", r#"{"sku":"router-check"}"#)
         }
     });
-    let r = Runner::<Order, Behaviour>::routed(
-        Arc::clone(&store),
-        Behaviour,
-        fixture::tools(&world),
-        Arc::new(router),
-    )
-    .map_err(|e| e.to_string())?
-    .with_config(RunnerConfig {
-        redact_fields: vec![
-            "cents".into(),
-            "reservation".into(),
-            "reservations".into(),
-            "sku".into(),
-        ],
-        seal_keys: crate::secrets::SealKeys::generate("conformance"),
-        ..config("w")
-    });
+    let r =
+        Runner::<Order, Behaviour>::builder(Arc::clone(&store), Behaviour, fixture::tools(&world))
+            .router(Arc::new(router))
+            .config(RunnerConfig {
+                redact_fields: vec![
+                    "cents".into(),
+                    "reservation".into(),
+                    "reservations".into(),
+                    "sku".into(),
+                ],
+                seal_keys: crate::secrets::SealKeys::generate("conformance"),
+                ..config("w")
+            })
+            .build()
+            .map_err(|e| e.to_string())?;
     start(&r, "redacted").await?;
     let record = r.run("redacted").await.map_err(|e| e.to_string())?;
     if record.status != RunStatus::Completed {
@@ -808,7 +816,7 @@ impl FaultHook for Timeline {
 pub async fn check_worker_runs_suspects_alone(store: Arc<dyn Store>) -> Result<(), String> {
     let world = Arc::new(World::default());
     let timeline = Arc::new(Timeline::default());
-    let r = runner(&store, &world, "Pay", "suspicious")?.with_faults(timeline.clone());
+    let r = runner_with(&store, &world, "Pay", "suspicious", timeline.clone())?;
     // Older runs first: the suspect is claimed while some of them are in flight.
     let healthy: Vec<String> = (0..6).map(|i| format!("healthy-{i}")).collect();
     for id in &healthy {
@@ -1035,7 +1043,7 @@ async fn ended_cancelled(
         || record
             .error
             .as_ref()
-            .is_none_or(|e| e.code != operator::CANCELLED)
+            .is_none_or(|e| e.code != crate::store::FailureCode::Cancelled)
     {
         return Err(format!(
             "a cancelled run must end cancelled with error `cancelled`, got {} {:?}",
@@ -1142,8 +1150,13 @@ impl OperatorAtCommit {
             terminate,
             answer: std::sync::Mutex::default(),
         });
-        let r =
-            runner(store, world, "Pay", "w")?.with_faults(Arc::clone(&hook) as Arc<dyn FaultHook>);
+        let r = runner_with(
+            store,
+            world,
+            "Pay",
+            "w",
+            Arc::clone(&hook) as Arc<dyn FaultHook>,
+        )?;
         r.start(run_id, fixture::initial(&["a", "bb"]))
             .await
             .map_err(|e| e.to_string())?;
@@ -1403,15 +1416,16 @@ pub async fn check_followers_miss_nothing_across_crashes(
         let router = Arc::new(fixture::router(scenario.choice()));
         let hook = Arc::new(CrashAt::new(point, 0));
         let run_id = format!("followed-{point}");
-        let crashy = Runner::<Order, Behaviour>::routed(
+        let crashy = Runner::<Order, Behaviour>::builder(
             Arc::clone(&store),
             Behaviour,
             fixture::tools(&world),
-            router.clone(),
         )
-        .map_err(|e| e.to_string())?
-        .with_config(config("crashy"))
-        .with_faults(hook.clone());
+        .router(router.clone())
+        .config(config("crashy"))
+        .faults(hook.clone())
+        .build()
+        .map_err(|e| e.to_string())?;
         start(&crashy, &run_id).await?;
         let scope = EventScope::Run(run_id.clone());
         let mut follower = Follower::with_config(

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::fixture::{self, Behaviour, Order, World};
 use crate::agent::{Agent, Handle, StepError, StepIo};
 use crate::graph::GraphDescription;
-use crate::runner::{CrashAt, FaultPoint, Runner, RunnerConfig};
+use crate::runner::{CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig};
 use crate::store::verify::verify_run;
 use crate::store::{CallStatus, EntryKind, RunStatus, Store, TransitionKind};
 use crate::versions::{MigrationError, OlderVersion};
@@ -106,14 +106,21 @@ fn v1(
     world: &Arc<World>,
     choice: &'static str,
 ) -> Result<Runner<Order, Behaviour>, String> {
-    Ok(Runner::routed(
-        Arc::clone(store),
-        Behaviour,
-        fixture::tools(world),
-        Arc::new(fixture::router(choice)),
-    )
-    .map_err(|e| e.to_string())?
-    .with_config(config("worker-v1")))
+    v1_with(store, world, choice, Arc::new(NoFaults))
+}
+
+fn v1_with(
+    store: &Arc<dyn Store>,
+    world: &Arc<World>,
+    choice: &'static str,
+    faults: Arc<dyn FaultHook>,
+) -> Result<Runner<Order, Behaviour>, String> {
+    Runner::builder(Arc::clone(store), Behaviour, fixture::tools(world))
+        .router(Arc::new(fixture::router(choice)))
+        .config(config("worker-v1"))
+        .faults(faults)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 fn v2(
@@ -121,14 +128,11 @@ fn v2(
     world: &Arc<World>,
     choice: &'static str,
 ) -> Result<Runner<OrderV2, Behaviour>, String> {
-    Ok(Runner::routed(
-        Arc::clone(store),
-        Behaviour,
-        fixture::tools(world),
-        Arc::new(fixture::router(choice)),
-    )
-    .map_err(|e| e.to_string())?
-    .with_config(config("worker-v2")))
+    Runner::builder(Arc::clone(store), Behaviour, fixture::tools(world))
+        .router(Arc::new(fixture::router(choice)))
+        .config(config("worker-v2"))
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
@@ -163,7 +167,7 @@ pub async fn check_v1_run_interrupted_mid_step_finishes_on_v2(
 ) -> Result<(), String> {
     let world = Arc::new(World::default());
     let crash = Arc::new(CrashAt::new(FaultPoint::CommitSent, 0));
-    let old = v1(&store, &world, "Pay")?.with_faults(crash.clone());
+    let old = v1_with(&store, &world, "Pay", crash.clone())?;
     old.start("mig", fixture::initial(&["a", "bb"]))
         .await
         .map_err(|e| e.to_string())?;
@@ -251,7 +255,7 @@ pub async fn check_compensating_v1_run_is_compensated_by_v2(
 ) -> Result<(), String> {
     let world = Arc::new(World::default());
     let crash = Arc::new(CrashAt::new(FaultPoint::CompensationRegistered, 0));
-    let old = v1(&store, &world, "Cancelled")?.with_faults(crash.clone());
+    let old = v1_with(&store, &world, "Cancelled", crash.clone())?;
     old.start("comp", fixture::initial(&["a", "bb", "ccc"]))
         .await
         .map_err(|e| e.to_string())?;

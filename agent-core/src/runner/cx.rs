@@ -148,7 +148,7 @@ impl<'r> StepCx<'r> {
         };
         if let Err(e) = self.open_entry(&mut entry) {
             self.set_quarantine(RunFailure {
-                code: e.code().to_owned(),
+                code: e.code().into(),
                 message: format!("journal entry #{seq} of `{}`: {e}", entry.name),
             });
         }
@@ -669,7 +669,7 @@ impl<'r> StepCx<'r> {
 
     /// Whether every call of imported `tool` the run journaled (at any version) was made
     /// under the schema the tool has now; if not, the run is held (quarantined with
-    /// [`SCHEMA_CHANGED`](super::SCHEMA_CHANGED)) and this returns `false`. Only imported
+    /// [`FailureCode::ToolSchemaChanged`](crate::FailureCode::ToolSchemaChanged)) and this returns `false`. Only imported
     /// tools pay for reading the journal.
     async fn same_schema_as_journaled(&self, tool: &dyn DynTool) -> bool {
         let entries = match self.inner.store.journal(&self.run_id, None).await {

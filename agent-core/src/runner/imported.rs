@@ -9,17 +9,14 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::graph::GraphDescription;
+use crate::store::FailureCode;
 use crate::store::{JournalEntry, RunFailure};
 use crate::tool::{DynTool, ToolKind};
-
-/// The error code of a run held because an imported tool's input schema changed since the
-/// run journaled a call to it.
-pub const SCHEMA_CHANGED: &str = "tool.schema_changed";
 
 /// Tools imported at start-up, and the states of the agent that may call each one: the
 /// run-time twin of `tools(...)` on a state, for tools whose names the compiler cannot see.
 ///
-/// Added to a runner with [`Runner::with_imported_tools`](super::Runner::with_imported_tools),
+/// Added to a runner with [`RunnerBuilder::imported_tools`](super::RunnerBuilder::imported_tools),
 /// which checks it against the agent's graph. A handler calls an imported tool with
 /// [`Ctx::call_imported`](crate::agent::Ctx::call_imported); an LLM-routed state offers the
 /// imported tools it may call to the model next to its compiled ones.
@@ -166,7 +163,7 @@ pub(crate) fn schema_changed(tool: &dyn DynTool, entry: &JournalEntry) -> Option
     let now = tool.schema_fingerprint()?;
     let then = journaled_fingerprint(entry)?;
     (now != then).then(|| RunFailure {
-        code: SCHEMA_CHANGED.into(),
+        code: FailureCode::ToolSchemaChanged,
         message: format!(
             "the input schema of tool `{}` changed since this run called it at version {} \
              (journaled schema {}, now {}); the run is held rather than replayed against a \

@@ -26,6 +26,7 @@
 //! runs. A terminate ([`OperatorStore::terminate_run`](crate::store::OperatorStore::terminate_run)) fences
 //! the runner out instead: its next write is refused with `LeaseLost`, and it stops.
 
+mod builder;
 mod children;
 mod commit;
 mod config;
@@ -51,24 +52,24 @@ use tracing::{Instrument, info_span, warn};
 
 /// The redactor's functions, where they were first published.
 pub use crate::secrets::{SECRET_PIECE, redact_fields as redact, redact_secrets};
+pub use builder::RunnerBuilder;
 pub use children::child_run_id;
 pub(crate) use commit::renew_if_due;
 pub use config::RunnerConfig;
 pub use error::RunnerError;
 pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
-pub use imported::{ImportedTools, SCHEMA_CHANGED};
+pub use imported::ImportedTools;
 pub use retention::Retention;
 pub use shared::StepOutcome;
 pub(crate) use shared::{Inner, Known, keyed};
-pub use versions::{
-    MIGRATION_FAILED, MIGRATION_SKIPS_SIGNAL, claim_entries, migrate_claimed, plan_migration,
-};
+pub use versions::{claim_entries, migrate_claimed, plan_migration};
 pub use worker::{
     CHANGED_GRAPH_LISTED, SUSPECT_CLAIMS, VersionReport, Worker, WorkerConfig, WorkerStats,
 };
 
-use crate::agent::{Agent, Handle, RoutedByCode, RoutedByLlm};
+use crate::agent::{Agent, Handle, RoutedByCode};
 use crate::router::Router;
+use crate::store::FailureCode;
 use crate::store::{
     ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, Store, StoreError,
 };
@@ -102,6 +103,17 @@ impl<A: Agent, H> fmt::Debug for Runner<A, H> {
     }
 }
 
+/// What [`RunnerBuilder`] hands over to make a runner.
+struct Parts<H> {
+    store: Arc<dyn Store>,
+    handlers: H,
+    tools: ToolBox,
+    router: Option<Arc<dyn Router>>,
+    config: RunnerConfig,
+    faults: Arc<dyn FaultHook>,
+    imported: ImportedTools,
+}
+
 /// A claimed run after the checks before its first step.
 // Moved out of once, as soon as it is returned: boxing the ended run would cost more.
 #[allow(clippy::large_enum_variant)]
@@ -122,20 +134,28 @@ where
     A: Agent + Handle<H>,
     H: Send + Sync + 'static,
 {
-    /// A runner for agent `A` over `store`, calling `handlers` and `tools`, for an agent
-    /// no state of which is routed by an LLM ([`RoutedByCode`]); an agent with a
-    /// `route = llm` state is built with [`routed`](Self::routed), which takes the router,
-    /// so a runner without one does not compile.
+    /// A runner for agent `A` over `store`, calling `handlers` and `tools`, to be
+    /// completed: a router for an agent with `route = llm` states, settings, a fault hook,
+    /// imported tools ([`RunnerBuilder`]), then [`build`](RunnerBuilder::build).
     ///
     /// `tools` is the agent's generated tools struct (`CheckoutTools` for `Checkout`: a
-    /// missing tool does not compile) or a [`ToolBox`] (checked here, for tools known only
-    /// at run time).
+    /// missing tool does not compile) or a [`ToolBox`] (checked by `build`, for tools known
+    /// only at run time).
+    pub fn builder(
+        store: Arc<dyn Store>,
+        handlers: H,
+        tools: impl ToolsFor<A>,
+    ) -> RunnerBuilder<A, H> {
+        RunnerBuilder::new(store, handlers, tools.into_tool_box())
+    }
+
+    /// The short form of [`builder`](Self::builder)`(store, handlers, tools).build()`: a
+    /// runner with the default settings for an agent no state of which is routed by an LLM
+    /// ([`RoutedByCode`]). An agent with a `route = llm` state needs
+    /// [`router`](RunnerBuilder::router), so a runner without one does not compile.
     ///
     /// # Errors
-    /// [`RunnerError::ToolBox`] when a tool declared on the agent is missing from the tool
-    /// box, has another kind, or a hybrid's compensation is missing;
-    /// [`RunnerError::NoRouter`] when the agent's graph has a routed state anyway (only a
-    /// hand-written [`RoutedByCode`] impl can say so wrongly).
+    /// As [`RunnerBuilder::build`].
     pub fn new(
         store: Arc<dyn Store>,
         handlers: H,
@@ -144,34 +164,19 @@ where
     where
         A: RoutedByCode,
     {
-        Self::build(store, handlers, tools.into_tool_box(), None)
+        Self::builder(store, handlers, tools).build()
     }
 
-    /// A runner for an agent with `route = llm` states ([`RoutedByLlm`]): as
-    /// [`new`](Self::new), and `router` answers in those states (a provider from
-    /// `durable-agents-llm` in production, a [`ScriptedRouter`](crate::router::ScriptedRouter)
-    /// in tests).
-    ///
-    /// # Errors
-    /// As [`new`](Self::new).
-    pub fn routed(
-        store: Arc<dyn Store>,
-        handlers: H,
-        tools: impl ToolsFor<A>,
-        router: Arc<dyn Router>,
-    ) -> Result<Self, RunnerError>
-    where
-        A: RoutedByLlm,
-    {
-        Self::build(store, handlers, tools.into_tool_box(), Some(router))
-    }
-
-    fn build(
-        store: Arc<dyn Store>,
-        handlers: H,
-        tools: ToolBox,
-        router: Option<Arc<dyn Router>>,
-    ) -> Result<Self, RunnerError> {
+    fn assemble(parts: Parts<H>) -> Result<Self, RunnerError> {
+        let Parts {
+            store,
+            handlers,
+            mut tools,
+            router,
+            config,
+            faults,
+            imported,
+        } = parts;
         let graph = A::graph();
         for declared in &graph.tools {
             let problem = match tools.get(&declared.name) {
@@ -199,73 +204,34 @@ where
         {
             return Err(RunnerError::NoRouter(state.name.clone()));
         }
-        Ok(Self {
-            inner: Arc::new(Inner {
-                store,
-                tools,
-                imported: ImportedTools::new(),
-                router,
-                config: RunnerConfig::default(),
-                faults: Arc::new(NoFaults),
-                graph,
-                fingerprint: graph.fingerprint(),
-                registered: tokio::sync::OnceCell::new(),
-                switches: cx::ToolSwitches::default(),
-                marked: cx::MarkedFields::default(),
-                redactor: RunnerConfig::default().redactor(),
-            }),
-            handlers: Arc::new(handlers),
-            agent: PhantomData,
-        })
-    }
-
-    /// The runner's own settings, to change. A runner whose clones share them gets a copy
-    /// of its own first (with its caches started anew), so configuring a clone never
-    /// changes the runner it was cloned from, nor panics.
-    fn inner_mut(&mut self) -> &mut Inner {
-        if Arc::get_mut(&mut self.inner).is_none() {
-            self.inner = Arc::new(self.inner.detached());
-        }
-        Arc::get_mut(&mut self.inner).unwrap_or_else(|| unreachable!("a new Arc is unshared"))
-    }
-
-    /// Add tools imported at start-up (from MCP servers: `durable-agents-mcp`) and the
-    /// states that may call them.
-    ///
-    /// # Errors
-    /// [`RunnerError::ToolBox`] naming every problem: a state the agent does not have or a
-    /// terminal one, a tool allowed but not imported, an imported tool with the name of a
-    /// compiled one, a hybrid whose compensation is missing or not a write.
-    pub fn with_imported_tools(mut self, imported: ImportedTools) -> Result<Self, RunnerError> {
-        let problems = imported.problems(self.inner.graph, &self.inner.tools);
+        let problems = imported.problems(graph, &tools);
         if !problems.is_empty() {
             return Err(RunnerError::ToolBox {
                 agent: A::NAME.to_owned(),
                 problem: problems.join("; "),
             });
         }
-        let inner = self.inner_mut();
         for tool in imported.tools() {
-            inner.tools = std::mem::take(&mut inner.tools).with_dyn(Arc::clone(tool));
+            tools = tools.with_dyn(Arc::clone(tool));
         }
-        inner.imported = imported;
-        Ok(self)
-    }
-
-    /// Replace the settings.
-    #[must_use]
-    pub fn with_config(mut self, config: RunnerConfig) -> Self {
-        let inner = self.inner_mut();
-        inner.redactor = config.redactor();
-        inner.config = config;
-        self
-    }
-
-    /// Install a fault hook (tests and the reliability battery).
-    #[must_use]
-    pub fn with_faults(mut self, faults: Arc<dyn FaultHook>) -> Self {
-        self.inner_mut().faults = faults;
-        self
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                tools,
+                imported,
+                router,
+                redactor: config.redactor(),
+                config,
+                faults,
+                graph,
+                fingerprint: graph.fingerprint(),
+                registered: tokio::sync::OnceCell::new(),
+                switches: cx::ToolSwitches::default(),
+                marked: cx::MarkedFields::default(),
+            }),
+            handlers: Arc::new(handlers),
+            agent: PhantomData,
+        })
     }
 
     /// The store.
@@ -586,7 +552,7 @@ where
         record: RunRecord,
     ) -> Result<RunRecord, RunnerError> {
         let error = RunFailure {
-            code: "crash_loop".into(),
+            code: FailureCode::CrashLoop,
             message: format!(
                 "{} lost claims in a row without progress; the step crashes its worker",
                 record.claims_without_progress
@@ -631,7 +597,7 @@ where
             Ok(Some(_)) => None,
         };
         Ok(problem.map(|message| RunFailure {
-            code: "history.inconsistent".into(),
+            code: FailureCode::HistoryInconsistent,
             message,
         }))
     }
@@ -752,7 +718,7 @@ where
         if record.fingerprint != self.inner.fingerprint && graph.state(&record.state_name).is_none()
         {
             return Err(RunFailure {
-                code: "graph.incompatible".into(),
+                code: FailureCode::GraphIncompatible,
                 message: format!(
                     "the run is in state `{}`, which the current graph of `{}` (fingerprint {}) \
                      no longer has; it was started with fingerprint {}",
@@ -768,11 +734,11 @@ where
             .config
             .open_state(&record.state)
             .map_err(|e| RunFailure {
-                code: e.code().to_owned(),
+                code: e.code().into(),
                 message: format!("state `{}`: {e}", record.state_name),
             })?;
         let state = A::deserialize(&*opened).map_err(|e| RunFailure {
-            code: "state.corrupt".into(),
+            code: FailureCode::StateCorrupt,
             message: format!(
                 "stored state of `{}` does not deserialize: {e}",
                 record.state_name
@@ -780,7 +746,7 @@ where
         })?;
         if state.state_name() != record.state_name {
             return Err(RunFailure {
-                code: "state.corrupt".into(),
+                code: FailureCode::StateCorrupt,
                 message: format!(
                     "stored state name `{}` disagrees with the stored state `{}`",
                     record.state_name,

@@ -15,6 +15,7 @@ use crate::router::{
     validate_answer,
 };
 use crate::secrets::SealError;
+use crate::store::FailureCode;
 use crate::store::{CallStatus, EntryKind};
 
 /// Tool calls the router may make in one visit when the state sets no `max_tool_calls`.
@@ -132,7 +133,7 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                                 |_| "it now reads as another decision".to_owned(),
                             );
                             cx.set_quarantine(crate::store::RunFailure {
-                                code: "graph.incompatible".into(),
+                                code: FailureCode::GraphIncompatible,
                                 message: format!(
                                     "journaled decision #{seq} in `{}` chose {}, which the \
                                      current graph and types refuse: {why}",

@@ -17,7 +17,7 @@ use super::cx::{StepCx, with_heartbeat};
 use super::{Runner, RunnerError, StepOutcome};
 use crate::agent::{Agent, Handle};
 use crate::graph::StateDescription;
-use crate::store::operator;
+use crate::store::FailureCode;
 use crate::store::{
     CallStatus, EntryKind, JournalEntry, Lease, RunFailure, RunRecord, RunStatus, Store, StoreError,
 };
@@ -64,7 +64,7 @@ where
 {
     let inner = &*runner.inner;
     let why = match &record.error {
-        Some(e) if e.code == operator::CANCELLED => "its parent was cancelled".to_owned(),
+        Some(e) if e.code == FailureCode::Cancelled => "its parent was cancelled".to_owned(),
         Some(e) => format!("its parent failed: {}", e.message),
         None => "its parent is compensating".to_owned(),
     };
@@ -125,7 +125,7 @@ where
         }
         if let Err(message) = result {
             let error = RunFailure {
-                code: "compensation.failed".into(),
+                code: FailureCode::CompensationFailed,
                 message: format!("compensating `{}` failed: {message}", original.name),
             };
             let record = runner
@@ -137,7 +137,7 @@ where
     let cancelled = record
         .error
         .as_ref()
-        .is_some_and(|e| e.code == operator::CANCELLED);
+        .is_some_and(|e| e.code == FailureCode::Cancelled);
     let status = if cancelled {
         RunStatus::Cancelled
     } else if desc.terminal || record.error.is_some() {

@@ -37,28 +37,6 @@ pub(crate) struct Inner {
     pub(crate) redactor: Redactor,
 }
 
-impl Inner {
-    /// A copy of these settings for a runner of its own: what configures a run is shared,
-    /// what caches reads (the registered graph, the tool registry, the marked fields) starts
-    /// anew.
-    pub(super) fn detached(&self) -> Self {
-        Self {
-            store: Arc::clone(&self.store),
-            tools: self.tools.clone(),
-            imported: self.imported.clone(),
-            router: self.router.clone(),
-            config: self.config.clone(),
-            faults: Arc::clone(&self.faults),
-            graph: self.graph,
-            fingerprint: self.fingerprint.clone(),
-            registered: tokio::sync::OnceCell::new(),
-            switches: cx::ToolSwitches::default(),
-            marked: cx::MarkedFields::default(),
-            redactor: self.redactor.clone(),
-        }
-    }
-}
-
 /// What a step knows of its run's journal and signals before it reads them.
 #[derive(Debug)]
 pub(crate) enum Known {

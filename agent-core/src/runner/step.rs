@@ -95,7 +95,7 @@ where
                 let mut payload = sig.payload;
                 if let Err(e) = inner.config.seal_keys.open_all(&mut payload) {
                     break 'step StepEnd::Quarantine(RunFailure {
-                        code: e.code().to_owned(),
+                        code: e.code().into(),
                         message: format!("signal `{}`: {e}", sig.name),
                     });
                 }
@@ -442,7 +442,7 @@ where
     H: Send + Sync + 'static,
 {
     let error = RunFailure {
-        code: e.code().to_owned(),
+        code: e.code(),
         message: runner.inner.redact_text(&e.to_string()),
     };
     tracing::warn!(

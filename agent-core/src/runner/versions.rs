@@ -4,17 +4,12 @@
 use super::{Runner, RunnerError, StepOutcome, children, saga};
 use crate::agent::{Agent, Handle};
 use crate::graph::GraphDescription;
+use crate::store::FailureCode;
 use crate::store::{
     EntryKind, Lease, MigrationCommit, MigrationNote, RunFailure, RunRecord, RunStatus, Store,
     StoreError, versioned_agent,
 };
 use crate::versions::{MigrationOutcome, MigrationPlan, NotMigrated, OlderVersion};
-
-/// The error code of a run whose state does not map to the new version.
-pub const MIGRATION_FAILED: &str = "migration.failed";
-/// The error code of a run waiting for a signal its mapped state does not wait for, when
-/// no migration of the chain declares the signal skipped.
-pub const MIGRATION_SKIPS_SIGNAL: &str = "migration.skips_signal";
 
 /// The entries of [`RunStore::claim_next`](crate::store::RunStore::claim_next) for the runs a
 /// runner of `A` can run: `A@VERSION` and `A@v` for every older version it migrates from.
@@ -198,7 +193,7 @@ pub async fn migrate_claimed<A: Agent>(
 /// The failure of a run in a state its version's graph does not have.
 fn not_in_graph<A: Agent>(record: &RunRecord, old: &OlderVersion) -> RunFailure {
     RunFailure {
-        code: "graph.incompatible".into(),
+        code: FailureCode::GraphIncompatible,
         message: format!(
             "the run is in state `{}`, which version {} of `{}` does not have",
             record.state_name,
@@ -220,7 +215,7 @@ async fn plan<A: Agent>(
     let graph: &GraphDescription = A::graph();
     let failed = |message: String| {
         Ok(Err(RunFailure {
-            code: MIGRATION_FAILED.into(),
+            code: FailureCode::MigrationFailed,
             message,
         }))
     };
@@ -268,7 +263,7 @@ async fn plan<A: Agent>(
         let kept = target.wait.as_ref().is_some_and(|w| w.signal == signal);
         if !kept && !old.skipped_signals.contains(&signal.as_str()) {
             return Ok(Err(RunFailure {
-                code: MIGRATION_SKIPS_SIGNAL.into(),
+                code: FailureCode::MigrationSkipsSignal,
                 message: format!(
                     "the run waits for signal `{signal}` in state `{}` of version {}, \
                      which migrates to state `{to}` of version {}, which does not wait \

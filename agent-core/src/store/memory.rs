@@ -5,7 +5,8 @@
 //! [`history::encode`] like on the durable backends, so the storage figures compare.
 //!
 //! ```
-//! use durable_agents::store::{memory::MemoryStore, NewRun, RunStore};
+//! use durable_agents::backend::{NewRun, RunStore};
+//! use durable_agents::store::memory::MemoryStore;
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
 //! let run = store

@@ -35,6 +35,7 @@ mod chain;
 mod contract;
 mod error;
 pub mod events;
+mod failure_code;
 pub mod history;
 pub mod location;
 pub mod memory;
@@ -55,6 +56,7 @@ pub use events::{
     EventBuilder, EventCursor, EventKind, EventScope, EventWake, EventWakes, RunEvent,
     StatusChange, TransitionFacts, WakeHub,
 };
+pub use failure_code::FailureCode;
 pub use migrate::{
     MigrationCommit, MigrationNote, agent_version_at, claimable_by, versioned_agent,
 };

@@ -8,15 +8,9 @@
 use crate::graph::GraphDescription;
 
 use super::{
-    ChainLink, Labels, Lease, Millis, OperatorNote, RunFailure, RunRecord, RunStatus, SignalRecord,
-    StepCommit, StoreError, TransitionKind,
+    ChainLink, FailureCode, Labels, Lease, Millis, OperatorNote, RunFailure, RunRecord, RunStatus,
+    SignalRecord, StepCommit, StoreError, TransitionKind,
 };
-
-/// The error code of a cancelled run while its compensations run (and after).
-pub const CANCELLED: &str = "cancelled";
-
-/// The error code of a terminated run.
-pub const TERMINATED: &str = "terminated";
 
 /// At most this many labels per run.
 pub const MAX_LABELS: usize = 32;
@@ -160,7 +154,7 @@ fn transition(
     record: &RunRecord,
     kind: TransitionKind,
     status: RunStatus,
-    code: &str,
+    code: FailureCode,
     note: OperatorNote,
     epoch: u64,
     keep_lease: bool,
@@ -181,7 +175,7 @@ fn transition(
             waiting_for: None,
             wake_at: None,
             error: Some(RunFailure {
-                code: code.to_owned(),
+                code,
                 message: format!("{verb} by {}: {}", note.by, note.reason),
             }),
             consumed_signal: None,
@@ -198,7 +192,7 @@ fn transition(
 /// - another final run: refused;
 /// - a run held by a live lease: [`OperatorPlan::RequestCancel`];
 /// - otherwise (running, waiting, or held by an expired lease): the `cancel` transition to
-///   compensating with error [`CANCELLED`], fencing out the expired holder. A request
+///   compensating with error [`FailureCode::Cancelled`], fencing out the expired holder. A request
 ///   recorded earlier keeps its note: the first operator to cancel is the one recorded.
 ///
 /// # Errors
@@ -234,7 +228,7 @@ pub fn plan_cancel(
         record,
         TransitionKind::Cancel,
         RunStatus::Compensating,
-        CANCELLED,
+        FailureCode::Cancelled,
         note,
         record.epoch + 1,
         false,
@@ -294,7 +288,7 @@ pub fn plan_terminate(record: &RunRecord, note: &OperatorNote) -> Result<Operato
             record,
             TransitionKind::Terminate,
             RunStatus::Terminated,
-            TERMINATED,
+            FailureCode::Terminated,
             note.clone(),
             record.epoch + 1,
             false,
@@ -391,7 +385,7 @@ pub fn plan_accept_cancel(
         record,
         TransitionKind::Cancel,
         RunStatus::Compensating,
-        CANCELLED,
+        FailureCode::Cancelled,
         note,
         lease.epoch,
         true,
@@ -430,10 +424,6 @@ mod tests {
         assert!(validate_labels(&many).is_err());
     }
 }
-
-/// The error code of a saga whose compensations kept failing: a retry sends it back to
-/// compensating.
-pub const COMPENSATION_FAILED: &str = "compensation.failed";
 
 /// Which stopped runs an operator's re-queue takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -482,7 +472,7 @@ pub enum RequeueRefused {
 
 /// What re-queueing `run` in `mode` does: a quarantined, dead-lettered (or, retrying, a
 /// failed) run goes back to running with its error cleared, or to compensating with its
-/// error kept when its compensations failed ([`COMPENSATION_FAILED`]).
+/// error kept when its compensations failed ([`FailureCode::CompensationFailed`]).
 ///
 /// # Errors
 /// [`RequeueRefused`] for a run that waits, ended, or failed when only resuming.
@@ -507,7 +497,7 @@ pub fn plan_requeue(run: &RunRecord, mode: RequeueMode) -> Result<Requeue, Reque
             let compensating = run
                 .error
                 .as_ref()
-                .is_some_and(|e| e.code == COMPENSATION_FAILED);
+                .is_some_and(|e| e.code == FailureCode::CompensationFailed);
             Ok(if compensating {
                 // The saga still has to finish undoing the run.
                 Requeue::To(RunStatus::Compensating, run.error.clone())

@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use super::failure_code::ErrorClass;
+use super::failure_code::FailureCode;
+
 /// The three kinds of tool, and what the runner guarantees for each.
 #[derive(
     Clone,
@@ -45,46 +48,6 @@ impl ToolKind {
     #[must_use]
     pub const fn has_effect(self) -> bool {
         !matches!(self, Self::Read)
-    }
-}
-
-/// Why a call failed; decides whether the runner retries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub enum ErrorClass {
-    /// A passing fault: retried.
-    Retryable,
-    /// Will fail again: not retried.
-    Permanent,
-    /// The attempt exceeded the tool's timeout: retried.
-    Timeout,
-    /// The service asked to slow down: retried after its `retry-after`.
-    RateLimited,
-    /// Credentials refused: not retried.
-    Auth,
-    /// The tool is switched off in the tool registry: not retried.
-    Disabled,
-}
-
-impl ErrorClass {
-    /// Whether another attempt may succeed.
-    #[must_use]
-    pub const fn is_retryable(self) -> bool {
-        matches!(self, Self::Retryable | Self::Timeout | Self::RateLimited)
-    }
-
-    /// The stable error code stored in the journal (`tool.timeout`, ...).
-    #[must_use]
-    pub const fn code(self) -> &'static str {
-        match self {
-            Self::Retryable => "tool.retryable",
-            Self::Permanent => "tool.permanent",
-            Self::Timeout => "tool.timeout",
-            Self::RateLimited => "tool.rate_limited",
-            Self::Auth => "tool.auth",
-            Self::Disabled => "tool.disabled",
-        }
     }
 }
 
@@ -209,8 +172,9 @@ impl RunStatus {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunFailure {
     /// Stable code: `tool.timeout`, `handler`, `budget`, `routing`, `state.corrupt`,
-    /// `graph.incompatible`, `compensation.failed`, `crash_loop`, ...
-    pub code: String,
+    /// `graph.incompatible`, `compensation.failed`, `crash_loop`, ... (stored as its text).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub code: FailureCode,
     /// What happened, for a person.
     pub message: String,
 }
@@ -303,7 +267,7 @@ impl RunRecord {
             waiting_for: None,
             wake_at: None,
             error: Some(RunFailure {
-                code: ROW_UNREADABLE.to_owned(),
+                code: FailureCode::RowUnreadable,
                 message,
             }),
             epoch: 0,
@@ -381,7 +345,7 @@ impl OperatorNote {
 /// added later do not break the code that creates runs.
 ///
 /// ```
-/// use durable_agents::store::NewRun;
+/// use durable_agents::backend::NewRun;
 /// let run = NewRun::new("run-1", "Checkout", "f", "Browsing", serde_json::json!({}))
 ///     .with_label("tenant", "acme")
 ///     .with_label("region", "eu");

@@ -142,13 +142,10 @@ impl Db {
 
 pub(crate) fn runner(store: &Arc<dyn Store>, choice: &'static str) -> Runner<Order, Behaviour> {
     let world = Arc::new(World::default());
-    Runner::routed(
-        Arc::clone(store),
-        Behaviour,
-        fixture::tools(&world),
-        Arc::new(fixture::router(choice)),
-    )
-    .expect("runner")
+    Runner::builder(Arc::clone(store), Behaviour, fixture::tools(&world))
+        .router(Arc::new(fixture::router(choice)))
+        .build()
+        .expect("runner")
 }
 
 /// The API served on a loopback port until dropped.

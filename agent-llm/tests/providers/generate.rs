@@ -311,10 +311,11 @@ async fn a_resumed_run_is_served_the_generation_from_the_journal() {
         ..RunnerConfig::default()
     };
     let hook = Arc::new(CrashAt::new(FaultPoint::CommitSent, 0));
-    let crashy = Runner::<Support, _>::new(Arc::clone(&store), Handlers, tools.clone())
-        .unwrap()
-        .with_config(config("crashy"))
-        .with_faults(hook.clone());
+    let crashy = Runner::<Support, _>::builder(Arc::clone(&store), Handlers, tools.clone())
+        .config(config("crashy"))
+        .faults(hook.clone())
+        .build()
+        .unwrap();
     crashy
         .start(
             "s-1",
@@ -338,9 +339,10 @@ async fn a_resumed_run_is_served_the_generation_from_the_journal() {
     );
 
     tokio::time::sleep(lease + Duration::from_millis(50)).await;
-    let healthy = Runner::<Support, _>::new(Arc::clone(&store), Handlers, tools)
-        .unwrap()
-        .with_config(config("healthy"));
+    let healthy = Runner::<Support, _>::builder(Arc::clone(&store), Handlers, tools)
+        .config(config("healthy"))
+        .build()
+        .unwrap();
     let record = healthy.run("s-1").await.unwrap();
     assert_eq!(record.status, RunStatus::Completed);
     assert_eq!(

@@ -475,18 +475,16 @@ async fn a_server_that_ignores_tool_choice_is_refused_cleanly() {
     let refund = Refund::default();
     let started = Arc::clone(&refund.started);
     let max_reasks = 2;
-    let runner = Runner::<Desk, _>::routed(
-        Arc::clone(&store),
-        Handlers,
-        ToolBox::new().with(refund),
-        Arc::new(server.router(48, false, Streaming::Never)),
-    )
-    .unwrap()
-    .with_config(RunnerConfig {
-        max_reasks,
-        decision_timeout: Duration::from_mins(2),
-        ..RunnerConfig::default()
-    });
+    let runner =
+        Runner::<Desk, _>::builder(Arc::clone(&store), Handlers, ToolBox::new().with(refund))
+            .router(Arc::new(server.router(48, false, Streaming::Never)))
+            .config(RunnerConfig {
+                max_reasks,
+                decision_timeout: Duration::from_mins(2),
+                ..RunnerConfig::default()
+            })
+            .build()
+            .unwrap();
     runner.start("ignored", Desk::Intake).await.unwrap();
     let record = runner.run("ignored").await.unwrap();
     let journal = store.journal("ignored", None).await.unwrap();

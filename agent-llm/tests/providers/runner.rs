@@ -261,17 +261,15 @@ async fn run_once(
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let refund = Refund::default();
     let started = Arc::clone(&refund.started);
-    let runner = Runner::<Desk, _>::routed(
-        Arc::clone(&store),
-        Handlers,
-        ToolBox::new().with(refund),
-        router(provider, server),
-    )
-    .unwrap()
-    .with_config(RunnerConfig {
-        max_reasks: 2,
-        ..RunnerConfig::default()
-    });
+    let runner =
+        Runner::<Desk, _>::builder(Arc::clone(&store), Handlers, ToolBox::new().with(refund))
+            .router(router(provider, server))
+            .config(RunnerConfig {
+                max_reasks: 2,
+                ..RunnerConfig::default()
+            })
+            .build()
+            .unwrap();
     runner.start("d", Desk::Intake).await.unwrap();
     let record = runner.run("d").await.unwrap();
     let journal = store.journal("d", None).await.unwrap();
@@ -439,18 +437,19 @@ async fn a_slow_ask_times_out_into_the_journal_and_the_failure_path() {
         .mount(&server)
         .await;
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner = Runner::<Desk, _>::routed(
+    let runner = Runner::<Desk, _>::builder(
         Arc::clone(&store),
         Handlers,
         ToolBox::new().with(Refund::default()),
-        router(Provider::OpenAi, &server),
     )
-    .unwrap()
-    .with_config(RunnerConfig {
+    .router(router(Provider::OpenAi, &server))
+    .config(RunnerConfig {
         max_reasks: 1,
         decision_timeout: std::time::Duration::from_millis(200),
         ..RunnerConfig::default()
-    });
+    })
+    .build()
+    .unwrap();
     runner.start("d", Desk::Intake).await.unwrap();
     let started = std::time::Instant::now();
     let record = runner.run("d").await.unwrap();
@@ -480,17 +479,18 @@ async fn an_unreachable_endpoint_is_labelled_router_unavailable() {
         listener.local_addr().unwrap()
     };
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner = Runner::<Desk, _>::routed(
+    let runner = Runner::<Desk, _>::builder(
         Arc::clone(&store),
         Handlers,
         ToolBox::new().with(Refund::default()),
-        Arc::new(openai(&format!("http://{closed}"))),
     )
-    .unwrap()
-    .with_config(RunnerConfig {
+    .router(Arc::new(openai(&format!("http://{closed}"))))
+    .config(RunnerConfig {
         max_reasks: 1,
         ..RunnerConfig::default()
-    });
+    })
+    .build()
+    .unwrap();
     runner.start("down", Desk::Intake).await.unwrap();
     let record = runner.run("down").await.unwrap();
     let journal = store.journal("down", None).await.unwrap();

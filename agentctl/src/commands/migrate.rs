@@ -203,9 +203,10 @@ async fn apply(opened: &Opened, out: Output, agents: &[Registered]) -> Result<Ex
             }
             Ok(MigrationOutcome::Refused(failure)) => {
                 store.hand_back(&lease).await?;
-                let mut row = Row::new(&fresh, agent.version, "quarantine")
-                    .reason(quarantine_reason(agent, &failure.code, &failure.message));
-                row.code = Some(failure.code);
+                let mut row = Row::new(&fresh, agent.version, "quarantine").reason(
+                    quarantine_reason(agent, failure.code.as_str(), &failure.message),
+                );
+                row.code = Some(failure.code.into());
                 row
             }
             Ok(MigrationOutcome::Left(why)) => {
@@ -426,10 +427,10 @@ async fn plan_row(store: &dyn Store, agent: &Registered, record: &RunRecord) -> 
         MigrationPlan::Quarantine(failure) => {
             let mut row = Row::new(record, agent.version, "quarantine").reason(quarantine_reason(
                 agent,
-                &failure.code,
+                failure.code.as_str(),
                 &failure.message,
             ));
-            row.code = Some(failure.code);
+            row.code = Some(failure.code.into());
             row
         }
         MigrationPlan::Leave(why) => {

@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use agent_core::store::FailureCode;
 use agent_core::store::operator::{Requeue, RequeueRefused, plan_requeue};
 
 pub(super) use agent_core::store::operator::RequeueMode as Mode;
@@ -78,7 +79,10 @@ pub(super) async fn run(cx: &Ctx, id: &str, mode: Mode) -> Result<ExitCode> {
         updated.status
     );
     if let Some(e) = &run.error
-        && matches!(e.code.as_str(), "state.corrupt" | "graph.incompatible")
+        && matches!(
+            e.code,
+            FailureCode::StateCorrupt | FailureCode::GraphIncompatible
+        )
     {
         cx.out.warn(&format!(
             "it was stopped for `{}`: unless the cause is fixed (deploy a compatible build, \

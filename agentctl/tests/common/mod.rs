@@ -8,7 +8,8 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use agent_core::conformance::fixture::{self, Behaviour, Order, World};
-use agent_core::runner::Runner;
+use agent_core::router::Router;
+use agent_core::runner::{Runner, RunnerBuilder};
 use agent_core::store::{RunFailure, RunStatus, Store};
 use serde_json::json;
 
@@ -248,13 +249,19 @@ pub(crate) fn runner(
     world: &Arc<World>,
     choice: &'static str,
 ) -> Runner<Order, Behaviour> {
-    Runner::routed(
-        Arc::clone(store),
-        Behaviour,
-        fixture::tools(world),
-        Arc::new(fixture::router(choice)),
-    )
-    .expect("runner")
+    runner_builder(store, world, choice)
+        .build()
+        .expect("runner")
+}
+
+/// [`runner`], to be configured before it is built.
+pub(crate) fn runner_builder(
+    store: &Arc<dyn Store>,
+    world: &Arc<World>,
+    choice: &'static str,
+) -> RunnerBuilder<Order, Behaviour, Arc<dyn Router>> {
+    Runner::builder(Arc::clone(store), Behaviour, fixture::tools(world))
+        .router(Arc::new(fixture::router(choice)))
 }
 
 async fn drive(

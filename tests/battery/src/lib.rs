@@ -562,6 +562,7 @@ pub mod order {
 
     use agent_core::conformance::fixture::{self, Behaviour as Handlers, Order, World};
     use agent_core::router::Router;
+    use agent_core::runner::{FaultHook, NoFaults};
     use agent_core::runner::{Runner, RunnerConfig};
     use agent_core::store::{Claimed, RunRecord, Store};
     use agent_core::tool::ToolBox;
@@ -577,9 +578,22 @@ pub mod order {
         router: Arc<dyn Router>,
         config: RunnerConfig,
     ) -> Runner<Order, Handlers> {
-        Runner::routed(Arc::clone(store), Handlers, tools, router)
+        runner_with(store, tools, router, config, Arc::new(NoFaults))
+    }
+
+    pub fn runner_with(
+        store: &Arc<dyn Store>,
+        tools: ToolBox,
+        router: Arc<dyn Router>,
+        config: RunnerConfig,
+        faults: Arc<dyn FaultHook>,
+    ) -> Runner<Order, Handlers> {
+        Runner::builder(Arc::clone(store), Handlers, tools)
+            .router(router)
+            .config(config)
+            .faults(faults)
+            .build()
             .expect("the fixture's tool box matches")
-            .with_config(config)
     }
 
     /// The fixture's tools on `world`.

@@ -381,14 +381,11 @@ pub fn runner(
     svc: &Arc<Service>,
     config: RunnerConfig,
 ) -> Runner<Shop, Behaviour> {
-    Runner::routed(
-        store,
-        Behaviour,
-        tools(svc),
-        Arc::new(ScriptedShopRouter::new(Arc::clone(svc))),
-    )
-    .expect("the tool box matches the graph")
-    .with_config(config)
+    Runner::builder(store, Behaviour, tools(svc))
+        .router(Arc::new(ScriptedShopRouter::new(Arc::clone(svc))))
+        .config(config)
+        .build()
+        .expect("the tool box matches the graph")
 }
 
 /// The initial state of order `id`: two or three items.

@@ -240,14 +240,11 @@ pub fn runner(
     svc: &Arc<Service>,
     config: RunnerConfig,
 ) -> Runner<ShopV2, BehaviourV2> {
-    Runner::routed(
-        store,
-        BehaviourV2,
-        tools(svc),
-        Arc::new(ScriptedShopRouter::new(Arc::clone(svc))),
-    )
-    .expect("the tool box matches the graph")
-    .with_config(config)
+    Runner::builder(store, BehaviourV2, tools(svc))
+        .router(Arc::new(ScriptedShopRouter::new(Arc::clone(svc))))
+        .config(config)
+        .build()
+        .expect("the tool box matches the graph")
 }
 
 const _: fn() = || {

@@ -256,9 +256,10 @@ fn leaf_runner(
     svc: &Arc<Service>,
     config: RunnerConfig,
 ) -> Runner<Leaf, Behaviour> {
-    Runner::new(store, Behaviour, ToolBox::new().with(Work(Arc::clone(svc))))
+    Runner::builder(store, Behaviour, ToolBox::new().with(Work(Arc::clone(svc))))
+        .config(config)
+        .build()
         .expect("the tool box matches the graph")
-        .with_config(config)
 }
 
 fn fanout_runner(
@@ -266,13 +267,14 @@ fn fanout_runner(
     svc: &Arc<Service>,
     config: RunnerConfig,
 ) -> Runner<Fanout, Behaviour> {
-    Runner::new(
+    Runner::builder(
         store,
         Behaviour,
         ToolBox::new().with(Publish(Arc::clone(svc))),
     )
+    .config(config)
+    .build()
     .expect("the tool box matches the graph")
-    .with_config(config)
 }
 
 /// Run a worker for each agent of the tree (parents and leaves) on the same store until

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored, verify_chain};
+use crate::store::FailureCode;
 use crate::store::{CallStatus, Claimed, RunFailure, RunStatus, Store, StoreError};
 
 /// N committers race the same expected version with the same lease: exactly one wins per
@@ -290,7 +291,7 @@ pub async fn check_quarantine_is_fenced(store: Arc<dyn Store>) -> CheckResult {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let current = claim(&store, &run.id, "b").await?;
     let error = RunFailure {
-        code: "history.inconsistent".into(),
+        code: FailureCode::HistoryInconsistent,
         message: "conformance".into(),
     };
     ensure!(

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::{CheckResult, Ctx, claim, entry, new_run, step, unique};
 use crate::events::{FollowConfig, Follower};
 use crate::router::{Decision, DecisionRecord};
+use crate::store::FailureCode;
 use crate::store::{
     CallStatus, EntryKind, EventCursor, EventKind, EventScope, EventWake, JournalEntry, RunEvent,
     RunStatus, Store, StoreError,
@@ -547,7 +548,7 @@ pub async fn check_status_changes_are_events(store: Arc<dyn Store>) -> CheckResu
         .await
         .ctx("create_run")?;
     let error = crate::store::RunFailure {
-        code: "crash_loop".to_owned(),
+        code: FailureCode::CrashLoop,
         message: "too many claims".to_owned(),
     };
     store

@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, new_run, step, stored, unique, verify_chain};
-use crate::store::operator::{CANCELLED, TERMINATED};
+use crate::store::FailureCode;
+use crate::store::FailureCode::{Cancelled as CANCELLED, Terminated as TERMINATED};
 use crate::store::{
     Claimed, Labels, Lease, OperatorNote, RunFilter, RunRecord, RunStatus, StepCommit, Store,
     StoreError, TransitionKind,
@@ -670,7 +671,7 @@ pub async fn check_terminate_closes_out_stopped_runs(store: Arc<dyn Store>) -> C
             &StepCommit {
                 status: RunStatus::Failed,
                 error: Some(crate::store::RunFailure {
-                    code: "handler".to_owned(),
+                    code: FailureCode::Handler,
                     message: "the payload does not read".to_owned(),
                 }),
                 ..step(0, json!({}))
@@ -690,7 +691,7 @@ pub async fn check_terminate_closes_out_stopped_runs(store: Arc<dyn Store>) -> C
                 &run.id,
                 status,
                 Some(crate::store::RunFailure {
-                    code: "stuck".to_owned(),
+                    code: FailureCode::Other("stuck".to_owned()),
                     message: "stuck".to_owned(),
                 }),
             )

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, claim, create, grow, step, stored, verify_chain};
+use crate::store::FailureCode;
 use crate::store::{
     OperatorNote, RepairError, RunFailure, RunStatus, Store, StoreError, TransitionKind,
     plan_repair, repair,
@@ -35,7 +36,7 @@ pub async fn check_repair_resets_a_quarantined_run(store: Arc<dyn Store>) -> Che
         other => return Err(format!("repair of a running run gave {other:?}")),
     }
     let error = RunFailure {
-        code: "state.corrupt".into(),
+        code: FailureCode::StateCorrupt,
         message: "conformance".into(),
     };
     store.quarantine(&lease, error).await.ctx("quarantine")?;

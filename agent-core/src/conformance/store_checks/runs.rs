@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, grow, new_run, step, stored, unique};
 use crate::graph::GraphDescription;
+use crate::store::FailureCode;
 use crate::store::{
     Claimed, Lease, RunFailure, RunFilter, RunKey, RunStatus, Store, StoreError, TransitionKind,
     now_ms,
@@ -137,7 +138,7 @@ pub async fn check_list_runs(store: Arc<dyn Store>) -> CheckResult {
             &ids[1],
             RunStatus::Failed,
             Some(RunFailure {
-                code: "handler".into(),
+                code: FailureCode::Handler,
                 message: "x".into(),
             }),
         )
@@ -335,7 +336,7 @@ pub async fn check_list_runs_keyset(store: Arc<dyn Store>) -> CheckResult {
 pub async fn check_set_status(store: Arc<dyn Store>) -> CheckResult {
     let r = create(&store, "status", json!({})).await?;
     let err = RunFailure {
-        code: "state.corrupt".into(),
+        code: FailureCode::StateCorrupt,
         message: "missing field `cart`".into(),
     };
     let q = store

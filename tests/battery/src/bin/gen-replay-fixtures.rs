@@ -106,13 +106,13 @@ async fn main() {
                 .await
                 .expect("switch");
         }
-        let runner = order::runner(
+        let runner = order::runner_with(
             &store,
             order::tools(&world),
             Arc::clone(&s.router),
             order::config("capture", Duration::from_secs(5)),
-        )
-        .with_faults(Arc::new(RandomCrash::new(s.crash_p, 7)));
+            Arc::new(RandomCrash::new(s.crash_p, 7)),
+        );
         let run_id = format!("replay-{}", s.name);
         runner
             .start(&run_id, fixture::initial(s.items))

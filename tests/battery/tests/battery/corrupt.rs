@@ -228,7 +228,7 @@ async fn verdicts(env: &Env, cases: &[Case], log: &CallLog) -> Vec<String> {
                         .ok()
                         .and_then(Option::as_ref)
                         .and_then(|r| r.error.as_ref())
-                        .map_or_else(|| "StoreError::Corrupt".to_owned(), |e| e.code.clone())
+                        .map_or_else(|| "StoreError::Corrupt".to_owned(), |e| e.code.to_string())
                 ),
                 Err(e) => format!("NOT detected: {e}"),
             },
@@ -520,7 +520,7 @@ async fn no_false_positives_over_clean_resumes(env: Env) {
                     }
                 };
                 let hook = Arc::new(RandomCrash::new(0.04, i as u64));
-                let r = order::runner(
+                let r = order::runner_with(
                     &store,
                     order::tools(&world),
                     Arc::new(fixture::router(choice)),
@@ -528,8 +528,8 @@ async fn no_false_positives_over_clean_resumes(env: Env) {
                         max_claims_without_progress: 1_000,
                         ..order::config(&format!("lane-{lane}"), LEASE)
                     },
-                )
-                .with_faults(hook.clone());
+                    hook.clone(),
+                );
                 let id = format!("clean-{i}");
                 r.start(&id, fixture::initial(&["a", "bb", "ccc"]))
                     .await

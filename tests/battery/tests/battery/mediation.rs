@@ -299,17 +299,18 @@ async fn llm_routed_states_mediation_matrix() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let world = Arc::new(World::default());
     let runner_for = |router: Arc<ScriptedRouter>, log: Arc<CallLog>| {
-        Runner::<Mediated, Follow>::routed(
+        Runner::<Mediated, Follow>::builder(
             Arc::clone(&store),
             Follow,
             probe_all(&order::tools(&world), &log, &pass()),
-            router,
         )
-        .expect("tool box matches")
-        .with_config(RunnerConfig {
+        .router(router)
+        .config(RunnerConfig {
             max_reasks: 1,
             ..order::config("mediator", std::time::Duration::from_secs(5))
         })
+        .build()
+        .expect("tool box matches")
     };
     let states = [
         Mediated::Bare,

@@ -35,14 +35,15 @@ where
     let log = CallLog::new();
     let router = forbidden_router();
     let world = Arc::new(World::default());
-    let runner = Runner::<A, H>::routed(
+    let runner = Runner::<A, H>::builder(
         Arc::clone(store),
         handlers,
         probe_all(&order::tools(&world), &log, &forbid()),
-        Arc::clone(&router) as Arc<dyn Router>,
     )
-    .expect("tool box matches")
-    .with_config(config());
+    .router(Arc::clone(&router) as Arc<dyn Router>)
+    .config(config())
+    .build()
+    .expect("tool box matches");
     (runner, log, router)
 }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_core::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
+use agent_core::runner::{FaultHook, NoFaults};
 use agent_core::store::{EntryKind, RunRecord, RunStatus, Store};
 use agent_core::{
     Agent, Compensate, Ctx, Execute, RetryPolicy, StepResult, Tool, ToolBox, ToolContext,
@@ -221,16 +222,27 @@ impl ChainHandlers for Legs {
 }
 
 fn runner(store: &Arc<dyn Store>, ledger: &Arc<Ledger>, worker: &str) -> Runner<Chain, Legs> {
+    runner_with(store, ledger, worker, Arc::new(NoFaults))
+}
+
+fn runner_with(
+    store: &Arc<dyn Store>,
+    ledger: &Arc<Ledger>,
+    worker: &str,
+    faults: Arc<dyn FaultHook>,
+) -> Runner<Chain, Legs> {
     let tools = ToolBox::new()
         .with(Unbook(Arc::clone(ledger)))
         .hybrid(Book(Arc::clone(ledger)));
-    Runner::new(Arc::clone(store), Legs, tools)
-        .expect("tool box matches")
-        .with_config(RunnerConfig {
+    Runner::builder(Arc::clone(store), Legs, tools)
+        .config(RunnerConfig {
             worker_id: worker.to_owned(),
             lease_ttl: LEASE,
             ..RunnerConfig::default()
         })
+        .faults(faults)
+        .build()
+        .expect("tool box matches")
 }
 
 const LEASE: Duration = Duration::from_millis(40);
@@ -270,7 +282,7 @@ async fn run_cell(store: &Arc<dyn Store>, id: &str, cell: Cell) -> Result<RunRec
         None => first.run(id).await.map_err(|e| e.to_string())?,
         Some((point, j)) => {
             let hook = Arc::new(CrashAt::new(point, j));
-            let crashing = first.with_faults(hook.clone());
+            let crashing = runner_with(store, &ledger, "first", hook.clone());
             match crashing.run(id).await {
                 Err(RunnerError::Crashed(_)) => {}
                 other => return Err(format!("expected a crash at {point} #{j}, got {other:?}")),

@@ -292,13 +292,15 @@ async fn run_flow_with(
             mode,
         });
     let router: Arc<dyn agent_core::router::Router> = llm.unwrap_or(router);
-    let runner = Runner::<Support, Desk>::routed(Arc::clone(&store), Desk, tools, router)
-        .expect("tool box matches")
-        .with_config(RunnerConfig {
+    let runner = Runner::<Support, Desk>::builder(Arc::clone(&store), Desk, tools)
+        .router(router)
+        .config(RunnerConfig {
             worker_id: "secrets".into(),
             secrets,
             ..RunnerConfig::default()
-        });
+        })
+        .build()
+        .expect("tool box matches");
     tracing::info!(?runner, "runner configured");
     runner
         .start("support-1", Support::Intake { user: "ada".into() })

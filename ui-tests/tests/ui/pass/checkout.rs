@@ -64,7 +64,7 @@ impl CheckoutHandlers for Shop {
     }
 }
 
-fn assert_handles<A: durable_agents::Handle<Shop>>() {}
+fn assert_handles<A: durable_agents::agent::Handle<Shop>>() {}
 
 fn main() {
     assert_handles::<Checkout>();

@@ -1,5 +1,6 @@
 // A state that starts child agents, named by path, joins them all or takes the first.
-use durable_agents::{Agent, ChildOutcome, Ctx, StepResult};
+use durable_agents::agent::ChildOutcome;
+use durable_agents::{Agent, Ctx, StepResult};
 use serde::{Deserialize, Serialize};
 
 mod agents {

@@ -1,7 +1,8 @@
 // `#[derive(Tool)]`: name from the type, description from the doc comment, policy from the attribute.
 use std::time::Duration;
 
-use durable_agents::{Tool, ToolKind, ToolPolicy, kind::Kind};
+use durable_agents::tool::{ToolPolicy, kind::Kind};
+use durable_agents::{Tool, ToolKind};
 
 /// Search the catalogue.
 ///

@@ -24,7 +24,7 @@ fn main() {
         }
     }
 
-    fn assert_handles<A: durable_agents::Handle<Desk>>() {}
+    fn assert_handles<A: durable_agents::agent::Handle<Desk>>() {}
     assert_handles::<Support>();
     assert_eq!(Support::graph().states[0].data, "{ ticket : Ticket }");
     let _ = Support::Open { ticket: Ticket { id: 1 } }.state_name();

@@ -34,7 +34,7 @@ impl ShapesHandlers for H {
     }
 }
 
-fn assert_handles<A: durable_agents::Handle<H>>() {}
+fn assert_handles<A: durable_agents::agent::Handle<H>>() {}
 
 fn main() {
     assert_handles::<Shapes>();

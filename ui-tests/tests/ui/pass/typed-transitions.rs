@@ -43,7 +43,7 @@ impl CheckoutHandlers for Shop {
 }
 
 fn main() {
-    fn assert_handles<A: durable_agents::Handle<Shop>>() {}
+    fn assert_handles<A: durable_agents::agent::Handle<Shop>>() {}
     assert_handles::<Checkout>();
     let g = Checkout::graph();
     let browsing = g.state("Browsing").unwrap();
@@ -84,6 +84,6 @@ fn main() {
         }
     }
 
-    fn assert_desk<A: durable_agents::Handle<Desk>>() {}
+    fn assert_desk<A: durable_agents::agent::Handle<Desk>>() {}
     assert_desk::<Support>();
 }

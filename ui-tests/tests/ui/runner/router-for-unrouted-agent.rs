@@ -24,5 +24,5 @@ impl GreeterHandlers for Desk {
 fn main() {
     let store = Arc::new(MemoryStore::new());
     let router = Arc::new(ScriptedRouter::new([]));
-    let _ = Runner::routed(store, Desk, GreeterTools {}, router);
+    let _ = Runner::builder(store, Desk, GreeterTools {}).router(router).build();
 }

@@ -1,5 +1,6 @@
 // A hand-written `Tool` impl must use the type's name as `NAME`: the runner journals calls by it.
-use durable_agents::{Agent, Tool, kind};
+use durable_agents::tool::kind;
+use durable_agents::{Agent, Tool};
 use serde::{Deserialize, Serialize};
 
 pub struct Search;
