@@ -445,7 +445,7 @@ mod mediation {
                     .await
                     .unwrap()
                     .unwrap();
-                let cache = crate::runner::cx::unloaded_read_cache();
+                let cache = crate::runner::caches::unloaded_read_cache();
                 let cx = StepCx::new(
                     &runner.inner,
                     &record,

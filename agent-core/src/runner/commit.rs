@@ -5,17 +5,12 @@
 
 use std::time::Duration;
 
-use super::{FaultPoint, Inner, Runner, RunnerError};
-use crate::agent::{Agent, Handle};
+use super::{FaultPoint, Inner, RunnerError};
 use crate::store::{
     JournalEntry, Lease, RunFailure, RunRecord, RunStatus, StepCommit, StoreError, TransitionKind,
 };
 
-impl<A, H> Runner<A, H>
-where
-    A: Agent + Handle<H>,
-    H: Send + Sync + 'static,
-{
+impl Inner {
     /// Commit a status-only change (same state, new version).
     pub(crate) async fn commit_status(
         &self,
@@ -59,8 +54,8 @@ where
         commit: &StepCommit,
         run_id: &str,
     ) -> Result<RunRecord, RunnerError> {
-        let store = &self.inner.store;
-        let faults = &self.inner.faults;
+        let store = &self.store;
+        let faults = &self.faults;
         faults.check(FaultPoint::CommitSent, run_id, commit.expected_version)?;
         let mut attempt = 0;
         loop {
@@ -87,7 +82,7 @@ where
                 StoreError::CancelRequested(_) => {
                     return Box::pin(self.accept_cancel(lease, run_id)).await;
                 }
-                e if e.is_transient() && attempt < self.inner.config.store_retries => {
+                e if e.is_transient() && attempt < self.config.store_retries => {
                     attempt += 1;
                     // Rare, and boxed so that its timer and read are not part of every
                     // commit's future.
@@ -114,7 +109,7 @@ where
         attempt: u32,
     ) -> Option<Result<RunRecord, RunnerError>> {
         tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
-        let Ok(Some(current)) = self.inner.store.load_run(run_id).await else {
+        let Ok(Some(current)) = self.store.load_run(run_id).await else {
             return None;
         };
         if current.version == commit.expected_version + 1 && current.epoch == lease.epoch {
@@ -132,20 +127,12 @@ where
         lease: &Lease,
         run_id: &str,
     ) -> Result<RunRecord, RunnerError> {
-        match self.inner.store.accept_cancel(lease).await {
+        match self.store.accept_cancel(lease).await {
             Err(StoreError::LeaseLost { .. } | StoreError::Conflict { .. }) => {
                 Err(RunnerError::LeaseLost(run_id.to_owned()))
             }
             accepted => Ok(accepted?),
         }
-    }
-
-    pub(crate) async fn renew_if_due(
-        &self,
-        lease: &mut Lease,
-        record: &RunRecord,
-    ) -> Result<(), RunnerError> {
-        renew_if_due(&self.inner, lease, &record.id, record.version).await
     }
 }
 

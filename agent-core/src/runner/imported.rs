@@ -179,17 +179,3 @@ pub(crate) fn schema_changed(tool: &dyn DynTool, entry: &JournalEntry) -> Option
 fn short(s: &str) -> &str {
     s.get(..12).unwrap_or(s)
 }
-
-impl super::Inner {
-    /// The tools legal in `state`: its compiled `tools(...)`, then the imported ones.
-    pub(crate) fn tools_in<'a>(
-        &'a self,
-        state: &'a crate::graph::StateDescription,
-    ) -> impl Iterator<Item = &'a str> + 'a {
-        state.tools.iter().map(String::as_str).chain(
-            self.imported
-                .allowed_in(&state.name)
-                .map(|name| -> &'a str { name }),
-        )
-    }
-}

@@ -27,6 +27,7 @@
 //! the runner out instead: its next write is refused with `LeaseLost`, and it stops.
 
 mod builder;
+mod caches;
 mod children;
 mod commit;
 mod config;
@@ -125,7 +126,7 @@ enum Ready {
         lease: Lease,
         record: Box<RunRecord>,
         known: Known,
-        read_cache: cx::ReadCache,
+        read_cache: caches::ReadCache,
     },
 }
 
@@ -226,8 +227,8 @@ where
                 graph,
                 fingerprint: graph.fingerprint(),
                 registered: tokio::sync::OnceCell::new(),
-                switches: cx::ToolSwitches::default(),
-                marked: cx::MarkedFields::default(),
+                switches: caches::ToolSwitches::default(),
+                marked: caches::MarkedFields::default(),
             }),
             handlers: Arc::new(handlers),
             agent: PhantomData,
@@ -529,9 +530,9 @@ where
         let nothing_yet =
             record.version == 0 && reads.as_ref().is_some_and(|r| !r.journaled_at_version);
         let read_cache = if nothing_yet {
-            cx::empty_read_cache()
+            caches::empty_read_cache()
         } else {
-            cx::unloaded_read_cache()
+            caches::unloaded_read_cache()
         };
         // After a commit of our own, nothing can be journaled at the new version yet:
         // the next step skips reading its journal. The first step uses what the claim
@@ -562,6 +563,7 @@ where
         children::cancel_children(self.inner.store.as_ref(), self.inner.graph, &record, &why)
             .await?;
         let record = self
+            .inner
             .commit_status(lease, &record, RunStatus::DeadLettered, Some(error))
             .await?;
         self.release_if_held(lease, &record).await;
@@ -646,7 +648,7 @@ where
             lease,
             Box::new(record),
             Known::Nothing,
-            &cx::unloaded_read_cache(),
+            &caches::unloaded_read_cache(),
         )
         .await
     }
@@ -656,7 +658,7 @@ where
         lease: &mut Lease,
         record: Box<RunRecord>,
         known: Known,
-        read_cache: &cx::ReadCache,
+        read_cache: &caches::ReadCache,
     ) -> Result<StepOutcome, RunnerError> {
         if record.agent != A::NAME {
             return Err(RunnerError::WrongAgent {
@@ -688,10 +690,10 @@ where
         if record.cancel_requested.is_some() && record.status != RunStatus::Compensating {
             // Cancelled while another worker held the run (or before this one stepped it):
             // take the cancel before any tool call of the step.
-            let record = Box::pin(self.accept_cancel(lease, &record.id)).await?;
+            let record = Box::pin(self.inner.accept_cancel(lease, &record.id)).await?;
             return Ok(StepOutcome::after_commit(record));
         }
-        self.renew_if_due(lease, &record).await?;
+        renew_if_due(&self.inner, lease, &record.id, record.version).await?;
         let span = info_span!(
             "step",
             run_id = %record.id,
@@ -705,7 +707,13 @@ where
         // The record stays boxed from the claim on, so that no future holds it twice (as
         // its argument and as the local it is moved to).
         Box::pin(step::execute::<A, H>(
-            self, lease, record, state, known, read_cache,
+            &self.inner,
+            &*self.handlers,
+            lease,
+            record,
+            state,
+            known,
+            read_cache,
         ))
         .instrument(span)
         .await

@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 use tracing::Instrument;
 
 use super::cx::{StepCx, with_heartbeat};
-use super::{Runner, RunnerError, StepOutcome};
-use crate::agent::{Agent, Handle};
+use super::{Inner, RunnerError, StepOutcome};
 use crate::graph::StateDescription;
 use crate::store::FailureCode;
 use crate::store::{
@@ -52,17 +51,12 @@ pub(crate) async fn has_completed_hybrids(
 }
 
 /// Run (or resume) the compensation round of a compensating run.
-pub(super) async fn compensate<A, H>(
-    runner: &Runner<A, H>,
+pub(super) async fn compensate(
+    inner: &Inner,
     lease: &mut Lease,
     record: RunRecord,
     desc: &StateDescription,
-) -> Result<StepOutcome, RunnerError>
-where
-    A: Agent + Handle<H>,
-    H: Send + Sync + 'static,
-{
-    let inner = &*runner.inner;
+) -> Result<StepOutcome, RunnerError> {
     let why = match &record.error {
         Some(e) if e.code == FailureCode::Cancelled => "its parent was cancelled".to_owned(),
         Some(e) => format!("its parent failed: {}", e.message),
@@ -80,7 +74,7 @@ where
         .cloned()
         .collect();
     // Compensations are never served from the read cache: it stays unloaded.
-    let read_cache = super::cx::unloaded_read_cache();
+    let read_cache = super::caches::unloaded_read_cache();
     let cx = StepCx::new(inner, &record, desc, lease.clone(), done, None, &read_cache);
     for (i, original) in saga.iter().rev().enumerate() {
         let seq = u32::try_from(i).unwrap_or(u32::MAX);
@@ -128,7 +122,7 @@ where
                 code: FailureCode::CompensationFailed,
                 message: format!("compensating `{}` failed: {message}", original.name),
             };
-            let record = runner
+            let record = inner
                 .commit_status(lease, &record, RunStatus::DeadLettered, Some(error))
                 .await?;
             return Ok(StepOutcome::after_commit(record));
@@ -146,6 +140,6 @@ where
         RunStatus::Running
     };
     let error = record.error.clone();
-    let record = runner.commit_status(lease, &record, status, error).await?;
+    let record = inner.commit_status(lease, &record, status, error).await?;
     Ok(StepOutcome::after_commit(record))
 }

@@ -1,13 +1,14 @@
 //! What the runner's rooms share: the runner's agent-independent part ([`Inner`]), what a
 //! step knows of its run before it reads it, and how a step ended. The runner's loop
 //! (`mod.rs`), its steps, commits and sagas all build on these; none of them is needed to
-//! define them. (The `Runner` type itself stays in `mod.rs`, beside its constructors: a
-//! compiler error about a bound of `Runner::new` then names `Runner::<A, H>::new`, not the
-//! impl block's module.)
+//! define them. The steps, sagas and the commit protocol take the `Inner` (and a step the
+//! handlers), not the `Runner`: the `Runner` type stays in `mod.rs`, beside its
+//! constructors (a compiler error about a bound of `Runner::new` then names
+//! `Runner::<A, H>::new`, not the impl block's module), and nothing below it names it.
 
 use std::sync::Arc;
 
-use super::cx;
+use super::caches;
 use super::{FaultHook, ImportedTools, RunnerConfig};
 use crate::graph::GraphDescription;
 use crate::router::Router;
@@ -30,9 +31,9 @@ pub(crate) struct Inner {
     /// every one (a failed registration is tried again at the next start).
     pub(crate) registered: tokio::sync::OnceCell<()>,
     /// The tool registry as last read, shared by every run this runner drives.
-    pub(crate) switches: cx::ToolSwitches,
+    pub(crate) switches: caches::ToolSwitches,
     /// Per tool, the input fields its schema marks secret (computed at first use).
-    pub(crate) marked: cx::MarkedFields,
+    pub(crate) marked: caches::MarkedFields,
     /// The configuration's one redactor, built when the configuration is set.
     pub(crate) redactor: Redactor,
 }
@@ -75,4 +76,18 @@ impl StepOutcome {
 /// Whether a tool of this kind gets an idempotency key.
 pub(crate) fn keyed(kind: ToolKind) -> bool {
     kind.has_effect()
+}
+
+impl Inner {
+    /// The tools legal in `state`: its compiled `tools(...)`, then the imported ones.
+    pub(crate) fn tools_in<'a>(
+        &'a self,
+        state: &'a crate::graph::StateDescription,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        state.tools.iter().map(String::as_str).chain(
+            self.imported
+                .allowed_in(&state.name)
+                .map(|name| -> &'a str { name }),
+        )
+    }
 }

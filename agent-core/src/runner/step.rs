@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::cx::{ReadCache, Recorded, StepCx, with_heartbeat};
-use super::{Known, Runner, RunnerError, StepOutcome, children, route, saga};
+use super::caches::ReadCache;
+use super::cx::{Recorded, StepCx, with_heartbeat};
+use super::{Inner, Known, RunnerError, StepOutcome, children, route, saga};
 use crate::agent::{Agent, Failure, Handle, Join, StepError, Wake};
 use crate::graph::{Routing, StateDescription};
 use crate::store::{
@@ -23,7 +24,8 @@ use crate::store::{
 /// runs in one worker). For the same reason the record stays boxed, and the handler's part
 /// is a block of its own, so that its space is not kept beside the commit's.
 pub(super) async fn execute<A, H>(
-    runner: &Runner<A, H>,
+    inner: &Inner,
+    handlers: &H,
     lease: &mut Lease,
     record: Box<RunRecord>,
     state: A,
@@ -34,14 +36,13 @@ where
     A: Agent + Handle<H>,
     H: Send + Sync + 'static,
 {
-    let inner = &*runner.inner;
     let graph = inner.graph;
     let desc = graph
         .state(&record.state_name)
         .expect("check_loaded verified the state exists");
 
     if record.status == RunStatus::Compensating {
-        return Box::pin(saga::compensate(runner, lease, *record, desc)).await;
+        return Box::pin(saga::compensate(inner, lease, *record, desc)).await;
     }
     if desc.terminal {
         let status = if desc.compensate {
@@ -50,7 +51,7 @@ where
             RunStatus::Completed
         };
         let record =
-            Box::pin(runner.commit_status(lease, &record, status, record.error.clone())).await?;
+            Box::pin(inner.commit_status(lease, &record, status, record.error.clone())).await?;
         return Ok(if status.is_final() {
             StepOutcome::Finished(record)
         } else {
@@ -159,7 +160,7 @@ where
                 let _ = cx.route_name.set(to);
                 let _ = cx.route_args.set(args);
             }
-            state.handle(&*runner.handlers, &cx).await
+            state.handle(handlers, &cx).await
         };
         let budgeted = async {
             match desc.timeout_ms {
@@ -185,7 +186,7 @@ where
         StepEnd::Abort(e) => Err(e),
         StepEnd::Quarantine(error) => {
             let record =
-                Box::pin(runner.commit_status(lease, &record, RunStatus::Quarantined, Some(error)))
+                Box::pin(inner.commit_status(lease, &record, RunStatus::Quarantined, Some(error)))
                     .await?;
             Ok(StepOutcome::after_commit(record))
         }
@@ -193,19 +194,19 @@ where
             Ok(StepOutcome::Waiting(*record))
         }
         StepEnd::Wait(signal) => {
-            Box::pin(commit_wait(runner, lease, &record, signal, wake_at(desc))).await
+            Box::pin(commit_wait(inner, lease, &record, signal, wake_at(desc))).await
         }
-        StepEnd::Suspend(join) => Box::pin(wait_for_children(runner, lease, *record, join)).await,
-        StepEnd::Fail(e) => Box::pin(fail(runner, lease, &record, desc, &e)).await,
+        StepEnd::Suspend(join) => Box::pin(wait_for_children(inner, lease, *record, join)).await,
+        StepEnd::Fail(e) => Box::pin(fail::<A>(inner, lease, &record, desc, &e)).await,
         StepEnd::Commit { next, reads } => {
             let to = next.state_name();
             let mut value = serde_json::to_value(&next).map_err(|e| {
                 StoreError::Backend(format!("state `{to}` does not serialize: {e}"))
             })?;
             // A state holding a secret that cannot be stored sealed is not committed.
-            if let Err(e) = runner.inner.seal_state(&mut value, to) {
+            if let Err(e) = inner.seal_state(&mut value, to) {
                 let e = StepError::Handler(e.to_string());
-                return Box::pin(fail(runner, lease, &record, desc, &e)).await;
+                return Box::pin(fail::<A>(inner, lease, &record, desc, &e)).await;
             }
             // The state the step began in is not needed past here (the commit carries the
             // new one, and the paths that keep the old one are behind): freed before the
@@ -214,7 +215,7 @@ where
             let mut record = record;
             record.state = Value::Null;
             let record = enter(
-                runner,
+                inner,
                 lease,
                 &record,
                 to,
@@ -327,35 +328,27 @@ fn moves_as_declared(cx: &StepCx<'_>, to: &str) -> Result<(), StepError> {
 
 /// The handler waits for its children: commit the run as waiting for them (once; a run
 /// woken before its join holds goes back to waiting without a new version).
-async fn wait_for_children<A, H>(
-    runner: &Runner<A, H>,
+async fn wait_for_children(
+    inner: &Inner,
     lease: &Lease,
     record: RunRecord,
     join: Join,
-) -> Result<StepOutcome, RunnerError>
-where
-    A: Agent + Handle<H>,
-    H: Send + Sync + 'static,
-{
+) -> Result<StepOutcome, RunnerError> {
     let waiting_for = children::waiting_for(join);
     if record.status == RunStatus::Waiting && record.waiting_for.as_deref() == Some(waiting_for) {
         return Ok(StepOutcome::Waiting(record));
     }
-    commit_wait(runner, lease, &record, waiting_for, None).await
+    commit_wait(inner, lease, &record, waiting_for, None).await
 }
 
 /// Commit the run as waiting for `waiting_for` (a signal, or its children), in its state.
-async fn commit_wait<A, H>(
-    runner: &Runner<A, H>,
+async fn commit_wait(
+    inner: &Inner,
     lease: &Lease,
     record: &RunRecord,
     waiting_for: &str,
     wake_at: Option<Millis>,
-) -> Result<StepOutcome, RunnerError>
-where
-    A: Agent + Handle<H>,
-    H: Send + Sync + 'static,
-{
+) -> Result<StepOutcome, RunnerError> {
     let commit = StepCommit {
         expected_version: record.version,
         from_state: record.state_name.clone(),
@@ -368,7 +361,7 @@ where
         error: None,
         consumed_signal: None,
     };
-    let record = runner.commit(lease, &commit, &record.id).await?;
+    let record = inner.commit(lease, &commit, &record.id).await?;
     Ok(StepOutcome::Waiting(record))
 }
 
@@ -382,8 +375,8 @@ pub(super) fn wake_at(desc: &StateDescription) -> Option<Millis> {
 /// Commit the move into state `to`, with the status its role gives, and the step's
 /// journal entries not written yet.
 #[allow(clippy::too_many_arguments)]
-async fn enter<A, H>(
-    runner: &Runner<A, H>,
+async fn enter(
+    inner: &Inner,
     lease: &Lease,
     record: &RunRecord,
     to: &str,
@@ -392,13 +385,8 @@ async fn enter<A, H>(
     error: Option<RunFailure>,
     consumed: Option<i64>,
     entries: &[JournalEntry],
-) -> Result<RunRecord, RunnerError>
-where
-    A: Agent + Handle<H>,
-    H: Send + Sync + 'static,
-{
-    let target = runner
-        .inner
+) -> Result<RunRecord, RunnerError> {
+    let target = inner
         .graph
         .state(to)
         .expect("edges of a checked graph name existing states");
@@ -423,27 +411,23 @@ where
         error,
         consumed_signal: consumed,
     };
-    runner
+    inner
         .commit_with_entries(lease, entries, &commit, &record.id)
         .await
 }
 
 /// A step failed: take the state's `on_error` edge, or fail the run (compensating first
 /// when its saga has completed hybrid calls).
-pub(super) async fn fail<A, H>(
-    runner: &Runner<A, H>,
+pub(super) async fn fail<A: Agent>(
+    inner: &Inner,
     lease: &Lease,
     record: &RunRecord,
     desc: &StateDescription,
     e: &StepError,
-) -> Result<StepOutcome, RunnerError>
-where
-    A: Agent + Handle<H>,
-    H: Send + Sync + 'static,
-{
+) -> Result<StepOutcome, RunnerError> {
     let error = RunFailure {
         code: e.code(),
-        message: runner.inner.redact_text(&e.to_string()),
+        message: inner.redact_text(&e.to_string()),
     };
     tracing::warn!(
         run_id = %record.id,
@@ -462,13 +446,13 @@ where
         // cannot be fails the run.
         let stored = A::__on_error(&desc.name, failure).map(|state| {
             let mut value = serde_json::to_value(&state).map_err(|e| e.to_string())?;
-            (runner.inner.seal_state(&mut value, target)).map_err(|e| e.to_string())?;
+            (inner.seal_state(&mut value, target)).map_err(|e| e.to_string())?;
             Ok::<_, String>(value)
         });
         match stored {
             Some(Ok(value)) => {
                 let record = enter(
-                    runner,
+                    inner,
                     lease,
                     record,
                     target,
@@ -490,22 +474,16 @@ where
             }
         }
     }
-    let has_saga = saga::has_completed_hybrids(runner.inner.store.as_ref(), &record.id).await?;
+    let has_saga = saga::has_completed_hybrids(inner.store.as_ref(), &record.id).await?;
     let status = if has_saga {
         RunStatus::Compensating
     } else {
         // A compensating run cancels them when its saga begins.
         let why = format!("its parent failed: {}", error.message);
-        children::cancel_children(
-            runner.inner.store.as_ref(),
-            runner.inner.graph,
-            record,
-            &why,
-        )
-        .await?;
+        children::cancel_children(inner.store.as_ref(), inner.graph, record, &why).await?;
         RunStatus::Failed
     };
-    let record = runner
+    let record = inner
         .commit_status(lease, record, status, Some(error))
         .await?;
     Ok(StepOutcome::after_commit(record))
@@ -522,7 +500,7 @@ mod sizes {
 
     use serde::{Deserialize, Serialize};
 
-    use super::super::{Known, Runner, cx};
+    use super::super::{Known, Runner, caches};
     use crate::store::memory::MemoryStore;
     use crate::store::{NewRun, RunStatus, RunStore, StepCommit, Store, TransitionKind};
     use crate::{Agent, Ctx, StepResult, ToolBox};
@@ -589,10 +567,11 @@ mod sizes {
             error: None,
             consumed_signal: None,
         };
-        let commit_size = size_of_val(&runner.commit_with_entries(&lease, &[], &commit, "r"));
-        let cache = cx::unloaded_read_cache();
+        let commit_size = size_of_val(&runner.inner.commit_with_entries(&lease, &[], &commit, "r"));
+        let cache = caches::unloaded_read_cache();
         let step = super::execute(
-            &runner,
+            &runner.inner,
+            &Handlers,
             &mut lease,
             Box::new(record),
             state,

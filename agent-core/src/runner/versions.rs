@@ -1,7 +1,7 @@
 //! Runs of an older version of the agent: migrated at a step boundary, or compensated at
 //! their own version. The rules, and why they are safe, are in `docs/versions.md`.
 
-use super::{Runner, RunnerError, StepOutcome, children, saga};
+use super::{Runner, RunnerError, StepOutcome, children, renew_if_due, saga};
 use crate::agent::{Agent, Handle};
 use crate::graph::GraphDescription;
 use crate::store::FailureCode;
@@ -54,12 +54,13 @@ where
             });
         };
         if record.cancel_requested.is_some() && record.status != RunStatus::Compensating {
-            let record = self.accept_cancel(lease, &record.id).await?;
+            let record = self.inner.accept_cancel(lease, &record.id).await?;
             return Ok(StepOutcome::after_commit(record));
         }
         let Some(old_state) = old.graph.state(&record.state_name) else {
             let error = not_in_graph::<A>(&record, &old);
             let record = self
+                .inner
                 .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
                 .await?;
             return Ok(StepOutcome::Finished(record));
@@ -68,7 +69,7 @@ where
             // Never migrated: the round runs at the version whose status is `compensating`
             // (`saga_of`), and moving the version would hide its remaining compensations.
             // This version's tool box holds every old hybrid with its compensation.
-            return saga::compensate(self, lease, record, old_state).await;
+            return saga::compensate(&self.inner, lease, record, old_state).await;
         }
         let planned = plan::<A>(
             self.inner.store.as_ref(),
@@ -79,7 +80,7 @@ where
         .await?;
         match planned {
             Ok(commit) => {
-                self.renew_if_due(lease, &record).await?;
+                renew_if_due(&self.inner, lease, &record.id, record.version).await?;
                 match self.inner.store.migrate_run(lease, &commit).await {
                     Ok(migrated) => {
                         tracing::info!(
@@ -95,7 +96,7 @@ where
                         Err(RunnerError::LeaseLost(record.id))
                     }
                     Err(StoreError::CancelRequested(_)) => {
-                        let record = self.accept_cancel(lease, &record.id).await?;
+                        let record = self.inner.accept_cancel(lease, &record.id).await?;
                         Ok(StepOutcome::after_commit(record))
                     }
                     Err(e) => Err(e.into()),
@@ -103,6 +104,7 @@ where
             }
             Err(error) => {
                 let record = self
+                    .inner
                     .commit_status(lease, &record, RunStatus::Quarantined, Some(error))
                     .await?;
                 Ok(StepOutcome::Finished(record))
