@@ -8,6 +8,7 @@ use agent_core::store::history::VersionPayload;
 use agent_core::store::operator::OperatorTransition;
 use agent_core::store::{
     MigrationCommit, Millis, OperatorNote, RunRecord, SignalRecord, StepCommit, StoreError,
+    WaitingFor,
 };
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::{HeadCache, RunHead};
@@ -184,7 +185,7 @@ impl OperatorTx for PgOperatorTx {
     ) -> Result<(), StoreError> {
         sqlx::query(sql::KEEP_WAIT_DROP_SIGNAL)
             .bind(run_id)
-            .bind(&commit.waiting_for)
+            .bind(commit.waiting_for.as_ref().map(WaitingFor::as_str))
             .bind(commit.wake_at)
             .bind(to_i64(version))
             .bind(signal_id)
@@ -202,7 +203,7 @@ impl OperatorTx for PgOperatorTx {
             .bind(&m.fingerprint)
             .bind(to_i64(m.version()))
             .bind(m.resume_base.map(to_i64))
-            .bind(&m.waiting_for)
+            .bind(m.waiting_for.as_ref().map(WaitingFor::as_str))
             .bind(m.wake_at)
             .bind(&m.to_state)
             .execute(&mut *self.tx)

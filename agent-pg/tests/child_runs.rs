@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use agent_core::conformance::store_checks::step;
 use agent_core::store::{
     Claimed, HistoryStore, NewRun, ROW_UNREADABLE, RunFilter, RunStatus, RunStore, StoreError,
-    WAIT_ALL_CHILDREN,
 };
 use agent_pg::PgStore;
 use serde_json::json;
@@ -36,7 +35,7 @@ async fn a_childs_final_commit_wakes_the_parents_worker() {
         .unwrap();
     let mut wait = step(0, json!({}));
     wait.status = RunStatus::Waiting;
-    wait.waiting_for = Some(WAIT_ALL_CHILDREN.to_owned());
+    wait.waiting_for = Some(agent_core::store::WaitingFor::AllChildren);
     store.commit_step(&lease, &wait, &[]).await.unwrap();
     store.release_lease(&lease).await.unwrap();
     let Claimed {

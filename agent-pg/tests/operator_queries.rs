@@ -121,7 +121,8 @@ async fn every_operator_query_runs_on_a_populated_schema() {
                     } else {
                         RunStatus::Running
                     },
-                    waiting_for: (v == 29).then(|| "approval".to_string()),
+                    waiting_for: (v == 29)
+                        .then(|| agent_core::store::WaitingFor::signal("approval")),
                     wake_at: None,
                     error: None,
                     consumed_signal: None,

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use agent_core::store::{
     CallStatus, EntryKind, EventBuilder, EventCursor, EventScope, JournalEntry, Millis,
     OperatorNote, RunEvent, RunFailure, SignalRecord, StatusChange, StoreError, TransitionFacts,
-    TransitionKind, TransitionRecord,
+    TransitionKind, TransitionRecord, WaitingFor,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -165,7 +165,7 @@ fn add(log: &mut EventBuilder, r: EventRow, position: u64) -> Result<(), StoreEr
                 }),
             };
             let facts = TransitionFacts {
-                waiting_for: r.waiting_for,
+                waiting_for: r.waiting_for.as_deref().map(WaitingFor::parse),
                 wake_at: r.wake_at,
                 error,
                 consumed_signal: r.signal_id.map(|s| (s, r.signal_name.unwrap_or_default())),

@@ -12,6 +12,7 @@ use agent_core::store::{
     CallStatus, ClaimReads, EntryKind, InspectedRun, JournalEntry, Labels, Millis, OperatorNote,
     ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion,
     StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
+    WaitingFor,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -116,7 +117,7 @@ impl SalvageRow {
             state_name: self.state_name,
             state,
             status,
-            waiting_for: self.waiting_for,
+            waiting_for: self.waiting_for.as_deref().map(WaitingFor::parse),
             wake_at: self.wake_at,
             error: self.error_code.map(|code| RunFailure {
                 code: code.into(),

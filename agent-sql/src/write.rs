@@ -104,7 +104,7 @@ impl CommitRow {
             to_state: commit.to_state.clone(),
             status: commit.status.as_str(),
             same_status: commit.status == plan.base().status && !commit.status.is_final(),
-            waiting_for: commit.waiting_for.clone(),
+            waiting_for: commit.waiting_for.as_ref().map(ToString::to_string),
             wake_at: commit.wake_at,
             error_code: commit.error.as_ref().map(|e| e.code.as_str().to_owned()),
             error_message: commit.error.as_ref().map(|e| e.message.clone()),

@@ -7,7 +7,8 @@ use agent_core::graph::GraphDescription;
 use agent_core::store::history::VersionPayload;
 use agent_core::store::operator::OperatorTransition;
 use agent_core::store::{
-    MigrationCommit, Millis, OperatorNote, RunRecord, SignalRecord, StepCommit, StoreError, now_ms,
+    MigrationCommit, Millis, OperatorNote, RunRecord, SignalRecord, StepCommit, StoreError,
+    WaitingFor, now_ms,
 };
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::{HeadCache, RunHead};
@@ -188,7 +189,7 @@ impl OperatorTx for SqliteOperatorTx {
         for statement in [sql::KEEP_WAIT_ROW, sql::MIGRATED_TRANSITION] {
             sqlx::query(statement)
                 .bind(run_id)
-                .bind(&commit.waiting_for)
+                .bind(commit.waiting_for.as_ref().map(WaitingFor::as_str))
                 .bind(commit.wake_at)
                 .bind(version)
                 .execute(&mut *self.0)
@@ -211,7 +212,7 @@ impl OperatorTx for SqliteOperatorTx {
             .bind(&m.fingerprint)
             .bind(to_i64(m.version()))
             .bind(m.resume_base.map(to_i64))
-            .bind(&m.waiting_for)
+            .bind(m.waiting_for.as_ref().map(WaitingFor::as_str))
             .bind(m.wake_at)
             .bind(&m.to_state)
             .execute(&mut *self.0)
@@ -219,7 +220,7 @@ impl OperatorTx for SqliteOperatorTx {
             .map_err(db_err)?;
         sqlx::query(sql::MIGRATED_TRANSITION)
             .bind(run_id)
-            .bind(&m.waiting_for)
+            .bind(m.waiting_for.as_ref().map(WaitingFor::as_str))
             .bind(m.wake_at)
             .bind(to_i64(m.version()))
             .execute(&mut *self.0)

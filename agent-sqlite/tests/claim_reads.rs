@@ -74,7 +74,7 @@ async fn a_claim_reads_what_each_runs_first_step_reads() {
         .unwrap();
     let mut wait = step(0, json!({ "at": 1 }));
     wait.status = RunStatus::Waiting;
-    wait.waiting_for = Some("go".to_owned());
+    wait.waiting_for = Some(agent_core::store::WaitingFor::signal("go"));
     store.commit_step(&lease, &wait, &[]).await.unwrap();
     store.release_lease(&lease).await.unwrap();
     for (name, n) in [("go", 1), ("other", 2), ("go", 3)] {

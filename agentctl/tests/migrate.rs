@@ -386,7 +386,10 @@ fn apply_migrates_each_run_once(new_db: fn() -> Db) {
         }
         let waiting = store.load_run(PAID_WAITING).await.unwrap().unwrap();
         assert_eq!(waiting.status, RunStatus::Waiting);
-        assert_eq!(waiting.waiting_for.as_deref(), Some("confirm"));
+        assert_eq!(
+            waiting.waiting_for,
+            Some(agent_core::store::WaitingFor::signal("confirm"))
+        );
 
         // The interrupted run goes on on version 2 from its carried-over journal: its
         // reservations are not made again.

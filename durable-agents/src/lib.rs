@@ -183,7 +183,7 @@ pub mod store {
         HistoryStore, InspectedRun, JournalEntry, Labels, OperatorNote, OperatorStore, PruneReport,
         RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord,
         StateAtVersion, Store, StoreError, ToolStats, ToolSwitch, TransitionKind, TransitionRecord,
-        canonical_json, idempotency_key, input_hash, new_run_id,
+        WaitingFor, canonical_json, idempotency_key, input_hash, new_run_id,
     };
     pub use agent_core::store::{location, memory, repair, verify};
 }

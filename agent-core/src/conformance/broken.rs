@@ -364,7 +364,12 @@ impl RunStore for Broken {
         let id = self.inner.send_signal(run_id, name, payload).await?;
         if self.flaw == Flaw::DropsEarlySignals {
             let r = self.inner.load_run(run_id).await?;
-            if r.is_some_and(|r| r.waiting_for.as_deref() != Some(name)) {
+            if r.is_some_and(|r| {
+                r.waiting_for
+                    .as_ref()
+                    .and_then(crate::store::WaitingFor::signal_name)
+                    != Some(name)
+            }) {
                 self.dropped
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)

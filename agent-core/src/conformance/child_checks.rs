@@ -15,9 +15,9 @@ use crate::runner::{
     CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig, Worker, WorkerConfig,
     child_run_id,
 };
+use crate::store::WaitingFor;
 use crate::store::{
     EntryKind, OperatorNote, RunFilter, RunRecord, RunStatus, Store, TransitionKind,
-    WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
 };
 
 const LEASE: Duration = Duration::from_millis(150);
@@ -194,7 +194,7 @@ pub async fn check_children_join_all(store: Arc<dyn Store>) -> Result<(), String
     let id = "tree-all";
     let waiting = tree.start(id, batch(false)).await?;
     if waiting.status != RunStatus::Waiting
-        || waiting.waiting_for.as_deref() != Some(WAIT_ALL_CHILDREN)
+        || waiting.waiting_for != Some(WaitingFor::AllChildren)
         || waiting.version != 1
     {
         return Err(format!(
@@ -272,7 +272,7 @@ pub async fn check_children_join_first_cancels_the_rest(
     let tree = Tree::new(&store, &world, "w", Arc::new(NoFaults), |c| c)?;
     let id = "tree-first";
     let waiting = tree.start(id, batch(true)).await?;
-    if waiting.waiting_for.as_deref() != Some(WAIT_FIRST_CHILD) {
+    if waiting.waiting_for != Some(WaitingFor::FirstChild) {
         return Err(format!("expected a wait for the first child: {waiting:?}"));
     }
     let second = child_run_id(id, 0, 1);

@@ -15,6 +15,7 @@ use crate::runner::{
     Crash, CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig, RunnerError,
     SUSPECT_CLAIMS, Worker, WorkerConfig,
 };
+use crate::store::WaitingFor;
 use crate::store::verify::verify_run;
 use crate::store::{
     CallStatus, Claimed, EntryKind, NewRun, OperatorNote, RunRecord, RunStatus, Store,
@@ -549,7 +550,9 @@ pub async fn check_wait_survives_restart(store: Arc<dyn Store>) -> Result<(), St
         .await
         .map_err(|e| e.to_string())?;
     let record = first.run("waits").await.map_err(|e| e.to_string())?;
-    if record.status != RunStatus::Waiting || record.waiting_for.as_deref() != Some("confirm") {
+    if record.status != RunStatus::Waiting
+        || record.waiting_for != Some(WaitingFor::signal("confirm"))
+    {
         return Err(format!(
             "expected waiting for `confirm`, got {} {:?}",
             record.status, record.waiting_for

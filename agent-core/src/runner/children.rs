@@ -25,9 +25,10 @@ use super::FaultPoint;
 use super::cx::StepCx;
 use crate::agent::{Join, StepError};
 use crate::graph::GraphDescription;
+use crate::store::WaitingFor;
 use crate::store::{
     CallStatus, EntryKind, NewRun, OperatorNote, RunFilter, RunRecord, RunStatus, Store,
-    StoreError, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, input_hash,
+    StoreError, input_hash,
 };
 
 /// The id of child `index` started by run `parent`'s step at `version`.
@@ -37,20 +38,20 @@ pub fn child_run_id(parent: &str, version: u64, index: usize) -> String {
 }
 
 /// The `waiting_for` of a parent suspended on `join`.
-pub(crate) fn waiting_for(join: Join) -> &'static str {
+pub(crate) fn waiting_for(join: Join) -> WaitingFor {
     match join {
-        Join::All => WAIT_ALL_CHILDREN,
-        Join::First => WAIT_FIRST_CHILD,
+        Join::All => WaitingFor::AllChildren,
+        Join::First => WaitingFor::FirstChild,
     }
 }
 
 /// Whether a run is waiting for its children (so its step resumes at `version - 1`).
 pub(crate) fn waits_for_children(record: &RunRecord) -> bool {
     record.status == RunStatus::Waiting
-        && matches!(
-            record.waiting_for.as_deref(),
-            Some(WAIT_ALL_CHILDREN | WAIT_FIRST_CHILD)
-        )
+        && record
+            .waiting_for
+            .as_ref()
+            .is_some_and(WaitingFor::is_children)
 }
 
 /// Whether `join` holds over these children.

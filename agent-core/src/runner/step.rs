@@ -11,6 +11,7 @@ use super::cx::{Recorded, StepCx, with_heartbeat};
 use super::{Inner, Known, RunnerError, StepOutcome, children, route, saga};
 use crate::agent::{Agent, Failure, Handle, Join, StepError, Wake};
 use crate::graph::{Routing, StateDescription};
+use crate::store::WaitingFor;
 use crate::store::{
     EntryKind, JournalEntry, Lease, Millis, RunFailure, RunRecord, RunStatus, StepCommit,
     StoreError, TransitionKind, now_ms,
@@ -194,7 +195,14 @@ where
             Ok(StepOutcome::Waiting(*record))
         }
         StepEnd::Wait(signal) => {
-            Box::pin(commit_wait(inner, lease, &record, signal, wake_at(desc))).await
+            Box::pin(commit_wait(
+                inner,
+                lease,
+                &record,
+                WaitingFor::signal(signal),
+                wake_at(desc),
+            ))
+            .await
         }
         StepEnd::Suspend(join) => Box::pin(wait_for_children(inner, lease, *record, join)).await,
         StepEnd::Fail(e) => Box::pin(fail::<A>(inner, lease, &record, desc, &e)).await,
@@ -335,7 +343,7 @@ async fn wait_for_children(
     join: Join,
 ) -> Result<StepOutcome, RunnerError> {
     let waiting_for = children::waiting_for(join);
-    if record.status == RunStatus::Waiting && record.waiting_for.as_deref() == Some(waiting_for) {
+    if record.status == RunStatus::Waiting && record.waiting_for.as_ref() == Some(&waiting_for) {
         return Ok(StepOutcome::Waiting(record));
     }
     commit_wait(inner, lease, &record, waiting_for, None).await
@@ -346,7 +354,7 @@ async fn commit_wait(
     inner: &Inner,
     lease: &Lease,
     record: &RunRecord,
-    waiting_for: &str,
+    waiting_for: WaitingFor,
     wake_at: Option<Millis>,
 ) -> Result<StepOutcome, RunnerError> {
     let commit = StepCommit {
@@ -356,7 +364,7 @@ async fn commit_wait(
         state: record.state.clone(),
         kind: TransitionKind::Status,
         status: RunStatus::Waiting,
-        waiting_for: Some(waiting_for.to_owned()),
+        waiting_for: Some(waiting_for),
         wake_at,
         error: None,
         consumed_signal: None,
@@ -395,7 +403,11 @@ async fn enter(
     } else if target.terminal {
         (RunStatus::Completed, None, None)
     } else if let Some(w) = &target.wait {
-        (RunStatus::Waiting, Some(w.signal.clone()), wake_at(target))
+        (
+            RunStatus::Waiting,
+            Some(WaitingFor::signal(&w.signal)),
+            wake_at(target),
+        )
     } else {
         (RunStatus::Running, None, None)
     };

@@ -5,6 +5,7 @@ use super::{Runner, RunnerError, StepOutcome, children, renew_if_due, saga};
 use crate::agent::{Agent, Handle};
 use crate::graph::GraphDescription;
 use crate::store::FailureCode;
+use crate::store::WaitingFor;
 use crate::store::{
     EntryKind, Lease, MigrationCommit, MigrationNote, RunFailure, RunRecord, RunStatus, Store,
     StoreError, versioned_agent,
@@ -297,13 +298,21 @@ async fn plan<A: Agent>(
     // waits too; its pending signals stay where they are, with the run.
     let (status, waiting_for, wake_at) = match &target.wait {
         Some(w) if record.status == RunStatus::Waiting && !waits_for_children => {
-            let same = record.waiting_for.as_deref() == Some(w.signal.as_str());
+            let same = record
+                .waiting_for
+                .as_ref()
+                .and_then(WaitingFor::signal_name)
+                == Some(w.signal.as_str());
             let wake_at = if same {
                 record.wake_at
             } else {
                 super::step::wake_at(target)
             };
-            (RunStatus::Waiting, Some(w.signal.clone()), wake_at)
+            (
+                RunStatus::Waiting,
+                Some(WaitingFor::signal(&w.signal)),
+                wake_at,
+            )
         }
         _ => (RunStatus::Running, None, None),
     };

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CallStatus, EntryKind, JournalEntry, Millis, OperatorNote, RunFailure, RunStatus, SignalRecord,
-    TransitionKind, TransitionRecord,
+    TransitionKind, TransitionRecord, WaitingFor,
 };
 use crate::router::{Decision, DecisionRecord};
 use crate::tool::{ErrorClass, ToolKind};
@@ -309,7 +309,8 @@ pub enum EventKind {
         version: u64,
         /// What it waits for: a signal's name, or `children:all` / `children:first`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        waiting_for: Option<String>,
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+        waiting_for: Option<WaitingFor>,
         /// When it wakes without it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wake_at: Option<Millis>,
@@ -339,7 +340,7 @@ pub enum EventKind {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TransitionFacts {
     /// For a version that waits: what for.
-    pub waiting_for: Option<String>,
+    pub waiting_for: Option<WaitingFor>,
     /// For a version that waits with a timeout: when it wakes.
     pub wake_at: Option<Millis>,
     /// The failure, for failed, compensating and quarantined versions.

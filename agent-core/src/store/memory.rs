@@ -35,10 +35,11 @@ use super::{
     CallStatus, Claimed, EventLog, HistoryStore, JournalEntry, Lease, MigrationCommit, Millis,
     NewRun, OperatorNote, OperatorStore, PruneReport, RepairCommit, RetentionPolicy, RunFailure,
     RunFilter, RunRecord, RunStatus, RunStore, SignalRecord, StateAtVersion, StepCommit,
-    StoreError, ToolSwitch, TransitionKind, TransitionRecord, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
-    creation_hash, now_ms, transition_hash, validate_labels,
+    StoreError, ToolSwitch, TransitionKind, TransitionRecord, creation_hash, now_ms,
+    transition_hash, validate_labels,
 };
 use crate::graph::GraphDescription;
+use crate::store::WaitingFor;
 use crate::tool::ToolKind;
 
 /// The in-memory store. Cheap to create; share it with `Arc`.
@@ -242,15 +243,15 @@ impl Inner {
         self.signals.values().any(|s| {
             s.run_id == r.id
                 && s.consumed_at_version.is_none()
-                && r.waiting_for.as_ref().is_none_or(|w| *w == s.name)
+                && r.waiting_for.as_ref().is_none_or(|w| w.as_str() == s.name)
         })
     }
 
     /// Whether a parent waiting for its children may go on: see [`RunStore::claim_next`].
     fn children_done(&self, r: &RunRecord) -> bool {
-        let first = match r.waiting_for.as_deref() {
-            Some(WAIT_ALL_CHILDREN) => false,
-            Some(WAIT_FIRST_CHILD) => true,
+        let first = match r.waiting_for {
+            Some(WaitingFor::AllChildren) => false,
+            Some(WaitingFor::FirstChild) => true,
             _ => return false,
         };
         let Some(version) = r.version.checked_sub(1) else {

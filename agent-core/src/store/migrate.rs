@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::{
     Millis, OperatorNote, RunFailure, RunRecord, RunStatus, StepCommit, TransitionKind,
-    TransitionRecord,
+    TransitionRecord, WaitingFor,
 };
 use crate::store::operator::OperatorTransition;
 
@@ -42,7 +42,7 @@ pub struct MigrationCommit {
     /// The run's status after it: running, or waiting when the mapped state waits.
     pub status: RunStatus,
     /// For waiting runs: the signal (or the children) waited for.
-    pub waiting_for: Option<String>,
+    pub waiting_for: Option<WaitingFor>,
     /// For waiting runs with a timeout: when to wake.
     pub wake_at: Option<Millis>,
     /// The run's failure, kept as it was (a run moved along an `on_error` edge keeps it).

@@ -47,6 +47,7 @@ mod run_id;
 mod stats;
 pub mod tools;
 pub mod verify;
+mod waiting_for;
 
 pub use canonical::{canonical_json, creation_hash, input_hash};
 pub use chain::{ChainLink, legacy_transition_hash, transition_hash};
@@ -71,3 +72,4 @@ pub use records::{
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;
 pub use stats::{ToolStats, compute_tool_stats};
+pub use waiting_for::WaitingFor;

@@ -481,7 +481,11 @@ pub fn plan_requeue(run: &RunRecord, mode: RequeueMode) -> Result<Requeue, Reque
         RunStatus::Running | RunStatus::Compensating => Ok(Requeue::Already),
         RunStatus::Waiting => Err(RequeueRefused::Waiting {
             run: run.id.clone(),
-            waiting_for: run.waiting_for.clone().unwrap_or_default(),
+            waiting_for: run
+                .waiting_for
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
         }),
         RunStatus::Completed
         | RunStatus::Compensated

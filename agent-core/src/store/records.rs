@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::WaitingFor;
+
 pub use super::failure_code::ErrorClass;
 use super::failure_code::FailureCode;
 
@@ -197,8 +199,9 @@ pub struct RunRecord {
     pub version: u64,
     /// Where the run is in its life.
     pub status: RunStatus,
-    /// For waiting runs: the signal name.
-    pub waiting_for: Option<String>,
+    /// For waiting runs: what for (a signal, or the children its step started).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub waiting_for: Option<WaitingFor>,
     /// For waiting runs with a timeout, and for runs backing off: when to wake.
     pub wake_at: Option<Millis>,
     /// The failure, if any.
@@ -678,8 +681,8 @@ pub struct StepCommit {
     pub kind: TransitionKind,
     /// The run's status after the commit.
     pub status: RunStatus,
-    /// For `Waiting`: the signal waited for.
-    pub waiting_for: Option<String>,
+    /// For `Waiting`: what for (a signal, or the children the step started).
+    pub waiting_for: Option<WaitingFor>,
     /// For `Waiting` with a timeout: when to wake.
     pub wake_at: Option<Millis>,
     /// The failure, for failed, compensating and quarantined runs.

@@ -135,7 +135,11 @@ impl From<&RunRecord> for RunRow {
             state: r.state_name.clone(),
             status: r.status.as_str(),
             version: r.version,
-            waiting_for: r.waiting_for.clone().unwrap_or_default(),
+            waiting_for: r
+                .waiting_for
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             error: r
                 .error
                 .as_ref()
@@ -701,12 +705,16 @@ async fn run_view(app: &Reader, id: &str, journal_page: usize) -> Result<RunView
         state_name: run.state_name.clone(),
         status: run.status.as_str(),
         version: run.version,
-        waiting_for: run.waiting_for.clone().unwrap_or_default(),
+        waiting_for: run
+            .waiting_for
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
         waits_for_signal: run.status == RunStatus::Waiting
             && run
                 .waiting_for
-                .as_deref()
-                .is_some_and(|w| !w.starts_with("children:")),
+                .as_ref()
+                .is_some_and(|w| w.signal_name().is_some()),
         signal_fields,
         wake_at: run.wake_at.map(view::time).unwrap_or_default(),
         error: run

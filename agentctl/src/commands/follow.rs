@@ -132,7 +132,7 @@ fn describe(e: &RunEvent) -> String {
             let until = wake_at.map_or_else(String::new, |t| format!(" until {}", fmt_time(t)));
             format!(
                 "waiting for {}{until}",
-                waiting_for.as_deref().unwrap_or("a timer")
+                waiting_for.as_ref().map_or("a timer", |w| w.as_str())
             )
         }
         EventKind::StatusSet { status, error } => format!(

@@ -58,7 +58,7 @@ struct Row {
     action: &'static str,
     to_state: Option<String>,
     to_status: Option<RunStatus>,
-    waiting_for: Option<String>,
+    waiting_for: Option<agent_core::store::WaitingFor>,
     /// The state it becomes, in full (dry run), or became.
     #[serde(skip_serializing_if = "Option::is_none")]
     mapped_state: Option<Value>,

@@ -39,7 +39,7 @@ pub(super) async fn run(cx: &Ctx, args: SignalArgs) -> Result<ExitCode> {
         .send_signal(&args.run, &args.name, &payload)
         .await?;
     let effect = match (&run.waiting_for, run.status) {
-        (Some(w), RunStatus::Waiting) if *w == args.name => {
+        (Some(w), RunStatus::Waiting) if w.signal_name() == Some(args.name.as_str()) => {
             "the run is waiting for it: a worker will resume it".to_owned()
         }
         (Some(w), RunStatus::Waiting) => format!(

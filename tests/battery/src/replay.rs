@@ -31,7 +31,7 @@ pub struct Version {
     /// The run's status after it.
     pub status: RunStatus,
     /// For waiting runs.
-    pub waiting_for: Option<String>,
+    pub waiting_for: Option<agent_core::store::WaitingFor>,
     /// The run's error after it.
     pub error: Option<RunFailure>,
 }

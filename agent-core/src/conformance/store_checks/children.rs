@@ -16,6 +16,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, entry, grow, new_run, step, stored, unique};
+use crate::store::WaitingFor;
 use crate::store::{
     CallStatus, Claimed, EntryKind, NewRun, RetentionPolicy, RunFailure, RunFilter, RunRecord,
     RunStatus, SpawnedBy, Store, StoreError, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
@@ -77,7 +78,7 @@ async fn waiting_parent(
         let mut c = step(v, json!({ "step": v }));
         if i == steps {
             c.status = RunStatus::Waiting;
-            c.waiting_for = Some(waiting_for.to_owned());
+            c.waiting_for = Some(WaitingFor::parse(waiting_for));
         }
         store
             .commit_step(&lease, &c, &[])
@@ -410,7 +411,7 @@ pub async fn check_claim_next_waits_for_all_children(store: Arc<dyn Store>) -> C
     ensure!(
         claimed.len() == 1
             && claimed[0].record.id == parent.id
-            && claimed[0].record.waiting_for.as_deref() == Some(WAIT_ALL_CHILDREN)
+            && claimed[0].record.waiting_for == Some(WaitingFor::AllChildren)
             && claimed[0].record.version == 2,
         "claim_next of the parent returned {claimed:?}"
     );
@@ -634,7 +635,7 @@ pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult
         from_state: "Decide".to_owned(),
         to_state: "Decide".to_owned(),
         status: RunStatus::Waiting,
-        waiting_for: Some(WAIT_ALL_CHILDREN.to_owned()),
+        waiting_for: Some(WaitingFor::AllChildren),
         ..step(1, json!({ "step": 1 }))
     };
     store

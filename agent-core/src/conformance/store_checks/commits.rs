@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored, verify_chain};
 use crate::store::FailureCode;
+use crate::store::WaitingFor;
 use crate::store::{CallStatus, Claimed, RunFailure, RunStatus, Store, StoreError};
 
 /// N committers race the same expected version with the same lease: exactly one wins per
@@ -241,7 +242,7 @@ pub async fn check_final_commit_ends_the_lease(store: Arc<dyn Store>) -> CheckRe
     let lease = claim(&store, &run.id, "w").await?;
     let mut waiting = step(0, json!({ "n": 1 }));
     waiting.status = RunStatus::Waiting;
-    waiting.waiting_for = Some("go".to_owned());
+    waiting.waiting_for = Some(WaitingFor::signal("go"));
     let rec = store
         .commit_step(&lease, &waiting, &[])
         .await

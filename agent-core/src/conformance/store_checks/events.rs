@@ -12,6 +12,7 @@ use super::{CheckResult, Ctx, claim, entry, new_run, step, unique};
 use crate::events::{FollowConfig, Follower};
 use crate::router::{Decision, DecisionRecord};
 use crate::store::FailureCode;
+use crate::store::WaitingFor;
 use crate::store::{
     CallStatus, EntryKind, EventCursor, EventKind, EventScope, EventWake, JournalEntry, RunEvent,
     RunStatus, Store, StoreError,
@@ -122,7 +123,7 @@ async fn eventful_run(store: &Arc<dyn Store>) -> Result<String, String> {
     let mut wait = step(0, json!({ "n": 1 }));
     "Waiting".clone_into(&mut wait.to_state);
     wait.status = RunStatus::Waiting;
-    wait.waiting_for = Some("approve".to_owned());
+    wait.waiting_for = Some(WaitingFor::signal("approve"));
     store
         .commit_step(&lease, &wait, &[])
         .await

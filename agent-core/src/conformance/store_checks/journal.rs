@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored};
+use crate::store::WaitingFor;
 use crate::store::{
     CallStatus, Claimed, EntryKind, EventScope, RunStatus, Store, StoreError, now_ms,
 };
@@ -225,7 +226,7 @@ pub async fn check_signals_kept_and_consumed_once(store: Arc<dyn Store>) -> Chec
         .ctx("commit wait")?;
     ensure!(rec.status == RunStatus::Waiting, "run is not waiting");
     ensure!(
-        rec.waiting_for.as_deref() == Some("approval"),
+        rec.waiting_for == Some(WaitingFor::signal("approval")),
         "waiting_for not stored"
     );
     store.release_lease(&lease).await.ctx("release_lease")?;

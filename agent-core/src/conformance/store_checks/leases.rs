@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, new_run, step, stored, unique};
+use crate::store::WaitingFor;
 use crate::store::{CallStatus, Claimed, RunStatus, Store, StoreError, now_ms};
 
 /// A live lease blocks other claimers; the holder may re-claim; an expired lease is taken
@@ -586,7 +587,7 @@ pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckRe
     let lease = claim(&store, &waiting.id, "w1").await?;
     let mut wait = step(0, json!({ "at": 1 }));
     wait.status = RunStatus::Waiting;
-    wait.waiting_for = Some("go".to_owned());
+    wait.waiting_for = Some(WaitingFor::signal("go"));
     store
         .commit_step(&lease, &wait, &[])
         .await

@@ -8,6 +8,7 @@ use serde_json::json;
 use super::{CheckResult, Ctx, LONG, claim, create, new_run, step, stored, unique, verify_chain};
 use crate::store::FailureCode;
 use crate::store::FailureCode::{Cancelled as CANCELLED, Terminated as TERMINATED};
+use crate::store::WaitingFor;
 use crate::store::{
     Claimed, Labels, Lease, OperatorNote, RunFilter, RunRecord, RunStatus, StepCommit, Store,
     StoreError, TransitionKind,
@@ -32,7 +33,7 @@ async fn waiting_run(
     let lease = claim(store, &run.id, worker).await?;
     let commit = StepCommit {
         status: RunStatus::Waiting,
-        waiting_for: Some("approval".to_owned()),
+        waiting_for: Some(WaitingFor::signal("approval")),
         ..step(0, json!({ "waiting": true }))
     };
     store
@@ -751,7 +752,7 @@ pub async fn check_drop_signal_is_audited(store: Arc<dyn Store>) -> CheckResult 
     ensure!(
         after.version == before.version + 1
             && after.status == RunStatus::Waiting
-            && after.waiting_for.as_deref() == Some("approval")
+            && after.waiting_for == Some(WaitingFor::signal("approval"))
             && after.state == before.state
             && after.lease_owner.is_none(),
         "dropping a signal keeps state, status and wait in one new version: {after:?}"

@@ -1,0 +1,126 @@
+//! What a waiting run waits for, typed, and stored as its stable text.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::records::{WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
+
+/// What a waiting run waits for ([`RunRecord::waiting_for`](super::RunRecord::waiting_for)).
+///
+/// Stored and serialized as its text: a signal's name, or [`WAIT_ALL_CHILDREN`] /
+/// [`WAIT_FIRST_CHILD`] for a parent waiting for the children its step started, so runs
+/// stored before it was typed read the same and the HTTP API's JSON does not change.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum WaitingFor {
+    /// The signal of this name.
+    Signal(String),
+    /// Every child run the step started, until each is final (`children:all`).
+    AllChildren,
+    /// The first child run the step started to complete, or all of them final
+    /// (`children:first`).
+    FirstChild,
+}
+
+impl WaitingFor {
+    /// A wait for the signal `name`.
+    #[must_use]
+    pub fn signal(name: impl Into<String>) -> Self {
+        Self::Signal(name.into())
+    }
+
+    /// What the stored text means: the children markers, else a signal's name.
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        match text {
+            WAIT_ALL_CHILDREN => Self::AllChildren,
+            WAIT_FIRST_CHILD => Self::FirstChild,
+            name => Self::Signal(name.to_owned()),
+        }
+    }
+
+    /// The stored text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Signal(name) => name,
+            Self::AllChildren => WAIT_ALL_CHILDREN,
+            Self::FirstChild => WAIT_FIRST_CHILD,
+        }
+    }
+
+    /// The signal's name, for a wait for a signal.
+    #[must_use]
+    pub fn signal_name(&self) -> Option<&str> {
+        match self {
+            Self::Signal(name) => Some(name),
+            Self::AllChildren | Self::FirstChild => None,
+        }
+    }
+
+    /// Whether it is a wait for children.
+    #[must_use]
+    pub fn is_children(&self) -> bool {
+        matches!(self, Self::AllChildren | Self::FirstChild)
+    }
+}
+
+impl fmt::Display for WaitingFor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&str> for WaitingFor {
+    fn from(text: &str) -> Self {
+        Self::parse(text)
+    }
+}
+
+impl PartialEq<str> for WaitingFor {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for WaitingFor {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for WaitingFor {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for WaitingFor {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(Self::parse(&text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_and_writes_the_stored_text() {
+        for (text, typed) in [
+            ("children:all", WaitingFor::AllChildren),
+            ("children:first", WaitingFor::FirstChild),
+            ("approval", WaitingFor::signal("approval")),
+        ] {
+            assert_eq!(WaitingFor::parse(text), typed);
+            assert_eq!(typed.as_str(), text);
+            let json = serde_json::to_value(&typed).unwrap();
+            assert_eq!(json, serde_json::json!(text));
+            assert_eq!(serde_json::from_value::<WaitingFor>(json).unwrap(), typed);
+        }
+        assert_eq!(WaitingFor::signal("go").signal_name(), Some("go"));
+        assert!(WaitingFor::AllChildren.is_children());
+        assert!(!WaitingFor::signal("children").is_children());
+    }
+}
