@@ -583,8 +583,14 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
         _ => false,
     };
     if transient {
-        StoreError::Unavailable(describe(&e))
+        StoreError::Unavailable(agent_core::store::BackendError::with_source(
+            describe(&e),
+            e,
+        ))
     } else {
-        StoreError::Backend(describe(&e))
+        StoreError::Backend(agent_core::store::BackendError::with_source(
+            describe(&e),
+            e,
+        ))
     }
 }

@@ -291,7 +291,7 @@ impl PgStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(connect::db_err)?
-            .ok_or_else(|| StoreError::Backend(format!("run `{}` vanished", new.id)))?;
+            .ok_or_else(|| StoreError::backend(format!("run `{}` vanished", new.id)))?;
         let stored = rows::stored_run(&row)?;
         let record = stored.head.record.clone();
         self.heads.remember(stored.head);

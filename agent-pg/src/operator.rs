@@ -125,7 +125,7 @@ impl OperatorTx for PgOperatorTx {
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(db_err)?
-        .ok_or_else(|| StoreError::Backend(format!("run `{run_id}` moved while locked")))?;
+        .ok_or_else(|| StoreError::backend(format!("run `{run_id}` moved while locked")))?;
         row.applied_row().map_err(|e| corrupt(run_id, e))
     }
 

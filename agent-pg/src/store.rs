@@ -82,12 +82,12 @@ agent_sql::impl_sql_store!(PgStore {
                 .map_err(db_err)?;
             rows.iter()
                 .map(|row| {
-                    let c = |e: sqlx::Error| StoreError::Backend(e.to_string());
+                    let c = |e: sqlx::Error| StoreError::backend(e.to_string());
                     let kind: String = row.try_get("kind").map_err(c)?;
                     let by_code: Option<Value> = row.try_get("by_code").map_err(c)?;
                     let errors_by_code = match by_code {
                         Some(v) => {
-                            serde_json::from_value(v).map_err(|e| StoreError::Backend(e.to_string()))?
+                            serde_json::from_value(v).map_err(|e| StoreError::backend(e.to_string()))?
                         }
                         None => std::collections::BTreeMap::new(),
                     };
@@ -117,7 +117,7 @@ agent_sql::impl_sql_store!(PgStore {
     }
     runs {
         async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
-            let json = serde_json::to_value(graph).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let json = serde_json::to_value(graph).map_err(|e| StoreError::backend(e.to_string()))?;
             sqlx::query(sql::REGISTER_AGENT)
                 .bind(&graph.agent)
                 .bind(graph.fingerprint())
@@ -540,7 +540,7 @@ impl PgStore {
 fn claim_reads(row: &PgRow) -> Result<(String, ClaimReads), StoreError> {
     let id: String = row
         .try_get("id")
-        .map_err(|e| StoreError::Backend(e.to_string()))?;
+        .map_err(|e| StoreError::backend(e.to_string()))?;
     let c = |e: sqlx::Error| corrupt(&id, e);
     let span: Vec<Option<i64>> = row.try_get("span").map_err(c)?;
     let journaled: bool = row.try_get("journaled").map_err(c)?;

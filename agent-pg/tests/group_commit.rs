@@ -232,7 +232,7 @@ async fn a_refused_grouped_statement_is_sent_again_one_commit_at_a_time() {
     }
     match forked_commit.await.unwrap() {
         Err(StoreError::Backend(message)) => {
-            assert!(message.contains("duplicate key"), "{message}");
+            assert!(message.message().contains("duplicate key"), "{message}");
         }
         other => panic!("expected the forked run's own error, got {other:?}"),
     }
@@ -383,7 +383,7 @@ async fn signal_consuming_commits_are_grouped_and_each_checks_its_signal() {
     }
     match wrong_commit.await.unwrap() {
         Err(StoreError::Backend(message)) => {
-            assert!(message.contains("is not pending"), "{message}");
+            assert!(message.message().contains("is not pending"), "{message}");
         }
         other => panic!("expected the wrong signal to be refused, got {other:?}"),
     }

@@ -34,8 +34,17 @@ async fn server_errors_read_without_their_source_position() {
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
     let store = PgStore::connect(&url, &schema).await.expect("connect");
     match store.load_run("r").await {
-        Err(StoreError::Backend(message)) => {
-            assert_eq!(message, "relation \"runs\" does not exist");
+        Err(StoreError::Backend(e)) => {
+            assert_eq!(e.message(), "relation \"runs\" does not exist");
+            // The driver's error travels with it, for a caller to inspect.
+            let source = std::error::Error::source(&e).expect("the driver's error");
+            assert!(
+                matches!(
+                    source.downcast_ref::<sqlx::Error>(),
+                    Some(sqlx::Error::Database(_))
+                ),
+                "{source:?}"
+            );
         }
         other => panic!("expected a backend error, got {other:?}"),
     }

@@ -218,7 +218,7 @@ pub fn check_entry(lease: &Lease, entry: &JournalEntry) -> Result<(), StoreError
     if entry.run_id == lease.run_id {
         return Ok(());
     }
-    Err(StoreError::Backend(format!(
+    Err(StoreError::backend(format!(
         "journal entry of run `{}` recorded under the lease of run `{}`",
         entry.run_id, lease.run_id
     )))

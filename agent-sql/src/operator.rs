@@ -121,7 +121,7 @@ pub async fn operator_action<S: SqlOperator>(
         OperatorPlan::Unchanged => Ok(head.record),
         OperatorPlan::RequestCancel => {
             let note = request
-                .ok_or_else(|| StoreError::Backend("a cancel request without a note".to_owned()))?;
+                .ok_or_else(|| StoreError::backend("a cancel request without a note".to_owned()))?;
             let updated_at = tx.request_cancel(run_id, note, now).await?;
             tx.commit().await?;
             let mut record = head.record;
@@ -203,7 +203,7 @@ pub async fn cancel_with_children<S: SqlOperator>(
             record = Some(applied);
         }
     }
-    record.ok_or_else(|| StoreError::Backend(format!("the cancel of `{run_id}` wrote nothing")))
+    record.ok_or_else(|| StoreError::backend(format!("the cancel of `{run_id}` wrote nothing")))
 }
 
 /// Write what `plan` says for the cancel of the run `head` reads, in `tx`: the request

@@ -402,7 +402,7 @@ pub async fn fork<S: SqlReads>(
 pub async fn agents<S: SqlReads>(store: &S) -> Result<Vec<String>, StoreError> {
     let rows = store.fetch(sql::AGENTS, &[]).await?;
     rows.iter()
-        .map(|r| r.agent().map_err(|e| StoreError::Backend(e.to_string())))
+        .map(|r| r.agent().map_err(|e| StoreError::backend(e.to_string())))
         .collect()
 }
 

@@ -687,7 +687,7 @@ pub fn signal(run_id: &str, row: &impl SqlRow) -> Result<SignalRecord, StoreErro
 pub fn tool_switch(row: &impl SqlRow) -> Result<ToolSwitch, StoreError> {
     let r = row
         .switch_row()
-        .map_err(|e| StoreError::Backend(e.to_string()))?;
+        .map_err(|e| StoreError::backend(e.to_string()))?;
     Ok(ToolSwitch {
         tool: r.tool,
         enabled: r.enabled,
@@ -721,7 +721,7 @@ pub fn graph(agent: &str, row: &impl SqlRow) -> Result<GraphDescription, StoreEr
 pub fn enabled(row: &impl SqlRow) -> Result<bool, StoreError> {
     row.enabled_row()
         .map(|r| r.enabled)
-        .map_err(|e| StoreError::Backend(e.to_string()))
+        .map_err(|e| StoreError::backend(e.to_string()))
 }
 
 /// Read a prune candidate's first kept version.

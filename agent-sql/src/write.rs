@@ -411,7 +411,7 @@ pub async fn plan_commit<S: SqlReads>(
     now: Millis,
 ) -> Result<(CommitPlan, CommitRow), StoreError> {
     if let Some(other) = entries.iter().find(|e| e.run_id != lease.run_id) {
-        return Err(StoreError::Backend(format!(
+        return Err(StoreError::backend(format!(
             "journal entry of run `{}` recorded under the lease of run `{}`",
             other.run_id, lease.run_id
         )));
@@ -446,9 +446,9 @@ pub async fn refused<S: SqlReads>(store: &S, lease: &Lease, commit: &StepCommit)
         commit.expected_version,
         || match commit.consumed_signal {
             Some(signal) => {
-                StoreError::Backend(format!("signal {signal} is not pending for run `{run_id}`"))
+                StoreError::backend(format!("signal {signal} is not pending for run `{run_id}`"))
             }
-            None => StoreError::Backend(format!("run `{run_id}` refused a commit it matches")),
+            None => StoreError::backend(format!("run `{run_id}` refused a commit it matches")),
         },
     ))
     .await

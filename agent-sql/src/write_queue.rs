@@ -212,8 +212,8 @@ impl<B: BatchWriter> WriteQueue<B> {
             match turn {
                 Turn::Now(written) => written.await,
                 Turn::Queued(receiver) => receiver.await.unwrap_or_else(|_| {
-                    Err(StoreError::Unavailable(
-                        "the grouped commit was interrupted; whether it applied is unknown".into(),
+                    Err(StoreError::unavailable(
+                        "the grouped commit was interrupted; whether it applied is unknown",
                     ))
                 }),
             }
@@ -236,7 +236,7 @@ impl<B: BatchWriter> WriteQueue<B> {
         async move {
             let written = written.await?;
             answer(written).ok_or_else(|| {
-                StoreError::Backend(format!("{what} was answered as another kind of write"))
+                StoreError::backend(format!("{what} was answered as another kind of write"))
             })
         }
     }
@@ -283,8 +283,9 @@ impl<B: BatchWriter> Drop for Slot<'_, B> {
 #[must_use]
 pub fn same_error(error: &StoreError) -> StoreError {
     match error {
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        other => StoreError::Backend(other.to_string()),
+        StoreError::Unavailable(e) => StoreError::Unavailable(e.clone()),
+        StoreError::Backend(e) => StoreError::Backend(e.clone()),
+        other => StoreError::backend(other.to_string()),
     }
 }
 

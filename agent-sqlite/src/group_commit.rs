@@ -160,7 +160,7 @@ impl Writer {
         self.retried.fetch_add(1, Ordering::Relaxed);
         self.write_batch_with(batch, Savepoints::EachWrite)
             .await?
-            .ok_or_else(|| StoreError::Backend("a batch with savepoints was not written".into()))
+            .ok_or_else(|| StoreError::backend("a batch with savepoints was not written"))
     }
 
     /// One attempt at the batch's transaction. Without savepoints, `Ok(None)` when a write
@@ -268,7 +268,7 @@ async fn entry_refused(conn: &mut SqliteConnection, row: &EntryRow) -> StoreErro
             run_id: row.run_id.clone(),
             epoch: u64::try_from(row.epoch).unwrap_or_default(),
         },
-        Ok(_) => StoreError::Backend(format!(
+        Ok(_) => StoreError::backend(format!(
             "the journal entry of run {} at version {} was not written",
             row.run_id, row.version
         )),

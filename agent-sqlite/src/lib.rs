@@ -158,7 +158,7 @@ impl SqliteStore {
         limit: usize,
     ) -> Result<String, StoreError> {
         let agents =
-            serde_json::to_string(agents).map_err(|e| StoreError::Backend(e.to_string()))?;
+            serde_json::to_string(agents).map_err(|e| StoreError::backend(e.to_string()))?;
         let explain = format!("EXPLAIN QUERY PLAN {}", sql::CLAIMABLE.as_str());
         let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
             .bind(agents)
@@ -244,7 +244,7 @@ impl SqliteStore {
     ) -> Result<(RunRecord, bool), StoreError> {
         validate_labels(&new.labels)?;
         let labels =
-            serde_json::to_string(&new.labels).map_err(|e| StoreError::Backend(e.to_string()))?;
+            serde_json::to_string(&new.labels).map_err(|e| StoreError::backend(e.to_string()))?;
         let now = now_ms();
         let hash = transition_hash("", &new.link());
         let mut tx = self.write_tx().await?;
@@ -358,9 +358,15 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
         _ => false,
     };
     if transient {
-        StoreError::Unavailable(open::describe(&e))
+        StoreError::Unavailable(agent_core::store::BackendError::with_source(
+            open::describe(&e),
+            e,
+        ))
     } else {
-        StoreError::Backend(open::describe(&e))
+        StoreError::Backend(agent_core::store::BackendError::with_source(
+            open::describe(&e),
+            e,
+        ))
     }
 }
 

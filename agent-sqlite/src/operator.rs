@@ -102,7 +102,7 @@ impl OperatorTx for SqliteOperatorTx {
         .await
         .map_err(db_err)?
         .ok_or_else(|| {
-            StoreError::Backend(format!("run `{run_id}` moved inside its write transaction"))
+            StoreError::backend(format!("run `{run_id}` moved inside its write transaction"))
         })?;
         let c = |e: sqlx::Error| corrupt(run_id, e);
         let applied = Applied {
@@ -316,5 +316,5 @@ impl SqlRetention for SqliteStore {
 
 /// `value` as JSON text, as a batch is bound.
 fn json_text(value: &impl serde::Serialize) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Backend(e.to_string()))
+    serde_json::to_string(value).map_err(|e| StoreError::backend(e.to_string()))
 }

@@ -79,7 +79,7 @@ agent_sql::impl_sql_store!(SqliteStore {
     }
     runs {
         async fn register_agent(&self, graph: &GraphDescription) -> Result<(), StoreError> {
-            let json = serde_json::to_string(graph).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let json = serde_json::to_string(graph).map_err(|e| StoreError::backend(e.to_string()))?;
             sqlx::query(sql::REGISTER_AGENT)
                 .bind(&graph.agent)
                 .bind(graph.fingerprint())
@@ -403,7 +403,7 @@ impl SqliteStore {
     ) -> Result<Vec<(Lease, RunRecord)>, StoreError> {
         let now = now_ms();
         let agents =
-            serde_json::to_string(agents).map_err(|e| StoreError::Backend(e.to_string()))?;
+            serde_json::to_string(agents).map_err(|e| StoreError::backend(e.to_string()))?;
         let mut tx = self.write_tx().await?;
         let ids: Vec<String> = sqlx::query_scalar(sql::CLAIMABLE.as_str())
             .bind(&agents)
@@ -462,7 +462,7 @@ impl SqliteStore {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(db_err),
-            Err(e) => Err(StoreError::Backend(e.to_string())),
+            Err(e) => Err(StoreError::backend(e.to_string())),
         };
         agent_sql::with_claim_reads(claimed, rows, claim_reads)
     }
@@ -502,9 +502,9 @@ fn filtered<'q>(
 ) -> Result<sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>, StoreError> {
     let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
     let statuses =
-        serde_json::to_string(&statuses).map_err(|e| StoreError::Backend(e.to_string()))?;
+        serde_json::to_string(&statuses).map_err(|e| StoreError::backend(e.to_string()))?;
     let labels =
-        serde_json::to_string(&filter.labels).map_err(|e| StoreError::Backend(e.to_string()))?;
+        serde_json::to_string(&filter.labels).map_err(|e| StoreError::backend(e.to_string()))?;
     Ok(sqlx::query(sql)
         .bind(&filter.agent)
         .bind(statuses)
@@ -525,7 +525,7 @@ fn filtered<'q>(
 fn claim_reads(row: &SqliteRow) -> Result<(String, ClaimReads), StoreError> {
     let id: String = row
         .try_get("id")
-        .map_err(|e| StoreError::Backend(e.to_string()))?;
+        .map_err(|e| StoreError::backend(e.to_string()))?;
     let c = |e: &dyn std::fmt::Display| corrupt(&id, e);
     let span: String = row.try_get("span").map_err(|e| c(&e))?;
     let span: Vec<Option<i64>> = serde_json::from_str(&span).map_err(|e| c(&e))?;

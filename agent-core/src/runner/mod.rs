@@ -316,7 +316,7 @@ where
             .get_or_try_init(|| self.inner.store.register_agent(self.inner.graph))
             .await?;
         let mut state = serde_json::to_value(initial)
-            .map_err(|e| StoreError::Backend(format!("initial state does not serialize: {e}")))?;
+            .map_err(|e| StoreError::backend(format!("initial state does not serialize: {e}")))?;
         self.inner.seal_state(&mut state, name)?;
         Ok(
             NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)

@@ -209,7 +209,7 @@ where
         StepEnd::Commit { next, reads } => {
             let to = next.state_name();
             let mut value = serde_json::to_value(&next).map_err(|e| {
-                StoreError::Backend(format!("state `{to}` does not serialize: {e}"))
+                StoreError::backend(format!("state `{to}` does not serialize: {e}"))
             })?;
             // A state holding a secret that cannot be stored sealed is not committed.
             if let Err(e) = inner.seal_state(&mut value, to) {

@@ -925,7 +925,7 @@ impl RunStore for MemoryStore {
         let data = g.run_mut(&lease.run_id)?;
         data.fenced(lease)?;
         if entry.run_id != lease.run_id {
-            return Err(StoreError::Backend(format!(
+            return Err(StoreError::backend(format!(
                 "journal entry of run `{}` recorded under the lease of run `{}`",
                 entry.run_id, lease.run_id
             )));
@@ -983,7 +983,7 @@ impl RunStore for MemoryStore {
                             found: data.record.version,
                         });
                     }
-                    return Err(StoreError::Backend(format!(
+                    return Err(StoreError::backend(format!(
                         "signal {id} is not pending for run `{}`",
                         lease.run_id
                     )));

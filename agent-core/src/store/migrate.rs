@@ -116,7 +116,7 @@ impl MigrationCommit {
             // A compensating run finishes its saga at the version whose status is
             // `compensating` (moving it would hide the rest of the round's compensations);
             // a final run has nothing to migrate.
-            return Some(StoreError::Backend(format!(
+            return Some(StoreError::backend(format!(
                 "run `{}` is {}: only a running or waiting run is migrated",
                 run.id, run.status
             )));

@@ -52,7 +52,7 @@ mod waiting_for;
 pub use canonical::{canonical_json, creation_hash, input_hash};
 pub use chain::{ChainLink, legacy_transition_hash, transition_hash};
 pub use contract::{EventLog, HistoryStore, OperatorStore, RunStore, Store};
-pub use error::StoreError;
+pub use error::{BackendError, StoreError};
 pub use events::{
     EventBuilder, EventCursor, EventKind, EventScope, EventWake, EventWakes, RunEvent,
     StatusChange, TransitionFacts, WakeHub,

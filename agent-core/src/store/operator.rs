@@ -380,7 +380,7 @@ pub fn plan_accept_cancel(
     let note = record
         .cancel_requested
         .clone()
-        .ok_or_else(|| StoreError::Backend(format!("run `{}` has no cancel request", record.id)))?;
+        .ok_or_else(|| StoreError::backend(format!("run `{}` has no cancel request", record.id)))?;
     Ok(transition(
         record,
         TransitionKind::Cancel,
