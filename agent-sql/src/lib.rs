@@ -22,7 +22,7 @@
 //! - [`retention`]: `OperatorStore::prune`, a batch chosen by reads and written set-based;
 //! - [`sql`]: the statements whose text is the same on both dialects, and the list of final
 //!   statuses, derived once from [`RunStatus`](agent_core::store::RunStatus);
-//! - [`write`]: the rows of a step's writes (a commit, a journal entry, a signal), built
+//! - [`write`](mod@write): the rows of a step's writes (a commit, a journal entry, a signal), built
 //!   once from the records, and the planning of a commit from its run's head to its row;
 //! - [`write_queue`]: the queue of the group commits, which hands writes to a store's own
 //!   writer alone or in batches.
