@@ -106,7 +106,7 @@
 //! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
 //! | [`store`] | the [`Store`] contract, records, delta history, an in-memory store |
-//! | `conformance` | the suite every store backend runs (feature `conformance`) |
+//! | `conformance` | the suite every store backend runs, and its fixture agents (feature `conformance`) |
 //!
 //! Backends: [`sqlite`] (the embedded default, feature `sqlite`) and `postgres` (PostgreSQL,
 //! many workers, feature `postgres`). Providers: `llm` (OpenAI-compatible and Anthropic,
@@ -123,7 +123,7 @@
 //! | `llm` | no | `llm`: routers over OpenAI-compatible chat completions and Anthropic messages |
 //! | `http` | no | `http`: the store over HTTP, an axum router to mount (runs, events as SSE, signals) |
 //! | `mcp` | no | `mcp`: tools imported from MCP servers (stdio, streamable HTTP), each with a declared kind |
-//! | `conformance` | no | [`store_conformance!`] and [`runner_conformance!`]: the checks every store backend runs |
+//! | `conformance` | no | `conformance`: the checks every store backend runs, `conformance::store_conformance!` and `conformance::runner_conformance!` (the crate `durable-agents-conformance`) |
 //!
 //! ## Guarantees
 //!
@@ -162,6 +162,8 @@ pub mod prelude {
     pub use serde::{Deserialize, Serialize};
 }
 
+#[cfg(feature = "conformance")]
+pub use agent_conformance as conformance;
 #[cfg(feature = "http")]
 pub use agent_http as http;
 #[cfg(feature = "llm")]

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, new_run, step, stored, unique, verify_chain};
-use crate::store::operator::{CANCELLED, TERMINATED};
-use crate::store::{
+use agent_core::store::operator::{CANCELLED, TERMINATED};
+use agent_core::store::{
     Claimed, Labels, Lease, OperatorNote, RunFilter, RunRecord, RunStatus, StepCommit, Store,
     StoreError, TransitionKind,
 };
@@ -183,7 +183,13 @@ pub async fn check_terminate_stops_runs_at_once(store: Arc<dyn Store>) -> CheckR
             store
                 .record_entry(
                     &lease,
-                    &super::entry(&leased.id, 0, 0, crate::store::CallStatus::Started, None)
+                    &super::entry(
+                        &leased.id,
+                        0,
+                        0,
+                        agent_core::store::CallStatus::Started,
+                        None
+                    )
                 )
                 .await,
             Err(StoreError::LeaseLost { .. })
@@ -669,7 +675,7 @@ pub async fn check_terminate_closes_out_stopped_runs(store: Arc<dyn Store>) -> C
             &lease,
             &StepCommit {
                 status: RunStatus::Failed,
-                error: Some(crate::store::RunFailure {
+                error: Some(agent_core::store::RunFailure {
                     code: "handler".to_owned(),
                     message: "the payload does not read".to_owned(),
                 }),
@@ -689,7 +695,7 @@ pub async fn check_terminate_closes_out_stopped_runs(store: Arc<dyn Store>) -> C
             .set_status(
                 &run.id,
                 status,
-                Some(crate::store::RunFailure {
+                Some(agent_core::store::RunFailure {
                     code: "stuck".to_owned(),
                     message: "stuck".to_owned(),
                 }),
