@@ -362,3 +362,10 @@ impl<T: crate::Execute + crate::Compensate> HybridTool for T {
         tools.hybrid(self)
     }
 }
+
+/// For the conformance suite (`durable-agents-conformance`), whose corrupt-data check
+/// needs a run the memory store can no longer read: damages the run's latest stored
+/// version (an unparsable patch).
+pub fn corrupt_memory_store(store: &crate::store::memory::MemoryStore, run_id: &str) {
+    store.corrupt_latest_version(run_id);
+}

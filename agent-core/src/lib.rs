@@ -16,16 +16,16 @@
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
 //! | [`versions`] | an agent's versions and the migrations between them |
 //! | [`store`] | the [`Store`] contract, records, delta history, the hash chain and its verifier, an in-memory store |
-//! | `conformance` | the suite every store backend runs (feature `conformance`) |
+//!
+//! The suite every store backend runs, with the fixture agents, is a crate of its own:
+//! `durable-agents-conformance` (the facade's feature `conformance`).
 #![warn(missing_docs)]
 
-// Lets the derives' `::agent_core::…` paths resolve inside this crate (the conformance fixture).
+// Lets the derives' `::agent_core::…` paths resolve inside this crate (the unit tests' agents).
 #[allow(unused_extern_crates)]
 extern crate self as agent_core;
 
 pub mod agent;
-#[cfg(feature = "conformance")]
-pub mod conformance;
 pub mod events;
 pub mod graph;
 pub mod json;

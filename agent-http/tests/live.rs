@@ -62,7 +62,7 @@ async fn a_run_followed_resumes_with_last_event_id_without_gap_or_duplicate() {
     let r = db.runner("Pay");
     r.start(
         "live",
-        agent_core::conformance::fixture::initial(&["apple", "kiwi"]),
+        agent_conformance::fixture::initial(&["apple", "kiwi"]),
     )
     .await
     .unwrap();
@@ -121,7 +121,7 @@ async fn every_runs_events_resume_with_last_event_id_too() {
     let db = Db::new().await;
     for id in ["a", "b"] {
         db.runner("Pay")
-            .start(id, agent_core::conformance::fixture::initial(&["apple"]))
+            .start(id, agent_conformance::fixture::initial(&["apple"]))
             .await
             .unwrap();
     }
@@ -168,7 +168,7 @@ async fn every_runs_events_resume_with_last_event_id_too() {
 async fn token_deltas_reach_the_runs_stream_without_ids() {
     let db = Db::new().await;
     db.runner("Pay")
-        .start("tok", agent_core::conformance::fixture::initial(&["apple"]))
+        .start("tok", agent_conformance::fixture::initial(&["apple"]))
         .await
         .unwrap();
     let bus = EphemeralBus::new();

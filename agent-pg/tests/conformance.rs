@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use agent_pg::PgStore;
 
-agent_core::store_conformance!(
+agent_conformance::store_conformance!(
     setup = common::fresh_store,
     corrupt = |store: Arc<PgStore>, run_id: String| async move {
         sqlx::query(

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::conformance::store_checks;
+use agent_conformance::store_checks;
 use agent_core::store::{HistoryStore, Lease, NewRun, RunRecord, RunStore, StepCommit, StoreError};
 use agent_pg::{GroupCommitStats, PgStore};
 use serde_json::{Value, json};

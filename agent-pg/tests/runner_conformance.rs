@@ -3,4 +3,4 @@
 
 mod common;
 
-agent_core::runner_conformance!(setup = common::fresh_store);
+agent_conformance::runner_conformance!(setup = common::fresh_store);

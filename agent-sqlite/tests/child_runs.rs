@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::conformance::store_checks::step;
+use agent_conformance::store_checks::step;
 use agent_core::store::{
     Claimed, HistoryStore, NewRun, ROW_UNREADABLE, RunFilter, RunStatus, RunStore, StoreError,
 };

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use agent_core::conformance::store_checks::step;
+use agent_conformance::store_checks::step;
 use agent_core::store::{
     CallStatus, Claimed, EntryKind, HistoryStore, JournalEntry, NewRun, RunStatus, RunStore,
     VersionSpan, input_hash, now_ms,

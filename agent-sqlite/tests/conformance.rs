@@ -18,7 +18,7 @@ async fn remove(store: Arc<SqliteStore>) {
     }
 }
 
-agent_core::store_conformance!(
+agent_conformance::store_conformance!(
     setup = fresh_store,
     corrupt = |store: Arc<SqliteStore>, run_id: String| async move {
         sqlx::query("UPDATE runs SET state = '{not json' WHERE id = $1")

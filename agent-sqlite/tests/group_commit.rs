@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent_core::conformance::store_checks::step;
+use agent_conformance::store_checks::step;
 use agent_core::store::verify::verify_run;
 use agent_core::store::{
     Claimed, HistoryStore, Lease, NewRun, RunRecord, RunStatus, RunStore, StoreError,

@@ -12,4 +12,4 @@ async fn fresh_store() -> Arc<SqliteStore> {
     Arc::new(SqliteStore::open(&path).await.unwrap())
 }
 
-agent_core::runner_conformance!(setup = fresh_store);
+agent_conformance::runner_conformance!(setup = fresh_store);

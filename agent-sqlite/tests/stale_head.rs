@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_core::conformance::store_checks::step;
+use agent_conformance::store_checks::step;
 use agent_core::store::{
     Claimed, HistoryStore, NewRun, OperatorStore, RunStatus, RunStore, StoreError,
 };

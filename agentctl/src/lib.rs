@@ -12,7 +12,7 @@
 //! `manage.py`:
 //!
 //! ```no_run
-//! # use agent_core::conformance::fixture::Order as Checkout;
+//! # use agent_conformance::fixture::Order as Checkout;
 //! // src/bin/checkout-ctl.rs in your project
 //! fn main() -> std::process::ExitCode {
 //!     agentctl::Ctl::new().agent::<Checkout>().run()

@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use agent_core::conformance::fixture;
+use agent_conformance::fixture;
 use agent_core::graph::GraphDescription;
 use agent_core::store::RunStatus;
 use common::{CANCELLED, DECLINED, DONE, Db, PAID_WAITING, SAGA_STUCK, STUCK};
@@ -242,7 +242,7 @@ fn graph_exports(new_db: fn() -> Db) {
     assert_eq!(from_yaml.agent, "Order");
     assert_eq!(
         from_yaml.fingerprint(),
-        <agent_core::conformance::fixture::Order as agent_core::Agent>::graph().fingerprint()
+        <agent_conformance::fixture::Order as agent_core::Agent>::graph().fingerprint()
     );
 
     // The agent is optional with --run.
@@ -322,12 +322,12 @@ fn tools_kill_switch(new_db: fn() -> Db) {
     // The runner sees the switch: a new run's charge fails fast with `tool.disabled`.
     db.runtime.block_on(async {
         let store = db.store().await;
-        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let world = std::sync::Arc::new(agent_conformance::fixture::World::default());
         let runner = common::runner(&store, &world, "Pay");
         runner
             .start(
                 "order-killed",
-                agent_core::conformance::fixture::initial(&["fig"]),
+                agent_conformance::fixture::initial(&["fig"]),
             )
             .await
             .unwrap();
@@ -370,7 +370,7 @@ fn signal_resumes_a_waiting_run(new_db: fn() -> Db) {
     assert!(!db.ok(&["show", PAID_WAITING]).contains("confrim"));
     db.runtime.block_on(async {
         let store = db.store().await;
-        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let world = std::sync::Arc::new(agent_conformance::fixture::World::default());
         let runner = common::runner(&store, &world, "Pay");
         let refused = runner
             .signal(PAID_WAITING, "confrim", serde_json::json!({}))
@@ -465,7 +465,7 @@ fn signal_resumes_a_waiting_run(new_db: fn() -> Db) {
     // A worker picks the signal up.
     db.runtime.block_on(async {
         let store = db.store().await;
-        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let world = std::sync::Arc::new(agent_conformance::fixture::World::default());
         let runner = common::runner(&store, &world, "Pay");
         let done = runner.run(PAID_WAITING).await.unwrap();
         assert_eq!(done.status, RunStatus::Completed);
@@ -768,7 +768,7 @@ fn cancel_compensates_a_waiting_run(new_db: fn() -> Db) {
     // A worker runs the compensations: the reservations are released, the run ends cancelled.
     let done = db.runtime.block_on(async {
         let store = db.store().await;
-        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let world = std::sync::Arc::new(agent_conformance::fixture::World::default());
         let done = common::runner(&store, &world, "Pay")
             .run(PAID_WAITING)
             .await
@@ -801,12 +801,9 @@ fn terminate_stops_a_run_with_who_and_why(new_db: fn() -> Db) {
     let db = new_db();
     db.runtime.block_on(async {
         let store = db.store().await;
-        let world = std::sync::Arc::new(agent_core::conformance::fixture::World::default());
+        let world = std::sync::Arc::new(agent_conformance::fixture::World::default());
         common::runner(&store, &world, "Pay")
-            .start(
-                "order-dup",
-                agent_core::conformance::fixture::initial(&["a"]),
-            )
+            .start("order-dup", agent_conformance::fixture::initial(&["a"]))
             .await
             .expect("start");
     });

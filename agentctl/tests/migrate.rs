@@ -13,9 +13,9 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_conformance::fixture::{self, Behaviour, World};
+use agent_conformance::version_checks::OrderV2;
 use agent_core::agent::Agent;
-use agent_core::conformance::fixture::{self, Behaviour, World};
-use agent_core::conformance::version_checks::OrderV2;
 use agent_core::runner::{CrashAt, FaultPoint, Runner, RunnerConfig};
 use agent_core::store::{Claimed, RunFilter, RunStatus, TransitionKind};
 use common::{Db, PAID_WAITING};

@@ -6,9 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use agent_core::conformance::fixture::{
-    self, Behaviour, Confirmation, Order, OrderHandlers, order,
-};
+use agent_conformance::fixture::{self, Behaviour, Confirmation, Order, OrderHandlers, order};
 use agent_core::runner::Runner;
 use agent_core::store::RunStatus;
 use agent_core::{Ctx, StepResult, Wake};
@@ -462,7 +460,7 @@ impl agent_core::runner::FaultHook for Gate {
 /// committed (its reservation is compensated) and it ends cancelled, its cancel naming
 /// the parent.
 fn cancelling_a_parent_stops_its_running_child(new_db: fn() -> Db) {
-    use agent_core::conformance::fixture::{Batch, BatchBehaviour, Fanout, FanoutBehaviour};
+    use agent_conformance::fixture::{Batch, BatchBehaviour, Fanout, FanoutBehaviour};
     let db = new_db();
     let world = Arc::new(fixture::World::default());
     let parent = "batch-1";

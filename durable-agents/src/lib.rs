@@ -106,7 +106,8 @@
 //! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
 //! | [`store`] | runs as stored: the [`Store`] contract's reading and operating roles, records, run ids, an in-memory store |
-//! | [`backend`] | for authors of a store: the runner's role of the contract, the records and hashes a backend writes, the conformance suites (feature `conformance`) |
+//! | [`backend`] | for authors of a store: the runner's role of the contract, the records and hashes a backend writes |
+//! | `conformance` | the suite every store backend runs, and its fixture agents (feature `conformance`) |
 //!
 //! Backends: [`sqlite`] (the embedded default, feature `sqlite`) and `postgres` (PostgreSQL,
 //! many workers, feature `postgres`). Providers: `llm` (OpenAI-compatible and Anthropic,
@@ -123,7 +124,7 @@
 //! | `llm` | no | `llm`: routers over OpenAI-compatible chat completions and Anthropic messages |
 //! | `http` | no | `http`: the store over HTTP, an axum router to mount (runs, events as SSE, signals) |
 //! | `mcp` | no | `mcp`: tools imported from MCP servers (stdio, streamable HTTP), each with a declared kind |
-//! | `conformance` | no | `backend::store_conformance!` and `backend::runner_conformance!`: the checks every store backend runs |
+//! | `conformance` | no | `conformance`: the checks every store backend runs, `conformance::store_conformance!` and `conformance::runner_conformance!` (the crate `durable-agents-conformance`) |
 //!
 //! ## Guarantees
 //!
@@ -190,25 +191,24 @@ pub mod store {
 
 /// For authors of a store backend: the runner's role of the contract ([`RunStore`](agent_core::store::RunStore)),
 /// the records a backend reads and writes, the hashes and plans every backend computes the
-/// same way, and, with the feature `conformance`, the suites a backend runs
-/// (`store_conformance!`, `runner_conformance!`).
+/// same way, and [`BackendError`](agent_core::store::BackendError) for what a database
+/// said. The suites a backend runs are the crate `durable-agents-conformance`
+/// (`durable_agents::conformance` with the feature `conformance`).
 ///
 /// Named for what its reader writes, a backend (as `sqlite` and `postgres` are), apart
 /// from [`store`], which is what every program reading runs needs: the two
 /// audiences meet at the [`Store`] trait, which both see.
 pub mod backend {
     pub use agent_core::store::{
-        ChainLink, ClaimReads, Claimed, EventBuilder, EventLog, EventWake, EventWakes,
-        HistoryStore, Lease, MigrationCommit, MigrationNote, Millis, NewRun, OperatorStore,
-        ROW_UNREADABLE, RepairCommit, RunKey, RunStore, SpawnedBy, StatusChange, StepCommit, Store,
-        StoreError, TransitionFacts, VersionCount, VersionSpan, WAIT_ALL_CHILDREN,
-        WAIT_FIRST_CHILD, WakeHub, agent_version_at, claimable_by, compute_tool_stats,
-        creation_hash, legacy_transition_hash, now_ms, transition_hash, validate_label,
-        validate_labels, versioned_agent,
+        BackendError, ChainLink, ClaimReads, Claimed, EventBuilder, EventLog, EventWake,
+        EventWakes, HistoryStore, Lease, MigrationCommit, MigrationNote, Millis, NewRun,
+        OperatorStore, ROW_UNREADABLE, RepairCommit, RunKey, RunStore, SpawnedBy, StatusChange,
+        StepCommit, Store, StoreError, TransitionFacts, VersionCount, VersionSpan,
+        WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, WakeHub, agent_version_at, claimable_by,
+        compute_tool_stats, creation_hash, legacy_transition_hash, now_ms, transition_hash,
+        validate_label, validate_labels, versioned_agent,
     };
     pub use agent_core::store::{history, migrate, operator, tools};
-    #[cfg(feature = "conformance")]
-    pub use agent_core::{conformance, runner_conformance, store_conformance};
 }
 
 /// What an agent file needs, in one import: `use durable_agents::prelude::*;`.
@@ -239,6 +239,8 @@ pub mod prelude {
 #[doc(hidden)]
 pub use agent_core::__private;
 
+#[cfg(feature = "conformance")]
+pub use agent_conformance as conformance;
 #[cfg(feature = "http")]
 pub use agent_http as http;
 #[cfg(feature = "llm")]

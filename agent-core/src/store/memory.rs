@@ -1451,12 +1451,10 @@ impl EventLog for MemoryStore {
     }
 }
 
-#[cfg(any(test, feature = "conformance"))]
 impl MemoryStore {
     /// Damage a run's latest stored version (an unparsable patch), for the conformance
-    /// suite's corrupt-data check. Not part of the API.
-    #[doc(hidden)]
-    pub fn corrupt_for_tests(&self, run_id: &str) {
+    /// suite's corrupt-data check ([`crate::__private::corrupt_memory_store`]).
+    pub(crate) fn corrupt_latest_version(&self, run_id: &str) {
         let mut g = self.lock();
         if let Some(data) = g.runs.get_mut(run_id)
             && let Some((_, v)) = data.versions.iter_mut().next_back()

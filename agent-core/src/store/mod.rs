@@ -66,10 +66,9 @@ pub use records::{
     CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis,
     NewRun, OperatorNote, PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter,
     RunKey, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch,
-    TransitionKind, TransitionRecord, VersionCount, VersionSpan, WAIT_ALL_CHILDREN,
-    WAIT_FIRST_CHILD, idempotency_key, now_ms,
+    TransitionKind, TransitionRecord, VersionCount, VersionSpan, idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;
 pub use stats::{ToolStats, compute_tool_stats};
-pub use waiting_for::WaitingFor;
+pub use waiting_for::{WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, WaitingFor};

@@ -380,7 +380,7 @@ pub struct NewRun {
 
 /// Which step of which run started a child run: the parent's id and the version its step
 /// began at. A parent waiting for its children
-/// ([`WAIT_ALL_CHILDREN`], [`WAIT_FIRST_CHILD`]) waits for the runs spawned by it at
+/// ([`WAIT_ALL_CHILDREN`](super::WAIT_ALL_CHILDREN), [`WAIT_FIRST_CHILD`](super::WAIT_FIRST_CHILD)) waits for the runs spawned by it at
 /// `version - 1`: the step that started them, before it committed the wait.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -390,12 +390,6 @@ pub struct SpawnedBy {
     /// The version the parent's step began at.
     pub version: u64,
 }
-
-/// `waiting_for` of a parent waiting until every child it started in the step is final.
-pub const WAIT_ALL_CHILDREN: &str = "children:all";
-/// `waiting_for` of a parent waiting until one child it started in the step completed, or
-/// every one of them is final.
-pub const WAIT_FIRST_CHILD: &str = "children:first";
 
 impl NewRun {
     /// A run `id` of `agent` (graph `fingerprint`) starting in `state_name` with `state`,

@@ -4,7 +4,11 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::records::{WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD};
+/// `waiting_for` of a parent waiting until every child it started in the step is final.
+pub const WAIT_ALL_CHILDREN: &str = "children:all";
+/// `waiting_for` of a parent waiting until one child it started in the step completed, or
+/// every one of them is final.
+pub const WAIT_FIRST_CHILD: &str = "children:first";
 
 /// What a waiting run waits for ([`RunRecord::waiting_for`](super::RunRecord::waiting_for)).
 ///

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::conformance::fixture::{self, Behaviour, Order, World};
+use agent_conformance::fixture::{self, Behaviour, Order, World};
 use agent_core::runner::Runner;
 use agent_core::store::{Store, StoreError};
 use agent_http::{ApiConfig, ServeError};

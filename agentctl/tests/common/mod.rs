@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use agent_core::conformance::fixture::{self, Behaviour, Order, World};
+use agent_conformance::fixture::{self, Behaviour, Order, World};
 use agent_core::router::Router;
 use agent_core::runner::{Runner, RunnerBuilder};
 use agent_core::store::{RunFailure, RunStatus, Store};

@@ -560,7 +560,7 @@ pub mod order {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use agent_core::conformance::fixture::{self, Behaviour as Handlers, Order, World};
+    use agent_conformance::fixture::{self, Behaviour as Handlers, Order, World};
     use agent_core::router::Router;
     use agent_core::runner::{FaultHook, NoFaults};
     use agent_core::runner::{Runner, RunnerConfig};

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use agent_conformance::fixture::Order;
 use agent_core::Agent;
-use agent_core::conformance::fixture::Order;
 use agent_core::runner::{Runner, RunnerError, StepOutcome};
 use agent_core::store::{
     Claimed, JournalEntry, NewRun, RunFailure, RunRecord, RunStatus, StepCommit, Store,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::conformance::fixture::{self, World};
+use agent_conformance::fixture::{self, World};
 use agent_core::router::{Router, ScriptedRouter};
 use agent_core::store::Store;
 use agent_core::store::memory::MemoryStore;

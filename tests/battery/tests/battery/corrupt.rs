@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::conformance::fixture::{self, World};
+use agent_conformance::fixture::{self, World};
 use agent_core::runner::{Worker, WorkerConfig};
 use agent_core::store::{RunFilter, RunRecord, RunStatus, Store, StoreError};
 use battery::backends::{Backend, Fresh};

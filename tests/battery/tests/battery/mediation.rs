@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use agent_core::conformance::fixture::{Charge, Lookup, Order, Release, Reserve, World};
+use agent_conformance::fixture::{Charge, Lookup, Order, Release, Reserve, World};
 use agent_core::router::{OptionKind, ScriptedRouter};
 use agent_core::runner::{Runner, RunnerConfig};
 use agent_core::store::memory::MemoryStore;
@@ -350,7 +350,7 @@ async fn refused_names_are_journaled() {
             order::config("mediator", std::time::Duration::from_secs(5)),
         );
         runner
-            .start(&run_id, agent_core::conformance::fixture::initial(&["a"]))
+            .start(&run_id, agent_conformance::fixture::initial(&["a"]))
             .await
             .unwrap();
         advance(&runner, &run_id, 2).await.unwrap();

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
-use agent_core::conformance::fixture::{self, World};
+use agent_conformance::fixture::{self, World};
 use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
 use agent_core::store::memory::MemoryStore;
 use agent_core::store::{RunFilter, RunStatus, Store};

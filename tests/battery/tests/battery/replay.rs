@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use agent_core::conformance::fixture::{Behaviour, Charge, Lookup, Order, Release, Reserve, World};
+use agent_conformance::fixture::{Behaviour, Charge, Lookup, Order, Release, Reserve, World};
 use agent_core::router::Router;
 use agent_core::runner::{Runner, RunnerConfig};
 use agent_core::store::{RunRecord, RunStatus, Store};

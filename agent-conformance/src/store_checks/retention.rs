@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::children::children_of;
 use super::{CheckResult, Ctx, claim, create, entry, grow, step, stored, verify_chain};
-use crate::store::{CallStatus, RetentionPolicy, RunStatus, Store, StoreError, now_ms};
+use agent_core::store::{CallStatus, RetentionPolicy, RunStatus, Store, StoreError, now_ms};
 
 /// Nothing removed by count: only the time bounds decide.
 const KEEP_ALL: u64 = u64::MAX;

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fixture::{self, Batch, BatchBehaviour, Fanout, FanoutBehaviour, World};
-use crate::runner::{
+use agent_core::runner::{
     CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig, Worker, WorkerConfig,
     child_run_id,
 };
-use crate::store::WaitingFor;
-use crate::store::{
+use agent_core::store::WaitingFor;
+use agent_core::store::{
     EntryKind, OperatorNote, RunFilter, RunRecord, RunStatus, Store, TransitionKind,
 };
 

@@ -1,36 +1,48 @@
-//! The store conformance suite: the same tests for every [`Store`](crate::store::Store) backend.
+//! # durable-agents-conformance
+//!
+//! The conformance suite of [durable-agents](https://docs.rs/durable-agents): the same tests
+//! for every [`Store`](agent_core::store::Store) backend, and the fixture agents they run.
+//! It is for two readers: the author of a store backend, whose tests run the suite, and the
+//! framework's own tests, which drive the fixture agents ([`fixture`]). Nothing in a program
+//! that runs agents needs it; depend on it as a dev-dependency (through the facade's feature
+//! `conformance`, as `durable_agents::conformance`, or directly).
 //!
 //! Each guarantee of the contract is a `pub async fn check_…(store) -> Result<(), String>`
 //! in a module per group ([`store_checks`]); a broken store makes the check return `Err`
-//! with what went wrong. [`store_conformance!`](crate::store_conformance) expands to one
-//! `#[tokio::test]` per check, each on a fresh store, so a backend's test file is a few
-//! lines (the crate using it needs `tokio` with the `macros` and `rt-multi-thread`
-//! features):
+//! with what went wrong. [`store_conformance!`] expands to one `#[tokio::test]` per check,
+//! each on a fresh store, so a backend's test file is a few lines (the crate using it needs
+//! `tokio` with the `macros` and `rt-multi-thread` features):
 //!
 //! ```ignore
 //! use std::sync::Arc;
-//! use durable_agents::store::memory::MemoryStore;
+//! use my_store::MyStore;
 //!
-//! durable_agents::store_conformance!(
-//!     setup = async || Arc::new(MemoryStore::new()),
-//!     corrupt = |store: Arc<MemoryStore>, run_id: String| async move {
-//!         store.corrupt_for_tests(&run_id);
+//! durable_agents::conformance::store_conformance!(
+//!     setup = async || Arc::new(MyStore::open_fresh().await),
+//!     corrupt = |store: Arc<MyStore>, run_id: String| async move {
+//!         store.damage_for_tests(&run_id).await;
 //!     },
 //! );
+//! durable_agents::conformance::runner_conformance!(setup = async || Arc::new(MyStore::open_fresh().await));
 //! ```
 //!
 //! - `setup` returns a fresh `Arc<S>` for one test (for PostgreSQL: its own schema; for
 //!   SQLite: its own file), or an `Option<Arc<S>>` whose `None` skips the test.
 //! - `corrupt` damages one run's stored data the way a bad disk or a careless manual edit
 //!   would (an unknown status name, a history payload that no longer parses), so the suite
-//!   can check that it surfaces as [`StoreError::Corrupt`](crate::store::StoreError::Corrupt)
+//!   can check that it surfaces as [`StoreError::Corrupt`](agent_core::store::StoreError::Corrupt)
 //!   and not as a panic.
 //! - `teardown` (optional) receives the store after the check, to drop a schema or a file.
 //!
+//! [`runner_conformance!`] does the same for the runner's checks ([`runner_checks`],
+//! [`child_checks`], [`version_checks`]): the fixture agents run on the store through
+//! crashes at every fault point, reclaims, cancels and version changes.
+//!
 //! Extending the suite: add a `pub async fn` to a group module (or a new `pub mod` group)
-//! and list its name in [`store_conformance!`](crate::store_conformance). The suite's own
-//! tests run every check against [`MemoryStore`](crate::store::memory::MemoryStore) and
+//! and list its name in [`store_conformance!`]. The suite's own tests run every check
+//! against [`MemoryStore`](agent_core::store::memory::MemoryStore) (`tests/memory.rs`) and
 //! each relevant check against a deliberately broken store, asserting that the check fails.
+#![warn(missing_docs)]
 
 pub mod child_checks;
 pub mod fixture;
@@ -40,6 +52,12 @@ pub mod version_checks;
 
 #[cfg(test)]
 mod broken;
+
+/// What the macros' expansions name. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use agent_core::store::Store;
+}
 
 /// What a conformance `setup` returns: the store, or `None` to skip the test (a backend
 /// whose database is not configured outside CI).
@@ -64,7 +82,7 @@ impl<S: ?Sized> SetupOutput for Option<std::sync::Arc<S>> {
     }
 }
 
-/// Expand to one `#[tokio::test]` per conformance check. See [the module](crate::conformance).
+/// Expand to one `#[tokio::test]` per store conformance check. See [the crate](crate).
 #[macro_export]
 macro_rules! store_conformance {
     (setup = $setup:expr, corrupt = $corrupt:expr $(,)?) => {
@@ -136,12 +154,12 @@ macro_rules! store_conformance {
         #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn check_corrupt_data_is_an_error() {
             let ::std::option::Option::Some(store) =
-                $crate::conformance::SetupOutput::into_store(($setup)().await)
+                $crate::SetupOutput::into_store(($setup)().await)
             else {
                 return;
             };
             let corrupter = store.clone();
-            let result = $crate::conformance::store_checks::check_corrupt_data_is_an_error(
+            let result = $crate::store_checks::check_corrupt_data_is_an_error(
                 store.clone(),
                 move |run_id: ::std::string::String| ($corrupt)(corrupter, run_id),
             )
@@ -157,11 +175,11 @@ macro_rules! store_conformance {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
                 let ::std::option::Option::Some(store) =
-                    $crate::conformance::SetupOutput::into_store(($setup)().await)
+                    $crate::SetupOutput::into_store(($setup)().await)
                 else {
                     return;
                 };
-                let result = $crate::conformance::store_checks::$check(store.clone()).await;
+                let result = $crate::store_checks::$check(store.clone()).await;
                 ($teardown)(store).await;
                 if let ::std::result::Result::Err(e) = result {
                     ::std::panic!("conformance check failed: {e}");
@@ -169,18 +187,4 @@ macro_rules! store_conformance {
             }
         )*
     };
-}
-
-#[cfg(test)]
-mod memory_conformance {
-    use std::sync::Arc;
-
-    use crate::store::memory::MemoryStore;
-
-    crate::store_conformance!(
-        setup = async || Arc::new(MemoryStore::new()),
-        corrupt = |store: Arc<MemoryStore>, run_id: String| async move {
-            store.corrupt_for_tests(&run_id);
-        },
-    );
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, claim, create, entry, grow, step, stored, unique, verify_chain};
-use crate::store::{CallStatus, RetentionPolicy, RunStatus, Store};
+use agent_core::store::{CallStatus, RetentionPolicy, RunStatus, Store};
 
 /// `history_from` and `journal_from` are pages of `history` and `journal`: from a version
 /// (and seq) on, at most the limit, in order, and `NotFound` for a run that does not
@@ -69,14 +69,14 @@ pub async fn check_history_and_journal_pages(store: Arc<dyn Store>) -> CheckResu
     ensure!(
         matches!(
             store.history_from(&missing, 0, 10).await,
-            Err(crate::store::StoreError::NotFound(_))
+            Err(agent_core::store::StoreError::NotFound(_))
         ),
         "history_from of a run that does not exist must be NotFound"
     );
     ensure!(
         matches!(
             store.journal_from(&missing, (0, 0), 10).await,
-            Err(crate::store::StoreError::NotFound(_))
+            Err(agent_core::store::StoreError::NotFound(_))
         ),
         "journal_from of a run that does not exist must be NotFound"
     );

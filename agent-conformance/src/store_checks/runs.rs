@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, grow, new_run, step, stored, unique};
-use crate::graph::GraphDescription;
-use crate::store::FailureCode;
-use crate::store::{
+use agent_core::graph::GraphDescription;
+use agent_core::store::FailureCode;
+use agent_core::store::{
     Claimed, Lease, RunFailure, RunFilter, RunKey, RunStatus, Store, StoreError, TransitionKind,
     now_ms,
 };

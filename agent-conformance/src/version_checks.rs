@@ -14,12 +14,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::fixture::{self, Behaviour, Order, World};
-use crate::agent::{Agent, Handle, StepError, StepIo};
-use crate::graph::GraphDescription;
-use crate::runner::{CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig};
-use crate::store::verify::verify_run;
-use crate::store::{CallStatus, EntryKind, RunStatus, Store, TransitionKind};
-use crate::versions::{MigrationError, OlderVersion};
+use agent_core::agent::{Agent, Handle, StepError, StepIo};
+use agent_core::graph::GraphDescription;
+use agent_core::runner::{CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig};
+use agent_core::store::verify::verify_run;
+use agent_core::store::{CallStatus, EntryKind, RunStatus, Store, TransitionKind};
+use agent_core::versions::{MigrationError, OlderVersion};
 
 /// Version 2 of the fixture agent (a hand-written test stand-in for the derive's output).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -75,13 +75,13 @@ impl Agent for OrderV2 {
     }
 
     // Its version 1's `on_error` states, which the derive built for `Order`.
-    fn __on_error(from: &str, failure: crate::agent::Failure) -> Option<Self> {
+    fn __on_error(from: &str, failure: agent_core::agent::Failure) -> Option<Self> {
         Order::__on_error(from, failure).map(Self)
     }
 }
 
 // Like its version 1, routed by the model in one state.
-impl crate::agent::RoutedByLlm for OrderV2 {}
+impl agent_core::agent::RoutedByLlm for OrderV2 {}
 
 impl Handle<Behaviour> for OrderV2 {
     fn handle<'a>(
@@ -324,7 +324,7 @@ pub async fn check_older_runner_leaves_newer_runs_alone(
     ensure(
         matches!(
             refused,
-            Err(crate::runner::RunnerError::VersionNotRunnable { version: 2, .. })
+            Err(agent_core::runner::RunnerError::VersionNotRunnable { version: 2, .. })
         ),
         || format!("a version 1 runner on a version 2 run: {refused:?}"),
     )?;
@@ -341,7 +341,7 @@ pub async fn check_older_runner_leaves_newer_runs_alone(
         "a version 1 runner executed a version 2 run".to_owned()
     })?;
     // A worker of version 1 does not claim it either.
-    let worker = crate::runner::Worker::new(old, crate::runner::WorkerConfig::default());
+    let worker = agent_core::runner::Worker::new(old, agent_core::runner::WorkerConfig::default());
     let report = worker.version_report().await.map_err(|e| e.to_string())?;
     ensure(report.unrunnable.get(&2) == Some(&1), || {
         format!("the version 1 worker's report: {report:?}")
@@ -356,7 +356,7 @@ pub async fn check_older_runner_leaves_newer_runs_alone(
         "a version 1 worker claimed a version 2 run".to_owned()
     })?;
     // The version 2 worker runs it.
-    let worker = crate::runner::Worker::new(new, crate::runner::WorkerConfig::default());
+    let worker = agent_core::runner::Worker::new(new, agent_core::runner::WorkerConfig::default());
     worker.run_until_idle().await;
     let run = store
         .load_run("newer")

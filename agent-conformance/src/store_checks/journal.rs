@@ -6,11 +6,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored};
-use crate::store::WaitingFor;
-use crate::store::{
+use agent_core::store::WaitingFor;
+use agent_core::store::{
     CallStatus, Claimed, EntryKind, EventScope, RunStatus, Store, StoreError, now_ms,
 };
-use crate::tool::{ErrorClass, ToolKind};
+use agent_core::tool::{ErrorClass, ToolKind};
 
 /// Journal entries are visible once recorded, replaced on the same key, ordered by
 /// `(version, seq)`, filtered by version, and large outputs round-trip.
@@ -375,7 +375,7 @@ pub async fn check_tool_stats_match_the_journal(store: Arc<dyn Store>) -> CheckR
     old.started_at = since - 3_600_000;
     store.record_entry(&lease, &old).await.ctx("record_entry")?;
     let journal = store.journal(&r.id, None).await.ctx("journal")?;
-    let want = crate::store::compute_tool_stats(&journal, since);
+    let want = agent_core::store::compute_tool_stats(&journal, since);
     let got = store.tool_stats(since).await.ctx("tool_stats")?;
     ensure!(
         got == want,

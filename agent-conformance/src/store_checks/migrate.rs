@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::LONG as TTL;
-use crate::store::verify::verify_run;
-use crate::store::{
+use agent_core::store::verify::verify_run;
+use agent_core::store::{
     Claimed, MigrationCommit, MigrationNote, NewRun, RunFilter, RunStatus, Store, StoreError,
     TransitionKind,
 };
@@ -138,7 +138,7 @@ pub async fn check_migration_is_a_fenced_transition_once(
         ),
     )?;
     // A step commits after it as after any version; the resume base stops applying.
-    let step = crate::store::StepCommit {
+    let step = agent_core::store::StepCommit {
         expected_version: 1,
         from_state: "B2".into(),
         to_state: "C2".into(),
@@ -215,7 +215,7 @@ pub async fn check_migration_refuses_compensating_runs(
         .await
         .map_err(|e| e.to_string())?
         .ok_or("claim")?;
-    let compensating = crate::store::StepCommit {
+    let compensating = agent_core::store::StepCommit {
         expected_version: 0,
         from_state: "A".into(),
         to_state: "A".into(),
@@ -268,7 +268,7 @@ pub async fn check_claim_next_filters_by_version(store: Arc<dyn Store>) -> Resul
             .await
             .map_err(|e| e.to_string())?;
     }
-    let ids = |claimed: Vec<crate::store::Claimed>| {
+    let ids = |claimed: Vec<agent_core::store::Claimed>| {
         let mut ids: Vec<String> = claimed.into_iter().map(|c| c.record.id).collect();
         ids.sort();
         ids

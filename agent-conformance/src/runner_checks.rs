@@ -10,18 +10,18 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::fixture::{self, Behaviour, Order, World};
-use crate::Agent;
-use crate::runner::{
+use agent_core::Agent;
+use agent_core::runner::{
     Crash, CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerConfig, RunnerError,
     SUSPECT_CLAIMS, Worker, WorkerConfig,
 };
-use crate::store::WaitingFor;
-use crate::store::verify::verify_run;
-use crate::store::{
+use agent_core::store::WaitingFor;
+use agent_core::store::verify::verify_run;
+use agent_core::store::{
     CallStatus, Claimed, EntryKind, NewRun, OperatorNote, RunRecord, RunStatus, Store,
     TransitionKind,
 };
-use crate::tool::ToolKind;
+use agent_core::tool::ToolKind;
 
 pub use super::version_checks::{
     check_compensating_v1_run_is_compensated_by_v2, check_older_runner_leaves_newer_runs_alone,
@@ -637,8 +637,8 @@ pub async fn check_kill_switch(store: Arc<dyn Store>) -> Result<(), String> {
 /// What went wrong.
 pub async fn check_illegal_router_answers(store: Arc<dyn Store>) -> Result<(), String> {
     let world = Arc::new(World::default());
-    let hostile = Arc::new(crate::router::ScriptedRouter::from_fn(|_| {
-        crate::router::ScriptedRouter::choose("Charge", r#"{"cents": 1000000}"#)
+    let hostile = Arc::new(agent_core::router::ScriptedRouter::from_fn(|_| {
+        agent_core::router::ScriptedRouter::choose("Charge", r#"{"cents": 1000000}"#)
     }));
     let r =
         Runner::<Order, Behaviour>::builder(Arc::clone(&store), Behaviour, fixture::tools(&world))
@@ -727,14 +727,14 @@ pub async fn check_redaction(store: Arc<dyn Store>) -> Result<(), String> {
     let world = Arc::new(World::default());
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let seen_by_router = Arc::clone(&seen);
-    let router = crate::router::ScriptedRouter::from_fn(move |req| {
+    let router = agent_core::router::ScriptedRouter::from_fn(move |req| {
         if let Ok(mut s) = seen_by_router.lock() {
             s.push(serde_json::to_string(req).unwrap_or_default());
         }
         if req.tool_results.iter().any(|r| r.tool == "Lookup") {
-            crate::router::ScriptedRouter::choose("Pay", "{}")
+            agent_core::router::ScriptedRouter::choose("Pay", "{}")
         } else {
-            crate::router::ScriptedRouter::choose("Lookup", r#"{"sku":"router-check"}"#)
+            agent_core::router::ScriptedRouter::choose("Lookup", r#"{"sku":"router-check"}"#)
         }
     });
     let r =
@@ -747,7 +747,7 @@ pub async fn check_redaction(store: Arc<dyn Store>) -> Result<(), String> {
                     "reservations".into(),
                     "sku".into(),
                 ],
-                seal_keys: crate::secrets::SealKeys::generate("conformance"),
+                seal_keys: agent_core::secrets::SealKeys::generate("conformance"),
                 ..config("w")
             })
             .build()
@@ -769,12 +769,12 @@ pub async fn check_redaction(store: Arc<dyn Store>) -> Result<(), String> {
     let sealed = charge
         .input
         .get("cents")
-        .and_then(crate::secrets::sealed_text);
+        .and_then(agent_core::secrets::sealed_text);
     let opened = sealed.map(|s| r.config().seal_keys.open(s));
     if !matches!(opened, Some(Ok(ref v)) if *v == json!(200)) {
         return Err(format!("journaled Charge input {}", charge.input));
     }
-    if charge.input_hash != crate::store::input_hash(&json!({ "cents": 200 })) {
+    if charge.input_hash != agent_core::store::input_hash(&json!({ "cents": 200 })) {
         return Err("the input hash does not identify the real input".into());
     }
     let text = serde_json::to_string(&journal).map_err(|e| e.to_string())?;
@@ -958,7 +958,7 @@ pub async fn check_worker_expires_its_old_leases_at_start(
 
 /// A worker with nothing to claim takes a run over when the lease of its dead holder
 /// expires, not at its next poll: here the worker polls once an hour, and the run's lease
-/// runs out after 300 ms ([`RunStore::next_due`](crate::store::RunStore::next_due)).
+/// runs out after 300 ms ([`RunStore::next_due`](agent_core::store::RunStore::next_due)).
 ///
 /// # Errors
 /// What went wrong.
@@ -1041,12 +1041,12 @@ async fn ended_cancelled(
     store: &Arc<dyn Store>,
     record: &RunRecord,
     note: &OperatorNote,
-) -> Result<Vec<crate::store::TransitionRecord>, String> {
+) -> Result<Vec<agent_core::store::TransitionRecord>, String> {
     if record.status != RunStatus::Cancelled
         || record
             .error
             .as_ref()
-            .is_none_or(|e| e.code != crate::store::FailureCode::Cancelled)
+            .is_none_or(|e| e.code != agent_core::store::FailureCode::Cancelled)
     {
         return Err(format!(
             "a cancelled run must end cancelled with error `cancelled`, got {} {:?}",
@@ -1406,8 +1406,8 @@ pub async fn check_terminate_stops_without_compensating(
 pub async fn check_followers_miss_nothing_across_crashes(
     store: Arc<dyn Store>,
 ) -> Result<(), String> {
-    use crate::events::{FollowConfig, Follower};
-    use crate::store::{EventCursor, EventKind, EventScope};
+    use agent_core::events::{FollowConfig, Follower};
+    use agent_core::store::{EventCursor, EventKind, EventScope};
 
     let follow = FollowConfig {
         poll: Duration::from_millis(50),
@@ -1528,26 +1528,17 @@ macro_rules! runner_conformance {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
                 let ::std::option::Option::Some(store) =
-                    $crate::conformance::SetupOutput::into_store(($setup)().await)
+                    $crate::SetupOutput::into_store(($setup)().await)
                 else {
                     return;
                 };
-                let store: ::std::sync::Arc<dyn $crate::store::Store> = store;
+                let store: ::std::sync::Arc<dyn $crate::__private::Store> = store;
                 if let ::std::result::Result::Err(e) =
-                    $crate::conformance::runner_checks::$check(store).await
+                    $crate::runner_checks::$check(store).await
                 {
                     ::std::panic!("runner conformance check failed: {e}");
                 }
             }
         )*
     };
-}
-
-#[cfg(test)]
-mod memory {
-    use std::sync::Arc;
-
-    use crate::store::memory::MemoryStore;
-
-    crate::runner_conformance!(setup = async || Arc::new(MemoryStore::new()));
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, new_run, step, stored, unique};
-use crate::store::WaitingFor;
-use crate::store::{CallStatus, Claimed, RunStatus, Store, StoreError, now_ms};
+use agent_core::store::WaitingFor;
+use agent_core::store::{CallStatus, Claimed, RunStatus, Store, StoreError, now_ms};
 
 /// A live lease blocks other claimers; the holder may re-claim; an expired lease is taken
 /// over with a higher epoch; claims count until a commit; final runs are not claimed.
@@ -552,7 +552,7 @@ pub async fn check_next_due_is_no_later_than_a_live_lease(store: Arc<dyn Store>)
     Ok(())
 }
 
-/// A claim that reads ([`RunStore::claim_next`](crate::store::RunStore::claim_next), [`RunStore::claim_run`](crate::store::RunStore::claim_run)) reads
+/// A claim that reads ([`RunStore::claim_next`](agent_core::store::RunStore::claim_next), [`RunStore::claim_run`](agent_core::store::RunStore::claim_run)) reads
 /// what the separate reads answer once the run is claimed: its version span, whether its
 /// journal has an entry at its version, a waiting run's pending signals. A store that
 /// reads nothing with a claim (`reads: None`) passes, as long as its claims are claims.
@@ -669,7 +669,7 @@ pub async fn check_claim_reads_match_the_reads(store: Arc<dyn Store>) -> CheckRe
     Ok(())
 }
 
-/// [`RunStore::create_run_claimed`](crate::store::RunStore::create_run_claimed): the new run is held by its creator (nobody else claims
+/// [`RunStore::create_run_claimed`](agent_core::store::RunStore::create_run_claimed): the new run is held by its creator (nobody else claims
 /// it), its lease commits, what it says was read matches the reads, and a retry of the same
 /// request claims the run as `claim_run` would while another request is refused.
 ///

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, entry, grow, new_run, step, stored, unique};
-use crate::store::WaitingFor;
-use crate::store::{
+use agent_core::store::WaitingFor;
+use agent_core::store::{
     CallStatus, Claimed, EntryKind, NewRun, RetentionPolicy, RunFailure, RunFilter, RunRecord,
     RunStatus, SpawnedBy, Store, StoreError, WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD,
 };
@@ -582,12 +582,12 @@ pub async fn check_prune_keeps_child_entries(store: Arc<dyn Store>) -> CheckResu
 /// # Errors
 /// What went wrong.
 pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult {
-    use crate::store::operator::child_cancel_note;
-    use crate::store::{OperatorNote, TransitionKind};
+    use agent_core::store::operator::child_cancel_note;
+    use agent_core::store::{OperatorNote, TransitionKind};
 
     let agent = unique("cascade");
     // A graph whose `Start` state's children outlive the run.
-    let mut graph = <crate::conformance::fixture::Order as crate::Agent>::graph().clone();
+    let mut graph = <crate::fixture::Order as agent_core::Agent>::graph().clone();
     graph.agent.clone_from(&agent);
     for s in &mut graph.states {
         s.children_outlive = s.name == "Start";
@@ -606,7 +606,7 @@ pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult
         .ctx("create_run of the parent")?;
     let outliving = spawn(&store, "Child", &parent.id, 0).await?;
     let lease = claim(&store, &parent.id, "setup").await?;
-    let to_decide = crate::store::StepCommit {
+    let to_decide = agent_core::store::StepCommit {
         to_state: "Decide".to_owned(),
         ..step(0, json!({ "step": 0 }))
     };
@@ -622,7 +622,7 @@ pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult
     store
         .commit_step(
             &done_lease,
-            &crate::store::StepCommit {
+            &agent_core::store::StepCommit {
                 status: RunStatus::Completed,
                 ..step(0, json!({}))
             },
@@ -631,7 +631,7 @@ pub async fn check_cancel_reaches_children(store: Arc<dyn Store>) -> CheckResult
         .await
         .ctx("complete a child")?;
     let held_lease = claim(&store, &held.id, "cw").await?;
-    let wait = crate::store::StepCommit {
+    let wait = agent_core::store::StepCommit {
         from_state: "Decide".to_owned(),
         to_state: "Decide".to_owned(),
         status: RunStatus::Waiting,

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::store::verify::verify_run;
-use crate::store::{
+use agent_core::store::verify::verify_run;
+use agent_core::store::{
     CallStatus, Claimed, EntryKind, JournalEntry, Lease, NewRun, RunRecord, RunStatus, StepCommit,
     Store, StoreError, TransitionKind, input_hash, now_ms,
 };
-use crate::tool::ToolKind;
+use agent_core::tool::ToolKind;
 
 /// The result of one check.
 pub type CheckResult = Result<(), String>;
@@ -83,7 +83,7 @@ fn entry(
         tool_kind: Some(ToolKind::Write),
         input_hash: input_hash(&input),
         input,
-        idempotency_key: Some(crate::store::idempotency_key(run_id, version, seq)),
+        idempotency_key: Some(agent_core::store::idempotency_key(run_id, version, seq)),
         status,
         output,
         error_class: None,

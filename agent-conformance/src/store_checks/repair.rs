@@ -1,12 +1,12 @@
-//! Repairing a quarantined run ([`crate::store::repair`]).
+//! Repairing a quarantined run ([`agent_core::store::repair`]).
 
 use std::sync::Arc;
 
 use serde_json::json;
 
 use super::{CheckResult, Ctx, claim, create, grow, step, stored, verify_chain};
-use crate::store::FailureCode;
-use crate::store::{
+use agent_core::store::FailureCode;
+use agent_core::store::{
     OperatorNote, RepairError, RunFailure, RunStatus, Store, StoreError, TransitionKind,
     plan_repair, repair,
 };

@@ -9,11 +9,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{CheckResult, Ctx, claim, entry, new_run, step, unique};
-use crate::events::{FollowConfig, Follower};
-use crate::router::{Decision, DecisionRecord};
-use crate::store::FailureCode;
-use crate::store::WaitingFor;
-use crate::store::{
+use agent_core::events::{FollowConfig, Follower};
+use agent_core::router::{Decision, DecisionRecord};
+use agent_core::store::FailureCode;
+use agent_core::store::WaitingFor;
+use agent_core::store::{
     CallStatus, EntryKind, EventCursor, EventKind, EventScope, EventWake, JournalEntry, RunEvent,
     RunStatus, Store, StoreError,
 };
@@ -465,7 +465,7 @@ pub async fn check_followers_are_woken(store: Arc<dyn Store>) -> CheckResult {
     woken
 }
 
-/// Followers of one [`EventHub`](crate::events::EventHub) cost no read while idle, share
+/// Followers of one [`EventHub`](agent_core::events::EventHub) cost no read while idle, share
 /// each read after a wake-up, and each get every event written after they started.
 ///
 /// # Errors
@@ -482,7 +482,7 @@ pub async fn check_hub_followers_share_reads(store: Arc<dyn Store>) -> CheckResu
         poll: Duration::from_millis(100),
         ..FollowConfig::default()
     };
-    let hub = crate::events::EventHub::new(store.clone(), config);
+    let hub = agent_core::events::EventHub::new(store.clone(), config);
     let mut followers = Vec::new();
     for _ in 0..FOLLOWERS {
         let mut f = hub.follower(EventScope::Run(id.clone()), EventCursor::START);
@@ -548,7 +548,7 @@ pub async fn check_status_changes_are_events(store: Arc<dyn Store>) -> CheckResu
         .create_run(new_run(&id, "Agent", json!({})))
         .await
         .ctx("create_run")?;
-    let error = crate::store::RunFailure {
+    let error = agent_core::store::RunFailure {
         code: FailureCode::CrashLoop,
         message: "too many claims".to_owned(),
     };

@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, entry, step, stored, verify_chain};
-use crate::store::FailureCode;
-use crate::store::WaitingFor;
-use crate::store::{CallStatus, Claimed, RunFailure, RunStatus, Store, StoreError};
+use agent_core::store::FailureCode;
+use agent_core::store::WaitingFor;
+use agent_core::store::{CallStatus, Claimed, RunFailure, RunStatus, Store, StoreError};
 
 /// N committers race the same expected version with the same lease: exactly one wins per
 /// round, and the versions form one chain with a valid hash chain.

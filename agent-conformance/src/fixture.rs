@@ -14,11 +14,11 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::router::{RouterReply, ScriptedRouter};
-use crate::tool::{
+use agent_core::router::{RouterReply, ScriptedRouter};
+use agent_core::tool::{
     Compensate, Execute, RetryPolicy, Tool, ToolBox, ToolContext, ToolError, ToolPolicy, kind,
 };
-use crate::{Agent, ChildOutcome, Ctx, StepResult, Wake};
+use agent_core::{Agent, ChildOutcome, Ctx, StepResult, Wake};
 
 /// The world the fixture's tools change: every effect recorded by idempotency key.
 #[derive(Debug, Default)]

@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::store_checks as checks;
-use crate::graph::GraphDescription;
-use crate::store::memory::MemoryStore;
-use crate::store::{
+use agent_core::graph::GraphDescription;
+use agent_core::store::memory::MemoryStore;
+use agent_core::store::{
     Claimed, EventLog, HistoryStore, JournalEntry, Lease, NewRun, OperatorNote, OperatorStore,
     PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus,
     RunStore, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord,
@@ -137,7 +137,7 @@ impl HistoryStore for Broken {
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         if self.flaw == Flaw::IgnoresLabels {
             let unlabelled = RunFilter {
-                labels: crate::store::Labels::new(),
+                labels: agent_core::store::Labels::new(),
                 ..filter.clone()
             };
             return self.inner.list_runs(&unlabelled).await;
@@ -321,7 +321,7 @@ impl RunStore for Broken {
     async fn migrate_run(
         &self,
         lease: &Lease,
-        commit: &crate::store::MigrationCommit,
+        commit: &agent_core::store::MigrationCommit,
     ) -> Result<RunRecord, StoreError> {
         self.inner.migrate_run(lease, commit).await
     }
@@ -367,7 +367,7 @@ impl RunStore for Broken {
             if r.is_some_and(|r| {
                 r.waiting_for
                     .as_ref()
-                    .and_then(crate::store::WaitingFor::signal_name)
+                    .and_then(agent_core::store::WaitingFor::signal_name)
                     != Some(name)
             }) {
                 self.dropped
@@ -465,15 +465,15 @@ impl OperatorStore for Broken {
 impl EventLog for Broken {
     async fn events(
         &self,
-        scope: &crate::store::EventScope,
-        after: crate::store::EventCursor,
+        scope: &agent_core::store::EventScope,
+        after: agent_core::store::EventCursor,
         limit: usize,
-    ) -> Result<Vec<crate::store::RunEvent>, StoreError> {
+    ) -> Result<Vec<agent_core::store::RunEvent>, StoreError> {
         match self.flaw {
             Flaw::EventsRepeatTheCursor => {
                 let all = self
                     .inner
-                    .events(scope, crate::store::EventCursor::START, usize::MAX)
+                    .events(scope, agent_core::store::EventCursor::START, usize::MAX)
                     .await?;
                 Ok(all
                     .into_iter()
@@ -483,14 +483,16 @@ impl EventLog for Broken {
             }
             Flaw::EventsLoseCallStarts => {
                 let mut events = self.inner.events(scope, after, limit).await?;
-                events.retain(|e| !matches!(e.kind, crate::store::EventKind::ToolStarted { .. }));
+                events.retain(|e| {
+                    !matches!(e.kind, agent_core::store::EventKind::ToolStarted { .. })
+                });
                 Ok(events)
             }
             _ => self.inner.events(scope, after, limit).await,
         }
     }
 
-    async fn event_wakes(&self) -> Result<Option<crate::store::EventWakes>, StoreError> {
+    async fn event_wakes(&self) -> Result<Option<agent_core::store::EventWakes>, StoreError> {
         self.inner.event_wakes().await
     }
 }
@@ -609,7 +611,7 @@ async fn corrupt_data_must_not_panic() {
     let store = Broken::new(Flaw::PanicsOnCorrupt);
     let corrupter = store.clone();
     let result = checks::check_corrupt_data_is_an_error(store, move |id: String| async move {
-        corrupter.inner.corrupt_for_tests(&id);
+        agent_core::__private::corrupt_memory_store(&corrupter.inner, &id);
     })
     .await;
     fails(

@@ -6,10 +6,10 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, LONG, claim, create, new_run, step, stored, unique, verify_chain};
-use crate::store::FailureCode;
-use crate::store::FailureCode::{Cancelled as CANCELLED, Terminated as TERMINATED};
-use crate::store::WaitingFor;
-use crate::store::{
+use agent_core::store::FailureCode;
+use agent_core::store::FailureCode::{Cancelled as CANCELLED, Terminated as TERMINATED};
+use agent_core::store::WaitingFor;
+use agent_core::store::{
     Claimed, Labels, Lease, OperatorNote, RunFilter, RunRecord, RunStatus, StepCommit, Store,
     StoreError, TransitionKind,
 };
@@ -185,7 +185,13 @@ pub async fn check_terminate_stops_runs_at_once(store: Arc<dyn Store>) -> CheckR
             store
                 .record_entry(
                     &lease,
-                    &super::entry(&leased.id, 0, 0, crate::store::CallStatus::Started, None)
+                    &super::entry(
+                        &leased.id,
+                        0,
+                        0,
+                        agent_core::store::CallStatus::Started,
+                        None
+                    )
                 )
                 .await,
             Err(StoreError::LeaseLost { .. })
@@ -671,7 +677,7 @@ pub async fn check_terminate_closes_out_stopped_runs(store: Arc<dyn Store>) -> C
             &lease,
             &StepCommit {
                 status: RunStatus::Failed,
-                error: Some(crate::store::RunFailure {
+                error: Some(agent_core::store::RunFailure {
                     code: FailureCode::Handler,
                     message: "the payload does not read".to_owned(),
                 }),
@@ -691,7 +697,7 @@ pub async fn check_terminate_closes_out_stopped_runs(store: Arc<dyn Store>) -> C
             .set_status(
                 &run.id,
                 status,
-                Some(crate::store::RunFailure {
+                Some(agent_core::store::RunFailure {
                     code: FailureCode::Other("stuck".to_owned()),
                     message: "stuck".to_owned(),
                 }),
