@@ -4,8 +4,8 @@
 //! every backend implements all four; code that needs one role asks for that one, so a
 //! page that only reads takes a [`HistoryStore`] and cannot move a run.
 //!
-//! Every method documents what it guarantees; the [conformance
-//! suite](crate::conformance) checks each guarantee for every backend.
+//! Every method documents what it guarantees; the conformance
+//! suite (`durable-agents-conformance`) checks each guarantee for every backend.
 
 use std::fmt;
 use std::time::Duration;

@@ -15,8 +15,8 @@
 //! `RunStore` and `OperatorStore` build on `HistoryStore` (acting on a run reads it); the
 //! defaults of the optional methods let a third-party store start from the required ones.
 //!
-//! The runner relies on these guarantees, and the [conformance suite](crate::conformance)
-//! checks them for every backend:
+//! The runner relies on these guarantees, and the conformance suite
+//! (`durable-agents-conformance`) checks them for every backend:
 //!
 //! 1. Versions of a run form one chain `0, 1, 2, …` with no gap, duplicate or fork:
 //!    [`RunStore::commit_step`] is a compare-and-set on `(version, epoch)`.
