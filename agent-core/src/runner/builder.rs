@@ -24,8 +24,8 @@ use crate::tool::ToolBox;
 /// # enum Hello { #[agent(initial, to(Done))] Start, #[agent(terminal)] Done }
 /// # struct Behaviour;
 /// # impl HelloHandlers for Behaviour {
-/// #     async fn start(&self, ctx: Ctx<'_, hello::Start>) -> StepResult<hello::Start> {
-/// #         Ok(ctx.to(hello::Done::new()))
+/// #     async fn start(&self, ctx: Ctx<'_, hello::Start>, _: hello::Start) -> StepResult<hello::Start> {
+/// #         Ok(ctx.to(hello::Done))
 /// #     }
 /// # }
 /// # fn main() -> Result<(), durable_agents::RunnerError> {
