@@ -244,8 +244,8 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
         #[automatically_derived]
         impl #krate::__private::StoredAsJson for #ident {}
     };
-    // Which constructor builds the agent's runner: `Runner::routed`, which takes the router,
-    // when a state is routed by an LLM, else `Runner::new`. The stub implements both, so a
+    // Which constructor builds the agent's runner: the builder with `.router(..)` when a
+    // state is routed by an LLM, else `Runner::new` (or the builder without it). The stub implements both, so a
     // mistake elsewhere is not reported again at the runner. Both are under the `Agent`
     // impl's own bound, so an enum without the serde derives is reported once per derive,
     // not again here.

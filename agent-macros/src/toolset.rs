@@ -48,7 +48,7 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
         quote!(#[doc = #doc] #vis #f: #path)
     });
     let doc = format!(
-        "Every tool agent `{}` declares, one field each: what `Runner::new` (or `Runner::routed`) takes, so a runner cannot be built without one. Build it field by field, or with `from_shared`.",
+        "Every tool agent `{}` declares, one field each: what `Runner::new` (or `Runner::builder`) takes, so a runner cannot be built without one. Build it field by field, or with `from_shared`.",
         agent.name
     );
     let state = Ident::new("__S", Span::mixed_site());

@@ -44,7 +44,7 @@ pub enum RunnerError {
     },
     /// An LLM-routed state, but no router.
     #[error(
-        "state `{0}` is routed by an LLM but the runner has no router; build it with `Runner::routed`"
+        "state `{0}` is routed by an LLM but the runner has no router; build it with `Runner::builder(store, handlers, tools).router(router).build()`"
     )]
     NoRouter(String),
     /// The run is on a version of the agent this runner cannot run: a newer one, or an

@@ -430,8 +430,8 @@ where
     /// [`RunnerError::NoRouter`] for an agent with a routed state and no router: found
     /// before the first run is created or claimed, not at the routed state after commits;
     /// a [`Worker`](super::Worker) checks it before its first claim and claims nothing.
-    /// (A derived agent cannot get here: `Runner::new` does not compile for it and
-    /// `Runner::routed` takes the router.)
+    /// (A derived agent cannot get here: `Runner::new` does not compile for it and the
+    /// builder's `build` only once `.router(..)` was given.)
     pub(crate) fn check_router(&self) -> Result<(), RunnerError> {
         if self.inner.router.is_some() {
             return Ok(());

@@ -1,4 +1,4 @@
-// A router given to an agent no state of which asks it would never be used: `Runner::routed`
+// A router given to an agent no state of which asks it would never be used: `.router(..)`
 // does not compile for such an agent, and the message says to use `Runner::new`.
 use std::sync::Arc;
 
