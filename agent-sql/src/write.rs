@@ -395,13 +395,12 @@ pub fn one_write_per_run<B: BatchWriter<Write = Write>>(
 }
 
 /// Plan `commit` under `lease` from the run's head (remembered in `heads`, else read from
-/// `store`), carrying `entries`: what the run is after the commit applies, and the row the
-/// store writes.
+/// `store`), carrying `entries` (built by [`entry_rows`], which checked them): what the run
+/// is after the commit applies, and the row the store writes.
 ///
 /// # Errors
 /// What [`commit_head`] says when the run is gone, its row does not read, or its stored
-/// version or epoch refuses the commit already; [`StoreError::Backend`] for an entry of
-/// another run.
+/// version or epoch refuses the commit already.
 pub async fn plan_commit<S: SqlReads>(
     store: &S,
     heads: &HeadCache,
@@ -410,12 +409,6 @@ pub async fn plan_commit<S: SqlReads>(
     entries: Vec<EntryRow>,
     now: Millis,
 ) -> Result<(CommitPlan, CommitRow), StoreError> {
-    if let Some(other) = entries.iter().find(|e| e.run_id != lease.run_id) {
-        return Err(StoreError::backend(format!(
-            "journal entry of run `{}` recorded under the lease of run `{}`",
-            other.run_id, lease.run_id
-        )));
-    }
     let head = commit_head(store, heads, lease, commit.expected_version).await?;
     let (plan, payload) = CommitPlan::new(head, lease, commit);
     let row = CommitRow::new(lease, commit, &plan, &payload, now, entries);
