@@ -12,7 +12,8 @@ use agent_core::store::memory::MemoryStore;
 use agent_core::store::{
     Claimed, EventLog, HistoryStore, JournalEntry, Lease, NewRun, OperatorNote, OperatorStore,
     PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus,
-    RunStore, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord,
+    RunStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolSwitch,
+    TransitionRecord,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +55,8 @@ enum Flaw {
     EventsRepeatTheCursor,
     /// `events` leaves out the starts of tool calls.
     EventsLoseCallStarts,
+    /// `send_signal_once` ignores its key: every send stores a signal.
+    SignalsEveryKeyedSend,
 }
 
 #[derive(Debug)]
@@ -160,6 +163,10 @@ impl HistoryStore for Broken {
             return Ok(runs);
         }
         self.inner.list_runs(filter).await
+    }
+
+    async fn signal_by_key(&self, run_id: &str, key: &str) -> Result<Option<i64>, StoreError> {
+        self.inner.signal_by_key(run_id, key).await
     }
 
     async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
@@ -387,6 +394,25 @@ impl RunStore for Broken {
                 .await;
         }
         self.inner.quarantine(lease, error).await
+    }
+
+    async fn send_signal_once(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: &Value,
+        key: &str,
+    ) -> Result<SignalReceipt, StoreError> {
+        if self.flaw == Flaw::SignalsEveryKeyedSend {
+            let id = self.inner.send_signal(run_id, name, payload).await?;
+            return Ok(SignalReceipt {
+                id,
+                duplicate: false,
+            });
+        }
+        self.inner
+            .send_signal_once(run_id, name, payload, key)
+            .await
     }
 
     async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
@@ -630,3 +656,11 @@ catches!(
     EventsLoseCallStarts,
     check_events_follow_the_records
 );
+catches!(
+    keyed_signals_must_be_stored_once,
+    SignalsEveryKeyedSend,
+    check_keyed_signals_stored_once
+);
+
+// Schedules are kept by the wrapped store, unchanged.
+agent_core::forward_schedule_store!(Broken => inner);

@@ -47,6 +47,7 @@
 pub mod child_checks;
 pub mod fixture;
 pub mod runner_checks;
+pub mod schedule_checks;
 pub mod store_checks;
 pub mod version_checks;
 
@@ -103,6 +104,7 @@ macro_rules! store_conformance {
             check_journal_is_durable_and_ordered,
             check_commit_carries_entries,
             check_signals_kept_and_consumed_once,
+            check_keyed_signals_stored_once,
             check_claim_next_selects_runnable_runs,
             check_claim_next_takes_the_oldest_first,
             check_hand_back_does_not_count_the_claim,

@@ -3,10 +3,11 @@
 //! Generated code names only `::durable_agents::__private::…`, so everything else can move.
 
 pub use crate::agent::{
-    Agent, AllowsChild, AllowsTool, AllowsTransition, Ctx, Failure, Handle, Join, RouteChoice,
-    RoutedByCode, RoutedByLlm, State, StepError, StepIo, StepResult, Wake,
+    Agent, AllowsChild, AllowsTool, AllowsTransition, ChildLink, Ctx, Failure, Handle, Join,
+    RouteChoice, RoutedByCode, RoutedByLlm, State, StepError, StepIo, StepResult, Wake,
 };
 pub use crate::graph::GraphDescription;
+pub use crate::timer::{Due, TimerField};
 pub use crate::tool::{
     Compensate, Execute, RetryPolicy, Tool, ToolBox, ToolContext, ToolError, ToolKind, ToolPolicy,
     kind,
@@ -18,6 +19,7 @@ pub use crate::versions::checks::{
 };
 pub use crate::versions::{MigrationError, OlderVersion};
 pub use crate::versions::{migrate_via, older_via};
+pub use ::async_trait::async_trait;
 pub use ::core;
 pub use ::futures::future::BoxFuture;
 pub use ::schemars;
@@ -35,7 +37,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::graph::{
-    Routing, StateDescription, ToolDescription, TransitionArguments, TypedCheck, WaitDescription,
+    Routing, StateDescription, TimerDescription, ToolDescription, TransitionArguments, TypedCheck,
+    WaitDescription,
 };
 
 /// The JSON round trip an agent's enum needs to be stored (the serde bounds of
@@ -68,6 +71,10 @@ pub struct StateSpec {
     pub llm: bool,
     pub wait: Option<&'static str>,
     pub wait_timeout_ms: Option<u64>,
+    /// `timer_ms = N`.
+    pub timer_ms: Option<u64>,
+    /// `timer = field`: the field's name.
+    pub timer_field: Option<&'static str>,
     /// The JSON Schema of the signal's payload (`wait_payload = Type`).
     pub wait_payload: Option<fn() -> Value>,
     pub to: &'static [&'static str],
@@ -141,6 +148,10 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
                     timeout_ms: s.wait_timeout_ms,
                     payload_schema: s.wait_payload.map(|schema| schema()),
                 }),
+                timer: s
+                    .timer_ms
+                    .map(TimerDescription::AfterMs)
+                    .or_else(|| s.timer_field.map(|f| TimerDescription::Field(f.to_owned()))),
                 to: strings(s.to),
                 on_error: s.on_error.map(str::to_owned),
                 tools: strings(s.tools),

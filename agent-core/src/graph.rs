@@ -7,12 +7,16 @@
 //! [fingerprint](GraphDescription::fingerprint).
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::store::records::ToolKind;
+
+mod coverage;
+mod export;
+
+pub use coverage::{Coverage, EdgeCoverage, ToolCoverage};
 
 /// The whole graph of one agent: its states in declaration order and the tools it declares.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +75,11 @@ pub struct StateDescription {
     /// The state waits for a named signal before its handler runs.
     #[serde(default)]
     pub wait: Option<WaitDescription>,
+    /// The state's durable timer (`timer_ms`, `timer = field`): alone, the state waits for
+    /// it; with `wait`, it is the wait's deadline. Left out when `None`, as
+    /// `tools_per_answer` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer: Option<TimerDescription>,
     /// Declared successors, in the order written in `to(...)`.
     #[serde(default)]
     pub to: Vec<String>,
@@ -227,6 +236,42 @@ pub struct WaitDescription {
     /// the description (and so of the fingerprint) when not declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload_schema: Option<serde_json::Value>,
+}
+
+/// A state's durable timer ([`crate::timer`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimerDescription {
+    /// `timer_ms = N`: due `N` ms after the commit that enters the state.
+    AfterMs(u64),
+    /// `timer = field`: due at the time the state's field of this name holds.
+    Field(String),
+}
+
+impl TimerDescription {
+    /// How the exports and the inspector show it: `timer 3 s`, `timer at due`.
+    #[must_use]
+    pub fn label(&self) -> String {
+        match self {
+            Self::AfterMs(ms) => format!("timer {}", human_ms(*ms)),
+            Self::Field(field) => format!("timer at {field}"),
+        }
+    }
+}
+
+/// `90000` → `90 s`, `259200000` → `3 d`: the largest unit the delay is a whole number of.
+fn human_ms(ms: u64) -> String {
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{} {unit}", ms / size);
+        }
+    }
+    format!("{ms} ms")
 }
 
 /// A tool declared on the agent.
@@ -400,236 +445,6 @@ impl GraphDescription {
     pub fn from_yaml(text: &str) -> Result<Self, GraphParseError> {
         Ok(serde_yaml_ng::from_str(text)?)
     }
-
-    /// Graphviz DOT. Initial, terminal, LLM-routed, waiting and compensating states are drawn
-    /// differently; each state lists its tools with their kind.
-    #[must_use]
-    pub fn to_dot(&self) -> String {
-        self.to_dot_with(&PathOverlay::default())
-    }
-
-    /// Graphviz DOT with a run's path drawn over it.
-    #[must_use]
-    pub fn to_dot_with(&self, overlay: &PathOverlay) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "digraph {} {{", dot_id(&self.agent));
-        let _ = writeln!(out, "  rankdir=LR;");
-        let _ = writeln!(
-            out,
-            "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\"];"
-        );
-        let _ = writeln!(out, "  edge [fontname=\"Helvetica\"];");
-        let _ = writeln!(out, "  __start [shape=point, width=0.2, label=\"\"];");
-        for s in &self.states {
-            let mut label = dot_escape(&s.name);
-            let mut tags = Vec::new();
-            if s.route == Routing::Llm {
-                tags.push("LLM-routed".to_owned());
-            }
-            if let Some(w) = &s.wait {
-                tags.push(format!("waits for '{}'", w.signal));
-            }
-            if !s.children.is_empty() {
-                tags.push(children_tag(s));
-            }
-            if s.compensate {
-                tags.push("compensates".to_owned());
-            }
-            if !tags.is_empty() {
-                let _ = write!(label, "\\n[{}]", dot_escape(&tags.join(", ")));
-            }
-            for t in &s.tools {
-                let kind = self.tool(t).map_or("?", |d| d.kind.as_str());
-                let _ = write!(label, "\\l  {} ({kind})", dot_escape(t));
-            }
-            if !s.tools.is_empty() {
-                label.push_str("\\l");
-            }
-            let (shape, fill, extra) = if s.terminal && s.compensate {
-                ("box", "mistyrose", ", peripheries=2")
-            } else if s.terminal {
-                ("box", "honeydew", ", peripheries=2")
-            } else if s.route == Routing::Llm {
-                ("hexagon", "lightyellow", "")
-            } else if !s.children.is_empty() {
-                ("box3d", "white", "")
-            } else if s.wait.is_some() {
-                ("box", "lightblue", ", style=\"rounded,filled,dashed\"")
-            } else {
-                ("box", "white", "")
-            };
-            let mut attrs = format!("shape={shape}, fillcolor={fill}{extra}");
-            if overlay.current.as_deref() == Some(&s.name) {
-                attrs.push_str(", penwidth=3, color=blue");
-            } else if overlay.failed.contains(&s.name) {
-                attrs.push_str(", penwidth=3, color=red");
-            } else if overlay
-                .transitions
-                .iter()
-                .any(|(a, b)| a == &s.name || b == &s.name)
-            {
-                attrs.push_str(", penwidth=2, color=blue");
-            }
-            let _ = writeln!(out, "  {} [label=\"{label}\", {attrs}];", dot_id(&s.name));
-        }
-        if let Some(init) = self.initial() {
-            let _ = writeln!(out, "  __start -> {};", dot_id(&init.name));
-        }
-        for e in self.edges() {
-            let taken = overlay
-                .transitions
-                .iter()
-                .filter(|(a, b)| a == e.from && b == e.to)
-                .count();
-            let mut attrs = Vec::new();
-            if e.error {
-                attrs.push("style=dashed".to_owned());
-                attrs.push("color=red".to_owned());
-                attrs.push("label=\"on error\"".to_owned());
-            }
-            if taken > 0 {
-                attrs.push("penwidth=2.5".to_owned());
-                if !e.error {
-                    attrs.push("color=blue".to_owned());
-                }
-                attrs.push(format!("xlabel=\"x{taken}\""));
-            }
-            let attrs = if attrs.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", attrs.join(", "))
-            };
-            let _ = writeln!(out, "  {} -> {}{attrs};", dot_id(e.from), dot_id(e.to));
-        }
-        out.push_str("}\n");
-        out
-    }
-
-    /// Mermaid `stateDiagram-v2`.
-    #[must_use]
-    pub fn to_mermaid(&self) -> String {
-        self.to_mermaid_with(&PathOverlay::default())
-    }
-
-    /// Mermaid `stateDiagram-v2` with a run's path drawn over it (as classes).
-    #[must_use]
-    pub fn to_mermaid_with(&self, overlay: &PathOverlay) -> String {
-        let mut out = String::from("stateDiagram-v2\n");
-        for s in &self.states {
-            let mut tags = Vec::new();
-            if s.route == Routing::Llm {
-                tags.push("LLM-routed".to_owned());
-            }
-            if let Some(w) = &s.wait {
-                tags.push(format!("waits for {}", w.signal));
-            }
-            if !s.children.is_empty() {
-                tags.push(children_tag(s));
-            }
-            if s.compensate {
-                tags.push("compensates".to_owned());
-            }
-            let _ = writeln!(out, "    state \"{}\" as {}", s.name, mermaid_id(&s.name));
-            if !tags.is_empty() {
-                let _ = writeln!(out, "    {} : {}", mermaid_id(&s.name), tags.join(", "));
-            }
-            for t in &s.tools {
-                let kind = self.tool(t).map_or("?", |d| d.kind.as_str());
-                let _ = writeln!(out, "    {} : {t} ({kind})", mermaid_id(&s.name));
-            }
-        }
-        if let Some(init) = self.initial() {
-            let _ = writeln!(out, "    [*] --> {}", mermaid_id(&init.name));
-        }
-        for e in self.edges() {
-            let label = if e.error { " : on error" } else { "" };
-            let _ = writeln!(
-                out,
-                "    {} --> {}{label}",
-                mermaid_id(e.from),
-                mermaid_id(e.to)
-            );
-        }
-        for s in self.states.iter().filter(|s| s.terminal) {
-            let _ = writeln!(out, "    {} --> [*]", mermaid_id(&s.name));
-        }
-        let llm: Vec<_> = self
-            .states
-            .iter()
-            .filter(|s| s.route == Routing::Llm)
-            .map(|s| mermaid_id(&s.name))
-            .collect();
-        let waiting: Vec<_> = self
-            .states
-            .iter()
-            .filter(|s| s.wait.is_some())
-            .map(|s| mermaid_id(&s.name))
-            .collect();
-        let comp: Vec<_> = self
-            .states
-            .iter()
-            .filter(|s| s.compensate)
-            .map(|s| mermaid_id(&s.name))
-            .collect();
-        let parents: Vec<_> = self
-            .states
-            .iter()
-            .filter(|s| !s.children.is_empty())
-            .map(|s| mermaid_id(&s.name))
-            .collect();
-        let visited: BTreeSet<String> = overlay
-            .transitions
-            .iter()
-            .flat_map(|(a, b)| [mermaid_id(a), mermaid_id(b)])
-            .collect();
-        let failed: Vec<_> = overlay.failed.iter().map(|s| mermaid_id(s)).collect();
-        for (class, style, members) in [
-            ("llm", "fill:#ffffe0", llm),
-            ("waiting", "fill:#add8e6,stroke-dasharray: 5 5", waiting),
-            ("compensating", "fill:#ffe4e1", comp),
-            (
-                "children",
-                "stroke-width:3px,stroke-dasharray: 2 2",
-                parents,
-            ),
-            (
-                "visited",
-                "stroke:#0000ff,stroke-width:3px",
-                visited.into_iter().collect(),
-            ),
-            ("failed", "stroke:#ff0000,stroke-width:3px", failed),
-        ] {
-            if !members.is_empty() {
-                let _ = writeln!(out, "    classDef {class} {style}");
-                let _ = writeln!(out, "    class {} {class}", members.join(","));
-            }
-        }
-        out
-    }
-}
-
-/// "starts Research, Fact" (and "outlived" when the children outlive the run).
-fn children_tag(s: &StateDescription) -> String {
-    let outlive = if s.children_outlive {
-        " (outlive it)"
-    } else {
-        ""
-    };
-    format!("starts {}{outlive}", s.children.join(", "))
-}
-
-fn dot_id(name: &str) -> String {
-    format!("\"{}\"", dot_escape(name))
-}
-
-fn dot_escape(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
-fn mermaid_id(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
 }
 
 #[cfg(test)]
@@ -644,6 +459,7 @@ mod tests {
             compensate: false,
             route: Routing::Handler,
             wait: None,
+            timer: None,
             to: to.iter().map(|s| (*s).into()).collect(),
             on_error: None,
             tools: vec![],
@@ -763,5 +579,25 @@ mod tests {
                 .contains("starts Research, Fact (outlive it)")
         );
         assert_ne!(g.fingerprint(), sample().fingerprint());
+    }
+
+    #[test]
+    fn exports_mark_timers_and_graphs_without_them_keep_their_fingerprint() {
+        let plain = sample();
+        assert!(!plain.to_json().contains("timer"), "{}", plain.to_json());
+        let mut g = sample();
+        g.states[0].timer = Some(TimerDescription::AfterMs(259_200_000));
+        g.states[1].timer = Some(TimerDescription::Field("remind_at".into()));
+        let dot = g.to_dot();
+        assert!(dot.contains("Browsing\\n[timer 3 d]"), "{dot}");
+        assert!(dot.contains("style=\"rounded,filled,dashed\""), "{dot}");
+        let m = g.to_mermaid();
+        assert!(m.contains("Browsing : timer 3 d"), "{m}");
+        assert!(m.contains("Review : LLM-routed, timer at remind_at"), "{m}");
+        assert!(m.contains("class Browsing,Review waiting"), "{m}");
+        assert_ne!(g.fingerprint(), plain.fingerprint());
+        assert_eq!(GraphDescription::from_json(&g.to_json()).unwrap(), g);
+        assert_eq!(TimerDescription::AfterMs(90_000).label(), "timer 90 s");
+        assert_eq!(TimerDescription::AfterMs(1_500).label(), "timer 1500 ms");
     }
 }

@@ -15,6 +15,8 @@
 //! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
 //! | [`versions`] | an agent's versions and the migrations between them |
+//! | [`timer`] | durable timers: a state that waits for a time ([`timer::Deadline`], [`timer::TimerField`]) |
+//! | [`started_by`] | what started a run (a schedule's tick, a message, a webhook's delivery), from its labels |
 //! | [`store`] | the [`Store`] contract, records, delta history, the hash chain and its verifier, an in-memory store |
 //!
 //! The suite every store backend runs, with the fixture agents, is a crate of its own:
@@ -31,10 +33,13 @@ pub mod graph;
 pub mod json;
 pub mod router;
 pub mod runner;
+pub mod schedule;
 pub mod schema;
 pub mod secrets;
 pub mod signals;
+pub mod started_by;
 pub mod store;
+pub mod timer;
 pub mod tool;
 pub mod toolset;
 pub mod versions;
@@ -93,6 +98,8 @@ pub use store::{FailureCode, RunRecord, RunStatus, Store, StoreError};
 /// | `route = llm` | the LLM chooses among the `to(...)` targets |
 /// | `wait = "signal"` | the handler runs once the named signal arrives |
 /// | `wait_timeout_ms = N` | ... or once `N` ms passed without it |
+/// | `timer_ms = N` | a durable timer: the state waits `N` ms from the commit that enters it, holding no worker, then its handler runs; with `wait`, the wait's deadline (instead of `wait_timeout_ms`) ([`timer`]) |
+/// | `timer = field` | a durable timer due at the time the state's field holds ([`timer::Deadline`], `SystemTime`, or a `Duration` from entering; an `Option` of one, `None` for no timer): the handler that moves into the state computes it ([`timer`]) |
 /// | `on_error = State` | an extra edge, taken when a step of this state fails |
 /// | `max_tool_calls = N` | budget: tool calls per visit |
 /// | `tools_per_answer = N` | with `route = llm`: one answer may call up to `N` of the state's tools at once (each checked before any runs; one bad call rejects the answer), run concurrently and journaled as one decision; the providers allow parallel tool calls only here |

@@ -1,6 +1,6 @@
 //! Starting runs of the agents registered on the router ([`ApiConfig::with_agent`]): the
 //! body's state is read as the agent's own enum, checked to be an initial state, and
-//! started through the agent's [`Runner`], as the service's own code would.
+//! started through the agent's runner ([`JsonStarter`]), as the service's own code would.
 //!
 //! [`ApiConfig::with_agent`]: crate::ApiConfig::with_agent
 
@@ -8,14 +8,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use agent_core::agent::{Agent, Handle};
-use agent_core::runner::{Runner, RunnerError};
+use agent_core::runner::{JsonStarter, RunnerError, StartError};
 use agent_core::store::{Labels, RunRecord, new_run_id};
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -24,66 +22,9 @@ use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Json, Path};
 
-/// Starts runs of one agent from a state in JSON: a [`Runner`] with its types erased.
-pub(crate) trait Starter: Send + Sync {
-    /// Read `state` as the agent's enum, check it is initial, start run `id` in it.
-    fn start(
-        &self,
-        id: String,
-        state: Value,
-        labels: Labels,
-    ) -> BoxFuture<'_, Result<RunRecord, ApiError>>;
-}
-
-impl<A, H> Starter for Runner<A, H>
-where
-    A: Agent + Handle<H>,
-    H: Send + Sync + 'static,
-{
-    fn start(
-        &self,
-        id: String,
-        state: Value,
-        labels: Labels,
-    ) -> BoxFuture<'_, Result<RunRecord, ApiError>> {
-        Box::pin(async move {
-            let initial = initial_states::<A>().join("`, `");
-            let state: A = serde_json::from_value(state).map_err(|e| {
-                ApiError::unprocessable(format!(
-                    "not a state of agent `{}`: {e}; start it in `{initial}`",
-                    A::NAME
-                ))
-            })?;
-            let name = state.state_name();
-            if !A::graph().state(name).is_some_and(|s| s.initial) {
-                return Err(ApiError::unprocessable(format!(
-                    "`{name}` is not an initial state of agent `{}`; start it in `{initial}`",
-                    A::NAME
-                )));
-            }
-            self.start_with_labels(&id, state, labels)
-                .await
-                .map_err(|e| match e {
-                    RunnerError::Store(e) => ApiError::from(e),
-                    RunnerError::NotInitial(_) => ApiError::unprocessable(e.to_string()),
-                    e => ApiError::internal(e.to_string()),
-                })
-        })
-    }
-}
-
-fn initial_states<A: Agent>() -> Vec<&'static str> {
-    A::graph()
-        .states
-        .iter()
-        .filter(|s| s.initial)
-        .map(|s| s.name.as_str())
-        .collect()
-}
-
 /// The agents runs can be started of, by name.
 #[derive(Clone, Default)]
-pub(crate) struct Starters(pub(crate) BTreeMap<String, Arc<dyn Starter>>);
+pub(crate) struct Starters(pub(crate) BTreeMap<String, Arc<dyn JsonStarter>>);
 
 impl fmt::Debug for Starters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -168,7 +109,14 @@ pub(crate) async fn start_run(
         None => false,
     };
     let id = body.id.unwrap_or_else(|| new_run_id(&agent));
-    let run = starter.start(id, body.state, body.labels).await?;
+    let run = starter
+        .start_json(id, body.state, body.labels)
+        .await
+        .map_err(|e| match e {
+            StartError::NotAnInitialState(message) => ApiError::unprocessable(message),
+            StartError::Runner(RunnerError::Store(e)) => ApiError::from(e),
+            StartError::Runner(e) => ApiError::internal(e.to_string()),
+        })?;
     let status = if existed {
         StatusCode::OK
     } else {

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{Method, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
@@ -61,6 +61,11 @@ impl Auth {
         }
     }
 
+    /// Whether a token is configured (without one, every write is refused).
+    pub(crate) fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
     /// Whether reads need the token too (the inspector's pages follow the same rule).
     pub(crate) fn reads_need_token(&self) -> bool {
         self.reads_need_token
@@ -96,8 +101,12 @@ pub(crate) fn throttled(secs: u32) -> ApiError {
 
 /// The bearer token a request presents, if any.
 pub(crate) fn presented(request: &Request) -> Option<&str> {
-    request
-        .headers()
+    bearer(request.headers())
+}
+
+/// The token of an `Authorization: Bearer` header.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))

@@ -124,6 +124,15 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// What went wrong, as the body of an answer carries it (a WebSocket's error message
+    /// carries the same).
+    pub(crate) fn detail(&self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.code.to_owned(),
+            message: self.message.clone(),
+        }
+    }
 }
 
 impl From<StoreError> for ApiError {

@@ -231,7 +231,7 @@ pub(crate) async fn run_event_stream(
 }
 
 /// A permit to keep one more event stream open, or `503` with `Retry-After`.
-fn stream_permit(app: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+pub(crate) fn stream_permit(app: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
     Arc::clone(&app.streams).try_acquire_owned().map_err(|_| {
         ApiError::busy(
             "the server keeps as many event streams open as it allows; try again shortly",

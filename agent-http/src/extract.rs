@@ -140,6 +140,31 @@ pub(crate) fn at_most_i32(name: &str, value: Option<u32>) -> Result<Option<u32>,
     }
 }
 
+/// An `i64` written as a JSON integer or as a number with no fraction (`-3.0`), as
+/// [`integral`] reads a `u64`.
+pub(crate) fn integral_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    use serde::Deserialize as _;
+    use serde::de::Error as _;
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(v) = n.as_i64() {
+        return Ok(v);
+    }
+    match n.as_f64() {
+        // Whole and strictly inside `i64`'s range: a literal just past either end (an
+        // integer too large for `i64`, read as a float) rounds to `-2^63` or `2^63`, so
+        // both are refused as floats (`i64::MIN` itself arrives as an integer).
+        #[allow(clippy::cast_possible_truncation)]
+        Some(f)
+            if f.fract() == 0.0
+                && f > -9_223_372_036_854_775_808.0
+                && f < 9_223_372_036_854_775_808.0 =>
+        {
+            Ok(f as i64)
+        }
+        _ => Err(D::Error::custom(format!("expected an integer, not {n}"))),
+    }
+}
+
 /// A `u64` written as a JSON integer or as a number with no fraction (`3.0`): JSON Schema's
 /// `integer`, which the document says, takes both.
 pub(crate) fn integral<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

@@ -6,7 +6,9 @@
 //! follow its events live as server-sent events (resuming with `Last-Event-ID`), send it a
 //! signal, cancel it, retry it. No agent code is needed for any of it. A router given the
 //! service's runners ([`ApiConfig::with_agent`]) also starts runs in a typed initial state,
-//! and one given the runners' bus ([`ApiConfig::with_ephemeral`]) streams token deltas.
+//! one given webhooks ([`ApiConfig::with_webhook`]) starts one run per delivery of another
+//! system's webhook ([`webhooks`]), and one given the runners' bus
+//! ([`ApiConfig::with_ephemeral`]) streams token deltas.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -53,8 +55,11 @@ mod inspector;
 mod limits;
 mod openapi;
 mod runs;
+mod schedules;
+mod socket;
 mod throttle;
 mod tools;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,7 +68,7 @@ use agent_core::agent::{Agent, Handle};
 use agent_core::events::{EphemeralBus, FollowConfig};
 use agent_core::runner::Runner;
 use agent_core::secrets::SealKeys;
-use agent_core::store::{EventLog, HistoryStore, Store};
+use agent_core::store::{EventLog, HistoryStore, ScheduleStore, Store};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderValue;
@@ -71,6 +76,7 @@ use tower_http::cors::CorsLayer;
 
 pub use error::ApiError;
 pub use openapi::openapi;
+pub use webhooks::{DeliveryKey, Webhook};
 
 /// How the API serves.
 #[derive(Clone, Debug)]
@@ -81,6 +87,7 @@ pub struct ApiConfig {
     cors_origins: Vec<HeaderValue>,
     ephemeral: Option<EphemeralBus>,
     agents: agents::Starters,
+    webhooks: webhooks::Webhooks,
     seal_keys: SealKeys,
     allowed_hosts: Vec<String>,
     max_streams: usize,
@@ -96,6 +103,7 @@ impl Default for ApiConfig {
             cors_origins: Vec::new(),
             ephemeral: None,
             agents: agents::Starters::default(),
+            webhooks: webhooks::Webhooks::default(),
             seal_keys: SealKeys::new(),
             allowed_hosts: Vec::new(),
             max_streams: DEFAULT_MAX_STREAMS,
@@ -219,6 +227,14 @@ impl ApiConfig {
         self.agents.0.insert(A::NAME.to_owned(), Arc::new(runner));
         self
     }
+
+    /// Serve `webhook` at `POST /v1/webhooks/{name}`: each delivery starts one run of its
+    /// agent ([`webhooks`]). A second webhook of the same name replaces the first.
+    #[must_use]
+    pub fn with_webhook(mut self, webhook: Webhook) -> Self {
+        self.webhooks.0.insert(webhook.name().to_owned(), webhook);
+        self
+    }
 }
 
 /// What every handler shares.
@@ -227,12 +243,15 @@ pub(crate) struct AppState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) ephemeral: Option<EphemeralBus>,
     pub(crate) agents: agents::Starters,
+    pub(crate) webhooks: webhooks::Webhooks,
     pub(crate) seal_keys: SealKeys,
     /// One permit per event stream open.
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
     /// What wakes the event streams: one watcher of the store for all of them, and reads
     /// shared by the streams of one scope, so an idle stream costs no read.
     pub(crate) hub: agent_core::events::EventHub,
+    /// The token check, for a WebSocket's writes (its upgrade is a read).
+    pub(crate) auth: Arc<auth::Auth>,
 }
 
 /// What the inspector's pages hold of the store: its reads and its events, never a write
@@ -241,6 +260,8 @@ pub(crate) struct AppState {
 pub(crate) struct Reader {
     pub(crate) store: Arc<dyn HistoryStore>,
     pub(crate) events: Arc<dyn EventLog>,
+    /// Read only: the schedules page lists them.
+    pub(crate) schedules: Arc<dyn ScheduleStore>,
 }
 
 impl axum::extract::FromRef<AppState> for Reader {
@@ -248,6 +269,7 @@ impl axum::extract::FromRef<AppState> for Reader {
         Self {
             store: Arc::clone(&app.store) as Arc<dyn HistoryStore>,
             events: Arc::clone(&app.store) as Arc<dyn EventLog>,
+            schedules: Arc::clone(&app.store) as Arc<dyn ScheduleStore>,
         }
     }
 }
@@ -255,15 +277,6 @@ impl axum::extract::FromRef<AppState> for Reader {
 /// The API over `store`, to mount in a service (`Router::nest`, `Router::merge`) or to
 /// serve as it is.
 pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
-    let state = AppState {
-        hub: agent_core::events::EventHub::new(Arc::clone(&store), FollowConfig::default()),
-        store,
-        ephemeral: config.ephemeral.clone(),
-        agents: config.agents.clone(),
-        seal_keys: config.seal_keys.clone(),
-        streams: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
-    };
-    let max_body = config.max_body_bytes;
     let auth = Arc::new(auth::Auth::new(
         config.token.clone(),
         config.reads_need_token,
@@ -273,6 +286,17 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
             throttle::WINDOW,
         ),
     ));
+    let state = AppState {
+        hub: agent_core::events::EventHub::new(Arc::clone(&store), FollowConfig::default()),
+        store,
+        ephemeral: config.ephemeral.clone(),
+        agents: config.agents.clone(),
+        webhooks: config.webhooks.clone(),
+        seal_keys: config.seal_keys.clone(),
+        streams: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
+        auth: Arc::clone(&auth),
+    };
+    let max_body = config.max_body_bytes;
     let limits = move |router: Router| {
         router
             // Bodies are refused by their declared length before anything reads them, and
@@ -286,8 +310,10 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         Router::new()
             .merge(runs::routes())
             .merge(events::routes())
+            .merge(socket::routes())
             .merge(agents::routes())
             .merge(tools::routes())
+            .merge(schedules::routes())
             .merge(openapi::routes())
             .with_state(state.clone()),
     )
@@ -295,8 +321,18 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         Arc::clone(&auth),
         auth::check,
     ));
+    // A signed webhook's signature is its credential; every other request there needs the
+    // token as any write does.
+    let hooks = limits(webhooks::routes().with_state(state.clone())).layer(
+        axum::middleware::from_fn_with_state(
+            (Arc::clone(&auth), config.webhooks.clone()),
+            webhooks::check_auth,
+        ),
+    );
     // The inspector's pages (`/ui/`) check reads their own way (a sign-in cookie too).
-    let mut app = api.merge(limits(inspector::routes(state, Arc::clone(&auth))));
+    let mut app = api
+        .merge(hooks)
+        .merge(limits(inspector::routes(state, Arc::clone(&auth))));
     if !config.cors_origins.is_empty() {
         app = app.layer(
             CorsLayer::new()

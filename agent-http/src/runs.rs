@@ -5,10 +5,11 @@ use agent_core::signals::SignalRefusal;
 use agent_core::store::operator::{Requeue, RequeueMode, plan_requeue};
 use agent_core::store::{
     HistoryStore, JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunKey, RunRecord,
-    RunStatus, SignalRecord, StateAtVersion, TransitionRecord,
+    RunStatus, SignalReceipt, SignalRecord, StateAtVersion, TransitionRecord, check_signal_key,
 };
 use axum::Router;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,6 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Json, Path, Query, at_most_i32, at_most_i64};
+use crate::webhooks::IDEMPOTENCY_KEY;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -373,16 +375,22 @@ pub(crate) struct SignalBody {
 pub(crate) struct SignalSent {
     /// Store-assigned, increasing.
     id: i64,
+    /// Whether a signal had been sent under the request's `Idempotency-Key` before: it is
+    /// the one named, and nothing was stored now (always `false` without a key).
+    duplicate: bool,
 }
 
 /// Send a signal to a run; it is kept until a step that waits for it consumes it.
 #[utoipa::path(post, path = "/v1/runs/{id}/signals", tag = "operate",
-    params(("id" = String, Path, description = "The run")),
+    params(
+        ("id" = String, Path, description = "The run"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Sends the signal once per run and key (1 to 200 bytes): a retry with the key stores nothing and names the first signal"),
+    ),
     request_body = SignalBody,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Sent", body = SignalSent),
-        (status = 400, description = "A body that is not JSON, a name that is empty or too long, a string holding a NUL, a payload holding a secret the server has no key to seal", body = ErrorBody),
+        (status = 400, description = "A body that is not JSON, a name that is empty or too long, a string holding a NUL, a payload holding a secret the server has no key to seal, an `Idempotency-Key` that is empty, over 200 bytes or not text", body = ErrorBody),
         (status = 413, description = "A body over the limit", body = ErrorBody),
         (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
         (status = 401, description = "No token", body = ErrorBody),
@@ -394,36 +402,73 @@ pub(crate) struct SignalSent {
 pub(crate) async fn send_signal(
     State(app): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     Json(body): Json<SignalBody>,
 ) -> Result<Json<SignalSent>, ApiError> {
-    // Stored as a runner would store it: its secret parts sealed (the run's graph says
-    // which fields its payload type marks).
-    let mut payload = body.payload;
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(value) => Some(value.to_str().map_err(|_| {
+            ApiError::bad_request("the `Idempotency-Key` header is not visible ASCII text")
+        })?),
+    };
+    let receipt = signal_run(&app, &id, &body.name, body.payload, key).await?;
+    Ok(Json(SignalSent {
+        id: receipt.id,
+        duplicate: receipt.duplicate,
+    }))
+}
+
+/// Send signal `name` to run `id`, as every sender of the API does (a `POST`, a
+/// WebSocket's message, a webhook): checked, its secret parts sealed, then stored; once
+/// per dedup `key` when there is one (a retry of a key already stored is answered with
+/// the first signal, unchecked: the run may have consumed it and moved on).
+pub(crate) async fn signal_run(
+    app: &AppState,
+    id: &str,
+    name: &str,
+    mut payload: Value,
+    key: Option<&str>,
+) -> Result<SignalReceipt, ApiError> {
+    if let Some(key) = key {
+        check_signal_key(key).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if let Some(first) = app.store.signal_by_key(id, key).await? {
+            return Ok(SignalReceipt {
+                id: first,
+                duplicate: true,
+            });
+        }
+    }
     // Kept until a state consumes it: one nothing will consume, or whose payload the state
     // that consumes it could not read, is refused by the check every sender shares.
-    let run = load(&app, &id).await?;
+    let run = load(app, id).await?;
     let graph = app
         .store
         .agent_graph(&run.agent, Some(&run.fingerprint))
         .await?;
-    agent_core::signals::check_signal(&run, graph.as_ref(), &body.name, &payload).map_err(
-        |refused| match refused {
-            SignalRefusal::BadName { .. } => ApiError::bad_request(refused.to_string()),
-            SignalRefusal::RunEnded { .. } => ApiError::conflict(refused.to_string()),
-            SignalRefusal::NotWaitedFor { .. } | SignalRefusal::BadPayload { .. } => {
-                ApiError::unprocessable(refused.to_string())
-            }
+    agent_core::signals::check_signal(&run, graph.as_ref(), name, &payload)
+        .map_err(|refused| signal_refusal(&refused))?;
+    // Stored as a runner would store it: its secret parts sealed (the run's graph says
+    // which fields its payload type marks).
+    agent_core::secrets::seal_signal_payload(&mut payload, graph.as_ref(), name, &app.seal_keys)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(match key {
+        Some(key) => app.store.send_signal_once(id, name, &payload, key).await?,
+        None => SignalReceipt {
+            id: app.store.send_signal(id, name, &payload).await?,
+            duplicate: false,
         },
-    )?;
-    agent_core::secrets::seal_signal_payload(
-        &mut payload,
-        graph.as_ref(),
-        &body.name,
-        &app.seal_keys,
-    )
-    .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let id = app.store.send_signal(&id, &body.name, &payload).await?;
-    Ok(Json(SignalSent { id }))
+    })
+}
+
+/// The API's answer to a signal the run refuses.
+pub(crate) fn signal_refusal(refused: &SignalRefusal) -> ApiError {
+    match refused {
+        SignalRefusal::BadName { .. } => ApiError::bad_request(refused.to_string()),
+        SignalRefusal::RunEnded { .. } => ApiError::conflict(refused.to_string()),
+        SignalRefusal::NotWaitedFor { .. } | SignalRefusal::BadPayload { .. } => {
+            ApiError::unprocessable(refused.to_string())
+        }
+    }
 }
 
 /// Who asks for an operator's action, and why.

@@ -8,9 +8,10 @@ extern crate durable_agents_http as agent_http;
 
 mod common;
 
+use agent_core::schedule::{NewSchedule, create_schedule, trigger_schedule};
 use agent_core::store::{RunFailure, RunStatus};
 use common::Db;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "writes a store for scripts/api-test"]
@@ -41,6 +42,47 @@ async fn write_fixture_db() {
                 message: "5 lost claims in a row without progress".into(),
             }),
         )
+        .await
+        .unwrap();
+    // Schedules, so that their listing and reads answer with records: a daily one in a
+    // time zone with a tick asked for by hand, and a paused interval.
+    let schedule = |id: &str, spec: Value, paused: bool| {
+        serde_json::from_value::<NewSchedule>(json!({
+            "id": id,
+            "agent": "Order",
+            "spec": spec,
+            "paused": paused,
+            "overlap": "buffer_one",
+            "catch_up": { "up_to": 2 },
+            "initial_state": { "Start": { "items": ["apple"] } },
+            "labels": { "team": "ops" },
+        }))
+        .unwrap()
+    };
+    let now = agent_core::store::now_ms();
+    for (id, spec, paused) in [
+        (
+            "nightly",
+            json!({ "cron": { "expression": "30 2 * * *", "time_zone": "Europe/Berlin" } }),
+            false,
+        ),
+        (
+            "hourly",
+            json!({ "interval": { "every_ms": 3_600_000 } }),
+            true,
+        ),
+    ] {
+        let starter = db.runner("Pay");
+        create_schedule(
+            db.store.as_ref(),
+            schedule(id, spec, paused),
+            Some(&starter),
+            now,
+        )
+        .await
+        .unwrap();
+    }
+    trigger_schedule(db.store.as_ref(), "nightly", now)
         .await
         .unwrap();
     println!("wrote {path}");

@@ -192,6 +192,112 @@ async fn the_agent_page_shows_states_by_role_and_tools_with_kinds() {
     assert_eq!(status, 404);
 }
 
+/// A timer state is listed with its timer on the agent's page, and a run waiting for its
+/// timer says so, with when it is due, on its page and in the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_show_on_the_agent_page_and_a_waiting_runs_page() {
+    use agent_conformance::runner_checks::{FollowUp, FollowUpBehaviour};
+    use agent_core::runner::Runner;
+    let db = Db::new().await;
+    let runner = Runner::new(
+        db.store.clone(),
+        FollowUpBehaviour::default(),
+        agent_core::ToolBox::new(),
+    )
+    .unwrap();
+    let sleeping = FollowUp::Sleeping {
+        customer: "ada".into(),
+    };
+    runner.start("follow-1", sleeping).await.unwrap();
+    let waiting = runner.run("follow-1").await.unwrap();
+    assert!(waiting.wake_at.is_some(), "{waiting:?}");
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+    let (status, _, agent) = page(&server.url("/ui/agents/FollowUp")).await;
+    assert_eq!(status, 200, "{agent}");
+    assert!(agent.contains("<td>timer 300 ms</td>"), "{agent}");
+    assert!(agent.contains("<td>timer at remind_at</td>"), "{agent}");
+    assert!(agent.contains("<td>answer, timer at until</td>"), "{agent}");
+    let (status, _, run) = page(&server.url("/ui/runs/follow-1")).await;
+    assert_eq!(status, 200, "{run}");
+    // When it is due, as the pages print times (`view::time`, tested with the view).
+    assert!(run.contains("its timer (until 20"), "{run}");
+    let (_, _, list) = page(&server.url("/ui/")).await;
+    assert!(list.contains("<td>its timer</td>"), "{list}");
+}
+
+/// The schedules page lists each schedule with when it ticks, its next ticks, its latest
+/// tick and that tick's run, and links to the runs of its past ticks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_page_shows_next_and_past_ticks() {
+    use agent_core::schedule::{NewSchedule, create_schedule, tick_due, trigger_schedule};
+    let db = Db::new().await;
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+    let (status, _, empty) = page(&server.url("/ui/schedules")).await;
+    assert_eq!(status, 200, "{empty}");
+    assert!(empty.contains("No schedule is kept"), "{empty}");
+
+    let runner = db.runner("Pay");
+    let now = agent_core::store::now_ms();
+    for (id, spec, paused) in [
+        (
+            "nightly",
+            json!({ "cron": { "expression": "30 2 * * *", "time_zone": "Europe/Berlin" } }),
+            false,
+        ),
+        (
+            "hourly",
+            json!({ "interval": { "every_ms": 3_600_000 } }),
+            true,
+        ),
+    ] {
+        let new: NewSchedule = serde_json::from_value(json!({
+            "id": id, "agent": "Order", "spec": spec, "paused": paused,
+            "initial_state": { "Start": { "items": ["apple"] } },
+        }))
+        .unwrap();
+        create_schedule(db.store.as_ref(), new, Some(&runner), now)
+            .await
+            .unwrap();
+    }
+    // A tick asked for by hand, started by a pass of the ticker.
+    trigger_schedule(db.store.as_ref(), "nightly", now)
+        .await
+        .unwrap();
+    tick_due(db.store.as_ref(), &runner, now + 1, 10)
+        .await
+        .unwrap();
+
+    let (status, _, body) = page(&server.url("/ui/schedules")).await;
+    assert_eq!(status, 200, "{body}");
+    let nightly = &body[body
+        .find(r#"id="schedule-nightly""#)
+        .expect("nightly's row")..];
+    let nightly = &nightly[..nightly.find("</tr>").unwrap()];
+    assert!(
+        nightly.contains("cron `30 2 * * *` in Europe/Berlin"),
+        "{nightly}"
+    );
+    assert!(nightly.contains("active"), "{nightly}");
+    // Three next ticks, a day apart, at 02:30 in Berlin (01:30Z in winter); the latest
+    // tick, asked for by hand, is now.
+    assert_eq!(nightly.matches(":30:00Z").count(), 3, "{nightly}");
+    assert!(
+        nightly.contains(r#"href="../ui/runs/nightly%40"#),
+        "{nightly}"
+    );
+    assert!(
+        nightly.contains(r#"href="../ui/?label=schedule%3Dnightly""#),
+        "{nightly}"
+    );
+    let hourly = &body[body.find(r#"id="schedule-hourly""#).expect("hourly's row")..];
+    let hourly = &hourly[..hourly.find("</tr>").unwrap()];
+    assert!(hourly.contains("every 3600000 ms"), "{hourly}");
+    assert!(hourly.contains("paused"), "{hourly}");
+    // The past ticks' runs, through the link: the runs page filtered by the label.
+    let (_, _, runs) = page(&server.url("/ui/?label=schedule%3Dnightly")).await;
+    assert!(runs.contains("nightly@"), "{runs}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_strings_in_a_run_are_escaped_everywhere() {
     let db = Db::new().await;

@@ -37,6 +37,10 @@ pub(crate) struct State {
     pub(crate) wait_timeout_ms: Option<(Span, u64)>,
     /// `wait_payload = Type`: the signal payload's type.
     pub(crate) wait_payload: Option<(Span, syn::Type)>,
+    /// `timer = field`, with the span of `timer`.
+    pub(crate) timer: Option<(Span, Ident)>,
+    /// `timer_ms = N`, with the span of `timer_ms`.
+    pub(crate) timer_ms: Option<(Span, u64)>,
     pub(crate) to: Vec<Ident>,
     /// The typed transitions among `to(...)`, in the order written.
     pub(crate) args: Vec<Argument>,
@@ -82,7 +86,7 @@ impl State {
         }
         match fields {
             Fields::Unit => String::new(),
-            f => quote::ToTokens::to_token_stream(&f).to_string(),
+            f => unraw_tokens(quote::ToTokens::to_token_stream(&f)).to_string(),
         }
     }
 
@@ -192,6 +196,8 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
                 .span()
                 .zip(va.wait_timeout_ms.get().copied()),
             wait_payload: va.wait_payload.span().zip(va.wait_payload.take()),
+            timer: va.timer.span().zip(va.timer.take()),
+            timer_ms: va.timer_ms.span().zip(va.timer_ms.get().copied()),
             to_span,
             tools_span: va.tools.span(),
             max_tool_calls: va
@@ -209,18 +215,34 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
                 .zip(va.decision_timeout_ms.get().copied()),
             children_span: va.children.span(),
             children_outlive: va.children_outlive.span(),
-            children: va.children.take().unwrap_or_default(),
+            children: va
+                .children
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| self_to_enum(c, &input.ident))
+                .collect(),
             on_error: va.on_error.take(),
             to,
             args,
             tools: va.tools.take().unwrap_or_default(),
         });
     }
-    let module = ea
-        .module
-        .get()
-        .cloned()
-        .unwrap_or_else(|| names::ident(&names::snake_case(&name_text), Span::call_site()));
+    let module = ea.module.get().cloned().unwrap_or_else(|| {
+        let module = names::snake_case(&name_text);
+        if names::reserved(&module) {
+            cx.error(
+                ident.span(),
+                Message::new(format!(
+                    "the states of agent `{name_text}` would be in a module named `{module}`, a keyword that cannot name a module"
+                ))
+                .help(format!(
+                    "name the module: `#[agent(module = {module}_states)]`, or rename the enum"
+                )),
+            );
+        }
+        names::ident(&module, Span::call_site())
+    });
     let handlers = ea
         .handlers
         .get()
@@ -245,4 +267,34 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         states,
         ident,
     })
+}
+
+/// `Self` in `children(...)` is the enum: the generated impls that name the child are outside
+/// the enum's impls, where `Self` means nothing.
+fn self_to_enum(path: Path, enum_ident: &Ident) -> Path {
+    if path.is_ident("Self") {
+        let mut ident = enum_ident.clone();
+        ident.set_span(path.span());
+        Path::from(ident)
+    } else {
+        path
+    }
+}
+
+/// The tokens with every raw identifier written without `r#`: the exports show the field
+/// `r#type` as `type`, the name serde gives it.
+fn unraw_tokens(tokens: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
+    use proc_macro2::{Group, TokenTree};
+    tokens
+        .into_iter()
+        .map(|t| match t {
+            TokenTree::Ident(i) => TokenTree::Ident(Ident::new(&names::unraw(&i), i.span())),
+            TokenTree::Group(g) => {
+                let mut out = Group::new(g.delimiter(), unraw_tokens(g.stream()));
+                out.set_span(g.span());
+                TokenTree::Group(out)
+            }
+            other => other,
+        })
+        .collect()
 }

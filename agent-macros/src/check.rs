@@ -41,6 +41,26 @@ fn check_tools(cx: &Ctxt, agent: &Agent) {
                 .help("remove this declaration"),
             );
         }
+        let field = names::snake_case(&names::unraw(&tool.ident));
+        if let Some(first) = seen
+            .iter()
+            .find(|x| !names::same(x, &tool.ident) && names::snake_case(&names::unraw(x)) == field)
+        {
+            let tools = crate::toolset::ident(agent);
+            cx.error(
+                tool.ident.span(),
+                Message::new(format!(
+                    "tools `{}` and `{}` of agent `{}` would be one field, `{field}`, of `{tools}`",
+                    names::unraw(first),
+                    names::unraw(&tool.ident),
+                    agent.name
+                ))
+                .note(format!(
+                    "`{tools}`, what the runner is built with, has one field per declared tool, named after it in snake case"
+                ))
+                .help("rename one of the two tools"),
+            );
+        }
         seen.push(&tool.ident);
         if agent.state(&tool.ident).is_some() {
             cx.error(
@@ -161,6 +181,8 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 (s.tools_span, "tools(...)"),
                 (s.llm, "route = llm"),
                 (s.wait.as_ref().map(|w| w.0), "wait"),
+                (s.timer.as_ref().map(|t| t.0), "timer"),
+                (s.timer_ms.map(|t| t.0), "timer_ms"),
                 (s.max_tool_calls.map(|m| m.0), "max_tool_calls"),
                 (s.tools_per_answer.map(|m| m.0), "tools_per_answer"),
                 (s.timeout_ms.map(|m| m.0), "timeout_ms"),
@@ -217,6 +239,22 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 .help("it keeps the children this state starts running when the run fails or is cancelled; list them in `children(...)`, or remove `children_outlive`"),
             );
         }
+        if agent.dag
+            && let Some(c) = s
+                .children
+                .iter()
+                .find(|c| c.get_ident().is_some_and(|i| names::same(i, &agent.ident)))
+        {
+            cx.error(
+                syn::spanned::Spanned::span(c),
+                Message::new(format!(
+                    "agent `{}` is declared `dag` but state `{name}` starts runs of itself",
+                    agent.name
+                ))
+                .note("a run that starts a run of its own agent can go round again, a cycle through `children(...)`")
+                .help(format!("remove `dag` from the enum (the depth of the runs is then bounded by `RunnerConfig::max_child_depth`), or remove `{}` from `children(...)`", crate::attr::path_text(c))),
+            );
+        }
         let mut seen = std::collections::BTreeSet::new();
         for c in &s.children {
             let text = crate::attr::path_text(c);
@@ -248,6 +286,26 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 ),
             );
         }
+        // `to()` and `tools()` with nothing inside. On a terminal state they are reported
+        // as keys that do not belong there, once.
+        let empty_to = s.to_span.is_some() && s.to.is_empty();
+        if let (Some(span), true, None) = (s.to_span, s.to.is_empty(), s.terminal) {
+            ok = false;
+            cx.error(
+                span,
+                Message::new(format!("`to()` on state `{name}` lists no states")).help(format!(
+                    "list the states `{name}` moves to, `to(A, B)`, or mark it `terminal` if runs end there"
+                )),
+            );
+        }
+        if let (Some(span), true, None) = (s.tools_span, s.tools.is_empty(), s.terminal) {
+            cx.error(
+                span,
+                Message::new(format!("`tools()` on state `{name}` lists no tools")).help(
+                    "list the tools its handler or the model may call, `tools(SearchProducts)`, or remove `tools()`",
+                ),
+            );
+        }
         if let (Some((span, _)), None) = (s.wait_timeout_ms, &s.wait) {
             cx.error(
                 span,
@@ -257,6 +315,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 .help("add `wait = \"signal_name\"`, or remove `wait_timeout_ms`"),
             );
         }
+        check_timer(cx, s, &name);
         if let (Some((span, _)), None) = (&s.wait_payload, &s.wait) {
             cx.error(
                 *span,
@@ -341,7 +400,9 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             }
         }
         // The router chooses among `to(...)` only; `on_error` is the runner's.
-        if let (Some(llm), true, None) = (s.llm, s.to.is_empty(), s.terminal) {
+        if empty_to && s.terminal.is_none() {
+            // Reported above as an empty list.
+        } else if let (Some(llm), true, None) = (s.llm, s.to.is_empty(), s.terminal) {
             if attrs_ok {
                 cx.error(
                     llm,
@@ -377,10 +438,92 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
 
 /// The handler trait has one method per state that is not terminal, named in snake case:
 /// two states must not share one (`HTTPCall` and `HttpCall` are both `http_call`).
+/// A state's timer: one of `timer_ms` and `timer = field`, not beside `wait_timeout_ms`
+/// (the timer is the wait's deadline), not on a compensating state (it runs the saga at
+/// once), and `timer = field` names a field the state has. (On a terminal state it is
+/// reported with the other keys that have no effect there.) The field's type is checked by
+/// the compiler, at the generated `TimerField` call spanned at the field's name.
+fn check_timer(cx: &Ctxt, s: &State, name: &str) {
+    if let (Some((span, _)), Some(_)) = (s.timer_ms, &s.timer) {
+        cx.error(
+            span,
+            Message::new(format!("state `{name}` has two timers, `timer` and `timer_ms`"))
+                .help("keep `timer_ms = N` for a fixed delay, or `timer = field` for a time the handler computes"),
+        );
+    }
+    let timer = s.timer.as_ref().map(|t| t.0).or(s.timer_ms.map(|t| t.0));
+    if let (Some(_), Some((span, _))) = (timer, s.wait_timeout_ms) {
+        cx.error(
+            span,
+            Message::new(format!(
+                "state `{name}` has a timer and a `wait_timeout_ms`"
+            ))
+            .note("with `wait`, the state's timer is the wait's deadline: whichever comes first, the signal or the timer, wakes the handler")
+            .help("remove `wait_timeout_ms`, or remove the timer"),
+        );
+    }
+    if let (Some(span), Some(_), None) = (timer, s.compensate, s.terminal) {
+        cx.error(
+            span,
+            Message::new(format!(
+                "compensating state `{name}` has a timer"
+            ))
+            .help("entering a compensating state runs the saga at once; put the timer on a state before it, or remove it"),
+        );
+    }
+    let Some((_, field)) = &s.timer else {
+        return;
+    };
+    let syn::Fields::Named(fields) = &s.fields else {
+        cx.error(
+            field.span(),
+            Message::new(format!(
+                "`timer = {}` names a field, and state `{name}` has no named fields",
+                names::unraw(field)
+            ))
+            .help(format!("give `{name}` a named field for the time, `{name} {{ due: Deadline }}`, and write `timer = due`; for a fixed delay write `timer_ms = N`")),
+        );
+        return;
+    };
+    let named: Vec<String> = fields
+        .named
+        .iter()
+        .filter_map(|f| f.ident.as_ref().map(names::unraw))
+        .collect();
+    if !named.iter().any(|n| *n == names::unraw(field)) {
+        cx.error(
+            field.span(),
+            Message::new(format!(
+                "state `{name}` has no field `{}`",
+                names::unraw(field)
+            ))
+            .help(format!(
+                "`timer = field` names the field that holds when the timer is due; `{name}` has `{}`",
+                named.join("`, `")
+            )),
+        );
+    }
+}
+
 fn check_handler_names(cx: &Ctxt, agent: &Agent) {
     let mut seen: Vec<(String, &State)> = Vec::new();
     for s in agent.states.iter().filter(|s| s.terminal.is_none()) {
         let method = expand::method_name(s);
+        if names::reserved(&method) {
+            cx.error(
+                s.ident.span(),
+                Message::new(format!(
+                    "state `{}` would have the handler method `{method}`, a keyword that cannot name a method",
+                    s.name()
+                ))
+                .note(format!(
+                    "`{}` has one method per state that is not terminal, named after the state in snake case",
+                    agent.handlers
+                ))
+                .help("rename the state"),
+            );
+            continue;
+        }
         if let Some((_, first)) = seen.iter().find(|(m, _)| *m == method) {
             cx.error(
                 s.ident.span(),

@@ -18,9 +18,21 @@ const KEYWORDS: &[&str] = &[
     "virtual", "where", "while", "yield",
 ];
 
-/// An identifier for `name`, raw when `name` is a keyword.
+/// The keywords that cannot be raw identifiers either (`r#self` is not one).
+const NOT_RAW: &[&str] = &["self", "super", "crate", "Self", "_"];
+
+/// Whether `name` can name nothing the derive generates (a module, a method), raw or not.
+pub(crate) fn reserved(name: &str) -> bool {
+    NOT_RAW.contains(&name)
+}
+
+/// An identifier for `name`, raw when `name` is a keyword. A name that cannot be an
+/// identifier at all (`self`, see [`reserved`]) gets a trailing `_`: the checks report it,
+/// and the stubs emitted next to the error must still parse.
 pub(crate) fn ident(name: &str, span: Span) -> Ident {
-    if KEYWORDS.contains(&name) {
+    if reserved(name) {
+        Ident::new(&format!("{name}_"), span)
+    } else if KEYWORDS.contains(&name) {
         Ident::new_raw(name, span)
     } else {
         Ident::new(name, span)
@@ -95,5 +107,7 @@ mod tests {
         assert_eq!(closest("review", states), Some("Review"));
         assert_eq!(closest("Shipping", states), None);
         assert_eq!(ident("type", Span::call_site()).to_string(), "r#type");
+        assert_eq!(ident("super", Span::call_site()).to_string(), "super_");
+        assert!(reserved("self") && !reserved("type"));
     }
 }

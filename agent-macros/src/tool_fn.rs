@@ -79,7 +79,17 @@ pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
     let cx = Ctxt::new();
     let args = parse_args(&cx, args);
     let name = names::unraw(&func.sig.ident).to_upper_camel_case();
+    if !check_name(&cx, &func.sig.ident, &name) {
+        // No tool type: another function may already make one of this name, and a second
+        // would only add errors about duplicate definitions.
+        let errors = cx.into_compile_errors().unwrap_or_default();
+        return quote!(#errors #func);
+    }
     let input_ident = format_ident!("{name}Input", span = func.sig.ident.span());
+    let krate = args
+        .krate
+        .clone()
+        .unwrap_or_else(crate::krate::default_path);
     let (params, input, arguments) = params(&cx, &mut func, &input_ident);
     // The function as written, without its parameters' doc comments: they became the
     // schema's descriptions, and rustc accepts no doc comment on a parameter.
@@ -102,10 +112,7 @@ pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
     let model = Tool {
         ident: Ident::new(&name, func.sig.ident.span()),
         generics: syn::Generics::default(),
-        krate: args
-            .krate
-            .clone()
-            .unwrap_or_else(crate::krate::default_path),
+        krate,
         name,
         description: tool::description(&func.attrs),
         kind: kind.unwrap_or(Kind::Read),
@@ -277,6 +284,39 @@ fn once(cx: &Ctxt, meta: &ParseNestedMeta<'_>, duplicate: bool) {
     }
 }
 
+/// The function's name makes the tool's type (`search_web` -> `SearchWeb`): it is written in
+/// snake case, so that two functions never make one type (`search_web` and `searchWeb`
+/// would), and the type is not a keyword (`self_` would make `Self`). Returns whether the
+/// name is good.
+fn check_name(cx: &Ctxt, ident: &Ident, type_name: &str) -> bool {
+    let written = names::unraw(ident);
+    if type_name.is_empty() || type_name == "Self" {
+        cx.error(
+            ident.span(),
+            Message::new(format!(
+                "the tool of `{written}` would be a type named `{type_name}`, which Rust reserves"
+            ))
+            .help("rename the function: its name in CamelCase is the tool's name, the one agents list"),
+        );
+        return false;
+    }
+    let canonical = names::snake_case(type_name);
+    if canonical != written {
+        cx.error(
+            ident.span(),
+            Message::new(format!(
+                "a tool function is named in snake case: `{written}` should be `{canonical}`"
+            ))
+            .note(format!(
+                "its tool is the name in CamelCase, `{type_name}`; a name written otherwise could make the same tool as another function"
+            ))
+            .help(format!("rename it `{canonical}`")),
+        );
+        return false;
+    }
+    true
+}
+
 fn check_signature(cx: &Ctxt, func: &ItemFn) {
     let sig = &func.sig;
     if sig.asyncness.is_none() {
@@ -335,8 +375,18 @@ fn params(
                 field,
                 ty: Box::new(ty.clone()),
             });
-        } else if is_context(&pt.ty) {
+        } else if let Some(reference) = context(&pt.ty) {
+            if let Some(m) = &reference.mutability {
+                cx.error(
+                    m.span(),
+                    Message::new("the call's context is taken by shared reference, not `&mut`")
+                        .help("write `cx: &ToolContext`"),
+                );
+            }
             params.push(Param::Context);
+        } else if let Some(problem) = not_owned(&pt.ty) {
+            cx.syn_error(problem);
+            params.push(Param::Input);
         } else {
             let ident = match &*pt.pat {
                 Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => Some(p.ident.clone()),
@@ -454,16 +504,78 @@ fn first_type_argument(args: &PathArguments) -> Option<&Type> {
     })
 }
 
-/// `&ToolContext`, under any path.
-fn is_context(ty: &Type) -> bool {
-    let Type::Reference(r) = ty else { return false };
+/// `&ToolContext` or `&mut ToolContext`, under any path.
+fn context(ty: &Type) -> Option<&syn::TypeReference> {
+    let Type::Reference(r) = ty else { return None };
     let Type::Path(p) = &*r.elem else {
-        return false;
+        return None;
     };
     p.path
         .segments
         .last()
         .is_some_and(|s| s.ident == "ToolContext")
+        .then_some(r)
+}
+
+/// An argument's type that cannot receive the model's arguments: a borrow (there is nothing
+/// to borrow from: each call deserializes its own values) or `impl Trait` (there is no one
+/// type to deserialize into), anywhere in the type. The error is at that part of the type.
+fn not_owned(ty: &Type) -> Option<syn::Error> {
+    match ty {
+        Type::Reference(r) => {
+            let elem = crate::expand::type_text(&r.elem);
+            let owned = match elem.as_str() {
+                "str" => "String".to_owned(),
+                "Path" | "std::path::Path" => "PathBuf".to_owned(),
+                _ => match &*r.elem {
+                    Type::Slice(s) => format!("Vec<{}>", crate::expand::type_text(&s.elem)),
+                    _ => elem.clone(),
+                },
+            };
+            let what = if r.mutability.is_some() {
+                "a `&mut` borrow"
+            } else {
+                "a borrow"
+            };
+            let text = crate::expand::type_text(ty);
+            Some(syn::Error::new(
+                ty.span(),
+                Message::new(format!(
+                    "an argument of a tool cannot be {what}: `{text}`"
+                ))
+                .note("the model's arguments are deserialized into owned values, one set per call")
+                .help(format!("take `{owned}` by value")),
+            ))
+        }
+        Type::ImplTrait(_) => Some(syn::Error::new(
+            ty.span(),
+            Message::new("an argument of a tool cannot be `impl Trait`")
+                .note("the model's arguments are deserialized into one concrete type, whose JSON schema the model is shown")
+                .help("name the type, like `String` for `impl Into<String>`"),
+        )),
+        Type::Paren(p) => not_owned(&p.elem),
+        Type::Group(g) => not_owned(&g.elem),
+        Type::Array(a) => not_owned(&a.elem),
+        Type::Slice(s) => not_owned(&s.elem),
+        Type::Tuple(t) => t.elems.iter().find_map(not_owned),
+        Type::Path(p) => p
+            .qself
+            .iter()
+            .map(|q| &*q.ty)
+            .chain(p.path.segments.iter().flat_map(|seg| match &seg.arguments {
+                PathArguments::AngleBracketed(a) => a
+                    .args
+                    .iter()
+                    .filter_map(|g| match g {
+                        GenericArgument::Type(t) => Some(t),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+                _ => Vec::new(),
+            }))
+            .find_map(not_owned),
+        _ => None,
+    }
 }
 
 /// The name a `Shared<T>` parameter binds: `Shared(pool)` or `pool`.

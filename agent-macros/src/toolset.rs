@@ -31,12 +31,13 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
     let vis = &agent.vis;
     let enum_ident = &agent.ident;
     let tools_ident = ident(agent);
-    // A tool declared twice is reported by the checks; the stub declares its field once.
+    // A tool declared twice, or two whose names are one in snake case, are reported by the
+    // checks; the stub declares the field once.
     let mut seen = std::collections::HashSet::new();
     let tools: Vec<&ToolDecl> = agent
         .tools
         .iter()
-        .filter(|t| seen.insert(names::unraw(&t.ident)))
+        .filter(|t| seen.insert(names::snake_case(&names::unraw(&t.ident))))
         .collect();
     let fields: Vec<Ident> = tools
         .iter()

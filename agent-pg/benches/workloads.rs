@@ -464,8 +464,16 @@ fn floor_state(at: u64) -> serde_json::Value {
 enum FloorConn {
     PgPool(sqlx::PgPool),
     PgHeld(Arc<tokio::sync::Mutex<sqlx::pool::PoolConnection<sqlx::Postgres>>>),
+    /// The store's own statements on its own tables (`agent_pg::__bench`), from a held
+    /// connection, their parameters made up front: what the runner adds to them is the
+    /// runner's cost alone, without the difference between the floor's thin rows and the
+    /// store's.
+    PgStoreRows(Arc<tokio::sync::Mutex<sqlx::pool::PoolConnection<sqlx::Postgres>>>),
     Lite(sqlx::SqlitePool),
 }
+
+/// A transition hash's length of text, for the statements sent bare.
+const BARE_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 impl FloorConn {
     async fn create(&self, id: &str) {
@@ -477,6 +485,30 @@ impl FloorConn {
                     .execute(p)
                     .await
                     .expect("floor create");
+            }
+            Self::PgStoreRows(c) => {
+                let mut c = c.lock().await;
+                let created = sqlx::query(agent_pg::__bench::INSERT_RUN)
+                    .bind(id)
+                    .bind("Floor")
+                    .bind("floor")
+                    .bind("Step")
+                    .bind(floor_state(0))
+                    .bind(BARE_HASH)
+                    .bind(BARE_HASH)
+                    .bind(None::<&str>)
+                    .bind(None::<i64>)
+                    .bind("floor")
+                    .bind(sqlx::types::Json(serde_json::Map::new()))
+                    .bind(None::<&str>)
+                    .bind(None::<i64>)
+                    .bind(1_i32)
+                    .bind(Some("floor"))
+                    .bind(Some(30_000_i64))
+                    .fetch_optional(&mut **c)
+                    .await
+                    .expect("store-row create");
+                assert!(created.is_some(), "a store-row run existed already");
             }
             Self::PgHeld(c) => {
                 let mut c = c.lock().await;
@@ -521,6 +553,30 @@ impl FloorConn {
                 .await
                 .expect("floor step")
                 .rows_affected(),
+            Self::PgStoreRows(c) => {
+                let mut c = c.lock().await;
+                sqlx::query(agent_pg::__bench::commit_step())
+                    .bind(id)
+                    .bind(1_i64)
+                    .bind(v)
+                    .bind("Step")
+                    .bind("Step")
+                    .bind(Some(floor_state(version + 1).to_string()))
+                    .bind("running")
+                    .bind(None::<&str>)
+                    .bind(None::<i64>)
+                    .bind(None::<&str>)
+                    .bind(None::<&str>)
+                    .bind(BARE_HASH)
+                    .bind(0_i64)
+                    .bind("step")
+                    .bind("snapshot")
+                    .bind(None::<String>)
+                    .fetch_optional(&mut **c)
+                    .await
+                    .expect("store-row step")
+                    .map_or(0, |_| 1)
+            }
             Self::PgHeld(c) => {
                 let mut c = c.lock().await;
                 sqlx::query(PG_FLOOR_STEP)
@@ -692,7 +748,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
     let store = opened.store();
-    let (shape_conn, bare_pool, bare_held) = match opened {
+    let (shape_conn, bare_pool, bare_held, store_rows) = match opened {
         Opened::Pg(pg) => {
             sqlx::raw_sql(PG_FLOOR_TABLES)
                 .execute(pg.pool())
@@ -701,10 +757,14 @@ async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
             let held = Arc::new(tokio::sync::Mutex::new(
                 pg.pool().acquire().await.expect("held"),
             ));
+            let rows_held = Arc::new(tokio::sync::Mutex::new(
+                pg.pool().acquire().await.expect("held"),
+            ));
             (
                 FloorConn::PgHeld(held.clone()),
                 Some(FloorConn::PgPool(pg.pool().clone())),
                 Some(FloorConn::PgHeld(held)),
+                Some(FloorConn::PgStoreRows(rows_held)),
             )
         }
         Opened::Sqlite(lite) => {
@@ -712,7 +772,7 @@ async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
                 .execute(lite.pool())
                 .await
                 .expect("floor tables");
-            (FloorConn::Lite(lite.pool().clone()), None, None)
+            (FloorConn::Lite(lite.pool().clone()), None, None, None)
         }
     };
     // Warm-up: connections, plans, caches; 5 untimed runs.
@@ -728,7 +788,16 @@ async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
     let mut best = (0.0_f64, 0.0_f64, 0.0_f64, 0.0_f64);
     let mut gaps_best = (Vec::new(), Vec::new());
     let mut split_best = 0.0_f64;
+    let (mut rows_ratios, mut rows_best) = (Vec::new(), 0.0_f64);
     for round in 0..sizes.rounds {
+        let rows = match &store_rows {
+            Some(conn) => Some(
+                floor(conn, &format!("r1{round}"), 1, sizes.w1_runs, 11, true)
+                    .await
+                    .0,
+            ),
+            None => None,
+        };
         let (fw, fw_gaps) = floor(
             &shape_conn,
             &format!("s1{round}"),
@@ -762,6 +831,10 @@ async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
         )
         .await;
         split_best = split_best.max(split);
+        if let Some(rows) = rows {
+            rows_ratios.push(rn / rows);
+            rows_best = rows_best.max(rows);
+        }
         ratios.0.push(rn / bare);
         ratios.1.push(rn / pool);
         ratios.2.push(rn / fw);
@@ -816,6 +889,16 @@ async fn w1_w2(place: &Place, opened: &Opened, sizes: &Sizes) {
         best.0 / best.1,
         median(ratios.2)
     );
+    if store_rows.is_some() {
+        println!(
+            "  the store's own statements on its own tables, bare (held connection): {rows_best:>8.0} transitions/s"
+        );
+        println!(
+            "  ratio runner / the store's statements bare: best {:.2}, median {:.2}",
+            best.0 / rows_best,
+            median(rows_ratios)
+        );
+    }
 
     println!(
         "\n## W2 whole runs, concurrent: {label}, {} agents x {} runs x 10 steps, {} rounds",

@@ -147,24 +147,40 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_core::store::{NewRun, RunRecord, StoreError};
+use agent_core::store::{Lease, Millis, NewRun, RunRecord, StoreError};
+use agent_sql::dialect::{Listing, SqlDialect, WorkerWake, created_before};
 use agent_sql::heads::HeadCache;
-use agent_sql::reads::{Arg, SqlReads, bind};
+use agent_sql::reads::{Arg, SqlReads, bind, fenced_out, fetch_all};
 use agent_sql::rows;
+use agent_sql::write::{CommitRow, EntryRow, Outcome, SignalRow};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use tokio::sync::Notify;
 
-mod commit;
 mod connect;
 mod events;
 mod group_commit;
 mod operator;
+mod schedule_sql;
 mod sql;
 mod store;
 #[cfg(test)]
 mod test_database;
 mod wake;
+
+/// The statements the workloads bench sends bare, to measure what the runner adds to them;
+/// not part of the API.
+#[doc(hidden)]
+pub mod __bench {
+    /// A run's creation, claimed (`PgStore::create_run_claimed`).
+    pub const INSERT_RUN: &str = crate::sql::INSERT_RUN;
+
+    /// A step's commit on its own (the group commit's statement when a slot is free).
+    #[must_use]
+    pub fn commit_step() -> &'static str {
+        crate::sql::COMMIT_STEP.as_str()
+    }
+}
 
 pub use agent_sql::LARGE_OUTPUT_BYTES;
 pub use connect::PgSetupError;
@@ -231,10 +247,7 @@ impl PgStore {
 
     /// Read a run row, remembering its head for the next commit.
     fn run_from_row(&self, row: &PgRow) -> Result<RunRecord, StoreError> {
-        let head = rows::stored_run(row)?.head;
-        let record = head.record.clone();
-        self.heads.remember(head);
-        Ok(record)
+        Ok(self.heads.remembered(rows::stored_run(row)?.head))
     }
 
     /// Insert a run (and its version 0) unless one with its id exists: `None` then.
@@ -293,14 +306,8 @@ impl PgStore {
             .map_err(connect::db_err)?
             .ok_or_else(|| StoreError::backend(format!("run `{}` vanished", new.id)))?;
         let stored = rows::stored_run(&row)?;
-        let record = stored.head.record.clone();
-        self.heads.remember(stored.head);
-        let same_parent = record.parent.as_ref().map(|(p, v)| (p.as_str(), *v)) == parent;
-        if stored.creation_hash == agent_core::store::creation_hash(new) && same_parent {
-            Ok(record)
-        } else {
-            Err(StoreError::AlreadyExists(new.id.clone()))
-        }
+        let record = self.heads.remembered(stored.head);
+        created_before(record, &stored.creation_hash, new, parent)
     }
 }
 
@@ -308,35 +315,10 @@ impl PgStore {
 impl SqlReads for PgStore {
     type Row = PgRow;
 
-    const AGENT_GRAPH: &'static str = sql::AGENT_GRAPH;
-    const HISTORY: &'static str = sql::HISTORY;
-    const HAND_BACK: &'static str = sql::HAND_BACK;
-    const LOAD_RUN: &'static str = sql::LOAD_RUN;
-    const JOURNAL: &'static str = sql::JOURNAL;
-    const HISTORY_FROM: &'static str = sql::HISTORY_FROM;
-    const JOURNAL_FROM: &'static str = sql::JOURNAL_FROM;
-    const PENDING_SIGNALS: &'static str = sql::PENDING_SIGNALS;
-    const TOOL_SWITCHES: &'static str = sql::TOOL_SWITCHES;
-
-    fn run_events_sql() -> &'static str {
-        sql::RUN_EVENTS.as_str()
-    }
-
-    fn scope_events_sql() -> &'static str {
-        sql::SCOPE_EVENTS.as_str()
-    }
-
-    fn prune_candidates_sql() -> &'static str {
-        sql::PRUNE_CANDIDATES.as_str()
-    }
-
-    fn expired_runs_sql() -> &'static str {
-        sql::EXPIRED_RUNS.as_str()
-    }
+    agent_sql::statements!(SqlReads, sql);
 
     async fn fetch(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<PgRow>, StoreError> {
-        bind(sqlx::query(sql), args)
-            .fetch_all(&self.pool)
+        fetch_all(&self.pool, sql, args)
             .await
             .map_err(connect::db_err)
     }
@@ -346,8 +328,7 @@ impl SqlReads for PgStore {
         sql: &'static str,
         args: &[Arg<'_>],
     ) -> Result<Vec<PgRow>, StoreError> {
-        bind(sqlx::query(sql), args)
-            .fetch_all(&self.readers)
+        fetch_all(&self.readers, sql, args)
             .await
             .map_err(connect::db_err)
     }
@@ -358,5 +339,119 @@ impl SqlReads for PgStore {
         parent: (&str, u64),
     ) -> Result<RunRecord, StoreError> {
         self.create(new, Some(parent)).await
+    }
+}
+
+#[async_trait]
+impl SqlDialect for PgStore {
+    agent_sql::statements!(SqlDialect, sql);
+    const NO_LIMIT: Option<i64> = None;
+    /// A run read is often a run this process writes next (its workers share runs).
+    const REMEMBERS_READS: bool = true;
+
+    /// None: every statement reads the server's clock, which judges leases for all workers.
+    fn clock(&self) -> Option<Millis> {
+        None
+    }
+
+    fn channel(&self) -> Option<&str> {
+        Some(&self.channel)
+    }
+
+    /// The time to live: the statement adds the server's clock.
+    fn lease_until(&self, ttl: Duration) -> Millis {
+        agent_sql::ms(ttl)
+    }
+
+    /// One statement, which records the change itself.
+    async fn write_status(
+        &self,
+        _run_id: &str,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Option<PgRow>, StoreError> {
+        bind(sqlx::query(sql), args)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(connect::db_err)
+    }
+
+    /// On the pool: the pool serves reads beside the writes' own connections.
+    async fn fetch_listing(&self, listing: Listing<'_>) -> Result<Vec<PgRow>, StoreError> {
+        let query = store::filtered(listing.sql, listing.filter, listing.limit, listing.tail);
+        query.fetch_all(&self.pool).await.map_err(connect::db_err)
+    }
+
+    fn head_cache(&self) -> &HeadCache {
+        &self.heads
+    }
+
+    /// The commit's own statement when a slot is free and nobody waits, else one statement
+    /// with the other runs' commits that arrived meanwhile, their entries written in one
+    /// statement before them (the commit sent only if they all were).
+    async fn commit_row(&self, row: CommitRow) -> Outcome {
+        self.group.commit(row).await
+    }
+
+    /// An entry whose output goes to the side table is recorded first, on its own.
+    async fn carried(
+        &self,
+        lease: &Lease,
+        rows: Vec<EntryRow>,
+    ) -> Result<Vec<EntryRow>, StoreError> {
+        let mut carried = Vec::with_capacity(rows.len());
+        for row in rows {
+            if row.external {
+                self.record_row(lease, row).await?;
+            } else {
+                carried.push(row);
+            }
+        }
+        Ok(carried)
+    }
+
+    /// Through the group commit (its own statement when a slot is free, else one statement
+    /// with the other runs' entries that arrived meanwhile). An output too large to keep
+    /// inline goes to the side table, in a statement of its own through the pool.
+    async fn record_row(&self, lease: &Lease, row: EntryRow) -> Result<(), StoreError> {
+        let written = if row.external {
+            let returned = group_commit::record_entry(&row).fetch_one(&self.pool).await;
+            group_commit::entry_written(&row, returned)?
+        } else {
+            self.group.record(row).await?
+        };
+        if !written {
+            return Err(fenced_out(self, lease).await?);
+        }
+        self.event_written(&lease.run_id);
+        Ok(())
+    }
+
+    async fn insert_signal(&self, row: SignalRow) -> Result<Option<i64>, StoreError> {
+        self.group.signal(row).await
+    }
+
+    fn wake_followers(&self, run_id: &str) {
+        self.event_written(run_id);
+    }
+
+    fn wake_workers(&self, wake: WorkerWake) {
+        match wake {
+            WorkerWake::InStatement => {}
+            WorkerWake::Separate => self.waker.wake(&self.pool, &self.channel),
+        }
+    }
+
+    /// Commits do not notify otherwise (the worker holding a run steps it on); nothing is
+    /// written to the parent.
+    async fn wake_parent(&self, child: &RunRecord) {
+        let Some(parent) = &child.spawned_by else {
+            return;
+        };
+        let _ = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&self.channel)
+            .bind(&parent.run_id)
+            .execute(&self.pool)
+            .await;
     }
 }

@@ -3,21 +3,20 @@
 //! `migrate_run`) lock the run row, read it, and make the plan's write in one transaction,
 //! so no commit lands between what the plan saw and what it writes.
 
-use agent_core::graph::GraphDescription;
 use agent_core::store::history::VersionPayload;
 use agent_core::store::operator::OperatorTransition;
 use agent_core::store::{
-    MigrationCommit, Millis, OperatorNote, RunRecord, SignalRecord, StepCommit, StoreError,
-    WaitingFor,
+    MigrationCommit, Millis, OperatorNote, StepCommit, StoreError, WaitingFor,
 };
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::{HeadCache, RunHead};
 use agent_sql::operator::{OperatorTx, SqlOperator};
-use agent_sql::reads::bind;
+use agent_sql::reads::{Arg, bind, fetch_all};
 use agent_sql::retention::{Compacted, PrunePoint, SqlRetention};
 use agent_sql::rows::{self, Applied, SqlRow};
 use agent_sql::{corrupt, to_i64};
 use async_trait::async_trait;
+use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 
 use crate::connect::db_err;
@@ -54,6 +53,18 @@ impl SqlOperator for PgStore {
 
 #[async_trait]
 impl OperatorTx for PgOperatorTx {
+    type Row = PgRow;
+
+    agent_sql::statements!(OperatorTx, sql);
+
+    async fn fetch(
+        &mut self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<PgRow>, StoreError> {
+        fetch_all(&mut *self.tx, sql, args).await.map_err(db_err)
+    }
+
     async fn head(&mut self, run_id: &str) -> Result<RunHead, StoreError> {
         let locked = sqlx::query(sql::LOCK_RUN)
             .bind(run_id)
@@ -129,52 +140,6 @@ impl OperatorTx for PgOperatorTx {
         row.applied_row().map_err(|e| corrupt(run_id, e))
     }
 
-    async fn children_to_cancel(
-        &mut self,
-        parent: &str,
-    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
-        let rows = sqlx::query(agent_sql::sql::CHILDREN_TO_CANCEL.as_str())
-            .bind(parent)
-            .fetch_all(&mut *self.tx)
-            .await
-            .map_err(db_err)?;
-        rows.iter()
-            .map(|row| {
-                let c = |e: sqlx::Error| corrupt(parent, e);
-                Ok((
-                    row.try_get("id").map_err(c)?,
-                    row.try_get("to_state").map_err(c)?,
-                ))
-            })
-            .collect()
-    }
-
-    async fn graph(&mut self, run: &RunRecord) -> Result<Option<GraphDescription>, StoreError> {
-        sqlx::query(sql::AGENT_GRAPH)
-            .bind(&run.agent)
-            .bind(&run.fingerprint)
-            .fetch_optional(&mut *self.tx)
-            .await
-            .map_err(db_err)?
-            .map(|row| rows::graph(&run.agent, &row))
-            .transpose()
-    }
-
-    async fn signal(
-        &mut self,
-        run_id: &str,
-        signal_id: i64,
-    ) -> Result<Option<SignalRecord>, StoreError> {
-        sqlx::query(sql::SIGNAL_OF_RUN)
-            .bind(run_id)
-            .bind(signal_id)
-            .fetch_optional(&mut *self.tx)
-            .await
-            .map_err(db_err)?
-            .map(|row| rows::signal(run_id, &row))
-            .transpose()
-    }
-
     /// One statement: the row's and the transition's wait, and the signal consumed.
     async fn keep_wait_and_drop(
         &mut self,
@@ -214,6 +179,11 @@ impl OperatorTx for PgOperatorTx {
 
     async fn commit(self) -> Result<(), StoreError> {
         self.tx.commit().await.map_err(db_err)
+    }
+
+    async fn rollback(self) {
+        // Best effort: a connection that fails here is dropped, and its locks with it.
+        let _ = self.tx.rollback().await;
     }
 }
 

@@ -36,7 +36,9 @@ macro_rules! journal_cols {
     };
 }
 
-pub(crate) const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint, graph) VALUES ($1, $2, $3) \
+/// The graph `$3` comes as JSON text.
+pub(crate) const REGISTER_AGENT: &str = "INSERT INTO agents (agent, fingerprint, graph) \
+     VALUES ($1, $2, $3::jsonb) \
      ON CONFLICT (agent, fingerprint) DO UPDATE \
      SET registered_at = clock_timestamp(), seq = nextval(pg_get_serial_sequence('agents', 'seq'))";
 
@@ -443,7 +445,8 @@ pub(crate) const HISTORY_FROM: &str = "SELECT run_id, version, from_state, to_st
      status, epoch, ts_to_ms(created_at) AS created_at, hash, note_by, note_reason \
      FROM transitions WHERE run_id = $1 AND version >= $2 ORDER BY version LIMIT $3";
 
-/// The filter of `HistoryStore::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
+/// The filter of `HistoryStore::list_runs`, `count_runs`, `count_versions` and
+/// `count_label_values` (binds `$1`, `$2`,
 /// `$4`-`$10`;
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
@@ -513,6 +516,17 @@ pub(crate) const COUNT_VERSIONS: &str = concat!(
      ORDER BY agent_version, fingerprint"
 );
 
+/// `HistoryStore::count_label_values`: the values of label `$11` on the runs of the
+/// listing's filter (`$3` unused), by value as bytes, each with its runs and the newest
+/// one's creation time.
+pub(crate) const COUNT_LABEL_VALUES: &str = concat!(
+    "SELECT l.value, count(*) AS n, max(r.ms) AS last_created_at FROM run_labels l \
+     JOIN (SELECT id, ts_to_ms(created_at) AS ms",
+    runs_filter!(),
+    " AND $3::bigint IS NULL) r ON r.id = l.run_id WHERE l.key = $11::text \
+     GROUP BY l.value ORDER BY l.value COLLATE \"C\""
+);
+
 /// Lock run `$1`'s row for an operator's action: nothing commits to it until the action's
 /// transaction ends.
 pub(crate) const LOCK_RUN: &str = "SELECT id FROM runs WHERE id = $1 FOR UPDATE";
@@ -549,6 +563,17 @@ pub(crate) const OPERATOR_TRANSITION: &str = "WITH upd AS (UPDATE runs SET versi
 pub(crate) const SEND_SIGNAL: &str = "INSERT INTO signals (run_id, name, payload) \
      SELECT id, $2::text, $3::jsonb FROM runs WHERE id = $1 FOR NO KEY UPDATE \
      RETURNING id";
+
+/// [`SEND_SIGNAL`] under dedup key `$4`, unless the run has a signal under it (the unique
+/// index `signals_dedup`, which also decides between concurrent senders, whom the run
+/// row's lock puts in line): no row then, as for no such run.
+pub(crate) const SEND_SIGNAL_ONCE: &str = "INSERT INTO signals (run_id, name, payload, dedup_key) \
+     SELECT id, $2::text, $3::text::jsonb, $4::text FROM runs WHERE id = $1 FOR NO KEY UPDATE \
+     ON CONFLICT (run_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING \
+     RETURNING id";
+
+pub(crate) const SIGNAL_BY_KEY: &str =
+    "SELECT id FROM signals WHERE run_id = $1 AND dedup_key = $2";
 
 /// Several signals to different runs in one statement (group commit, `group_commit.rs`):
 /// the same write as [`SEND_SIGNAL`] for each, one row of parameter arrays per signal (one
@@ -615,6 +640,12 @@ pub(crate) const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, rea
 
 pub(crate) const TOOL_SWITCHES: &str = "SELECT tool, enabled, reason, ts_to_ms(updated_at) AS updated_at \
      FROM tool_switches ORDER BY tool";
+
+/// The last event position drawn: every position drawn so far is at or below the
+/// sequence's last value (one below it while it was never drawn from: `last_value` is then
+/// the next).
+pub(crate) const LAST_POSITION: &str =
+    "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM event_positions";
 
 pub(crate) const STORAGE_BYTES: &str = "SELECT \
      (SELECT COALESCE(sum(pg_column_size(t.*)), 0) FROM transitions t WHERE t.run_id = $1) \

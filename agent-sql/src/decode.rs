@@ -5,8 +5,9 @@ use sqlx::{FromRow, Row};
 
 use crate::events::EventRow;
 use crate::rows::{
-    AgentRow, Applied, CountRow, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow, IdRow,
-    PayloadRow, RunRow, SalvageRow, SignalRow, SpanRow, SwitchRow, TransitionRow, VersionCountRow,
+    AgentRow, Applied, ChildRow, CountRow, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow,
+    IdRow, LabelCountRow, PayloadRow, RunRow, SalvageRow, ScheduleRow, SignalRow, SpanRow,
+    SwitchRow, TransitionRow, VersionCountRow,
 };
 
 /// A row of either dialect that decodes into every row type of [`rows`](crate::rows). Implemented
@@ -88,6 +89,11 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn version_count_row(&self) -> sqlx::Result<VersionCountRow>;
+    /// The row as a label value's count.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn label_count_row(&self) -> sqlx::Result<LabelCountRow>;
     /// The row as a tool switch row.
     ///
     /// # Errors
@@ -103,6 +109,21 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn event_row(&self) -> sqlx::Result<EventRow>;
+    /// The row as a child a cancel may reach.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn child_row(&self) -> sqlx::Result<ChildRow>;
+    /// The first column, a `bigint` (a statement's one number).
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn first_int(&self) -> sqlx::Result<i64>;
+    /// The row as a stored schedule.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn schedule_row(&self) -> sqlx::Result<ScheduleRow>;
 }
 
 impl<R> SqlRow for R
@@ -124,8 +145,12 @@ where
     for<'r> CutoffRow: FromRow<'r, R>,
     for<'r> CountRow: FromRow<'r, R>,
     for<'r> VersionCountRow: FromRow<'r, R>,
+    for<'r> LabelCountRow: FromRow<'r, R>,
     for<'r> Applied: FromRow<'r, R>,
     for<'r> EventRow: FromRow<'r, R>,
+    for<'r> ChildRow: FromRow<'r, R>,
+    for<'r> (i64,): FromRow<'r, R>,
+    for<'r> ScheduleRow: FromRow<'r, R>,
 {
     fn run_row(&self) -> sqlx::Result<RunRow> {
         RunRow::from_row(self)
@@ -172,6 +197,9 @@ where
     fn version_count_row(&self) -> sqlx::Result<VersionCountRow> {
         VersionCountRow::from_row(self)
     }
+    fn label_count_row(&self) -> sqlx::Result<LabelCountRow> {
+        LabelCountRow::from_row(self)
+    }
     fn switch_row(&self) -> sqlx::Result<SwitchRow> {
         SwitchRow::from_row(self)
     }
@@ -180,5 +208,14 @@ where
     }
     fn event_row(&self) -> sqlx::Result<EventRow> {
         EventRow::from_row(self)
+    }
+    fn child_row(&self) -> sqlx::Result<ChildRow> {
+        ChildRow::from_row(self)
+    }
+    fn first_int(&self) -> sqlx::Result<i64> {
+        <(i64,)>::from_row(self).map(|(n,)| n)
+    }
+    fn schedule_row(&self) -> sqlx::Result<ScheduleRow> {
+        ScheduleRow::from_row(self)
     }
 }

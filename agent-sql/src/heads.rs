@@ -135,6 +135,18 @@ impl HeadCache {
         });
     }
 
+    /// The run at `head`, its head remembered: the run's next commit then reads nothing
+    /// back (a run just created or claimed is about to be stepped).
+    pub fn remembered(&self, head: RunHead) -> RunRecord {
+        let RunHead {
+            mut record,
+            last_hash,
+            patch_bytes,
+        } = head;
+        self.remember_record(&mut record, last_hash, patch_bytes);
+        record
+    }
+
     fn keep(&self, kept: Kept) {
         let mut heads = self.heads.lock().unwrap_or_else(PoisonError::into_inner);
         if heads.len() >= HEAD_CACHE_MAX && !heads.contains_key(&kept.record.id) {

@@ -13,6 +13,9 @@
 //!   not read as [`StoreError::Corrupt`] with the run it belongs to;
 //! - [`commit`]: the planning of a step commit, from the run's stored head to the payload
 //!   (snapshot or patch), the chained hash and the record after the commit;
+//! - [`dialect`]: the writes whose logic is the same on both (status sets, quarantine,
+//!   leases, signals, claims of one run), over a trait of the dialect's hooks: its
+//!   statements, its clock, its write transactions and how it wakes workers and followers;
 //! - [`events`]: `EventLog::events`, from the records positioned after a cursor;
 //! - [`heads`]: the cache of the heads of runs, so that a commit need not read its run back;
 //! - [`migrations`]: whether a database holds the migrations a binary embeds, for opens that
@@ -39,6 +42,7 @@ use serde_json::Value;
 
 pub mod commit;
 mod decode;
+pub mod dialect;
 pub mod events;
 pub mod heads;
 pub mod migrations;
@@ -46,7 +50,9 @@ pub mod operator;
 pub mod reads;
 pub mod retention;
 pub mod rows;
+pub mod schedules;
 pub mod sql;
+mod store_impl;
 pub mod write;
 pub mod write_queue;
 
@@ -54,13 +60,16 @@ pub mod write_queue;
 #[doc(hidden)]
 pub mod __private {
     pub use agent_core::graph::GraphDescription;
+    pub use agent_core::schedule::Schedule;
     pub use agent_core::store::{
         Claimed, EventCursor, EventLog, EventScope, EventWakes, HistoryStore, InspectedRun,
-        JournalEntry, Lease, OperatorNote, OperatorStore, RunEvent, RunRecord, RunStore,
-        SignalRecord, StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord,
-        VersionSpan, operator,
+        JournalEntry, LabelValueCount, Lease, MigrationCommit, OperatorNote, OperatorStore,
+        PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus,
+        RunStore, ScheduleStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit,
+        StoreError, ToolSwitch, TransitionRecord, VersionCount, VersionSpan, operator,
     };
     pub use async_trait::async_trait;
+    pub use serde_json::Value;
 }
 
 /// Tool outputs whose JSON is larger than this many bytes are stored in the `outputs` side

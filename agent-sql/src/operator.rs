@@ -18,12 +18,30 @@ use async_trait::async_trait;
 
 use crate::commit::CommitPlan;
 use crate::heads::{HeadCache, RunHead};
-use crate::rows::Applied;
+use crate::reads::Arg;
+use crate::rows::{self, Applied, SqlRow};
+use crate::{corrupt, sql};
 
 /// An operator's write transaction in a dialect: the statements the verbs need, each in
 /// the transaction, which [`commit`](Self::commit) ends (dropping it rolls back).
 #[async_trait]
 pub trait OperatorTx: Send {
+    /// The driver's row.
+    type Row: SqlRow + Send;
+
+    /// As [`SqlReads::AGENT_GRAPH`](crate::reads::SqlReads::AGENT_GRAPH).
+    const AGENT_GRAPH: &'static str;
+    /// A run's signal in the columns of [`rows::SignalRow`], `$1` the run, `$2` the
+    /// signal's id.
+    const SIGNAL_OF_RUN: &'static str;
+
+    /// The rows of `sql` with `args` bound in order, in the transaction.
+    async fn fetch(
+        &mut self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<Self::Row>, StoreError>;
+
     /// Run `run_id`'s head, read so that no commit lands on the run before this
     /// transaction's write (PostgreSQL locks the row; SQLite's write transaction holds the
     /// database). [`StoreError::NotFound`] when there is no such run.
@@ -56,17 +74,39 @@ pub trait OperatorTx: Send {
     async fn children_to_cancel(
         &mut self,
         parent: &str,
-    ) -> Result<Vec<(String, Option<String>)>, StoreError>;
+    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        let rows = self
+            .fetch(sql::CHILDREN_TO_CANCEL.as_str(), &[Arg::Text(parent)])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let child = row.child_row().map_err(|e| corrupt(parent, e))?;
+                Ok((child.id, child.to_state))
+            })
+            .collect()
+    }
 
     /// The registered graph of `run`'s agent and fingerprint.
-    async fn graph(&mut self, run: &RunRecord) -> Result<Option<GraphDescription>, StoreError>;
+    async fn graph(&mut self, run: &RunRecord) -> Result<Option<GraphDescription>, StoreError> {
+        let args = [Arg::Text(&run.agent), Arg::OptText(Some(&run.fingerprint))];
+        let rows = self.fetch(Self::AGENT_GRAPH, &args).await?;
+        rows.first()
+            .map(|row| rows::graph(&run.agent, row))
+            .transpose()
+    }
 
     /// Signal `signal_id` of run `run_id`, if it has one of that id.
     async fn signal(
         &mut self,
         run_id: &str,
         signal_id: i64,
-    ) -> Result<Option<SignalRecord>, StoreError>;
+    ) -> Result<Option<SignalRecord>, StoreError> {
+        let args = [Arg::Text(run_id), Arg::Int(signal_id)];
+        let rows = self.fetch(Self::SIGNAL_OF_RUN, &args).await?;
+        rows.first()
+            .map(|row| rows::signal(run_id, row))
+            .transpose()
+    }
 
     /// After the `signal_dropped` version `version` (`commit`): the run's wait kept on the
     /// row and the transition, and the signal marked consumed at that version.
@@ -84,6 +124,18 @@ pub trait OperatorTx: Send {
 
     /// Commit the transaction.
     async fn commit(self) -> Result<(), StoreError>;
+
+    /// End the transaction writing nothing, now: the run row's lock is released before
+    /// the verb answers. A transaction merely dropped is rolled back only when its
+    /// connection is next used, and until then a claim skipping locked rows does not see
+    /// the run (found by replaying the protocol model's paths, `tests/model`).
+    async fn rollback(self);
+}
+
+/// End `tx` writing nothing and answer `refused`.
+async fn refuse<T: OperatorTx, R>(tx: T, refused: StoreError) -> Result<R, StoreError> {
+    tx.rollback().await;
+    Err(refused)
 }
 
 /// What the operators' verbs need of a SQL store.
@@ -117,8 +169,15 @@ pub async fn operator_action<S: SqlOperator>(
     let mut tx = store.operator_tx().await?;
     let head = tx.head(run_id).await?;
     let now = tx.now().await?;
-    match plan(&head.record, now)? {
-        OperatorPlan::Unchanged => Ok(head.record),
+    let planned = match plan(&head.record, now) {
+        Ok(planned) => planned,
+        Err(refused) => return refuse(tx, refused).await,
+    };
+    match planned {
+        OperatorPlan::Unchanged => {
+            tx.rollback().await;
+            Ok(head.record)
+        }
         OperatorPlan::RequestCancel => {
             let note = request
                 .ok_or_else(|| StoreError::backend("a cancel request without a note".to_owned()))?;
@@ -164,7 +223,10 @@ pub async fn cancel_with_children<S: SqlOperator>(
     let head = tx.head(run_id).await?;
     let now = tx.now().await?;
     let mut written = Vec::new();
-    let plan = plan_cancel(&head.record, note, now)?;
+    let plan = match plan_cancel(&head.record, note, now) {
+        Ok(plan) => plan,
+        Err(refused) => return refuse(tx, refused).await,
+    };
     let graph = tx.graph(&head.record).await?;
     let parent = cancel_in(&mut tx, head, plan, note, now, &mut written).await?;
     let mut parents = vec![(run_id.to_owned(), graph)];
@@ -258,14 +320,17 @@ pub async fn drop_signal<S: SqlOperator>(
     let mut tx = store.operator_tx().await?;
     let head = tx.head(run_id).await?;
     let now = tx.now().await?;
-    let signal =
-        tx.signal(run_id, signal_id)
-            .await?
-            .ok_or_else(|| StoreError::NoPendingSignal {
-                run_id: run_id.to_owned(),
-                signal_id,
-            })?;
-    let t = plan_drop_signal(&head.record, &signal, note, now)?;
+    let Some(signal) = tx.signal(run_id, signal_id).await? else {
+        let refused = StoreError::NoPendingSignal {
+            run_id: run_id.to_owned(),
+            signal_id,
+        };
+        return refuse(tx, refused).await;
+    };
+    let t = match plan_drop_signal(&head.record, &signal, note, now) {
+        Ok(t) => t,
+        Err(refused) => return refuse(tx, refused).await,
+    };
     let (plan, payload) = CommitPlan::operator(head, &t);
     let applied = tx.write_transition(run_id, &t, &plan, payload, now).await?;
     tx.keep_wait_and_drop(run_id, &t.commit, plan.version, signal_id)
@@ -292,7 +357,7 @@ pub async fn migrate<S: SqlOperator>(
     let mut tx = store.operator_tx().await?;
     let head = tx.head(run_id).await?;
     if let Some(refused) = m.refusal(&head.record, lease.epoch) {
-        return Err(refused);
+        return refuse(tx, refused).await;
     }
     let now = tx.now().await?;
     let t = m.transition(lease.epoch);

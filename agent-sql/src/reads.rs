@@ -8,7 +8,7 @@ use agent_core::store::{
 };
 use async_trait::async_trait;
 use sqlx::query::Query;
-use sqlx::{Database, Encode, Type};
+use sqlx::{Database, Encode, Executor, IntoArguments, Type};
 
 use crate::rows::{self, SqlRow};
 use crate::{corrupt, sql, to_i64, to_u64};
@@ -50,6 +50,29 @@ where
         };
     }
     query
+}
+
+/// The rows of `sql` with `args` bound in order, on `executor` (a pool, or a
+/// transaction's connection).
+///
+/// # Errors
+/// The driver's error.
+pub async fn fetch_all<'c, DB, E>(
+    executor: E,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> sqlx::Result<Vec<DB::Row>>
+where
+    DB: Database,
+    E: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> Option<&'a str>: Encode<'a, DB> + Type<DB>,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+    for<'a> Option<i64>: Encode<'a, DB> + Type<DB>,
+    for<'a> bool: Encode<'a, DB> + Type<DB>,
+{
+    bind(sqlx::query(sql), args).fetch_all(executor).await
 }
 
 /// What the shared reads need of a store.
@@ -133,6 +156,23 @@ pub async fn head_of<S: SqlReads>(
 ) -> Result<Option<(u64, u64)>, StoreError> {
     let rows = store.fetch(sql::RUN_HEAD, &[Arg::Text(run_id)]).await?;
     rows.first().map(|r| rows::head(run_id, r)).transpose()
+}
+
+/// Why a write fenced by `lease` matched no row: the run is gone
+/// ([`StoreError::NotFound`]), or the epoch moved ([`StoreError::LeaseLost`]).
+///
+/// # Errors
+/// The store's error for a failed statement; [`StoreError::Corrupt`] when the head does
+/// not read.
+pub async fn fenced_out<S: SqlReads>(store: &S, lease: &Lease) -> Result<StoreError, StoreError> {
+    Ok(if head_of(store, &lease.run_id).await?.is_none() {
+        StoreError::NotFound(lease.run_id.clone())
+    } else {
+        StoreError::LeaseLost {
+            run_id: lease.run_id.clone(),
+            epoch: lease.epoch,
+        }
+    })
 }
 
 /// Whether the run has a row, however much of it reads (an empty listing of a damaged
@@ -525,306 +565,4 @@ pub async fn prune_point<S: SqlReads>(
     Ok(replay_at_via(store, &id, cutoff, true)
         .await?
         .map(|at| (id, cutoff, at)))
-}
-
-/// The methods of the store contract's roles that are the same on every SQL store, inside
-/// the store's role impls (the rest of each role's methods go in its braces). The store
-/// implements [`SqlReads`] and [`SqlOperator`](crate::operator::SqlOperator) (the
-/// operators' verbs, [`crate::operator`]), and has inherent methods with the signatures of
-/// `RunStore::record_entry` and `RunStore::commit_step`, named `record` and `commit`, and
-/// the claims without their reads, `claim_one(run_id, worker, ttl)` and
-/// `claim_batch(agents, worker, ttl, limit)`, whose runs `with_reads(claimed)` reads for.
-///
-/// ```text
-/// agent_sql::impl_sql_store!(PgStore {
-///     history { async fn load_run(&self, run_id: &str) -> … { … } … }
-///     runs { … }
-///     operator { … }
-///     events { … }
-/// });
-/// ```
-#[macro_export]
-macro_rules! impl_sql_store {
-    ($store:ty {
-        history { $($history:tt)* }
-        runs { $($runs:tt)* }
-        operator { $($operator:tt)* }
-        events { $($events:tt)* }
-    }) => {
-        #[$crate::__private::async_trait]
-        impl $crate::__private::HistoryStore for $store {
-            async fn agents(&self) -> ::core::result::Result<
-                ::std::vec::Vec<::std::string::String>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::agents(self).await
-            }
-
-            async fn agent_graph(
-                &self,
-                agent: &str,
-                fingerprint: ::core::option::Option<&str>,
-            ) -> ::core::result::Result<
-                ::core::option::Option<$crate::__private::GraphDescription>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::agent_graph(self, agent, fingerprint).await
-            }
-
-            async fn tool_enabled(
-                &self,
-                tool: &str,
-            ) -> ::core::result::Result<bool, $crate::__private::StoreError> {
-                $crate::reads::tool_enabled(self, tool).await
-            }
-
-            async fn journal(
-                &self,
-                run_id: &str,
-                version: ::core::option::Option<u64>,
-            ) -> ::core::result::Result<
-                ::std::vec::Vec<$crate::__private::JournalEntry>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::journal(self, run_id, version).await
-            }
-
-            async fn version_span(
-                &self,
-                run_id: &str,
-            ) -> ::core::result::Result<
-                ::core::option::Option<$crate::__private::VersionSpan>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::version_span(self, run_id).await
-            }
-
-            async fn history(
-                &self,
-                run_id: &str,
-            ) -> ::core::result::Result<
-                ::std::vec::Vec<$crate::__private::TransitionRecord>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::history(self, run_id).await
-            }
-
-            async fn history_from(
-                &self,
-                run_id: &str,
-                version: u64,
-                limit: usize,
-            ) -> ::core::result::Result<
-                ::std::vec::Vec<$crate::__private::TransitionRecord>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::history_from(self, run_id, version, limit).await
-            }
-
-            async fn journal_from(
-                &self,
-                run_id: &str,
-                from: (u64, u32),
-                limit: usize,
-            ) -> ::core::result::Result<
-                ::std::vec::Vec<$crate::__private::JournalEntry>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::journal_from(self, run_id, from, limit).await
-            }
-
-            async fn state_at(
-                &self,
-                run_id: &str,
-                version: u64,
-            ) -> ::core::result::Result<
-                ::core::option::Option<$crate::__private::StateAtVersion>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::state_at(self, run_id, version).await
-            }
-
-            async fn fork(
-                &self,
-                run_id: &str,
-                version: u64,
-                new_id: &str,
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::fork(self, run_id, version, new_id).await
-            }
-
-            async fn pending_signals(
-                &self,
-                run_id: &str,
-            ) -> ::core::result::Result<
-                ::std::vec::Vec<$crate::__private::SignalRecord>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::pending_signals(self, run_id).await
-            }
-
-            async fn inspect_run(
-                &self,
-                run_id: &str,
-            ) -> ::core::result::Result<
-                ::core::option::Option<$crate::__private::InspectedRun>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::inspect_run(self, run_id).await
-            }
-
-            async fn tool_switches(
-                &self,
-            ) -> ::core::result::Result<
-                ::std::vec::Vec<$crate::__private::ToolSwitch>,
-                $crate::__private::StoreError,
-            > {
-                $crate::reads::tool_switches(self).await
-            }
-
-            $($history)*
-        }
-
-        #[$crate::__private::async_trait]
-        impl $crate::__private::RunStore for $store {
-            async fn hand_back(
-                &self,
-                lease: &$crate::__private::Lease,
-            ) -> ::core::result::Result<(), $crate::__private::StoreError> {
-                $crate::reads::hand_back(self, lease).await
-            }
-
-            async fn record_entry(
-                &self,
-                lease: &$crate::__private::Lease,
-                entry: &$crate::__private::JournalEntry,
-            ) -> ::core::result::Result<(), $crate::__private::StoreError> {
-                self.record(lease, entry).await
-            }
-
-            async fn claim_run(
-                &self,
-                run_id: &str,
-                worker: &str,
-                ttl: ::std::time::Duration,
-            ) -> ::core::result::Result<
-                ::core::option::Option<$crate::__private::Claimed>,
-                $crate::__private::StoreError,
-            > {
-                let ::core::option::Option::Some(claimed) =
-                    self.claim_one(run_id, worker, ttl).await?
-                else {
-                    return ::core::result::Result::Ok(::core::option::Option::None);
-                };
-                ::core::result::Result::Ok(self.with_reads(::std::vec![claimed]).await.pop())
-            }
-
-            async fn claim_next(
-                &self,
-                agents: &[::std::string::String],
-                worker: &str,
-                ttl: ::std::time::Duration,
-                limit: usize,
-            ) -> ::core::result::Result<
-                ::std::vec::Vec<$crate::__private::Claimed>,
-                $crate::__private::StoreError,
-            > {
-                let claimed = self.claim_batch(agents, worker, ttl, limit).await?;
-                ::core::result::Result::Ok(self.with_reads(claimed).await)
-            }
-
-            async fn commit_step(
-                &self,
-                lease: &$crate::__private::Lease,
-                commit: &$crate::__private::StepCommit,
-                entries: &[$crate::__private::JournalEntry],
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                self.commit(lease, commit, entries).await
-            }
-
-            async fn accept_cancel(
-                &self,
-                lease: &$crate::__private::Lease,
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                $crate::operator::operator_action(self, &lease.run_id, ::core::option::Option::None, |r, _| {
-                    $crate::__private::operator::plan_accept_cancel(r, lease).map(|t| {
-                        $crate::__private::operator::OperatorPlan::Transition(
-                            ::std::boxed::Box::new(t),
-                        )
-                    })
-                })
-                .await
-            }
-
-            $($runs)*
-        }
-
-        #[$crate::__private::async_trait]
-        impl $crate::__private::OperatorStore for $store {
-            async fn cancel_run(
-                &self,
-                run_id: &str,
-                note: &$crate::__private::OperatorNote,
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                $crate::operator::cancel_with_children(self, run_id, note).await
-            }
-
-            async fn terminate_run(
-                &self,
-                run_id: &str,
-                note: &$crate::__private::OperatorNote,
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                $crate::operator::operator_action(self, run_id, ::core::option::Option::None, |r, _| {
-                    $crate::__private::operator::plan_terminate(r, note)
-                })
-                .await
-            }
-
-            async fn drop_signal(
-                &self,
-                run_id: &str,
-                signal_id: i64,
-                note: &$crate::__private::OperatorNote,
-            ) -> ::core::result::Result<
-                $crate::__private::RunRecord,
-                $crate::__private::StoreError,
-            > {
-                $crate::operator::drop_signal(self, run_id, signal_id, note).await
-            }
-
-            $($operator)*
-        }
-
-        #[$crate::__private::async_trait]
-        impl $crate::__private::EventLog for $store {
-            async fn events(
-                &self,
-                scope: &$crate::__private::EventScope,
-                after: $crate::__private::EventCursor,
-                limit: usize,
-            ) -> ::core::result::Result<
-                ::std::vec::Vec<$crate::__private::RunEvent>,
-                $crate::__private::StoreError,
-            > {
-                $crate::events::events(self, scope, after, limit).await
-            }
-
-            $($events)*
-        }
-    };
 }

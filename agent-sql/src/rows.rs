@@ -9,10 +9,10 @@
 use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
-    CallStatus, ClaimReads, EntryKind, InspectedRun, JournalEntry, Labels, Millis, OperatorNote,
-    ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion,
-    StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
-    WaitingFor,
+    CallStatus, ClaimReads, EntryKind, InspectedRun, JournalEntry, LabelValueCount, Labels, Millis,
+    OperatorNote, ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord, SpawnedBy,
+    StateAtVersion, StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionCount,
+    VersionSpan, WaitingFor,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -161,6 +161,16 @@ pub struct AgentRow {
     pub agent: String,
 }
 
+/// A child run a cancel of its parent may reach
+/// ([`sql::CHILDREN_TO_CANCEL`](crate::sql::CHILDREN_TO_CANCEL)).
+#[derive(Debug, FromRow)]
+pub struct ChildRow {
+    /// The child's id.
+    pub id: String,
+    /// The parent's state at the version that spawned it (`None` when pruned).
+    pub to_state: Option<String>,
+}
+
 /// A run's stored version and epoch ([`sql::RUN_HEAD`](crate::sql::RUN_HEAD)).
 #[derive(Debug, FromRow)]
 pub struct HeadRow {
@@ -242,6 +252,13 @@ pub struct GraphRow {
     graph: Json<Value>,
 }
 
+/// A stored schedule, its document.
+#[derive(Debug, FromRow)]
+pub struct ScheduleRow {
+    /// The schedule as JSON.
+    pub body: Json<Value>,
+}
+
 /// Whether a tool is switched on.
 #[derive(Debug, FromRow)]
 pub struct EnabledRow {
@@ -261,6 +278,14 @@ pub struct VersionCountRow {
     agent_version: i32,
     fingerprint: String,
     n: i64,
+}
+
+/// A label's value, its number of runs and the newest one's creation (`count_label_values`).
+#[derive(Debug, FromRow)]
+pub struct LabelCountRow {
+    value: String,
+    n: i64,
+    last_created_at: i64,
 }
 
 /// A prune candidate's first kept version.
@@ -463,6 +488,24 @@ pub fn version_counts(rows: &[impl SqlRow]) -> Result<Vec<VersionCount>, StoreEr
                     .map_err(|e| corrupt("(count)", format!("agent_version: {e}")))?,
                 fingerprint: r.fingerprint,
                 runs: to_u64(r.n).map_err(c)?,
+            })
+        })
+        .collect()
+}
+
+/// The rows of `count_label_values`, as read.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a row that does not read.
+pub fn label_value_counts(rows: &[impl SqlRow]) -> Result<Vec<LabelValueCount>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let c = |e: sqlx::Error| corrupt("(count)", e);
+            let r = row.label_count_row().map_err(c)?;
+            Ok(LabelValueCount {
+                value: r.value,
+                runs: to_u64(r.n).map_err(c)?,
+                last_created_at: r.last_created_at,
             })
         })
         .collect()

@@ -75,22 +75,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::store::{
-    Lease, NewRun, RunRecord, RunStatus, StoreError, TransitionKind, WakeHub, creation_hash,
-    now_ms, transition_hash, validate_labels,
+    Lease, Millis, NewRun, RunRecord, RunStatus, StoreError, TransitionKind, WakeHub,
+    creation_hash, now_ms, transition_hash, validate_labels,
 };
-use agent_sql::heads::{HeadCache, RunHead};
-use agent_sql::reads::{Arg, SqlReads, bind, head_of};
+use agent_sql::dialect::{Listing, SqlDialect, WorkerWake, created_before};
+use agent_sql::heads::HeadCache;
+use agent_sql::reads::{Arg, SqlReads, bind, fetch_all};
 use agent_sql::rows;
+use agent_sql::write::{CommitRow, EntryRow, Outcome, SignalRow};
 use agent_sql::{ms, to_i64};
 use async_trait::async_trait;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::Notify;
 
-mod commit;
 mod group_commit;
 mod open;
 mod operator;
+mod schedule_sql;
 mod sql;
 mod store;
 
@@ -201,37 +203,6 @@ impl SqliteStore {
             .map(|_| ())
     }
 
-    /// Why a write fenced by `lease` matched no row: the run is gone, or the epoch moved.
-    async fn fenced_out(&self, lease: &Lease) -> Result<StoreError, StoreError> {
-        Ok(if self.exists(&lease.run_id).await? {
-            StoreError::LeaseLost {
-                run_id: lease.run_id.clone(),
-                epoch: lease.epoch,
-            }
-        } else {
-            StoreError::NotFound(lease.run_id.clone())
-        })
-    }
-
-    async fn exists(&self, run_id: &str) -> Result<bool, StoreError> {
-        Ok(head_of(self, run_id).await?.is_some())
-    }
-
-    /// The run at `head`, its head remembered for the run's next commit: a run just
-    /// created or claimed is about to be stepped, and its first commit then reads nothing
-    /// (a worker with thousands of runs in flight would otherwise read each run's row
-    /// again, all at once).
-    pub(crate) fn remembered(&self, head: RunHead) -> RunRecord {
-        let RunHead {
-            mut record,
-            last_hash,
-            patch_bytes,
-        } = head;
-        self.heads
-            .remember_record(&mut record, last_hash, patch_bytes);
-        record
-    }
-
     /// Create `new` (forked from `parent`), or return the run of the same id when it was
     /// created from the same request. With `claim`, a run created here is claimed by that
     /// worker for that long in the same transaction (and nobody is woken); the flag says
@@ -297,8 +268,8 @@ impl SqliteStore {
                 sqlx::query(sql::CLAIM_RUN.as_str())
                     .bind(&new.id)
                     .bind(worker)
-                    .bind(now)
                     .bind(ms(ttl))
+                    .bind(now)
                     .execute(&mut *tx)
                     .await
                     .map_err(db_err)?;
@@ -311,7 +282,7 @@ impl SqliteStore {
             .map_err(db_err)?;
         tx.commit().await.map_err(db_err)?;
         let stored = rows::stored_run(&row)?;
-        let record = self.remembered(stored.head);
+        let record = self.heads.remembered(stored.head);
         if inserted == 1 {
             if claim.is_none() {
                 self.work.notify_waiters();
@@ -319,12 +290,10 @@ impl SqliteStore {
             self.events.wake(&record.id);
             return Ok((record, claim.is_some()));
         }
-        let same_parent = record.parent.as_ref().map(|(p, v)| (p.as_str(), *v)) == parent;
-        if stored.creation_hash == creation_hash(new) && same_parent {
-            Ok((record, false))
-        } else {
-            Err(StoreError::AlreadyExists(new.id.clone()))
-        }
+        Ok((
+            created_before(record, &stored.creation_hash, new, parent)?,
+            false,
+        ))
     }
 }
 
@@ -374,41 +343,14 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
 impl SqlReads for SqliteStore {
     type Row = SqliteRow;
 
-    const AGENT_GRAPH: &'static str = sql::AGENT_GRAPH;
-    const HISTORY: &'static str = sql::HISTORY;
-    const HAND_BACK: &'static str = sql::HAND_BACK;
-    const LOAD_RUN: &'static str = sql::LOAD_RUN;
-    const JOURNAL: &'static str = sql::JOURNAL;
-    const HISTORY_FROM: &'static str = sql::HISTORY_FROM;
-    const JOURNAL_FROM: &'static str = sql::JOURNAL_FROM;
-    const PENDING_SIGNALS: &'static str = sql::PENDING_SIGNALS;
-    const TOOL_SWITCHES: &'static str = sql::TOOL_SWITCHES;
-
-    fn run_events_sql() -> &'static str {
-        sql::RUN_EVENTS.as_str()
-    }
-
-    fn scope_events_sql() -> &'static str {
-        sql::SCOPE_EVENTS.as_str()
-    }
-
-    fn prune_candidates_sql() -> &'static str {
-        sql::PRUNE_CANDIDATES.as_str()
-    }
-
-    fn expired_runs_sql() -> &'static str {
-        sql::EXPIRED_RUNS.as_str()
-    }
+    agent_sql::statements!(SqlReads, sql);
 
     async fn fetch(
         &self,
         sql: &'static str,
         args: &[Arg<'_>],
     ) -> Result<Vec<SqliteRow>, StoreError> {
-        bind(sqlx::query(sql), args)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)
+        fetch_all(&self.pool, sql, args).await.map_err(db_err)
     }
 
     async fn fetch_events(
@@ -416,10 +358,7 @@ impl SqlReads for SqliteStore {
         sql: &'static str,
         args: &[Arg<'_>],
     ) -> Result<Vec<SqliteRow>, StoreError> {
-        bind(sqlx::query(sql), args)
-            .fetch_all(&self.readers)
-            .await
-            .map_err(db_err)
+        fetch_all(&self.readers, sql, args).await.map_err(db_err)
     }
 
     async fn insert_fork(
@@ -428,5 +367,97 @@ impl SqlReads for SqliteStore {
         parent: (&str, u64),
     ) -> Result<RunRecord, StoreError> {
         Ok(self.insert_run(new, Some(parent), None).await?.0)
+    }
+}
+
+#[async_trait]
+impl SqlDialect for SqliteStore {
+    agent_sql::statements!(SqlDialect, sql);
+    /// SQLite's `LIMIT -1`.
+    const NO_LIMIT: Option<i64> = Some(-1);
+    /// Only a run this store creates or claims is about to be stepped here.
+    const REMEMBERS_READS: bool = false;
+
+    /// This process's clock, which every claim of the one-process store uses too.
+    fn clock(&self) -> Option<Millis> {
+        Some(now_ms())
+    }
+
+    /// None: idle workers are this process's, woken by [`wake_workers`](Self::wake_workers).
+    fn channel(&self) -> Option<&str> {
+        None
+    }
+
+    /// The expiry, by this process's clock.
+    fn lease_until(&self, ttl: Duration) -> Millis {
+        now_ms().saturating_add(ms(ttl))
+    }
+
+    /// A write transaction: the statement, then the change recorded when it wrote a row.
+    async fn write_status(
+        &self,
+        run_id: &str,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Option<SqliteRow>, StoreError> {
+        let mut tx = self.write_tx().await?;
+        let row = bind(sqlx::query(sql), args)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if row.is_some() {
+            Self::status_changed(&mut tx, run_id).await?;
+            tx.commit().await.map_err(db_err)?;
+        }
+        Ok(row)
+    }
+
+    async fn fetch_listing(&self, listing: Listing<'_>) -> Result<Vec<SqliteRow>, StoreError> {
+        let on = if listing.aside {
+            &self.readers
+        } else {
+            &self.pool
+        };
+        let query = store::filtered(listing.sql, listing.filter, listing.limit, listing.tail)?;
+        query.fetch_all(on).await.map_err(db_err)
+    }
+
+    fn head_cache(&self) -> &HeadCache {
+        &self.heads
+    }
+
+    /// Alone when the writer is idle, else with the other runs' commits that arrived
+    /// meanwhile, in one `BEGIN IMMEDIATE` transaction; the entries it carries are written
+    /// in that transaction after its compare-and-set, only if it applied (which fences them
+    /// by the lease as [`record_row`](Self::record_row) does).
+    async fn commit_row(&self, row: CommitRow) -> Outcome {
+        self.group.commit(row).await
+    }
+
+    /// The epoch checked and the entry written in one transaction, through the group
+    /// commit (alone when the writer is idle, else with the other runs' entries and commits
+    /// that arrived meanwhile).
+    async fn record_row(&self, lease: &Lease, row: EntryRow) -> Result<(), StoreError> {
+        self.group.record(row).await?;
+        self.events.wake(&lease.run_id);
+        Ok(())
+    }
+
+    async fn insert_signal(&self, row: SignalRow) -> Result<Option<i64>, StoreError> {
+        self.group.signal(row).await
+    }
+
+    fn wake_followers(&self, run_id: &str) {
+        self.events.wake(run_id);
+    }
+
+    fn wake_workers(&self, _wake: WorkerWake) {
+        self.work.notify_waiters();
+    }
+
+    async fn wake_parent(&self, child: &RunRecord) {
+        if child.spawned_by.is_some() {
+            self.work.notify_waiters();
+        }
     }
 }

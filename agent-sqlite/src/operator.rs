@@ -3,21 +3,20 @@
 //! `migrate_run`) read the run and make the plan's write in one `BEGIN IMMEDIATE`
 //! transaction, so nothing commits between what the plan saw and what it writes.
 
-use agent_core::graph::GraphDescription;
 use agent_core::store::history::VersionPayload;
 use agent_core::store::operator::OperatorTransition;
 use agent_core::store::{
-    MigrationCommit, Millis, OperatorNote, RunRecord, SignalRecord, StepCommit, StoreError,
-    WaitingFor, now_ms,
+    MigrationCommit, Millis, OperatorNote, StepCommit, StoreError, WaitingFor, now_ms,
 };
 use agent_sql::commit::{CommitPlan, operator_args};
 use agent_sql::heads::{HeadCache, RunHead};
 use agent_sql::operator::{OperatorTx, SqlOperator};
-use agent_sql::reads::bind;
+use agent_sql::reads::{Arg, bind, fetch_all};
 use agent_sql::retention::{Compacted, PrunePoint, SqlRetention};
 use agent_sql::rows::{self, Applied};
 use agent_sql::{corrupt, to_i64};
 use async_trait::async_trait;
+use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
 
 use crate::{SqliteStore, db_err, sql};
@@ -46,6 +45,18 @@ impl SqlOperator for SqliteStore {
 
 #[async_trait]
 impl OperatorTx for SqliteOperatorTx {
+    type Row = SqliteRow;
+
+    agent_sql::statements!(OperatorTx, sql);
+
+    async fn fetch(
+        &mut self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<SqliteRow>, StoreError> {
+        fetch_all(&mut *self.0, sql, args).await.map_err(db_err)
+    }
+
     async fn head(&mut self, run_id: &str) -> Result<RunHead, StoreError> {
         let row = sqlx::query(sql::LOAD_RUN)
             .bind(run_id)
@@ -132,52 +143,6 @@ impl OperatorTx for SqliteOperatorTx {
         Ok(applied)
     }
 
-    async fn children_to_cancel(
-        &mut self,
-        parent: &str,
-    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
-        let rows = sqlx::query(agent_sql::sql::CHILDREN_TO_CANCEL.as_str())
-            .bind(parent)
-            .fetch_all(&mut *self.0)
-            .await
-            .map_err(db_err)?;
-        rows.iter()
-            .map(|row| {
-                let c = |e: sqlx::Error| corrupt(parent, e);
-                Ok((
-                    row.try_get("id").map_err(c)?,
-                    row.try_get("to_state").map_err(c)?,
-                ))
-            })
-            .collect()
-    }
-
-    async fn graph(&mut self, run: &RunRecord) -> Result<Option<GraphDescription>, StoreError> {
-        sqlx::query(sql::AGENT_GRAPH)
-            .bind(&run.agent)
-            .bind(&run.fingerprint)
-            .fetch_optional(&mut *self.0)
-            .await
-            .map_err(db_err)?
-            .map(|row| rows::graph(&run.agent, &row))
-            .transpose()
-    }
-
-    async fn signal(
-        &mut self,
-        run_id: &str,
-        signal_id: i64,
-    ) -> Result<Option<SignalRecord>, StoreError> {
-        sqlx::query(sql::SIGNAL_OF_RUN)
-            .bind(run_id)
-            .bind(signal_id)
-            .fetch_optional(&mut *self.0)
-            .await
-            .map_err(db_err)?
-            .map(|row| rows::signal(run_id, &row))
-            .transpose()
-    }
-
     async fn keep_wait_and_drop(
         &mut self,
         run_id: &str,
@@ -231,6 +196,11 @@ impl OperatorTx for SqliteOperatorTx {
 
     async fn commit(self) -> Result<(), StoreError> {
         self.0.commit().await.map_err(db_err)
+    }
+
+    async fn rollback(self) {
+        // Best effort: a connection that fails here is dropped, and its lock with it.
+        let _ = self.0.rollback().await;
     }
 }
 

@@ -81,14 +81,16 @@ pub(crate) const INSERT_STATUS_CHANGE: &str = concat!(
 
 pub(crate) const LOAD_RUN: &str = concat!("SELECT ", run_cols!(), " FROM runs WHERE id = $1");
 
+/// Claim run `$1` for worker `$2` for `$3` ms from now, `$4` (the parameters of
+/// PostgreSQL's, which reads its own clock, then the clock).
 pub(crate) static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
     format!(
         concat!(
-            "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, lease_expires_at = $3 + $4, \
+            "UPDATE runs SET epoch = epoch + 1, lease_owner = $2, lease_expires_at = $4 + $3, \
              claims_without_progress = claims_without_progress + CASE WHEN lease_owner IS NULL THEN 0 ELSE 1 END, \
-             updated_at = $3 \
+             updated_at = $4 \
              WHERE id = $1 AND status NOT IN {final_statuses} \
-             AND (lease_owner IS NULL OR lease_expires_at <= $3 OR lease_owner = $2) RETURNING ",
+             AND (lease_owner IS NULL OR lease_expires_at <= $4 OR lease_owner = $2) RETURNING ",
             run_cols!()
         ),
         final_statuses = final_statuses()
@@ -219,7 +221,7 @@ pub(crate) const NEXT_DUE: &str = "SELECT min(at) FROM ( \
 /// Take a run whose stored data does not read out of circulation.
 pub(crate) const QUARANTINE_CORRUPT: &str = "UPDATE runs SET status = 'quarantined', \
      error_code = 'row.unreadable', error_message = $2, lease_owner = NULL, \
-     lease_expires_at = NULL, updated_at = $3 WHERE id = $1";
+     lease_expires_at = NULL, updated_at = $3 WHERE id = $1 RETURNING id";
 
 pub(crate) const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
      WHERE id = $1 AND epoch = $2 AND lease_owner = $3 RETURNING lease_expires_at";
@@ -231,10 +233,11 @@ pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_ex
 /// `RunStore::expire_leases_of`: the leases of a worker's previous process end now (`$2`).
 pub(crate) const EXPIRE_LEASES_OF: &str = "UPDATE runs SET lease_expires_at = $2 \
      WHERE status IN ('running', 'compensating', 'waiting') AND lease_owner = $1 \
-     AND lease_expires_at > $2";
+     AND lease_expires_at > $2 RETURNING id";
 
 pub(crate) const RELEASE_LEASE: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
-     claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
+     claims_without_progress = 0 WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL \
+     RETURNING id";
 
 /// A journal entry's upsert, its rows coming from `$source` (the values `$1`–`$22` and
 /// its event positions).
@@ -368,7 +371,8 @@ pub(crate) const HISTORY_FROM: &str = "SELECT run_id, version, from_state, to_st
      status, epoch, created_at, hash, note_by, note_reason FROM transitions \
      WHERE run_id = $1 AND version >= $2 ORDER BY version LIMIT $3";
 
-/// The filter of `HistoryStore::list_runs`, `count_runs` and `count_versions` (binds `$1`, `$2`,
+/// The filter of `HistoryStore::list_runs`, `count_runs`, `count_versions` and
+/// `count_label_values` (binds `$1`, `$2`,
 /// `$4`-`$10`;
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
@@ -416,6 +420,17 @@ pub(crate) const COUNT_VERSIONS: &str = concat!(
     runs_filter!(),
     " AND $3 IS NULL GROUP BY agent_version, fingerprint \
      ORDER BY agent_version, fingerprint"
+);
+
+/// `HistoryStore::count_label_values`: the values of label `$11` on the runs of the
+/// listing's filter (`$3` unused), by value as bytes (SQLite's `BINARY`), each with its
+/// runs and the newest one's creation time.
+pub(crate) const COUNT_LABEL_VALUES: &str = concat!(
+    "SELECT l.value, count(*) AS n, max(r.created_at) AS last_created_at FROM run_labels l \
+     JOIN (SELECT id, created_at",
+    runs_filter!(),
+    " AND $3 IS NULL) r ON r.id = l.run_id WHERE l.key = $11 \
+     GROUP BY l.value ORDER BY l.value"
 );
 
 /// `OperatorStore::cancel_run` under a live lease: the request, for the holder's next commit.
@@ -466,6 +481,20 @@ pub(crate) const SEND_SIGNAL: &str = concat!(
     " FROM runs WHERE id = $1 \
      RETURNING id"
 );
+
+/// [`SEND_SIGNAL`] under dedup key `$4` (`$5` the clock), unless the run has a signal
+/// under it (the unique index `signals_dedup`): no row then, as for no such run.
+pub(crate) const SEND_SIGNAL_ONCE: &str = concat!(
+    "INSERT INTO signals (run_id, name, payload, created_at, dedup_key, \
+     position) SELECT id, $2, $3, $5, $4, ",
+    next_position!(),
+    " FROM runs WHERE id = $1 \
+     ON CONFLICT (run_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING \
+     RETURNING id"
+);
+
+pub(crate) const SIGNAL_BY_KEY: &str =
+    "SELECT id FROM signals WHERE run_id = $1 AND dedup_key = $2";
 
 /// What a worker's claim reads for the claimed runs (`RunStore::claim_next`), in one
 /// statement for the batch: `$1` is a JSON array of `[id, version, waiting]`. Per run, its

@@ -31,6 +31,8 @@ pub(crate) const DEFAULT_DB: &str = "agent-runs.sqlite3";
   agentctl cancel order-42 --reason \"customer asked\"
   agentctl terminate order-42 --reason \"duplicate order\"
   agentctl migrate --dry-run
+  agentctl schedules list
+  agentctl triggers show inbox
 
 See docs/agentctl.md for every command."
 )]
@@ -104,6 +106,9 @@ pub(crate) enum Command {
     Fork(ForkArgs),
     /// Draw an agent's graph, optionally with a run's path overlaid.
     Graph(GraphArgs),
+    /// Which of an agent's declared edges and legal tools its runs took, and which none did
+    /// (run the tests against a store, then ask which transitions they never exercised).
+    Coverage(CoverageArgs),
     /// Per-tool call statistics: count, latency percentiles, errors by code.
     Stats(StatsArgs),
     /// Send a signal to a run (for example an approval a waiting state expects).
@@ -141,6 +146,12 @@ pub(crate) enum Command {
     /// Serve the store over HTTP: runs, history, live events, signal, cancel, retry
     /// (`docs/http-api.md`).
     Serve(ServeArgs),
+    /// Schedules that start runs on a cron expression or an interval: create, list, show,
+    /// update, delete, pause, resume, trigger, backfill (the agent's workers tick them).
+    Schedules(SchedulesArgs),
+    /// What message triggers and webhooks started: each with its runs by status and its
+    /// latest ones (from the runs' labels; a trigger's live state is its process's).
+    Triggers(TriggersArgs),
 }
 
 #[derive(Debug, Args)]
@@ -229,17 +240,207 @@ impl Command {
             | Self::DropSignal(_)
             | Self::Serve(_) => true,
             Self::Migrate(args) => !args.dry_run,
+            Self::Schedules(args) => !matches!(
+                args.action,
+                SchedulesAction::List(_) | SchedulesAction::Show(_)
+            ),
             Self::Tools(args) => !matches!(args.action, ToolsAction::List),
             Self::Runs(_)
+            | Self::Triggers(_)
             | Self::Show(_)
             | Self::State(_)
             | Self::Graph(_)
+            | Self::Coverage(_)
             | Self::Stats(_)
             | Self::Verify(_)
             | Self::Agents
             | Self::Backup(_) => false,
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TriggersArgs {
+    #[command(subcommand)]
+    pub action: TriggersAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TriggersAction {
+    /// List the message triggers and webhooks that started runs: runs by status, the
+    /// latest run's time.
+    List(TriggerListArgs),
+    /// Show a trigger or webhook: its runs by status, where its messages came from, its
+    /// latest runs with their messages or deliveries.
+    Show(TriggerShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TriggerListArgs {
+    /// Only the runs of this agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TriggerShowArgs {
+    /// The trigger's or webhook's name.
+    pub name: String,
+    /// How many of its latest runs to list.
+    #[arg(long, default_value_t = 10)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SchedulesArgs {
+    #[command(subcommand)]
+    pub action: SchedulesAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SchedulesAction {
+    /// List schedules, with their next and last ticks.
+    List(ScheduleListArgs),
+    /// Show a schedule and the runs of its latest ticks.
+    Show(ScheduleIdArg),
+    /// Create a schedule (checked: its spec, its time zone, its initial state against the
+    /// agent's registered graph).
+    Create(ScheduleCreateArgs),
+    /// Change a schedule: the options given replace its own.
+    Update(ScheduleUpdateArgs),
+    /// Delete a schedule (its runs stay).
+    Delete(ScheduleIdArg),
+    /// Pause a schedule: no tick starts a run until it is resumed.
+    Pause(ScheduleIdArg),
+    /// Resume a paused schedule from its next tick (the ticks of the pause start nothing).
+    Resume(ScheduleIdArg),
+    /// Start a run of the schedule now, whatever its overlap policy, also while paused.
+    Trigger(ScheduleIdArg),
+    /// Start the runs of every tick in a past time range that has none.
+    Backfill(ScheduleBackfillArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleListArgs {
+    /// Only the schedules of this agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleIdArg {
+    /// The schedule's id.
+    pub id: String,
+}
+
+/// When a schedule ticks, and what its runs start from: for `create` and `update`.
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleDefinition {
+    /// A cron expression (`30 2 * * *`, `0 8 * * MON-FRI`, six fields with seconds, `@daily`).
+    #[arg(long, conflicts_with = "every")]
+    pub cron: Option<String>,
+    /// The IANA time zone the cron expression is read in.
+    #[arg(long = "tz", value_name = "ZONE", requires = "cron")]
+    pub time_zone: Option<String>,
+    /// A fixed interval instead of a cron expression (`30s`, `5m`, `1h`, `1d`).
+    #[arg(long, value_parser = parse_window)]
+    pub every: Option<std::time::Duration>,
+    /// The initial state of every run, as JSON (`'{"Start": {"items": []}}'`).
+    #[arg(long, value_parser = parse_json)]
+    pub state: Option<serde_json::Value>,
+    /// Start each tick's run up to this much later, by an amount fixed per tick (`30s`).
+    #[arg(long, value_parser = parse_window)]
+    pub jitter: Option<std::time::Duration>,
+    /// While the previous tick's run is not final.
+    #[arg(long, value_enum)]
+    pub overlap: Option<OverlapArg>,
+    /// After downtime: `skip` the missed ticks, run the `last`, or run up to N of them.
+    #[arg(long, value_parser = parse_catch_up, value_name = "skip|last|N")]
+    pub catch_up: Option<agent_core::schedule::CatchUp>,
+    /// A label of every run (`KEY=VALUE`, repeat it); on `update`, replaces them all.
+    #[arg(long = "label", value_parser = parse_label, value_name = "KEY=VALUE")]
+    pub labels: Vec<(String, String)>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleCreateArgs {
+    /// The schedule's id (its runs are named `ID@TICK`).
+    pub id: String,
+    /// The agent whose runs it starts.
+    #[arg(long)]
+    pub agent: String,
+    #[command(flatten)]
+    pub definition: ScheduleDefinition,
+    /// Create it paused.
+    #[arg(long)]
+    pub paused: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleUpdateArgs {
+    /// The schedule's id.
+    pub id: String,
+    #[command(flatten)]
+    pub definition: ScheduleDefinition,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleBackfillArgs {
+    /// The schedule's id.
+    pub id: String,
+    /// The range's start, RFC 3339 (`2026-12-01T00:00:00Z`).
+    #[arg(long, value_parser = parse_instant)]
+    pub from: i64,
+    /// The range's end, included, RFC 3339.
+    #[arg(long, value_parser = parse_instant)]
+    pub to: i64,
+}
+
+/// [`OverlapPolicy`](agent_core::schedule::OverlapPolicy) on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OverlapArg {
+    /// Drop the tick.
+    Skip,
+    /// Keep the latest tick and start it when the previous run ends.
+    BufferOne,
+    /// Start it anyway.
+    AllowAll,
+    /// Cancel the previous run and start it.
+    CancelPrevious,
+}
+
+impl From<OverlapArg> for agent_core::schedule::OverlapPolicy {
+    fn from(arg: OverlapArg) -> Self {
+        match arg {
+            OverlapArg::Skip => Self::Skip,
+            OverlapArg::BufferOne => Self::BufferOne,
+            OverlapArg::AllowAll => Self::AllowAll,
+            OverlapArg::CancelPrevious => Self::CancelPrevious,
+        }
+    }
+}
+
+fn parse_catch_up(s: &str) -> Result<agent_core::schedule::CatchUp, String> {
+    use agent_core::schedule::CatchUp;
+    match s {
+        "skip" => Ok(CatchUp::Skip),
+        "last" => Ok(CatchUp::Last),
+        n => n
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(CatchUp::UpTo)
+            .ok_or_else(|| {
+                format!("`{s}` is not a catch-up policy: skip, last, or a count like 3")
+            }),
+    }
+}
+
+/// An RFC 3339 time, as Unix milliseconds.
+fn parse_instant(s: &str) -> Result<i64, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| format!("`{s}` is not an RFC 3339 time like 2026-12-01T00:00:00Z: {e}"))
 }
 
 #[derive(Debug, Args)]
@@ -364,6 +565,15 @@ pub(crate) struct GraphArgs {
     /// Overlay this run's path: transitions taken, current state, states where steps failed.
     #[arg(long)]
     pub run: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CoverageArgs {
+    /// The agent's name (see `agentctl agents`).
+    pub agent: String,
+    /// Count at most this many runs, the newest first.
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
 }
 
 #[derive(Debug, Args)]

@@ -295,6 +295,74 @@ fn render_with_graphviz(dot: &str) {
     assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
 }
 
+/// Coverage counts exactly the transitions the runs' histories hold, over every declared
+/// edge, and names the ones no run took.
+fn coverage_names_what_no_run_took(new_db: fn() -> Db) {
+    let db = new_db();
+    let coverage = db.json(&["coverage", "Order"]);
+    let graph = GraphDescription::from_json(&db.ok(&["graph", "Order", "--format", "json"]))
+        .expect("the graph");
+    let edges = coverage["edges"].as_array().unwrap();
+    assert_eq!(
+        edges.len(),
+        graph.edges().count(),
+        "every declared edge: {coverage}"
+    );
+    let runs = db.json(&["runs", "--agent", "Order"]);
+    let runs = runs.as_array().unwrap();
+    assert_eq!(coverage["runs"].as_u64().unwrap(), runs.len() as u64);
+    // What the histories say, counted here from `show --json`.
+    let mut expected = std::collections::BTreeMap::<(String, String), u64>::new();
+    for run in runs {
+        let shown = db.json(&["show", run["id"].as_str().unwrap()]);
+        for t in shown["history"].as_array().unwrap() {
+            if matches!(t["kind"].as_str(), Some("step" | "error")) {
+                let key = (
+                    t["from_state"].as_str().unwrap().to_owned(),
+                    t["to_state"].as_str().unwrap().to_owned(),
+                );
+                *expected.entry(key).or_default() += 1;
+            }
+        }
+    }
+    assert!(!expected.is_empty(), "the fixture's runs took transitions");
+    for e in edges {
+        let key = (
+            e["from"].as_str().unwrap().to_owned(),
+            e["to"].as_str().unwrap().to_owned(),
+        );
+        assert_eq!(
+            e["taken"].as_u64().unwrap(),
+            expected.get(&key).copied().unwrap_or(0),
+            "{key:?} in {coverage}"
+        );
+    }
+    let text = db.ok(&["coverage", "Order"]);
+    let (taken, total) = (
+        edges
+            .iter()
+            .filter(|e| e["taken"].as_u64() > Some(0))
+            .count(),
+        edges.len(),
+    );
+    assert!(
+        text.contains(&format!("edges: {taken} of {total} taken")),
+        "{text}"
+    );
+    if taken < total {
+        assert!(text.contains("never taken"), "{text}");
+    }
+    assert!(text.contains("tools: "), "{text}");
+
+    let missing = db.agentctl(&["coverage", "Nobody"]);
+    assert_ne!(code(&missing), 0);
+    assert!(
+        stderr(&missing).contains("no graph registered for agent `Nobody`"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
 fn tools_kill_switch(new_db: fn() -> Db) {
     let db = new_db();
     let list = db.ok(&["tools", "list"]);
@@ -1247,6 +1315,7 @@ on_both_backends!(
     show_snapshot,
     show_json_and_missing_run,
     graph_exports,
+    coverage_names_what_no_run_took,
     tools_kill_switch,
     signal_resumes_a_waiting_run,
     stats_per_tool,

@@ -503,13 +503,13 @@ fn cancelling_a_parent_stops_its_running_child(new_db: fn() -> Db) {
     .expect("runner");
     let child_id = child.clone();
     let child_runner = children.clone();
-    // The child's worker, on a thread of its own: the gate blocks it mid-step.
+    // The child's worker, on a thread of its own: the gate blocks it mid-step. It drives
+    // its future on the test's runtime (not a runtime of its own), because the store's
+    // pooled connections belong to the runtime that opened them: one opened on a runtime
+    // dropped with this thread would fail the next use with "runtime is being shutdown".
+    let handle = db.runtime.handle().clone();
     let worker = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async { child_runner.run(&child_id).await.map(|r| r.status) })
+        handle.block_on(async { child_runner.run(&child_id).await.map(|r| r.status) })
     });
     entered.recv().expect("the child reaches its tool call");
     db.ok(&["cancel", parent, "--reason", "customer left", "--by", "ops"]);

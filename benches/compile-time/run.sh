@@ -4,16 +4,27 @@
 #
 #   benches/compile-time/run.sh            # 10, 50, 200 states, 3 runs each (median)
 #   SIZES="200" RUNS=5 benches/compile-time/run.sh
+#   QUICK=1 benches/compile-time/run.sh    # 10 states, one run: what CI runs, so it cannot rot
 #
-# Writes a throwaway crate (depending on agent-core by path) into a temp dir with its own
-# target dir; the first check builds the dependencies and is not measured.
+# Writes a throwaway crate (depending on agent-core, the package `durable-agents-core`, by
+# path) into a temp dir with its own target dir; the first check builds the dependencies and
+# is not measured. With QUICK=1 the target dir is kept outside the clone
+# (COMPILE_BENCH_TARGET_DIR, default ~/.cache/durable-agents/compile-bench), so the
+# dependencies are built once per machine; COMPILE_BENCH_TARGET_DIR works without QUICK too.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+if [ -n "${QUICK:-}" ]; then
+  SIZES="${SIZES:-10}"
+  RUNS="${RUNS:-1}"
+  COMPILE_BENCH_TARGET_DIR="${COMPILE_BENCH_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/durable-agents/compile-bench}"
+fi
 SIZES="${SIZES:-10 50 200}"
 RUNS="${RUNS:-3}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+TARGET="${COMPILE_BENCH_TARGET_DIR:-$WORK/target}"
+mkdir -p "$TARGET"
 
 mkdir -p "$WORK/src"
 cat > "$WORK/Cargo.toml" <<TOML
@@ -24,7 +35,7 @@ edition = "2024"
 publish = false
 
 [dependencies]
-agent-core = { path = "$ROOT/agent-core" }
+agent-core = { package = "durable-agents-core", path = "$ROOT/agent-core" }
 serde = { version = "1", features = ["derive"] }
 
 [workspace]
@@ -92,16 +103,16 @@ check() { # prints seconds of one `cargo check` of the bench crate
   touch "$WORK/src/agent.rs"
   local t0 t1
   t0=$(date +%s.%N)
-  (cd "$WORK" && CARGO_TARGET_DIR="$WORK/target" cargo check -q 2>"$WORK/err") || { cat "$WORK/err" >&2; exit 1; }
+  (cd "$WORK" && CARGO_TARGET_DIR="$TARGET" cargo check -q 2>"$WORK/err") || { cat "$WORK/err" >&2; exit 1; }
   t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc -l
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", b - a }'
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.3f", m}'; }
 
 echo "building dependencies (not measured)..." >&2
 gen_agent 10 without > "$WORK/src/agent.rs"
-(cd "$WORK" && CARGO_TARGET_DIR="$WORK/target" cargo check -q)
+(cd "$WORK" && CARGO_TARGET_DIR="$TARGET" cargo check -q)
 
 echo "rustc: $(rustc --version); $RUNS runs per figure, median"
 printf '%-8s %14s %14s %12s %8s\n' states "without (s)" "with (s)" "added (s)" ratio
@@ -112,7 +123,7 @@ for n in $SIZES; do
   gen_agent "$n" with > "$WORK/src/agent.rs"
   check >/dev/null
   derived=$(for _ in $(seq "$RUNS"); do check; done | median)
-  added=$(echo "$derived - $base" | bc -l)
-  ratio=$(echo "$derived / $base" | bc -l)
+  added=$(awk -v a="$base" -v b="$derived" 'BEGIN { printf "%.4f", b - a }')
+  ratio=$(awk -v a="$base" -v b="$derived" 'BEGIN { printf "%.4f", b / a }')
   printf '%-8s %14.3f %14.3f %12.3f %7.2fx\n' "$n" "$base" "$derived" "$added" "$ratio"
 done

@@ -105,6 +105,7 @@
 //! | [`tool`] | [`Tool`] (derivable), [`Execute`], [`Compensate`]; kinds read, write, hybrid; policies |
 //! | [`runner`] | [`Runner`] and [`Worker`]: steps, journal, sagas, waits, budgets, leases, fault points |
 //! | [`router`] | the LLM as a routing node: [`Router`](router::Router), validation, decision records, a scripted router for tests |
+//! | [`timer`] | durable timers: a state that waits for a fixed delay (`timer_ms`) or a time its field holds (`timer = field`, a [`timer::Deadline`]) |
 //! | [`store`] | runs as stored: the [`Store`] contract's reading and operating roles, records, run ids, an in-memory store |
 //! | [`backend`] | for authors of a store: the runner's role of the contract, the records and hashes a backend writes |
 //! | `conformance` | the suite every store backend runs, and its fixture agents (feature `conformance`) |
@@ -124,6 +125,8 @@
 //! | `llm` | no | `llm`: routers over OpenAI-compatible chat completions and Anthropic messages |
 //! | `http` | no | `http`: the store over HTTP, an axum router to mount (runs, events as SSE, signals) |
 //! | `mcp` | no | `mcp`: tools imported from MCP servers (stdio, streamable HTTP), each with a declared kind |
+//! | `triggers-nats` | no | `triggers::nats`: runs started by NATS JetStream messages, one per message, acknowledged once the run is committed |
+//! | `triggers-mqtt` | no | `triggers::mqtt`: runs started by MQTT messages (QoS 1, persistent session), acknowledged once the run is committed |
 //! | `conformance` | no | `conformance`: the checks every store backend runs, `conformance::store_conformance!` and `conformance::runner_conformance!` (the crate `durable-agents-conformance`) |
 //!
 //! ## Guarantees
@@ -157,7 +160,9 @@ pub use agent_core::{
     WorkerConfig,
 };
 
-pub use agent_core::{agent, events, graph, router, runner, schema, secrets, versions};
+pub use agent_core::{
+    agent, events, graph, router, runner, schedule, schema, secrets, timer, versions,
+};
 
 /// Tools: [`Tool`](trait@tool::Tool) (derivable), [`Execute`], [`Compensate`]; kinds read,
 /// write, hybrid; policies; the tool box; an agent's tools built from shared resources.
@@ -181,10 +186,11 @@ pub mod compile_errors {}
 pub mod store {
     pub use agent_core::store::{
         CallStatus, EntryKind, EventCursor, EventKind, EventLog, EventScope, FailureCode,
-        HistoryStore, InspectedRun, JournalEntry, Labels, OperatorNote, OperatorStore, PruneReport,
-        RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord,
-        StateAtVersion, Store, StoreError, ToolStats, ToolSwitch, TransitionKind, TransitionRecord,
-        WaitingFor, canonical_json, idempotency_key, input_hash, new_run_id,
+        HistoryStore, InspectedRun, JournalEntry, LabelValueCount, Labels, OperatorNote,
+        OperatorStore, PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord,
+        RunStatus, ScheduleStore, SignalRecord, StateAtVersion, Store, StoreError, ToolStats,
+        ToolSwitch, TransitionKind, TransitionRecord, WaitingFor, canonical_json, idempotency_key,
+        input_hash, new_run_id,
     };
     pub use agent_core::store::{location, memory, repair, verify};
 }
@@ -202,8 +208,8 @@ pub mod backend {
     pub use agent_core::store::{
         BackendError, ChainLink, ClaimReads, Claimed, EventBuilder, EventLog, EventWake,
         EventWakes, HistoryStore, Lease, MigrationCommit, MigrationNote, Millis, NewRun,
-        OperatorStore, ROW_UNREADABLE, RepairCommit, RunKey, RunStore, SpawnedBy, StatusChange,
-        StepCommit, Store, StoreError, TransitionFacts, VersionCount, VersionSpan,
+        OperatorStore, ROW_UNREADABLE, RepairCommit, RunKey, RunStore, ScheduleStore, SpawnedBy,
+        StatusChange, StepCommit, Store, StoreError, TransitionFacts, VersionCount, VersionSpan,
         WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, WakeHub, agent_version_at, claimable_by,
         compute_tool_stats, creation_hash, legacy_transition_hash, now_ms, transition_hash,
         validate_label, validate_labels, versioned_agent,
@@ -251,3 +257,5 @@ pub use agent_mcp as mcp;
 pub use agent_pg as postgres;
 #[cfg(feature = "sqlite")]
 pub use agent_sqlite as sqlite;
+#[cfg(any(feature = "triggers-nats", feature = "triggers-mqtt"))]
+pub use agent_triggers as triggers;

@@ -5,6 +5,7 @@
 //! - [`shop`]: the small shop service its tools call, with idempotency keys and an effect log.
 //! - [`triage`]: the support-triage agent (`cargo run --example support-triage`).
 //! - [`research`]: a report researched by child agents (`cargo run --example research`).
+//! - [`digest`]: a digest started by a schedule, with a durable timer (`cargo run --example digest`).
 //! - [`stores`]: SQLite by default, PostgreSQL when `DATABASE_URL` is set.
 //! - [`report`]: run timelines read back from the store.
 //! - [`crash`]: the examples' `--crash-after-steps`, a real abort.
@@ -12,6 +13,7 @@
 pub mod checkout;
 pub mod checkout_v2;
 pub mod crash;
+pub mod digest;
 pub mod report;
 pub mod research;
 pub mod shop;

@@ -1,6 +1,6 @@
 //! The compile-time contract of `#[derive(Agent)]`, `#[derive(Tool)]` and `#[tool_fn]`: every
 //! mistake the macros catch has a spec under
-//! `ui/{attr,graph,tools,transitions,children,tool-fn,runner,versions}/`, and the legal counterparts compile
+//! `ui/{attr,graph,tools,transitions,children,timers,tool-fn,runner,versions,names}/`, and the legal counterparts compile
 //! under `ui/pass/`.
 //!
 //! The `.stderr` files belong to the compiler recorded in `RUSTC_VERSION`. On any other
@@ -38,7 +38,9 @@ fn ui() {
     t.compile_fail("tests/ui/tools/*.rs");
     t.compile_fail("tests/ui/transitions/*.rs");
     t.compile_fail("tests/ui/children/*.rs");
+    t.compile_fail("tests/ui/timers/*.rs");
     t.compile_fail("tests/ui/tool-fn/*.rs");
     t.compile_fail("tests/ui/runner/*.rs");
     t.compile_fail("tests/ui/versions/*.rs");
+    t.compile_fail("tests/ui/names/*.rs");
 }

@@ -200,6 +200,121 @@ pub async fn check_commit_carries_entries(store: Arc<dyn Store>) -> CheckResult 
     Ok(())
 }
 
+/// A keyed signal (`send_signal_once`) is stored once per run and key: a second send of
+/// the key (another payload, even another name) stores nothing and names the first, also
+/// when eight senders race; keys are per run; bad keys and unknown runs are refused with
+/// nothing stored.
+///
+/// # Errors
+/// What the store did wrong, when it breaks the guarantee.
+pub async fn check_keyed_signals_stored_once(store: Arc<dyn Store>) -> CheckResult {
+    let r = create(&store, "keyed", json!({})).await?;
+    let other_run = create(&store, "keyed-other", json!({})).await?;
+    let first = store
+        .send_signal_once(&r.id, "approval", &json!({ "ok": true }), "msg-1")
+        .await
+        .ctx("send_signal_once")?;
+    ensure!(!first.duplicate, "a first send was called a duplicate");
+    let again = store
+        .send_signal_once(&r.id, "comment", &json!({ "ok": false }), "msg-1")
+        .await
+        .ctx("send_signal_once again")?;
+    ensure!(
+        again.duplicate && again.id == first.id,
+        "a second send of key msg-1 must store nothing and name signal {}: {again:?}",
+        first.id
+    );
+    let second = store
+        .send_signal_once(&r.id, "comment", &json!("hi"), "msg-2")
+        .await
+        .ctx("send_signal_once msg-2")?;
+    ensure!(
+        !second.duplicate && second.id > first.id,
+        "another key must store another signal, with a greater id: {second:?}"
+    );
+    let elsewhere = store
+        .send_signal_once(&other_run.id, "approval", &json!({}), "msg-1")
+        .await
+        .ctx("send_signal_once to another run")?;
+    ensure!(
+        !elsewhere.duplicate,
+        "a key is per run: another run's signal under msg-1 was called a duplicate"
+    );
+    let unkeyed = store
+        .send_signal(&r.id, "comment", &json!("plain"))
+        .await
+        .ctx("send_signal")?;
+    for bad in [String::new(), "k".repeat(201), "a\0b".to_owned()] {
+        ensure!(
+            store
+                .send_signal_once(&r.id, "comment", &json!(null), &bad)
+                .await
+                .is_err(),
+            "a bad dedup key ({} bytes) was taken",
+            bad.len()
+        );
+    }
+    ensure!(
+        matches!(
+            store
+                .send_signal_once("no-such-run", "approval", &json!({}), "msg-1")
+                .await,
+            Err(StoreError::NotFound(_))
+        ),
+        "a keyed signal to an unknown run must be NotFound"
+    );
+    let racers: Vec<_> = (0..8)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            let run = r.id.clone();
+            tokio::spawn(async move {
+                store
+                    .send_signal_once(&run, "burst", &json!(i), "burst-key")
+                    .await
+            })
+        })
+        .collect();
+    let mut receipts = Vec::new();
+    for racer in racers {
+        receipts.push(
+            racer
+                .await
+                .map_err(|e| format!("a sender panicked: {e}"))?
+                .ctx("racing send_signal_once")?,
+        );
+    }
+    ensure!(
+        store
+            .signal_by_key(&r.id, "msg-2")
+            .await
+            .ctx("signal_by_key")?
+            == Some(second.id)
+            && store
+                .signal_by_key(&r.id, "msg-3")
+                .await
+                .ctx("signal_by_key")?
+                .is_none(),
+        "signal_by_key must name msg-2's signal and none for msg-3"
+    );
+    let stored_now = receipts.iter().filter(|r| !r.duplicate).count();
+    ensure!(
+        stored_now == 1 && receipts.iter().all(|r| r.id == receipts[0].id),
+        "eight racing sends of one key must store one signal and all name it: {receipts:?}"
+    );
+    let pending = store.pending_signals(&r.id).await.ctx("pending_signals")?;
+    let ids: Vec<i64> = pending.iter().map(|s| s.id).collect();
+    ensure!(
+        ids == [first.id, second.id, unkeyed, receipts[0].id],
+        "pending signals must be the first of msg-1, msg-2, the unkeyed one and one burst: {pending:?}"
+    );
+    ensure!(
+        pending[0].name == "approval" && pending[0].payload == json!({ "ok": true }),
+        "the duplicate replaced the first signal's name or payload: {:?}",
+        pending[0]
+    );
+    Ok(())
+}
+
 /// Signals sent before the wait are kept; the waiting run becomes claimable; consuming a
 /// signal in a commit marks it exactly once; a second consumption is refused.
 ///

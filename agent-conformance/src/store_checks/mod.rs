@@ -161,6 +161,7 @@ mod commits;
 mod events;
 mod history;
 mod journal;
+mod labels;
 mod leases;
 mod migrate;
 mod operator;
@@ -188,8 +189,10 @@ pub use history::{
 };
 pub use journal::{
     check_commit_carries_entries, check_journal_is_durable_and_ordered,
-    check_signals_kept_and_consumed_once, check_tool_registry, check_tool_stats_match_the_journal,
+    check_keyed_signals_stored_once, check_signals_kept_and_consumed_once, check_tool_registry,
+    check_tool_stats_match_the_journal,
 };
+pub use labels::check_labels_filter_runs;
 pub use leases::{
     check_claim_next_selects_runnable_runs, check_claim_next_takes_the_oldest_first,
     check_claim_reads_match_the_reads, check_concurrent_claim_next_is_disjoint,
@@ -205,8 +208,8 @@ pub use migrate::{
 pub use operator::{
     check_cancel_moves_free_runs_to_compensating,
     check_cancel_of_a_leased_run_waits_for_its_holder, check_cancel_racing_a_commit,
-    check_drop_signal_is_audited, check_labels_filter_runs,
-    check_terminate_closes_out_stopped_runs, check_terminate_stops_runs_at_once,
+    check_drop_signal_is_audited, check_terminate_closes_out_stopped_runs,
+    check_terminate_stops_runs_at_once,
 };
 pub use repair::check_repair_resets_a_quarantined_run;
 pub use retention::{check_retention_deletes_old_final_runs, check_retention_keeps_the_window};

@@ -1,4 +1,4 @@
-//! Operators' verbs: terminate and cancel (fenced, idempotent, hash-chained), and labels.
+//! Operators' verbs: terminate, cancel and drop a signal (fenced, idempotent, hash-chained).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +10,8 @@ use agent_core::store::FailureCode;
 use agent_core::store::FailureCode::{Cancelled as CANCELLED, Terminated as TERMINATED};
 use agent_core::store::WaitingFor;
 use agent_core::store::{
-    Claimed, Labels, Lease, OperatorNote, RunFilter, RunRecord, RunStatus, StepCommit, Store,
-    StoreError, TransitionKind,
+    Claimed, Lease, OperatorNote, RunRecord, RunStatus, StepCommit, Store, StoreError,
+    TransitionKind,
 };
 
 fn note(reason: &str) -> OperatorNote {
@@ -534,130 +534,6 @@ pub async fn check_cancel_racing_a_commit(store: Arc<dyn Store>) -> CheckResult 
             "round {round}: only steps before the cancel: {kinds:?}"
         );
         ends_with(&store, &after, TransitionKind::Cancel, &why).await?;
-    }
-    Ok(())
-}
-
-/// Labels are stored with the run and returned; `list_runs` keeps the runs carrying every
-/// label asked for; labels that break the rules are refused at creation; creating the same
-/// run again with other labels is `AlreadyExists`.
-///
-/// # Errors
-/// What went wrong.
-pub async fn check_labels_filter_runs(store: Arc<dyn Store>) -> CheckResult {
-    let agent = unique("labelled");
-    let tenant = unique("tenant");
-    let make = |prefix: &str, labels: &[(&str, &str)]| {
-        new_run(&unique(prefix), &agent, json!({})).with_labels(
-            labels
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-        )
-    };
-    let eu = make("eu", &[("tenant", &tenant), ("region", "eu")]);
-    let us = make("us", &[("tenant", &tenant), ("region", "us")]);
-    let other = make("other", &[("tenant", "someone-else"), ("region", "eu")]);
-    let bare = make("bare", &[]);
-    for run in [&eu, &us, &other, &bare] {
-        let created = store.create_run(run.clone()).await.ctx("create_run")?;
-        ensure!(
-            created.labels == run.labels,
-            "create_run returned labels {:?}, expected {:?}",
-            created.labels,
-            run.labels
-        );
-        ensure!(
-            stored(&store, &run.id).await?.labels == run.labels,
-            "load_run lost the labels of `{}`",
-            run.id
-        );
-    }
-    let listed = |labels: &[(&str, &str)]| {
-        let filter = RunFilter {
-            agent: Some(agent.clone()),
-            labels: labels
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            ..RunFilter::default()
-        };
-        let store = Arc::clone(&store);
-        async move {
-            let runs = store.list_runs(&filter).await.ctx("list_runs")?;
-            Ok::<Vec<String>, String>(runs.into_iter().map(|r| r.id).collect())
-        }
-    };
-    let mine = listed(&[("tenant", &tenant)]).await?;
-    ensure!(
-        mine == vec![us.id.clone(), eu.id.clone()],
-        "tenant filter: {mine:?}"
-    );
-    let mine_eu = listed(&[("tenant", &tenant), ("region", "eu")]).await?;
-    ensure!(
-        mine_eu == vec![eu.id.clone()],
-        "every label must match: {mine_eu:?}"
-    );
-    let all_eu = listed(&[("region", "eu")]).await?;
-    ensure!(
-        all_eu == vec![other.id.clone(), eu.id.clone()],
-        "region filter: {all_eu:?}"
-    );
-    let none = listed(&[("region", "mars")]).await?;
-    ensure!(none.is_empty(), "no run carries region=mars: {none:?}");
-    let counted = store
-        .count_runs(&RunFilter {
-            agent: Some(agent.clone()),
-            labels: [("region".to_owned(), "eu".to_owned())].into(),
-            ..RunFilter::default()
-        })
-        .await
-        .ctx("count_runs")?;
-    ensure!(
-        counted.iter().map(|(_, n)| n).sum::<u64>() == 2,
-        "count_runs with region=eu must count the 2 runs listed: {counted:?}"
-    );
-    let everyone = listed(&[]).await?;
-    ensure!(
-        everyone.len() == 4,
-        "no label filter lists all: {everyone:?}"
-    );
-
-    let mut relabelled = eu.clone();
-    relabelled
-        .labels
-        .insert("region".to_owned(), "us".to_owned());
-    ensure!(
-        matches!(
-            store.create_run(relabelled).await,
-            Err(StoreError::AlreadyExists(_))
-        ),
-        "creating a run again with other labels must be AlreadyExists"
-    );
-    ensure!(
-        store
-            .create_run(eu.clone())
-            .await
-            .ctx("create_run again")?
-            .labels
-            == eu.labels,
-        "creating the same run again returns it"
-    );
-    for (key, value) in [("", "x"), ("bad key", "x"), ("k", "a\u{7}b")] {
-        let mut labels = Labels::new();
-        labels.insert(key.to_owned(), value.to_owned());
-        let bad = new_run(&unique("bad-label"), &agent, json!({})).with_labels(labels);
-        let id = bad.id.clone();
-        ensure!(
-            matches!(
-                store.create_run(bad).await,
-                Err(StoreError::InvalidLabel(_))
-            ),
-            "label {key:?}={value:?} must be refused with InvalidLabel"
-        );
-        ensure!(
-            store.load_run(&id).await.ctx("load_run")?.is_none(),
-            "a run with a refused label must not be created"
-        );
     }
     Ok(())
 }

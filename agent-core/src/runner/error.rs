@@ -34,6 +34,17 @@ pub enum RunnerError {
     /// A run must start in the initial state.
     #[error("state `{0}` is not the initial state of the agent")]
     NotInitial(String),
+    /// A cycle through `children(...)` passes through a `dag` agent: its runs could start
+    /// one another without end.
+    #[error(
+        "agent `{agent}` reaches a cycle through `children(...)` that a `dag` agent is part of: {cycle}; remove `dag`, or a child from the cycle"
+    )]
+    DagChildCycle {
+        /// This runner's agent.
+        agent: String,
+        /// The agents of the cycle, each with the state that starts the next.
+        cycle: String,
+    },
     /// The tool box does not match the graph.
     #[error("tool box does not match agent `{agent}`: {problem}")]
     ToolBox {

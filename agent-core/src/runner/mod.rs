@@ -40,6 +40,7 @@ mod retention;
 mod route;
 mod saga;
 mod shared;
+mod start;
 mod step;
 mod versions;
 mod worker;
@@ -63,6 +64,7 @@ pub use imported::ImportedTools;
 pub use retention::Retention;
 pub use shared::StepOutcome;
 pub(crate) use shared::{Inner, Known, keyed};
+pub use start::{JsonSignaller, JsonStarter, StartError, initial_state, initial_states};
 pub use versions::{claim_entries, migrate_claimed, plan_migration};
 pub use worker::{
     CHANGED_GRAPH_LISTED, SUSPECT_CLAIMS, VersionReport, Worker, WorkerConfig, WorkerStats,
@@ -72,7 +74,8 @@ use crate::agent::{Agent, Handle, RoutedByCode};
 use crate::router::Router;
 use crate::store::FailureCode;
 use crate::store::{
-    ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, Store, StoreError,
+    ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, SignalReceipt,
+    Store, StoreError, check_signal_key,
 };
 use crate::tool::ToolBox;
 use crate::toolset::ToolsFor;
@@ -179,6 +182,12 @@ where
             imported,
         } = parts;
         let graph = A::graph();
+        if let Some(cycle) = crate::agent::dag_child_cycle::<A>() {
+            return Err(RunnerError::DagChildCycle {
+                agent: A::NAME.to_owned(),
+                cycle,
+            });
+        }
         for declared in &graph.tools {
             let problem = match tools.get(&declared.name) {
                 None => Some(format!("tool `{}` is not in the tool box", declared.name)),
@@ -341,8 +350,53 @@ where
         &self,
         run_id: &str,
         name: &str,
-        mut payload: Value,
+        payload: Value,
     ) -> Result<i64, RunnerError> {
+        let payload = self.checked_signal(run_id, name, payload).await?;
+        Ok(self.inner.store.send_signal(run_id, name, &payload).await?)
+    }
+
+    /// Send signal `name` to run `run_id` at most once per dedup `key` (a message id, an
+    /// `Idempotency-Key`): as [`signal`](Self::signal), unless the run has a signal stored
+    /// under `key` ([`RunStore::send_signal_once`](crate::store::RunStore::send_signal_once)),
+    /// which the receipt names as a duplicate without checking the signal again (the run
+    /// may have consumed it and moved on). A sender that retries with its key after an
+    /// error or a crash signals once.
+    ///
+    /// # Errors
+    /// As [`signal`](Self::signal), and [`StoreError::Backend`] for a key that is empty,
+    /// longer than [`MAX_SIGNAL_KEY_BYTES`](crate::store::MAX_SIGNAL_KEY_BYTES) or holds
+    /// a NUL.
+    pub async fn signal_once(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: Value,
+        key: &str,
+    ) -> Result<SignalReceipt, RunnerError> {
+        check_signal_key(key)?;
+        if let Some(id) = self.inner.store.signal_by_key(run_id, key).await? {
+            return Ok(SignalReceipt {
+                id,
+                duplicate: true,
+            });
+        }
+        let payload = self.checked_signal(run_id, name, payload).await?;
+        Ok(self
+            .inner
+            .store
+            .send_signal_once(run_id, name, &payload, key)
+            .await?)
+    }
+
+    /// `payload` of signal `name` for run `run_id`, checked against the run's graph (its
+    /// own version's) and its secret parts sealed: what is stored.
+    async fn checked_signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        mut payload: Value,
+    ) -> Result<Value, RunnerError> {
         let run = self
             .inner
             .store
@@ -371,7 +425,7 @@ where
             &marked,
             &format!("the payload of signal `{name}`"),
         )?;
-        Ok(self.inner.store.send_signal(run_id, name, &payload).await?)
+        Ok(payload)
     }
 
     /// Drive a run until it is final or waiting: claim it, step, release.

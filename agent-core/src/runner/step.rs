@@ -10,7 +10,7 @@ use super::caches::ReadCache;
 use super::cx::{Recorded, StepCx, with_heartbeat};
 use super::{Inner, Known, RunnerError, StepOutcome, children, route, saga};
 use crate::agent::{Agent, Failure, Handle, Join, StepError, Wake};
-use crate::graph::{Routing, StateDescription};
+use crate::graph::{Routing, StateDescription, TimerDescription};
 use crate::store::WaitingFor;
 use crate::store::{
     EntryKind, JournalEntry, Lease, Millis, RunFailure, RunRecord, RunStatus, StepCommit,
@@ -106,7 +106,29 @@ where
             } else if record.wake_at.is_some_and(|t| t <= now_ms()) {
                 wake = Some(Wake::TimedOut);
             } else {
-                break 'step StepEnd::Wait(&w.signal);
+                // A run not yet stored as waiting (it starts here, or an operator or a
+                // migration put it here) starts its timer now.
+                let due = if record.status == RunStatus::Waiting {
+                    record.wake_at
+                } else {
+                    due_at(desc, &state)
+                };
+                break 'step StepEnd::Wait(WaitingFor::signal(&w.signal), due);
+            }
+        } else if desc.timer.is_some() {
+            // A state with a timer alone runs once it is due. The due time is the stored
+            // one once the run waits for it; a run not yet waiting (it starts here, or an
+            // operator or a migration put it here) starts its timer now. A field that holds
+            // no time is no timer: the handler runs at once.
+            let due = if record.status == RunStatus::Waiting
+                && record.waiting_for == Some(WaitingFor::Timer)
+            {
+                record.wake_at
+            } else {
+                due_at(desc, &state)
+            };
+            if due.is_some_and(|t| t > now_ms()) {
+                break 'step StepEnd::Wait(WaitingFor::Timer, due);
             }
         }
 
@@ -191,18 +213,11 @@ where
                     .await?;
             Ok(StepOutcome::after_commit(record))
         }
-        StepEnd::Wait(_) if record.status == RunStatus::Waiting => {
+        StepEnd::Wait(..) if record.status == RunStatus::Waiting => {
             Ok(StepOutcome::Waiting(*record))
         }
-        StepEnd::Wait(signal) => {
-            Box::pin(commit_wait(
-                inner,
-                lease,
-                &record,
-                WaitingFor::signal(signal),
-                wake_at(desc),
-            ))
-            .await
+        StepEnd::Wait(waiting_for, due) => {
+            Box::pin(commit_wait(inner, lease, &record, waiting_for, due)).await
         }
         StepEnd::Suspend(join) => Box::pin(wait_for_children(inner, lease, *record, join)).await,
         StepEnd::Fail(e) => Box::pin(fail::<A>(inner, lease, &record, desc, &e)).await,
@@ -222,15 +237,20 @@ where
             // state there, not two.
             let mut record = record;
             record.state = Value::Null;
+            let due = graph.state(to).and_then(|target| due_at(target, &next));
+            drop(next);
             let record = enter(
                 inner,
                 lease,
                 &record,
-                to,
-                value,
-                TransitionKind::Step,
-                None,
-                consumed,
+                Entering {
+                    to,
+                    value,
+                    due,
+                    kind: TransitionKind::Step,
+                    error: None,
+                    consumed,
+                },
                 &reads,
             )
             .await?;
@@ -243,15 +263,16 @@ where
 /// handler's result and what the step recorded in one place ([`StepEnd::of`]); before the
 /// handler runs, the budget of steps and the wait for a signal end a step too. Acted on by
 /// one `match`, in [`execute`].
-enum StepEnd<'d, A> {
+enum StepEnd<A> {
     /// Stop without committing anything (a crash was injected, the lease was lost, the store
     /// failed): the run is taken up again, by whoever claims it next, from its last commit.
     Abort(RunnerError),
     /// Commit the run as quarantined: what it journaled cannot be replayed (it contradicts
     /// the graph, or a sealed value does not open with this worker's keys).
     Quarantine(RunFailure),
-    /// Commit the run as waiting for this signal (unless it is already stored as waiting).
-    Wait(&'d str),
+    /// Commit the run as waiting for this signal, or for its timer, due then (unless it is
+    /// already stored as waiting).
+    Wait(WaitingFor, Option<Millis>),
     /// Commit the run as waiting for its children, until the join holds.
     Suspend(Join),
     /// Take the state's `on_error` edge, or fail the run (compensating first).
@@ -260,7 +281,7 @@ enum StepEnd<'d, A> {
     Commit { next: A, reads: Vec<JournalEntry> },
 }
 
-impl<A: Agent> StepEnd<'_, A> {
+impl<A: Agent> StepEnd<A> {
     /// The end of a step whose handler returned `result`, from what the step recorded.
     ///
     /// The order of the tests below is the order of precedence, and it carries meaning:
@@ -373,27 +394,48 @@ async fn commit_wait(
     Ok(StepOutcome::Waiting(record))
 }
 
-pub(super) fn wake_at(desc: &StateDescription) -> Option<Millis> {
-    desc.wait
-        .as_ref()
-        .and_then(|w| w.timeout_ms)
-        .map(|ms| now_ms() + i64::try_from(ms).unwrap_or(i64::MAX / 4))
+/// When a run entering state `desc` now, in `state`, is woken without its signal: its
+/// timer (`timer_ms` from now, or the time its `timer = field` holds), else its wait's
+/// `wait_timeout_ms` from now. `None`: nothing but its signal wakes it (or, for a state
+/// without a wait, it does not wait).
+pub(super) fn due_at<A: Agent>(desc: &StateDescription, state: &A) -> Option<Millis> {
+    let now = now_ms();
+    let after = |ms: u64| now.saturating_add(Millis::try_from(ms).unwrap_or(Millis::MAX / 4));
+    match &desc.timer {
+        Some(TimerDescription::AfterMs(ms)) => Some(after(*ms)),
+        Some(TimerDescription::Field(_)) => state.__timer_due().map(|due| due.at(now)),
+        None => desc.wait.as_ref().and_then(|w| w.timeout_ms).map(after),
+    }
+}
+
+/// The move a commit makes: into state `to`, stored as `value`.
+struct Entering<'a> {
+    to: &'a str,
+    value: Value,
+    /// The target's timer or wait timeout ([`due_at`]), from the typed state.
+    due: Option<Millis>,
+    kind: TransitionKind,
+    error: Option<RunFailure>,
+    consumed: Option<i64>,
 }
 
 /// Commit the move into state `to`, with the status its role gives, and the step's
 /// journal entries not written yet.
-#[allow(clippy::too_many_arguments)]
 async fn enter(
     inner: &Inner,
     lease: &Lease,
     record: &RunRecord,
-    to: &str,
-    value: Value,
-    kind: TransitionKind,
-    error: Option<RunFailure>,
-    consumed: Option<i64>,
+    entering: Entering<'_>,
     entries: &[JournalEntry],
 ) -> Result<RunRecord, RunnerError> {
+    let Entering {
+        to,
+        value,
+        due,
+        kind,
+        error,
+        consumed,
+    } = entering;
     let target = inner
         .graph
         .state(to)
@@ -403,11 +445,11 @@ async fn enter(
     } else if target.terminal {
         (RunStatus::Completed, None, None)
     } else if let Some(w) = &target.wait {
-        (
-            RunStatus::Waiting,
-            Some(WaitingFor::signal(&w.signal)),
-            wake_at(target),
-        )
+        (RunStatus::Waiting, Some(WaitingFor::signal(&w.signal)), due)
+    } else if target.timer.is_some() && due.is_some() {
+        // A timer alone: the run waits for it, holding no worker, even when it is already
+        // due (the claim takes it at once), so that every run in a timer state waited.
+        (RunStatus::Waiting, Some(WaitingFor::Timer), due)
     } else {
         (RunStatus::Running, None, None)
     };
@@ -459,19 +501,23 @@ pub(super) async fn fail<A: Agent>(
         let stored = A::__on_error(&desc.name, failure).map(|state| {
             let mut value = serde_json::to_value(&state).map_err(|e| e.to_string())?;
             (inner.seal_state(&mut value, target)).map_err(|e| e.to_string())?;
-            Ok::<_, String>(value)
+            let due = inner.graph.state(target).and_then(|t| due_at(t, &state));
+            Ok::<_, String>((value, due))
         });
         match stored {
-            Some(Ok(value)) => {
+            Some(Ok((value, due))) => {
                 let record = enter(
                     inner,
                     lease,
                     record,
-                    target,
-                    value,
-                    TransitionKind::Error,
-                    Some(error),
-                    None,
+                    Entering {
+                        to: target,
+                        value,
+                        due,
+                        kind: TransitionKind::Error,
+                        error: Some(error),
+                        consumed: None,
+                    },
                     &[],
                 )
                 .await?;

@@ -306,13 +306,22 @@ async fn plan<A: Agent>(
             let wake_at = if same {
                 record.wake_at
             } else {
-                super::step::wake_at(target)
+                super::step::due_at(target, &state)
             };
             (
                 RunStatus::Waiting,
                 Some(WaitingFor::signal(&w.signal)),
                 wake_at,
             )
+        }
+        // A run waiting for its timer keeps its due time when the new state has a timer
+        // too (a state without one runs at once; one whose run was not waiting starts its
+        // timer at its first step).
+        None if target.timer.is_some()
+            && record.status == RunStatus::Waiting
+            && record.waiting_for == Some(WaitingFor::Timer) =>
+        {
+            (RunStatus::Waiting, Some(WaitingFor::Timer), record.wake_at)
         }
         _ => (RunStatus::Running, None, None),
     };

@@ -12,7 +12,8 @@ use tracing::{debug, info, warn};
 use super::retention::Retention;
 use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
-use crate::store::{Claimed, Store};
+use crate::schedule::tick_due;
+use crate::store::{Claimed, Store, now_ms};
 
 /// A run whose claims found this many lost claims in a row without a commit
 /// ([`RunRecord::claims_without_progress`](crate::store::RunRecord)) is a *suspect*: its
@@ -182,8 +183,20 @@ where
     /// Never fails as a whole: errors of single runs are logged and counted (the runs
     /// resume on another claim); store outages are waited out.
     pub async fn run_until(&self, shutdown: impl Future<Output = ()>) -> WorkerStats {
-        tokio::pin!(shutdown);
-        self.work(Some(shutdown.as_mut()), false).await
+        // `shutdown` is polled whenever it is woken, not only while the loop waits: one
+        // that reads the store (a test waiting for runs, a drain flag in a table) must not
+        // be left holding a connection while the loop needs it (SQLite's writer pool has
+        // one). It stops the loop through a permit the loop waits for.
+        let stop = tokio::sync::Notify::new();
+        let stopped = stop.notified();
+        tokio::pin!(stopped);
+        let work = self.work(Some(stopped.as_mut()), false);
+        tokio::pin!(work);
+        tokio::select! {
+            stats = &mut work => return stats,
+            () = shutdown => stop.notify_one(),
+        }
+        work.await
     }
 
     /// Work until nothing is claimable and nothing is in flight (tests, batch jobs).
@@ -254,6 +267,7 @@ where
         let mut panicked: Vec<String> = Vec::new();
         let mut store_backoff = Duration::from_millis(50);
         let mut due = Due::default();
+        let mut schedules = SchedulesDue::default();
         if self.config.expire_own_leases_at_start {
             self.expire_own_leases(&store, &cfg.worker_id).await;
         }
@@ -279,6 +293,10 @@ where
                     Ok(None) => {}
                     Err(e) => warn!(error = %e, run_id = %run_id, "could not claim a run again"),
                 }
+            }
+            // The agent's schedules tick before the claim, which then takes their new runs.
+            if schedules.due(self.config.poll_interval) {
+                schedules.tick(store.as_ref(), &self.runner).await;
             }
             let free = self.config.concurrency.saturating_sub(tasks.len());
             let mut claimed = 0;
@@ -342,9 +360,10 @@ where
             if stop_when_idle && tasks.is_empty() {
                 return stats;
             }
-            let limit = due
-                .wait_limit(store.as_ref(), self.config.poll_interval)
-                .await;
+            let limit = schedules.limit(
+                due.wait_limit(store.as_ref(), self.config.poll_interval)
+                    .await,
+            );
             let wait = async {
                 if tasks.is_empty() {
                     store.wait_for_work(limit).await;
@@ -403,6 +422,60 @@ impl Due {
         }
         self.at
             .map_or(poll, |at| at.saturating_duration_since(now).min(poll))
+    }
+}
+
+/// When the worker's agent's next schedule comes due ([`ScheduleStore::next_schedule_due`]),
+/// as last asked after a tick: the worker ticks then (or once per poll interval, to see
+/// schedules created or triggered since), and sleeps no longer.
+///
+/// [`ScheduleStore::next_schedule_due`]: crate::store::ScheduleStore::next_schedule_due
+#[derive(Debug, Default)]
+struct SchedulesDue {
+    asked: Option<Instant>,
+    at: Option<Instant>,
+}
+
+/// How many due schedules one pass ticks; the rest tick at the next.
+const SCHEDULES_PER_PASS: usize = 100;
+
+impl SchedulesDue {
+    fn due(&self, poll: Duration) -> bool {
+        let now = Instant::now();
+        self.asked.is_none_or(|asked| now - asked >= poll) || self.at.is_some_and(|at| at <= now)
+    }
+
+    /// Tick the due schedules of the runner's agent, then ask when the next comes due.
+    async fn tick<A, H>(&mut self, store: &dyn Store, runner: &Runner<A, H>)
+    where
+        A: Agent + Handle<H>,
+        H: Send + Sync + 'static,
+    {
+        match tick_due(store, runner, now_ms(), SCHEDULES_PER_PASS).await {
+            Ok(report) if !report.started.is_empty() => {
+                debug!(runs = report.started.len(), "schedules started runs");
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "ticking schedules failed; they tick at the next pass"),
+        }
+        self.asked = Some(Instant::now());
+        self.at = match store.next_schedule_due(A::NAME).await {
+            Ok(next) => next.map(|due| {
+                let wait = u64::try_from(due - now_ms()).unwrap_or(0);
+                Instant::now() + Duration::from_millis(wait)
+            }),
+            Err(e) => {
+                debug!(error = %e, "could not ask when the next schedule ticks; polling");
+                None
+            }
+        };
+    }
+
+    /// `limit`, cut to the next schedule's due time.
+    fn limit(&self, limit: Duration) -> Duration {
+        self.at.map_or(limit, |at| {
+            at.saturating_duration_since(Instant::now()).min(limit)
+        })
     }
 }
 

@@ -1,7 +1,8 @@
 //! The store contract (see the [module docs](super)), by role: [`RunStore`] drives runs,
 //! [`HistoryStore`] reads what was stored and branches from it, [`OperatorStore`] acts on
-//! runs for a person, [`EventLog`] follows what was committed. [`Store`] is their sum, and
-//! every backend implements all four; code that needs one role asks for that one, so a
+//! runs for a person, [`EventLog`] follows what was committed, [`ScheduleStore`] keeps
+//! the schedules that start runs. [`Store`] is their sum, and every backend implements
+//! all five; code that needs one role asks for that one, so a
 //! page that only reads takes a [`HistoryStore`] and cannot move a run.
 //!
 //! Every method documents what it guarantees; the conformance suite (the crate
@@ -14,20 +15,24 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    Claimed, EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, Lease,
-    MigrationCommit, Millis, NewRun, OperatorNote, PruneReport, RepairCommit, RetentionPolicy,
-    RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, SignalRecord, StateAtVersion,
-    StepCommit, StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionCount, VersionSpan,
-    compute_tool_stats,
+    Claimed, EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, LabelValueCount,
+    Lease, MigrationCommit, Millis, NewRun, OperatorNote, PruneReport, RepairCommit,
+    RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, ScheduleStore,
+    SignalReceipt, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats, ToolSwitch,
+    TransitionRecord, VersionCount, VersionSpan, compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
 /// The durable storage of runs: all four roles. The runner, `agentctl` and the HTTP service
 /// take an `Arc<dyn Store>`; it coerces to any one role (`Arc<dyn HistoryStore>`). A store
 /// implements the roles, never this trait, which every type implementing them has.
-pub trait Store: RunStore + OperatorStore + EventLog {}
+///
+/// Schedules are a role of every store, not an option: a schedule's ticks start runs in
+/// the same store, and the operators' tools (`agentctl`, the API), which hold a `Store`,
+/// manage them there.
+pub trait Store: RunStore + OperatorStore + EventLog + ScheduleStore {}
 
-impl<T: RunStore + OperatorStore + EventLog + ?Sized> Store for T {}
+impl<T: RunStore + OperatorStore + EventLog + ScheduleStore + ?Sized> Store for T {}
 
 /// What was stored, read back: runs, their histories, journals, signals and the agents'
 /// graphs, and time travel (the state at a version, a fork from it). Reads never change a
@@ -113,6 +118,39 @@ pub trait HistoryStore: Send + Sync + fmt::Debug {
             .collect())
     }
 
+    /// The values of label `key` on the runs matching the filter, by value, each with how
+    /// many runs carry it and when the newest was created: which triggers started runs
+    /// (`key` = `trigger`), which schedules, which tenants. [`RunFilter::limit`] and
+    /// [`RunFilter::after`] are ignored: this counts them all. The default lists the runs;
+    /// SQL stores count in the database, from the index on the labels' `(key, value)`.
+    async fn count_label_values(
+        &self,
+        key: &str,
+        filter: &RunFilter,
+    ) -> Result<Vec<LabelValueCount>, StoreError> {
+        let all = RunFilter {
+            limit: None,
+            after: None,
+            ..filter.clone()
+        };
+        let mut counts = std::collections::BTreeMap::<String, (u64, Millis)>::new();
+        for run in self.list_runs(&all).await? {
+            if let Some(value) = run.labels.get(key) {
+                let (runs, last) = counts.entry(value.clone()).or_insert((0, run.created_at));
+                *runs += 1;
+                *last = (*last).max(run.created_at);
+            }
+        }
+        Ok(counts
+            .into_iter()
+            .map(|(value, (runs, last_created_at))| LabelValueCount {
+                value,
+                runs,
+                last_created_at,
+            })
+            .collect())
+    }
+
     /// Every committed transition of a run, by version.
     async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError>;
 
@@ -184,6 +222,13 @@ pub trait HistoryStore: Send + Sync + fmt::Debug {
 
     /// Signals of a run not yet consumed, oldest first.
     async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError>;
+
+    /// The id of the signal stored for `run_id` under dedup `key`
+    /// ([`RunStore::send_signal_once`]), consumed or not; `None` when there is none. A
+    /// sender asks it before checking a keyed signal against the run, so that a message
+    /// redelivered after its signal was consumed is a duplicate, not a signal the run no
+    /// longer waits for.
+    async fn signal_by_key(&self, run_id: &str, key: &str) -> Result<Option<i64>, StoreError>;
 
     /// The tool registry.
     async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError>;
@@ -359,6 +404,24 @@ pub trait RunStore: HistoryStore {
         name: &str,
         payload: &Value,
     ) -> Result<i64, StoreError>;
+
+    /// Send a signal at most once per `key` and run: as [`send_signal`](Self::send_signal)
+    /// when the run has no signal stored under `key`; otherwise nothing is stored and the
+    /// receipt names the signal stored first (whatever its name and payload: the key names
+    /// the delivery, as a message id or an `Idempotency-Key` does). A sender that retries
+    /// with the same key after an error or a crash therefore signals once. Concurrent
+    /// senders of one key store one signal. The key is kept as long as the signal.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] for an unknown run; [`StoreError::Backend`] for a key that
+    /// is empty or longer than [`MAX_SIGNAL_KEY_BYTES`](super::MAX_SIGNAL_KEY_BYTES).
+    async fn send_signal_once(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: &Value,
+        key: &str,
+    ) -> Result<SignalReceipt, StoreError>;
 
     /// Quarantine the run this lease holds, without writing a version (for a run whose
     /// stored history does not allow one), and end the lease, in one write fenced by the

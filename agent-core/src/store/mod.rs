@@ -44,6 +44,7 @@ pub mod operator;
 pub(crate) mod records;
 pub mod repair;
 mod run_id;
+mod schedule_store;
 mod stats;
 pub mod tools;
 pub mod verify;
@@ -63,12 +64,14 @@ pub use migrate::{
 };
 pub use operator::{validate_label, validate_labels};
 pub use records::{
-    CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, JournalEntry, Labels, Lease, Millis,
-    NewRun, OperatorNote, PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter,
-    RunKey, RunRecord, RunStatus, SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch,
-    TransitionKind, TransitionRecord, VersionCount, VersionSpan, idempotency_key, now_ms,
+    CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, JournalEntry, LabelValueCount,
+    Labels, Lease, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote, PruneReport, ROW_UNREADABLE,
+    RetentionPolicy, RunFailure, RunFilter, RunKey, RunRecord, RunStatus, SignalReceipt,
+    SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch, TransitionKind,
+    TransitionRecord, VersionCount, VersionSpan, check_signal_key, idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;
+pub use schedule_store::ScheduleStore;
 pub use stats::{ToolStats, compute_tool_stats};
-pub use waiting_for::{WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, WaitingFor};
+pub use waiting_for::{WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, WAIT_TIMER, WaitingFor};

@@ -9,11 +9,16 @@ pub const WAIT_ALL_CHILDREN: &str = "children:all";
 /// `waiting_for` of a parent waiting until one child it started in the step completed, or
 /// every one of them is final.
 pub const WAIT_FIRST_CHILD: &str = "children:first";
+/// `waiting_for` of a run in a state whose timer alone it waits for
+/// ([`timer`](crate::timer)): it is due at its `wake_at`. (A state that waits for a signal
+/// and a timer waits for the signal, with the timer as its `wake_at`.)
+pub const WAIT_TIMER: &str = "timer:due";
 
 /// What a waiting run waits for ([`RunRecord::waiting_for`](super::RunRecord::waiting_for)).
 ///
-/// Stored and serialized as its text: a signal's name, or [`WAIT_ALL_CHILDREN`] /
-/// [`WAIT_FIRST_CHILD`] for a parent waiting for the children its step started, so runs
+/// Stored and serialized as its text: a signal's name, [`WAIT_ALL_CHILDREN`] /
+/// [`WAIT_FIRST_CHILD`] for a parent waiting for the children its step started, or
+/// [`WAIT_TIMER`] for a run waiting for its state's timer, so runs
 /// stored before it was typed read the same and the HTTP API's JSON does not change.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WaitingFor {
@@ -24,6 +29,8 @@ pub enum WaitingFor {
     /// The first child run the step started to complete, or all of them final
     /// (`children:first`).
     FirstChild,
+    /// The state's timer, due at the run's `wake_at` (`timer:due`).
+    Timer,
 }
 
 impl WaitingFor {
@@ -33,12 +40,13 @@ impl WaitingFor {
         Self::Signal(name.into())
     }
 
-    /// What the stored text means: the children markers, else a signal's name.
+    /// What the stored text means: the children and timer markers, else a signal's name.
     #[must_use]
     pub fn parse(text: &str) -> Self {
         match text {
             WAIT_ALL_CHILDREN => Self::AllChildren,
             WAIT_FIRST_CHILD => Self::FirstChild,
+            WAIT_TIMER => Self::Timer,
             name => Self::Signal(name.to_owned()),
         }
     }
@@ -50,6 +58,7 @@ impl WaitingFor {
             Self::Signal(name) => name,
             Self::AllChildren => WAIT_ALL_CHILDREN,
             Self::FirstChild => WAIT_FIRST_CHILD,
+            Self::Timer => WAIT_TIMER,
         }
     }
 
@@ -58,7 +67,7 @@ impl WaitingFor {
     pub fn signal_name(&self) -> Option<&str> {
         match self {
             Self::Signal(name) => Some(name),
-            Self::AllChildren | Self::FirstChild => None,
+            Self::AllChildren | Self::FirstChild | Self::Timer => None,
         }
     }
 
@@ -115,6 +124,7 @@ mod tests {
         for (text, typed) in [
             ("children:all", WaitingFor::AllChildren),
             ("children:first", WaitingFor::FirstChild),
+            ("timer:due", WaitingFor::Timer),
             ("approval", WaitingFor::signal("approval")),
         ] {
             assert_eq!(WaitingFor::parse(text), typed);

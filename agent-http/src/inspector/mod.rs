@@ -46,6 +46,7 @@ pub(crate) fn routes(state: AppState, auth: Arc<Auth>) -> Router {
         .route("/ui/runs/{id}", get(pages::run))
         .route("/ui/runs/{id}/entries/{version}/{seq}", get(pages::entry))
         .route("/ui/agents", get(pages::agents))
+        .route("/ui/schedules", get(pages::schedules))
         .route("/ui/agents/{name}", get(pages::agent))
         .route(
             "/ui/login",

@@ -3,8 +3,26 @@
 
 use std::collections::BTreeMap;
 
-use agent_core::store::Millis;
+use agent_core::started_by::StartedBy;
+use agent_core::store::{Labels, Millis, WaitingFor};
 use serde_json::Value;
+
+/// What a waiting run waits for, as the pages show it: `its timer` (when it is due shows
+/// beside it), else the stored text (a signal's name, a children marker).
+pub(crate) fn waiting_for(w: &WaitingFor) -> String {
+    match w {
+        WaitingFor::Timer => "its timer".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// What started a run, from the labels its starter gave it: a schedule's tick, a webhook's
+/// delivery, or a message trigger's message. Empty for a run started by code or the API.
+pub(crate) fn started_by(labels: &Labels) -> String {
+    StartedBy::of(labels)
+        .map(|s| s.to_string())
+        .unwrap_or_default()
+}
 
 /// A time as `2026-01-31 12:34:56Z` (UTC), or `—` for none.
 pub(crate) fn time(ms: Millis) -> String {

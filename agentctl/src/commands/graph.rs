@@ -83,7 +83,11 @@ pub(super) async fn run(cx: &Ctx, args: GraphArgs) -> Result<ExitCode> {
 }
 
 /// The graph of `agent` (the one with `fingerprint` if given and registered).
-async fn load_graph(cx: &Ctx, agent: &str, fingerprint: Option<&str>) -> Result<GraphDescription> {
+pub(super) async fn load_graph(
+    cx: &Ctx,
+    agent: &str,
+    fingerprint: Option<&str>,
+) -> Result<GraphDescription> {
     if let Some(fp) = fingerprint {
         if let Some(g) = cx.store.agent_graph(agent, Some(fp)).await? {
             return Ok(g);

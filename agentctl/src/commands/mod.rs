@@ -14,6 +14,7 @@ use crate::store;
 
 mod agents;
 mod backup;
+mod coverage;
 mod follow;
 mod fork;
 mod graph;
@@ -23,12 +24,14 @@ mod prune;
 mod repair;
 mod requeue;
 mod runs;
+mod schedules;
 mod serve;
 mod show;
 mod signal;
 mod state;
 mod stats;
 mod tools;
+mod triggers;
 mod verify;
 
 /// What every command gets.
@@ -102,6 +105,7 @@ pub(crate) async fn run(cli: Cli, out: Output, agents: &[Registered]) -> Result<
         Command::State(args) => state::run(&cx, &args).await,
         Command::Fork(args) => fork::run(&cx, &args).await,
         Command::Graph(args) => graph::run(&cx, args).await,
+        Command::Coverage(args) => coverage::run(&cx, &args).await,
         Command::Stats(args) => stats::run(&cx, args).await,
         Command::Signal(args) => signal::run(&cx, args).await,
         Command::Tools(args) => tools::run(&cx, args.action).await,
@@ -118,6 +122,8 @@ pub(crate) async fn run(cli: Cli, out: Output, agents: &[Registered]) -> Result<
         Command::Terminate(args) => operate::terminate(&cx, &args).await,
         Command::DropSignal(args) => operate::drop_signal(&cx, &args).await,
         Command::Serve(args) => serve::run(cx, args).await,
+        Command::Schedules(args) => schedules::run(&cx, args.action).await,
+        Command::Triggers(args) => triggers::run(&cx, args.action).await,
         Command::Migrate(_) | Command::Backup(_) => unreachable!("dispatched above"),
     }
 }

@@ -180,6 +180,9 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
             ),
         );
     }
+    if let Some(started_by) = agent_core::started_by::StartedBy::of(&run.labels) {
+        field("started by", started_by.to_string());
+    }
     if !run.labels.is_empty() {
         let labels: Vec<String> = run.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         field("labels", labels.join(" "));

@@ -15,7 +15,9 @@ use crate::service::SCHEMA_SQL;
 /// The machine's PostgreSQL when `DATABASE_URL` is unset.
 pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
-fn ci() -> bool {
+/// Whether the tests run under CI (`CI` set, not `0` or `false`).
+#[must_use]
+pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 

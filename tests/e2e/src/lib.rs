@@ -16,10 +16,13 @@
 //! - [`tree`]: a parent agent that fans out to five child agents, and its checker (the
 //!   children soak, issue 17);
 //! - [`shop_v2`]: version 2 of the shop, migrating version 1's runs, and [`versions`]: the
-//!   record of every claim and the checker of a rolling deploy (issue 20).
+//!   record of every claim and the checker of a rolling deploy (issue 20);
+//! - [`triggered`]: runs started by a schedule and by NATS and MQTT triggers in killed
+//!   worker processes, and their checker (issue 41), on the real [`brokers`].
 //!
 //! `RELIABILITY.md` at the workspace root reports the figures and how to reproduce them.
 
+pub mod brokers;
 pub mod check;
 pub mod db;
 pub mod procs;
@@ -29,6 +32,7 @@ pub mod shop;
 pub mod shop_v2;
 pub mod stats;
 pub mod tree;
+pub mod triggered;
 pub mod versions;
 
 /// Whether the full sizes were asked for (`E2E_SCALE=full`, from `scripts/reliability`).

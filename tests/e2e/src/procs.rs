@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::service::{Latency, Service};
-use crate::{shop, shop_v2, tree};
+use crate::{shop, shop_v2, tree, triggered};
 
 /// Which agents a worker drives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +26,9 @@ pub enum Agents {
     /// The tree ([`tree::Fanout`] parents and their [`tree::Leaf`] children): one worker
     /// per agent, on the same store, in the same process.
     Tree,
+    /// The triggers soak's [`triggered::Event`]: a worker ticking its schedule, and NATS
+    /// and MQTT triggers starting its runs ([`WorkerOpts::triggers`]).
+    Triggers,
 }
 
 /// Everything a worker needs.
@@ -64,6 +67,9 @@ pub struct WorkerOpts {
     pub store_pool: u32,
     /// Connections of the service's pool.
     pub service_pool: u32,
+    /// What the triggers consume, in [`Agents::Triggers`] mode.
+    #[serde(default)]
+    pub triggers: Option<triggered::TriggerOpts>,
 }
 
 impl WorkerOpts {
@@ -86,6 +92,7 @@ impl WorkerOpts {
             exit_when_done: 0,
             store_pool: 6,
             service_pool: 4,
+            triggers: None,
         }
     }
 }
@@ -264,6 +271,11 @@ pub async fn run_worker(
             }
         }
         Agents::Tree => tree::run_workers(store_dyn, &svc, &config, &workers, stop).await,
+        Agents::Triggers => {
+            let opts = opts.triggers.clone().unwrap_or_default();
+            triggered::run_workers(store_dyn, svc_pool.clone(), &config, &workers, &opts, stop)
+                .await
+        }
     };
     WorkerReport {
         worker_id: opts.worker_id.clone(),

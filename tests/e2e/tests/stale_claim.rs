@@ -15,8 +15,8 @@ use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
 use agent_core::store::{
     Claimed, EventCursor, EventLog, EventScope, HistoryStore, JournalEntry, Lease, NewRun,
     OperatorNote, OperatorStore, PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter,
-    RunRecord, RunStatus, RunStore, SignalRecord, StateAtVersion, StepCommit, Store, StoreError,
-    ToolSwitch, TransitionRecord, VersionSpan,
+    RunRecord, RunStatus, RunStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit, Store,
+    StoreError, ToolSwitch, TransitionRecord, VersionSpan,
 };
 use agent_pg::PgStore;
 use async_trait::async_trait;
@@ -84,6 +84,10 @@ impl HistoryStore for LateClaim {
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.list_runs(filter).await
+    }
+
+    async fn signal_by_key(&self, run_id: &str, key: &str) -> Result<Option<i64>, StoreError> {
+        self.inner.signal_by_key(run_id, key).await
     }
 
     async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
@@ -184,6 +188,18 @@ impl RunStore for LateClaim {
         payload: &Value,
     ) -> Result<i64, StoreError> {
         self.inner.send_signal(run_id, name, payload).await
+    }
+
+    async fn send_signal_once(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: &Value,
+        key: &str,
+    ) -> Result<SignalReceipt, StoreError> {
+        self.inner
+            .send_signal_once(run_id, name, payload, key)
+            .await
     }
 
     async fn accept_cancel(&self, lease: &Lease) -> Result<RunRecord, StoreError> {
@@ -347,3 +363,6 @@ async fn a_late_claim_leaves_a_completed_run_alone() {
     report.assert_clean();
     db.drop().await;
 }
+
+// Schedules are kept by the wrapped store, unchanged.
+agent_core::forward_schedule_store!(LateClaim => inner);

@@ -1,5 +1,7 @@
 //! A worker process of the reliability battery: drives runs of the shop agent (or, with
-//! `"agents": "tree"`, of the tree's parent and child agents, one worker each) from a
+//! `"agents": "tree"`, of the tree's parent and child agents, one worker each; with
+//! `"agents": "triggers"`, of the triggers soak's agent, ticking its schedule and consuming
+//! NATS and MQTT messages) from a
 //! PostgreSQL schema until SIGTERM (or until every run is final), then prints one JSON line,
 //! its [`e2e::procs::WorkerReport`]. Options come as JSON in `E2E_WORKER_OPTS`;
 //! `--agent-version N` on the command line overrides its `agent_version` (1: the shop,

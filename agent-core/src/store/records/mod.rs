@@ -1,0 +1,134 @@
+//! The records a store keeps: runs, leases, journal entries, transitions, signals, and
+//! the settings and reports of its operations.
+
+mod claims;
+mod journal;
+mod operator;
+mod runs;
+mod transitions;
+
+pub use super::failure_code::ErrorClass;
+
+pub use claims::{ClaimReads, Claimed, Lease};
+pub use journal::{
+    CallStatus, EntryKind, JournalEntry, MAX_SIGNAL_KEY_BYTES, SignalReceipt, SignalRecord,
+    ToolKind, check_signal_key, idempotency_key,
+};
+pub use operator::{OperatorNote, PruneReport, RetentionPolicy, ToolSwitch};
+pub use runs::{
+    InspectedRun, LabelValueCount, Labels, NewRun, ROW_UNREADABLE, RunFailure, RunFilter, RunKey,
+    RunRecord, RunStatus, SpawnedBy,
+};
+pub use transitions::{
+    StateAtVersion, StepCommit, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
+};
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = i64;
+
+/// The current time in [`Millis`].
+#[must_use]
+pub fn now_ms() -> Millis {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CallStatus, EntryKind, RunStatus, TransitionKind};
+    use crate::tool::ToolKind;
+
+    /// The stored names are a storage format: they are the serde names, and they never change.
+    #[test]
+    fn stored_names_are_the_serde_names_and_stay_put() {
+        fn pinned<T>(
+            all: &[T],
+            names: &[&str],
+            as_str: fn(&T) -> &'static str,
+            parse: fn(&str) -> Option<T>,
+        ) where
+            T: serde::Serialize + PartialEq + std::fmt::Debug,
+        {
+            for (value, name) in all.iter().zip(names) {
+                assert_eq!(as_str(value), *name);
+                assert_eq!(serde_json::to_value(value).unwrap(), *name);
+                assert_eq!(parse(name).as_ref(), Some(value));
+            }
+            assert_eq!(all.len(), names.len());
+        }
+        pinned(
+            &RunStatus::ALL,
+            &[
+                "running",
+                "waiting",
+                "completed",
+                "compensating",
+                "compensated",
+                "failed",
+                "quarantined",
+                "dead_lettered",
+                "cancelled",
+                "terminated",
+            ],
+            |s| s.as_str(),
+            RunStatus::parse,
+        );
+        pinned(
+            &[
+                EntryKind::Tool,
+                EntryKind::Decision,
+                EntryKind::Compensation,
+            ],
+            &["tool", "decision", "compensation"],
+            |s| s.as_str(),
+            EntryKind::parse,
+        );
+        pinned(
+            &[
+                CallStatus::Started,
+                CallStatus::Succeeded,
+                CallStatus::Failed,
+            ],
+            &["started", "succeeded", "failed"],
+            |s| s.as_str(),
+            CallStatus::parse,
+        );
+        pinned(
+            &[
+                TransitionKind::Start,
+                TransitionKind::Step,
+                TransitionKind::Error,
+                TransitionKind::Status,
+                TransitionKind::Cancel,
+                TransitionKind::Terminate,
+                TransitionKind::Repair,
+                TransitionKind::Migrated,
+                TransitionKind::SignalDropped,
+            ],
+            &[
+                "start",
+                "step",
+                "error",
+                "status",
+                "cancel",
+                "terminate",
+                "repair",
+                "migrated",
+                "signal_dropped",
+            ],
+            |s| s.as_str(),
+            TransitionKind::parse,
+        );
+        pinned(
+            &[ToolKind::Read, ToolKind::Write, ToolKind::Hybrid],
+            &["read", "write", "hybrid"],
+            |k| k.as_str(),
+            |s| s.parse().ok(),
+        );
+        assert_eq!(ToolKind::Hybrid.to_string(), "hybrid");
+        assert_eq!(RunStatus::parse("Running"), None);
+        assert_eq!(RunStatus::DeadLettered.to_string(), "dead_lettered");
+    }
+}

@@ -1,0 +1,145 @@
+//! The store's schedules role ([`ScheduleStore`]): schedules kept as documents, each
+//! written by compare-and-set on its revision, and found by when they come due.
+
+use async_trait::async_trait;
+
+use super::{Millis, StoreError};
+use crate::schedule::Schedule;
+
+/// Where schedules ([`crate::schedule`]) are kept. A store keeps each as one document
+/// with its agent and [`Schedule::due_at`] beside it, to find the due ones by index.
+///
+/// Every change is [`replace_schedule`](Self::replace_schedule), a compare-and-set on
+/// [`Schedule::revision`]: of workers ticking the same schedule at once, one write wins
+/// and the others find they lost, and an operator's edit racing a tick is never lost
+/// (the loser reads again). That, with each tick's run id derived from the tick, is what
+/// makes a tick start one run however many workers tick and whoever crashes.
+#[async_trait]
+pub trait ScheduleStore: Send + Sync + std::fmt::Debug {
+    /// Store a new schedule as given (its revision as given, normally 0). `None`, and
+    /// nothing written, when a schedule of that id exists.
+    async fn insert_schedule(&self, schedule: &Schedule) -> Result<Option<Schedule>, StoreError>;
+
+    /// The schedule, or `None`.
+    async fn load_schedule(&self, id: &str) -> Result<Option<Schedule>, StoreError>;
+
+    /// The schedules of `agent`, or of every agent, by id.
+    async fn list_schedules(&self, agent: Option<&str>) -> Result<Vec<Schedule>, StoreError>;
+
+    /// Write `schedule` in place of the stored one of its id if that one's revision is
+    /// `expected_revision`; the schedule as written, or `None` when the revision moved
+    /// (someone else wrote first) or the schedule is gone. Nothing else is checked: the
+    /// caller sets the new revision (`expected_revision + 1`).
+    async fn replace_schedule(
+        &self,
+        schedule: &Schedule,
+        expected_revision: u64,
+    ) -> Result<Option<Schedule>, StoreError>;
+
+    /// Delete the schedule; whether it existed. The runs it started are left as they are.
+    async fn delete_schedule(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// At most `limit` schedules of `agent` whose [`Schedule::due_at`] is at or before
+    /// `now`, earliest due first.
+    async fn due_schedules(
+        &self,
+        agent: &str,
+        now: Millis,
+        limit: usize,
+    ) -> Result<Vec<Schedule>, StoreError>;
+
+    /// The earliest [`Schedule::due_at`] of `agent`'s schedules, `None` when none will
+    /// come due: a worker with nothing to do sleeps at most until then.
+    async fn next_schedule_due(&self, agent: &str) -> Result<Option<Millis>, StoreError>;
+}
+
+/// Implement [`ScheduleStore`] for a wrapper of a store by handing every method to one of
+/// its fields: `forward_schedule_store!(Audited => inner);`. For wrappers that change
+/// other roles (a store that counts, delays or fails some calls, as the conformance
+/// suite's broken stores do) and keep the schedules as the wrapped store does.
+#[macro_export]
+macro_rules! forward_schedule_store {
+    ($wrapper:ty => $field:ident) => {
+        #[$crate::__private::async_trait]
+        impl $crate::store::ScheduleStore for $wrapper {
+            async fn insert_schedule(
+                &self,
+                schedule: &$crate::schedule::Schedule,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::schedule::Schedule>,
+                $crate::store::StoreError,
+            > {
+                use $crate::store::ScheduleStore as _;
+                self.$field.insert_schedule(schedule).await
+            }
+
+            async fn load_schedule(
+                &self,
+                id: &str,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::schedule::Schedule>,
+                $crate::store::StoreError,
+            > {
+                use $crate::store::ScheduleStore as _;
+                self.$field.load_schedule(id).await
+            }
+
+            async fn list_schedules(
+                &self,
+                agent: ::core::option::Option<&str>,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::schedule::Schedule>,
+                $crate::store::StoreError,
+            > {
+                use $crate::store::ScheduleStore as _;
+                self.$field.list_schedules(agent).await
+            }
+
+            async fn replace_schedule(
+                &self,
+                schedule: &$crate::schedule::Schedule,
+                expected_revision: u64,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::schedule::Schedule>,
+                $crate::store::StoreError,
+            > {
+                use $crate::store::ScheduleStore as _;
+                self.$field
+                    .replace_schedule(schedule, expected_revision)
+                    .await
+            }
+
+            async fn delete_schedule(
+                &self,
+                id: &str,
+            ) -> ::core::result::Result<bool, $crate::store::StoreError> {
+                use $crate::store::ScheduleStore as _;
+                self.$field.delete_schedule(id).await
+            }
+
+            async fn due_schedules(
+                &self,
+                agent: &str,
+                now: $crate::store::Millis,
+                limit: usize,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::schedule::Schedule>,
+                $crate::store::StoreError,
+            > {
+                use $crate::store::ScheduleStore as _;
+                self.$field.due_schedules(agent, now, limit).await
+            }
+
+            async fn next_schedule_due(
+                &self,
+                agent: &str,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::store::Millis>,
+                $crate::store::StoreError,
+            > {
+                use $crate::store::ScheduleStore as _;
+                self.$field.next_schedule_due(agent).await
+            }
+        }
+    };
+}

@@ -1,0 +1,159 @@
+//! The agents' pages: the registered agents (`GET /ui/agents`), and one agent's graph.
+
+use agent_core::graph::{Routing, StateDescription, TimerDescription};
+use askama::Template;
+use axum::extract::State;
+use axum::http::Uri;
+use axum::response::Response;
+
+use super::{PageError, html};
+use crate::Reader;
+use crate::extract::Path;
+use crate::inspector::graph::{self, Overlay};
+use crate::inspector::root_of;
+
+#[derive(Template)]
+#[template(path = "agents.html", config = "inspector/askama.toml")]
+struct AgentsPage<'a> {
+    root: &'a str,
+    title: &'a str,
+    agents: &'a [String],
+}
+
+/// `GET /ui/agents`: the registered agents.
+pub(crate) async fn agents(State(app): State<Reader>, uri: Uri) -> Response {
+    let root = root_of(uri.path());
+    let result = async {
+        let agents = app.store.agents().await?;
+        Ok(AgentsPage {
+            root: &root,
+            title: "Agents",
+            agents: &agents,
+        }
+        .render()?)
+    }
+    .await;
+    html(result, &uri)
+}
+
+struct StateRow {
+    name: String,
+    roles: String,
+    wait: String,
+    to: String,
+    on_error: String,
+    tools: Vec<(String, String)>,
+    children: String,
+}
+
+struct ToolRow {
+    name: String,
+    kind: String,
+    compensation: String,
+    enabled: bool,
+    reason: String,
+}
+
+#[derive(Template)]
+#[template(path = "agent.html", config = "inspector/askama.toml")]
+struct AgentPage<'a> {
+    root: &'a str,
+    title: &'a str,
+    name: &'a str,
+    graph: &'a str,
+    states: &'a [StateRow],
+    tools: &'a [ToolRow],
+}
+
+/// `GET /ui/agents/{name}`: an agent's graph, from the stored description.
+pub(crate) async fn agent(
+    State(app): State<Reader>,
+    uri: Uri,
+    Path(name): Path<String>,
+) -> Response {
+    let root = root_of(uri.path());
+    let result = async {
+        let g = app
+            .store
+            .agent_graph(&name, None)
+            .await?
+            .ok_or_else(|| PageError::not_found(format!("agent `{name}` is not registered")))?;
+        let switches = app.store.tool_switches().await?;
+        let kind_of = |tool: &str| {
+            g.tool(tool)
+                .map_or_else(|| "?".to_owned(), |t| t.kind.to_string())
+        };
+        let states: Vec<StateRow> = g
+            .states
+            .iter()
+            .map(|s| {
+                let mut roles = Vec::new();
+                if s.initial {
+                    roles.push("initial");
+                }
+                if s.terminal {
+                    roles.push("terminal");
+                }
+                if s.compensate {
+                    roles.push("compensates");
+                }
+                roles.push(if s.route == Routing::Llm {
+                    "LLM-routed"
+                } else {
+                    "handler"
+                });
+                StateRow {
+                    name: s.name.clone(),
+                    roles: roles.join(", "),
+                    wait: wait_text(s),
+                    to: s.to.join(", "),
+                    on_error: s.on_error.clone().unwrap_or_default(),
+                    tools: s.tools.iter().map(|t| (t.clone(), kind_of(t))).collect(),
+                    children: s.children.join(", "),
+                }
+            })
+            .collect();
+        let tools: Vec<ToolRow> = g
+            .tools
+            .iter()
+            .map(|t| {
+                let switch = switches.iter().find(|s| s.tool == t.name);
+                ToolRow {
+                    name: t.name.clone(),
+                    kind: t.kind.to_string(),
+                    compensation: t.compensation.clone().unwrap_or_default(),
+                    enabled: switch.is_none_or(|s| s.enabled),
+                    reason: switch.and_then(|s| s.reason.clone()).unwrap_or_default(),
+                }
+            })
+            .collect();
+        let svg = graph::svg(&g, &Overlay::default());
+        let title = format!("Agent {name}");
+        Ok(AgentPage {
+            root: &root,
+            title: &title,
+            name: &name,
+            graph: &svg,
+            states: &states,
+            tools: &tools,
+        }
+        .render()?)
+    }
+    .await;
+    html(result, &uri)
+}
+
+/// The state's wait as the agent page shows it: its signal (with its timeout), its timer
+/// (`timer 3 d`, `timer at remind_at`), or both.
+fn wait_text(s: &StateDescription) -> String {
+    let signal = s.wait.as_ref().map(|w| match w.timeout_ms {
+        Some(t) => format!("{} (timeout {t} ms)", w.signal),
+        None => w.signal.clone(),
+    });
+    let timer = s.timer.as_ref().map(TimerDescription::label);
+    signal
+        .into_iter()
+        .chain(timer)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,192 @@
+//! The runs page (`GET /ui/`): the runs, filtered, a page at a time, with counts per status.
+
+use std::collections::BTreeMap;
+
+use agent_core::store::{RunFilter, RunStatus, now_ms};
+use askama::Template;
+use axum::extract::State;
+use axum::http::Uri;
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::{PageError, RunRow, encode, html};
+use crate::Reader;
+use crate::error::ApiError;
+use crate::extract::Query;
+use crate::inspector::root_of;
+use crate::runs::{ListQuery, list_page};
+
+/// The runs page's query: the API's filters, an age instead of times.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RunsQuery {
+    #[serde(default)]
+    agent: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    label: String,
+    /// `1h`, `24h`, `7d`, `30d`, or empty for any.
+    #[serde(default)]
+    age: String,
+    limit: Option<usize>,
+    cursor: Option<String>,
+    /// `rows`: only the live section (the script fetches it when runs move).
+    #[serde(default)]
+    fragment: String,
+}
+
+fn age_ms(age: &str) -> Result<Option<i64>, ApiError> {
+    let hour = 3_600_000;
+    Ok(match age {
+        "" => None,
+        "1h" => Some(hour),
+        "24h" => Some(24 * hour),
+        "7d" => Some(7 * 24 * hour),
+        "30d" => Some(30 * 24 * hour),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "age is 1h, 24h, 7d or 30d, not `{other}`"
+            )));
+        }
+    })
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+struct RunsView {
+    agent: String,
+    status: String,
+    label: String,
+    age: String,
+    limit: usize,
+    agents: Vec<String>,
+    statuses: Vec<&'static str>,
+    counts: Vec<(&'static str, String)>,
+    rows: Vec<RunRow>,
+    next: Option<String>,
+    first_page: bool,
+    /// The query of this page without its cursor (the first page's, and the live fetch's).
+    query: String,
+    head: u64,
+}
+
+#[derive(Template)]
+#[template(path = "runs.html", config = "inspector/askama.toml")]
+struct RunsPage<'a> {
+    root: &'a str,
+    title: &'a str,
+    p: &'a RunsView,
+}
+
+#[derive(Template)]
+#[template(path = "runs_live.html", config = "inspector/askama.toml")]
+struct RunsLive<'a> {
+    root: &'a str,
+    p: &'a RunsView,
+}
+
+/// `GET /ui/`: the runs, filtered, a page at a time, with counts per status.
+pub(crate) async fn runs(
+    State(app): State<Reader>,
+    uri: Uri,
+    Query(q): Query<RunsQuery>,
+) -> Response {
+    let root = root_of(uri.path());
+    let result = async {
+        // Read where the events end before the runs: what moves after it reaches the page.
+        let head = app.events.event_head().await?.get();
+        let limit = q.limit.unwrap_or(50);
+        let created_after = age_ms(q.age.trim())?.map(|ms| now_ms() - ms);
+        let list = ListQuery {
+            agent: non_empty(&q.agent),
+            status: non_empty(&q.status),
+            label: non_empty(&q.label),
+            created_after,
+            limit: Some(limit),
+            cursor: q.cursor.as_deref().and_then(non_empty),
+            ..ListQuery::default()
+        };
+        let statuses: Vec<RunStatus> = list
+            .status
+            .as_deref()
+            .map(|f| {
+                f.split(',')
+                    .filter_map(|s| RunStatus::parse(s.trim()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let page = list_page(app.store.as_ref(), list).await?;
+        let labels: BTreeMap<String, String> = non_empty(&q.label)
+            .iter()
+            .flat_map(|l| l.split(','))
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let counts = app
+            .store
+            .count_runs(&RunFilter {
+                agent: non_empty(&q.agent),
+                statuses,
+                labels,
+                created_after,
+                ..RunFilter::default()
+            })
+            .await?
+            .into_iter()
+            .map(|(status, n)| (status.as_str(), n.to_string()))
+            .collect();
+        let query = [
+            ("agent", q.agent.trim()),
+            ("status", q.status.trim()),
+            ("label", q.label.trim()),
+            ("age", q.age.trim()),
+        ]
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .chain(q.limit.map(|l| format!("limit={l}")))
+        .collect::<Vec<_>>()
+        .join("&");
+        let next = page.next.as_ref().map(|c| {
+            if query.is_empty() {
+                format!("cursor={}", encode(c))
+            } else {
+                format!("{query}&cursor={}", encode(c))
+            }
+        });
+        let view = RunsView {
+            agent: q.agent.trim().to_owned(),
+            status: q.status.trim().to_owned(),
+            label: q.label.trim().to_owned(),
+            age: q.age.trim().to_owned(),
+            limit,
+            agents: app.store.agents().await?,
+            statuses: RunStatus::ALL.iter().map(|s| s.as_str()).collect(),
+            counts,
+            rows: page.runs.iter().map(RunRow::from).collect(),
+            next,
+            first_page: q.cursor.as_deref().and_then(non_empty).is_none(),
+            query,
+            head,
+        };
+        Ok::<_, PageError>(if q.fragment == "rows" {
+            RunsLive {
+                root: &root,
+                p: &view,
+            }
+            .render()?
+        } else {
+            RunsPage {
+                root: &root,
+                title: "Runs",
+                p: &view,
+            }
+            .render()?
+        })
+    }
+    .await;
+    html(result, &uri)
+}

@@ -1,0 +1,329 @@
+//! `impl Agent`: the graph, each state's facts, and the failure mapped by `on_error`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Fields, Ident, Type};
+
+use super::{argument_type, lit, option, stored_as_json, typed_successors};
+use crate::ast::{Agent, State};
+use crate::attr::Kind;
+use crate::names;
+
+/// `impl Agent`. With `stub`, `graph()` is never reached (the build already failed).
+pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
+    let krate = &agent.krate;
+    let ident = &agent.ident;
+    let name = lit(&agent.name);
+    let arms = agent.states.iter().map(|s| {
+        let v = &s.ident;
+        let n = lit(&s.name());
+        quote!(Self::#v { .. } => #n,)
+    });
+    // `match self {}` on `&Enum` would not be exhaustive: a reference is never uninhabited.
+    let scrutinee = if agent.states.is_empty() {
+        quote!(*self)
+    } else {
+        quote!(self)
+    };
+    let graph = if stub {
+        quote!(#krate::__private::core::unreachable!())
+    } else {
+        let dag = agent.dag;
+        let max_steps = option(agent, agent.max_steps);
+        let tools = agent.tools.iter().map(|t| {
+            let n = lit(&names::unraw(&t.ident));
+            let kind = kind_value(agent, t.kind);
+            let comp = option(agent, t.compensate.as_ref().map(|c| lit(&names::unraw(c))));
+            quote!(#krate::__private::ToolSpec { name: #n, kind: #kind, compensation: #comp })
+        });
+        let states = agent.states.iter().map(|s| {
+            let n = lit(&s.name());
+            let initial = s.initial.is_some();
+            let terminal = s.terminal.is_some();
+            let compensate = s.compensate.is_some();
+            let llm = s.llm.is_some();
+            let wait = option(agent, s.wait.as_ref().map(|w| lit(&w.1)));
+            let wait_timeout = option(agent, s.wait_timeout_ms.map(|w| w.1));
+            let timer_ms = option(agent, s.timer_ms.map(|t| t.1));
+            let timer_field = option(agent, s.timer.as_ref().map(|t| lit(&names::unraw(&t.1))));
+            let wait_payload = option(
+                agent,
+                s.wait_payload.as_ref().map(|(span, ty)| {
+                    quote_spanned!(*span=> <#ty as #krate::__private::PayloadSchema>::schema)
+                }),
+            );
+            let to = s.to.iter().map(|t| lit(&names::unraw(t)));
+            let on_error = option(agent, s.on_error.as_ref().map(|t| lit(&names::unraw(t))));
+            let tools = s.tools.iter().map(|t| lit(&names::unraw(t)));
+            let max_tool_calls = option(agent, s.max_tool_calls.map(|m| m.1));
+            let tools_per_answer = option(agent, s.tools_per_answer.map(|m| m.1));
+            let timeout = option(agent, s.timeout_ms.map(|m| m.1));
+            let decision_timeout = option(agent, s.decision_timeout_ms.map(|m| m.1));
+            let children = s
+                .children
+                .iter()
+                .map(|c| quote!(<#c as #krate::__private::Agent>::NAME));
+            let children_outlive = s.children_outlive.is_some();
+            let data = lit(&s.data());
+            let arguments = typed_successors(agent, s).into_iter().map(|(t, a)| {
+                let to = lit(&names::unraw(t));
+                let type_name = lit(&quote::ToTokens::to_token_stream(&a.ty).to_string());
+                let span = a.ty.span();
+                let ty = argument_type(agent, s, t, span);
+                quote_spanned! {span=>
+                    #krate::__private::ArgumentSpec {
+                        to: #to,
+                        type_name: #type_name,
+                        schema: <#ty as #krate::__private::ArgumentSchema>::schema,
+                        check: <#ty as #krate::__private::ArgumentType>::check,
+                    }
+                }
+            });
+            quote! {
+                #krate::__private::StateSpec {
+                    name: #n, initial: #initial, terminal: #terminal, compensate: #compensate,
+                    llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout,
+                    timer_ms: #timer_ms, timer_field: #timer_field,
+                    wait_payload: #wait_payload, to: &[#(#to),*],
+                    on_error: #on_error, tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
+                    tools_per_answer: #tools_per_answer, timeout_ms: #timeout,
+                    decision_timeout_ms: #decision_timeout, children: &[#(#children),*],
+                    children_outlive: #children_outlive, data: #data,
+                    arguments: &[#(#arguments),*],
+                }
+            }
+        });
+        quote! {
+            static GRAPH: #krate::__private::OnceLock<#krate::__private::GraphDescription> =
+                #krate::__private::OnceLock::new();
+            GRAPH.get_or_init(|| {
+                #krate::__private::graph(&#krate::__private::AgentSpec {
+                    name: #name,
+                    version: <Self as #krate::__private::Agent>::VERSION,
+                    dag: #dag,
+                    max_steps: #max_steps,
+                    tools: &[#(#tools),*],
+                    states: &[#(#states),*],
+                })
+            })
+        }
+    };
+    let version = agent.version.map(|(span, n)| {
+        let n = syn::LitInt::new(&n.to_string(), span);
+        quote!(const VERSION: u32 = #n;)
+    });
+    let migrate = if stub || agent.migrate_from.is_none() {
+        None
+    } else {
+        let private = quote!(#krate::__private);
+        let from = Ident::new("from", Span::mixed_site());
+        let state = Ident::new("state", Span::mixed_site());
+        Some(quote! {
+            fn migrate(
+                #from: u32,
+                #state: #private::serde_json::Value,
+            ) -> #private::Option<#private::core::result::Result<#private::serde_json::Value, #krate::__private::MigrationError>> {
+                #private::migrate::<Self>(#from, #state)
+            }
+            fn older_versions() -> #private::Vec<#krate::__private::OlderVersion> {
+                #private::older_versions::<Self>()
+            }
+        })
+    };
+    let on_error = if stub { None } else { on_error_fn(agent) };
+    let children = if stub { None } else { children_fn(agent) };
+    let timer_due = if stub { None } else { timer_due_fn(agent) };
+    let stored = stored_as_json(agent);
+    // Spanned at the enum's name: a missing serde derive is reported there.
+    let stored_impl = quote_spanned! {ident.span()=>
+        #[automatically_derived]
+        impl #krate::__private::StoredAsJson for #ident {}
+    };
+    // Which constructor builds the agent's runner: the builder with `.router(..)` when a
+    // state is routed by an LLM, else `Runner::new` (or the builder without it). The stub implements both, so a
+    // mistake elsewhere is not reported again at the runner. Both are under the `Agent`
+    // impl's own bound, so an enum without the serde derives is reported once per derive,
+    // not again here.
+    let routed = agent.states.iter().any(|s| s.llm.is_some());
+    let by_code = quote! {
+        #[automatically_derived]
+        impl #krate::__private::RoutedByCode for #ident #stored {}
+    };
+    let by_llm = quote! {
+        #[automatically_derived]
+        impl #krate::__private::RoutedByLlm for #ident #stored {}
+    };
+    let routing = match (stub, routed) {
+        (true, _) => quote!(#by_code #by_llm),
+        (false, true) => by_llm,
+        (false, false) => by_code,
+    };
+    quote! {
+        #stored_impl
+        #routing
+        #[automatically_derived]
+        impl #krate::__private::Agent for #ident #stored {
+            const NAME: &'static str = #name;
+            #version
+            fn graph() -> &'static #krate::__private::GraphDescription {
+                #graph
+            }
+            fn state_name(&self) -> &'static str {
+                match #scrutinee {
+                    #(#arms)*
+                }
+            }
+            #migrate
+            #on_error
+            #timer_due
+            #children
+        }
+    }
+}
+
+/// `Agent::__children`: every `children(...)` entry, for the runner's start-up check of
+/// cycles through `dag` agents. A constant of function pointers: it reads nothing of the
+/// children, so agents that list each other compile.
+fn children_fn(agent: &Agent) -> Option<TokenStream> {
+    let krate = &agent.krate;
+    let private = quote!(#krate::__private);
+    let links: Vec<TokenStream> = agent
+        .states
+        .iter()
+        .flat_map(|s| {
+            let state = lit(&s.name());
+            let private = &private;
+            s.children.iter().map(move |c| {
+                quote! {
+                    #private::ChildLink {
+                        state: #state,
+                        graph: <#c as #private::Agent>::graph,
+                        children: <#c as #private::Agent>::__children,
+                    }
+                }
+            })
+        })
+        .collect();
+    if links.is_empty() {
+        return None;
+    }
+    Some(quote! {
+        fn __children() -> &'static [#private::ChildLink] {
+            const LINKS: &[#private::ChildLink] = &[#(#links),*];
+            LINKS
+        }
+    })
+}
+
+/// `Agent::__on_error`: for the states with `on_error = T`, the value of `T` built from the
+/// failure; `None` from the trait's default when no state has one. `T` has no field or one
+/// (checked), built through `FromFailure`, spanned at the field's type so that a type that
+/// cannot hold a failure is reported there.
+fn on_error_fn(agent: &Agent) -> Option<TokenStream> {
+    let krate = &agent.krate;
+    let private = quote!(#krate::__private);
+    let from = Ident::new("from", Span::mixed_site());
+    let failure = Ident::new("failure", Span::mixed_site());
+    // The failing states by target, in the order the targets are first named: one arm each.
+    let mut by_target: Vec<(&State, Vec<syn::LitStr>)> = Vec::new();
+    for s in &agent.states {
+        let Some(target) = s.on_error.as_ref().and_then(|t| agent.state(t)) else {
+            continue;
+        };
+        let name = lit(&s.name());
+        match by_target.iter_mut().find(|(t, _)| std::ptr::eq(*t, target)) {
+            Some((_, from)) => from.push(name),
+            None => by_target.push((target, vec![name])),
+        }
+    }
+    if by_target.is_empty() {
+        return None;
+    }
+    let build = |ty: &Type| quote_spanned!(ty.span()=> <#ty as #private::FromFailure>::from_failure(#failure));
+    let arms = by_target.iter().map(|(target, names)| {
+        let v = &target.ident;
+        let value = match &target.fields {
+            Fields::Unit => quote!(Self::#v),
+            Fields::Unnamed(f) => {
+                let fields = f.unnamed.iter().map(|f| build(&f.ty));
+                quote!(Self::#v(#(#fields),*))
+            }
+            Fields::Named(f) => {
+                let fields = f.named.iter().map(|f| {
+                    let ident = &f.ident;
+                    let value = build(&f.ty);
+                    quote!(#ident: #value)
+                });
+                quote!(Self::#v { #(#fields),* })
+            }
+        };
+        quote!(#(#names)|* => #private::Option::Some(#value),)
+    });
+    let arms: Vec<TokenStream> = arms.collect();
+    let failure_param = if by_target.iter().any(|(t, _)| !t.fields.is_empty()) {
+        quote!(#failure)
+    } else {
+        quote!(_)
+    };
+    Some(quote! {
+        fn __on_error(
+            #from: &str,
+            #failure_param: #krate::__private::Failure,
+        ) -> #private::Option<Self> {
+            match #from {
+                #(#arms)*
+                _ => #private::Option::None,
+            }
+        }
+    })
+}
+
+/// `Agent::__timer_due`: for the states with `timer = field`, when the field says the timer
+/// is due; `None` from the trait's default when no state has one. The call is spanned at
+/// the field's name in the attribute, so that a field whose type is not a `TimerField` is
+/// reported there, with the types it can be.
+fn timer_due_fn(agent: &Agent) -> Option<TokenStream> {
+    let krate = &agent.krate;
+    let private = quote!(#krate::__private);
+    let value = Ident::new("timer", Span::mixed_site());
+    let arms: Vec<TokenStream> = agent
+        .states
+        .iter()
+        .filter_map(|s| {
+            let (_, named) = s.timer.as_ref()?;
+            let Fields::Named(fields) = &s.fields else {
+                return None;
+            };
+            let field = fields
+                .named
+                .iter()
+                .find(|f| f.ident.as_ref().is_some_and(|i| names::same(i, named)))?;
+            let (ident, ty, v) = (&field.ident, &field.ty, &s.ident);
+            let due = quote_spanned!(named.span()=> <#ty as #private::TimerField>::due(#value));
+            Some(quote!(Self::#v { #ident: #value, .. } => #due,))
+        })
+        .collect();
+    if arms.is_empty() {
+        return None;
+    }
+    Some(quote! {
+        // Every state may have a timer: then the catch-all arm is unreachable.
+        #[allow(unreachable_patterns)]
+        fn __timer_due(&self) -> #private::Option<#private::Due> {
+            match self {
+                #(#arms)*
+                _ => #private::Option::None,
+            }
+        }
+    })
+}
+
+fn kind_value(agent: &Agent, kind: Kind) -> TokenStream {
+    let krate = &agent.krate;
+    match kind {
+        Kind::Read => quote!(#krate::__private::ToolKind::Read),
+        Kind::Write => quote!(#krate::__private::ToolKind::Write),
+        Kind::Hybrid => quote!(#krate::__private::ToolKind::Hybrid),
+    }
+}
