@@ -19,6 +19,11 @@
 //! the schedules were being created are catch-up, not delay). Printed per size: min / p50 /
 //! p99 / max of run `created_at` minus the tick, in milliseconds, and the ratio of each
 //! size's p50 and p99 to one schedule's.
+//!
+//! Then one pass over 100 due schedules (`SCHEDULES_PASS`), timed two ways in the same
+//! run, alternated over 5 rounds: one schedule after the other (`tick_schedule` in a loop,
+//! as passes ticked before `TICKS_AT_ONCE`) and `tick_due` (that many at once); printed:
+//! the median pass of each and their ratio.
 
 // Figures are durations in milliseconds: `as f64` loses nothing a printed figure shows.
 #![allow(clippy::cast_precision_loss)]
@@ -29,7 +34,8 @@ use std::time::Duration;
 
 use agent_core::runner::{Runner, RunnerConfig, Worker, WorkerConfig};
 use agent_core::schedule::{
-    CatchUp, NewSchedule, OverlapPolicy, ScheduleSpec, TICK_LABEL, create_schedule, tick_text,
+    CatchUp, NewSchedule, OverlapPolicy, ScheduleSpec, TICK_LABEL, TICKS_AT_ONCE, create_schedule,
+    tick_due, tick_schedule, tick_text,
 };
 use agent_core::store::{RunFilter, Store, now_ms};
 use agent_core::{Ctx, StepResult, ToolBox};
@@ -118,13 +124,7 @@ impl Opened {
 async fn measure(opened: &Opened, schedules: usize, ticks: i64) -> Vec<i64> {
     let every = every_ms(schedules);
     let store = opened.store();
-    let runner = Runner::<Beat, Step>::builder(Arc::clone(&store), Step, ToolBox::new())
-        .config(RunnerConfig {
-            worker_id: "schedules".to_owned(),
-            ..RunnerConfig::default()
-        })
-        .build()
-        .expect("runner");
+    let runner = runner_on(&store);
     let state = serde_json::to_value(Beat::Due).expect("state");
     for k in 0..schedules {
         create_schedule(
@@ -223,6 +223,92 @@ async fn measure(opened: &Opened, schedules: usize, ticks: i64) -> Vec<i64> {
     late
 }
 
+/// The runner of the bench's agent on `store`.
+fn runner_on(store: &Arc<dyn Store>) -> Runner<Beat, Step> {
+    Runner::<Beat, Step>::builder(Arc::clone(store), Step, ToolBox::new())
+        .config(RunnerConfig {
+            worker_id: "schedules".to_owned(),
+            ..RunnerConfig::default()
+        })
+        .build()
+        .expect("runner")
+}
+
+/// One pass's milliseconds over `n` schedules made due for it (created under `tag`, each
+/// ticking every 10 s from a creation 10 s ago, so that its one tick is due and on time),
+/// ticked one after the other or by `tick_due`.
+async fn one_pass(store: &Arc<dyn Store>, n: usize, tag: &str, at_once: bool) -> f64 {
+    let runner = runner_on(store);
+    let state = serde_json::to_value(Beat::Due).expect("state");
+    let now = now_ms();
+    for k in 0..n {
+        create_schedule(
+            store.as_ref(),
+            NewSchedule {
+                id: format!("{tag}-{k:05}"),
+                agent: "Beat".to_owned(),
+                spec: ScheduleSpec::Interval {
+                    every_ms: 10_000,
+                    anchor_ms: 0,
+                },
+                jitter_ms: 0,
+                overlap: OverlapPolicy::AllowAll,
+                catch_up: CatchUp::Skip,
+                paused: false,
+                initial_state: state.clone(),
+                labels: [("bench".to_owned(), "pass".to_owned())].into(),
+            },
+            Some(&runner),
+            now - 10_000,
+        )
+        .await
+        .expect("create a schedule");
+    }
+    let started = std::time::Instant::now();
+    let runs = if at_once {
+        tick_due(store.as_ref(), &runner, now, n)
+            .await
+            .expect("tick")
+            .started
+            .len()
+    } else {
+        let mut runs = 0;
+        for s in store.due_schedules("Beat", now, n).await.expect("due") {
+            runs += tick_schedule(store.as_ref(), &runner, &s, now)
+                .await
+                .expect("tick")
+                .started
+                .len();
+        }
+        runs
+    };
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(runs, n, "one run per due schedule ({tag})");
+    ms
+}
+
+/// The pass A/B: medians of one after the other and of `tick_due`, alternated.
+async fn pass_ab(opened: &Opened, n: usize, rounds: usize) -> (f64, f64) {
+    let store = opened.store();
+    let (mut serial, mut at_once) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for first in [round % 2 == 0, round % 2 == 1] {
+            let tag = format!("r{round}-{}", if first { "serial" } else { "at-once" });
+            let ms = one_pass(&store, n, &tag, !first).await;
+            if first {
+                serial.push(ms);
+            } else {
+                at_once.push(ms);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (median(&mut serial), median(&mut at_once))
+}
+
 fn pct(sorted: &[i64], permille: usize) -> f64 {
     sorted[(sorted.len() - 1) * permille / 1_000] as f64
 }
@@ -278,5 +364,26 @@ async fn main() {
             );
             opened.remove().await;
         }
+    }
+    let n: usize = std::env::var("SCHEDULES_PASS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100);
+    println!(
+        "\none pass over {n} due schedules, median of 5 alternated rounds: one after the \
+         other against tick_due ({TICKS_AT_ONCE} at once)"
+    );
+    println!("\n| store | one after the other | tick_due | ratio |");
+    println!("|---|---|---|---|");
+    let places = pg.as_deref().map(Some).into_iter().chain([None]);
+    for url in places {
+        let opened = Opened::open(url, "pass").await;
+        let (serial, at_once) = pass_ab(&opened, n, 5).await;
+        println!(
+            "| {} | {serial:.0} ms | {at_once:.0} ms | {:.2} |",
+            opened.label(),
+            serial / at_once.max(1e-9)
+        );
+        opened.remove().await;
     }
 }
