@@ -204,6 +204,7 @@ async fn measure(
     let head = store.event_head().await.expect("head").get();
     let (base, stop) = serve(Arc::clone(&store));
     // reqwest's TLS wants a crypto provider even for plain HTTP.
+    #[allow(deprecated, reason = "ring is the provider sqlx compiles")]
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)

@@ -14,6 +14,7 @@ use common::{Db, Server, TOKEN, assert_error, json};
 /// A client whose requests come from `127.0.0.N` (every `127/8` address is loopback on
 /// Linux), not following redirects.
 fn client_from(n: u8) -> reqwest::Client {
+    #[allow(deprecated, reason = "ring is the provider sqlx compiles")]
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)))

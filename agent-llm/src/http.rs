@@ -23,11 +23,19 @@ const MAX_ERROR_BODY: usize = 16 * 1024;
 /// minimal container can still reach a plain-HTTP local server or a public API. Built once
 /// per process and passed to reqwest preconfigured: no process-wide default provider is
 /// installed behind the application's back.
+/// The *ring* provider. rustls 0.23.48 deprecates it, for lacking post-quantum key
+/// exchange; it stays because it is the one sqlx compiles (aws-lc-rs would build a second
+/// crypto library, and a C toolchain with it, into every user's binary).
+#[allow(deprecated, reason = "ring is the provider sqlx compiles; rustls deprecates it for lacking post-quantum key exchange")]
+pub(crate) fn ring_provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
 fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
     static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let provider = Arc::new(ring_provider());
             let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
                 .with_safe_default_protocol_versions()
                 .map_err(|e| e.to_string())?;
@@ -706,7 +714,7 @@ mod tls_tests {
     #[test]
     fn the_tls_config_builds() {
         let platform = rustls_platform_verifier::Verifier::new(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
+            super::ring_provider(),
         ));
         eprintln!("platform verifier available: {}", platform.is_ok());
         let config = super::tls_config().unwrap();

@@ -185,13 +185,21 @@ fn check_name(name: &str) -> Result<(), ConnectError> {
     }
 }
 
+/// The *ring* provider. rustls 0.23.48 deprecates it, for lacking post-quantum key
+/// exchange; it stays because it is the one sqlx compiles (aws-lc-rs would build a second
+/// crypto library into every user's binary).
+#[allow(deprecated, reason = "ring is the provider sqlx compiles; rustls deprecates it for lacking post-quantum key exchange")]
+fn ring_provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
 /// rustls on the *ring* provider, the platform's verifier or else the bundled Mozilla
 /// roots; built once per process, never installed as the process-wide default.
 fn tls_config() -> Result<rustls::ClientConfig, String> {
     static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let provider = Arc::new(ring_provider());
             let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
                 .with_safe_default_protocol_versions()
                 .map_err(|e| e.to_string())?;

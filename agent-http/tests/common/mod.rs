@@ -229,6 +229,7 @@ impl Drop for Server {
 }
 
 pub(crate) fn client() -> reqwest::Client {
+    #[allow(deprecated, reason = "ring is the provider sqlx compiles")]
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))

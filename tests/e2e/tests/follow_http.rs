@@ -79,6 +79,7 @@ async fn read_stream(
 /// Follows one run to its end, dropping the connection every `every` events.
 async fn follow(base: String, run_id: String, every: usize) -> Result<Vec<RunEvent>, String> {
     // Plain HTTP on loopback, but reqwest wants a TLS provider to build a client.
+    #[allow(deprecated, reason = "ring is the provider sqlx compiles")]
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let url = format!("{base}/v1/runs/{run_id}/events/stream?until_finished=true");
