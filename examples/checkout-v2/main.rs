@@ -10,35 +10,45 @@
 //! migrated once, in a `migrated` transition of its history, and finishes on version 2.
 //! Carol, paid on version 1, is shipped before her receipt; Bob's declined card releases the
 //! stock version 1 reserved for him. The example prints proof of each, read back from the
-//! store and the shop's effect log, then each run's timeline. It uses a fresh SQLite file.
+//! store and the shop's effect log, then each run's timeline. Its runs stay in a SQLite file
+//! of its own (`checkout-v2-runs.sqlite3`, `--db`), or in PostgreSQL when `DATABASE_URL` is set,
+//! for `agentctl` to look at.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Parser;
 use durable_agents::backend::Claimed;
 use durable_agents::runner::{Runner, RunnerConfig, StepOutcome};
 use durable_agents::store::{RunStatus, Store, TransitionKind, verify::verify_run};
 use durable_agents::{Agent, router::Router};
 use examples::checkout::{self as v1, Customer};
 use examples::checkout_v2 as v2;
+use examples::outln;
 use examples::report::{self, check};
 use examples::shop::Shop;
 use examples::stores;
 
+/// Version 2 of the checkout taking over version 1's runs in flight.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// SQLite file of runs, kept after the example for `agentctl` (a file of its own:
+    /// the store ends with version 2 of the checkout registered). Ignored when
+    /// `DATABASE_URL` is set.
+    #[arg(long, default_value = "checkout-v2-runs.sqlite3")]
+    db: PathBuf,
+    /// PostgreSQL instead of SQLite.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let dir = std::env::temp_dir().join(format!("checkout-v2-{}", std::process::id()));
-    let result = run(&dir).await;
-    let _ = std::fs::remove_dir_all(&dir);
-    match result {
+    examples::out::init_logging("error");
+    match run(Args::parse()).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!("some proof failed: see ✘ above");
@@ -58,17 +68,28 @@ const STOPS: [(&str, &str); 3] = [
     ("carol", "Receipt"),
 ];
 
-async fn run(dir: &std::path::Path) -> Result<bool, Box<dyn std::error::Error>> {
-    std::fs::create_dir_all(dir)?;
-    let opened = stores::open(None, &dir.join("runs.db")).await?;
+async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
+    let opened = stores::open(args.database_url.as_deref(), &args.db).await?;
     let result = run_on(&opened).await;
     opened.close().await;
+    if result.is_ok() {
+        let at = if opened.sqlite_path().is_some() {
+            format!("agentctl --db {} ", opened.short)
+        } else {
+            "agentctl ".to_owned()
+        };
+        outln!(
+            "\nthe runs stay in {}: `{at}runs --agent Checkout` lists them, `{at}show RUN` \
+             shows one",
+            opened.short
+        );
+    }
     result
 }
 
 async fn run_on(opened: &stores::Opened) -> Result<bool, Box<dyn std::error::Error>> {
-    println!("checkout-v2 example · store: {}", opened.description);
-    println!("router: scripted reviewer — an offline stand-in, not an LLM");
+    outln!("checkout-v2 example · store: {}", opened.description);
+    outln!("router: scripted reviewer — an offline stand-in, not an LLM");
     let store = Arc::clone(&opened.store);
     let shop = Arc::new(Shop::open(opened.shop_path.clone())?);
     shop.configure(|s| {
@@ -109,7 +130,7 @@ async fn run_on(opened: &stores::Opened) -> Result<bool, Box<dyn std::error::Err
             };
         }
         store.release_lease(&lease).await?;
-        println!(
+        outln!(
             "version 1 worker: {id} stopped in `{stop}` at version {}",
             record.version
         );
@@ -117,7 +138,7 @@ async fn run_on(opened: &stores::Opened) -> Result<bool, Box<dyn std::error::Err
     }
 
     // --- Version 2 deployed: it takes every run over ----------------------------------
-    println!(
+    outln!(
         "\nversion 2 deployed (agent `{}` version {}, migrates from version {})",
         v2::Checkout::NAME,
         v2::Checkout::VERSION,
@@ -130,14 +151,17 @@ async fn run_on(opened: &stores::Opened) -> Result<bool, Box<dyn std::error::Err
     let mut all_ok = true;
     for (id, (user, _)) in ids.iter().zip(STOPS) {
         let record = runner_v2.run(id).await?;
-        println!(
+        outln!(
             "\n── {id}: {} in `{}` after {} versions, on version {}",
-            record.status, record.state_name, record.version, record.agent_version
+            record.status,
+            record.state_name,
+            record.version,
+            record.agent_version
         );
         all_ok &= prove(store.as_ref(), &shop, id, user).await?;
     }
     for id in &ids {
-        println!("\n{}", report::timeline(store.as_ref(), id).await?);
+        outln!("\n{}", report::timeline(store.as_ref(), id).await?);
     }
     Ok(all_ok)
 }

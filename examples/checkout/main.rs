@@ -23,6 +23,7 @@ use examples::checkout::{self, Checkout, Handlers};
 use examples::shop::{Product, Shop};
 
 use examples::crash::CrashAfter;
+use examples::outln;
 use examples::report::{self, check};
 use examples::stores;
 
@@ -49,13 +50,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    examples::out::init_logging("error");
     match run(Args::parse()).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
@@ -78,7 +73,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
-    println!("checkout example · store: {}", opened.description);
+    outln!("checkout example · store: {}", opened.description);
     let shop = Arc::new(Shop::open(opened.shop_path.clone())?);
     let (router, router_note): (Arc<dyn Router>, String) = match durable_agents::llm::router_from_env()? {
         Some(r) if !args.offline => (r, "a real LLM configured in the environment".to_owned()),
@@ -89,7 +84,7 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
                 .to_owned(),
         ),
     };
-    println!("router: {router_note}");
+    outln!("router: {router_note}");
     let store = Arc::clone(&opened.store);
     // A stable worker name: a restarted example reclaims its own lease at once instead of
     // waiting for it to expire (each claim still bumps the fencing epoch).
@@ -121,7 +116,7 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         })
         .await?;
     let run_ids: Vec<String> = if !unfinished.is_empty() && !args.fresh {
-        println!(
+        outln!(
             "\nfound {} unfinished run(s): resuming each from its last committed step (pass --fresh to start new ones)",
             unfinished.len()
         );
@@ -143,40 +138,42 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
             runner.start(&id, checkout::start(customer)).await?;
             ids.push(id);
         }
-        println!("\nstarted {} and {}", ids[0], ids[1]);
+        outln!("\nstarted {} and {}", ids[0], ids[1]);
         ids
     };
 
     let mut all_ok = true;
     for id in &run_ids {
         let record = runner.run(id).await?;
-        println!(
+        outln!(
             "\n── {id}: {} in `{}` after {} versions",
-            record.status, record.state_name, record.version
+            record.status,
+            record.state_name,
+            record.version
         );
         all_ok &= prove(store.as_ref(), &shop, id).await?;
     }
     for id in &run_ids {
-        println!("\n{}", report::timeline(store.as_ref(), id).await?);
+        outln!("\n{}", report::timeline(store.as_ref(), id).await?);
     }
-    println!("where to look next:");
-    println!(
+    outln!("where to look next:");
+    outln!(
         "  cargo run --bin agentctl -- runs                      # every run in {}",
         opened.short
     );
-    println!(
+    outln!(
         "  cargo run --bin agentctl -- show {}   # the timeline, with tool calls and decisions",
         run_ids[0]
     );
-    println!(
+    outln!(
         "  cargo run --bin agentctl -- graph Checkout --format mermaid --run {}   # the path taken, as Mermaid",
         run_ids[0]
     );
-    println!(
+    outln!(
         "  cargo run --bin agentctl -- graph Checkout --run {} | dot -Tsvg > checkout.svg   # SVG: needs Graphviz (apt install graphviz, brew install graphviz)",
         run_ids[0]
     );
-    println!(
+    outln!(
         "  cargo run --example checkout -- --fresh --crash-after-steps 3   # crash mid-run, then run again to resume"
     );
     Ok(all_ok)

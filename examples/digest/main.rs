@@ -38,6 +38,7 @@ use durable_agents::schedule::{
 };
 use durable_agents::store::{RunFilter, Store};
 use examples::digest::{Digest, Handlers, TRIGGER, start_from_nats};
+use examples::outln;
 use examples::stores;
 
 /// The schedule this example creates.
@@ -75,7 +76,7 @@ async fn main() -> ExitCode {
 
 async fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let opened = stores::open(args.database_url.as_deref(), &args.db).await?;
-    println!("store: {}", opened.description);
+    outln!("store: {}", opened.description);
     let store: Arc<dyn Store> = Arc::clone(&opened.store);
     let handlers = Handlers::default();
     let runner: Runner<Digest, Handlers> =
@@ -101,16 +102,14 @@ async fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let schedule = create_schedule(store.as_ref(), new, Some(&runner), now_ms()).await?;
     if schedule.paused {
         resume_schedule(store.as_ref(), SCHEDULE, now_ms()).await?;
-        println!("schedule `{SCHEDULE}` found, resumed: every second");
+        outln!("schedule `{SCHEDULE}` found, resumed: every second");
     } else {
-        println!("schedule `{SCHEDULE}` created: every second");
+        outln!("schedule `{SCHEDULE}` created: every second");
     }
     if let Some(url) = &args.nats {
         start_from_nats(url, &runner, &store).await?;
     } else {
-        println!(
-            "(set NATS_URL to a NATS server with JetStream to start digests from messages too)"
-        );
+        outln!("(set NATS_URL to a NATS server with JetStream to start digests from messages too)");
     }
     let worker = Worker::new(
         runner,
@@ -119,7 +118,7 @@ async fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             ..WorkerConfig::default()
         },
     );
-    println!("a worker ticks it for {} s ...", args.seconds);
+    outln!("a worker ticks it for {} s ...", args.seconds);
     worker
         .run_until(tokio::time::sleep(Duration::from_secs(args.seconds)))
         .await;
@@ -131,12 +130,14 @@ async fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             ..RunFilter::default()
         })
         .await?;
-    println!("\nruns its ticks started ({}), newest first:", runs.len());
+    outln!("\nruns its ticks started ({}), newest first:", runs.len());
     for r in runs.iter().take(8) {
         let tick = r.labels.get("schedule.tick").map_or("?", String::as_str);
-        println!(
+        outln!(
             "  {:<48} tick {tick}  {} in {}",
-            r.id, r.status, r.state_name
+            r.id,
+            r.status,
+            r.state_name
         );
     }
     if args.nats.is_some() {
@@ -146,21 +147,23 @@ async fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 ..RunFilter::default()
             })
             .await?;
-        println!("\nruns NATS messages started ({}):", by_message.len());
+        outln!("\nruns NATS messages started ({}):", by_message.len());
         for r in &by_message {
             let message = r.labels.get("trigger.message").map_or("?", String::as_str);
-            println!(
+            outln!(
                 "  {:<48} message {message}  {} in {}",
-                r.id, r.status, r.state_name
+                r.id,
+                r.status,
+                r.state_name
             );
         }
     }
     let sent = handlers.outbox.lock().expect("the outbox").len();
-    println!(
+    outln!(
         "digests sent by this process: {sent} (each run sends once; a run whose timer had not \
          come due when the worker stopped is sent by the next)"
     );
-    println!("schedule `{SCHEDULE}` paused; run again to resume it");
+    outln!("schedule `{SCHEDULE}` paused; run again to resume it");
     opened.close().await;
     Ok(())
 }

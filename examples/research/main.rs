@@ -23,6 +23,7 @@ use durable_agents::Agent;
 use durable_agents::runner::{FaultHook, NoFaults, Runner, RunnerConfig, Worker, WorkerConfig};
 use durable_agents::store::{RunFilter, RunRecord, RunStatus, Store, new_run_id};
 use examples::crash::CrashAfter;
+use examples::outln;
 use examples::research::{self, Handlers, Report, Research};
 use examples::{report, stores};
 
@@ -52,13 +53,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    examples::out::init_logging("error");
     match run(Args::parse()).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
@@ -80,8 +75,8 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
-    println!("research example · store: {}", opened.description);
-    println!("search, publisher and reviewer: scripted stand-ins (offline), not a model");
+    outln!("research example · store: {}", opened.description);
+    outln!("search, publisher and reviewer: scripted stand-ins (offline), not a model");
     let store = Arc::clone(&opened.store);
     let faults: Arc<dyn FaultHook> = match args.crash_after_steps {
         Some(n) => Arc::new(CrashAfter::new(n, "research")),
@@ -124,7 +119,7 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         .await?;
     let id = match unfinished.first() {
         Some(r) if !args.fresh => {
-            println!("\nfound unfinished report {}: resuming its tree", r.id);
+            outln!("\nfound unfinished report {}: resuming its tree", r.id);
             r.id.clone()
         }
         _ => {
@@ -137,7 +132,7 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
                     },
                 )
                 .await?;
-            println!("\nstarted {id}: {}", args.question);
+            outln!("\nstarted {id}: {}", args.question);
             id
         }
     };
@@ -164,20 +159,20 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         watch,
     );
     let record = record?;
-    println!("\n{}", tree(store.as_ref(), &record, "").await?);
+    outln!("\n{}", tree(store.as_ref(), &record, "").await?);
     if let Ok(Report::Published { path }) = serde_json::from_value(record.state.clone()) {
-        println!("report published once, at {path}");
+        outln!("report published once, at {path}");
     }
-    println!("\n{}", report::timeline(store.as_ref(), &id).await?);
-    println!("where to look next:");
-    println!(
+    outln!("\n{}", report::timeline(store.as_ref(), &id).await?);
+    outln!("where to look next:");
+    outln!(
         "  cargo run --bin agentctl -- show {id}            # the parent, its wait and its children"
     );
-    println!("  cargo run --bin agentctl -- runs --parent {id}   # the children");
-    println!(
+    outln!("  cargo run --bin agentctl -- runs --parent {id}   # the children");
+    outln!(
         "  cargo run --bin agentctl -- graph Report --format mermaid       # the states that start children are marked"
     );
-    println!(
+    outln!(
         "  cargo run --example research -- --fresh --crash-after-steps 3   # crash mid-tree, then run again to resume"
     );
     Ok(record.status == RunStatus::Completed)

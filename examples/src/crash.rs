@@ -26,7 +26,7 @@ impl CrashAfter {
 impl FaultHook for CrashAfter {
     fn check(&self, point: FaultPoint, run_id: &str, version: u64) -> Result<(), Crash> {
         if point == FaultPoint::CommitApplied && self.left.fetch_sub(1, Ordering::SeqCst) == 1 {
-            println!(
+            crate::outln!(
                 "\n💥 simulated crash: aborting the process right after run {run_id} committed v{version}.\n   \
                  Nothing else is saved. Start the example again to resume from the last committed steps:\n   \
                  cargo run --example {}\n",

@@ -120,6 +120,6 @@ pub async fn start_from_nats(
             .await?
             .await?;
     }
-    println!("a trigger consumes `digests.requested`; one request published twice");
+    crate::outln!("a trigger consumes `digests.requested`; one request published twice");
     Ok(())
 }

@@ -9,11 +9,13 @@
 //! - [`stores`]: SQLite by default, PostgreSQL when `DATABASE_URL` is set.
 //! - [`report`]: run timelines read back from the store.
 //! - [`crash`]: the examples' `--crash-after-steps`, a real abort.
+//! - [`out`]: lines to stdout that end quietly on a closed pipe, logs coloured only on a terminal.
 
 pub mod checkout;
 pub mod checkout_v2;
 pub mod crash;
 pub mod digest;
+pub mod out;
 pub mod report;
 pub mod research;
 pub mod shop;

@@ -41,7 +41,13 @@ pub async fn timeline(store: &dyn Store, run_id: &str) -> Result<String, StoreEr
         }
     }
     if let Some(err) = &run.error {
-        let _ = writeln!(out, "  error: {} — {}", err.code, err.message);
+        // The code once, where the message already starts with it.
+        let code = err.code.to_string();
+        if err.message.starts_with(&code) {
+            let _ = writeln!(out, "  error: {}", err.message);
+        } else {
+            let _ = writeln!(out, "  error: {code} — {}", err.message);
+        }
     }
     Ok(out)
 }
@@ -145,7 +151,7 @@ pub fn error_report(e: &(dyn std::error::Error + 'static)) -> String {
 /// Print one proof line of an example, ✔ or ✘, and return whether it held.
 #[must_use = "a proof that did not hold must fail the example"]
 pub fn check(ok: bool, line: &str) -> bool {
-    println!("   {} {line}", if ok { "✔" } else { "✘" });
+    crate::outln!("   {} {line}", if ok { "✔" } else { "✘" });
     ok
 }
 

@@ -33,6 +33,12 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// The SQLite file, when the store is one.
+    #[must_use]
+    pub fn sqlite_path(&self) -> Option<&str> {
+        self.sqlite.as_ref().map(|_| self.short.as_str())
+    }
+
     /// Close the store before the process exits: a SQLite file then holds every run by
     /// itself, with nothing left in its `-wal` file.
     pub async fn close(&self) {

@@ -25,6 +25,7 @@ use clap::Parser;
 use durable_agents::Agent;
 use durable_agents::runner::Runner;
 use durable_agents::store::{RunStatus, Store};
+use examples::outln;
 use examples::triage::{self, Desk, Handlers, RefundRequest, Ticket, Triage};
 use examples::{report, stores};
 
@@ -63,7 +64,7 @@ async fn main() -> ExitCode {
 }
 
 fn check(ok: bool, line: &str) -> bool {
-    println!("   {} {line}", if ok { "✔" } else { "✘" });
+    outln!("   {} {line}", if ok { "✔" } else { "✘" });
     ok
 }
 
@@ -88,8 +89,8 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
 
 async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let store = Arc::clone(&opened.store);
-    println!("support-triage example · store: {}", opened.description);
-    println!("router: scripted classifier — an offline stand-in, not an LLM");
+    outln!("support-triage example · store: {}", opened.description);
+    outln!("router: scripted classifier — an offline stand-in, not an LLM");
     let desk = Arc::new(Desk::with_orders(&[
         ("order-17", 2_500),
         ("order-42", 48_000),
@@ -111,7 +112,7 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         };
         first.start(id, Triage::Received { ticket }).await?;
         let record = first.run(id).await?;
-        println!("\n── {id}: {} in `{}`", record.status, record.state_name);
+        outln!("\n── {id}: {} in `{}`", record.status, record.state_name);
     }
     let mut ok = true;
     let waiting = store.load_run(&large).await?.ok_or("run vanished")?;
@@ -126,13 +127,13 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
         serde_json::from_value(waiting.state["AwaitApproval"]["refund"].clone())?;
     drop(first);
     if args.manual {
-        println!(
+        outln!(
             "\n   {large} waits for a person. Approve this exact refund by hand:\n\n     {}\n\n   then let a worker finish it:\n\n     cargo run --example support-triage -- --continue {large}",
             triage::approval_command(&large, &refund, "you")
         );
         return Ok(ok);
     }
-    println!(
+    outln!(
         "\n   (runner dropped: the waiting run lives only in the store — a restart changes nothing)"
     );
 
@@ -174,7 +175,7 @@ async fn run_on(opened: &stores::Opened, args: &Args) -> Result<bool, Box<dyn st
             .is_some_and(|s| s.wait.is_some()),
         "the wait is declared in the graph",
     );
-    println!("\n{}", report::timeline(store.as_ref(), &large).await?);
+    outln!("\n{}", report::timeline(store.as_ref(), &large).await?);
     Ok(ok)
 }
 
@@ -185,7 +186,7 @@ async fn continue_by_hand(
     id: &str,
 ) -> Result<bool, Box<dyn std::error::Error>> {
     let record = runner(store, desk)?.run(id).await?;
-    println!("\n── {id}: {} in `{}`", record.status, record.state_name);
+    outln!("\n── {id}: {} in `{}`", record.status, record.state_name);
     let ok = match record.status {
         RunStatus::Completed => check(true, "the approval given by hand released the refund"),
         RunStatus::Waiting => check(
@@ -194,6 +195,6 @@ async fn continue_by_hand(
         ),
         other => check(false, &format!("the run ended {other}")),
     };
-    println!("\n{}", report::timeline(store.as_ref(), id).await?);
+    outln!("\n{}", report::timeline(store.as_ref(), id).await?);
     Ok(ok)
 }
