@@ -438,7 +438,14 @@ pub async fn serve_on(
     }
     tracing::info!(%addr, "serving the store over HTTP");
     // With each client's address, which the throttle of wrong tokens counts by.
-    let app = router(store, config).into_make_service_with_connect_info::<SocketAddr>();
+    // Served alone, the root is the inspector's: a person who opens the address lands on
+    // the runs. (Mounted in a service, `router` leaves `/` to it.)
+    let app = router(store, config)
+        .route(
+            "/",
+            axum::routing::get(|| async { axum::response::Redirect::to("/ui/") }),
+        )
+        .into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -48,6 +48,9 @@ async fn the_runs_page_lists_filters_counts_and_pages() {
     for id in ["order-waiting", "order-cancelled", "order-done"] {
         assert!(body.contains(id), "{id} missing");
     }
+    // The server's root is the runs page (the client follows the redirect).
+    let (status, _, root) = page(&server.url("/")).await;
+    assert_eq!((status, root.as_str()), (200, body.as_str()));
     // Counts per status, in words (not by colour alone).
     assert!(
         body.contains(r#"<span class="status s-waiting">waiting</span> 1"#),

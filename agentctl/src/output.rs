@@ -96,6 +96,12 @@ impl Output {
             column.set_padding((0, 2));
             if i < last {
                 column.set_constraint(ColumnConstraint::ContentWidth);
+            } else {
+                // Wrapped, but never to a sliver: where the other columns leave less, the
+                // table is wider than asked rather than an error one letter a line.
+                column.set_constraint(ColumnConstraint::LowerBoundary(comfy_table::Width::Fixed(
+                    MIN_LAST_COLUMN,
+                )));
             }
         }
         table
@@ -247,6 +253,9 @@ pub(crate) fn fmt_time(ms: Millis) -> String {
     )
 }
 
+/// The narrowest the last column of a table wraps to.
+const MIN_LAST_COLUMN: u16 = 24;
+
 /// `3s ago`, `5m ago`, `2h ago`, `4d ago`.
 pub(crate) fn fmt_age(ms: Millis, now: Millis) -> String {
     let secs = (now - ms).max(0) / 1000;
@@ -271,6 +280,16 @@ pub(crate) fn fmt_duration_ms(ms: u64) -> String {
         format!("{s:.2} s")
     } else {
         format!("{}m {:02}s", ms / 60_000, ms % 60_000 / 1000)
+    }
+}
+
+/// A failure as one line: its code, then its message, the code once where the message
+/// already starts with it (`tool.permanent (ChargePayment): card declined`).
+pub(crate) fn failure_text(code: &str, message: &str) -> String {
+    if message.starts_with(code) {
+        message.to_owned()
+    } else {
+        format!("{code}: {message}")
     }
 }
 
@@ -333,6 +352,18 @@ pub(crate) use outln;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_names_its_code_once() {
+        assert_eq!(
+            failure_text("tool.permanent", "tool.permanent (Charge): card declined"),
+            "tool.permanent (Charge): card declined"
+        );
+        assert_eq!(
+            failure_text("step.failed", "the handler returned an error"),
+            "step.failed: the handler returned an error"
+        );
+    }
 
     #[test]
     fn times_format_in_utc() {
