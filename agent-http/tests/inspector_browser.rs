@@ -224,6 +224,28 @@ async fn the_inspector_in_chromium() {
     )
     .await;
     shot(&c, "inspector-runs.png").await;
+    // Statuses by meaning: done, undone by a saga, stopped by a person and broken each look
+    // different (colours and mark), as the page's stylesheet renders them.
+    let looks = c
+        .execute(
+            "return ['completed', 'compensated', 'cancelled', 'failed'].map(s => { \
+               const e = document.createElement('span'); e.className = 'status s-' + s; \
+               document.body.appendChild(e); const st = getComputedStyle(e); \
+               const mark = getComputedStyle(e, '::before').content; \
+               const look = [st.color, st.backgroundColor, mark].join(' '); e.remove(); \
+               return look; });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let looks: Vec<&str> = looks
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let distinct: std::collections::HashSet<&&str> = looks.iter().collect();
+    assert_eq!(distinct.len(), 4, "statuses that look alike: {looks:?}");
     c.find(Locator::Css("select[name=status]"))
         .await
         .unwrap()
