@@ -111,7 +111,11 @@ async fn browser(driver: &Driver, chromium: &Path, profile: &Path) -> Client {
 async fn until(c: &Client, script: &str, ok: impl Fn(&Value) -> bool, what: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let v = c.execute(script, vec![]).await.expect("script");
+        // A script run while the page navigates may fail: not yet, unless it lasts.
+        let v = match c.execute(script, vec![]).await {
+            Ok(v) => v,
+            Err(e) => Value::String(format!("(script failed: {e})")),
+        };
         if ok(&v) {
             return v;
         }
@@ -454,6 +458,82 @@ async fn the_inspector_in_chromium() {
         .find_map(|t| t.note.clone())
         .expect("the cancel's note");
     assert_eq!(note.reason, "the customer asked");
+
+    // Schedules from the inspector, through the API with the tab's token: create one from
+    // the form, pause it, run it now, delete it.
+    c.goto(&server.url("/ui/schedules")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Id("schedule-form"))
+        .await
+        .unwrap();
+    for (id, text) in [
+        ("schedule-id", "nightly"),
+        ("schedule-every", "3600"),
+        ("schedule-state", r#"{"Start": {"items": ["apple"]}}"#),
+    ] {
+        c.find(Locator::Id(id))
+            .await
+            .unwrap()
+            .send_keys(text)
+            .await
+            .unwrap();
+    }
+    c.find(Locator::Css("#schedule-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let status = "return (document.querySelector('#schedule-nightly .schedule-status') || {}).textContent || null";
+    until(&c, status, |v| v == "active", "the new schedule is listed").await;
+    let created = db.store.load_schedule("nightly").await.unwrap();
+    assert_eq!(created.map(|s| s.agent).as_deref(), Some("Order"));
+    // One action: its button, confirmed, then the page it reloads (a mark set on the old
+    // page is gone on the new one).
+    let act = |op: &'static str| {
+        let c = c.clone();
+        async move {
+            c.execute("window.__beforeAction = true; return null;", vec![])
+                .await
+                .unwrap();
+            c.find(Locator::Css(&format!(
+                "#schedule-nightly button[data-op={op}]"
+            )))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+            c.find(Locator::Id("confirm-yes"))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            until(
+                &c,
+                "return window.__beforeAction !== true && document.readyState === 'complete'",
+                |v| v == true,
+                "the page reloaded after the action",
+            )
+            .await;
+        }
+    };
+    act("pause").await;
+    until(&c, status, |v| v == "paused", "the schedule is paused").await;
+    act("trigger").await;
+    let asked = db.store.load_schedule("nightly").await.unwrap().unwrap();
+    assert_eq!(asked.requested_ticks.len(), 1, "{asked:?}");
+    assert!(asked.paused);
+    act("delete").await;
+    until(
+        &c,
+        "return document.getElementById('schedule-nightly') === null",
+        |v| v == true,
+        "the schedule is gone from the page",
+    )
+    .await;
+    assert!(db.store.load_schedule("nightly").await.unwrap().is_none());
 
     c.close().await.unwrap();
     work.abort();

@@ -26,7 +26,10 @@ const MAX_ERROR_BODY: usize = 16 * 1024;
 /// The *ring* provider. rustls 0.23.48 deprecates it, for lacking post-quantum key
 /// exchange; it stays because it is the one sqlx compiles (aws-lc-rs would build a second
 /// crypto library, and a C toolchain with it, into every user's binary).
-#[allow(deprecated, reason = "ring is the provider sqlx compiles; rustls deprecates it for lacking post-quantum key exchange")]
+#[allow(
+    deprecated,
+    reason = "ring is the provider sqlx compiles; rustls deprecates it for lacking post-quantum key exchange"
+)]
 pub(crate) fn ring_provider() -> rustls::crypto::CryptoProvider {
     rustls::crypto::ring::default_provider()
 }
@@ -713,9 +716,8 @@ mod tls_tests {
     /// SSL_CERT_DIR=/empty/dir` to take the bundled-roots path).
     #[test]
     fn the_tls_config_builds() {
-        let platform = rustls_platform_verifier::Verifier::new(std::sync::Arc::new(
-            super::ring_provider(),
-        ));
+        let platform =
+            rustls_platform_verifier::Verifier::new(std::sync::Arc::new(super::ring_provider()));
         eprintln!("platform verifier available: {}", platform.is_ok());
         let config = super::tls_config().unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);

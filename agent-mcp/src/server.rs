@@ -188,7 +188,10 @@ fn check_name(name: &str) -> Result<(), ConnectError> {
 /// The *ring* provider. rustls 0.23.48 deprecates it, for lacking post-quantum key
 /// exchange; it stays because it is the one sqlx compiles (aws-lc-rs would build a second
 /// crypto library into every user's binary).
-#[allow(deprecated, reason = "ring is the provider sqlx compiles; rustls deprecates it for lacking post-quantum key exchange")]
+#[allow(
+    deprecated,
+    reason = "ring is the provider sqlx compiles; rustls deprecates it for lacking post-quantum key exchange"
+)]
 fn ring_provider() -> rustls::crypto::CryptoProvider {
     rustls::crypto::ring::default_provider()
 }

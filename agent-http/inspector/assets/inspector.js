@@ -54,11 +54,12 @@
   }
 
   // POST to the API with the token (asked for once); the answer as JSON.
-  async function post(path, payload) {
+  function post(path, payload) { return send("POST", path, payload); }
+  async function send(method, path, payload) {
     let t = token();
     if (!t) t = await askToken();
     if (!t) { say("No token: actions need the API's token.", true); return null; }
-    const init = { method: "POST", headers: { Authorization: "Bearer " + t } };
+    const init = { method: method, headers: { Authorization: "Bearer " + t } };
     if (payload !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(payload);
@@ -73,7 +74,8 @@
       say("Refused (" + resp.status + "): " + msg, true);
       return null;
     }
-    return answer;
+    // A success without a body (204) is still a success.
+    return answer === null ? {} : answer;
   }
   const enc = encodeURIComponent;
 
@@ -106,6 +108,28 @@
       }
       return;
     }
+    if (action === "schedule") {
+      const id = b.dataset.schedule, op = b.dataset.op;
+      const what = {
+        pause: "Pause schedule " + id + "? No tick starts a run until it is resumed.",
+        resume: "Resume schedule " + id + "? It ticks from its next tick; the paused ones start nothing.",
+        trigger: "Start a run of schedule " + id + " now, whatever its overlap policy?",
+        delete: "Delete schedule " + id + "? Its runs stay.",
+      }[op];
+      if (!what) return;
+      const c = await confirmAction(what);
+      if (!c.ok) { say("Nothing done."); return; }
+      const r = op === "delete"
+        ? await send("DELETE", "v1/schedules/" + enc(id))
+        : await post("v1/schedules/" + enc(id) + "/" + op);
+      if (r) {
+        say(op === "delete" ? "Schedule " + id + " deleted." : op === "trigger"
+          ? "Asked: a worker of " + r.agent + " starts the run at its next pass."
+          : "Schedule " + id + " is " + (r.paused ? "paused" : "active") + ".");
+        setTimeout(() => location.reload(), 600);
+      }
+      return;
+    }
     if (action === "tool") {
       const tool = b.dataset.tool;
       const enable = b.dataset.enable === "true";
@@ -118,6 +142,7 @@
 
   document.addEventListener("submit", async (ev) => {
     const form = ev.target;
+    if (form.id === "schedule-form") { ev.preventDefault(); createSchedule(); return; }
     if (form.id !== "signal-form") return;
     ev.preventDefault();
     let payload;
@@ -144,6 +169,21 @@
     const r = await post("v1/runs/" + enc(form.dataset.run) + "/signals", { name: name, payload: payload });
     if (r) say("Signal " + name + " sent (id " + r.id + "); the run moves when a worker consumes it.");
   });
+
+  // The new schedule's form: a cron expression in its zone, or an interval in seconds.
+  async function createSchedule() {
+    const cron = $("schedule-cron").value.trim(), every = $("schedule-every").value;
+    if ((cron === "") === (every === "")) { say("Give a cron expression or an interval, one of the two.", true); return; }
+    let state;
+    try { state = JSON.parse($("schedule-state").value); }
+    catch (e) { say("The initial state is not JSON: " + e.message, true); $("schedule-state").focus(); return; }
+    const spec = cron !== ""
+      ? { cron: { expression: cron, time_zone: $("schedule-tz").value.trim() || "UTC" } }
+      : { interval: { every_ms: Math.round(Number(every) * 1000) } };
+    const body = { id: $("schedule-id").value.trim(), agent: $("schedule-agent").value, spec: spec, initial_state: state };
+    const r = await post("v1/schedules", body);
+    if (r) { say("Schedule " + r.id + " created."); setTimeout(() => location.reload(), 600); }
+  }
 
   const login = $("login-form");
   if (login) login.addEventListener("submit", () => { sessionStorage.setItem(KEY, $("login-token").value); });

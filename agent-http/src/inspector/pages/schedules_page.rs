@@ -1,5 +1,7 @@
 //! The schedules (`GET /ui/schedules`): each with when it ticks, its next ticks, its latest
-//! tick and the run that tick started, and a link to the runs of all its past ticks.
+//! tick and the run that tick started, a link to the runs of all its past ticks, and its
+//! actions (pause or resume, run now, delete); and a form for a new one. The actions and
+//! the form go through the API with its token, as every action of the inspector does.
 
 use agent_core::schedule::{Schedule, ScheduleSpec};
 use askama::Template;
@@ -21,6 +23,8 @@ struct SchedulesPage<'a> {
     root: &'a str,
     title: &'a str,
     schedules: Vec<ScheduleRow>,
+    /// The registered agents, for the new schedule's form.
+    agents: Vec<String>,
 }
 
 struct ScheduleRow {
@@ -71,11 +75,13 @@ pub(crate) async fn schedules(State(app): State<Reader>, uri: Uri) -> Response {
     let root = root_of(uri.path());
     let result = async {
         let schedules = app.schedules.list_schedules(None).await?;
+        let agents = app.store.agents().await?;
         Ok::<_, PageError>(
             SchedulesPage {
                 root: &root,
                 title: "Schedules",
                 schedules: schedules.iter().map(ScheduleRow::from).collect(),
+                agents,
             }
             .render()?,
         )
