@@ -71,9 +71,10 @@ pub(crate) fn json(value: &Value, max: usize) -> (String, bool) {
 /// One line of a state's change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Change {
-    /// `+` added, `-` removed, `~` changed.
+    /// `+` added, `-` removed, `~` changed, `>` the state moved to another variant
+    /// (`before` and `after` are the variants' names, `path` empty).
     pub(crate) sign: &'static str,
-    /// Where, as a JSON pointer (`/cart/items/0`).
+    /// Where, as a JSON pointer within the state's fields (`/cart/items/0`).
     pub(crate) path: String,
     /// The value before (changed, removed).
     pub(crate) before: String,
@@ -107,12 +108,50 @@ fn flatten(value: &Value, path: String, out: &mut BTreeMap<String, String>) {
     }
 }
 
-/// What changed from `before` to `after`, leaf by leaf, in path order.
+/// A state as stored (serde's external tagging): its variant's name and its fields, `{"Name":
+/// {..}}` or `"Name"` for a variant without fields. `None` for any other shape.
+fn variant(state: &Value) -> Option<(&str, &Value)> {
+    const NO_FIELDS: &Value = &Value::Null;
+    match state {
+        Value::String(name) => Some((name, NO_FIELDS)),
+        Value::Object(map) if map.len() == 1 => map.iter().next().map(|(k, v)| (k.as_str(), v)),
+        _ => None,
+    }
+}
+
+/// What changed from one state to the next, field by field within the variant: a move to
+/// another variant is one line of its own (`>`), then only the fields whose values differ
+/// (a field the next state carries over unchanged is not a change, whatever its variant);
+/// leaf by leaf, in path order. States that are not enum variants are compared whole.
 pub(crate) fn diff(before: &Value, after: &Value) -> Vec<Change> {
+    match (variant(before), variant(after)) {
+        (Some((was, old)), Some((now, new))) => {
+            let mut out = Vec::new();
+            if was != now {
+                out.push(Change {
+                    sign: ">",
+                    path: String::new(),
+                    before: was.to_owned(),
+                    after: now.to_owned(),
+                });
+            }
+            out.extend(leaf_diff(old, new));
+            out
+        }
+        _ => leaf_diff(before, after),
+    }
+}
+
+/// What changed from `before` to `after`, leaf by leaf, in path order.
+fn leaf_diff(before: &Value, after: &Value) -> Vec<Change> {
     let mut a = BTreeMap::new();
     let mut b = BTreeMap::new();
-    flatten(before, String::new(), &mut a);
-    flatten(after, String::new(), &mut b);
+    if !before.is_null() {
+        flatten(before, String::new(), &mut a);
+    }
+    if !after.is_null() {
+        flatten(after, String::new(), &mut b);
+    }
     let mut out = Vec::new();
     for (path, old) in &a {
         match b.get(path) {
@@ -168,12 +207,46 @@ mod tests {
         assert_eq!(
             d,
             [
-                ("-".to_owned(), "/Cart/items/1".to_owned()),
-                ("~".to_owned(), "/Cart/n".to_owned()),
-                ("+".to_owned(), "/Cart/note".to_owned()),
+                ("-".to_owned(), "/items/1".to_owned()),
+                ("~".to_owned(), "/n".to_owned()),
+                ("+".to_owned(), "/note".to_owned()),
             ]
         );
         assert!(diff(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn a_move_to_another_variant_shows_only_what_differs() {
+        let shown = |a: serde_json::Value, b: serde_json::Value| -> Vec<String> {
+            diff(&a, &b)
+                .into_iter()
+                .map(|c| format!("{} {} {} {}", c.sign, c.path, c.before, c.after))
+                .collect()
+        };
+        // The order is carried over unchanged: only the move, the dropped reason and the
+        // new field show.
+        assert_eq!(
+            shown(
+                json!({"Review": {"order": {"id": "1", "cents": 42}, "reason": "broken"}}),
+                json!({"Refunding": {"order": {"id": "1", "cents": 42}, "refund": "r-1"}}),
+            ),
+            [
+                ">  Review Refunding",
+                "- /reason \"broken\" ",
+                "+ /refund  \"r-1\"",
+            ]
+        );
+        // To and from a variant without fields.
+        assert_eq!(
+            shown(json!({"Paying": {"cents": 5}}), json!("Done")),
+            [">  Paying Done", "- /cents 5 "]
+        );
+        assert_eq!(shown(json!("Idle"), json!("Idle")), Vec::<String>::new());
+        // Not an enum's variant: compared whole.
+        assert_eq!(
+            shown(json!({"a": 1, "b": 2}), json!({"a": 1, "b": 3})),
+            ["~ /b 2 3"]
+        );
     }
 
     #[test]
