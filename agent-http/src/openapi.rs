@@ -20,6 +20,7 @@ use crate::AppState;
         crate::runs::get_run,
         crate::runs::history,
         crate::runs::journal,
+        crate::runs::export,
         crate::runs::state_at,
         crate::runs::pending_signals,
         crate::runs::send_signal,

@@ -2,6 +2,7 @@
 //! signal, drop a pending signal, cancel, terminate, retry, fork.
 
 use agent_core::signals::SignalRefusal;
+use agent_core::store::export::RunExport;
 use agent_core::store::operator::{Requeue, RequeueMode, plan_requeue};
 use agent_core::store::{
     HistoryStore, JournalEntry, Labels, Millis, OperatorNote, RunFilter, RunKey, RunRecord,
@@ -26,6 +27,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/runs/{id}", get(get_run))
         .route("/v1/runs/{id}/history", get(history))
         .route("/v1/runs/{id}/journal", get(journal))
+        .route("/v1/runs/{id}/export", get(export))
         .route("/v1/runs/{id}/state/{version}", get(state_at))
         .route(
             "/v1/runs/{id}/signals",
@@ -281,6 +283,51 @@ pub(crate) async fn history(
     let limit = records_limit(q.limit)?;
     let from = at_most_i64("from", q.from)?.unwrap_or(0);
     Ok(Json(app.store.history_from(&id, from, limit).await?))
+}
+
+/// A whole run as one document to download ([`RunExport`]): its record, its agent's graph,
+/// every committed transition, its whole journal and its pending signals, as stored (sealed
+/// values stay sealed). Not a page: it is read whole, so exports share the limit on open
+/// event streams (`503` with `Retry-After` when the server has as many as it allows).
+#[utoipa::path(get, path = "/v1/runs/{id}/export", tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "The run, whole", body = RunExport,
+            headers(("Content-Disposition" = String, description = "`attachment; filename=\"run-ID.json\"`"))),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 503, description = "As many exports and streams as the server allows are open", body = ErrorBody),
+    ))]
+pub(crate) async fn export(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<impl axum::response::IntoResponse, ApiError> {
+    let _permit = crate::events::stream_permit(&app)?;
+    let export = agent_core::store::export::export_run(app.store.as_ref(), &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run `{id}` not found")))?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_DISPOSITION,
+            attachment_name(&id),
+        )],
+        Json(export),
+    ))
+}
+
+/// `attachment; filename="run-ID.json"`, the id's characters that a file name or the header
+/// cannot hold replaced by `_`.
+pub(crate) fn attachment_name(id: &str) -> String {
+    let safe: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("attachment; filename=\"run-{safe}.json\"")
 }
 
 /// Which journal entries.
@@ -681,7 +728,21 @@ pub(crate) async fn fork(
 
 #[cfg(test)]
 mod tests {
-    use super::{PageCursor, RunKey};
+    use super::{PageCursor, RunKey, attachment_name};
+
+    #[test]
+    fn a_download_is_named_after_the_run_with_nothing_a_header_cannot_hold() {
+        assert_eq!(
+            attachment_name("order-42@2026"),
+            r#"attachment; filename="run-order-42@2026.json""#
+        );
+        let hostile = attachment_name("a\"b\r\nSet-Cookie: x/é");
+        assert_eq!(
+            hostile,
+            r#"attachment; filename="run-a_b__Set-Cookie__x__.json""#
+        );
+        assert!(axum::http::HeaderValue::from_str(&hostile).is_ok());
+    }
 
     #[test]
     fn page_cursors_read_back_and_refuse_garbage() {

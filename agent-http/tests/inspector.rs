@@ -172,6 +172,37 @@ async fn a_run_page_shows_graph_path_timeline_journal_decisions_and_verdict() {
     assert!(ctype.starts_with("text/html") && missing.contains("run `nope` not found"));
     let (status, _, _) = page(&server.url("/ui/runs/order-waiting/entries/9/9")).await;
     assert_eq!(status, 404);
+
+    // The whole run to download, from the page's link and from the API, as one document.
+    assert!(
+        body.contains(r#"href="../../ui/runs/order-waiting/export.json" download"#),
+        "{body}"
+    );
+    for path in [
+        "/ui/runs/order-waiting/export.json",
+        "/v1/runs/order-waiting/export",
+    ] {
+        let resp = client().get(server.url(path)).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+        let disposition = resp
+            .headers()
+            .get("content-disposition")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(
+            disposition.as_deref(),
+            Some(r#"attachment; filename="run-order-waiting.json""#)
+        );
+        let export: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(export["format"], "durable-agents/run-export/1");
+        assert_eq!(export["run"]["status"], "waiting");
+        assert!(export["journal"].as_array().is_some_and(|j| !j.is_empty()));
+    }
+    let resp = client()
+        .get(server.url("/v1/runs/nope/export"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

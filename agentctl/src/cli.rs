@@ -19,6 +19,7 @@ pub(crate) const DEFAULT_DB: &str = "agent-runs.sqlite3";
     after_help = "Examples:
   agentctl runs --status waiting,dead_lettered
   agentctl show order-42
+  agentctl export order-42 --out order-42.json
   agentctl graph Checkout --run order-42 --format mermaid
   agentctl graph Checkout --run order-42 | dot -Tsvg > run.svg   # dot: Graphviz
   agentctl stats --since 1h
@@ -104,6 +105,9 @@ pub(crate) enum Command {
     State(StateArgs),
     /// Start a new run from a run's state at a version (what-if, or redo after a fix).
     Fork(ForkArgs),
+    /// Print a whole run as one JSON document (record, graph, history, journal, pending
+    /// signals), to attach to a report or archive it.
+    Export(ExportArgs),
     /// Draw an agent's graph, optionally with a run's path overlaid.
     Graph(GraphArgs),
     /// Which of an agent's declared edges and legal tools its runs took, and which none did
@@ -161,6 +165,15 @@ pub(crate) struct ShowArgs {
     /// Then print each event as it is committed, until the run ends (or Ctrl-C).
     #[arg(long, short)]
     pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    /// The run's id.
+    pub run: String,
+    /// Write the document to this file instead of stdout (refused if it exists).
+    #[arg(long, short, value_name = "PATH")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -248,6 +261,7 @@ impl Command {
             Self::Runs(_)
             | Self::Triggers(_)
             | Self::Show(_)
+            | Self::Export(_)
             | Self::State(_)
             | Self::Graph(_)
             | Self::Coverage(_)

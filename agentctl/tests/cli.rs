@@ -172,6 +172,48 @@ fn state_time_travel(new_db: fn() -> Db) {
     );
 }
 
+/// `export` prints the run whole, as the format says; `--out` writes a file and never
+/// overwrites one; a missing run is exit code 1.
+fn export_writes_the_whole_run(new_db: fn() -> Db) {
+    let db = new_db();
+    let printed: Value = serde_json::from_str(&db.ok(&["export", DONE])).unwrap();
+    assert_eq!(printed["format"], "durable-agents/run-export/1");
+    assert_eq!(printed["run"]["id"], DONE);
+    assert_eq!(printed["run"]["version"], 4);
+    let history = printed["history"].as_array().expect("history");
+    assert_eq!(
+        history.last().map(|t| t["version"].clone()),
+        Some(serde_json::json!(4)),
+        "{printed}"
+    );
+    assert!(
+        printed["journal"]
+            .as_array()
+            .is_some_and(|j| j.iter().any(|e| e["kind"] == "tool")),
+        "the journal's tool calls: {printed}"
+    );
+    assert_eq!(printed["graph"]["agent"], "Order", "{printed}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("done.json");
+    let path = file.to_str().unwrap();
+    assert!(
+        db.ok(&["export", DONE, "--out", path])
+            .contains("exported to")
+    );
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(written["run"], printed["run"]);
+    let again = db.agentctl(&["export", DONE, "--out", path]);
+    assert_eq!(code(&again), 1, "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("cannot create"),
+        "{}",
+        stderr(&again)
+    );
+    let missing = db.agentctl(&["export", "nobody"]);
+    assert_eq!(code(&missing), 1, "{}", stderr(&missing));
+}
+
 fn fork_starts_a_run_from_a_version(new_db: fn() -> Db) {
     let db = new_db();
     let out = db.ok(&["fork", DONE, "what-if", "--at", "1"]);
@@ -1309,6 +1351,7 @@ fn show_fits_the_width() {
 
 on_both_backends!(
     state_time_travel,
+    export_writes_the_whole_run,
     fork_starts_a_run_from_a_version,
     runs_lists_and_filters,
     show_prints_the_timeline,

@@ -35,6 +35,7 @@ mod chain;
 mod contract;
 mod error;
 pub mod events;
+pub mod export;
 mod failure_code;
 pub mod history;
 pub mod location;

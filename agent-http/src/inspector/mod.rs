@@ -45,6 +45,8 @@ pub(crate) fn routes(state: AppState, auth: Arc<Auth>) -> Router {
         .route("/ui/", get(pages::runs))
         .route("/ui/runs/{id}", get(pages::run))
         .route("/ui/runs/{id}/entries/{version}/{seq}", get(pages::entry))
+        // The API's export, behind the inspector's read check (the sign-in cookie too).
+        .route("/ui/runs/{id}/export.json", get(crate::runs::export))
         .route("/ui/agents", get(pages::agents))
         .route("/ui/schedules", get(pages::schedules))
         .route("/ui/agents/{name}", get(pages::agent))

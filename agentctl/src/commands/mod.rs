@@ -15,6 +15,7 @@ use crate::store;
 mod agents;
 mod backup;
 mod coverage;
+mod export;
 mod follow;
 mod fork;
 mod graph;
@@ -104,6 +105,7 @@ pub(crate) async fn run(cli: Cli, out: Output, agents: &[Registered]) -> Result<
         }
         Command::State(args) => state::run(&cx, &args).await,
         Command::Fork(args) => fork::run(&cx, &args).await,
+        Command::Export(args) => export::run(&cx, &args).await,
         Command::Graph(args) => graph::run(&cx, args).await,
         Command::Coverage(args) => coverage::run(&cx, &args).await,
         Command::Stats(args) => stats::run(&cx, args).await,
