@@ -48,6 +48,8 @@ async fn the_runs_page_lists_filters_counts_and_pages() {
     for id in ["order-waiting", "order-cancelled", "order-done"] {
         assert!(body.contains(id), "{id} missing");
     }
+    // Without JavaScript, the page says what needs it.
+    assert!(body.contains(r#"<noscript><p class="error-box" id="no-script">"#));
     // The server's root is the runs page (the client follows the redirect).
     let (status, _, root) = page(&server.url("/")).await;
     assert_eq!((status, root.as_str()), (200, body.as_str()));
