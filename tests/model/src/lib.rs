@@ -8,15 +8,17 @@
 //! budget: a worker crashes at any point, its lease expires while it still works, a commit's
 //! request or acknowledgement is lost. A worker whose commit outcome is unknown reads the run
 //! back to learn it; a worker that finds its lease gone stops. Optional parts add a signal
-//! waited for, a child run started and joined, a failed run compensated, and a migration to
-//! a newer agent version.
+//! waited for (sent plainly, or under a dedup key by a sender that retries and redelivers),
+//! a child run started and joined, a failed run compensated, a migration to a newer agent
+//! version, a durable timer waited for, and an operator's cancel.
 //!
 //! Each action is named after the store call it stands for (`claim_run`, `record_entry`,
 //! `commit_step`, `renew_lease`, `load_run`), so that a path of the model reads as the calls a
 //! runner makes.
 //!
 //! [`Protocol::properties`] are the durable execution contract's invariants (DESIGN.md,
-//! invariants 1, 3, 4 and 5, and those of signals, children, sagas and migrations) and its
+//! invariants 1, 3, 4 and 5, and those of signals, children, sagas, migrations, timers and
+//! cancels) and its
 //! liveness under a finite fault budget. A [`Mutation`]
 //! removes one mechanism the invariants rest on; the tests show each one yields a
 //! counterexample, so no invariant holds vacuously.
@@ -50,6 +52,17 @@ pub struct Protocol {
     /// of its own, the lease kept), and the step it was in resumes from the journal of the
     /// version it began at (the resume base).
     pub migrate: bool,
+    /// With a signal (`signal_at`): 0 when a client sends it once with `send_signal`;
+    /// otherwise the signal is sent with `send_signal_once` under one dedup key, by a sender
+    /// that sends it again when it did not hear the receipt and may be redelivered at any
+    /// moment (after the run consumed it too), at most this many times along a path.
+    pub signal_sends: u8,
+    /// The version at which the run waits for a durable timer: the commit into it stores
+    /// the run waiting with a due time one tick after it, and releases the lease; the step
+    /// from it runs once the clock reached the due time.
+    pub timer_at: Option<u8>,
+    /// An operator may cancel the run once, at any moment (`cancel_run`).
+    pub cancel: bool,
     /// Mechanisms removed, to show that an invariant rests on them.
     pub mutations: Vec<Mutation>,
 }
@@ -101,11 +114,19 @@ pub enum Mutation {
     /// The step after a migration reads the journal of its own version, not of the version
     /// the interrupted step began at.
     ResumeBaseIgnored,
+    /// `send_signal_once` ignores its key: every send stores a signal.
+    NoSignalDedup,
+    /// A run waiting for its timer is claimable (and its holder goes on) before the due
+    /// time.
+    ClaimBeforeDue,
+    /// The holder's commit ignores an operator's cancel request: its steps go on
+    /// committing after the cancel was acknowledged.
+    IgnoreCancel,
 }
 
 impl Mutation {
     /// Each invariant with mutations that must break it.
-    pub const BREAKING: [(&'static str, &'static [Mutation]); 13] = [
+    pub const BREAKING: [(&'static str, &'static [Mutation]); 16] = [
         (COMMITTER_HOLDS_LEASE, &[Mutation::NoEpochCheck]),
         (ONE_CHAIN, &[Mutation::NoVersionCheck, Mutation::BlindRetry]),
         (EFFECT_ONCE, &[Mutation::KeyFromAttempt]),
@@ -122,11 +143,15 @@ impl Mutation {
             &[Mutation::MigrateAlways, Mutation::NoAgentVersionCheck],
         ),
         (DECISION_ONCE, &[Mutation::ResumeBaseIgnored]),
+        (KEYED_SIGNAL_ONCE, &[Mutation::NoSignalDedup]),
+        (TIMER_NOT_EARLY, &[Mutation::ClaimBeforeDue]),
+        (CANCEL_ENDS_THE_RUN, &[Mutation::IgnoreCancel]),
     ];
 }
 
 /// The small protocol in which `mutations` are shown to break their property: two workers,
-/// two steps, two faults, with the signal or the child the mutation is about.
+/// two steps, two faults, with the signal, child, saga, migration, timer or cancel the
+/// mutation is about.
 #[must_use]
 pub fn protocol_for(mutations: &[Mutation]) -> Protocol {
     let small = Protocol::new(2, 2, 2);
@@ -147,6 +172,12 @@ pub fn protocol_for(mutations: &[Mutation]) -> Protocol {
         )
     }) {
         small.with_migration()
+    } else if mutations.contains(&Mutation::NoSignalDedup) {
+        small.with_keyed_signal_at(1, 2)
+    } else if mutations.contains(&Mutation::ClaimBeforeDue) {
+        small.with_timer_at(1)
+    } else if mutations.contains(&Mutation::IgnoreCancel) {
+        small.with_cancel()
     } else {
         small.with_signal_at(1)
     }
@@ -181,6 +212,16 @@ pub const UNDONE_ONCE: &str = "each call is compensated once";
 pub const UNDONE_LAST_FIRST: &str = "compensations run last-first";
 /// A run is migrated to the newer version at most once.
 pub const MIGRATED_ONCE: &str = "a run is migrated at most once";
+/// A keyed signal is stored once whatever the sender's retries and redeliveries, and the
+/// run consumes it exactly once (the step after the wait commits only consuming it).
+pub const KEYED_SIGNAL_ONCE: &str = "a keyed signal is stored once and consumed once";
+/// A run waiting for its timer is not claimed, nor its step run, before the due time; the
+/// step the timer wakes commits once.
+pub const TIMER_NOT_EARLY: &str = "a timer fires once, never before its due time";
+/// After an operator's cancel was acknowledged, no step commits but the cancel's own (the
+/// `cancel` transition and its round), and the run ends cancelled.
+pub const CANCEL_ENDS_THE_RUN: &str =
+    "after a cancel only the cancel commits, and the run ends cancelled";
 /// Liveness under a finite fault budget: the run completes.
 pub const RUN_COMPLETES: &str = "the run completes";
 /// Reachability: the model does reach a refused commit (so the fence is exercised).
@@ -230,6 +271,9 @@ pub enum Phase {
     Undone(u8),
     /// Claimed on the older agent version: to migrate before stepping.
     Migrate,
+    /// The commit was refused for an operator's cancel request: to write the cancel
+    /// (`accept_cancel`), the lease kept.
+    CancelRequested,
 }
 
 /// The store's run and what the world outside saw.
@@ -278,6 +322,17 @@ pub struct World {
     pub agent_version: u8,
     /// The versions written by migrations.
     pub migrated_at: Vec<u8>,
+    /// Sends of the keyed signal so far (`send_signal_once`).
+    pub sends: u8,
+    /// Signals stored under the key: one whatever the sends, unless the dedup is removed
+    /// (the first is `signal`; the others stay pending).
+    pub stored: u8,
+    /// The clock, in ticks.
+    pub now: u8,
+    /// The due time of the run's timer, once the commit into its wait stored it.
+    pub due: Option<u8>,
+    /// An operator's cancel of the run.
+    pub cancel: Cancel,
     /// What happened along the path that the properties ask about.
     pub seen: BTreeSet<Seen>,
     /// Faults left along this path.
@@ -297,6 +352,21 @@ pub enum Signal {
     Consumed(u8),
 }
 
+/// An operator's cancel (`cancel_run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cancel {
+    /// Not asked for.
+    None,
+    /// Asked for once the run had ended: refused (`RunIsFinal`), nothing written.
+    Refused,
+    /// Asked for while a live lease held the run: recorded for the holder's next commit
+    /// (or the next claimer).
+    Requested,
+    /// The `cancel` transition wrote this version (the run compensating): the round from
+    /// it ends the run cancelled.
+    Accepted(u8),
+}
+
 /// Something that happened along a path, which a property asks about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Seen {
@@ -314,6 +384,11 @@ pub enum Seen {
     ResolvedApplied,
     /// The join committed while a child had not ended.
     JoinedEarly,
+    /// The run was claimed while waiting for its timer, or the timer's step committed,
+    /// before the due time.
+    TimerEarly,
+    /// A step committed after an operator's cancel was acknowledged, not the cancel's.
+    CommittedAfterCancel,
 }
 
 /// A worker's move, or a fault.
@@ -357,6 +432,17 @@ pub enum Action {
     JournalCompensation(u8),
     /// `migrate_run`: compare-and-set on version, epoch and agent version.
     Migrate(u8),
+    /// `send_signal_once` under the signal's key, the receipt heard.
+    SendSignalOnce,
+    /// `send_signal_once` under the signal's key, the receipt lost: the sender sends again.
+    SignalAckLost,
+    /// The clock reaches the due time of the run's timer.
+    Tick,
+    /// `cancel_run` by an operator, once, at any moment.
+    CancelRun,
+    /// `accept_cancel`: the holder whose commit was refused for a cancel request (or who
+    /// finds the request as it claims) writes the cancel, fenced by its epoch.
+    AcceptCancel(u8),
 }
 
 impl Protocol {
@@ -371,8 +457,47 @@ impl Protocol {
             child_at: None,
             saga_at: None,
             migrate: false,
+            signal_sends: 0,
+            timer_at: None,
+            cancel: false,
             mutations: Vec::new(),
         }
+    }
+
+    /// The protocol whose run waits for a signal at version `at`, sent with
+    /// `send_signal_once` under one key, at most `sends` times along a path (retries after
+    /// a lost receipt, redeliveries).
+    #[must_use]
+    pub fn with_keyed_signal_at(mut self, at: u8, sends: u8) -> Self {
+        self.signal_at = Some(at);
+        self.signal_sends = sends;
+        self
+    }
+
+    /// The protocol whose run waits for a durable timer at version `at` (between 1 and
+    /// `steps - 1`).
+    #[must_use]
+    pub fn with_timer_at(mut self, at: u8) -> Self {
+        self.timer_at = Some(at);
+        self
+    }
+
+    /// The protocol in which an operator may cancel the run, once, at any moment.
+    #[must_use]
+    pub fn with_cancel(mut self) -> Self {
+        self.cancel = true;
+        self
+    }
+
+    /// Whether the step from `at` is a compensation round: the saga's, or the one after
+    /// a cancel.
+    fn in_round(&self, world: &World, at: u8) -> bool {
+        self.round_at(at) || world.cancel == Cancel::Accepted(at)
+    }
+
+    /// Whether the timer waited for at `version`, if any, is not due yet.
+    fn timer_ahead(&self, world: &World, version: u8) -> bool {
+        self.timer_at == Some(version) && world.due.is_none_or(|d| world.now < d)
     }
 
     /// The protocol whose run starts on an older agent version, migrated by the first
@@ -444,9 +569,9 @@ impl Protocol {
         self.child_at.is_some_and(|c| c + 1 == at)
     }
 
-    /// Whether the run at `version` waits (for its signal, or for its child).
+    /// Whether the run at `version` waits (for its signal, its child or its timer).
     fn waits(&self, version: u8) -> bool {
-        self.waits_at(version) || self.joins_at(version)
+        self.waits_at(version) || self.joins_at(version) || self.timer_at == Some(version)
     }
 
     /// Whether the wait of the run at `version`, if any, is over: its signal pending, its
@@ -456,6 +581,8 @@ impl Protocol {
             world.signal == Signal::Pending
         } else if self.joins_at(version) {
             self.has(Mutation::JoinEarly) || world.children.values().all(|ended| *ended)
+        } else if self.timer_at == Some(version) {
+            self.has(Mutation::ClaimBeforeDue) || !self.timer_ahead(world, version)
         } else {
             true
         }
@@ -474,10 +601,13 @@ impl Protocol {
     }
 
     /// Whether a worker may claim the run (as `claim_next` finds runs): not ended, no live
-    /// lease, and not waiting for a signal that has not come or a child still running.
+    /// lease, and not waiting for a signal that has not come, a child still running or a
+    /// timer not due, unless a cancel is requested (its claimer writes the cancel).
     #[must_use]
     pub fn claimable(&self, world: &World) -> bool {
-        let wait_on = world.waiting && !self.wait_over(world, world.version);
+        let wait_on = world.waiting
+            && !self.wait_over(world, world.version)
+            && world.cancel != Cancel::Requested;
         !(world.done || world.leased || wait_on)
     }
 
@@ -523,8 +653,8 @@ impl Protocol {
     }
 
     /// Apply the commit of the step from `at` by the worker of `epoch`, if the
-    /// compare-and-set lets it through; whether it did.
-    fn apply_commit(&self, world: &mut World, epoch: u8, at: u8) -> bool {
+    /// compare-and-set lets it through; whether it did, or was refused for a cancel.
+    fn apply_commit(&self, world: &mut World, epoch: u8, at: u8) -> Committed {
         let version_ok = self.has(Mutation::NoVersionCheck) || world.version == at;
         let epoch_ok = self.has(Mutation::NoEpochCheck) || world.epoch == epoch;
         // A step consuming the signal commits only while it is pending, and marks it
@@ -533,7 +663,25 @@ impl Protocol {
         let signal_ok = !consumes || world.signal == Signal::Pending;
         if !(version_ok && epoch_ok && signal_ok) || world.done {
             world.seen.insert(Seen::CommitRefused);
-            return false;
+            return Committed::Refused;
+        }
+        // An operator's cancel request refuses the holder's commit, checked in the same
+        // compare-and-set (`CancelRequested`): the holder writes the cancel instead.
+        if world.cancel == Cancel::Requested && !self.has(Mutation::IgnoreCancel) {
+            world.seen.insert(Seen::CommitRefused);
+            return Committed::CancelRequested;
+        }
+        match world.cancel {
+            Cancel::Requested => {
+                world.seen.insert(Seen::CommittedAfterCancel);
+            }
+            Cancel::Accepted(c) if c != at => {
+                world.seen.insert(Seen::CommittedAfterCancel);
+            }
+            _ => {}
+        }
+        if self.timer_ahead(world, at) {
+            world.seen.insert(Seen::TimerEarly);
         }
         // The lease may have expired with nobody claiming since: the commit is still the
         // latest claim's, which is all the epoch promises.
@@ -552,12 +700,28 @@ impl Protocol {
             world.compensating = true;
         }
         world.waiting = self.waits(at + 1);
-        if world.version >= self.last_version(world) {
+        if self.timer_at == Some(at + 1) {
+            // The commit into the timer's wait stores its due time.
+            world.due = Some(world.now + 1);
+        }
+        // The cancel's round ends the run cancelled.
+        let cancelled = world.cancel == Cancel::Accepted(at);
+        if cancelled || world.version >= self.last_version(world) {
             // The final commit ends the run and its lease in the same write.
             world.done = true;
             world.leased = false;
         }
-        true
+        Committed::Applied
+    }
+
+    /// The `cancel` transition under `epoch`: a version of its own, the run compensating,
+    /// no longer waiting; the round from it ends the run cancelled.
+    fn write_cancel(world: &mut World, epoch: u8) -> Cancel {
+        world.version += 1;
+        world.chain.push((world.version, epoch));
+        world.compensating = true;
+        world.waiting = false;
+        Cancel::Accepted(world.version)
     }
 
     /// A journal write of the worker of `epoch` for version `at`: refused unless it holds
@@ -571,6 +735,17 @@ impl Protocol {
             world.seen.insert(Seen::RanAhead);
         }
     }
+}
+
+/// What became of a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Committed {
+    /// Written.
+    Applied,
+    /// Refused: the lease is gone or the run moved on.
+    Refused,
+    /// Refused for an operator's cancel request: the holder writes the cancel.
+    CancelRequested,
 }
 
 impl Model for Protocol {
@@ -595,6 +770,11 @@ impl Model for Protocol {
             undone: Vec::new(),
             agent_version: if self.migrate { 1 } else { 2 },
             migrated_at: Vec::new(),
+            sends: 0,
+            stored: 0,
+            now: 0,
+            due: None,
+            cancel: Cancel::None,
             chain: Vec::new(),
             decisions: vec![None; steps],
             results: vec![false; steps],
@@ -621,12 +801,23 @@ impl Model for Protocol {
                         actions.push(Action::LeaseLost(w));
                     }
                     let wait_on = self.waits(at) && !self.wait_over(world, at);
+                    if phase == Phase::Start
+                        && world.cancel == Cancel::Requested
+                        && Self::current(world, epoch)
+                    {
+                        // A worker that finds the cancel request as it claims (or reads
+                        // the run) writes the cancel; one that does not goes on, and its
+                        // commit is refused.
+                        actions.push(Action::AcceptCancel(w));
+                    }
                     actions.push(match phase {
                         // The step reads what it waited for first (the pending signal, the
-                        // child's end); without it, the run is suspended until it comes.
+                        // child's end, the timer due); without it, the run is suspended
+                        // until it comes.
+                        Phase::Start if self.in_round(world, at) => Action::Compensate(w),
                         Phase::Start if wait_on => Action::Suspend(w),
-                        Phase::Start if self.round_at(at) => Action::Compensate(w),
                         Phase::Start => Action::Decide(w),
+                        Phase::CancelRequested => Action::AcceptCancel(w),
                         Phase::Undone(_) => Action::JournalCompensation(w),
                         Phase::Migrate => Action::Migrate(w),
                         Phase::Answered => Action::JournalDecision(w),
@@ -653,8 +844,21 @@ impl Model for Protocol {
         if world.leased && (fault || !Self::holder_alive(world)) {
             actions.push(Action::Expire);
         }
-        if self.signal_at.is_some() && world.signal == Signal::Unsent {
+        if self.signal_at.is_some() && self.signal_sends == 0 && world.signal == Signal::Unsent {
             actions.push(Action::SendSignal);
+        }
+        if world.sends < self.signal_sends {
+            actions.push(Action::SendSignalOnce);
+            // The last send is heard: a sender that never hears is not the store's fault.
+            if world.sends + 1 < self.signal_sends {
+                actions.push(Action::SignalAckLost);
+            }
+        }
+        if world.due.is_some_and(|d| world.now < d) {
+            actions.push(Action::Tick);
+        }
+        if self.cancel && world.cancel == Cancel::None {
+            actions.push(Action::CancelRun);
         }
         for (key, ended) in &world.children {
             if !ended {
@@ -667,6 +871,9 @@ impl Model for Protocol {
         let mut world = last.clone();
         match action {
             Action::Claim(w) => {
+                if world.waiting && self.timer_ahead(&world, world.version) {
+                    world.seen.insert(Seen::TimerEarly);
+                }
                 world.epoch += 1;
                 world.leased = true;
                 let migrate =
@@ -804,11 +1011,15 @@ impl Model for Protocol {
                 let Worker::Step { epoch, at, .. } = world.workers[usize::from(w)] else {
                     return None;
                 };
-                world.workers[usize::from(w)] = if self.apply_commit(&mut world, epoch, at) {
-                    self.after_commit(&world, epoch, at)
-                } else {
+                world.workers[usize::from(w)] = match self.apply_commit(&mut world, epoch, at) {
+                    Committed::Applied => self.after_commit(&world, epoch, at),
                     // Refused: the lease is gone or the run moved on; the worker stops.
-                    Worker::Idle
+                    Committed::Refused => Worker::Idle,
+                    Committed::CancelRequested => Worker::Step {
+                        epoch,
+                        at,
+                        phase: Phase::CancelRequested,
+                    },
                 };
             }
             Action::CommitRequestLost(w) | Action::CommitAckLost(w) => {
@@ -856,6 +1067,47 @@ impl Model for Protocol {
                 world.workers[usize::from(w)] = Worker::Idle;
             }
             Action::SendSignal => world.signal = Signal::Pending,
+            Action::SendSignalOnce | Action::SignalAckLost => {
+                world.sends += 1;
+                // Stored unless a signal is stored under the key already (the receipt then
+                // names it: a duplicate).
+                if world.stored == 0 || self.has(Mutation::NoSignalDedup) {
+                    world.stored += 1;
+                    if world.signal == Signal::Unsent {
+                        world.signal = Signal::Pending;
+                    }
+                }
+            }
+            Action::Tick => world.now += 1,
+            Action::CancelRun => {
+                world.cancel = if world.done {
+                    Cancel::Refused
+                } else if world.leased {
+                    Cancel::Requested
+                } else {
+                    // No live lease: the `cancel` transition at once, under a new epoch
+                    // that fences out an expired holder.
+                    world.epoch += 1;
+                    let epoch = world.epoch;
+                    Self::write_cancel(&mut world, epoch)
+                };
+            }
+            Action::AcceptCancel(w) => {
+                let Worker::Step { epoch, .. } = world.workers[usize::from(w)] else {
+                    return None;
+                };
+                world.workers[usize::from(w)] =
+                    if Self::current(&world, epoch) && world.cancel == Cancel::Requested {
+                        world.cancel = Self::write_cancel(&mut world, epoch);
+                        Worker::Step {
+                            epoch,
+                            at: world.version,
+                            phase: Phase::Start,
+                        }
+                    } else {
+                        Worker::Idle
+                    };
+            }
             Action::ChildEnds(key) => {
                 world.children.insert(key, true);
             }
@@ -960,6 +1212,23 @@ impl Model for Protocol {
                 w.undone.windows(2).all(|pair| pair[0] > pair[1])
             }),
             Property::always(MIGRATED_ONCE, |_, w: &World| w.migrated_at.len() <= 1),
+            Property::always(KEYED_SIGNAL_ONCE, |_, w: &World| {
+                // One stored, whatever the sends; the run ends only past the step that
+                // consumed it (which commits only consuming it, and once: the chain).
+                w.stored <= 1
+                    && (!w.done || w.stored == 0 || matches!(w.signal, Signal::Consumed(_)))
+            }),
+            Property::always(TIMER_NOT_EARLY, |p: &Protocol, w: &World| {
+                let fired = p
+                    .timer_at
+                    .map_or(0, |t| w.chain.iter().filter(|(v, _)| *v == t + 1).count());
+                !w.seen.contains(&Seen::TimerEarly) && fired <= 1
+            }),
+            Property::always(CANCEL_ENDS_THE_RUN, |_, w: &World| {
+                // Ended with the cancel still requested: a step ended it, not the cancel.
+                let ended_otherwise = w.done && w.cancel == Cancel::Requested;
+                !(w.seen.contains(&Seen::CommittedAfterCancel) || ended_otherwise)
+            }),
             Property::eventually(RUN_COMPLETES, |_, w: &World| w.done),
             // Reachability: the faults the model claims to cover do happen.
             Property::sometimes(A_COMMIT_IS_REFUSED, |_, w: &World| {
