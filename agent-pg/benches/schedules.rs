@@ -129,20 +129,7 @@ async fn measure(opened: &Opened, schedules: usize, ticks: i64) -> Vec<i64> {
     for k in 0..schedules {
         create_schedule(
             store.as_ref(),
-            NewSchedule {
-                id: format!("s{k:05}"),
-                agent: "Beat".to_owned(),
-                spec: ScheduleSpec::Interval {
-                    every_ms: every.unsigned_abs(),
-                    anchor_ms: 0,
-                },
-                jitter_ms: 0,
-                overlap: OverlapPolicy::AllowAll,
-                catch_up: CatchUp::Skip,
-                paused: false,
-                initial_state: state.clone(),
-                labels: [("bench".to_owned(), "ticks".to_owned())].into(),
-            },
+            beat_every(format!("s{k:05}"), every.unsigned_abs(), &state, "ticks"),
             Some(&runner),
             now_ms(),
         )
@@ -223,6 +210,25 @@ async fn measure(opened: &Opened, schedules: usize, ticks: i64) -> Vec<i64> {
     late
 }
 
+/// A schedule of the bench's agent ticking every `every_ms` from 0, starting runs in
+/// `state`, labelled `bench=<label>`.
+fn beat_every(id: String, every_ms: u64, state: &serde_json::Value, label: &str) -> NewSchedule {
+    NewSchedule {
+        id,
+        agent: "Beat".to_owned(),
+        spec: ScheduleSpec::Interval {
+            every_ms,
+            anchor_ms: 0,
+        },
+        jitter_ms: 0,
+        overlap: OverlapPolicy::AllowAll,
+        catch_up: CatchUp::Skip,
+        paused: false,
+        initial_state: state.clone(),
+        labels: [("bench".to_owned(), label.to_owned())].into(),
+    }
+}
+
 /// The runner of the bench's agent on `store`.
 fn runner_on(store: &Arc<dyn Store>) -> Runner<Beat, Step> {
     Runner::<Beat, Step>::builder(Arc::clone(store), Step, ToolBox::new())
@@ -244,20 +250,7 @@ async fn one_pass(store: &Arc<dyn Store>, n: usize, tag: &str, at_once: bool) ->
     for k in 0..n {
         create_schedule(
             store.as_ref(),
-            NewSchedule {
-                id: format!("{tag}-{k:05}"),
-                agent: "Beat".to_owned(),
-                spec: ScheduleSpec::Interval {
-                    every_ms: 10_000,
-                    anchor_ms: 0,
-                },
-                jitter_ms: 0,
-                overlap: OverlapPolicy::AllowAll,
-                catch_up: CatchUp::Skip,
-                paused: false,
-                initial_state: state.clone(),
-                labels: [("bench".to_owned(), "pass".to_owned())].into(),
-            },
+            beat_every(format!("{tag}-{k:05}"), 10_000, &state, "pass"),
             Some(&runner),
             now - 10_000,
         )
