@@ -283,16 +283,6 @@ pub(crate) fn fmt_duration_ms(ms: u64) -> String {
     }
 }
 
-/// A failure as one line: its code, then its message, the code once where the message
-/// already starts with it (`tool.permanent (ChargePayment): card declined`).
-pub(crate) fn failure_text(code: &str, message: &str) -> String {
-    if message.starts_with(code) {
-        message.to_owned()
-    } else {
-        format!("{code}: {message}")
-    }
-}
-
 /// Shorten `text` to at most `max` characters, with an ellipsis.
 pub(crate) fn ellipsize(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -352,18 +342,6 @@ pub(crate) use outln;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_failure_names_its_code_once() {
-        assert_eq!(
-            failure_text("tool.permanent", "tool.permanent (Charge): card declined"),
-            "tool.permanent (Charge): card declined"
-        );
-        assert_eq!(
-            failure_text("step.failed", "the handler returned an error"),
-            "step.failed: the handler returned an error"
-        );
-    }
 
     #[test]
     fn times_format_in_utc() {

@@ -41,13 +41,7 @@ pub async fn timeline(store: &dyn Store, run_id: &str) -> Result<String, StoreEr
         }
     }
     if let Some(err) = &run.error {
-        // The code once, where the message already starts with it.
-        let code = err.code.to_string();
-        if err.message.starts_with(&code) {
-            let _ = writeln!(out, "  error: {}", err.message);
-        } else {
-            let _ = writeln!(out, "  error: {code} — {}", err.message);
-        }
+        let _ = writeln!(out, "  error: {err}");
     }
     Ok(out)
 }

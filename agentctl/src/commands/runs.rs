@@ -10,7 +10,7 @@ use super::Ctx;
 use crate::cli::RunsArgs;
 use crate::error::Result;
 use crate::output::outln;
-use crate::output::{ellipsize, failure_text, fmt_age};
+use crate::output::{ellipsize, fmt_age};
 
 /// The longest error the table shows: the last column wraps to the table's width
 /// (`--width`, the terminal's), so this only keeps a pathological message from filling
@@ -67,12 +67,7 @@ pub(super) async fn run(cx: &Ctx, args: RunsArgs) -> Result<ExitCode> {
                     .as_ref()
                     .map_or_else(String::new, |s| format!("waiting for `{s}`"))
             },
-            |e| {
-                ellipsize(
-                    &failure_text(&e.code.to_string(), &e.message),
-                    MAX_ERROR_CHARS,
-                )
-            },
+            |e| ellipsize(&e.to_string(), MAX_ERROR_CHARS),
         );
         table.add_row(vec![
             Cell::new(&r.id),

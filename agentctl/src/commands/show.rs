@@ -19,7 +19,7 @@ use serde::Serialize;
 use super::Ctx;
 use crate::error::Result;
 use crate::output::outln;
-use crate::output::{ellipsize, failure_text, fmt_duration_ms, fmt_time};
+use crate::output::{ellipsize, fmt_duration_ms, fmt_time};
 
 #[derive(Serialize)]
 struct ShowJson<'a> {
@@ -87,9 +87,10 @@ pub(super) async fn run(cx: &Ctx, id: &str) -> Result<ExitCode> {
             .out
             .table(["RUN", "AGENT", "STATE", "STATUS", "VERSION", "ERROR"]);
         for c in &children {
-            let error = c.error.as_ref().map_or_else(String::new, |e| {
-                ellipsize(&failure_text(&e.code.to_string(), &e.message), 200)
-            });
+            let error = c
+                .error
+                .as_ref()
+                .map_or_else(String::new, |e| ellipsize(&e.to_string(), 200));
             table.add_row(vec![
                 Cell::new(&c.id),
                 Cell::new(&c.agent),
@@ -197,10 +198,7 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
         );
     }
     if let Some(e) = &run.error {
-        field(
-            "error",
-            cx.out.red(&failure_text(&e.code.to_string(), &e.message)),
-        );
+        field("error", cx.out.red(&e.to_string()));
     }
     out
 }

@@ -125,6 +125,20 @@ pub struct RunFailure {
     pub message: String,
 }
 
+/// `code: message`, the code once where the message already starts with it (a tool's
+/// failure reads `tool.permanent (Charge): card declined`): how `agentctl`, the inspector
+/// and the examples show a failure on one line.
+impl std::fmt::Display for RunFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let code = self.code.to_string();
+        if self.message.starts_with(&code) {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{code}: {}", self.message)
+        }
+    }
+}
+
 /// One run, as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -435,5 +449,26 @@ impl RunKey {
             created_at: run.created_at,
             id: run.id.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunFailure;
+
+    #[test]
+    fn a_failure_names_its_code_once() {
+        let failure = |code: &str, message: &str| RunFailure {
+            code: code.into(),
+            message: message.to_owned(),
+        };
+        assert_eq!(
+            failure("tool.permanent", "tool.permanent (Charge): card declined").to_string(),
+            "tool.permanent (Charge): card declined"
+        );
+        assert_eq!(
+            failure("handler", "the handler returned an error").to_string(),
+            "handler: the handler returned an error"
+        );
     }
 }

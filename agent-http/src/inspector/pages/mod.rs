@@ -125,7 +125,7 @@ impl From<&RunRecord> for RunRow {
             error: r
                 .error
                 .as_ref()
-                .map(|e| format!("{}: {}", e.code, e.message))
+                .map(ToString::to_string)
                 .unwrap_or_default(),
             labels: r
                 .labels

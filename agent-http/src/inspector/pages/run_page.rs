@@ -415,7 +415,7 @@ async fn run_view(app: &Reader, id: &str, journal_page: usize) -> Result<RunView
         error: run
             .error
             .as_ref()
-            .map(|e| format!("{}: {}", e.code, e.message))
+            .map(ToString::to_string)
             .unwrap_or_default(),
         lease: match (&run.lease_owner, run.lease_expires_at) {
             (Some(owner), Some(at)) => {
