@@ -88,6 +88,7 @@ impl StepIo for Direct {
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let cx = ToolContext {
+                agent: "bench",
                 run_id: String::new(),
                 state: String::new(),
                 version: 0,

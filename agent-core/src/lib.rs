@@ -31,6 +31,7 @@ pub mod agent;
 pub mod events;
 pub mod graph;
 pub mod json;
+pub mod metrics;
 pub mod router;
 pub mod runner;
 pub mod schedule;
@@ -42,6 +43,7 @@ pub mod store;
 pub mod timer;
 pub mod tool;
 pub mod toolset;
+pub mod trace;
 pub mod versions;
 
 pub use agent::{

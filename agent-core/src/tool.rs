@@ -288,6 +288,9 @@ pub type ToolResult<T> = Result<T, ToolError>;
 /// What a tool sees of the call: who calls it, and the idempotency key of effects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolContext {
+    /// The agent whose run makes the call (a bounded metric label: tokens and cost of a
+    /// generation are counted per agent).
+    pub agent: &'static str,
     /// The run.
     pub run_id: String,
     /// The state the call is made in.

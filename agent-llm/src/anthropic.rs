@@ -337,14 +337,10 @@ impl AnthropicRouter {
 #[async_trait]
 impl Router for AnthropicRouter {
     async fn decide(&self, request: &RouteRequest) -> Result<RouterReply, RouterError> {
-        let span = tracing::info_span!(
-            "llm.decide",
-            provider = "anthropic",
-            model = %self.config.model,
-            agent = %request.agent,
-            state = %request.state,
-        );
-        async {
+        let span = self
+            .transport
+            .chat_span(&self.config.model, &self.url, request);
+        let reply = async {
             let stream = self.config.stream.wanted(&request.tokens);
             let (text, conflicts) = self
                 .complete(self.request_body(request), stream, &request.tokens, true)
@@ -353,8 +349,10 @@ impl Router for AnthropicRouter {
                 parse_response(body, &self.config.model)
             })
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        Transport::record_reply(&span, &reply);
+        reply
     }
 }
 

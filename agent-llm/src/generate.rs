@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::events::TokenSink;
+use agent_core::metrics;
 use agent_core::router::RouterReply;
 use agent_core::{
     ErrorClass, Execute, RetryPolicy, Tool, ToolContext, ToolError, ToolPolicy, kind,
@@ -398,6 +399,15 @@ impl Execute for GenerateText {
         input: GenerateInput,
         cx: &ToolContext,
     ) -> Result<Generation, ToolError> {
-        self.0.generate(&input, &cx.tokens).await
+        let generation = self.0.generate(&input, &cx.tokens).await?;
+        // Counted once per executed generation: a replayed one is served from the journal.
+        let Generation {
+            model, usage, cost, ..
+        } = &generation;
+        metrics::model_tokens(cx.agent, model, usage.input_tokens, usage.output_tokens);
+        if let Some(cost) = cost {
+            metrics::model_cost(cx.agent, model, &cost.currency, cost.amount);
+        }
+        Ok(generation)
     }
 }

@@ -34,7 +34,7 @@ pub(crate) fn ring_provider() -> rustls::crypto::CryptoProvider {
     rustls::crypto::ring::default_provider()
 }
 
-fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
+pub(crate) fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
     static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
@@ -81,6 +81,54 @@ pub(crate) struct Body {
 }
 
 impl Transport {
+    /// The span of one model ask, named and attributed by the OpenTelemetry GenAI semantic
+    /// conventions (a `chat` client span; the crate `durable-agents-observe` pins their
+    /// version); [`Transport::record_reply`] fills in what the answer says.
+    pub(crate) fn chat_span(
+        &self,
+        model: &str,
+        url: &reqwest::Url,
+        request: &agent_core::router::RouteRequest,
+    ) -> tracing::Span {
+        use tracing::field::Empty;
+        tracing::info_span!(
+            "llm.decide",
+            otel.name = %format_args!("chat {model}"),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = self.provider,
+            gen_ai.request.model = model,
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            server.address = url.host_str().unwrap_or_default(),
+            server.port = url.port_or_known_default().unwrap_or_default(),
+            error.type = Empty,
+            agent = %request.agent,
+            state = %request.state,
+        )
+    }
+
+    /// Record on `span` ([`Transport::chat_span`]) what the ask gave: its tokens, or the
+    /// error's class. Numbers and codes only: a text of the answer (the model's name, the
+    /// finish reason) may hold a secret the runner is configured to hide and this crate
+    /// does not know; the runner records the answering model on its `route` span, after
+    /// its redaction.
+    pub(crate) fn record_reply(span: &tracing::Span, reply: &Result<RouterReply, RouterError>) {
+        match reply {
+            Ok(reply) => {
+                if let Some(tokens) = reply.input_tokens {
+                    span.record("gen_ai.usage.input_tokens", tokens);
+                }
+                if let Some(tokens) = reply.output_tokens {
+                    span.record("gen_ai.usage.output_tokens", tokens);
+                }
+            }
+            Err(e) => {
+                span.record("error.type", e.class.code());
+            }
+        }
+    }
+
     pub(crate) fn new(
         provider: &'static str,
         settings: HttpSettings,

@@ -208,6 +208,16 @@ pub use generate::{
     Cost, GenerateInput, GenerateText, Generation, Generator, Price, PriceTable, Usage,
 };
 pub use http::{backoff, classify_status, retry_after};
+
+/// The TLS configuration of every HTTP client of the framework (rustls on the *ring*
+/// provider, the platform's certificate verifier or the bundled Mozilla roots), for another
+/// client to reach HTTPS the same way: the OTLP exporter of `durable-agents-observe`.
+///
+/// # Errors
+/// [`ConfigError::Client`] when TLS cannot be set up.
+pub fn tls_client_config() -> Result<rustls::ClientConfig, ConfigError> {
+    http::tls_config()
+}
 pub use openai::{Decoding, MaxTokensField, OpenAiConfig, OpenAiRouter};
 
 #[doc = include_str!("../../docs/llm-providers.md")]

@@ -283,6 +283,14 @@ impl BatchWriter for Writer {
 }
 
 impl Writer {
+    /// One statement of `writes` writes of kind `write` (`commit`, `entry`, `signal`) is
+    /// sent: counted in the store's stats and in the metrics.
+    fn sent(&self, write: &'static str, writes: usize) {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(writes as u64, Ordering::Relaxed);
+        agent_core::metrics::store_writes("postgres", write, writes);
+    }
+
     /// Send a batch: its journal entries in one statement, its signals in another, then
     /// the entries its commits carry, then its commits (a run has at most one write in a
     /// batch, so the order between runs does not matter).
@@ -427,8 +435,7 @@ impl Writer {
     /// One signal, one statement ([`sql::SEND_SIGNAL`]); its id, `None` if the run does
     /// not exist.
     async fn one_signal(&self, row: &SignalRow) -> Result<Option<i64>, StoreError> {
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.sent("signal", 1);
         let query = sqlx::query(sql::SEND_SIGNAL)
             .bind(&row.run_id)
             .bind(&row.name)
@@ -446,9 +453,7 @@ impl Writer {
     /// Several signals of queued writes, one statement ([`sql::SEND_SIGNALS`]); each
     /// one's id, in order (`None`: its run does not exist).
     async fn many_signals(&self, batch: &[Queued]) -> Result<Vec<Written>, sqlx::Error> {
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        self.commits
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.sent("signal", batch.len());
         let rows = || {
             batch.iter().filter_map(|q| match &q.write {
                 Write::Signal(row) => Some(row),
@@ -471,8 +476,7 @@ impl Writer {
 
     /// One journal entry, one statement ([`sql::RECORD_ENTRY`]).
     async fn one_entry(&self, row: &EntryRow) -> Result<bool, StoreError> {
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.sent("entry", 1);
         let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
         let returned = record_entry(row).fetch_one(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);
@@ -496,9 +500,7 @@ impl Writer {
     /// Several journal entries, one statement ([`sql::RECORD_ENTRIES`]); whether each one
     /// was written, in order.
     async fn entry_rows(&self, batch: &[&EntryRow]) -> Result<Vec<bool>, sqlx::Error> {
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        self.commits
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.sent("entry", batch.len());
         let rows = || batch.iter().copied();
         let query = sqlx::query::<Postgres>(sql::RECORD_ENTRIES)
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
@@ -552,8 +554,7 @@ impl Writer {
     /// One commit, one statement ([`sql::COMMIT_STEP`], or [`sql::COMMIT_STEP_CONSUMING`]
     /// for a step that consumes a signal).
     async fn one_commit(&self, row: &CommitRow) -> Outcome {
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.sent("commit", 1);
         let statement = if row.signal.is_some() {
             sql::COMMIT_STEP_CONSUMING.as_str()
         } else {
@@ -591,9 +592,7 @@ impl Writer {
 
     /// Several commits, one statement ([`sql::COMMIT_STEPS`]); what each one did, in order.
     async fn many(&self, batch: &[Queued]) -> Result<Vec<Written>, sqlx::Error> {
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        self.commits
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.sent("commit", batch.len());
         let rows = || {
             batch.iter().filter_map(|q| match &q.write {
                 Write::Commit(row) => Some(row),

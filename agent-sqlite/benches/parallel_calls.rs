@@ -80,6 +80,7 @@ fn median(mut xs: Vec<Duration>) -> Duration {
 async fn direct(concurrent: bool) -> Duration {
     let started = Instant::now();
     let cx = ToolContext {
+        agent: "bench",
         run_id: String::new(),
         state: String::new(),
         version: 0,

@@ -108,6 +108,7 @@ impl BatchWriter for Writer {
     async fn one(&self, write: &Write) -> Result<Written, StoreError> {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        agent_core::metrics::store_writes("sqlite", "mixed", 1);
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
@@ -126,6 +127,7 @@ impl BatchWriter for Writer {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.commits
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        agent_core::metrics::store_writes("sqlite", "mixed", batch.len());
         match self.write_batch(&batch).await {
             Ok(outcomes) => {
                 for (q, outcome) in batch.into_iter().zip(outcomes) {

@@ -147,7 +147,8 @@ impl StepCx<'_> {
                 .map_err(|e| StepError::Handler(format!("child {index} of `{agent}`: {e}")))?;
             runs.push(
                 NewRun::new(id, agent, child.fingerprint(), initial.clone(), stored)
-                    .spawned_by(self.run_id.clone(), self.version),
+                    .spawned_by(self.run_id.clone(), self.version)
+                    .with_labels(crate::trace::child_labels(&self.run_id, self.labels)),
             );
         }
         let ids: Vec<Value> = runs.iter().map(|r| Value::String(r.id.clone())).collect();

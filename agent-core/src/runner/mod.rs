@@ -329,7 +329,7 @@ where
         self.inner.seal_state(&mut state, name)?;
         Ok(
             NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
-                .with_labels(labels)
+                .with_labels(crate::trace::with_current_parent(labels))
                 .with_agent_version(A::VERSION),
         )
     }
@@ -503,11 +503,25 @@ where
     /// an `async fn` keeps its arguments for its whole life beside the locals they are
     /// moved to; boxed, the run's record is held once (issue 22, W4).
     pub(crate) async fn drive(&self, claimed: Box<Claimed>) -> Result<RunRecord, RunnerError> {
-        let span = info_span!("run", run_id = %claimed.record.id, agent = A::NAME);
-        self.drive_claimed(claimed).instrument(span).await
+        // One span per claim ("run"), a child of the run's own span: every worker that
+        // claims the run reports to the same trace (`crate::trace`).
+        let span = info_span!(
+            "run",
+            otel.name = %format_args!("run {}", A::NAME),
+            gen_ai.agent.name = A::NAME,
+            run_id = %claimed.record.id,
+            worker = %self.inner.config.worker_id,
+        );
+        crate::trace::adopt(&span, &claimed.record.id, &claimed.record.labels);
+        let driven = self.drive_claimed(claimed).instrument(span).await;
+        if let Ok(record) = &driven {
+            crate::trace::finish(record);
+        }
+        driven
     }
 
     async fn drive_claimed(&self, claimed: Box<Claimed>) -> Result<RunRecord, RunnerError> {
+        crate::metrics::claimed(A::NAME);
         // The checks before the first step run in a future of their own, freed before the
         // steps: this one lives as long as the run is in flight, one per run (W4).
         //
@@ -528,10 +542,16 @@ where
             }
         };
         let ended = loop {
-            match self
+            // The state's name from the graph (`'static`, a bounded label); a stored name
+            // the graph does not know is quarantined by the step, and counted as `unknown`.
+            let state =
+                (self.inner.graph.state(&record.state_name)).map_or("unknown", |s| &*s.name);
+            let began = std::time::Instant::now();
+            let stepped = self
                 .step_inner(&mut lease, record, known, &read_cache)
-                .await
-            {
+                .await;
+            crate::metrics::step(A::NAME, state, &stepped, began.elapsed());
+            match stepped {
                 Ok(StepOutcome::Committed(next)) => {
                     record = Box::new(next);
                     known = Known::Fresh;
@@ -546,6 +566,9 @@ where
                 Ok(*r)
             }
             Err(e) => {
+                if matches!(e, RunnerError::LeaseLost(_)) {
+                    crate::metrics::lease_lost(A::NAME);
+                }
                 Box::pin(self.release_after(&lease, &e)).await;
                 Err(e)
             }
@@ -750,17 +773,22 @@ where
         renew_if_due(&self.inner, lease, &record.id, record.version).await?;
         let span = info_span!(
             "step",
+            otel.name = %format_args!("step {}", record.state_name),
             run_id = %record.id,
             state = record.state_name.as_str(),
-            version = record.version
+            version = record.version,
+            worker = %self.inner.config.worker_id,
         );
+        // A child of the run's span, not of this claim's: a worker killed mid-claim never
+        // exports its claim's span, and the steps it finished stay in the run's tree.
+        crate::trace::adopt(&span, &record.id, &record.labels);
         // Boxed: moving the step's future through every layer of every step cost more
         // than one allocation (about a fifth of a worker's CPU per step with 64 runs in
         // flight on PostgreSQL). Its rare paths are boxed inside it, so the future every
         // run in flight holds while its tool call waits stays small (BENCHMARKS.md, W4).
         // The record stays boxed from the claim on, so that no future holds it twice (as
         // its argument and as the local it is moved to).
-        Box::pin(step::execute::<A, H>(
+        let outcome = Box::pin(step::execute::<A, H>(
             &self.inner,
             &*self.handlers,
             lease,
@@ -769,8 +797,16 @@ where
             known,
             read_cache,
         ))
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        if let Ok(StepOutcome::Committed(r) | StepOutcome::Waiting(r) | StepOutcome::Finished(r)) =
+            &outcome
+        {
+            span.in_scope(|| {
+                tracing::debug!(to = %r.state_name, status = r.status.as_str(), "step ended");
+            });
+        }
+        outcome
     }
 
     /// Refuse to execute a run whose stored state no longer deserializes, or whose graph

@@ -185,7 +185,21 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                 *f = inner.redact_text(f);
             }
             request.trim_to_budget(cx.inner.config.prompt_token_budget);
-            let span = info_span!("decision", run_id = %cx.run_id, state = %cx.state.name, version = cx.version, seq);
+            // The answering model and the tokens are recorded here, as journaled: after
+            // the redaction of the configured secrets, which the provider's span (`chat`)
+            // cannot apply.
+            let span = info_span!(
+                "decision",
+                otel.name = %format_args!("route {}", cx.state.name),
+                gen_ai.response.model = tracing::field::Empty,
+                gen_ai.usage.input_tokens = tracing::field::Empty,
+                gen_ai.usage.output_tokens = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                run_id = %cx.run_id,
+                state = %cx.state.name,
+                version = cx.version,
+                seq,
+            );
             let asked = Asked {
                 seq,
                 prior: prior_asks,
@@ -367,8 +381,30 @@ async fn ask(
     let stored = answer_redactor(cx, &reply);
     let redact_stored = |s: &str| stored.text(s);
     let outcome = outcome.map_err(|r| Rejection::new(r.code, redact_stored(&r.message)));
-    let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let elapsed = started.elapsed();
+    let latency = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let mut record = DecisionRecord::new(request, &reply, &outcome, latency, &redact_stored);
+    // The model's name as journaled (redacted), a bounded label: one per configured model.
+    let agent: &'static str = &cx.inner.graph.agent;
+    let rejected = (outcome.as_ref().err()).map(|r| (r.code.as_str(), r.code.is_ask_failure()));
+    crate::metrics::model_ask(agent, &record.model, rejected, elapsed);
+    let span = tracing::Span::current();
+    span.record("gen_ai.response.model", record.model.as_str());
+    if let Some(tokens) = record.input_tokens {
+        span.record("gen_ai.usage.input_tokens", tokens);
+    }
+    if let Some(tokens) = record.output_tokens {
+        span.record("gen_ai.usage.output_tokens", tokens);
+    }
+    if let Some((code, _)) = rejected {
+        span.record("error.type", code);
+    }
+    crate::metrics::model_tokens(
+        agent,
+        &record.model,
+        record.input_tokens,
+        record.output_tokens,
+    );
     // The decision is stored as it will be executed, its secret parts sealed: a resumed
     // run opens it and executes exactly this (no placeholder replay would run).
     record.decision = outcome.as_ref().ok().cloned();

@@ -84,8 +84,15 @@ pub(super) async fn compensate(
         {
             continue;
         }
-        let span =
-            tracing::info_span!("compensation", run_id = %record.id, tool = %original.name, seq);
+        let span = tracing::info_span!(
+            "compensation",
+            otel.name = %format_args!("execute_tool {}", original.name),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %original.name,
+            gen_ai.tool.type = "function",
+            run_id = %record.id,
+            compensates = seq,
+        );
         let result = async {
             let tool = inner
                 .tools

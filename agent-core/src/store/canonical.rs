@@ -63,11 +63,19 @@ pub fn input_hash(value: &Value) -> String {
 /// What makes two [`RunStore::create_run`](super::RunStore::create_run) calls with the same id "the same run": SHA-256 over
 /// the agent's name, the initial state's name and the canonical JSON of the initial state
 /// (and the labels, when there are any: runs created without labels keep their hash; and
-/// the parent, for a child run),
+/// the parent, for a child run), but not the label
+/// [`TRACE_PARENT_LABEL`](crate::trace::TRACE_PARENT_LABEL),
 /// hex. Backends store it with the run to answer idempotent creation without the initial
 /// version (which retention may prune).
 #[must_use]
 pub fn creation_hash(run: &NewRun) -> String {
+    if run.labels.contains_key(crate::trace::TRACE_PARENT_LABEL) {
+        // The span a run was started in is where, not what: a retried start from another
+        // span is the same start.
+        let mut run = run.clone();
+        run.labels.remove(crate::trace::TRACE_PARENT_LABEL);
+        return creation_hash(&run);
+    }
     if let Some(parent) = &run.spawned_by {
         input_hash(&serde_json::json!([
             run.agent,

@@ -222,14 +222,10 @@ impl OpenAiRouter {
 #[async_trait]
 impl Router for OpenAiRouter {
     async fn decide(&self, request: &RouteRequest) -> Result<RouterReply, RouterError> {
-        let span = tracing::info_span!(
-            "llm.decide",
-            provider = "openai",
-            model = %self.config.model,
-            agent = %request.agent,
-            state = %request.state,
-        );
-        async {
+        let span = self
+            .transport
+            .chat_span(&self.config.model, &self.url, request);
+        let reply = async {
             let stream = self.config.stream.wanted(&request.tokens);
             let (text, conflicts) = self
                 .complete(self.request_body(request), stream, &request.tokens, true)
@@ -240,8 +236,10 @@ impl Router for OpenAiRouter {
                 reduce(body, &self.config.model, decoding)
             })
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        Transport::record_reply(&span, &reply);
+        reply
     }
 }
 

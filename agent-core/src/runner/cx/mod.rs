@@ -17,7 +17,7 @@ use super::caches::{ReadCache, lock};
 use super::{FaultPoint, Inner, RunnerError, renew_if_due};
 use crate::agent::{Join, StepError, StepIo, Wake};
 use crate::graph::{GraphDescription, StateDescription};
-use crate::store::{JournalEntry, Lease, RunFailure, RunRecord, SpawnedBy};
+use crate::store::{JournalEntry, Labels, Lease, RunFailure, RunRecord, SpawnedBy};
 use crate::tool::ToolError;
 
 pub(crate) use heartbeat::with_heartbeat;
@@ -55,6 +55,8 @@ pub(crate) struct StepCx<'r> {
     recorded: Mutex<Recorded>,
     /// The run's parent, for the depth limit of the children it starts.
     pub(crate) spawned_by: Option<SpawnedBy>,
+    /// The run's labels: its trace, which the children it starts join.
+    pub(crate) labels: &'r Labels,
     /// Whether the handler started children in this visit (one join per visit).
     spawned: AtomicBool,
 }
@@ -103,6 +105,7 @@ impl<'r> StepCx<'r> {
             wake,
             recorded: Mutex::new(Recorded::default()),
             spawned_by: record.spawned_by.clone(),
+            labels: &record.labels,
             spawned: AtomicBool::new(false),
         }
     }

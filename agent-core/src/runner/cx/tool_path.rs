@@ -59,10 +59,28 @@ impl StepCx<'_> {
                 self.state.name
             )));
         };
-        let span = info_span!("tool", run_id = %self.run_id, state = %self.state.name, version = self.version, tool = name, seq);
-        self.call_at(seq, EntryKind::Tool, tool.as_ref(), input)
-            .instrument(span)
-            .await
+        // OpenTelemetry GenAI conventions: a tool execution span.
+        let span = info_span!(
+            "tool",
+            otel.name = %format_args!("execute_tool {name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = name,
+            gen_ai.tool.type = "function",
+            gen_ai.tool.call.id = %format_args!("{}/v{}/{seq}", self.run_id, self.version),
+            error.type = tracing::field::Empty,
+            run_id = %self.run_id,
+            state = %self.state.name,
+            version = self.version,
+            seq,
+        );
+        let called = self
+            .call_at(seq, EntryKind::Tool, tool.as_ref(), input)
+            .instrument(span.clone())
+            .await;
+        if let Err(e) = &called {
+            span.record("error.type", e.class.code());
+        }
+        called
     }
 
     /// Execute (or replay) `tool` as journal entry `seq`.
@@ -167,7 +185,7 @@ impl StepCx<'_> {
             let err = ToolError::disabled(format!(
                 "tool `{name}` is switched off in the tool registry"
             ));
-            return Box::pin(self.finish(entry, Err(err), Instant::now(), with_commit)).await;
+            return Box::pin(self.finish(name, entry, Err(err), Instant::now(), with_commit)).await;
         }
         if entry.idempotency_key.is_some() {
             // The audit trail shows an effect may have happened before its result is known,
@@ -193,6 +211,7 @@ impl StepCx<'_> {
         }
         let started = Instant::now();
         let cx = ToolContext {
+            agent: &self.inner.graph.agent,
             run_id: self.run_id.clone(),
             state: self.state.name.clone(),
             version: self.version,
@@ -220,7 +239,7 @@ impl StepCx<'_> {
         }
         // Boxed, as the other writes here: what a call holds while its tool works is the
         // largest of its parts, and every run in flight holds one (issue 22, W4).
-        Box::pin(self.finish(entry, result, started, with_commit)).await
+        Box::pin(self.finish(name, entry, result, started, with_commit)).await
     }
 
     /// Attempts under the policy: timeout per attempt, backoff with jitter, `retry-after`.
@@ -284,6 +303,7 @@ impl StepCx<'_> {
     /// (a read whose policy allows it).
     async fn finish(
         &self,
+        tool: &'static str,
         mut entry: JournalEntry,
         result: Result<Value, ToolError>,
         started: Instant,
@@ -295,7 +315,8 @@ impl StepCx<'_> {
             e.tool.get_or_insert_with(|| entry.name.clone());
             e
         });
-        entry.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = started.elapsed();
+        entry.duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         entry.finished_at = Some(now_ms());
         // An output that holds a secret and cannot be sealed is not stored: the call fails,
         // loudly, rather than replaying something else than what it returned.
@@ -320,6 +341,8 @@ impl StepCx<'_> {
                 entry.error_message = Some(e.message.clone());
             }
         }
+        let class = result.as_ref().err().map(|e| e.class);
+        crate::metrics::tool_call(&self.inner.graph.agent, tool, class, elapsed);
         let cacheable =
             entry.tool_kind == Some(ToolKind::Read) && entry.status == CallStatus::Succeeded;
         let key = (entry.name.clone(), entry.input_hash.clone());
