@@ -127,6 +127,7 @@
 //! | `mcp` | no | `mcp`: tools imported from MCP servers (stdio, streamable HTTP), each with a declared kind |
 //! | `triggers-nats` | no | `triggers::nats`: runs started by NATS JetStream messages, one per message, acknowledged once the run is committed |
 //! | `triggers-mqtt` | no | `triggers::mqtt`: runs started by MQTT messages (QoS 1, persistent session), acknowledged once the run is committed |
+//! | `observe` | no | `observe`: OpenTelemetry traces over OTLP in the GenAI conventions, a Prometheus endpoint, JSON logs |
 //! | `conformance` | no | `conformance`: the checks every store backend runs, `conformance::store_conformance!` and `conformance::runner_conformance!` (the crate `durable-agents-conformance`) |
 //!
 //! ## Guarantees
@@ -253,6 +254,8 @@ pub use agent_http as http;
 pub use agent_llm as llm;
 #[cfg(feature = "mcp")]
 pub use agent_mcp as mcp;
+#[cfg(feature = "observe")]
+pub use agent_observe as observe;
 #[cfg(feature = "postgres")]
 pub use agent_pg as postgres;
 #[cfg(feature = "sqlite")]

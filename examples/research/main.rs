@@ -53,7 +53,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    examples::out::init_logging("error");
+    let _telemetry = examples::out::init_logging("error");
     match run(Args::parse()).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {

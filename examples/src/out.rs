@@ -1,9 +1,9 @@
 //! What every example does with its terminal: [`outln!`](crate::outln) prints a line and
 //! ends the process quietly when the reader closed the pipe (`cargo run --example checkout
 //! | head -1`), as `cat` does, instead of panicking; [`init_logging`] writes log lines to
-//! stderr, coloured only on a terminal.
+//! stderr, coloured only on a terminal, and exports traces when a collector is named.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 
 /// Write one line to stdout. A reader that closed the pipe is not a failure of the
 /// example: the process ends with status 0 (the runs it committed are in the store, as
@@ -33,15 +33,21 @@ macro_rules! outln {
 
 /// Log to stderr at `RUST_LOG`'s levels (`default` when it is unset), with colour codes
 /// only when stderr is a terminal: a log piped to a file or `grep` reads as plain text.
-pub fn init_logging(default: &str) {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+/// `AGENT_LOG_FORMAT=json` writes JSON lines instead, and `OTEL_EXPORTER_OTLP_ENDPOINT`
+/// exports the example's traces to that collector (`docs/observability.md`): keep the
+/// guard until the end of `main`, which flushes the spans still queued.
+#[must_use]
+pub fn init_logging(default: &str) -> Option<durable_agents::observe::TelemetryGuard> {
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| default.to_owned());
+    match durable_agents::observe::Telemetry::from_env()
+        .and_then(|t| t.log_filter(filter).install())
+    {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            eprintln!("warning: no logs or traces: {e}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]
