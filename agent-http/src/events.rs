@@ -240,13 +240,15 @@ pub(crate) fn stream_permit(app: &AppState) -> Result<tokio::sync::OwnedSemaphor
     })
 }
 
-/// `stream`, holding `permit` until it ends or its client goes away.
+/// `stream`, holding `permit` until it ends or its client goes away, and counted among
+/// the open streams ([`EVENT_FOLLOWERS`](agent_core::metrics::EVENT_FOLLOWERS)) as long.
 fn holding<S: Stream>(
     stream: S,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> impl Stream<Item = S::Item> {
+    let counted = agent_core::metrics::Follower::open("sse");
     stream.map(move |item| {
-        let _held = &permit;
+        let _held = (&permit, &counted);
         item
     })
 }

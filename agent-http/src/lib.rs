@@ -59,6 +59,7 @@ mod schedules;
 mod socket;
 mod throttle;
 mod tools;
+mod traces;
 pub mod webhooks;
 
 use std::net::SocketAddr;
@@ -92,6 +93,18 @@ pub struct ApiConfig {
     allowed_hosts: Vec<String>,
     max_streams: usize,
     wrong_tokens: (u32, u32),
+    metrics: Option<MetricsPage>,
+    trace_url: inspector::TraceUrl,
+}
+
+/// What `GET /metrics` answers: a scrape in the Prometheus text format.
+#[derive(Clone)]
+struct MetricsPage(Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for MetricsPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsPage")
+    }
 }
 
 impl Default for ApiConfig {
@@ -108,6 +121,8 @@ impl Default for ApiConfig {
             allowed_hosts: Vec::new(),
             max_streams: DEFAULT_MAX_STREAMS,
             wrong_tokens: (throttle::PER_CLIENT, throttle::GLOBAL),
+            metrics: None,
+            trace_url: inspector::TraceUrl::default(),
         }
     }
 }
@@ -192,6 +207,37 @@ impl ApiConfig {
     pub fn with_seal_keys(mut self, keys: SealKeys) -> Self {
         self.seal_keys = keys;
         self
+    }
+
+    /// Answer `GET /metrics` with what `render` returns: a scrape in the Prometheus text
+    /// format (`durable-agents-observe`'s `Metrics::render`). A read like any other: free on
+    /// loopback, the token required off it (and by `reads_need_token`), the `Host`
+    /// allow-list applied; the metrics' labels carry no run id and nothing secret.
+    #[must_use]
+    pub fn with_metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        self.metrics = Some(MetricsPage(Arc::new(render)));
+        self
+    }
+
+    /// Link each run's timing page in the inspector (`/ui/runs/{id}/timing`) to the run's
+    /// trace in a trace viewer: `template` is the viewer's URL with `{trace_id}` where the
+    /// run's trace id goes (32 lowercase hex digits,
+    /// [`RunTrace::of_record`](agent_core::trace::RunTrace::of_record)), for example
+    /// `http://phoenix:6006/projects/default/traces/{trace_id}` or
+    /// `http://jaeger:16686/trace/{trace_id}`. Without it, the page shows the trace id alone.
+    ///
+    /// # Errors
+    /// [`ApiError`] when `template` is not an `http://` or `https://` URL holding
+    /// `{trace_id}`.
+    pub fn with_trace_url(mut self, template: &str) -> Result<Self, ApiError> {
+        let web = template.starts_with("http://") || template.starts_with("https://");
+        if !web || !template.contains("{trace_id}") {
+            return Err(ApiError::bad_request(format!(
+                "a trace viewer's URL is an http(s) URL holding `{{trace_id}}`, not `{template}`"
+            )));
+        }
+        self.trace_url = inspector::TraceUrl(Some(template.into()));
+        Ok(self)
     }
 
     /// Carry the ephemeral events of `bus` (token deltas, [`EphemeralBus`]) in each run's
@@ -315,6 +361,7 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
             .merge(tools::routes())
             .merge(schedules::routes())
             .merge(openapi::routes())
+            .merge(metrics_route(config.metrics.clone()))
             .with_state(state.clone()),
     )
     .layer(axum::middleware::from_fn_with_state(
@@ -330,9 +377,11 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         ),
     );
     // The inspector's pages (`/ui/`) check reads their own way (a sign-in cookie too).
-    let mut app = api
-        .merge(hooks)
-        .merge(limits(inspector::routes(state, Arc::clone(&auth))));
+    let mut app = api.merge(hooks).merge(limits(inspector::routes(
+        state,
+        Arc::clone(&auth),
+        config.trace_url.clone(),
+    )));
     if !config.cors_origins.is_empty() {
         app = app.layer(
             CorsLayer::new()
@@ -341,6 +390,8 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
                 .allow_headers(tower_http::cors::Any),
         );
     }
+    // Inside the routing, where the matched route names the span.
+    app = app.layer(traces::layer());
     // Outermost: a request naming a host the server does not answer to is refused before
     // anything, the inspector's pages included; then one whose path or query holds a
     // control character. A route that does not exist answers in the API's error shape.
@@ -350,6 +401,28 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
     })
     .layer(axum::middleware::from_fn(edge::check_uri))
     .layer(axum::middleware::from_fn_with_state(hosts, hosts::check))
+}
+
+/// `GET /metrics`, when the configuration gives a page ([`ApiConfig::with_metrics`]).
+fn metrics_route(page: Option<MetricsPage>) -> Router<AppState> {
+    let Some(MetricsPage(render)) = page else {
+        return Router::new();
+    };
+    Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let render = Arc::clone(&render);
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    render(),
+                )
+            }
+        }),
+    )
 }
 
 /// The shortest token [`serve`] accepts.

@@ -488,6 +488,9 @@ pub(crate) async fn signal_run(
     // Kept until a state consumes it: one nothing will consume, or whose payload the state
     // that consumes it could not read, is refused by the check every sender shares.
     let run = load(app, id).await?;
+    // The request's span links to the run it wakes (its trace is the run's, not this
+    // request's).
+    agent_core::trace::link_to_run(&tracing::Span::current(), &run);
     let graph = app
         .store
         .agent_graph(&run.agent, Some(&run.fingerprint))

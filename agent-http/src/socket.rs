@@ -170,7 +170,7 @@ enum Fed {
 
 impl Session {
     async fn serve(self, mut socket: WebSocket, follower: Follower, permit: OwnedSemaphorePermit) {
-        let _held = permit;
+        let _held = (permit, agent_core::metrics::Follower::open("websocket"));
         // The follower reads on a task of its own, so that waiting for the next event is
         // never cut short by a client's message (the channel's receive is cancel-safe).
         let (tx, mut events) = mpsc::channel(16);

@@ -409,6 +409,45 @@ async fn the_inspector_in_chromium() {
     .unwrap();
     shot(&c, "inspector-graph.png").await;
 
+    // The run's timing, from its page's link: the waterfall's bars are placed by the
+    // stylesheet's classes (the CSP allows no inline style), the wait among them.
+    c.find(Locator::Id("run-timing"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("#waterfall tr.wf-wait"))
+        .await
+        .unwrap();
+    let bars = c
+        .execute(
+            "const track = document.querySelector('#waterfall td.wf-track'); \
+             const w = track.getBoundingClientRect().width; \
+             return Array.from(document.querySelectorAll('#waterfall .wf-bar')).map(b => { \
+               const n = Number(/w-(\\d+)/.exec(b.className)[1]); \
+               return [n, b.getBoundingClientRect().width / w * 100, \
+                       getComputedStyle(b).position]; });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let bars = bars.as_array().expect("bars");
+    assert!(bars.len() > 5, "{bars:?}");
+    for bar in bars {
+        let (want, got) = (bar[0].as_f64().unwrap(), bar[1].as_f64().unwrap());
+        assert_eq!(bar[2], "absolute", "{bar}");
+        // Within a pixel or two of its class's percent (a 0% bar is a 2 px sliver).
+        assert!((want - got).abs() < 2.0, "a bar of {want}% drawn {got}%");
+    }
+    assert!(
+        text_of(&c, "waterfall")
+            .await
+            .contains("waiting for signal `confirm`")
+    );
+    shot(&c, "inspector-timing.png").await;
+
     // Another run: reach Cancel by keyboard, confirm in the dialog.
     c.goto(&server.url("/ui/runs/order-cancel")).await.unwrap();
     c.wait()

@@ -197,6 +197,16 @@ pub(crate) struct ServeArgs {
     /// carries the token (a guard against DNS rebinding).
     #[arg(long = "allow-host", value_name = "NAME")]
     pub allowed_hosts: Vec<String>,
+    /// Answer `GET /metrics` in the Prometheus format: a read like any other (free on
+    /// loopback, the token required off it), with the runs by status and the queue
+    /// depths counted in the store every 15 seconds.
+    #[arg(long)]
+    pub metrics: bool,
+    /// Link each run's timing page in the inspector to its trace in a trace viewer: the
+    /// viewer's URL with `{trace_id}` where the run's trace id goes (for example
+    /// `http://localhost:6006/projects/default/traces/{trace_id}`).
+    #[arg(long, value_name = "URL")]
+    pub trace_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -16,10 +16,11 @@
 
 mod graph;
 mod pages;
+mod timing;
 mod view;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
@@ -35,16 +36,29 @@ use crate::auth::Auth;
 /// The cookie the sign-in form sets: the token, hex-encoded.
 pub(crate) const COOKIE: &str = "durable_agents_ui";
 
-const CSS: &str = include_str!("../../inspector/assets/inspector.css");
+/// The stylesheet, with the rules that place the timing page's bars (generated: a hundred
+/// and one of each).
+static CSS: LazyLock<String> = LazyLock::new(|| {
+    include_str!("../../inspector/assets/inspector.css").to_owned() + &timing::bar_rules()
+});
 const JS: &str = include_str!("../../inspector/assets/inspector.js");
 
+/// The trace viewer's URL with `{trace_id}` in it, when one is configured
+/// ([`ApiConfig::with_trace_url`](crate::ApiConfig::with_trace_url)).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TraceUrl(pub(crate) Option<Arc<str>>);
+
 /// The inspector's routes, with their own read check (the API's, plus the cookie).
-pub(crate) fn routes(state: AppState, auth: Arc<Auth>) -> Router {
+pub(crate) fn routes(state: AppState, auth: Arc<Auth>, trace_url: TraceUrl) -> Router {
     Router::new()
         .route("/ui", get(|| async { Redirect::to("ui/") }))
         .route("/ui/", get(pages::runs))
         .route("/ui/runs/{id}", get(pages::run))
         .route("/ui/runs/{id}/entries/{version}/{seq}", get(pages::entry))
+        .route(
+            "/ui/runs/{id}/timing",
+            get(pages::timing).layer(axum::Extension(trace_url)),
+        )
         // The API's export, behind the inspector's read check (the sign-in cookie too).
         .route("/ui/runs/{id}/export.json", get(crate::runs::export))
         .route("/ui/agents", get(pages::agents))
@@ -71,7 +85,7 @@ pub(crate) fn routes(state: AppState, auth: Arc<Auth>) -> Router {
 }
 
 async fn css() -> Response {
-    asset(CSS, "text/css; charset=utf-8")
+    asset(&CSS, "text/css; charset=utf-8")
 }
 
 async fn js() -> Response {

@@ -55,6 +55,12 @@ pub(crate) fn time(ms: Millis) -> String {
 pub(crate) fn json(value: &Value, max: usize) -> (String, bool) {
     let value = agent_core::secrets::shown(value);
     let text = serde_json::to_string_pretty(&*value).unwrap_or_else(|_| value.to_string());
+    cut(text, max)
+}
+
+/// `text` cut at `max` bytes (on a character boundary) with a note saying so, and whether
+/// it was cut.
+pub(crate) fn cut(text: String, max: usize) -> (String, bool) {
     if text.len() <= max {
         return (text, false);
     }

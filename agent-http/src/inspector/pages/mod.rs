@@ -1,7 +1,7 @@
-//! The pages: runs, one run, agents, one agent, one journal entry, sign-in. Each handler
-//! reads the store, builds a view (strings ready to show) and renders a template; askama
-//! escapes every value unless a template says `|safe`, which only the SVG built by
-//! [`graph::svg`](super::graph::svg) (escaped there) uses.
+//! The pages: runs, one run, one run's timing, agents, one agent, one journal entry,
+//! sign-in. Each handler reads the store, builds a view (strings ready to show) and renders
+//! a template; askama escapes every value unless a template says `|safe`, which only the
+//! SVG built by [`graph::svg`](super::graph::svg) (escaped there) uses.
 
 mod agent_pages;
 mod entry_page;
@@ -9,6 +9,7 @@ mod login_page;
 mod run_page;
 mod runs_page;
 mod schedules_page;
+mod timing_page;
 
 use std::fmt::Write as _;
 
@@ -27,6 +28,7 @@ pub(crate) use login_page::{login, sign_in};
 pub(crate) use run_page::run;
 pub(crate) use runs_page::runs;
 pub(crate) use schedules_page::schedules;
+pub(crate) use timing_page::timing;
 
 /// A page that could not be shown, as a page.
 pub(crate) struct PageError {

@@ -34,7 +34,7 @@ const CHILDREN_SHOWN: usize = 200;
 /// version's state); a longer chain is left to `agentctl verify`.
 const VERIFIED_VERSIONS: u64 = 1000;
 /// Inputs and outputs shown inline up to this many bytes; the rest on the entry's page.
-const INLINE_JSON: usize = 2048;
+pub(super) const INLINE_JSON: usize = 2048;
 
 struct TimelineRow {
     version: u64,
@@ -69,16 +69,17 @@ struct EntryRow {
     started: String,
 }
 
-struct DecisionRow {
-    version: u64,
-    seq: u32,
-    status: &'static str,
-    options: String,
-    choice: String,
-    rejection: String,
-    model: String,
-    tokens: String,
-    latency_ms: u64,
+/// A decision as a row of a table (the run's page, the timing page).
+pub(super) struct DecisionRow {
+    pub(super) version: u64,
+    pub(super) seq: u32,
+    pub(super) status: &'static str,
+    pub(super) options: String,
+    pub(super) choice: String,
+    pub(super) rejection: String,
+    pub(super) model: String,
+    pub(super) tokens: String,
+    pub(super) latency_ms: u64,
 }
 
 struct SignalRow {
@@ -209,7 +210,7 @@ fn entry_row(e: &JournalEntry) -> EntryRow {
     }
 }
 
-fn decision_row(e: &JournalEntry) -> DecisionRow {
+pub(super) fn decision_row(e: &JournalEntry) -> DecisionRow {
     let record: Option<DecisionRecord> = e
         .output
         .as_ref()
