@@ -1,6 +1,7 @@
 //! The real message brokers of the triggers soak: `nats-server -js` and `mosquitto`, each on
 //! a free loopback port with its data in a temporary folder, stopped when dropped (as
-//! `agent-triggers/tests/common/servers.rs` starts them for the trigger tests).
+//! `agent-triggers/tests/common/servers.rs` starts them for the trigger tests); and
+//! Prometheus, started the same way for the metrics test.
 //!
 //! A server that is not installed makes the test say so loudly and pass; under `CI=true`
 //! it fails instead, since CI installs both (`apt-get install nats-server mosquitto`).
@@ -91,6 +92,39 @@ impl Broker {
         Some(Self::start("mosquitto", &program, &args, port, dir))
     }
 
+    /// Prometheus scraping `target`'s `/metrics` every 500 ms, with its data in a folder
+    /// of its own, or `None` (after a loud message; a panic under CI) when it is not
+    /// installed (`scripts/prometheus` finds or installs it and names it in
+    /// `PROMETHEUS_BIN`).
+    ///
+    /// # Panics
+    /// Under CI when it is missing; when it does not start listening.
+    #[must_use]
+    pub fn prometheus(test: &str, target: SocketAddr) -> Option<Self> {
+        let program = match std::env::var_os("PROMETHEUS_BIN") {
+            Some(bin) => PathBuf::from(bin),
+            None => find(test, "prometheus", "prometheus")?,
+        };
+        let dir = TempDir::new().expect("a temporary folder");
+        let port = free_port();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n\
+                 scrape_configs:\n  - job_name: worker\n    static_configs:\n      \
+                 - targets: ['{target}']\n"
+            ),
+        )
+        .expect("prometheus.yml");
+        let args = [
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+        ];
+        Some(Self::start("prometheus", &program, &args, port, dir))
+    }
+
     fn start(name: &'static str, program: &Path, args: &[String], port: u16, dir: TempDir) -> Self {
         let log_path = dir.path().join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
@@ -126,11 +160,13 @@ impl Broker {
         self.port
     }
 
-    /// Its URL (`nats://…` for NATS; `127.0.0.1:port` for mosquitto).
+    /// Its URL (`nats://…` for NATS; `http://…` for Prometheus; `127.0.0.1:port` for
+    /// mosquitto).
     #[must_use]
     pub fn url(&self) -> String {
         match self.name {
             "nats-server" => format!("nats://127.0.0.1:{}", self.port),
+            "prometheus" => format!("http://127.0.0.1:{}", self.port),
             _ => format!("127.0.0.1:{}", self.port),
         }
     }
@@ -168,7 +204,9 @@ fn find(test: &str, program: &'static str, package: &str) -> Option<PathBuf> {
     None
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listens on now (a server to start, or one that stays down).
+#[must_use]
+pub fn free_port() -> u16 {
     TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .map_or(54_222, |a| a.port())

@@ -2,6 +2,7 @@
 //! worker loop itself, and handles on worker processes (kill -9, SIGSTOP/SIGCONT, SIGTERM).
 
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
 use agent_core::store::Store;
+use agent_observe::metrics::{RunGauges, serve_metrics};
 use agent_pg::PgStore;
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
@@ -70,6 +72,10 @@ pub struct WorkerOpts {
     /// What the triggers consume, in [`Agents::Triggers`] mode.
     #[serde(default)]
     pub triggers: Option<triggered::TriggerOpts>,
+    /// Serve Prometheus metrics on this loopback port, with the run gauges counted every
+    /// second (the metrics test).
+    #[serde(default)]
+    pub metrics_port: Option<u16>,
 }
 
 impl WorkerOpts {
@@ -93,6 +99,7 @@ impl WorkerOpts {
             store_pool: 6,
             service_pool: 4,
             triggers: None,
+            metrics_port: None,
         }
     }
 }
@@ -202,6 +209,9 @@ async fn all_done(pool: &sqlx::PgPool, expect: u64) -> bool {
 }
 
 /// Run a worker until `shutdown` (or until every run is final, with `exit_when_done`).
+///
+/// # Panics
+/// When the metrics endpoint of [`WorkerOpts::metrics_port`] cannot be served.
 pub async fn run_worker(
     opts: &WorkerOpts,
     shutdown: impl std::future::Future<Output = ()>,
@@ -233,6 +243,16 @@ pub async fn run_worker(
         ..RunnerConfig::default()
     };
     let store_dyn: Arc<dyn Store> = store.clone();
+    // Held until the worker returns: the endpoint and the gauges stop when dropped.
+    let _metrics = match opts.metrics_port {
+        Some(port) => Some((
+            serve_metrics(SocketAddr::from(([127, 0, 0, 1], port)))
+                .await
+                .unwrap_or_else(|e| panic!("metrics: {e}")),
+            RunGauges::spawn(store_dyn.clone(), Duration::from_secs(1)),
+        )),
+        None => None,
+    };
     let workers = WorkerConfig {
         concurrency: opts.concurrency,
         poll_interval: Duration::from_millis(opts.poll_ms),
@@ -303,8 +323,18 @@ impl WorkerProc {
     /// When the binary cannot be started.
     #[must_use]
     pub fn spawn(bin: &Path, opts: &WorkerOpts) -> Self {
+        Self::spawn_with_env(bin, opts, &[])
+    }
+
+    /// [`WorkerProc::spawn`] with more environment variables (a collector's address).
+    ///
+    /// # Panics
+    /// When the binary cannot be started.
+    #[must_use]
+    pub fn spawn_with_env(bin: &Path, opts: &WorkerOpts, env: &[(&str, &str)]) -> Self {
         let json = serde_json::to_string(opts).expect("options serialize");
         let mut cmd = Command::new(bin);
+        cmd.envs(env.iter().copied());
         if opts.agent_version != 1 {
             // Said on the command line too, so `ps` shows which version a process runs.
             cmd.arg("--agent-version")

@@ -2,8 +2,10 @@
 //! values) and in the environment (a child process started with canary variables, whose
 //! tool reads its key from there). Everything the runner produces is captured: every
 //! `RouteRequest` as sent to the router (with the system and user prompts providers
-//! build from it), the journal, the run records, history and states, and all `tracing`
-//! output at TRACE level. No canary may appear in any of it.
+//! build from it), the journal, the run records, history and states, all `tracing`
+//! output at TRACE level, and what telemetry would export (issue 44): every span as the
+//! OpenTelemetry layer turns it into a span (names, attributes, events, links) and every
+//! metric with its labels. No canary may appear in any of it.
 //!
 //! A tool that puts its credential in an error message or an output leaks it unless the
 //! credential is configured in `RunnerConfig::secrets` (since ae18077): both cases are
@@ -254,15 +256,26 @@ async fn run_flow_with(
     llm: Option<Arc<dyn agent_core::router::Router>>,
     secrets: Vec<String>,
 ) -> Captured {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
     let sink = Sink::default();
     let writer = sink.clone();
+    let exported = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(exported.clone())
+        .build();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
         .with_ansi(false)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL)
         .with_writer(move || writer.clone())
-        .finish();
+        .finish()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("battery")));
     let log_guard = tracing::subscriber::set_default(subscriber);
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let metrics = recorder.snapshotter();
+    let metrics_guard = metrics::set_default_local_recorder(&recorder);
 
     let prompts = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = Arc::clone(&prompts);
@@ -315,6 +328,26 @@ async fn run_flow_with(
     }
     let tool_stats = store.tool_stats(0).await.expect("stats");
     drop(log_guard);
+    drop(metrics_guard);
+    let _ = provider.force_flush();
+    let spans = exported.get_finished_spans().unwrap_or_default();
+    assert!(
+        !spans.is_empty(),
+        "the OpenTelemetry layer exported no span"
+    );
+    let spans = spans
+        .iter()
+        .map(|s| format!("{} {:?} {:?} {:?}", s.name, s.attributes, s.events, s.links))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let metrics = metrics
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, _)| format!("{key:?}"))
+        .collect::<Vec<_>>();
+    assert!(!metrics.is_empty(), "no metric was recorded");
+    let metrics = metrics.join("\n");
     let logs = String::from_utf8_lossy(&sink.0.lock().unwrap_or_else(PoisonError::into_inner))
         .into_owned();
     let prompts = prompts
@@ -345,6 +378,8 @@ async fn run_flow_with(
                 serde_json::to_string(&tool_stats).unwrap_or_default(),
             ),
             ("logs", logs),
+            ("exported spans", spans),
+            ("metric labels", metrics),
         ],
     }
 }

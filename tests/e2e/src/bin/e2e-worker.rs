@@ -11,13 +11,17 @@ use e2e::procs::{WorkerOpts, run_worker};
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Logs on stderr (errors only unless RUST_LOG says otherwise); traces to the collector
+    // OTEL_EXPORTER_OTLP_ENDPOINT names, if set (the traces test).
+    let telemetry = agent_observe::Telemetry::from_env()
+        .and_then(|t| {
+            t.log_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "error".to_owned()))
+                .install()
+        })
+        .unwrap_or_else(|e| {
+            eprintln!("e2e-worker: telemetry: {e}");
+            std::process::exit(2);
+        });
     let Ok(json) = std::env::var("E2E_WORKER_OPTS") else {
         eprintln!("e2e-worker: set E2E_WORKER_OPTS to the worker's options as JSON");
         std::process::exit(2);
@@ -53,6 +57,7 @@ async fn main() {
         sigterm.recv().await;
     };
     let report = run_worker(&opts, term).await;
+    telemetry.shutdown();
     println!(
         "{}",
         serde_json::to_string(&report).expect("report serializes")
