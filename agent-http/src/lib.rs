@@ -405,23 +405,32 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
 
 /// `GET /metrics`, when the configuration gives a page ([`ApiConfig::with_metrics`]).
 fn metrics_route(page: Option<MetricsPage>) -> Router<AppState> {
-    let Some(MetricsPage(render)) = page else {
-        return Router::new();
-    };
-    Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let render = Arc::clone(&render);
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    render(),
-                )
-            }
-        }),
+    match page {
+        Some(page) => Router::new()
+            .route("/metrics", axum::routing::get(metrics))
+            .layer(axum::Extension(page)),
+        None => Router::new(),
+    }
+}
+
+/// Every metric of the process, for Prometheus to scrape.
+#[utoipa::path(get, path = "/metrics", tag = "runs",
+    responses(
+        (status = 200, description = "The metrics, in the Prometheus text format \
+            (docs/observability.md lists them)",
+            content_type = "text/plain; version=0.0.4; charset=utf-8", body = String),
+        (status = 404, description = "The server was started without metrics \
+            (`agentctl serve --metrics`)", body = error::ErrorBody),
+    ))]
+async fn metrics(
+    axum::Extension(MetricsPage(render)): axum::Extension<MetricsPage>,
+) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(),
     )
 }
 

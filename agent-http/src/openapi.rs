@@ -48,6 +48,7 @@ use crate::AppState;
         crate::schedules::resume_schedule,
         crate::schedules::trigger_schedule,
         crate::schedules::backfill_schedule,
+        crate::metrics,
     ),
     modifiers(&BearerAuth, &EdgeChecks),
     tags(

@@ -203,6 +203,8 @@ async fn unknown_runs_are_404_and_bad_parameters_400_as_documented() {
         ),
         ("/v1/runs/nope/events", "/v1/runs/{id}/events"),
         ("/v1/runs/nope/events/stream", "/v1/runs/{id}/events/stream"),
+        // Served only when the server was given metrics (`ApiConfig::with_metrics`).
+        ("/metrics", "/metrics"),
     ];
     for (path, template) in gets_404 {
         let (status, body) = json(client().get(server.url(path)).send().await.unwrap()).await;
@@ -409,4 +411,39 @@ async fn signal_payloads_with_secrets_are_sealed_or_refused() {
     let mut payload = pending[0].payload.clone();
     keys.open_all(&mut payload).unwrap();
     assert_eq!(payload, json!({"ok": true, "password": password}));
+}
+
+/// `GET /metrics` answers what the configured page renders, in the Prometheus text format
+/// its entry in the document names.
+#[tokio::test]
+async fn metrics_are_served_as_documented_when_configured() {
+    let db = Db::new().await;
+    let server = Server::serve(
+        &db.store,
+        ApiConfig::default()
+            .with_token(common::TOKEN)
+            .with_metrics(|| "durable_agents_steps_total 7\n".to_owned()),
+    )
+    .await;
+    let doc: Value = client()
+        .get(server.url("/v1/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let documented = &doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    assert!(documented[content_type].is_object(), "{documented}");
+
+    let scrape = client()
+        .get(server.url("/metrics"))
+        .header("authorization", format!("Bearer {}", common::TOKEN))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scrape.status(), 200);
+    assert_eq!(scrape.headers()["content-type"], content_type);
+    assert_eq!(scrape.text().await.unwrap(), "durable_agents_steps_total 7\n");
 }
