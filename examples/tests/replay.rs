@@ -9,7 +9,7 @@ use std::sync::Arc;
 use durable_agents::replay::{DivergenceKind, Replay, RunReplay, SkipReason};
 use durable_agents::runner::{CrashAt, FaultPoint, Runner, RunnerConfig, RunnerError};
 use durable_agents::store::export::{RunExport, export_run_with_states};
-use durable_agents::store::{RunStatus, Store, TransitionKind};
+use durable_agents::store::{RunStatus, TransitionKind};
 use durable_agents::tool::Tool;
 use examples::checkout::{
     self as v1, ChargePaymentInput, CheckoutHandlers, Recommend, RecommendInput, SearchProducts,
@@ -17,26 +17,11 @@ use examples::checkout::{
 };
 use examples::checkout_v2 as v2;
 use examples::shop::Shop;
-use examples::stores;
 
 use durable_agents::{Ctx, StepError, StepResult};
 
-async fn sqlite(dir: &tempfile::TempDir) -> Arc<dyn Store> {
-    stores::open(None, &dir.path().join("runs.sqlite3"))
-        .await
-        .expect("open sqlite")
-        .store
-}
-
-fn shop() -> Arc<Shop> {
-    let shop = Arc::new(Shop::demo());
-    shop.configure(|s| {
-        s.gateway_timeouts = 1;
-        s.declined_cards.insert("4000-declined".into());
-    })
-    .unwrap();
-    shop
-}
+mod common;
+use common::{shop, sqlite};
 
 fn config() -> RunnerConfig {
     RunnerConfig {
