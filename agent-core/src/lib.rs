@@ -32,6 +32,7 @@ pub mod events;
 pub mod graph;
 pub mod json;
 pub mod metrics;
+pub mod replay;
 pub mod router;
 pub mod runner;
 pub mod schedule;

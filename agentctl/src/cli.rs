@@ -20,6 +20,7 @@ pub(crate) const DEFAULT_DB: &str = "agent-runs.sqlite3";
   agentctl runs --status waiting,dead_lettered
   agentctl show order-42
   agentctl export order-42 --out order-42.json
+  agentctl replay --from-file runs/ --json
   agentctl graph Checkout --run order-42 --format mermaid
   agentctl graph Checkout --run order-42 | dot -Tsvg > run.svg   # dot: Graphviz
   agentctl stats --since 1h
@@ -108,6 +109,10 @@ pub(crate) enum Command {
     /// Print a whole run as one JSON document (record, graph, history, journal, pending
     /// signals), to attach to a report or archive it.
     Export(ExportArgs),
+    /// Replay recorded runs (exports, or runs in the store) against this binary's handlers,
+    /// the model and the tools stubbed by the journal; exit 1 when any run diverges. Needs
+    /// a control binary with the agent registered (`Ctl::new().replay(...)`).
+    Replay(ReplayArgs),
     /// Draw an agent's graph, optionally with a run's path overlaid.
     Graph(GraphArgs),
     /// Which of an agent's declared edges and legal tools its runs took, and which none did
@@ -174,6 +179,23 @@ pub(crate) struct ExportArgs {
     /// Write the document to this file instead of stdout (refused if it exists).
     #[arg(long, short, value_name = "PATH")]
     pub out: Option<std::path::PathBuf>,
+    /// Include the state of every stored version: what `agentctl replay` needs.
+    #[arg(long)]
+    pub states: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReplayArgs {
+    /// A run exported with `agentctl export --states`, or a directory of them (every
+    /// `*.json` file in it); repeatable.
+    #[arg(long = "from-file", value_name = "PATH")]
+    pub from_file: Vec<std::path::PathBuf>,
+    /// Replay this agent's runs from the store (the newest first).
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
+    /// With `--agent`: at most this many runs.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
 }
 
 #[derive(Debug, Args)]
@@ -272,6 +294,7 @@ impl Command {
             | Self::Triggers(_)
             | Self::Show(_)
             | Self::Export(_)
+            | Self::Replay(_)
             | Self::State(_)
             | Self::Graph(_)
             | Self::Coverage(_)

@@ -23,6 +23,10 @@
 //! migrates the runs of the registered agents' older versions (`docs/versions.md`,
 //! "Rolling out"). Registering an agent takes nothing but its type: no handlers, no tools,
 //! no router; nothing of a run executes but its migration.
+//!
+//! `agentctl replay` needs your handlers too: register a [`Replay`] of the agent
+//! (`Ctl::new().replay(Replay::new(Handlers, tools)?)`), and the binary replays recorded runs
+//! of it against the handlers it was built with (`docs/verification.md`, "Replay").
 #![warn(missing_docs)]
 
 mod cli;
@@ -35,10 +39,11 @@ mod store;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use agent_core::agent::Agent;
+use agent_core::agent::{Agent, Handle};
+use agent_core::replay::Replay;
 use clap::Parser;
 
-use crate::registry::Registered;
+use crate::registry::{Registered, Replayers};
 
 /// A control binary: `agentctl` with the agents it can migrate runs of.
 ///
@@ -47,6 +52,7 @@ use crate::registry::Registered;
 #[derive(Debug, Default)]
 pub struct Ctl {
     agents: Vec<Registered>,
+    replays: Replayers,
 }
 
 impl Ctl {
@@ -68,6 +74,20 @@ impl Ctl {
             Some(known) => *known = new,
             None => self.agents.push(new),
         }
+        self
+    }
+
+    /// Register a replay of agent `A`'s recorded runs against the handlers it was built
+    /// with: `agentctl replay` replays exported runs (`--from-file`) or the store's runs of
+    /// the agent (`--agent`) with it. A second replay of the same agent replaces the first.
+    #[must_use]
+    pub fn replay<A, H>(mut self, replay: Replay<A, H>) -> Self
+    where
+        A: Agent + Handle<H>,
+        H: Send + Sync + 'static,
+    {
+        self.replays.0.retain(|r| r.agent() != A::NAME);
+        self.replays.0.push(std::sync::Arc::new(replay));
         self
     }
 
@@ -97,7 +117,7 @@ impl Ctl {
                 return ExitCode::from(1);
             }
         };
-        match runtime.block_on(commands::run(cli, out, &self.agents)) {
+        match runtime.block_on(commands::run(cli, out, &self.agents, &self.replays)) {
             Ok(code) => code,
             Err(e) => {
                 out.error(&e);

@@ -1,13 +1,16 @@
 //! The agents a control binary registers, type-erased to what `migrate` needs: the name,
 //! the version, the older versions it migrates from, and the planning and writing of one
 //! run's migration ([`agent_core::versions::plan_migration`],
-//! [`agent_core::versions::migrate_claimed`], generic over the agent).
+//! [`agent_core::versions::migrate_claimed`], generic over the agent); and the replays it
+//! registers, type-erased to what `replay` needs ([`Replayer`]).
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use agent_core::agent::Agent;
+use agent_core::agent::{Agent, Handle};
+use agent_core::replay::{Replay, RunReplay};
+use agent_core::store::export::RunExport;
 use agent_core::store::{Lease, RunRecord, Store, StoreError};
 use agent_core::versions::{MigrationOutcome, MigrationPlan, migrate_claimed, plan_migration};
 
@@ -72,5 +75,47 @@ impl Registered {
         record: &RunRecord,
     ) -> Result<MigrationOutcome, StoreError> {
         (self.apply)(store, lease, record).await
+    }
+}
+
+/// A replay registered with [`Ctl::replay`](crate::Ctl::replay), type-erased to what
+/// `agentctl replay` needs: the agent's name and the replay of one exported run.
+pub(crate) trait Replayer: Send + Sync {
+    /// `A::NAME`.
+    fn agent(&self) -> &'static str;
+    /// Replay one run.
+    fn replay<'a>(&'a self, export: &'a RunExport) -> BoxFuture<'a, RunReplay>;
+}
+
+impl<A, H> Replayer for Replay<A, H>
+where
+    A: Agent + Handle<H>,
+    H: Send + Sync + 'static,
+{
+    fn agent(&self) -> &'static str {
+        A::NAME
+    }
+
+    fn replay<'a>(&'a self, export: &'a RunExport) -> BoxFuture<'a, RunReplay> {
+        Box::pin(self.run(export))
+    }
+}
+
+/// The replays a control binary registers.
+#[derive(Default)]
+pub(crate) struct Replayers(pub Vec<std::sync::Arc<dyn Replayer>>);
+
+impl fmt::Debug for Replayers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|r| r.agent()))
+            .finish()
+    }
+}
+
+impl Replayers {
+    /// The replay of agent `name`, if registered.
+    pub(crate) fn of(&self, name: &str) -> Option<&dyn Replayer> {
+        self.0.iter().find(|r| r.agent() == name).map(|r| &**r)
     }
 }

@@ -162,7 +162,7 @@ pub use agent_core::{
 };
 
 pub use agent_core::{
-    agent, events, graph, router, runner, schedule, schema, secrets, timer, versions,
+    agent, events, graph, replay, router, runner, schedule, schema, secrets, timer, versions,
 };
 
 /// Tools: [`Tool`](trait@tool::Tool) (derivable), [`Execute`], [`Compensate`]; kinds read,

@@ -7,25 +7,10 @@ use durable_agents::runner::{FaultHook, NoFaults};
 use durable_agents::store::{CallStatus, EntryKind, RunStatus, Store};
 use examples::checkout::{self, Checkout, Handlers};
 use examples::shop::Shop;
-use examples::stores;
 use examples::triage::{self, Desk, RefundRequest, Ticket, Triage};
 
-async fn sqlite(dir: &tempfile::TempDir) -> Arc<dyn Store> {
-    stores::open(None, &dir.path().join("runs.sqlite3"))
-        .await
-        .expect("open sqlite")
-        .store
-}
-
-fn shop() -> Arc<Shop> {
-    let shop = Arc::new(Shop::demo());
-    shop.configure(|s| {
-        s.gateway_timeouts = 1;
-        s.declined_cards.insert("4000-declined".into());
-    })
-    .unwrap();
-    shop
-}
+mod common;
+use common::{shop, sqlite};
 
 fn runner(store: &Arc<dyn Store>, shop: &Arc<Shop>, worker: &str) -> Runner<Checkout, Handlers> {
     runner_with(store, shop, worker, Arc::new(NoFaults))

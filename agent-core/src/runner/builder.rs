@@ -113,7 +113,7 @@ impl<A, H, R> RunnerBuilder<A, H, R> {
         self
     }
 
-    fn finish(self, router: Option<Arc<dyn Router>>) -> Result<Runner<A, H>, RunnerError>
+    pub(crate) fn finish(self, router: Option<Arc<dyn Router>>) -> Result<Runner<A, H>, RunnerError>
     where
         A: Agent + Handle<H>,
         H: Send + Sync + 'static,

@@ -2,13 +2,15 @@
 //! registered, every committed transition, its journal and its pending signals, as the store
 //! holds them (sealed values stay sealed). What `agentctl export`, the API's
 //! `GET /v1/runs/{id}/export` and the inspector's "Download" give, so that a run can be
-//! attached to a bug report, archived, or read by another tool.
+//! attached to a bug report, archived, or read by another tool. With the state of every
+//! version ([`export_run_with_states`], `agentctl export --states`) it is what
+//! [`replay`](crate::replay) drives new code against.
 
 use serde::{Deserialize, Serialize};
 
 use super::{
-    HistoryStore, JournalEntry, Millis, RunRecord, SignalRecord, StoreError, TransitionRecord,
-    now_ms,
+    HistoryStore, JournalEntry, Millis, RunRecord, SignalRecord, StateAtVersion, StoreError,
+    TransitionRecord, now_ms,
 };
 use crate::graph::GraphDescription;
 
@@ -16,8 +18,9 @@ use crate::graph::GraphDescription;
 /// the rest, and a later format with other fields gets another number.
 pub const EXPORT_FORMAT: &str = "durable-agents/run-export/1";
 
-/// A run as one document. The state of any earlier version is not in it: the store rebuilds
-/// it on demand (`agentctl state RUN --at V`, `GET /v1/runs/{id}/state/{v}`).
+/// A run as one document. The state of an earlier version is in it only when asked for
+/// ([`export_run_with_states`]); otherwise the store rebuilds it on demand
+/// (`agentctl state RUN --at V`, `GET /v1/runs/{id}/state/{v}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunExport {
@@ -38,6 +41,11 @@ pub struct RunExport {
     pub journal: Vec<JournalEntry>,
     /// Signals sent and not consumed yet.
     pub pending_signals: Vec<SignalRecord>,
+    /// The state of every stored version, as stored (sealed values sealed), by version:
+    /// empty unless asked for ([`export_run_with_states`]), and then absent from the JSON.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub states: Vec<StateAtVersion>,
 }
 
 /// Export run `run_id`, or `None` when there is no such run.
@@ -65,7 +73,29 @@ pub async fn export_run(
         history,
         journal,
         pending_signals,
+        states: Vec::new(),
     }))
+}
+
+/// [`export_run`], with the state of every stored version ([`RunExport::states`]): what
+/// [`replay`](crate::replay) needs to run each step's handler again. One read of the store
+/// per version.
+///
+/// # Errors
+/// The store's.
+pub async fn export_run_with_states(
+    store: &dyn HistoryStore,
+    run_id: &str,
+) -> Result<Option<RunExport>, StoreError> {
+    let Some(mut export) = export_run(store, run_id).await? else {
+        return Ok(None);
+    };
+    for t in &export.history {
+        if let Some(state) = store.state_at(run_id, t.version).await? {
+            export.states.push(state);
+        }
+    }
+    Ok(Some(export))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use agent_sqlite::Access;
 use crate::cli::{Cli, Command};
 use crate::error::{CliError, Result};
 use crate::output::Output;
-use crate::registry::Registered;
+use crate::registry::{Registered, Replayers};
 use crate::store;
 
 mod agents;
@@ -23,6 +23,7 @@ mod migrate;
 mod operate;
 mod prune;
 mod repair;
+mod replay;
 mod requeue;
 mod runs;
 mod schedules;
@@ -78,17 +79,23 @@ fn version_of(run: &RunRecord, at: Option<u64>) -> Result<u64> {
 }
 
 /// Run the command line.
-pub(crate) async fn run(cli: Cli, out: Output, agents: &[Registered]) -> Result<ExitCode> {
+pub(crate) async fn run(
+    cli: Cli,
+    out: Output,
+    agents: &[Registered],
+    replays: &Replayers,
+) -> Result<ExitCode> {
     let access = if cli.command.writes() {
         Access::ReadWrite
     } else {
         Access::ReadOnly
     };
-    // These two open the store their own way: `migrate` may create it, `backup` needs the
-    // SQLite store itself and never opens PostgreSQL.
+    // These open the store their own way: `migrate` may create it, `backup` needs the
+    // SQLite store itself and never opens PostgreSQL, `replay` of files opens none.
     match cli.command {
         Command::Migrate(args) => return migrate::run(&cli.global, out, &args, agents).await,
         Command::Backup(args) => return backup::run(&cli.global, out, &args).await,
+        Command::Replay(args) => return replay::run(&cli.global, out, &args, replays).await,
         _ => {}
     }
     let store = store::open_store(&cli.global, access).await?;
@@ -126,6 +133,8 @@ pub(crate) async fn run(cli: Cli, out: Output, agents: &[Registered]) -> Result<
         Command::Serve(args) => serve::run(cx, args).await,
         Command::Schedules(args) => schedules::run(&cx, args.action).await,
         Command::Triggers(args) => triggers::run(&cx, args.action).await,
-        Command::Migrate(_) | Command::Backup(_) => unreachable!("dispatched above"),
+        Command::Migrate(_) | Command::Backup(_) | Command::Replay(_) => {
+            unreachable!("dispatched above")
+        }
     }
 }

@@ -23,6 +23,7 @@ mod reads;
 mod run_data;
 mod runs;
 mod schedules;
+mod seed;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
