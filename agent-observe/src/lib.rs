@@ -184,13 +184,15 @@ impl Telemetry {
             // when logs are quiet.
             // Without the layer's per-span extras: busy and idle time (two clock reads at
             // every poll of an instrumented future), the source location and the thread
-            // (five attributes per span that no question here needs).
+            // (five attributes per span that no question here needs), and, unless asked
+            // for, OpenTelemetry's active context (a context switch at every poll).
             layers.push(
                 tracing_opentelemetry::layer()
                     .with_tracer(pipeline.tracer.clone())
                     .with_tracked_inactivity(false)
                     .with_location(false)
                     .with_threads(false)
+                    .with_context_activation(pipeline.activate_context)
                     .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
                     .boxed(),
             );

@@ -59,6 +59,7 @@ pub struct Traces {
     queue: usize,
     delay: Duration,
     timeout: Duration,
+    activate_context: bool,
 }
 
 /// A batch processor around an exporter, built once the batch settings are known.
@@ -73,6 +74,7 @@ impl fmt::Debug for Traces {
             .field("queue", &self.queue)
             .field("delay", &self.delay)
             .field("timeout", &self.timeout)
+            .field("activate_context", &self.activate_context)
             .finish()
     }
 }
@@ -86,6 +88,7 @@ impl Default for Traces {
             queue: 2048,
             delay: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
+            activate_context: false,
         }
     }
 }
@@ -129,6 +132,18 @@ impl Traces {
     #[must_use]
     pub fn service_name(mut self, name: impl Into<String>) -> Self {
         self.service_name = name.into();
+        self
+    }
+
+    /// Make a span's OpenTelemetry context the active one (`opentelemetry::Context::current`)
+    /// while the span is entered (default off). Needed only by instrumentation that reads
+    /// OpenTelemetry's active context rather than `tracing`'s current span (which
+    /// `tracing_opentelemetry::OpenTelemetrySpanExt::context` reads, and so does everything
+    /// here): it costs a context switch at every poll of every instrumented future, a
+    /// measurable part of the spans' cost (`BENCHMARKS.md`, telemetry overhead).
+    #[must_use]
+    pub fn activate_context(mut self, on: bool) -> Self {
+        self.activate_context = on;
         self
     }
 
@@ -225,6 +240,7 @@ impl Traces {
             provider,
             tracer,
             stats: TraceStats { counters: stats },
+            activate_context: self.activate_context,
         })
     }
 }
@@ -235,6 +251,7 @@ pub(crate) struct TracePipeline {
     pub(crate) provider: SdkTracerProvider,
     pub(crate) tracer: SdkTracer,
     pub(crate) stats: TraceStats,
+    pub(crate) activate_context: bool,
 }
 
 /// Counters of the span export: how many spans reached the collector, and how many were
