@@ -52,7 +52,8 @@ pub const MODEL_ASK_DURATION: &str = "durable_agents_model_ask_duration_seconds"
 /// Tokens billed by the model, by agent, model and direction (`input`, `output`): routed
 /// asks and text generations.
 pub const MODEL_TOKENS: &str = "durable_agents_model_tokens_total";
-/// What text generations cost by the configured price table, in millionths of the
+/// What the model's answers cost by the configured price table (routed asks priced by
+/// their router's, text generations by the generation tool's), in millionths of the
 /// currency, by agent, model and currency.
 pub const MODEL_COST: &str = "durable_agents_model_cost_microunits_total";
 /// Tool calls executed (replays from the journal and cached reads are not), by agent,
@@ -216,7 +217,7 @@ pub const METRICS: &[MetricDoc] = &[
         kind: Kind::Counter,
         unit: None,
         labels: &[AGENT, MODEL, CURRENCY],
-        help: "What text generations cost by the configured price table, in millionths of the currency.",
+        help: "What the model's answers (routed asks and text generations) cost by the configured price table, in millionths of the currency.",
     },
     MetricDoc {
         name: TOOL_CALLS,
@@ -371,7 +372,8 @@ pub fn model_tokens(agent: &'static str, model: &str, input: Option<u64>, output
     }
 }
 
-/// A generation of `agent`'s by `model` cost `amount` in `currency`. For providers.
+/// An answer to `agent` by `model` (a routed ask or a generation) cost `amount` in
+/// `currency`. For providers, and the runner for routed asks.
 ///
 /// Counted in millionths of the currency, rounded: Prometheus counters of the `metrics`
 /// facade count integers.

@@ -171,6 +171,7 @@ fn reply_for(options: Vec<RouteOption>) -> impl Strategy<Value = (Vec<RouteOptio
                     truncated,
                     end_reason: None,
                     conflicts: Vec::new(),
+                    cost: None,
                 },
             )
         },

@@ -48,6 +48,10 @@ pub struct AnthropicConfig {
     /// Ask for a streamed answer (server-sent events) or a whole one;
     /// [`Streaming::Auto`] by default: stream when someone listens.
     pub stream: Streaming,
+    /// Prices of the models, to count what each answer cost in the metric of model
+    /// spend ([`RouterReply::cost`]); `None` leaves answers unpriced (their tokens are
+    /// still counted).
+    pub prices: Option<std::sync::Arc<crate::PriceTable>>,
 }
 
 impl AnthropicConfig {
@@ -63,7 +67,15 @@ impl AnthropicConfig {
             http: HttpSettings::default(),
             strict_tools: false,
             stream: Streaming::Auto,
+            prices: None,
         }
+    }
+
+    /// Price every answer by `prices` ([`AnthropicConfig::prices`]).
+    #[must_use]
+    pub fn with_prices(mut self, prices: crate::PriceTable) -> Self {
+        self.prices = Some(std::sync::Arc::new(prices));
+        self
     }
 
     /// Stream answers always, never, or when someone listens ([`Streaming::Auto`]).
@@ -351,6 +363,10 @@ impl Router for AnthropicRouter {
         }
         .instrument(span.clone())
         .await;
+        let mut reply = reply;
+        if let Some(prices) = &self.config.prices {
+            prices.price_reply(&mut reply);
+        }
         Transport::record_reply(&span, &reply);
         reply
     }

@@ -121,14 +121,8 @@ pub struct Usage {
     pub output_tokens: Option<u64>,
 }
 
-/// What a generation cost, by the configured [`PriceTable`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Cost {
-    /// The amount.
-    pub amount: f64,
-    /// The table's currency, e.g. `USD`.
-    pub currency: String,
-}
+/// What a generation or a routed answer cost, by the configured [`PriceTable`].
+pub use agent_core::router::Cost;
 
 /// What the model wrote: the tool's output, journaled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -221,6 +215,20 @@ impl PriceTable {
             amount,
             currency: self.currency.clone(),
         })
+    }
+
+    /// Price a router's answer ([`RouterReply::cost`]) by the model that answered.
+    pub(crate) fn price_reply(
+        &self,
+        reply: &mut Result<RouterReply, agent_core::router::RouterError>,
+    ) {
+        if let Ok(reply) = reply {
+            let usage = Usage {
+                input_tokens: reply.input_tokens,
+                output_tokens: reply.output_tokens,
+            };
+            reply.cost = self.cost(&reply.model, usage);
+        }
     }
 }
 

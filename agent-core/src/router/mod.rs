@@ -213,6 +213,20 @@ pub struct RouterReply {
     /// What makes the answer ambiguous; any one refuses the whole answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<Conflict>,
+    /// What the answer cost, when the router was given a price table naming the model and
+    /// the provider billed both token counts: counted in the metric of model spend
+    /// ([`crate::metrics::MODEL_COST`]) by the runner, under the model's name as journaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
+}
+
+/// What a model's answer cost, by a price table of its provider's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Cost {
+    /// The amount.
+    pub amount: f64,
+    /// The table's currency, e.g. `USD`.
+    pub currency: String,
 }
 
 /// Something in a provider's answer that leaves more than one reading of it. A reduction

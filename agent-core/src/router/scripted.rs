@@ -63,6 +63,7 @@ impl ScriptedRouter {
             truncated: false,
             end_reason: None,
             conflicts: Vec::new(),
+            cost: None,
         }
     }
 

@@ -405,6 +405,9 @@ async fn ask(
         record.input_tokens,
         record.output_tokens,
     );
+    if let Some(cost) = &reply.cost {
+        crate::metrics::model_cost(agent, &record.model, &cost.currency, cost.amount);
+    }
     // The decision is stored as it will be executed, its secret parts sealed: a resumed
     // run opens it and executes exactly this (no placeholder replay would run).
     record.decision = outcome.as_ref().ok().cloned();

@@ -53,6 +53,10 @@ pub struct OpenAiConfig {
     /// constrain decoding to a `response_format` but not to a required tool call, such as
     /// llama.cpp's).
     pub decoding: Decoding,
+    /// Prices of the models, to count what each answer cost in the metric of model
+    /// spend ([`RouterReply::cost`](agent_core::router::RouterReply::cost)); `None` leaves
+    /// answers unpriced (their tokens are still counted).
+    pub prices: Option<std::sync::Arc<crate::PriceTable>>,
 }
 
 /// How [`OpenAiRouter`] asks: the answer is validated the same way in both.
@@ -89,7 +93,15 @@ impl OpenAiConfig {
             strict_tools: openai,
             stream: Streaming::Auto,
             decoding: Decoding::Tools,
+            prices: None,
         }
+    }
+
+    /// Price every answer by `prices` ([`OpenAiConfig::prices`]).
+    #[must_use]
+    pub fn with_prices(mut self, prices: crate::PriceTable) -> Self {
+        self.prices = Some(std::sync::Arc::new(prices));
+        self
     }
 
     /// Ask with tools, or with one JSON schema ([`Decoding`]).

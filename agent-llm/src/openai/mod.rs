@@ -238,6 +238,10 @@ impl Router for OpenAiRouter {
         }
         .instrument(span.clone())
         .await;
+        let mut reply = reply;
+        if let Some(prices) = &self.config.prices {
+            prices.price_reply(&mut reply);
+        }
         Transport::record_reply(&span, &reply);
         reply
     }

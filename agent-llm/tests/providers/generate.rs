@@ -425,3 +425,73 @@ async fn an_ambiguous_answer_is_no_text() {
         .unwrap_err();
     assert!(err.message.contains("pause_turn"), "{err}");
 }
+
+/// A router given a price table prices each answer by the model that answered (a dated
+/// name priced by its configured prefix) and the tokens billed; without one, answers are
+/// unpriced. The runner counts the cost in the metric of model spend.
+#[tokio::test]
+async fn routers_price_their_answers_by_the_answering_model() {
+    use agent_core::router::Router as _;
+    use agent_llm::{AnthropicRouter, OpenAiRouter};
+    use wiremock::ResponseTemplate;
+    use wiremock::matchers::method;
+
+    let openai_body = openai_tool_calls(&[("ReserveInventory", r#"{"sku":"b","quantity":1}"#)]);
+    let server = MockServer::start().await;
+    wiremock::Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&openai_body))
+        .mount(&server)
+        .await;
+    let priced = OpenAiRouter::new(
+        OpenAiConfig::new(format!("{}/v1", server.uri()), "gpt-4o-mini")
+            .with_api_key(ApiKey::new(OPENAI_KEY))
+            .with_http(http())
+            .with_prices(prices()),
+    )
+    .unwrap();
+    let reply = priced.decide(&request()).await.unwrap();
+    // gpt-4o-mini-2024-07-18: 412 in at 0.15, 23 out at 0.60 per million.
+    let cost = reply.cost.expect("priced");
+    assert_eq!(cost.currency, "USD");
+    assert!(
+        (cost.amount - (412.0 * 0.15 + 23.0 * 0.60) / 1e6).abs() < 1e-12,
+        "{cost:?}"
+    );
+    let unpriced = openai(&server.uri()).decide(&request()).await.unwrap();
+    assert_eq!(unpriced.cost, None, "no table, no cost");
+
+    let anthropic_body =
+        anthropic_tool_uses(&[("ReserveInventory", json!({"sku": "b", "quantity": 1}))]);
+    let server = MockServer::start().await;
+    wiremock::Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&anthropic_body))
+        .mount(&server)
+        .await;
+    let priced = AnthropicRouter::new(
+        AnthropicConfig::new(ApiKey::new(ANTHROPIC_KEY), "claude-sonnet-4-5")
+            .with_base_url(server.uri())
+            .with_http(http())
+            .with_prices(prices()),
+    )
+    .unwrap();
+    let reply = priced.decide(&request()).await.unwrap();
+    // claude-sonnet-4-5-20250929: 2,100 in at 3, 503 out at 15 per million.
+    let cost = reply.cost.expect("priced");
+    assert!(
+        (cost.amount - (2100.0 * 3.0 + 503.0 * 15.0) / 1e6).abs() < 1e-12,
+        "{cost:?}"
+    );
+    let cheap = PriceTable::new("EUR").with("gpt-4o", 1.0, 1.0);
+    let unknown = AnthropicRouter::new(
+        AnthropicConfig::new(ApiKey::new(ANTHROPIC_KEY), "claude-sonnet-4-5")
+            .with_base_url(server.uri())
+            .with_http(http())
+            .with_prices(cheap),
+    )
+    .unwrap();
+    let reply = unknown.decide(&request()).await.unwrap();
+    assert_eq!(
+        reply.cost, None,
+        "a model the table does not name is unpriced"
+    );
+}

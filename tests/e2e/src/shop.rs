@@ -320,6 +320,9 @@ pub fn cancels(order: &str) -> bool {
     h % 5 == 0
 }
 
+/// What each of [`ScriptedShopRouter`]'s answers costs, in USD.
+pub const ASK_COST: f64 = 0.002;
+
 /// A stand-in for a model, labelled as such: it looks a price up, then pays (or cancels one
 /// order in five). Every answer takes a random time and is recorded by the service.
 #[derive(Debug)]
@@ -351,12 +354,21 @@ impl Router for ScriptedShopRouter {
             .record_llm_call(&order, question)
             .await
             .map_err(|e| RouterError::new(agent_core::tool::ErrorClass::Retryable, e))?;
-        Ok(if question == 0 {
+        let reply = if question == 0 {
             ScriptedRouter::choose("Lookup", &format!(r#"{{"sku":"check-{order}"}}"#))
         } else if cancels(&order) {
             ScriptedRouter::choose("Cancelled", "{}")
         } else {
             ScriptedRouter::choose("Pay", "{}")
+        };
+        // Priced as a provider's router with a price table prices it: the metric of model
+        // spend counts it (`tests/metrics.rs`).
+        Ok(RouterReply {
+            cost: Some(agent_core::router::Cost {
+                amount: ASK_COST,
+                currency: "USD".to_owned(),
+            }),
+            ..reply
         })
     }
 }

@@ -143,6 +143,12 @@ async fn prometheus_scrapes_a_workers_steps_and_their_latency() {
             "sum(durable_agents_model_asks_total{agent=\"Shop\"})",
             at_least(RUNS_F),
         ),
+        // Two asks a run at least (which tool, then which way), each priced.
+        (
+            "model spend, in millionths of a dollar",
+            "sum(durable_agents_model_cost_microunits_total{agent=\"Shop\",currency=\"USD\"})",
+            at_least(RUNS_F * 2.0 * e2e::shop::ASK_COST * 1e6),
+        ),
     ];
     eprintln!("prometheus read: {steps} steps");
     for (what, query, ready) in checks {
