@@ -15,14 +15,14 @@ export interface ClientOptions {
    * The bearer token: every write needs it, and so do reads off loopback. Without it,
    * writes are answered `401 unauthorized`.
    */
-  token?: string;
+  token?: string | undefined;
   /** Headers sent with every request, besides the token's. */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
   /**
    * The `fetch` to send requests with (`globalThis.fetch` by default): a runtime without a
    * global one, a proxy agent, a test's recorder.
    */
-  fetch?: (request: Request) => Promise<Response>;
+  fetch?: ((request: Request) => Promise<Response>) | undefined;
 }
 
 /** How to follow one run's events. */
@@ -32,13 +32,13 @@ export interface FollowRunOptions extends FollowOptions {
    * stream there too). `true` by default; `false` follows the run for as long as the
    * iteration goes on (a failed run that is retried finishes again).
    */
-  untilFinished?: boolean;
+  untilFinished?: boolean | undefined;
 }
 
 /** How to follow every run's events. */
 export interface FollowEventsOptions extends FollowOptions {
   /** Only this agent's runs. */
-  agent?: string;
+  agent?: string | undefined;
 }
 
 /** A client of the durable agents HTTP API. */

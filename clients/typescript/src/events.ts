@@ -41,24 +41,24 @@ export interface FollowOptions {
    * Start after this cursor (the `cursor` of the last event already seen); from the first
    * event when absent.
    */
-  after?: number | string;
+  after?: number | string | undefined;
   /** Stops following: the iteration ends without an error, the connection is closed. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /**
    * Connections in a row that may fail without delivering an event before the iteration
    * throws the last error; no limit by default, as browsers' `EventSource` does.
    */
-  maxRetries?: number;
+  maxRetries?: number | undefined;
   /**
    * The longest wait between two connections, in milliseconds (10 s by default). The wait
    * starts at 250 ms and doubles with each failure in a row; a `Retry-After` or the
    * stream's `retry:` field, when given, is used instead.
    */
-  maxRetryDelayMs?: number;
+  maxRetryDelayMs?: number | undefined;
   /** Told before each reconnect: for logs, or a "reconnecting" mark in a page. */
-  onReconnect?: (reconnect: Reconnect) => void;
+  onReconnect?: ((reconnect: Reconnect) => void) | undefined;
   /** Given each token delta of the stream (see {@link TokenDelta}). */
-  onToken?: (delta: TokenDelta) => void;
+  onToken?: ((delta: TokenDelta) => void) | undefined;
 }
 
 /** The answer of one connection: the stream's body, or what the server answered instead. */

@@ -71,7 +71,7 @@ test("a project that installs the packed tarball imports it, types included", { 
       join(app, "main.ts"),
       [
         'import { createClient, ApiError, type RunEvent } from "durable-agents-client";',
-        'const client = createClient({ baseUrl: "http://127.0.0.1:1" });',
+        'const client = createClient({ baseUrl: "http://127.0.0.1:1", token: process.env.NO_SUCH_TOKEN });',
         'const first: RunEvent["type"] = "run_created";',
         'console.log(typeof client.followRun, typeof client.api.GET, new ApiError(404, "not_found", "m", undefined, undefined).code, first);',
         "",
@@ -80,7 +80,18 @@ test("a project that installs the packed tarball imports it, types included", { 
     writeFileSync(
       join(app, "tsconfig.json"),
       JSON.stringify({
-        compilerOptions: { module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", strict: true, lib: ["ES2022", "DOM"], types: [], outDir: "out" },
+        // As strict as a user's project may be.
+        compilerOptions: {
+          module: "NodeNext",
+          moduleResolution: "NodeNext",
+          target: "ES2022",
+          strict: true,
+          exactOptionalPropertyTypes: true,
+          lib: ["ES2022", "DOM"],
+          types: ["node"],
+          typeRoots: [resolve("node_modules/@types")],
+          outDir: "out",
+        },
         files: ["main.ts"],
       }),
     );
