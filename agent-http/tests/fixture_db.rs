@@ -3,14 +3,22 @@
 //! `$API_TEST_DB`, or, with `$API_TEST_PG_SCHEMA`, a PostgreSQL one in that schema of
 //! `$DATABASE_URL` (`drop_fixture_schema` drops it again):
 //! `API_TEST_DB=/tmp/runs.sqlite3 cargo test --workspace --test fixture_db -- --ignored`.
+//!
+//! `serve_fixture_agent` is the fixture agent's service, for `scripts/ts-client-test`: the
+//! stock `agentctl serve` links no agent code and starts no runs, so the runs the
+//! TypeScript client starts are started here, as a user's service starts them.
 
 extern crate durable_agents_http as agent_http;
 
 mod common;
 
+use std::time::Duration;
+
+use agent_core::runner::{Worker, WorkerConfig};
 use agent_core::schedule::{NewSchedule, create_schedule, trigger_schedule};
 use agent_core::store::{RunFailure, RunStatus};
-use common::Db;
+use agent_http::ApiConfig;
+use common::{Db, Server};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,4 +105,48 @@ async fn drop_fixture_schema() {
         .await
         .expect("connect");
     store.drop_schema().await.expect("drop the schema");
+}
+
+/// The fixture agent served as a service serves its agents: the API with the agent
+/// registered (`POST /v1/agents/Order/runs` starts runs whose router picks `Pay`) and a
+/// worker driving them, so a run waits for `confirm` and completes once the signal comes,
+/// sent through this server or through an `agentctl serve` on the same file (a worker
+/// polls for what other processes write).
+///
+/// Opens (creates) the SQLite store at `$API_TEST_DB` as its worker; the token is
+/// `$DURABLE_AGENTS_TOKEN`. Prints `serving on http://127.0.0.1:PORT` once it listens
+/// (run it with `--nocapture`), and stops after `$FIXTURE_SERVE_SECONDS` (600 by default)
+/// so that a server its script failed to stop does not outlive it by long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "serves the fixture agent for scripts/ts-client-test until stopped"]
+async fn serve_fixture_agent() {
+    let path = std::env::var("API_TEST_DB").expect("set API_TEST_DB to a file path");
+    let token = std::env::var("DURABLE_AGENTS_TOKEN").expect("set DURABLE_AGENTS_TOKEN");
+    let lifetime = match std::env::var("FIXTURE_SERVE_SECONDS") {
+        Ok(s) => s
+            .parse()
+            .map(Duration::from_secs)
+            .expect("FIXTURE_SERVE_SECONDS is a number of seconds"),
+        Err(_) => Duration::from_mins(10),
+    };
+    let db = Db::open(std::path::Path::new(&path)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let config = ApiConfig::default()
+        .with_token(token)
+        .with_agent(db.runner("Pay"));
+    let server = Server::serve_on(&db.store, config, listener);
+    // Signals sent through another process wake nothing here (SQLite notifies within a
+    // process): a short poll keeps the client's test from waiting on the default 500 ms.
+    let worker = Worker::new(
+        db.runner("Pay"),
+        WorkerConfig {
+            poll_interval: Duration::from_millis(100),
+            ..WorkerConfig::default()
+        },
+    );
+    println!("serving on {}", server.base);
+    worker.run_until(tokio::time::sleep(lifetime)).await;
+    drop(server);
 }
