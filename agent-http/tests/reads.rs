@@ -445,5 +445,8 @@ async fn metrics_are_served_as_documented_when_configured() {
         .unwrap();
     assert_eq!(scrape.status(), 200);
     assert_eq!(scrape.headers()["content-type"], content_type);
-    assert_eq!(scrape.text().await.unwrap(), "durable_agents_steps_total 7\n");
+    assert_eq!(
+        scrape.text().await.unwrap(),
+        "durable_agents_steps_total 7\n"
+    );
 }
