@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::report::{DivergenceKind, first_difference};
-use crate::router::{RouteRequest, Router, RouterError, RouterReply};
+use crate::router::{OptionKind, RouteRequest, Router, RouterError, RouterReply};
 use crate::secrets::{SealKeys, shown};
 use crate::store::{CallStatus, EntryKind, JournalEntry, input_hash};
 use crate::tool::{DynTool, ErrorClass, ToolContext, ToolError, ToolPolicy};
@@ -161,7 +161,13 @@ impl Probe {
         let options = request
             .options
             .iter()
-            .map(|o| format!("{:?} {}", o.kind, o.name).to_lowercase())
+            .map(|o| {
+                let kind = match o.kind {
+                    OptionKind::Transition => "transition",
+                    OptionKind::Tool => "tool",
+                };
+                format!("{kind} {}", o.name)
+            })
             .collect();
         self.lock()
             .first
