@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::runner::imported::short;
 use crate::store::{RunStatus, TransitionKind};
 
 /// The first place where the new code did not do what a recorded run did.
@@ -46,6 +47,19 @@ pub enum DivergenceKind {
         now: Value,
         /// The first place the two differ, as a JSON pointer.
         at: String,
+    },
+    /// The step called an imported tool (from an MCP server) whose input schema is not the
+    /// one the journaled call was made under: the runner would hold the run
+    /// (`tool.schema_changed`) rather than resume it against a different tool.
+    SchemaChanged {
+        /// The call's index in the step.
+        seq: u32,
+        /// The tool.
+        tool: String,
+        /// The fingerprint of the schema the call was journaled under.
+        recorded: String,
+        /// The fingerprint of the tool's schema now.
+        now: String,
     },
     /// The new code called a tool where the step journaled no call.
     UnjournaledCall {
@@ -154,6 +168,18 @@ impl fmt::Display for Divergence {
                 "call #{seq} of `{tool}` has other arguments at `{at}`: recorded {}, now {}",
                 pointed(recorded, at),
                 pointed(now, at)
+            ),
+            DivergenceKind::SchemaChanged {
+                seq,
+                tool,
+                recorded,
+                now,
+            } => write!(
+                f,
+                "call #{seq} of `{tool}` was journaled under schema {}, the tool's schema is now {} \
+                 (the runner holds such a run: tool.schema_changed)",
+                short(recorded),
+                short(now)
             ),
             DivergenceKind::UnjournaledCall { seq, tool, .. } => write!(
                 f,
