@@ -85,6 +85,14 @@ where
     Replay::with_config(handlers, v1::checkout_tools(&shop()), config()).unwrap()
 }
 
+/// The divergence of `run`, which must be at `version`, in `state`.
+#[track_caller]
+fn diverged(run: &RunReplay, version: u64, state: &str) -> DivergenceKind {
+    let d = run.divergence.as_ref().expect("a divergence");
+    assert_eq!((d.version, d.state.as_str()), (version, state), "{d}");
+    d.kind.clone()
+}
+
 /// The steps of a replayed run that were replayed, with the states they ran in.
 fn steps_in<'a>(run: &RunReplay, export: &'a RunExport) -> Vec<&'a str> {
     run.replayed
@@ -247,10 +255,8 @@ fn version_in(export: &RunExport, state: &str) -> u64 {
 #[tokio::test]
 async fn a_handler_calling_another_tool_is_caught() {
     let (run, _) = alice_against(Change::Tool).await;
-    let d = run.divergence.clone().expect("a divergence");
-    assert_eq!((d.version, d.state.as_str()), (0, "Browsing"));
     assert_eq!(
-        d.kind,
+        diverged(&run, 0, "Browsing"),
         DivergenceKind::OtherTool {
             seq: 0,
             recorded: SearchProducts::NAME.to_owned(),
@@ -258,6 +264,7 @@ async fn a_handler_calling_another_tool_is_caught() {
         }
     );
     assert!(run.replayed.is_empty(), "{:?}", run.replayed);
+    let d = run.divergence.unwrap();
     assert!(d.to_string().contains("version 0 in `Browsing`"), "{d}");
 }
 
@@ -413,12 +420,10 @@ fn agentctl_replay_exits_non_zero_on_a_divergence() {
 #[tokio::test]
 async fn a_call_after_the_recorded_ones_is_caught() {
     let (run, _) = alice_against(Change::ExtraCall).await;
-    let d = run.divergence.clone().expect("a divergence");
-    assert_eq!((d.version, d.state.as_str()), (0, "Browsing"));
     // The plan's six calls and the recommendations were journaled as #0 to #6: the new
     // search is #7.
     assert_eq!(
-        d.kind,
+        diverged(&run, 0, "Browsing"),
         DivergenceKind::UnjournaledCall {
             seq: 7,
             tool: SearchProducts::NAME.to_owned(),
@@ -426,6 +431,7 @@ async fn a_call_after_the_recorded_ones_is_caught() {
         }
     );
     assert!(run.replayed.is_empty(), "{:?}", run.replayed);
+    let d = run.divergence.unwrap();
     assert!(
         d.to_string()
             .contains("calls `SearchProducts` as call #7, where the step journaled none"),
@@ -454,10 +460,8 @@ async fn a_call_journaled_as_started_is_reported_unfinished() {
     let crashed: RunExport = serde_json::from_value(json).unwrap();
 
     let run = replay_v1(v1::Handlers).run(&crashed).await;
-    let d = run.divergence.clone().expect("a divergence");
-    assert_eq!((d.version, d.state.as_str()), (payment, "Payment"));
     assert_eq!(
-        d.kind,
+        diverged(&run, payment, "Payment"),
         DivergenceKind::UnfinishedCall {
             seq: 0,
             tool: "ChargePayment".to_owned(),
@@ -475,16 +479,41 @@ fn intake_config() -> RunnerConfig {
     }
 }
 
-/// A ticket run to its end by the recorded intake (`Noted` routed by code), on a memory
-/// store, with `handlers` and `imported` tools; exported.
-async fn recorded_intake(handlers: intake::Handlers, imported: ImportedTools) -> RunExport {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let runner =
-        Runner::<IntakeByCode, _>::builder(Arc::clone(&store), handlers, ToolBox::new().with(Note))
-            .imported_tools(imported)
-            .config(intake_config())
-            .build()
-            .unwrap();
+/// A runner of build `A` of the intake on `store`, with `handlers` and `imported` tools.
+fn intake_runner<A>(
+    store: &Arc<dyn Store>,
+    handlers: intake::Handlers,
+    imported: ImportedTools,
+) -> Runner<A, intake::Handlers>
+where
+    A: durable_agents::agent::Handle<intake::Handlers> + durable_agents::agent::RoutedByCode,
+{
+    Runner::<A, _>::builder(Arc::clone(store), handlers, ToolBox::new().with(Note))
+        .imported_tools(imported)
+        .config(intake_config())
+        .build()
+        .unwrap()
+}
+
+/// A replay of build `A` of the intake with `handlers` and `imported` tools.
+fn intake_replay<A>(
+    handlers: intake::Handlers,
+    imported: ImportedTools,
+) -> Replay<A, intake::Handlers>
+where
+    A: durable_agents::agent::Handle<intake::Handlers>,
+{
+    Replay::with_imported(
+        handlers,
+        ToolBox::new().with(Note),
+        intake_config(),
+        imported,
+    )
+    .unwrap()
+}
+
+/// The ticket opened on version 1 of the intake (not run yet).
+async fn open_ticket(runner: &Runner<IntakeByCode, intake::Handlers>) {
     runner
         .start(
             "ticket",
@@ -494,6 +523,14 @@ async fn recorded_intake(handlers: intake::Handlers, imported: ImportedTools) ->
         )
         .await
         .unwrap();
+}
+
+/// A ticket run to its end by the recorded intake (`Noted` routed by code), on a memory
+/// store, with `handlers` and `imported` tools; exported.
+async fn recorded_intake(handlers: intake::Handlers, imported: ImportedTools) -> RunExport {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runner = intake_runner::<IntakeByCode>(&store, handlers, imported);
+    open_ticket(&runner).await;
     assert_eq!(
         runner.run("ticket").await.unwrap().status,
         RunStatus::Completed
@@ -506,33 +543,24 @@ async fn recorded_intake(handlers: intake::Handlers, imported: ImportedTools) ->
 #[tokio::test]
 async fn a_step_asking_the_model_where_none_was_asked_is_caught() {
     let ticket = recorded_intake(intake::Handlers::NOTE, ImportedTools::new()).await;
-    let by_code: Replay<IntakeByCode, _> = Replay::with_config(
-        intake::Handlers::NOTE,
-        ToolBox::new().with(Note),
-        intake_config(),
-    )
-    .unwrap();
-    let by_code = by_code.run(&ticket).await;
+    let by_code = intake_replay::<IntakeByCode>(intake::Handlers::NOTE, ImportedTools::new())
+        .run(&ticket)
+        .await;
     assert!(by_code.ok(), "{by_code:?}");
     assert_eq!(by_code.replayed, [0, 1], "{by_code:?}");
 
-    let replay: Replay<IntakeByModel, _> = Replay::with_config(
-        intake::Handlers::NOTE,
-        ToolBox::new().with(Note),
-        intake_config(),
-    )
-    .unwrap();
-    let run = replay.run(&ticket).await;
-    let d = run.divergence.clone().expect("a divergence");
-    assert_eq!((d.version, d.state.as_str()), (1, "Noted"));
+    let run = intake_replay::<IntakeByModel>(intake::Handlers::NOTE, ImportedTools::new())
+        .run(&ticket)
+        .await;
     assert_eq!(
-        d.kind,
+        diverged(&run, 1, "Noted"),
         DivergenceKind::UnjournaledAsk {
             options: vec!["transition Answered".into(), "transition Dropped".into()],
         }
     );
     // The open step, unchanged, replayed before it.
     assert_eq!(run.replayed, [0]);
+    let d = run.divergence.unwrap();
     assert!(
         d.to_string()
             .contains("version 1 in `Noted`: the new code asks the model"),
@@ -549,18 +577,17 @@ async fn a_journaled_call_the_new_code_skips_is_caught() {
         note: false,
         add_note: None,
     };
-    let replay: Replay<IntakeByCode, _> =
-        Replay::with_config(silent, ToolBox::new().with(Note), intake_config()).unwrap();
-    let run = replay.run(&ticket).await;
-    let d = run.divergence.clone().expect("a divergence");
-    assert_eq!((d.version, d.state.as_str()), (0, "Open"));
+    let run = intake_replay::<IntakeByCode>(silent, ImportedTools::new())
+        .run(&ticket)
+        .await;
     assert_eq!(
-        d.kind,
+        diverged(&run, 0, "Open"),
         DivergenceKind::MissingCall {
             seq: 0,
             tool: Note::NAME.to_owned(),
         }
     );
+    let d = run.divergence.clone().unwrap();
     assert!(run.replayed.is_empty(), "{:?}", run.replayed);
     assert!(
         d.to_string()
@@ -575,30 +602,9 @@ async fn a_journaled_call_the_new_code_skips_is_caught() {
 #[tokio::test]
 async fn a_changed_migration_mapping_is_caught() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let v1 = Runner::<IntakeByCode, _>::builder(
-        Arc::clone(&store),
-        intake::Handlers::NOTE,
-        ToolBox::new().with(Note),
-    )
-    .config(intake_config())
-    .build()
-    .unwrap();
-    v1.start(
-        "ticket",
-        IntakeByCode::Open {
-            text: "where is my parcel?".into(),
-        },
-    )
-    .await
-    .unwrap();
-    let v2 = Runner::<IntakeV2, _>::builder(
-        Arc::clone(&store),
-        intake::Handlers::NOTE,
-        ToolBox::new().with(Note),
-    )
-    .config(intake_config())
-    .build()
-    .unwrap();
+    let v1 = intake_runner::<IntakeByCode>(&store, intake::Handlers::NOTE, ImportedTools::new());
+    open_ticket(&v1).await;
+    let v2 = intake_runner::<IntakeV2>(&store, intake::Handlers::NOTE, ImportedTools::new());
     assert_eq!(v2.run("ticket").await.unwrap().status, RunStatus::Completed);
     let ticket = exported(store.as_ref(), "ticket").await;
     let migrated = ticket
@@ -608,29 +614,19 @@ async fn a_changed_migration_mapping_is_caught() {
         .expect("a migration");
     assert_eq!(migrated.version, 1);
 
-    let same: Replay<IntakeV2, _> = Replay::with_config(
-        intake::Handlers::NOTE,
-        ToolBox::new().with(Note),
-        intake_config(),
-    )
-    .unwrap();
-    let run = same.run(&ticket).await;
+    let run = intake_replay::<IntakeV2>(intake::Handlers::NOTE, ImportedTools::new())
+        .run(&ticket)
+        .await;
     assert!(run.ok(), "{run:?}");
     // The migration checked, the open step it resumed, the noted step.
     assert_eq!(run.replayed, [0, 1, 2], "{run:?}");
 
-    let changed: Replay<IntakeV2Changed, _> = Replay::with_config(
-        intake::Handlers::NOTE,
-        ToolBox::new().with(Note),
-        intake_config(),
-    )
-    .unwrap();
-    let run = changed.run(&ticket).await;
-    let d = run.divergence.clone().expect("a divergence");
-    assert_eq!((d.version, d.state.as_str()), (0, "Open"));
+    let run = intake_replay::<IntakeV2Changed>(intake::Handlers::NOTE, ImportedTools::new())
+        .run(&ticket)
+        .await;
     let text = "where is my parcel?";
     assert_eq!(
-        d.kind,
+        diverged(&run, 0, "Open"),
         DivergenceKind::Migration {
             recorded: json!({ "Open": { "text": text, "priority": 1 } }),
             now: json!({ "Open": { "text": text, "priority": 2 } }),
@@ -655,15 +651,8 @@ async fn imported_tools_replay_as_the_runner_resumes_them() {
         json!({ "arguments": { "text": "hello" }, "schema": "schema-1" }),
         "the journaled input carries the fingerprint"
     );
-    let replay = |handlers, schema| -> Replay<IntakeByCode, intake::Handlers> {
-        Replay::with_imported(
-            handlers,
-            ToolBox::new().with(Note),
-            intake_config(),
-            intake::imported(schema),
-        )
-        .unwrap()
-    };
+    let replay =
+        |handlers, schema| intake_replay::<IntakeByCode>(handlers, intake::imported(schema));
 
     // The same code and the same schema: replayed (not `other_arguments`).
     let run = replay(adds("hello"), "schema-1").run(&ticket).await;
@@ -672,10 +661,8 @@ async fn imported_tools_replay_as_the_runner_resumes_them() {
 
     // Other arguments: the arguments compared, without the fingerprint.
     let run = replay(adds("bye"), "schema-1").run(&ticket).await;
-    let d = run.divergence.clone().expect("a divergence");
-    assert_eq!((d.version, d.state.as_str()), (0, "Open"));
     assert_eq!(
-        d.kind,
+        diverged(&run, 0, "Open"),
         DivergenceKind::OtherArguments {
             seq: 0,
             tool: intake::ADD_NOTE.to_owned(),
@@ -687,10 +674,8 @@ async fn imported_tools_replay_as_the_runner_resumes_them() {
 
     // The tool's schema changed since: the runner would hold the run; replay says so.
     let run = replay(adds("hello"), "schema-2").run(&ticket).await;
-    let d = run.divergence.clone().expect("a divergence");
-    assert_eq!((d.version, d.state.as_str()), (0, "Open"));
     assert_eq!(
-        d.kind,
+        diverged(&run, 0, "Open"),
         DivergenceKind::SchemaChanged {
             seq: 0,
             tool: intake::ADD_NOTE.to_owned(),
@@ -698,6 +683,7 @@ async fn imported_tools_replay_as_the_runner_resumes_them() {
             now: "schema-2".to_owned(),
         }
     );
+    let d = run.divergence.unwrap();
     assert!(d.to_string().contains("tool.schema_changed"), "{d}");
 }
 
@@ -705,18 +691,9 @@ async fn imported_tools_replay_as_the_runner_resumes_them() {
 async fn store_of_runs(dir: &tempfile::TempDir) -> Arc<dyn Store> {
     let store = sqlite(dir).await;
     record_v1_runs(&store).await;
-    let intake = Runner::<IntakeByCode, _>::builder(
-        Arc::clone(&store),
-        intake::Handlers::NOTE,
-        ToolBox::new().with(Note),
-    )
-    .config(intake_config())
-    .build()
-    .unwrap();
-    intake
-        .start("ticket", IntakeByCode::Open { text: "hi".into() })
-        .await
-        .unwrap();
+    let intake =
+        intake_runner::<IntakeByCode>(&store, intake::Handlers::NOTE, ImportedTools::new());
+    open_ticket(&intake).await;
     intake.run("ticket").await.unwrap();
     store
 }
@@ -767,10 +744,8 @@ async fn the_runs_of_a_store_replay() {
     assert!(!every.ok());
     let ticket = every.diverged().next().unwrap();
     assert_eq!(ticket.run_id, "ticket");
-    let d = ticket.divergence.clone().unwrap();
-    assert_eq!((d.version, d.state.as_str()), (0, ""));
     assert_eq!(
-        d.kind,
+        diverged(ticket, 0, ""),
         DivergenceKind::NotReplayable {
             message: "the run is of agent `Intake`, the replay of `Checkout`".into()
         }

@@ -35,131 +35,89 @@ impl Execute for Note {
     }
 }
 
-/// The intake as recorded.
-#[derive(Clone, Debug, Serialize, Deserialize, durable_agents::Agent)]
-#[agent(name = "Intake", module = by_code, handlers = ByCodeHandlers, tools(write(Note)))]
-pub(crate) enum IntakeByCode {
-    /// A ticket is opened.
-    #[agent(initial, tools(Note), to(Noted))]
-    Open {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Noted: answered or dropped, by code.
-    #[agent(to(Answered, Dropped))]
-    Noted {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Answered.
-    #[agent(terminal)]
-    Answered {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Dropped.
-    #[agent(terminal)]
-    Dropped,
+/// One build of the intake: its enum, its `#[agent]` head (name, version, migration,
+/// module, handlers), the fields of `Open`, and how `Noted` is routed.
+macro_rules! intake {
+    (
+        $(#[$doc:meta])*
+        $name:ident, agent($($head:tt)*),
+        open { $($open:ident: $ty:ty),* },
+        noted($($route:tt)*)
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Serialize, Deserialize, durable_agents::Agent)]
+        #[agent(name = "Intake", $($head)*, tools(write(Note)))]
+        pub(crate) enum $name {
+            /// A ticket is opened.
+            #[agent(initial, tools(Note), to(Noted))]
+            Open {
+                /// The ticket's text.
+                text: String,
+                $(
+                    /// Set by the migration.
+                    $open: $ty,
+                )*
+            },
+            /// Noted: answered or dropped.
+            #[agent($($route)* to(Answered, Dropped))]
+            Noted {
+                /// The ticket's text.
+                text: String,
+            },
+            /// Answered.
+            #[agent(terminal)]
+            Answered {
+                /// The ticket's text.
+                text: String,
+            },
+            /// Dropped.
+            #[agent(terminal)]
+            Dropped,
+        }
+    };
 }
 
-/// The same version of the intake, `Noted` now routed by the model.
-#[derive(Clone, Debug, Serialize, Deserialize, durable_agents::Agent)]
-#[agent(name = "Intake", module = by_model, handlers = ByModelHandlers, tools(write(Note)))]
-pub(crate) enum IntakeByModel {
-    /// A ticket is opened.
-    #[agent(initial, tools(Note), to(Noted))]
-    Open {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Noted: the model answers or drops it.
-    #[agent(route = llm, to(Answered, Dropped))]
-    Noted {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Answered.
-    #[agent(terminal)]
-    Answered {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Dropped.
-    #[agent(terminal)]
-    Dropped,
-}
+intake!(
+    /// The intake as recorded: `Noted` routed by code.
+    IntakeByCode,
+    agent(module = by_code, handlers = ByCodeHandlers),
+    open {},
+    noted()
+);
 
-/// Version 2: an opened ticket has a priority, set by the migration mapping.
-#[derive(Clone, Debug, Serialize, Deserialize, durable_agents::Agent)]
-#[agent(
-    name = "Intake",
-    version = 2,
-    migrate_from(IntakeByCode, with = v2_from_v1),
-    module = v2,
-    handlers = V2Handlers,
-    tools(write(Note))
-)]
-pub(crate) enum IntakeV2 {
-    /// A ticket is opened.
-    #[agent(initial, tools(Note), to(Noted))]
-    Open {
-        /// The ticket's text.
-        text: String,
-        /// Its priority.
-        priority: u8,
-    },
-    /// Noted: answered or dropped, by code.
-    #[agent(to(Answered, Dropped))]
-    Noted {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Answered.
-    #[agent(terminal)]
-    Answered {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Dropped.
-    #[agent(terminal)]
-    Dropped,
-}
+intake!(
+    /// The same version of the intake, `Noted` now routed by the model.
+    IntakeByModel,
+    agent(module = by_model, handlers = ByModelHandlers),
+    open {},
+    noted(route = llm,)
+);
 
-/// Version 2 as [`IntakeV2`], its mapping changed: opened tickets get another priority.
-#[derive(Clone, Debug, Serialize, Deserialize, durable_agents::Agent)]
-#[agent(
-    name = "Intake",
-    version = 2,
-    migrate_from(IntakeByCode, with = v2_from_v1_changed),
-    module = v2_changed,
-    handlers = V2ChangedHandlers,
-    tools(write(Note))
-)]
-pub(crate) enum IntakeV2Changed {
-    /// A ticket is opened.
-    #[agent(initial, tools(Note), to(Noted))]
-    Open {
-        /// The ticket's text.
-        text: String,
-        /// Its priority.
-        priority: u8,
-    },
-    /// Noted: answered or dropped, by code.
-    #[agent(to(Answered, Dropped))]
-    Noted {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Answered.
-    #[agent(terminal)]
-    Answered {
-        /// The ticket's text.
-        text: String,
-    },
-    /// Dropped.
-    #[agent(terminal)]
-    Dropped,
-}
+intake!(
+    /// Version 2: an opened ticket has a priority, set by the migration mapping.
+    IntakeV2,
+    agent(
+        version = 2,
+        migrate_from(IntakeByCode, with = v2_from_v1),
+        module = v2,
+        handlers = V2Handlers
+    ),
+    open { priority: u8 },
+    noted()
+);
+
+intake!(
+    /// Version 2 as [`IntakeV2`], its mapping changed: opened tickets get another priority.
+    IntakeV2Changed,
+    agent(
+        version = 2,
+        migrate_from(IntakeByCode, with = v2_from_v1_changed),
+        module = v2_changed,
+        handlers = V2ChangedHandlers
+    ),
+    open { priority: u8 },
+    noted()
+);
 
 /// Version 1 to 2: an opened ticket gets priority 1.
 #[must_use]
@@ -285,24 +243,33 @@ impl Handlers {
     }
 }
 
-impl ByCodeHandlers for Handlers {
-    async fn open(
-        &self,
-        ctx: Ctx<'_, by_code::Open>,
-        by_code::Open { text }: by_code::Open,
-    ) -> StepResult<by_code::Open> {
-        Self::open(self, &ctx, &text).await?;
-        Ok(ctx.to(by_code::Noted { text }))
-    }
+/// The handlers of a build whose `Noted` is routed by code.
+macro_rules! by_code {
+    ($handlers:ident, $module:ident) => {
+        impl $handlers for Handlers {
+            async fn open(
+                &self,
+                ctx: Ctx<'_, $module::Open>,
+                state: $module::Open,
+            ) -> StepResult<$module::Open> {
+                Self::open(self, &ctx, &state.text).await?;
+                Ok(ctx.to($module::Noted { text: state.text }))
+            }
 
-    async fn noted(
-        &self,
-        ctx: Ctx<'_, by_code::Noted>,
-        by_code::Noted { text }: by_code::Noted,
-    ) -> StepResult<by_code::Noted> {
-        Ok(ctx.to(by_code::Answered { text }))
-    }
+            async fn noted(
+                &self,
+                ctx: Ctx<'_, $module::Noted>,
+                $module::Noted { text }: $module::Noted,
+            ) -> StepResult<$module::Noted> {
+                Ok(ctx.to($module::Answered { text }))
+            }
+        }
+    };
 }
+
+by_code!(ByCodeHandlers, by_code);
+by_code!(V2Handlers, v2);
+by_code!(V2ChangedHandlers, v2_changed);
 
 impl ByModelHandlers for Handlers {
     async fn open(
@@ -324,43 +291,5 @@ impl ByModelHandlers for Handlers {
             by_model::NotedRoute::Answered => ctx.to(by_model::Answered { text }),
             by_model::NotedRoute::Dropped => ctx.to(by_model::Dropped),
         })
-    }
-}
-
-impl V2Handlers for Handlers {
-    async fn open(
-        &self,
-        ctx: Ctx<'_, v2::Open>,
-        v2::Open { text, .. }: v2::Open,
-    ) -> StepResult<v2::Open> {
-        Self::open(self, &ctx, &text).await?;
-        Ok(ctx.to(v2::Noted { text }))
-    }
-
-    async fn noted(
-        &self,
-        ctx: Ctx<'_, v2::Noted>,
-        v2::Noted { text }: v2::Noted,
-    ) -> StepResult<v2::Noted> {
-        Ok(ctx.to(v2::Answered { text }))
-    }
-}
-
-impl V2ChangedHandlers for Handlers {
-    async fn open(
-        &self,
-        ctx: Ctx<'_, v2_changed::Open>,
-        v2_changed::Open { text, .. }: v2_changed::Open,
-    ) -> StepResult<v2_changed::Open> {
-        Self::open(self, &ctx, &text).await?;
-        Ok(ctx.to(v2_changed::Noted { text }))
-    }
-
-    async fn noted(
-        &self,
-        ctx: Ctx<'_, v2_changed::Noted>,
-        v2_changed::Noted { text }: v2_changed::Noted,
-    ) -> StepResult<v2_changed::Noted> {
-        Ok(ctx.to(v2_changed::Answered { text }))
     }
 }
