@@ -41,7 +41,7 @@ pub use report::{
 use stubs::{Probe, StubRouter, StubTool};
 
 use crate::agent::{Agent, Handle};
-use crate::runner::{Runner, RunnerConfig, RunnerError, StepOutcome};
+use crate::runner::{ImportedTools, Runner, RunnerConfig, RunnerError, StepOutcome};
 use crate::secrets::shown;
 use crate::store::export::{RunExport, export_run_with_states};
 use crate::store::memory::MemoryStore;
@@ -50,7 +50,7 @@ use crate::store::{
     EntryKind, HistoryStore, RunFilter, RunRecord, RunStatus, RunStore, StateAtVersion, Store,
     StoreError, TransitionKind, TransitionRecord, WaitingFor, canonical_json,
 };
-use crate::tool::ToolBox;
+use crate::tool::{DynTool, ToolBox};
 use crate::toolset::ToolsFor;
 
 /// The worker id a replay claims its runs with.
@@ -120,17 +120,35 @@ where
         tools: impl ToolsFor<A>,
         config: RunnerConfig,
     ) -> Result<Self, RunnerError> {
+        Self::with_imported(handlers, tools, config, ImportedTools::new())
+    }
+
+    /// [`with_config`](Self::with_config) for an agent that calls imported tools (from MCP
+    /// servers: [`RunnerBuilder::imported_tools`](crate::runner::RunnerBuilder::imported_tools)),
+    /// given as the runner is given them. Their calls are compared as the runner compares
+    /// them on resume: the journaled schema fingerprint must be the tool's now
+    /// ([`DivergenceKind::SchemaChanged`] otherwise), then the arguments.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), and the imported tools' problems as the runner names them.
+    pub fn with_imported(
+        handlers: H,
+        tools: impl ToolsFor<A>,
+        config: RunnerConfig,
+        imported: ImportedTools,
+    ) -> Result<Self, RunnerError> {
         let probe = Arc::new(Probe::new(config.seal_keys.clone()));
+        let stub = |tool: &Arc<dyn DynTool>| -> Arc<dyn DynTool> {
+            Arc::new(StubTool::new(Arc::clone(tool), Arc::clone(&probe)))
+        };
         let real = tools.into_tool_box();
         let mut stubbed = ToolBox::new();
         for name in real.names() {
             if let Some(tool) = real.get(name) {
-                stubbed = stubbed.with_dyn(Arc::new(StubTool::new(
-                    Arc::clone(tool),
-                    Arc::clone(&probe),
-                )));
+                stubbed = stubbed.with_dyn(stub(tool));
             }
         }
+        let imported = imported.map_tools(stub);
         let store = Arc::new(MemoryStore::new());
         let config = RunnerConfig {
             worker_id: REPLAY_WORKER.to_owned(),
@@ -142,6 +160,7 @@ where
         });
         let runner = Runner::builder(Arc::clone(&store) as Arc<dyn Store>, handlers, stubbed)
             .config(config)
+            .imported_tools(imported)
             .finish(Some(router))?;
         Ok(Self {
             runner,

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::runner::imported::short;
 use crate::store::{RunStatus, TransitionKind};
 
 /// The first place where the new code did not do what a recorded run did.
@@ -46,6 +47,19 @@ pub enum DivergenceKind {
         now: Value,
         /// The first place the two differ, as a JSON pointer.
         at: String,
+    },
+    /// The step called an imported tool (from an MCP server) whose input schema is not the
+    /// one the journaled call was made under: the runner would hold the run
+    /// (`tool.schema_changed`) rather than resume it against a different tool.
+    SchemaChanged {
+        /// The call's index in the step.
+        seq: u32,
+        /// The tool.
+        tool: String,
+        /// The fingerprint of the schema the call was journaled under.
+        recorded: String,
+        /// The fingerprint of the tool's schema now.
+        now: String,
     },
     /// The new code called a tool where the step journaled no call.
     UnjournaledCall {
@@ -154,6 +168,18 @@ impl fmt::Display for Divergence {
                 "call #{seq} of `{tool}` has other arguments at `{at}`: recorded {}, now {}",
                 pointed(recorded, at),
                 pointed(now, at)
+            ),
+            DivergenceKind::SchemaChanged {
+                seq,
+                tool,
+                recorded,
+                now,
+            } => write!(
+                f,
+                "call #{seq} of `{tool}` was journaled under schema {}, the tool's schema is now {} \
+                 (the runner holds such a run: tool.schema_changed)",
+                short(recorded),
+                short(now)
             ),
             DivergenceKind::UnjournaledCall { seq, tool, .. } => write!(
                 f,
@@ -354,5 +380,57 @@ mod tests {
             Some("/a".to_owned())
         );
         assert_eq!(first_difference(&json!(1), &json!(2)), Some(String::new()));
+    }
+
+    #[test]
+    fn the_first_difference_escapes_keys_and_resolves_in_both_documents() {
+        // `~` and `/` in a key, escaped as RFC 6901 says (`~` first).
+        let (a, b) = (json!({"a/b": {"c~d": 1}}), json!({"a/b": {"c~d": 2}}));
+        let at = first_difference(&a, &b).unwrap();
+        assert_eq!(at, "/a~1b/c~0d");
+        assert_eq!(
+            (a.pointer(&at), b.pointer(&at)),
+            (Some(&json!(1)), Some(&json!(2)))
+        );
+        // Deep in arrays of objects.
+        let (a, b) = (
+            json!({"x": {"y": [0, {"k": "v"}]}}),
+            json!({"x": {"y": [0, {"k": "w"}]}}),
+        );
+        let at = first_difference(&a, &b).unwrap();
+        assert_eq!(at, "/x/y/1/k");
+        assert_eq!(
+            (a.pointer(&at), b.pointer(&at)),
+            (Some(&json!("v")), Some(&json!("w")))
+        );
+    }
+
+    #[test]
+    fn the_first_difference_is_the_first_key_in_order_and_types_count() {
+        // Keys are walked sorted, whatever order they were written in.
+        assert_eq!(
+            first_difference(&json!({"z": 1, "b": 1}), &json!({"z": 2, "b": 2})),
+            Some("/b".to_owned())
+        );
+        // Another type at a place is a difference there, not inside it.
+        assert_eq!(
+            first_difference(&json!({"a": [1]}), &json!({"a": {"0": 1}})),
+            Some("/a".to_owned())
+        );
+        // `null` is not a missing key.
+        assert_eq!(
+            first_difference(&json!({"a": null}), &json!({})),
+            Some("/a".to_owned())
+        );
+        // A shorter array: the first index one of them lacks.
+        assert_eq!(
+            first_difference(&json!([1, 2, 3]), &json!([1, 2])),
+            Some("/2".to_owned())
+        );
+        // Equal documents, however their keys were written.
+        assert_eq!(
+            first_difference(&json!({"a": [], "b": {}}), &json!({"b": {}, "a": []})),
+            None
+        );
     }
 }

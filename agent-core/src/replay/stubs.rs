@@ -16,7 +16,8 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::report::{DivergenceKind, first_difference};
-use crate::router::{RouteRequest, Router, RouterError, RouterReply};
+use crate::router::{OptionKind, RouteRequest, Router, RouterError, RouterReply};
+use crate::runner::imported;
 use crate::secrets::{SealKeys, shown};
 use crate::store::{CallStatus, EntryKind, JournalEntry, input_hash};
 use crate::tool::{DynTool, ErrorClass, ToolContext, ToolError, ToolPolicy};
@@ -86,8 +87,11 @@ impl Probe {
     }
 
     /// The answer to call `seq` of `tool` with `input`: the journaled result, or an error
-    /// and a divergence.
-    fn answer(&self, tool: &str, input: &Value, seq: u32) -> Result<Value, ToolError> {
+    /// and a divergence. The call is compared as the runner compares it on resume: the
+    /// same tool, journaled under the schema the tool has now (an imported tool's), with
+    /// the same input hash (an imported tool's arguments and its schema's fingerprint).
+    fn answer(&self, tool: &dyn DynTool, input: &Value, seq: u32) -> Result<Value, ToolError> {
+        let name = tool.name();
         let mut step = self.lock();
         let Some(entry) = step.recorded.get(&seq).cloned() else {
             let input = shown(input).into_owned();
@@ -95,12 +99,12 @@ impl Probe {
                 &mut step,
                 DivergenceKind::UnjournaledCall {
                     seq,
-                    tool: tool.to_owned(),
+                    tool: name.to_owned(),
                     input,
                 },
             ));
         };
-        if entry.kind != EntryKind::Tool || entry.name != tool {
+        if entry.kind != EntryKind::Tool || entry.name != name {
             let recorded = if entry.kind == EntryKind::Tool {
                 entry.name.clone()
             } else {
@@ -111,19 +115,35 @@ impl Probe {
                 DivergenceKind::OtherTool {
                     seq,
                     recorded,
-                    now: tool.to_owned(),
+                    now: name.to_owned(),
                 },
             ));
         }
-        if entry.input_hash != input_hash(input) {
-            let recorded = shown(&entry.input).into_owned();
+        if imported::schema_changed(tool, &entry).is_some() {
+            let recorded = imported::journaled_fingerprint(&entry)
+                .unwrap_or_default()
+                .to_owned();
+            return Err(Self::diverge(
+                &mut step,
+                DivergenceKind::SchemaChanged {
+                    seq,
+                    tool: name.to_owned(),
+                    recorded,
+                    now: tool.schema_fingerprint().unwrap_or_default(),
+                },
+            ));
+        }
+        if entry.input_hash != input_hash(&imported::journaled_input(tool, input.clone())) {
+            // An imported tool's arguments, compared without the fingerprint they were
+            // journaled with (the same on both sides once the schema is).
+            let recorded = shown(imported::journaled_arguments(tool, &entry.input)).into_owned();
             let now = shown(input).into_owned();
             let at = first_difference(&recorded, &now).unwrap_or_default();
             return Err(Self::diverge(
                 &mut step,
                 DivergenceKind::OtherArguments {
                     seq,
-                    tool: tool.to_owned(),
+                    tool: name.to_owned(),
                     recorded,
                     now,
                     at,
@@ -150,7 +170,7 @@ impl Probe {
                 &mut step,
                 DivergenceKind::UnfinishedCall {
                     seq,
-                    tool: tool.to_owned(),
+                    tool: name.to_owned(),
                 },
             )),
         }
@@ -161,7 +181,13 @@ impl Probe {
         let options = request
             .options
             .iter()
-            .map(|o| format!("{:?} {}", o.kind, o.name).to_lowercase())
+            .map(|o| {
+                let kind = match o.kind {
+                    OptionKind::Transition => "transition",
+                    OptionKind::Tool => "tool",
+                };
+                format!("{kind} {}", o.name)
+            })
             .collect();
         self.lock()
             .first
@@ -216,12 +242,16 @@ impl DynTool for StubTool {
         self.real.check_typed(input)
     }
 
+    fn schema_fingerprint(&self) -> Option<String> {
+        self.real.schema_fingerprint()
+    }
+
     fn call_json<'a>(
         &'a self,
         input: Value,
         cx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        let answer = self.probe.answer(self.real.name(), &input, cx.call_index);
+        let answer = self.probe.answer(self, &input, cx.call_index);
         Box::pin(async move { answer })
     }
 

@@ -62,6 +62,19 @@ impl ImportedTools {
         self.tools.values()
     }
 
+    /// The same tools, each replaced by `f` of it (under the same name), legal in the same
+    /// states: the stand-ins a replay calls instead.
+    pub(crate) fn map_tools(self, f: impl Fn(&Arc<dyn DynTool>) -> Arc<dyn DynTool>) -> Self {
+        Self {
+            tools: self
+                .tools
+                .iter()
+                .map(|(name, tool)| (*name, f(tool)))
+                .collect(),
+            allowed: self.allowed,
+        }
+    }
+
     /// The imported tools legal in `state`, sorted.
     pub fn allowed_in(&self, state: &str) -> impl Iterator<Item = &'static str> + '_ {
         self.allowed.get(state).into_iter().flatten().copied()
@@ -176,6 +189,7 @@ pub(crate) fn schema_changed(tool: &dyn DynTool, entry: &JournalEntry) -> Option
     })
 }
 
-fn short(s: &str) -> &str {
+/// A fingerprint's first 12 characters, as messages show it.
+pub(crate) fn short(s: &str) -> &str {
     s.get(..12).unwrap_or(s)
 }

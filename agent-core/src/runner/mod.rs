@@ -34,7 +34,7 @@ mod config;
 mod cx;
 mod error;
 mod faults;
-mod imported;
+pub(crate) mod imported;
 mod redaction;
 mod retention;
 mod route;
