@@ -44,7 +44,6 @@ pub struct RunExport {
     /// The state of every stored version, as stored (sealed values sealed), by version:
     /// empty unless asked for ([`export_run_with_states`]), and then absent from the JSON.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub states: Vec<StateAtVersion>,
 }
 

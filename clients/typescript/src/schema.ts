@@ -4,6 +4,23 @@
  */
 
 export interface paths {
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every metric of the process, for Prometheus to scrape. */
+        get: operations["metrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{agent}/runs": {
         parameters: {
             query?: never;
@@ -1026,8 +1043,9 @@ export interface components {
             run_id: string;
         };
         /**
-         * @description A run as one document. The state of any earlier version is not in it: the store rebuilds
-         *     it on demand (`agentctl state RUN --at V`, `GET /v1/runs/{id}/state/{v}`).
+         * @description A run as one document. The state of an earlier version is in it only when asked for
+         *     ([`export_run_with_states`]); otherwise the store rebuilds it on demand
+         *     (`agentctl state RUN --at V`, `GET /v1/runs/{id}/state/{v}`).
          */
         RunExport: {
             /** @description When the document was made (Unix milliseconds). */
@@ -1050,6 +1068,11 @@ export interface components {
             pending_signals: components["schemas"]["SignalRecord"][];
             /** @description The run as it is now. */
             run: components["schemas"]["RunRecord"];
+            /**
+             * @description The state of every stored version, as stored (sealed values sealed), by version:
+             *     empty unless asked for ([`export_run_with_states`]), and then absent from the JSON.
+             */
+            states?: components["schemas"]["StateAtVersion"][];
         };
         /** @description A run's failure, stored with the run. */
         RunFailure: {
@@ -1401,6 +1424,62 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metrics, in the Prometheus text format (docs/observability.md lists them) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain; version=0.0.4; charset=utf-8": string;
+                };
+            };
+            /** @description A path, query or body holding a control character (a NUL, say) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A `Host` this server does not answer to, without the token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server was started without metrics (`agentctl serve --metrics`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many wrong tokens from this client within a minute: not checked, try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     start_run: {
         parameters: {
             query?: never;
