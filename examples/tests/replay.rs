@@ -796,6 +796,8 @@ fn agentctl(handlers: &str, args: &[&str]) -> (i32, Option<Value>) {
         .env(CTL_ARGS, serde_json::to_string(&all).unwrap())
         .env(CTL_HANDLERS, handlers)
         .env("NO_COLOR", "1")
+        // agentctl prefers `DATABASE_URL` to `--db`: the runs are in the SQLite file.
+        .env_remove("DATABASE_URL")
         .output()
         .unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
