@@ -9,7 +9,7 @@ mod common;
 use agent_core::store::{RunFailure, RunStatus};
 use agent_http::ApiConfig;
 use common::{Db, Server, assert_error, client, json};
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_signal_is_dropped_and_a_failed_run_terminated() {
@@ -104,14 +104,7 @@ async fn a_pending_signal_is_dropped_and_a_failed_run_terminated() {
     assert_eq!(status, 200, "{run}");
     assert_eq!(run["status"], "terminated", "{run}");
 
-    let doc: Value = client()
-        .get(server.url("/v1/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = server.openapi().await;
     for (method, template) in [
         ("get", "/v1/runs/{id}/signals"),
         ("delete", "/v1/runs/{id}/signals/{signal}"),

@@ -167,14 +167,7 @@ async fn unknown_runs_are_404_and_bad_parameters_400_as_documented() {
     let db = Db::new().await;
     db.drive("order-1", "Pay").await;
     let server = Server::serve(&db.store, ApiConfig::default().with_token(common::TOKEN)).await;
-    let doc: Value = client()
-        .get(server.url("/v1/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = server.openapi().await;
     let documented = |method: &str, template: &str, status: u16| {
         let op = &doc["paths"][template][method];
         assert!(op.is_object(), "{method} {template} is not in the document");
@@ -425,14 +418,7 @@ async fn metrics_are_served_as_documented_when_configured() {
             .with_metrics(|| "durable_agents_steps_total 7\n".to_owned()),
     )
     .await;
-    let doc: Value = client()
-        .get(server.url("/v1/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = server.openapi().await;
     let documented = &doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
     let content_type = "text/plain; version=0.0.4; charset=utf-8";
     assert!(documented[content_type].is_object(), "{documented}");

@@ -219,14 +219,7 @@ async fn schedules_are_created_checked_and_operated() {
         .await;
         assert_error(status, &gone, 404, "not_found");
 
-        let doc: Value = client()
-            .get(server.url("/v1/openapi.json"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let doc = server.openapi().await;
         for (method, template) in [
             ("get", "/v1/schedules"),
             ("post", "/v1/schedules"),

@@ -83,7 +83,7 @@ pub(crate) struct Body {
 impl Transport {
     /// The span of one model ask, named and attributed by the OpenTelemetry GenAI semantic
     /// conventions (a `chat` client span; the crate `durable-agents-observe` pins their
-    /// version); [`Transport::record_reply`] fills in what the answer says.
+    /// version); [`Transport::finish_reply`] fills in what the answer says.
     pub(crate) fn chat_span(
         &self,
         model: &str,
@@ -113,7 +113,21 @@ impl Transport {
     /// finish reason) may hold a secret the runner is configured to hide and this crate
     /// does not know; the runner records the answering model on its `route` span, after
     /// its redaction.
-    pub(crate) fn record_reply(span: &tracing::Span, reply: &Result<RouterReply, RouterError>) {
+    /// A router's answer, priced by `prices` when given ([`RouterReply::cost`]), its
+    /// numbers recorded on the ask's span.
+    pub(crate) fn finish_reply(
+        span: &tracing::Span,
+        mut reply: Result<RouterReply, RouterError>,
+        prices: Option<&crate::PriceTable>,
+    ) -> Result<RouterReply, RouterError> {
+        if let Some(prices) = prices {
+            prices.price_reply(&mut reply);
+        }
+        Self::record_reply(span, &reply);
+        reply
+    }
+
+    fn record_reply(span: &tracing::Span, reply: &Result<RouterReply, RouterError>) {
         match reply {
             Ok(reply) => {
                 if let Some(tokens) = reply.input_tokens {

@@ -217,6 +217,19 @@ impl Server {
     pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+
+    /// The OpenAPI document the server serves.
+    #[allow(dead_code)] // not every test binary reads it
+    pub(crate) async fn openapi(&self) -> Value {
+        client()
+            .get(self.url("/v1/openapi.json"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
 }
 
 impl Drop for Server {

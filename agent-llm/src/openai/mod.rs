@@ -238,12 +238,7 @@ impl Router for OpenAiRouter {
         }
         .instrument(span.clone())
         .await;
-        let mut reply = reply;
-        if let Some(prices) = &self.config.prices {
-            prices.price_reply(&mut reply);
-        }
-        Transport::record_reply(&span, &reply);
-        reply
+        Transport::finish_reply(&span, reply, self.config.prices.as_deref())
     }
 }
 
