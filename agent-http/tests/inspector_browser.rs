@@ -462,24 +462,8 @@ async fn the_inspector_in_chromium() {
         .for_element(Locator::Id("cancel-button"))
         .await
         .unwrap();
-    let mut reached = false;
-    for _ in 0..80 {
-        key(&c, TAB).await;
-        let id = c
-            .execute("return document.activeElement.id;", vec![])
-            .await
-            .unwrap();
-        if id == "cancel-button" {
-            reached = true;
-            break;
-        }
-    }
-    assert!(reached, "Tab never reached the cancel button");
-    key(&c, ENTER).await;
-    c.wait()
-        .for_element(Locator::Css("#confirm-dialog[open]"))
-        .await
-        .unwrap();
+    press_by_keyboard(&c, "cancel-button").await;
+    wait_confirm(&c).await;
     c.find(Locator::Id("confirm-reason"))
         .await
         .unwrap()
@@ -586,6 +570,40 @@ async fn the_inspector_in_chromium() {
     work.abort();
 }
 
+/// Reach the control `id` with the Tab key (from wherever the focus is) and press Enter.
+async fn press_by_keyboard(c: &Client, id: &str) {
+    for _ in 0..80 {
+        key(c, TAB).await;
+        let focused = c
+            .execute("return document.activeElement.id;", vec![])
+            .await
+            .unwrap();
+        if focused == id {
+            key(c, ENTER).await;
+            return;
+        }
+    }
+    panic!("Tab never reached #{id}");
+}
+
+async fn wait_confirm(c: &Client) {
+    c.wait()
+        .for_element(Locator::Css("#confirm-dialog[open]"))
+        .await
+        .unwrap();
+}
+
+/// Each row of the batch's results: run, outcome and result as shown, sorted by run.
+async fn batch_outcomes(c: &Client) -> Value {
+    c.execute(
+        "return Array.from(document.querySelectorAll('#batch-results tbody tr')) \
+           .map(r => [r.dataset.run, r.dataset.outcome, r.cells[1].textContent]).sort();",
+        vec![],
+    )
+    .await
+    .unwrap()
+}
+
 /// Fill the control `id` with `text` (what was in it replaced).
 async fn fill(c: &Client, id: &str, text: &str) {
     let el = c.find(Locator::Id(id)).await.unwrap();
@@ -622,12 +640,7 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     let db = Db::new().await;
     db.drive("batch-a", "Pay").await;
     db.drive("batch-b", "Pay").await;
-    db.drive("batch-done", "Pay").await;
-    let r = db.runner("Pay");
-    r.signal("batch-done", "confirm", json!({"ok": true}))
-        .await
-        .unwrap();
-    r.run("batch-done").await.unwrap();
+    db.complete("batch-done").await;
     let server = Server::serve(
         &db.store,
         ApiConfig::default()
@@ -751,24 +764,8 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     // says how many, each is cancelled in the store, the others are left alone.
     c.goto(&server.url("/ui/?status=waiting")).await.unwrap();
     c.wait().for_element(Locator::Id("batch-go")).await.unwrap();
-    let mut reached = false;
-    for _ in 0..80 {
-        key(&c, TAB).await;
-        let id = c
-            .execute("return document.activeElement.id;", vec![])
-            .await
-            .unwrap();
-        if id == "batch-go" {
-            reached = true;
-            break;
-        }
-    }
-    assert!(reached, "Tab never reached the batch button");
-    key(&c, ENTER).await;
-    c.wait()
-        .for_element(Locator::Css("#confirm-dialog[open]"))
-        .await
-        .unwrap();
+    press_by_keyboard(&c, "batch-go").await;
+    wait_confirm(&c).await;
     assert_eq!(
         text_of(&c, "confirm-text").await,
         "Cancel 2 runs matching these filters (status=waiting)? \
@@ -784,14 +781,7 @@ async fn starting_runs_and_batch_actions_in_chromium() {
         "the batch's summary",
     )
     .await;
-    let outcomes = c
-        .execute(
-            "return Array.from(document.querySelectorAll('#batch-results tbody tr')) \
-               .map(r => [r.dataset.run, r.dataset.outcome, r.cells[1].textContent]).sort();",
-            vec![],
-        )
-        .await
-        .unwrap();
+    let outcomes = batch_outcomes(&c).await;
     assert_eq!(
         outcomes,
         json!([["batch-a", "done", "✓ done"], ["batch-b", "done", "✓ done"]])
@@ -824,10 +814,7 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     c.goto(&server.url("/ui/?agent=Order")).await.unwrap();
     c.wait().for_element(Locator::Id("batch-go")).await.unwrap();
     click(&c, "batch-go").await;
-    c.wait()
-        .for_element(Locator::Css("#confirm-dialog[open]"))
-        .await
-        .unwrap();
+    wait_confirm(&c).await;
     assert!(
         text_of(&c, "confirm-text")
             .await
@@ -841,14 +828,7 @@ async fn starting_runs_and_batch_actions_in_chromium() {
         "the summary of a batch with a refusal",
     )
     .await;
-    let outcomes = c
-        .execute(
-            "return Array.from(document.querySelectorAll('#batch-results tbody tr')) \
-               .map(r => [r.dataset.run, r.dataset.outcome, r.cells[1].textContent]).sort();",
-            vec![],
-        )
-        .await
-        .unwrap();
+    let outcomes = batch_outcomes(&c).await;
     assert_eq!(
         outcomes,
         json!([
