@@ -308,6 +308,9 @@ pub(crate) struct Reader {
     pub(crate) events: Arc<dyn EventLog>,
     /// Read only: the schedules page lists them.
     pub(crate) schedules: Arc<dyn ScheduleStore>,
+    /// The agents this server starts runs of ([`ApiConfig::with_agent`]), by name: an
+    /// agent's page offers its start form only for these.
+    pub(crate) startable: Vec<String>,
 }
 
 impl axum::extract::FromRef<AppState> for Reader {
@@ -316,6 +319,7 @@ impl axum::extract::FromRef<AppState> for Reader {
             store: Arc::clone(&app.store) as Arc<dyn HistoryStore>,
             events: Arc::clone(&app.store) as Arc<dyn EventLog>,
             schedules: Arc::clone(&app.store) as Arc<dyn ScheduleStore>,
+            startable: app.agents.0.keys().cloned().collect(),
         }
     }
 }

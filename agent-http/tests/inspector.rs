@@ -28,12 +28,7 @@ async fn fixture() -> Db {
     let db = Db::new().await;
     db.drive("order-waiting", "Pay").await;
     db.drive("order-cancelled", "Cancelled").await;
-    db.drive("order-done", "Pay").await;
-    let r = db.runner("Pay");
-    r.signal("order-done", "confirm", json!({"ok": true}))
-        .await
-        .unwrap();
-    r.run("order-done").await.unwrap();
+    db.complete("order-done").await;
     db
 }
 
@@ -226,6 +221,115 @@ async fn the_agent_page_shows_states_by_role_and_tools_with_kinds() {
     assert!(body.contains(r#"data-action="tool" data-tool="Charge" data-enable="false""#));
     let (status, _, _) = page(&server.url("/ui/agents/Nobody")).await;
     assert_eq!(status, 404);
+}
+
+/// The start form is on an agent's page only where the server starts runs of it
+/// (`ApiConfig::with_agent`), built from the initial states' fields; elsewhere (as under
+/// `agentctl serve`) the page says why there is none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_form_is_offered_only_where_the_server_starts_runs() {
+    let db = fixture().await;
+    let stock = Server::serve(&db.store, ApiConfig::default()).await;
+    let (status, _, body) = page(&stock.url("/ui/agents/Order")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains(r#"id="start-form""#), "{body}");
+    assert!(
+        body.contains(r#"<p id="start-unavailable">This server cannot start runs of Order"#),
+        "{body}"
+    );
+    assert!(body.contains("<code>agentctl serve</code> links no agent code"));
+
+    let starting = Server::serve(
+        &db.store,
+        ApiConfig::default()
+            .with_token(TOKEN)
+            .with_agent(db.runner("Pay")),
+    )
+    .await;
+    let (status, _, body) = page(&starting.url("/ui/agents/Order")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("start-unavailable"), "{body}");
+    assert!(
+        body.contains(r#"<form id="start-form" data-agent="Order">"#),
+        "{body}"
+    );
+    // Only the initial states are offered: `Start`, not `Pay`.
+    assert!(body.contains(r#"<option value="Start">Start</option>"#));
+    assert!(!body.contains(r#"<option value="Pay">"#), "{body}");
+    assert!(body.contains(r#"data-state="Start" data-shape="fields""#));
+    // Start's one field, `items: Vec<String>`, by the signal form's builder: JSON, required.
+    assert!(
+        body.contains(
+            r#"<textarea id="start-Start-items" data-key="items" data-control="json" rows="2" placeholder="JSON" required></textarea>"#
+        ),
+        "{body}"
+    );
+    assert!(body.contains(r#"<label for="start-Start-items">items (required)</label>"#));
+    // The run id is optional: the API makes one.
+    assert!(body.contains(r#"<input type="text" id="start-id" maxlength="200""#));
+    // Without JavaScript the form says it needs it.
+    assert!(body.contains("Starting a run from this page needs JavaScript"));
+}
+
+/// The runs page's batch form carries the page's filters as the API takes them (the age as
+/// a fixed `created_after`), in words for its confirmation, and the batch's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batch_form_carries_the_filters_and_the_bound() {
+    let db = fixture().await;
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+    let (status, _, body) = page(&server.url("/ui/")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(
+            r#"<form id="batch-form" data-query="" data-filters="no filter: every run" data-max="500">"#
+        ),
+        "{body}"
+    );
+    // Once, in the page's content (not in the body's attributes).
+    assert_eq!(body.matches(r#"id="batch-form""#).count(), 1, "{body}");
+    let body_tag = body.split("<body").nth(1).and_then(|b| b.split('>').next());
+    assert!(!body_tag.unwrap().contains("batch"), "{body_tag:?}");
+    for action in ["cancel", "retry", "signal"] {
+        assert!(body.contains(&format!(r#"<option value="{action}">"#)));
+    }
+    assert!(body.contains("Batch actions need JavaScript"));
+    // What the batch lists with is the API's own query: here, the one waiting run.
+    let (_, _, body) = page(&server.url("/ui/?status=waiting")).await;
+    assert!(body.contains(r#"data-query="status=waiting""#), "{body}");
+    let (status, listed) = json(
+        client()
+            .get(server.url("/v1/runs?status=waiting"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["runs"][0]["id"], "order-waiting");
+    assert_eq!(listed["runs"].as_array().map(Vec::len), Some(1));
+    let before = agent_core::store::now_ms();
+    let (status, _, body) =
+        page(&server.url("/ui/?agent=Order&status=waiting&label=team%3Dops&age=1h")).await;
+    assert_eq!(status, 200, "{body}");
+    let query = body
+        .split(r#"<form id="batch-form" data-query=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the batch form");
+    let (filters, after) = query.split_once("&#38;created_after=").expect(query);
+    assert_eq!(
+        filters,
+        "agent=Order&#38;status=waiting&#38;label=team%3Dops"
+    );
+    let after: i64 = after.parse().unwrap();
+    let hour = 3_600_000;
+    assert!(
+        (before - hour - 1000..=agent_core::store::now_ms() - hour).contains(&after),
+        "{after}"
+    );
+    assert!(body.contains(
+        r#"data-filters="agent=Order, status=waiting, label=team=ops, created in the last 1h""#
+    ));
 }
 
 /// A timer state is listed with its timer on the agent's page, and a run waiting for its

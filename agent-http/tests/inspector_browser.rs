@@ -183,8 +183,8 @@ fn worker(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_inspector_in_chromium() {
+/// Chromium and chromedriver, or `None` (said, and a failure under `CI=true`).
+fn chromium_and_driver() -> Option<(PathBuf, PathBuf)> {
     let (Some(chromium), Some(chromedriver)) = (
         which(
             &["chromium", "chromium-browser", "google-chrome"],
@@ -200,6 +200,14 @@ async fn the_inspector_in_chromium() {
             "SKIPPED the browser test: chromium or chromedriver is not installed \
              (apt-get install chromium chromium-driver, or set CHROMIUM and CHROMEDRIVER)"
         );
+        return None;
+    };
+    Some((chromium, chromedriver))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_in_chromium() {
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
         return;
     };
 
@@ -454,24 +462,8 @@ async fn the_inspector_in_chromium() {
         .for_element(Locator::Id("cancel-button"))
         .await
         .unwrap();
-    let mut reached = false;
-    for _ in 0..80 {
-        key(&c, TAB).await;
-        let id = c
-            .execute("return document.activeElement.id;", vec![])
-            .await
-            .unwrap();
-        if id == "cancel-button" {
-            reached = true;
-            break;
-        }
-    }
-    assert!(reached, "Tab never reached the cancel button");
-    key(&c, ENTER).await;
-    c.wait()
-        .for_element(Locator::Css("#confirm-dialog[open]"))
-        .await
-        .unwrap();
+    press_by_keyboard(&c, "cancel-button").await;
+    wait_confirm(&c).await;
     c.find(Locator::Id("confirm-reason"))
         .await
         .unwrap()
@@ -573,6 +565,297 @@ async fn the_inspector_in_chromium() {
     )
     .await;
     assert!(db.store.load_schedule("nightly").await.unwrap().is_none());
+
+    c.close().await.unwrap();
+    work.abort();
+}
+
+/// Reach the control `id` with the Tab key (from wherever the focus is) and press Enter.
+async fn press_by_keyboard(c: &Client, id: &str) {
+    for _ in 0..80 {
+        key(c, TAB).await;
+        let focused = c
+            .execute("return document.activeElement.id;", vec![])
+            .await
+            .unwrap();
+        if focused == id {
+            key(c, ENTER).await;
+            return;
+        }
+    }
+    panic!("Tab never reached #{id}");
+}
+
+async fn wait_confirm(c: &Client) {
+    c.wait()
+        .for_element(Locator::Css("#confirm-dialog[open]"))
+        .await
+        .unwrap();
+}
+
+/// Each row of the batch's results: run, outcome and result as shown, sorted by run.
+async fn batch_outcomes(c: &Client) -> Value {
+    c.execute(
+        "return Array.from(document.querySelectorAll('#batch-results tbody tr')) \
+           .map(r => [r.dataset.run, r.dataset.outcome, r.cells[1].textContent]).sort();",
+        vec![],
+    )
+    .await
+    .unwrap()
+}
+
+/// Fill the control `id` with `text` (what was in it replaced).
+async fn fill(c: &Client, id: &str, text: &str) {
+    let el = c.find(Locator::Id(id)).await.unwrap();
+    el.clear().await.unwrap();
+    el.send_keys(text).await.unwrap();
+}
+
+async fn click(c: &Client, id: &str) {
+    c.find(Locator::Id(id))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+/// The statuses of `ids` in the store.
+async fn statuses(db: &Db, ids: &[&str]) -> Vec<RunStatus> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(db.store.load_run(id).await.unwrap().expect(id).status);
+    }
+    out
+}
+
+/// Start a run from an agent's page on a server that starts runs of it (and see the API's
+/// refusals there), then act on a filtered set of runs from the runs page: a batch cancel
+/// whose confirmation counts the runs, reached by keyboard, and a batch some runs refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_runs_and_batch_actions_in_chromium() {
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
+        return;
+    };
+    let db = Db::new().await;
+    db.drive("batch-a", "Pay").await;
+    db.drive("batch-b", "Pay").await;
+    db.complete("batch-done").await;
+    let server = Server::serve(
+        &db.store,
+        ApiConfig::default()
+            .with_token(TOKEN)
+            .with_agent(db.runner("Pay")),
+    )
+    .await;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let work = worker(&db, &["batch-a", "batch-b"], seen);
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+
+    // The agent's page, with the tab's token.
+    c.goto(&server.url("/ui/agents/Order")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Id("start-form"))
+        .await
+        .unwrap();
+    c.execute(
+        "sessionStorage.setItem('durable-agents-token', arguments[0]); return null;",
+        vec![json!(TOKEN)],
+    )
+    .await
+    .unwrap();
+    let result = "return document.getElementById('start-result').textContent";
+
+    // A field the agent's type refuses: the API's error is shown, nothing started.
+    fill(&c, "start-id", "ui-bad").await;
+    fill(&c, "start-Start-items", r#"["apple", 3]"#).await;
+    click(&c, "start-send").await;
+    let refused = until(
+        &c,
+        result,
+        |v| v.as_str().is_some_and(|s| s.starts_with("✗ Refused")),
+        "the refused start",
+    )
+    .await;
+    assert!(
+        refused.as_str().unwrap().starts_with("✗ Refused (422): "),
+        "{refused}"
+    );
+    assert!(db.store.load_run("ui-bad").await.unwrap().is_none());
+    // A state that is not initial (offered by hand: the form lists only initial ones).
+    c.execute(
+        "const s = document.getElementById('start-state'); s.add(new Option('Pay', 'Pay')); \
+         const fs = document.createElement('fieldset'); fs.className = 'start-fields'; \
+         fs.dataset.state = 'Pay'; fs.dataset.shape = 'json'; \
+         const t = document.createElement('textarea'); t.dataset.whole = 'true'; \
+         t.value = '{\"cents\": 5}'; fs.appendChild(t); \
+         document.getElementById('start-send').before(fs); \
+         s.value = 'Pay'; s.dispatchEvent(new Event('change', { bubbles: true })); \
+         document.getElementById('start-result').textContent = ''; return null;",
+        vec![],
+    )
+    .await
+    .unwrap();
+    click(&c, "start-send").await;
+    let refused = until(
+        &c,
+        result,
+        |v| v.as_str().is_some_and(|s| s.starts_with("✗ Refused")),
+        "the start in a state that is not initial",
+    )
+    .await;
+    assert_eq!(
+        refused,
+        "✗ Refused (422): `Pay` is not an initial state of agent `Order`; start it in `Start`"
+    );
+    assert!(db.store.load_run("ui-bad").await.unwrap().is_none());
+
+    // The start itself: the run is created as the form built it, and linked.
+    c.refresh().await.unwrap();
+    c.wait()
+        .for_element(Locator::Id("start-form"))
+        .await
+        .unwrap();
+    fill(&c, "start-id", "ui-started").await;
+    fill(&c, "start-Start-items", r#"["apple", "kiwi"]"#).await;
+    fill(&c, "start-labels", "from=browser").await;
+    click(&c, "start-send").await;
+    let started = until(
+        &c,
+        result,
+        |v| v.as_str().is_some_and(|s| s.starts_with("✓")),
+        "the started run",
+    )
+    .await;
+    assert!(
+        started
+            .as_str()
+            .unwrap()
+            .starts_with("✓ Started run ui-started"),
+        "{started}"
+    );
+    shot(&c, "inspector-start.png").await;
+    let run = db.store.load_run("ui-started").await.unwrap().expect("run");
+    assert_eq!(run.state, json!({"Start": {"items": ["apple", "kiwi"]}}));
+    assert_eq!(run.labels.get("from").map(String::as_str), Some("browser"));
+    click(&c, "start-link").await;
+    c.wait()
+        .for_element(Locator::Id("run-status"))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&c, "run-state").await, "Start");
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .path()
+            .ends_with("/ui/runs/ui-started")
+    );
+    // It appears on the runs page.
+    c.goto(&server.url("/ui/")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Css("#runs-table tr[data-run='ui-started']"))
+        .await
+        .unwrap();
+
+    // A batch cancel over the waiting runs, reached with the keyboard: the confirmation
+    // says how many, each is cancelled in the store, the others are left alone.
+    c.goto(&server.url("/ui/?status=waiting")).await.unwrap();
+    c.wait().for_element(Locator::Id("batch-go")).await.unwrap();
+    press_by_keyboard(&c, "batch-go").await;
+    wait_confirm(&c).await;
+    assert_eq!(
+        text_of(&c, "confirm-text").await,
+        "Cancel 2 runs matching these filters (status=waiting)? \
+         Each run answers for itself: those that refuse are listed."
+    );
+    shot(&c, "inspector-batch-confirm.png").await;
+    click(&c, "confirm-yes").await;
+    let summary = "return document.getElementById('batch-summary').textContent";
+    until(
+        &c,
+        summary,
+        |v| v == "Cancel 2 runs: 2 done, 0 refused.",
+        "the batch's summary",
+    )
+    .await;
+    let outcomes = batch_outcomes(&c).await;
+    assert_eq!(
+        outcomes,
+        json!([["batch-a", "done", "✓ done"], ["batch-b", "done", "✓ done"]])
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = statuses(&db, &["batch-a", "batch-b"]).await;
+        if now == [RunStatus::Cancelled, RunStatus::Cancelled] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not cancelled: {now:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let note = db
+        .store
+        .history("batch-a")
+        .await
+        .unwrap()
+        .iter()
+        .find_map(|t| t.note.clone())
+        .expect("the cancel's note");
+    assert_eq!(note.by, "inspector");
+    assert_eq!(
+        statuses(&db, &["batch-done", "ui-started"]).await,
+        [RunStatus::Completed, RunStatus::Running]
+    );
+
+    // A batch over every run of the agent: the completed one refuses, the rest go on, and
+    // each run's answer is listed.
+    c.goto(&server.url("/ui/?agent=Order")).await.unwrap();
+    c.wait().for_element(Locator::Id("batch-go")).await.unwrap();
+    click(&c, "batch-go").await;
+    wait_confirm(&c).await;
+    assert!(
+        text_of(&c, "confirm-text")
+            .await
+            .starts_with("Cancel 4 runs matching these filters (agent=Order)?")
+    );
+    click(&c, "confirm-yes").await;
+    until(
+        &c,
+        summary,
+        |v| v == "Cancel 4 runs: 3 done, 1 refused.",
+        "the summary of a batch with a refusal",
+    )
+    .await;
+    let outcomes = batch_outcomes(&c).await;
+    assert_eq!(
+        outcomes,
+        json!([
+            ["batch-a", "done", "✓ done"],
+            ["batch-b", "done", "✓ done"],
+            ["batch-done", "refused", "✗ refused (409)"],
+            ["ui-started", "done", "✓ done"]
+        ])
+    );
+    let detail = c
+        .execute(
+            "return document.querySelector(\"#batch-results tr[data-run='batch-done']\").cells[2].textContent;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        detail.as_str().is_some_and(|d| d.contains("completed")),
+        "{detail}"
+    );
+    shot(&c, "inspector-batch.png").await;
+    assert_eq!(statuses(&db, &["batch-done"]).await, [RunStatus::Completed]);
+    assert_ne!(
+        statuses(&db, &["ui-started"]).await,
+        [RunStatus::Running],
+        "the started run was cancelled"
+    );
 
     c.close().await.unwrap();
     work.abort();

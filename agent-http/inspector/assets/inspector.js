@@ -55,27 +55,36 @@
 
   // POST to the API with the token (asked for once); the answer as JSON.
   function post(path, payload) { return send("POST", path, payload); }
-  async function send(method, path, payload) {
+  // A request to the API with the token (asked for once): { ok, status, body, message },
+  // or null when there is no token. Says nothing: the caller shows the outcome.
+  async function call(method, path, payload) {
     let t = token();
     if (!t) t = await askToken();
-    if (!t) { say("No token: actions need the API's token.", true); return null; }
+    if (!t) return null;
     const init = { method: method, headers: { Authorization: "Bearer " + t } };
     if (payload !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(payload);
     }
-    const resp = await fetch(api(path), init);
+    let resp;
+    try { resp = await fetch(api(path), init); }
+    catch (e) { return { ok: false, status: 0, body: null, message: "no answer: " + e.message }; }
     let answer = null;
     try { answer = await resp.json(); } catch (_) { answer = null; }
     if (!resp.ok) {
+      if (resp.status === 401 || resp.status === 403) { sessionStorage.removeItem(KEY); showTokenState(); }
       const msg = answer && answer.error ? answer.error.message : resp.statusText;
-      if (resp.status === 401 || resp.status === 403) sessionStorage.removeItem(KEY);
-      showTokenState();
-      say("Refused (" + resp.status + "): " + msg, true);
-      return null;
+      return { ok: false, status: resp.status, body: answer, message: msg };
     }
     // A success without a body (204) is still a success.
-    return answer === null ? {} : answer;
+    return { ok: true, status: resp.status, body: answer === null ? {} : answer, message: "" };
+  }
+  // `call`, the refusal shown; the answer, or null.
+  async function send(method, path, payload) {
+    const r = await call(method, path, payload);
+    if (!r) { say("No token: actions need the API's token.", true); return null; }
+    if (!r.ok) { say("Refused (" + r.status + "): " + r.message, true); return null; }
+    return r.body;
   }
   const enc = encodeURIComponent;
 
@@ -140,27 +149,172 @@
     }
   });
 
+  // The values of the controls built from a schema (fields.html) within `box`: one key
+  // each, typed by its control; null (and the control focused) when a JSON one is not JSON.
+  function collect(box) {
+    const out = {};
+    for (const el of box.querySelectorAll("[data-key]")) {
+      const key = el.dataset.key, control = el.dataset.control;
+      if (control === "boolean") { out[key] = el.checked; continue; }
+      if (el.value === "") continue;
+      if (control === "integer" || control === "number") { out[key] = Number(el.value); continue; }
+      if (control === "json") {
+        try { out[key] = JSON.parse(el.value); }
+        catch (e) { say(key + " is not JSON: " + e.message, true); el.focus(); return null; }
+        continue;
+      }
+      out[key] = el.value;
+    }
+    return out;
+  }
+
+  // The start form shows the fields of the initial state chosen; the others are disabled
+  // (their required fields do not hold the form back).
+  document.addEventListener("change", (ev) => {
+    if (ev.target.id === "start-state") {
+      for (const fs of document.querySelectorAll("#start-form .start-fields")) {
+        const shown = fs.dataset.state === ev.target.value;
+        fs.hidden = !shown; fs.disabled = !shown;
+      }
+    }
+    if (ev.target.id === "batch-action") $("batch-signal").hidden = ev.target.value !== "signal";
+  });
+
+  function labelsOf(text) {
+    const labels = {};
+    for (const pair of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+      const at = pair.indexOf("=");
+      if (at < 1) return null;
+      labels[pair.slice(0, at).trim()] = pair.slice(at + 1).trim();
+    }
+    return labels;
+  }
+
+  // Start a run of the agent: its state as serde writes the enum ({"Start": {...}}).
+  async function startRun(form) {
+    const out = $("start-result");
+    const name = $("start-state").value;
+    const fs = Array.from(form.querySelectorAll(".start-fields")).find((f) => f.dataset.state === name);
+    let state;
+    if (!fs || fs.dataset.shape === "unit") state = name;
+    else if (fs.dataset.shape === "json") {
+      const box = fs.querySelector("[data-whole]");
+      try { state = { [name]: JSON.parse(box.value) }; }
+      catch (e) { out.textContent = "✗ The data is not JSON: " + e.message; out.className = "err"; box.focus(); return; }
+    } else {
+      const fields = collect(fs);
+      if (!fields) return;
+      state = { [name]: fields };
+    }
+    const labels = labelsOf($("start-labels").value);
+    if (!labels) { out.textContent = "✗ Labels are key=value pairs, comma-separated."; out.className = "err"; $("start-labels").focus(); return; }
+    const body = { state: state, labels: labels };
+    const id = $("start-id").value.trim();
+    if (id) body.id = id;
+    out.textContent = "Starting…"; out.className = "";
+    const r = await call("POST", "v1/agents/" + enc(form.dataset.agent) + "/runs", body);
+    if (!r) { out.textContent = "✗ No token: starting a run needs the API's token."; out.className = "err"; return; }
+    if (!r.ok) { out.textContent = "✗ Refused (" + r.status + "): " + r.message; out.className = "err"; return; }
+    const run = r.body.run;
+    out.textContent = (r.body.created ? "✓ Started run " : "✓ The run existed, started the same way: ") + run.id + " (" + run.status + "). ";
+    out.className = "ok";
+    const a = document.createElement("a");
+    a.id = "start-link"; a.href = root + "ui/runs/" + enc(run.id); a.textContent = "Open run " + run.id;
+    out.appendChild(a);
+  }
+
+  // The runs the page's filters match, every page, up to `max` + 1 (to tell "too many").
+  async function matching(form, max) {
+    const ids = [];
+    let cursor = null;
+    const t = token();
+    do {
+      const q = (form.dataset.query ? form.dataset.query + "&" : "") + "limit=" + Math.min(max + 1, 500) + (cursor ? "&cursor=" + enc(cursor) : "");
+      const resp = await fetch(api("v1/runs?" + q), { headers: t ? { Authorization: "Bearer " + t } : {} });
+      let page = null;
+      try { page = await resp.json(); } catch (_) { page = null; }
+      if (!resp.ok) throw new Error("listing the runs was refused (" + resp.status + "): " + (page && page.error ? page.error.message : resp.statusText));
+      for (const r of page.runs) ids.push(r.id);
+      cursor = page.next || null;
+    } while (cursor && ids.length <= max);
+    return ids;
+  }
+
+  // One action on each of `ids`, a few at a time; every answer kept, refusals too.
+  async function batch(form) {
+    const action = $("batch-action").value;
+    const max = Number(form.dataset.max);
+    const summary = $("batch-summary"), table = $("batch-results"), rows = table.querySelector("tbody");
+    let payload = undefined, signal = null;
+    if (action === "signal") {
+      signal = $("batch-signal-name").value.trim();
+      if (!signal) { say("Name the signal to send.", true); $("batch-signal-name").focus(); return; }
+      try { payload = JSON.parse($("batch-payload").value || "null"); }
+      catch (e) { say("The payload is not JSON: " + e.message, true); $("batch-payload").focus(); return; }
+    }
+    let ids;
+    summary.textContent = "Listing the matching runs…"; summary.className = "";
+    try { ids = await matching(form, max); }
+    catch (e) { summary.textContent = "✗ " + e.message; summary.className = "err"; return; }
+    if (ids.length === 0) { summary.textContent = "No run matches these filters: nothing to do."; return; }
+    if (ids.length > max) {
+      summary.textContent = "✗ More than " + max + " runs match (" + form.dataset.filters + "); a batch acts on at most " + max + ": narrow the filters.";
+      summary.className = "err"; return;
+    }
+    summary.textContent = "";
+    const verb = { cancel: "Cancel", retry: "Retry", signal: "Send the signal " + signal + " to" }[action];
+    const n = ids.length + (ids.length === 1 ? " run" : " runs");
+    const c = await confirmAction(verb + " " + n + " matching these filters (" + form.dataset.filters + ")? Each run answers for itself: those that refuse are listed.");
+    if (!c.ok) { say("Nothing done."); return; }
+    if (!token() && !(await askToken())) { say("No token: actions need the API's token.", true); return; }
+    rows.textContent = ""; table.hidden = false;
+    const results = new Map();
+    let done = 0, refused = 0, next = 0;
+    summary.textContent = verb + " " + n + ": 0 of " + ids.length + " answered…";
+    const one = async (id) => {
+      // A token refused once (401, 403) is forgotten: the rest are not sent, nor asked again.
+      if (!token()) { results.set(id, { ok: false, status: 0, message: "not sent: the token was refused" }); refused++; return; }
+      const path = "v1/runs/" + enc(id) + "/" + (action === "signal" ? "signals" : action);
+      const body = action === "cancel" ? { by: "inspector", reason: c.reason || "cancelled from the inspector (batch)" }
+        : action === "signal" ? { name: signal, payload: payload } : undefined;
+      const r = (await call("POST", path, body)) || { ok: false, status: 0, message: "not sent: no token" };
+      results.set(id, r);
+      if (r && r.ok) done++; else refused++;
+      summary.textContent = verb + " " + n + ": " + (done + refused) + " of " + ids.length + " answered…";
+    };
+    const workers = Array.from({ length: Math.min(4, ids.length) }, async () => {
+      while (next < ids.length) { const id = ids[next++]; await one(id); }
+    });
+    await Promise.all(workers);
+    for (const id of ids) {
+      const r = results.get(id);
+      const tr = document.createElement("tr");
+      tr.dataset.run = id;
+      tr.dataset.outcome = r.ok ? "done" : "refused";
+      const cell = (text) => { const td = document.createElement("td"); td.textContent = text; tr.appendChild(td); return td; };
+      const link = document.createElement("a");
+      link.href = root + "ui/runs/" + enc(id); link.textContent = id;
+      cell("").appendChild(link);
+      cell(r.ok ? "✓ done" : "✗ refused" + (r.status ? " (" + r.status + ")" : "")).className = r.ok ? "ok" : "err";
+      cell(r.ok ? (action === "signal" ? "signal " + r.body.id + " sent" : "now " + r.body.status) : r.message);
+      rows.appendChild(tr);
+    }
+    summary.textContent = verb + " " + n + ": " + done + " done, " + refused + " refused.";
+    summary.className = refused ? "err" : "ok";
+    refresh();
+  }
+
   document.addEventListener("submit", async (ev) => {
     const form = ev.target;
     if (form.id === "schedule-form") { ev.preventDefault(); createSchedule(); return; }
+    if (form.id === "start-form") { ev.preventDefault(); startRun(form); return; }
+    if (form.id === "batch-form") { ev.preventDefault(); batch(form); return; }
     if (form.id !== "signal-form") return;
     ev.preventDefault();
     let payload;
     if (form.dataset.fields) {
-      // The controls generated from the payload's schema: one key each, typed.
-      payload = {};
-      for (const el of form.querySelectorAll("[data-key]")) {
-        const key = el.dataset.key, control = el.dataset.control;
-        if (control === "boolean") { payload[key] = el.checked; continue; }
-        if (el.value === "") continue;
-        if (control === "integer" || control === "number") { payload[key] = Number(el.value); continue; }
-        if (control === "json") {
-          try { payload[key] = JSON.parse(el.value); }
-          catch (e) { say(key + " is not JSON: " + e.message, true); el.focus(); return; }
-          continue;
-        }
-        payload[key] = el.value;
-      }
+      payload = collect(form);
+      if (!payload) return;
     } else {
       try { payload = JSON.parse($("signal-payload").value || "null"); }
       catch (e) { say("The payload is not JSON: " + e.message, true); $("signal-payload").focus(); return; }

@@ -335,6 +335,97 @@ pub(crate) fn form_fields(schema: &Value) -> Option<Vec<FormField>> {
     )
 }
 
+/// How a state's data reads as JSON under serde's default (externally tagged) representation,
+/// from the data as written in the source ([`StateDescription::data`]).
+///
+/// [`StateDescription::data`]: agent_core::graph::StateDescription::data
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DataShape {
+    /// A unit variant: the state is its name, `"Cancelled"`.
+    Unit,
+    /// Named fields: `{"Start": {...}}`, each field with its JSON Schema's type (the form's
+    /// controls come from it, through [`form_fields`]).
+    Fields(Value),
+    /// Anything else (a tuple variant): `{"Name": value}`, the value typed as JSON.
+    Json,
+}
+
+/// The shape of a state's data written `{ items : Vec < String > , cents : u64 }` (the
+/// tokens as the derive stores them): a field of a primitive type gets its JSON type, an
+/// `Option<T>` is T's and not required, any other type is left untyped (a JSON control).
+/// The derive keeps no attribute, so a field renamed with `#[serde(rename)]` shows under
+/// its Rust name; the API's answer then says what is wrong.
+pub(crate) fn data_shape(data: &str) -> DataShape {
+    let data = data.trim();
+    if data.is_empty() {
+        return DataShape::Unit;
+    }
+    let Some(inner) = data.strip_prefix('{').and_then(|d| d.strip_suffix('}')) else {
+        return DataShape::Json;
+    };
+    let mut properties = serde_json::Map::new();
+    let mut required = Vec::new();
+    for field in split_top_level(inner) {
+        let Some((name, ty)) = field.split_once(':') else {
+            return DataShape::Json;
+        };
+        let name = name.trim().trim_start_matches("pub").trim();
+        let ty: String = ty.split_whitespace().collect();
+        if name.is_empty() || ty.is_empty() {
+            return DataShape::Json;
+        }
+        let (ty, optional) = match ty
+            .strip_prefix("Option<")
+            .or_else(|| ty.strip_prefix("std::option::Option<"))
+            .and_then(|t| t.strip_suffix('>'))
+        {
+            Some(t) => (t.to_owned(), true),
+            None => (ty, false),
+        };
+        let json_type = match ty.rsplit("::").next().unwrap_or_default() {
+            "bool" => Some("boolean"),
+            "u8" | "u16" | "u32" | "u64" | "u128" | "usize" | "i8" | "i16" | "i32" | "i64"
+            | "i128" | "isize" => Some("integer"),
+            "f32" | "f64" => Some("number"),
+            "String" | "char" | "&str" | "&'staticstr" => Some("string"),
+            _ => None,
+        };
+        let schema = match (json_type, optional) {
+            (Some(t), false) => serde_json::json!({ "type": t }),
+            (Some(t), true) => serde_json::json!({ "type": [t, "null"] }),
+            (None, _) => serde_json::json!({}),
+        };
+        if !optional {
+            required.push(Value::String(name.to_owned()));
+        }
+        properties.insert(name.to_owned(), schema);
+    }
+    DataShape::Fields(serde_json::json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+    }))
+}
+
+/// `inner` split at its commas outside `<>`, `()` and `[]`, empty pieces dropped.
+fn split_top_level(inner: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&inner[start..]);
+    out.into_iter().filter(|f| !f.trim().is_empty()).collect()
+}
+
 #[cfg(test)]
 mod form_tests {
     use serde_json::json;
@@ -381,5 +472,39 @@ mod form_tests {
         assert_eq!(field("level").choices, ["low", "high"]);
         assert!(form_fields(&json!({"type": "boolean"})).is_none());
         assert!(form_fields(&json!({"type": "object", "properties": {}})).is_none());
+    }
+
+    #[test]
+    fn a_states_data_reads_as_a_schema_of_its_fields() {
+        use super::{DataShape, data_shape};
+        assert_eq!(data_shape(""), DataShape::Unit);
+        assert_eq!(data_shape("(u32)"), DataShape::Json);
+        let DataShape::Fields(schema) = data_shape(
+            "{ items : Vec < String > , cents : u64 , note : Option < String > , \
+             rate : f64 , ok : bool , map : BTreeMap < String , u32 > }",
+        ) else {
+            panic!("named fields")
+        };
+        assert_eq!(
+            schema["required"],
+            json!(["items", "cents", "rate", "ok", "map"])
+        );
+        let mut got: Vec<(String, &str, bool)> = form_fields(&schema)
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.name, f.control, f.required))
+            .collect();
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            [
+                ("cents".to_owned(), "integer", true),
+                ("items".to_owned(), "json", true),
+                ("map".to_owned(), "json", true),
+                ("note".to_owned(), "string", false),
+                ("ok".to_owned(), "boolean", true),
+                ("rate".to_owned(), "number", true),
+            ]
+        );
     }
 }

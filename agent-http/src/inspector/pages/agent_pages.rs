@@ -1,6 +1,6 @@
 //! The agents' pages: the registered agents (`GET /ui/agents`), and one agent's graph.
 
-use agent_core::graph::{Routing, StateDescription, TimerDescription};
+use agent_core::graph::{GraphDescription, Routing, StateDescription, TimerDescription};
 use askama::Template;
 use axum::extract::State;
 use axum::http::Uri;
@@ -11,6 +11,7 @@ use crate::Reader;
 use crate::extract::Path;
 use crate::inspector::graph::{self, Overlay};
 use crate::inspector::root_of;
+use crate::inspector::view::{self, DataShape};
 
 #[derive(Template)]
 #[template(path = "agents.html", config = "inspector/askama.toml")]
@@ -46,6 +47,41 @@ struct StateRow {
     children: String,
 }
 
+/// An initial state in the start form: its name and how its data is entered.
+struct StartState {
+    name: String,
+    /// `unit` (the state is its name), `fields` (the controls below, one per field) or
+    /// `json` (the variant's data typed as JSON).
+    shape: &'static str,
+    /// The data as written in the source (`(u32)`), shown beside a JSON box.
+    data: String,
+    fields: Vec<view::FormField>,
+}
+
+/// The initial states of `g`, each with the controls of its fields (from the data's types,
+/// through the signal form's builder, [`view::form_fields`]).
+fn start_states(g: &GraphDescription) -> Vec<StartState> {
+    g.states
+        .iter()
+        .filter(|s| s.initial)
+        .map(|s| {
+            let (shape, fields) = match view::data_shape(&s.data) {
+                DataShape::Unit => ("unit", Vec::new()),
+                DataShape::Json => ("json", Vec::new()),
+                DataShape::Fields(schema) => {
+                    ("fields", view::form_fields(&schema).unwrap_or_default())
+                }
+            };
+            StartState {
+                name: s.name.clone(),
+                shape,
+                data: s.data.clone(),
+                fields,
+            }
+        })
+        .collect()
+}
+
 struct ToolRow {
     name: String,
     kind: String,
@@ -63,6 +99,10 @@ struct AgentPage<'a> {
     graph: &'a str,
     states: &'a [StateRow],
     tools: &'a [ToolRow],
+    /// The start form's states; empty when this server cannot start runs of the agent.
+    starts: &'a [StartState],
+    /// Whether this server starts runs of the agent (`ApiConfig::with_agent`).
+    can_start: bool,
 }
 
 /// `GET /ui/agents/{name}`: an agent's graph, from the stored description.
@@ -127,6 +167,12 @@ pub(crate) async fn agent(
                 }
             })
             .collect();
+        let can_start = app.startable.contains(&name);
+        let starts = if can_start {
+            start_states(&g)
+        } else {
+            Vec::new()
+        };
         let svg = graph::svg(&g, &Overlay::default());
         let title = format!("Agent {name}");
         Ok(AgentPage {
@@ -136,6 +182,8 @@ pub(crate) async fn agent(
             graph: &svg,
             states: &states,
             tools: &tools,
+            starts: &starts,
+            can_start,
         }
         .render()?)
     }

@@ -16,6 +16,10 @@ use crate::extract::Query;
 use crate::inspector::root_of;
 use crate::runs::{ListQuery, list_page};
 
+/// The most runs one batch action acts on: a batch over more is refused by the page, which
+/// asks for narrower filters (each run is one request to the API).
+pub(crate) const BATCH_MAX: usize = 500;
+
 /// The runs page's query: the API's filters, an age instead of times.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct RunsQuery {
@@ -70,6 +74,12 @@ struct RunsView {
     first_page: bool,
     /// The query of this page without its cursor (the first page's, and the live fetch's).
     query: String,
+    /// The same filters as the API's `GET /v1/runs` takes them (the age as `created_after`,
+    /// fixed when the page was rendered): the batch actions list their runs with it.
+    api_query: String,
+    /// The filters in words, for the batch's confirmation (`agent=Order, status=waiting`).
+    filters_text: String,
+    batch_max: usize,
     head: u64,
 }
 
@@ -150,6 +160,27 @@ pub(crate) async fn runs(
         .chain(q.limit.map(|l| format!("limit={l}")))
         .collect::<Vec<_>>()
         .join("&");
+        let filters: Vec<(&str, String)> = [
+            ("agent", q.agent.trim()),
+            ("status", q.status.trim()),
+            ("label", q.label.trim()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (k, v.to_owned()))
+        .collect();
+        let api_query = filters
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .chain(created_after.map(|t| format!("created_after={t}")))
+            .collect::<Vec<_>>()
+            .join("&");
+        let filters_text = filters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain(non_empty(&q.age).map(|a| format!("created in the last {a}")))
+            .collect::<Vec<_>>()
+            .join(", ");
         let next = page.next.as_ref().map(|c| {
             if query.is_empty() {
                 format!("cursor={}", encode(c))
@@ -170,6 +201,9 @@ pub(crate) async fn runs(
             next,
             first_page: q.cursor.as_deref().and_then(non_empty).is_none(),
             query,
+            api_query,
+            filters_text,
+            batch_max: BATCH_MAX,
             head,
         };
         Ok::<_, PageError>(if q.fragment == "rows" {
