@@ -64,6 +64,8 @@ pub use migrate::{
     MigrationCommit, MigrationNote, agent_version_at, claimable_by, versioned_agent,
 };
 pub use operator::{validate_label, validate_labels};
+#[doc(hidden)]
+pub use records::simulated_clock;
 pub use records::{
     CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, JournalEntry, LabelValueCount,
     Labels, Lease, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote, PruneReport, ROW_UNREADABLE,

@@ -27,12 +27,62 @@ pub use transitions::{
 pub type Millis = i64;
 
 /// The current time in [`Millis`].
+///
+/// On a thread where a simulated clock is installed ([`simulated_clock`]), tokio's clock
+/// (paused and advanced by the runtime in a simulation) instead of the system's.
 #[must_use]
 pub fn now_ms() -> Millis {
+    if let Some(now) = simulated_clock::now() {
+        return now;
+    }
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The seam of the deterministic simulation (`agent-core/tests/simulation.rs`): the memory
+/// store's leases and timestamps, and the runner's lease renewal, read [`now_ms`]; a
+/// simulation installs this clock on its (single) runtime thread so that they read tokio's
+/// paused clock, which the simulation advances, and every execution of a seed sees the
+/// same times. Not for production code: nothing installs it there, and then [`now_ms`] is
+/// the system's clock.
+#[doc(hidden)]
+pub mod simulated_clock {
+    use std::cell::Cell;
+
+    use super::Millis;
+
+    thread_local! {
+        /// tokio's instant at installation, and the time it stands for.
+        static CLOCK: Cell<Option<(tokio::time::Instant, Millis)>> = const { Cell::new(None) };
+    }
+
+    /// Until the guard drops, [`now_ms`](super::now_ms) on this thread is `start` plus the
+    /// time tokio's clock has advanced since this call.
+    #[must_use]
+    pub fn install(start: Millis) -> Guard {
+        CLOCK.with(|c| c.set(Some((tokio::time::Instant::now(), start))));
+        Guard(())
+    }
+
+    /// The simulated time, when a clock is installed on this thread.
+    pub(super) fn now() -> Option<Millis> {
+        CLOCK.with(Cell::get).map(|(anchor, start)| {
+            let elapsed = i64::try_from(anchor.elapsed().as_millis()).unwrap_or(i64::MAX);
+            start.saturating_add(elapsed)
+        })
+    }
+
+    /// Uninstalls the simulated clock when dropped.
+    #[derive(Debug)]
+    pub struct Guard(());
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            CLOCK.with(|c| c.set(None));
+        }
+    }
 }
 
 #[cfg(test)]
