@@ -407,13 +407,14 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
     .layer(axum::middleware::from_fn_with_state(hosts, hosts::check))
 }
 
-/// `GET /metrics`, when the configuration gives a page ([`ApiConfig::with_metrics`]).
+/// `GET /metrics`: the configured page ([`ApiConfig::with_metrics`]), or 404 when there is
+/// none. The route exists either way, so that the document describes every server alike
+/// (another method there is 405, as on every route).
 fn metrics_route(page: Option<MetricsPage>) -> Router<AppState> {
+    let route = Router::new().route("/metrics", axum::routing::get(metrics));
     match page {
-        Some(page) => Router::new()
-            .route("/metrics", axum::routing::get(metrics))
-            .layer(axum::Extension(page)),
-        None => Router::new(),
+        Some(page) => route.layer(axum::Extension(page)),
+        None => route,
     }
 }
 
@@ -427,15 +428,20 @@ fn metrics_route(page: Option<MetricsPage>) -> Router<AppState> {
             (`agentctl serve --metrics`)", body = error::ErrorBody),
     ))]
 async fn metrics(
-    axum::Extension(MetricsPage(render)): axum::Extension<MetricsPage>,
-) -> impl axum::response::IntoResponse {
-    (
+    page: Option<axum::Extension<MetricsPage>>,
+) -> Result<impl axum::response::IntoResponse, error::ApiError> {
+    let Some(axum::Extension(MetricsPage(render))) = page else {
+        return Err(error::ApiError::not_found(
+            "this server was started without metrics (`agentctl serve --metrics`)",
+        ));
+    };
+    Ok((
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         render(),
-    )
+    ))
 }
 
 /// The shortest token [`serve`] accepts.
