@@ -11,9 +11,8 @@ use durable_agents_core::graph::GraphDescription;
 use durable_agents_core::store::memory::MemoryStore;
 use durable_agents_core::store::{
     Claimed, EventLog, HistoryStore, JournalEntry, Lease, NewRun, OperatorNote, OperatorStore,
-    PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunFilter, RunRecord, RunStatus,
-    RunStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolSwitch,
-    TransitionRecord,
+    PruneReport, RepairCommit, RetentionPolicy, RunFailure, RunRecord, RunStatus, RunStore,
+    SignalReceipt, StepCommit, StoreError,
 };
 use serde_json::Value;
 
@@ -52,62 +51,7 @@ impl SimStore {
     }
 }
 
-#[async_trait]
-impl HistoryStore for SimStore {
-    async fn agent_graph(
-        &self,
-        agent: &str,
-        fingerprint: Option<&str>,
-    ) -> Result<Option<GraphDescription>, StoreError> {
-        self.inner.agent_graph(agent, fingerprint).await
-    }
-    async fn agents(&self) -> Result<Vec<String>, StoreError> {
-        self.inner.agents().await
-    }
-    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.inner.load_run(run_id).await
-    }
-    async fn journal(
-        &self,
-        run_id: &str,
-        version: Option<u64>,
-    ) -> Result<Vec<JournalEntry>, StoreError> {
-        self.inner.journal(run_id, version).await
-    }
-    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
-        self.inner.history(run_id).await
-    }
-    async fn state_at(
-        &self,
-        run_id: &str,
-        version: u64,
-    ) -> Result<Option<StateAtVersion>, StoreError> {
-        self.inner.state_at(run_id, version).await
-    }
-    async fn fork(
-        &self,
-        run_id: &str,
-        version: u64,
-        new_id: &str,
-    ) -> Result<RunRecord, StoreError> {
-        self.inner.fork(run_id, version, new_id).await
-    }
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list_runs(filter).await
-    }
-    async fn signal_by_key(&self, run_id: &str, key: &str) -> Result<Option<i64>, StoreError> {
-        self.inner.signal_by_key(run_id, key).await
-    }
-    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
-        self.inner.pending_signals(run_id).await
-    }
-    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
-        self.inner.tool_switches().await
-    }
-    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
-        self.inner.tool_enabled(tool).await
-    }
-}
+durable_agents_core::forward_history_store!(SimStore => inner);
 
 #[async_trait]
 impl RunStore for SimStore {

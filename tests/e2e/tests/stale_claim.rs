@@ -14,9 +14,8 @@ use agent_core::graph::GraphDescription;
 use agent_core::runner::{RunnerConfig, Worker, WorkerConfig};
 use agent_core::store::{
     Claimed, EventCursor, EventLog, EventScope, HistoryStore, JournalEntry, Lease, NewRun,
-    OperatorNote, OperatorStore, PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter,
-    RunRecord, RunStatus, RunStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit, Store,
-    StoreError, ToolSwitch, TransitionRecord, VersionSpan,
+    OperatorNote, OperatorStore, PruneReport, RetentionPolicy, RunEvent, RunFailure, RunRecord,
+    RunStatus, RunStore, SignalReceipt, StepCommit, Store, StoreError,
 };
 use agent_pg::PgStore;
 use async_trait::async_trait;
@@ -35,77 +34,7 @@ struct LateClaim {
     delayed: AtomicBool,
 }
 
-#[async_trait]
-impl HistoryStore for LateClaim {
-    async fn agent_graph(
-        &self,
-        agent: &str,
-        fingerprint: Option<&str>,
-    ) -> Result<Option<GraphDescription>, StoreError> {
-        self.inner.agent_graph(agent, fingerprint).await
-    }
-
-    async fn agents(&self) -> Result<Vec<String>, StoreError> {
-        self.inner.agents().await
-    }
-
-    async fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.inner.load_run(run_id).await
-    }
-
-    async fn journal(
-        &self,
-        run_id: &str,
-        version: Option<u64>,
-    ) -> Result<Vec<JournalEntry>, StoreError> {
-        self.inner.journal(run_id, version).await
-    }
-
-    async fn history(&self, run_id: &str) -> Result<Vec<TransitionRecord>, StoreError> {
-        self.inner.history(run_id).await
-    }
-
-    async fn state_at(
-        &self,
-        run_id: &str,
-        version: u64,
-    ) -> Result<Option<StateAtVersion>, StoreError> {
-        self.inner.state_at(run_id, version).await
-    }
-
-    async fn fork(
-        &self,
-        run_id: &str,
-        version: u64,
-        new_id: &str,
-    ) -> Result<RunRecord, StoreError> {
-        self.inner.fork(run_id, version, new_id).await
-    }
-
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list_runs(filter).await
-    }
-
-    async fn signal_by_key(&self, run_id: &str, key: &str) -> Result<Option<i64>, StoreError> {
-        self.inner.signal_by_key(run_id, key).await
-    }
-
-    async fn pending_signals(&self, run_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
-        self.inner.pending_signals(run_id).await
-    }
-
-    async fn tool_switches(&self) -> Result<Vec<ToolSwitch>, StoreError> {
-        self.inner.tool_switches().await
-    }
-
-    async fn tool_enabled(&self, tool: &str) -> Result<bool, StoreError> {
-        self.inner.tool_enabled(tool).await
-    }
-
-    async fn version_span(&self, run_id: &str) -> Result<Option<VersionSpan>, StoreError> {
-        self.inner.version_span(run_id).await
-    }
-}
+agent_core::forward_history_store!(LateClaim => inner);
 
 #[async_trait]
 impl RunStore for LateClaim {
