@@ -19,7 +19,6 @@
 
 use std::time::Duration;
 
-use crate::runner::{RunnerError, StepOutcome};
 use crate::store::{HistoryStore, RunFilter, RunStatus, StoreError};
 use crate::tool::ErrorClass;
 
@@ -282,20 +281,14 @@ pub fn describe() {
     }
 }
 
-/// A step of `agent` in `state` ended with `outcome` after `elapsed`.
+/// A step of `agent` in `state` ended with `outcome` (the run's status after it,
+/// `lease_lost` or `error`: a bounded label the runner names) after `elapsed`.
 pub(crate) fn step(
     agent: &'static str,
     state: &'static str,
-    outcome: &Result<StepOutcome, RunnerError>,
+    outcome: &'static str,
     elapsed: Duration,
 ) {
-    let outcome = match outcome {
-        Ok(StepOutcome::Committed(r) | StepOutcome::Waiting(r) | StepOutcome::Finished(r)) => {
-            r.status.as_str()
-        }
-        Err(RunnerError::LeaseLost(_)) => "lease_lost",
-        Err(_) => "error",
-    };
     let labels = [(AGENT, agent), (STATE, state), (OUTCOME, outcome)];
     ::metrics::counter!(STEPS, &labels).increment(1);
     ::metrics::histogram!(STEP_DURATION, &labels).record(elapsed);

@@ -175,7 +175,7 @@ pub fn exporter() -> Option<&'static dyn TraceExporter> {
 /// is installed, the caller is in an exported span, the labels do not name a parent yet,
 /// and there is room for one more label.
 pub(crate) fn with_current_parent(mut labels: Labels) -> Labels {
-    if labels.len() < crate::store::operator::MAX_LABELS
+    if labels.len() < crate::store::labels::MAX_LABELS
         && !labels.contains_key(TRACE_PARENT_LABEL)
         && let Some(parent) = exporter().and_then(TraceExporter::current)
     {

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::caches;
-use super::{FaultHook, ImportedTools, RunnerConfig};
+use super::{FaultHook, ImportedTools, RunnerConfig, RunnerError};
 use crate::graph::GraphDescription;
 use crate::router::Router;
 use crate::secrets::Redactor;
@@ -70,6 +70,18 @@ impl StepOutcome {
         } else {
             Self::Committed(record)
         }
+    }
+}
+
+/// The label a step's end is counted under in the step metric: the run's status after it,
+/// `lease_lost`, or `error` (bounded, whatever the error says).
+pub(crate) fn metric_outcome(stepped: &Result<StepOutcome, RunnerError>) -> &'static str {
+    match stepped {
+        Ok(StepOutcome::Committed(r) | StepOutcome::Waiting(r) | StepOutcome::Finished(r)) => {
+            r.status.as_str()
+        }
+        Err(RunnerError::LeaseLost(_)) => "lease_lost",
+        Err(_) => "error",
     }
 }
 

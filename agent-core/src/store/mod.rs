@@ -37,7 +37,9 @@ mod error;
 pub mod events;
 pub mod export;
 mod failure_code;
+mod forward;
 pub mod history;
+pub(crate) mod labels;
 pub mod location;
 pub mod memory;
 pub mod migrate;
@@ -60,10 +62,10 @@ pub use events::{
     StatusChange, TransitionFacts, WakeHub,
 };
 pub use failure_code::FailureCode;
+pub use labels::{validate_label, validate_labels};
 pub use migrate::{
     MigrationCommit, MigrationNote, agent_version_at, claimable_by, versioned_agent,
 };
-pub use operator::{validate_label, validate_labels};
 #[doc(hidden)]
 pub use records::simulated_clock;
 pub use records::{
