@@ -40,6 +40,7 @@ mod retention;
 mod route;
 mod saga;
 mod shared;
+mod signal;
 mod start;
 mod step;
 mod versions;
@@ -49,7 +50,6 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use serde_json::Value;
 use tracing::{Instrument, info_span, warn};
 
 /// The redactor's functions, where they were first published.
@@ -63,6 +63,7 @@ pub use faults::{Crash, CrashAt, FaultHook, FaultPoint, NoFaults};
 pub use imported::ImportedTools;
 pub use retention::Retention;
 pub use shared::StepOutcome;
+use shared::metric_outcome;
 pub(crate) use shared::{Inner, Known, keyed};
 pub use start::{JsonSignaller, JsonStarter, StartError, initial_state, initial_states};
 pub use versions::{claim_entries, migrate_claimed, plan_migration};
@@ -74,8 +75,7 @@ use crate::agent::{Agent, Handle, RoutedByCode};
 use crate::router::Router;
 use crate::store::FailureCode;
 use crate::store::{
-    ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, SignalReceipt,
-    Store, StoreError, check_signal_key,
+    ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, Store, StoreError,
 };
 use crate::tool::ToolBox;
 use crate::toolset::ToolsFor;
@@ -334,100 +334,6 @@ where
         )
     }
 
-    /// Send a signal to a run (kept until the run's waiting state consumes it). Its payload
-    /// is stored with its secret parts sealed (sensitive field names, fields its declared
-    /// payload type marks secret, strings holding a configured secret); the step that
-    /// consumes it opens them.
-    ///
-    /// # Errors
-    /// [`RunnerError::SignalRefused`] when the run has ended, no state of its agent waits for
-    /// a signal of this name, or the payload is not the type a waiting state declared
-    /// ([`check_signal`](crate::signals::check_signal): it would be kept forever, or fail the
-    /// run each time it is consumed); [`RunnerError::Seal`] when the payload holds a secret
-    /// and no sealing key is configured; [`StoreError::NotFound`] for an unknown run; store
-    /// errors.
-    pub async fn signal(
-        &self,
-        run_id: &str,
-        name: &str,
-        payload: Value,
-    ) -> Result<i64, RunnerError> {
-        let payload = self.checked_signal(run_id, name, payload).await?;
-        Ok(self.inner.store.send_signal(run_id, name, &payload).await?)
-    }
-
-    /// Send signal `name` to run `run_id` at most once per dedup `key` (a message id, an
-    /// `Idempotency-Key`): as [`signal`](Self::signal), unless the run has a signal stored
-    /// under `key` ([`RunStore::send_signal_once`](crate::store::RunStore::send_signal_once)),
-    /// which the receipt names as a duplicate without checking the signal again (the run
-    /// may have consumed it and moved on). A sender that retries with its key after an
-    /// error or a crash signals once.
-    ///
-    /// # Errors
-    /// As [`signal`](Self::signal), and [`StoreError::Backend`] for a key that is empty,
-    /// longer than [`MAX_SIGNAL_KEY_BYTES`](crate::store::MAX_SIGNAL_KEY_BYTES) or holds
-    /// a NUL.
-    pub async fn signal_once(
-        &self,
-        run_id: &str,
-        name: &str,
-        payload: Value,
-        key: &str,
-    ) -> Result<SignalReceipt, RunnerError> {
-        check_signal_key(key)?;
-        if let Some(id) = self.inner.store.signal_by_key(run_id, key).await? {
-            return Ok(SignalReceipt {
-                id,
-                duplicate: true,
-            });
-        }
-        let payload = self.checked_signal(run_id, name, payload).await?;
-        Ok(self
-            .inner
-            .store
-            .send_signal_once(run_id, name, &payload, key)
-            .await?)
-    }
-
-    /// `payload` of signal `name` for run `run_id`, checked against the run's graph (its
-    /// own version's) and its secret parts sealed: what is stored.
-    async fn checked_signal(
-        &self,
-        run_id: &str,
-        name: &str,
-        mut payload: Value,
-    ) -> Result<Value, RunnerError> {
-        let run = self
-            .inner
-            .store
-            .load_run(run_id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(run_id.to_owned()))?;
-        // The run may be of another version (or agent) than this runner's: its own graph
-        // says what it waits for.
-        let stored;
-        let graph = if run.fingerprint == self.inner.fingerprint {
-            Some(self.inner.graph)
-        } else {
-            stored = self
-                .inner
-                .store
-                .agent_graph(&run.agent, Some(&run.fingerprint))
-                .await?;
-            stored.as_ref()
-        };
-        crate::signals::check_signal(&run, graph, name, &payload)?;
-        let marked = graph
-            .and_then(|g| g.signal_payload_schema(name))
-            .map_or_else(Vec::new, crate::secrets::marked_fields);
-        self.inner.seal_value(
-            &mut payload,
-            &marked,
-            &format!("the payload of signal `{name}`"),
-        )?;
-        Ok(payload)
-    }
-
     /// Drive a run until it is final or waiting: claim it, step, release.
     ///
     /// # Errors
@@ -550,7 +456,7 @@ where
             let stepped = self
                 .step_inner(&mut lease, record, known, &read_cache)
                 .await;
-            crate::metrics::step(A::NAME, state, &stepped, began.elapsed());
+            crate::metrics::step(A::NAME, state, metric_outcome(&stepped), began.elapsed());
             match stepped {
                 Ok(StepOutcome::Committed(next)) => {
                     record = Box::new(next);

@@ -1,23 +1,8 @@
-//! `#[tool_fn(...)]`: a tool written as an `async fn`. The function stays as written; next to
-//! it come the tool type named after it in `CamelCase` (`charge_payment` ->
-//! `ChargePayment`, the name agents list and handlers call), its `Tool` impl (through
-//! `tool::expand`, the same code `#[derive(Tool)]` produces), an `Execute` impl that calls
-//! the function, `Compensate` for a hybrid tool, and `BuildTool` so the agent's tools struct
-//! can build it from the application's shared state.
-//!
-//! The attribute is not called `tool`: that is the helper attribute of `#[derive(Tool)]`,
-//! and a macro of the same name in scope would make every `#[tool(...)]` ambiguous.
-//!
-//! Parameters, told apart by their types: `Shared<T>` (a resource the tool type holds and
-//! clones into each call), `&ToolContext` (the call: run, attempt, idempotency key), and the
-//! others, which make the input: one without a doc comment is the input itself (a struct
-//! the user wrote); several, or documented ones, are the fields of a generated
-//! `{Tool}Input` struct whose schema carries their doc comments; none means `()`. The
-//! return type is `Result<Output, E>` with `E: Into<ToolError>`, any serializable `Output`.
+//! Reading the function `#[tool_fn]` is on: the attribute's arguments, the name, the
+//! signature and each parameter's role, every mistake one error at the user's token.
 
-use heck::ToUpperCamelCase;
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::format_ident;
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
 use syn::spanned::Spanned;
@@ -28,137 +13,11 @@ use syn::{
 
 use crate::attr::Kind;
 use crate::ctxt::{Ctxt, Message};
-use crate::tool::{self, Tool};
-use crate::{fallback, names};
+use crate::names;
 
-const ATTR: &str = "tool_fn";
-const KEYS: &str = "`read`, `write`, `hybrid`, `kind`, `timeout_ms`, `retries`, `cache`, `journal_with_commit`, `compensate`, `compensate_input`, `crate`";
+use super::{ATTR, Args, KEYS, Param, Plain};
 
-/// What `#[tool_fn(...)]` says.
-#[derive(Default)]
-struct Args {
-    kind: Option<(Span, Kind)>,
-    timeout_ms: Option<u64>,
-    retries: Option<u32>,
-    cache: Option<bool>,
-    journal_with_commit: Option<bool>,
-    compensate: Option<Path>,
-    compensate_input: Option<Path>,
-    krate: Option<Path>,
-}
-
-/// How one parameter of the function is filled in by the generated `Execute` impl.
-enum Param {
-    /// `Shared<T>`: a field of the tool type, cloned into each call.
-    Shared { field: Ident, ty: Box<Type> },
-    /// `&ToolContext`.
-    Context,
-    /// The tool's input (the struct form: one undocumented parameter).
-    Input,
-    /// A field of the input struct generated from the parameters (the arguments form).
-    Argument(Ident),
-}
-
-/// A parameter that is neither `Shared<T>` nor `&ToolContext`: the input, or one argument.
-struct Plain {
-    ident: Option<Ident>,
-    span: Span,
-    ty: Type,
-    docs: Vec<syn::Attribute>,
-}
-
-pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
-    let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
-        let e = syn::Error::new(
-            Span::call_site(),
-            format!("`#[{ATTR}]` makes a tool of an `async fn`; put it on a function"),
-        )
-        .to_compile_error();
-        return quote!(#e #item);
-    };
-    let cx = Ctxt::new();
-    let args = parse_args(&cx, args);
-    let name = names::unraw(&func.sig.ident).to_upper_camel_case();
-    if !check_name(&cx, &func.sig.ident, &name) {
-        // No tool type: another function may already make one of this name, and a second
-        // would only add errors about duplicate definitions.
-        let errors = cx.into_compile_errors().unwrap_or_default();
-        return quote!(#errors #func);
-    }
-    let input_ident = format_ident!("{name}Input", span = func.sig.ident.span());
-    let krate = args
-        .krate
-        .clone()
-        .unwrap_or_else(crate::krate::default_path);
-    let (params, input, arguments) = params(&cx, &mut func, &input_ident);
-    // The function as written, without its parameters' doc comments: they became the
-    // schema's descriptions, and rustc accepts no doc comment on a parameter.
-    let item = quote!(#func);
-    let output = output(&cx, &func);
-    check_signature(&cx, &func);
-    let kind = args.kind.map(|(_, k)| k);
-    if kind.is_none() {
-        cx.error(
-            func.sig.ident.span(),
-            Message::new(format!(
-                "`#[{ATTR}]` needs the tool's kind: `read`, `write` or `hybrid`"
-            ))
-            .help(format!(
-                "`#[{ATTR}(read)]` for a tool without side effect, `#[{ATTR}(write)]` for one with"
-            )),
-        );
-    }
-    check_compensation(&cx, &args, &func);
-    let model = Tool {
-        ident: Ident::new(&name, func.sig.ident.span()),
-        generics: syn::Generics::default(),
-        krate,
-        name,
-        description: tool::description(&func.attrs),
-        kind: kind.unwrap_or(Kind::Read),
-        input: Some(input),
-        output,
-        timeout_ms: args.timeout_ms,
-        retries: args.retries,
-        cache: args.cache,
-        journal_with_commit: args.journal_with_commit,
-    };
-    let shared: Vec<(&Ident, &Type)> = params
-        .iter()
-        .filter_map(|p| match p {
-            Param::Shared { field, ty } => Some((field, &**ty)),
-            _ => None,
-        })
-        .collect();
-    let item_type = item_type(&model, &func, &shared);
-    let input_type = arguments
-        .as_ref()
-        .map(|a| input_struct(&model, &func, &input_ident, a))
-        .unwrap_or_default();
-    if let Some(errors) = cx.into_compile_errors() {
-        let stub = fallback::tool_fallback(&model);
-        return quote!(#item #errors #item_type #input_type #stub);
-    }
-    let tool_impl = tool::expand(&model);
-    let execute = execute_impl(&model, &func, &params, arguments.is_some());
-    let build = build_impl(&model, &shared);
-    let compensate = compensate_impl(&model, &args);
-    // The signature is the macro's contract: `async` even when the body does not wait,
-    // arguments by value (each call deserializes its own), and the doc comment is what the
-    // model reads, not a place for an `# Errors` section.
-    quote! {
-        #[allow(clippy::unused_async, clippy::missing_errors_doc, clippy::needless_pass_by_value)]
-        #item
-        #item_type
-        #input_type
-        #tool_impl
-        #execute
-        #build
-        #compensate
-    }
-}
-
-fn parse_args(cx: &Ctxt, args: TokenStream) -> Args {
+pub(super) fn parse_args(cx: &Ctxt, args: TokenStream) -> Args {
     let mut out = Args::default();
     let parser = syn::meta::parser(|meta| {
         let key = meta
@@ -259,7 +118,7 @@ fn parse_args(cx: &Ctxt, args: TokenStream) -> Args {
     out
 }
 
-fn set_kind(cx: &Ctxt, out: &mut Args, span: Span, kind: Kind) {
+pub(super) fn set_kind(cx: &Ctxt, out: &mut Args, span: Span, kind: Kind) {
     if out.kind.is_some() {
         cx.error(
             span,
@@ -273,7 +132,7 @@ fn set_kind(cx: &Ctxt, out: &mut Args, span: Span, kind: Kind) {
     }
 }
 
-fn once(cx: &Ctxt, meta: &ParseNestedMeta<'_>, duplicate: bool) {
+pub(super) fn once(cx: &Ctxt, meta: &ParseNestedMeta<'_>, duplicate: bool) {
     if duplicate {
         let key = names::unraw(meta.path.get_ident().expect("keys are identifiers"));
         cx.error(
@@ -288,7 +147,7 @@ fn once(cx: &Ctxt, meta: &ParseNestedMeta<'_>, duplicate: bool) {
 /// snake case, so that two functions never make one type (`search_web` and `searchWeb`
 /// would), and the type is not a keyword (`self_` would make `Self`). Returns whether the
 /// name is good.
-fn check_name(cx: &Ctxt, ident: &Ident, type_name: &str) -> bool {
+pub(super) fn check_name(cx: &Ctxt, ident: &Ident, type_name: &str) -> bool {
     let written = names::unraw(ident);
     if type_name.is_empty() || type_name == "Self" {
         cx.error(
@@ -317,7 +176,7 @@ fn check_name(cx: &Ctxt, ident: &Ident, type_name: &str) -> bool {
     true
 }
 
-fn check_signature(cx: &Ctxt, func: &ItemFn) {
+pub(super) fn check_signature(cx: &Ctxt, func: &ItemFn) {
     let sig = &func.sig;
     if sig.asyncness.is_none() {
         cx.error(
@@ -349,7 +208,7 @@ fn check_signature(cx: &Ctxt, func: &ItemFn) {
 /// a struct generated from them (`{Tool}Input`), one field per parameter, named as it is,
 /// documented by its doc comment (what the model reads in the schema). No such parameter
 /// means the input `()`. The parameters' doc comments are taken off the function.
-fn params(
+pub(super) fn params(
     cx: &Ctxt,
     func: &mut ItemFn,
     input_ident: &Ident,
@@ -431,61 +290,8 @@ fn params(
     (params, ty, Some(plain))
 }
 
-/// The input generated from the arguments: a struct with one public field per argument,
-/// documented by the argument's doc comment, with serde and JSON-schema derives (through
-/// the framework's paths, so the user's crate needs neither dependency), and `From` the
-/// argument's type when there is one argument.
-fn input_struct(model: &Tool, func: &ItemFn, ident: &Ident, arguments: &[Plain]) -> TokenStream {
-    let vis = &func.vis;
-    let krate = &model.krate;
-    let private = quote!(#krate::__private);
-    let serde_path = quote!(#private::serde).to_string();
-    let schemars_path = quote!(#private::schemars).to_string();
-    let tool = &model.ident;
-    let doc = format!(
-        "The input of tool [`{tool}`]: the arguments of [`{}`], generated by `#[{ATTR}]`.",
-        func.sig.ident
-    );
-    let fields = arguments.iter().filter_map(|p| {
-        let name = p.ident.as_ref()?;
-        let ty = &p.ty;
-        let docs = &p.docs;
-        Some(quote!(#(#docs)* pub #name: #ty))
-    });
-    let from = match arguments {
-        [
-            Plain {
-                ident: Some(name),
-                ty,
-                ..
-            },
-        ] => quote! {
-            #[automatically_derived]
-            impl #private::core::convert::From<#ty> for #ident {
-                fn from(#name: #ty) -> Self {
-                    Self { #name }
-                }
-            }
-        },
-        _ => TokenStream::new(),
-    };
-    // An undocumented argument is an undocumented field: its description in the schema is
-    // the parameter's doc comment or nothing, never a filler the model would read.
-    quote! {
-        #[doc = #doc]
-        #[allow(missing_docs)]
-        #[derive(#private::serde::Serialize, #private::serde::Deserialize, #private::schemars::JsonSchema)]
-        #[serde(crate = #serde_path)]
-        #[schemars(crate = #schemars_path)]
-        #vis struct #ident {
-            #(#fields,)*
-        }
-        #from
-    }
-}
-
 /// `T` of a parameter typed `Shared<T>`.
-fn shared_type(ty: &Type) -> Option<&Type> {
+pub(super) fn shared_type(ty: &Type) -> Option<&Type> {
     let Type::Path(p) = ty else { return None };
     let last = p.path.segments.last()?;
     if last.ident != "Shared" {
@@ -494,7 +300,7 @@ fn shared_type(ty: &Type) -> Option<&Type> {
     first_type_argument(&last.arguments)
 }
 
-fn first_type_argument(args: &PathArguments) -> Option<&Type> {
+pub(super) fn first_type_argument(args: &PathArguments) -> Option<&Type> {
     let PathArguments::AngleBracketed(args) = args else {
         return None;
     };
@@ -505,7 +311,7 @@ fn first_type_argument(args: &PathArguments) -> Option<&Type> {
 }
 
 /// `&ToolContext` or `&mut ToolContext`, under any path.
-fn context(ty: &Type) -> Option<&syn::TypeReference> {
+pub(super) fn context(ty: &Type) -> Option<&syn::TypeReference> {
     let Type::Reference(r) = ty else { return None };
     let Type::Path(p) = &*r.elem else {
         return None;
@@ -520,7 +326,7 @@ fn context(ty: &Type) -> Option<&syn::TypeReference> {
 /// An argument's type that cannot receive the model's arguments: a borrow (there is nothing
 /// to borrow from: each call deserializes its own values) or `impl Trait` (there is no one
 /// type to deserialize into), anywhere in the type. The error is at that part of the type.
-fn not_owned(ty: &Type) -> Option<syn::Error> {
+pub(super) fn not_owned(ty: &Type) -> Option<syn::Error> {
     match ty {
         Type::Reference(r) => {
             let elem = crate::expand::type_text(&r.elem);
@@ -579,7 +385,7 @@ fn not_owned(ty: &Type) -> Option<syn::Error> {
 }
 
 /// The name a `Shared<T>` parameter binds: `Shared(pool)` or `pool`.
-fn binding(pat: &Pat) -> Option<Ident> {
+pub(super) fn binding(pat: &Pat) -> Option<Ident> {
     match pat {
         Pat::Ident(i) => Some(i.ident.clone()),
         Pat::TupleStruct(t) if t.elems.len() == 1 => t.elems.first().and_then(binding),
@@ -588,7 +394,7 @@ fn binding(pat: &Pat) -> Option<Ident> {
 }
 
 /// `T` of the return type `Result<T, E>`.
-fn output(cx: &Ctxt, func: &ItemFn) -> Option<Type> {
+pub(super) fn output(cx: &Ctxt, func: &ItemFn) -> Option<Type> {
     let found = match &func.sig.output {
         ReturnType::Type(_, ty) => match &**ty {
             Type::Path(p) => p
@@ -617,7 +423,7 @@ fn output(cx: &Ctxt, func: &ItemFn) -> Option<Type> {
     found
 }
 
-fn check_compensation(cx: &Ctxt, args: &Args, func: &ItemFn) {
+pub(super) fn check_compensation(cx: &Ctxt, args: &Args, func: &ItemFn) {
     let hybrid = matches!(args.kind, Some((_, Kind::Hybrid)));
     if hybrid && args.compensate.is_none() {
         cx.error(
@@ -640,168 +446,6 @@ fn check_compensation(cx: &Ctxt, args: &Args, func: &ItemFn) {
                         "declare the tool `#[{ATTR}(hybrid, ...)]`, or remove `{key}`"
                     )),
                 );
-            }
-        }
-    }
-}
-
-/// The tool type: a unit struct, or one field per `Shared<T>` parameter and `new`.
-fn item_type(model: &Tool, func: &ItemFn, shared: &[(&Ident, &Type)]) -> TokenStream {
-    let vis = &func.vis;
-    let ident = &model.ident;
-    let krate = &model.krate;
-    let private = quote!(#krate::__private);
-    let docs = func.attrs.iter().filter(|a| a.path().is_ident("doc"));
-    let fn_name = &func.sig.ident;
-    let generated = format!("The tool of the function [`{fn_name}`], generated by `#[{ATTR}]`.");
-    let name = &model.name;
-    if shared.is_empty() {
-        return quote! {
-            #(#docs)*
-            ///
-            #[doc = #generated]
-            #[derive(Clone, Copy, Default)]
-            #vis struct #ident;
-
-            #[automatically_derived]
-            impl #private::core::fmt::Debug for #ident {
-                fn fmt(&self, f: &mut #private::core::fmt::Formatter<'_>) -> #private::core::fmt::Result {
-                    f.write_str(#name)
-                }
-            }
-        };
-    }
-    let fields = shared.iter().map(|(f, t)| quote!(#f: #t));
-    let args = shared.iter().map(|(f, t)| quote!(#f: #t));
-    let names = shared.iter().map(|(f, _)| f);
-    quote! {
-        #(#docs)*
-        ///
-        #[doc = #generated]
-        #vis struct #ident {
-            #(#fields,)*
-        }
-
-        #[automatically_derived]
-        impl #ident {
-            /// The tool, holding the resources its function takes as `Shared<T>`.
-            #[must_use]
-            #[allow(dead_code)]
-            #vis fn new(#(#args),*) -> Self {
-                Self { #(#names),* }
-            }
-        }
-
-        #[automatically_derived]
-        impl #private::core::fmt::Debug for #ident {
-            fn fmt(&self, f: &mut #private::core::fmt::Formatter<'_>) -> #private::core::fmt::Result {
-                f.debug_struct(#name).finish_non_exhaustive()
-            }
-        }
-    }
-}
-
-fn execute_impl(model: &Tool, func: &ItemFn, params: &[Param], generated: bool) -> TokenStream {
-    let krate = &model.krate;
-    let private = quote!(#krate::__private);
-    let ident = &model.ident;
-    let fn_name = &func.sig.ident;
-    let input_ty = &model.input;
-    let output_ty = &model.output;
-    let input = Ident::new("input", Span::mixed_site());
-    let cx = Ident::new("cx", Span::mixed_site());
-    let args = params.iter().map(|p| match p {
-        Param::Shared { field, .. } => {
-            quote!(#krate::__private::Shared(#private::core::clone::Clone::clone(&self.#field)))
-        }
-        Param::Context => quote!(#cx),
-        Param::Input => quote!(#input),
-        Param::Argument(field) => quote!(#field),
-    });
-    let unpack = if generated {
-        let fields = params.iter().filter_map(|p| match p {
-            Param::Argument(f) => Some(f),
-            _ => None,
-        });
-        quote!(let #input_ty { #(#fields),* } = #input;)
-    } else {
-        quote!(let _ = &#input;)
-    };
-    let span = func.sig.output.span();
-    let convert =
-        quote_spanned!(span=> #private::core::convert::Into::<#krate::__private::ToolError>::into);
-    quote! {
-        #[automatically_derived]
-        impl #krate::__private::Execute for #ident {
-            async fn execute(
-                &self,
-                #input: #input_ty,
-                #cx: &#krate::__private::ToolContext,
-            ) -> #private::core::result::Result<#output_ty, #krate::__private::ToolError> {
-                #unpack
-                let _ = #cx;
-                #fn_name(#(#args),*).await.map_err(#convert)
-            }
-        }
-    }
-}
-
-fn build_impl(model: &Tool, shared: &[(&Ident, &Type)]) -> TokenStream {
-    let krate = &model.krate;
-    let ident = &model.ident;
-    let state = Ident::new("__S", Span::mixed_site());
-    let bounds = shared
-        .iter()
-        .map(|(_, t)| quote!(#t: #krate::__private::FromShared<#state>));
-    let fields = shared.iter().map(
-        |(f, t)| quote!(#f: <#t as #krate::__private::FromShared<#state>>::from_shared(shared)),
-    );
-    let body = if shared.is_empty() {
-        quote!(Self)
-    } else {
-        quote!(Self { #(#fields,)* })
-    };
-    quote! {
-        #[automatically_derived]
-        impl<#state> #krate::__private::BuildTool<#state> for #ident
-        where
-            #(#bounds,)*
-        {
-            fn build_tool(shared: &#state) -> Self {
-                let _ = shared;
-                #body
-            }
-        }
-    }
-}
-
-fn compensate_impl(model: &Tool, args: &Args) -> TokenStream {
-    let (Some((_, Kind::Hybrid)), Some(with)) = (args.kind, args.compensate.as_ref()) else {
-        return TokenStream::new();
-    };
-    let krate = &model.krate;
-    let private = quote!(#krate::__private);
-    let ident = &model.ident;
-    let input_ty = &model.input;
-    let output_ty = &model.output;
-    let body = if let Some(f) = &args.compensate_input {
-        quote_spanned!(f.span()=> #f(input, output))
-    } else {
-        quote_spanned! {with.span()=>
-            #private::core::convert::From::from(#private::core::clone::Clone::clone(output))
-        }
-    };
-    quote! {
-        #[automatically_derived]
-        impl #krate::__private::Compensate for #ident {
-            type With = #with;
-            fn compensation(
-                &self,
-                input: &#input_ty,
-                output: &#output_ty,
-            ) -> <#with as #krate::__private::Tool>::Input {
-                let _ = input;
-                #body
             }
         }
     }
