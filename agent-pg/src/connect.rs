@@ -10,12 +10,11 @@ use agent_core::store::StoreError;
 use agent_sql::heads::HeadCache;
 use agent_sql::migrations::{Applied, applied_sql};
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{
-    PgConnectOptions, PgConnection, PgDatabaseError, PgListener, PgPool, PgPoolOptions,
-};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
 use tokio::sync::Notify;
 
+use crate::error::{db_err, describe};
 use crate::group_commit::{GroupCommitStats, HeldConnections, PgGroupCommit, group_commit};
 use crate::{COMMITS_IN_FLIGHT, COMMITS_PER_STATEMENT, PgStore};
 
@@ -102,30 +101,6 @@ fn stores_note(stores: &[String]) -> String {
             stores.join(", ")
         )
     }
-}
-
-/// A driver error as a sentence: for an error the server sent, its message with its detail
-/// and hint, without sqlx's "error returned from database" and without the server's
-/// source position (`at line 334`), which says where in PostgreSQL's C code it was raised
-/// and nothing to the reader.
-pub(crate) fn describe(e: &sqlx::Error) -> String {
-    let sqlx::Error::Database(db) = e else {
-        return e.to_string();
-    };
-    let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() else {
-        return db.message().to_owned();
-    };
-    let mut text = pg.message().to_owned();
-    if let Some(detail) = pg.detail() {
-        text.push_str(": ");
-        text.push_str(detail);
-    }
-    if let Some(hint) = pg.hint() {
-        text.push_str(" (");
-        text.push_str(hint);
-        text.push(')');
-    }
-    text
 }
 
 fn describe_migrate(e: &sqlx::migrate::MigrateError) -> String {
@@ -558,39 +533,5 @@ impl PgStore {
                 }
             }
         }));
-    }
-}
-
-/// Map a driver error: connection-level failures are transient ([`StoreError::Unavailable`]).
-// By value: it is passed to `map_err` as a function.
-#[allow(clippy::needless_pass_by_value)]
-pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
-    let transient = match &e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
-            c.starts_with("08")
-                || c.starts_with("57P")
-                || c.starts_with("53")
-                || c == "40001"
-                || c == "40P01"
-                || c == "25006"
-        }),
-        _ => false,
-    };
-    if transient {
-        StoreError::Unavailable(agent_core::store::BackendError::with_source(
-            describe(&e),
-            e,
-        ))
-    } else {
-        StoreError::Backend(agent_core::store::BackendError::with_source(
-            describe(&e),
-            e,
-        ))
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use agent_core::store::{EventWakes, StoreError, WakeHub};
 use sqlx::postgres::{PgListener, PgPool};
 
-use crate::connect::db_err;
+use crate::error::db_err;
 
 /// How often a writer looks whether anyone follows.
 const REFRESH: Duration = Duration::from_secs(1);

@@ -59,7 +59,7 @@ use agent_sql::write::{
 };
 use agent_sql::write_queue::{BatchWriter, same_error};
 
-use crate::connect::db_err;
+use crate::error::db_err;
 use crate::sql;
 
 /// How many commits went to the database in how many statements.

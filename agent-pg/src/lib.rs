@@ -158,6 +158,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use tokio::sync::Notify;
 
 mod connect;
+mod error;
 mod events;
 mod group_commit;
 mod operator;
@@ -283,7 +284,7 @@ impl PgStore {
             .bind(claim.map(|c| agent_sql::ms(c.1)))
             .fetch_optional(&self.pool)
             .await
-            .map_err(connect::db_err)?;
+            .map_err(error::db_err)?;
         row.map(|r| self.run_from_row(&r)).transpose()
     }
 
@@ -303,7 +304,7 @@ impl PgStore {
             .bind(&new.id)
             .fetch_optional(&self.pool)
             .await
-            .map_err(connect::db_err)?
+            .map_err(error::db_err)?
             .ok_or_else(|| StoreError::backend(format!("run `{}` vanished", new.id)))?;
         let stored = rows::stored_run(&row)?;
         let record = self.heads.remembered(stored.head);
@@ -320,7 +321,7 @@ impl SqlReads for PgStore {
     async fn fetch(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<Vec<PgRow>, StoreError> {
         fetch_all(&self.pool, sql, args)
             .await
-            .map_err(connect::db_err)
+            .map_err(error::db_err)
     }
 
     async fn fetch_events(
@@ -330,7 +331,7 @@ impl SqlReads for PgStore {
     ) -> Result<Vec<PgRow>, StoreError> {
         fetch_all(&self.readers, sql, args)
             .await
-            .map_err(connect::db_err)
+            .map_err(error::db_err)
     }
 
     async fn insert_fork(
@@ -373,13 +374,13 @@ impl SqlDialect for PgStore {
         bind(sqlx::query(sql), args)
             .fetch_optional(&self.pool)
             .await
-            .map_err(connect::db_err)
+            .map_err(error::db_err)
     }
 
     /// On the pool: the pool serves reads beside the writes' own connections.
     async fn fetch_listing(&self, listing: Listing<'_>) -> Result<Vec<PgRow>, StoreError> {
         let query = store::filtered(listing.sql, listing.filter, listing.limit, listing.tail);
-        query.fetch_all(&self.pool).await.map_err(connect::db_err)
+        query.fetch_all(&self.pool).await.map_err(error::db_err)
     }
 
     fn head_cache(&self) -> &HeadCache {

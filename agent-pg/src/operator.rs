@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 
-use crate::connect::db_err;
+use crate::error::db_err;
 use crate::{PgStore, sql};
 
 /// An operator's transaction on PostgreSQL: each run it plans from is locked first.

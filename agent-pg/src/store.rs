@@ -18,7 +18,7 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use crate::connect::db_err;
+use crate::error::db_err;
 use crate::group_commit::PgGroupCommit;
 use crate::{PgStore, schedule_sql, sql};
 

@@ -9,7 +9,7 @@ use syn::{Ident, ItemFn, Type};
 use crate::attr::Kind;
 use crate::tool::Tool;
 
-use super::{ATTR, Args, Param, Plain};
+use super::read::{ATTR, Args, Param, Plain};
 
 /// The input generated from the arguments: a struct with one public field per argument,
 /// documented by the argument's doc comment, with serde and JSON-schema derives (through

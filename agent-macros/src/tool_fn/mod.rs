@@ -18,7 +18,7 @@
 use heck::ToUpperCamelCase;
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
-use syn::{Ident, ItemFn, Path, Type};
+use syn::{Ident, ItemFn, Type};
 
 use crate::attr::Kind;
 use crate::ctxt::{Ctxt, Message};
@@ -29,43 +29,9 @@ mod generate;
 mod read;
 
 use generate::{build_impl, compensate_impl, execute_impl, input_struct, item_type};
-use read::{check_compensation, check_name, check_signature, output, params, parse_args};
-
-const ATTR: &str = "tool_fn";
-const KEYS: &str = "`read`, `write`, `hybrid`, `kind`, `timeout_ms`, `retries`, `cache`, `journal_with_commit`, `compensate`, `compensate_input`, `crate`";
-
-/// What `#[tool_fn(...)]` says.
-#[derive(Default)]
-struct Args {
-    kind: Option<(Span, Kind)>,
-    timeout_ms: Option<u64>,
-    retries: Option<u32>,
-    cache: Option<bool>,
-    journal_with_commit: Option<bool>,
-    compensate: Option<Path>,
-    compensate_input: Option<Path>,
-    krate: Option<Path>,
-}
-
-/// How one parameter of the function is filled in by the generated `Execute` impl.
-enum Param {
-    /// `Shared<T>`: a field of the tool type, cloned into each call.
-    Shared { field: Ident, ty: Box<Type> },
-    /// `&ToolContext`.
-    Context,
-    /// The tool's input (the struct form: one undocumented parameter).
-    Input,
-    /// A field of the input struct generated from the parameters (the arguments form).
-    Argument(Ident),
-}
-
-/// A parameter that is neither `Shared<T>` nor `&ToolContext`: the input, or one argument.
-struct Plain {
-    ident: Option<Ident>,
-    span: Span,
-    ty: Type,
-    docs: Vec<syn::Attribute>,
-}
+use read::{
+    ATTR, Param, check_compensation, check_name, check_signature, output, params, parse_args,
+};
 
 pub(crate) fn expand(args: TokenStream, item: &TokenStream) -> TokenStream {
     let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {

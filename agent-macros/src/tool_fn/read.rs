@@ -15,7 +15,41 @@ use crate::attr::Kind;
 use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
-use super::{ATTR, Args, KEYS, Param, Plain};
+pub(super) const ATTR: &str = "tool_fn";
+const KEYS: &str = "`read`, `write`, `hybrid`, `kind`, `timeout_ms`, `retries`, `cache`, `journal_with_commit`, `compensate`, `compensate_input`, `crate`";
+
+/// What `#[tool_fn(...)]` says.
+#[derive(Default)]
+pub(super) struct Args {
+    pub(super) kind: Option<(Span, Kind)>,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) retries: Option<u32>,
+    pub(super) cache: Option<bool>,
+    pub(super) journal_with_commit: Option<bool>,
+    pub(super) compensate: Option<Path>,
+    pub(super) compensate_input: Option<Path>,
+    pub(super) krate: Option<Path>,
+}
+
+/// How one parameter of the function is filled in by the generated `Execute` impl.
+pub(super) enum Param {
+    /// `Shared<T>`: a field of the tool type, cloned into each call.
+    Shared { field: Ident, ty: Box<Type> },
+    /// `&ToolContext`.
+    Context,
+    /// The tool's input (the struct form: one undocumented parameter).
+    Input,
+    /// A field of the input struct generated from the parameters (the arguments form).
+    Argument(Ident),
+}
+
+/// A parameter that is neither `Shared<T>` nor `&ToolContext`: the input, or one argument.
+pub(super) struct Plain {
+    pub(super) ident: Option<Ident>,
+    pub(super) span: Span,
+    pub(super) ty: Type,
+    pub(super) docs: Vec<syn::Attribute>,
+}
 
 pub(super) fn parse_args(cx: &Ctxt, args: TokenStream) -> Args {
     let mut out = Args::default();

@@ -11,52 +11,19 @@
 use std::collections::HashMap;
 
 use agent_core::store::{
-    CallStatus, EntryKind, EventBuilder, EventCursor, EventScope, JournalEntry, Millis,
-    OperatorNote, RunEvent, RunFailure, SignalRecord, StatusChange, StoreError, TransitionFacts,
-    TransitionKind, TransitionRecord, WaitingFor,
+    CallStatus, EntryKind, EventBuilder, EventCursor, EventScope, JournalEntry, OperatorNote,
+    RunEvent, RunFailure, SignalRecord, StatusChange, StoreError, TransitionFacts, TransitionKind,
+    TransitionRecord, WaitingFor,
 };
 use serde_json::Value;
-use sqlx::FromRow;
-use sqlx::types::Json;
+
+pub use row::EventRow;
 
 use crate::reads::{Arg, SqlReads};
 use crate::rows::{SqlRow, parse_serde, parse_status};
 use crate::{corrupt, to_i64, to_u64};
 
-/// One record of a run, as the event statements return it: `source` says which, and the
-/// columns that kind of record has are set (the others are `NULL`).
-#[derive(Debug, FromRow)]
-pub struct EventRow {
-    source: String,
-    run_id: String,
-    agent: String,
-    position: i64,
-    at: Millis,
-    version: Option<i64>,
-    seq: Option<i32>,
-    kind: Option<String>,
-    name: Option<String>,
-    from_state: Option<String>,
-    to_state: Option<String>,
-    status: Option<String>,
-    tool_kind: Option<String>,
-    idempotency_key: Option<String>,
-    attempts: Option<i32>,
-    duration_ms: Option<i64>,
-    error_class: Option<String>,
-    error_code: Option<String>,
-    error_message: Option<String>,
-    waiting_for: Option<String>,
-    wake_at: Option<Millis>,
-    note_by: Option<String>,
-    note_reason: Option<String>,
-    signal_id: Option<i64>,
-    signal_name: Option<String>,
-    input: Option<Json<Value>>,
-    output: Option<Json<Value>>,
-    started_position: Option<i64>,
-    finished_at: Option<Millis>,
-}
+mod row;
 
 /// `EventLog::events`.
 ///
