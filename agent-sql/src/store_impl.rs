@@ -2,9 +2,17 @@
 //! its impls. [`statements!`](crate::statements) names a dialect's statement texts for
 //! the traits that read them; [`impl_sql_store!`](crate::impl_sql_store) writes the
 //! methods of the contract's roles that are the same on every SQL store, over the
-//! store's [`SqlDialect`](crate::dialect::SqlDialect). Macros, not a generic store type:
-//! the roles are `agent_core`'s traits, which `agent_sql` cannot implement for every
-//! dialect at once (the orphan rule), and the stores keep their own public types.
+//! store's [`SqlDialect`](crate::dialect::SqlDialect). The bodies are generic functions
+//! of [`dialect`](crate::dialect), [`reads`](crate::reads), [`operator`](crate::operator)
+//! and [`retention`](crate::retention); the macro only hands each method to one of them.
+//!
+//! Why a macro and not a generic `SqlStore<D>` with `type PgStore = SqlStore<Pg>`, as sqlx
+//! has `PgPool = Pool<Postgres>`: each store keeps its own public type and constructors
+//! (`PgStore::connect`, `SqliteStore::open`, their settings and statistics), which an
+//! alias of a type defined here could not have (inherent methods belong to the crate that
+//! defines the type), and a newtype around a generic store would forward every method
+//! again. A store's type implements the dialect's traits instead, and this macro writes
+//! its roles' methods once for all of them.
 
 /// The statement texts of [`SqlReads`](crate::reads::SqlReads), [`SqlDialect`](crate::dialect::SqlDialect) or
 /// [`OperatorTx`](crate::operator::OperatorTx),

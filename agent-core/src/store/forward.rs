@@ -1,7 +1,7 @@
 //! Forwarding a role to a wrapped store, for wrappers that change one role and read as
 //! the wrapped store reads.
 
-/// Implement [`HistoryStore`] for a wrapper of a store by handing every method, the provided
+/// Implement [`HistoryStore`](crate::store::HistoryStore) for a wrapper of a store by handing every method, the provided
 /// ones included (the wrapped store's own, faster reads), to one of its fields:
 /// `forward_history_store!(Audited => inner);`. For wrappers that change other roles (a store
 /// that delays, fails or checks some writes, as the conformance suite's broken stores and the
@@ -227,7 +227,7 @@ macro_rules! forward_history_store {
     };
 }
 
-/// Implement [`ScheduleStore`] for a wrapper of a store by handing every method to one of
+/// Implement [`ScheduleStore`](crate::store::ScheduleStore) for a wrapper of a store by handing every method to one of
 /// its fields: `forward_schedule_store!(Audited => inner);`. For wrappers that change
 /// other roles (a store that counts, delays or fails some calls, as the conformance
 /// suite's broken stores do) and keep the schedules as the wrapped store does.
