@@ -671,22 +671,23 @@ pub(crate) const TOOL_STATS: &str = "WITH calls AS (SELECT name, kind, status, d
        errs.by_code FROM agg LEFT JOIN errs ON errs.name = agg.name AND errs.kind = agg.kind \
      ORDER BY agg.name COLLATE \"C\", agg.kind COLLATE \"C\"";
 
-/// `OperatorStore::repair_run`'s compare-and-set: the run still quarantined at the planned epoch and
-/// last stored version, no live lease; the row rewritten from the restored state, and the
-/// repair's transition inserted off its `RETURNING` (nothing when the row did not match).
+/// `OperatorStore::repair_run`'s compare-and-set: the run still in the planned status (`$12`)
+/// at the planned epoch and last stored version, no live lease; the row rewritten from the
+/// restored or edited state, and the transition (kind `$13`, `repair` or `edited`) inserted
+/// off its `RETURNING` (nothing when the row did not match).
 pub(crate) const REPAIR_RUN: &str = "WITH upd AS (UPDATE runs SET state = $2::jsonb, \
      state_name = $3, version = $4, snapshot_version = $4, status = 'running', \
      waiting_for = NULL, wake_at = NULL, error_code = NULL, error_message = NULL, epoch = $5, \
      lease_owner = NULL, lease_expires_at = NULL, claims_without_progress = 0, \
      last_hash = $6, patch_bytes = 0, cancel_requested_by = NULL, cancel_reason = NULL, \
      updated_at = clock_timestamp() \
-     WHERE id = $1 AND status = 'quarantined' AND epoch = $7 \
+     WHERE id = $1 AND status = $12 AND epoch = $7 \
      AND (lease_owner IS NULL OR lease_expires_at <= clock_timestamp()) \
      AND (SELECT max(version) FROM transitions WHERE run_id = $1) = $8 \
      RETURNING id, version, epoch, updated_at, state) \
      INSERT INTO transitions (run_id, version, from_state, to_state, kind, status, epoch, \
      created_at, hash, payload_kind, payload, note_by, note_reason) \
-     SELECT id, version, $9, $3, 'repair', 'running', epoch, updated_at, $6, 'snapshot', state, \
+     SELECT id, version, $9, $3, $13, 'running', epoch, updated_at, $6, 'snapshot', state, \
      $10, $11 FROM upd";
 
 /// `RunStore::migrate_run`, after [`OPERATOR_TRANSITION`] wrote the `migrated` version in the

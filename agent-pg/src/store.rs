@@ -114,6 +114,8 @@ agent_sql::impl_sql_store!(PgStore {
                 .bind(&commit.from_state)
                 .bind(&commit.note.by)
                 .bind(&commit.note.reason)
+                .bind(commit.expected_status.as_str())
+                .bind(commit.kind.as_str())
                 .execute(&self.pool)
                 .await
                 .map_err(db_err)?;

@@ -562,14 +562,15 @@ pub(crate) const STORAGE_BYTES: &str = "SELECT \
    + (SELECT COALESCE(sum(length(output) + 24), 0) FROM outputs WHERE run_id = $1) \
    + (SELECT COALESCE(sum(length(state) + 160), 0) FROM runs WHERE id = $1)";
 
-/// `OperatorStore::repair_run`'s compare-and-set: the run still quarantined at the planned epoch and
-/// last stored version, no live lease; the row rewritten from the restored state.
+/// `OperatorStore::repair_run`'s compare-and-set: the run still in the planned status (`$10`)
+/// at the planned epoch and last stored version, no live lease; the row rewritten from the
+/// restored or edited state.
 pub(crate) const REPAIR_RUN: &str = "UPDATE runs SET state = $2, state_name = $3, version = $4, \
      snapshot_version = $4, status = 'running', waiting_for = NULL, wake_at = NULL, \
      error_code = NULL, error_message = NULL, epoch = $5, lease_owner = NULL, \
      lease_expires_at = NULL, claims_without_progress = 0, last_hash = $6, patch_bytes = 0, \
      cancel_requested_by = NULL, cancel_reason = NULL, updated_at = $7 \
-     WHERE id = $1 AND status = 'quarantined' AND epoch = $8 \
+     WHERE id = $1 AND status = $10 AND epoch = $8 \
      AND (lease_owner IS NULL OR lease_expires_at <= $7) \
      AND (SELECT max(version) FROM transitions WHERE run_id = $1) = $9";
 

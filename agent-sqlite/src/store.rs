@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_core::store::{
     ClaimReads, Claimed, HistoryStore, Lease, NewRun, RepairCommit, RunFilter, RunRecord,
-    RunStatus, StoreError, TransitionKind, now_ms,
+    RunStatus, StoreError, now_ms,
 };
 use agent_sql::dialect::{ClaimedRow, ListingTail, claimed_row};
 use agent_sql::{corrupt, ms, repair_refused, rows, to_i64};
@@ -69,6 +69,7 @@ agent_sql::impl_sql_store!(SqliteStore {
                 .bind(now)
                 .bind(to_i64(commit.expected_epoch))
                 .bind(to_i64(commit.last_version))
+                .bind(commit.expected_status.as_str())
                 .execute(&mut *tx)
                 .await
                 .map_err(db_err)?;
@@ -81,7 +82,7 @@ agent_sql::impl_sql_store!(SqliteStore {
                 .bind(to_i64(commit.version()))
                 .bind(&commit.from_state)
                 .bind(&commit.to_state)
-                .bind(TransitionKind::Repair.as_str())
+                .bind(commit.kind.as_str())
                 .bind(RunStatus::Running.as_str())
                 .bind(to_i64(commit.epoch()))
                 .bind(now)

@@ -158,6 +158,15 @@ async fn check_history(store: &dyn Store, record: &RunRecord) -> Result<(), Stri
             }
             // An operator's reset goes back to a state the run was in, not along an edge.
             TransitionKind::Repair => graph.state(&t.to_state).is_some(),
+            // An operator's edit stays in the state or takes an edge, unless its note says
+            // it overrode the graph.
+            TransitionKind::Edited => {
+                t.from_state == t.to_state
+                    || graph.has_edge(&t.from_state, &t.to_state)
+                    || t.note
+                        .as_ref()
+                        .is_some_and(|n| n.reason.contains("[graph overridden"))
+            }
             // A migration maps a state of an older version to one of this version's: it
             // names who wrote it, and leads to a state the graph has.
             TransitionKind::Migrated => {

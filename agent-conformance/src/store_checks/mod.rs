@@ -158,6 +158,7 @@ async fn verify_chain(store: &Arc<dyn Store>, run_id: &str) -> CheckResult {
 
 mod children;
 mod commits;
+mod edit;
 mod events;
 mod history;
 mod journal;
@@ -178,6 +179,7 @@ pub use commits::{
     check_commits_across_a_reclaim, check_final_commit_ends_the_lease, check_quarantine_is_fenced,
     check_stale_epoch_is_fenced, check_version_chain_single_winner,
 };
+pub use edit::{check_edit_by_patch, check_edit_is_one_audited_transition};
 pub use events::{
     check_events_by_agent_and_of_all, check_events_follow_the_records,
     check_events_of_parallel_calls_are_not_lost, check_events_resume_from_any_cursor,

@@ -277,6 +277,7 @@ where
             TransitionKind::Cancel
             | TransitionKind::Terminate
             | TransitionKind::Repair
+            | TransitionKind::Edited
             | TransitionKind::SignalDropped
             | TransitionKind::Start => {
                 return StepVerdict::Skipped(SkipReason::Operator { kind: next.kind });

@@ -32,6 +32,7 @@ mod children;
 mod commit;
 mod config;
 mod cx;
+mod edit;
 mod error;
 mod faults;
 pub(crate) mod imported;

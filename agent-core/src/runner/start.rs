@@ -1,4 +1,4 @@
-//! Starting and signalling runs from JSON, with the agent's types erased: what every
+//! Starting, signalling and editing runs from JSON, with the agent's types erased: what every
 //! trigger that is not the service's own code shares (the HTTP API, schedules, webhooks,
 //! message triggers). A state is read as the agent's enum and checked to be an initial
 //! state, then started through the agent's [`Runner`] as the service's own code would; a
@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::{Runner, RunnerError};
 use crate::agent::{Agent, Handle};
+use crate::store::edit::{Edit, EditError};
 use crate::store::{Labels, RunRecord, SignalReceipt};
 
 /// Why a run could not be started from JSON.
@@ -44,6 +45,19 @@ pub trait JsonStarter: Send + Sync {
         state: Value,
         labels: Labels,
     ) -> BoxFuture<'_, Result<RunRecord, StartError>>;
+
+    /// Edit the state of run `run_id` of this agent ([`Runner::edit_run`]): the new state
+    /// read as the agent's enum and sealed as the runner seals states. A starter that is not
+    /// a [`Runner`] edits nothing unless it says how: the default refuses.
+    fn edit_json(&self, run_id: String, edit: Edit) -> BoxFuture<'_, Result<RunRecord, EditError>> {
+        drop(edit);
+        Box::pin(async move {
+            Err(EditError::Invalid {
+                run_id,
+                problem: format!("the starter of agent `{}` does not edit runs", self.agent()),
+            })
+        })
+    }
 }
 
 impl<A, H> JsonStarter for Runner<A, H>
@@ -74,6 +88,10 @@ where
                     e => StartError::Runner(e),
                 })
         })
+    }
+
+    fn edit_json(&self, run_id: String, edit: Edit) -> BoxFuture<'_, Result<RunRecord, EditError>> {
+        Box::pin(async move { self.edit_run(&run_id, edit).await })
     }
 }
 

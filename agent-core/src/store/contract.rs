@@ -537,12 +537,14 @@ pub trait OperatorStore: HistoryStore {
         error: Option<RunFailure>,
     ) -> Result<RunRecord, StoreError>;
 
-    /// Write a planned [repair](mod@super::repair) of a quarantined run in one write: the
-    /// transition `commit.version()` (kind `repair`, status running, the restored state as a
-    /// snapshot, `commit.hash`), and the run row rewritten from it (that state and version,
+    /// Write a planned [repair](mod@super::repair) of a quarantined run, or an
+    /// [edit](mod@super::edit) of a stopped run's state, in one write: the transition
+    /// `commit.version()` (kind `commit.kind`, status running, the state as a snapshot,
+    /// `commit.hash`, the note), and the run row rewritten from it (that state and version,
     /// running, error and wait cleared, no lease, epoch `commit.epoch()`). Refused with
-    /// [`StoreError::Conflict`] and nothing written when the run is no longer quarantined,
-    /// its epoch or last stored version moved, or a live lease holds it.
+    /// [`StoreError::Conflict`] and nothing written when the run's status is no longer
+    /// `commit.expected_status`, its epoch or last stored version moved, or a live lease
+    /// holds it.
     async fn repair_run(&self, commit: &RepairCommit) -> Result<RunRecord, StoreError>;
 
     /// Drop the pending signal `signal_id` of run `run_id` for an operator: in one write,

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`HistoryStore`] | reading runs, histories, journals, signals, graphs; time travel | every reader: the inspector, `agentctl show`, verification |
 //! | [`RunStore`] | creating, claiming, journaling and committing runs | the runner and its workers |
-//! | [`OperatorStore`] | cancel, terminate, retry, repair, drop a signal, prune, tool switches | `agentctl`, the HTTP API |
+//! | [`OperatorStore`] | cancel, terminate, retry, repair, edit a state, drop a signal, prune, tool switches | `agentctl`, the HTTP API |
 //! | [`EventLog`] | the events of committed records, and wake-ups to follow them | followers, streams |
 //!
 //! [`Store`] is their sum: a backend implements the four roles, and has `Store` for free.
@@ -33,6 +33,7 @@
 mod canonical;
 mod chain;
 mod contract;
+pub mod edit;
 mod error;
 pub mod events;
 pub mod export;

@@ -130,6 +130,7 @@ async fn overlay(cx: &Ctx, run: &agent_core::store::RunRecord) -> Result<PathOve
             | TransitionKind::Cancel
             | TransitionKind::Terminate
             | TransitionKind::Repair
+            | TransitionKind::Edited
             | TransitionKind::Migrated
             | TransitionKind::SignalDropped => {}
         }

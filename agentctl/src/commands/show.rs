@@ -438,6 +438,7 @@ fn transition_row(cx: &Ctx, t: &TransitionRecord, state: Option<&StateAtVersion>
         | TransitionKind::Cancel
         | TransitionKind::Terminate
         | TransitionKind::SignalDropped
+        | TransitionKind::Edited
             if t.from_state == t.to_state =>
         {
             t.to_state.clone()
@@ -448,7 +449,7 @@ fn transition_row(cx: &Ctx, t: &TransitionRecord, state: Option<&StateAtVersion>
         TransitionKind::Error | TransitionKind::Terminate => {
             cx.out.cell(t.kind.as_str(), Color::Red)
         }
-        TransitionKind::Cancel | TransitionKind::SignalDropped => {
+        TransitionKind::Cancel | TransitionKind::SignalDropped | TransitionKind::Edited => {
             cx.out.cell(t.kind.as_str(), Color::Magenta)
         }
         kind => cx.out.cell(kind.as_str(), Color::Blue),

@@ -11,8 +11,8 @@ use crate::store::history::VersionPayload;
 use crate::store::operator::{self, OperatorPlan};
 use crate::store::{
     CallStatus, JournalEntry, Millis, OperatorNote, OperatorStore, PruneReport, RepairCommit,
-    RetentionPolicy, RunFailure, RunRecord, RunStatus, StoreError, ToolSwitch, TransitionKind,
-    TransitionRecord, now_ms,
+    RetentionPolicy, RunFailure, RunRecord, RunStatus, StoreError, ToolSwitch, TransitionRecord,
+    now_ms,
 };
 use crate::tool::ToolKind;
 
@@ -201,7 +201,7 @@ impl OperatorStore for MemoryStore {
             let mut g = self.lock();
             let data = g.run_mut(&commit.run_id)?;
             let last = data.versions.keys().next_back().copied();
-            let moved = data.record.status != RunStatus::Quarantined
+            let moved = data.record.status != commit.expected_status
                 || data.record.epoch != commit.expected_epoch
                 || last != Some(commit.last_version)
                 || lease_alive(&data.record, now);
@@ -225,7 +225,7 @@ impl OperatorStore for MemoryStore {
                         version,
                         from_state: commit.from_state.clone(),
                         to_state: commit.to_state.clone(),
-                        kind: TransitionKind::Repair,
+                        kind: commit.kind,
                         status: RunStatus::Running,
                         epoch: commit.epoch(),
                         created_at: now,

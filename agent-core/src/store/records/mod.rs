@@ -156,6 +156,7 @@ mod tests {
                 TransitionKind::Repair,
                 TransitionKind::Migrated,
                 TransitionKind::SignalDropped,
+                TransitionKind::Edited,
             ],
             &[
                 "start",
@@ -167,6 +168,7 @@ mod tests {
                 "repair",
                 "migrated",
                 "signal_dropped",
+                "edited",
             ],
             |s| s.as_str(),
             TransitionKind::parse,

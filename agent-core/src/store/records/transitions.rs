@@ -41,6 +41,10 @@ pub enum TransitionKind {
     /// An operator reset a quarantined run to an earlier version's state
     /// ([`repair`](mod@crate::store::repair)).
     Repair,
+    /// An operator replaced the state of a stopped run (waiting, failed, quarantined or
+    /// dead-lettered) and let it continue ([`edit`](mod@crate::store::edit)); the note says
+    /// who and why, and whether the edit took an edge the graph does not declare.
+    Edited,
     /// A worker of a newer version of the agent moved the run to it
     /// ([`RunStore::migrate_run`](crate::store::RunStore::migrate_run)); the note says from which
     /// version and fingerprint to which ([`MigrationNote`](crate::store::MigrationNote)).

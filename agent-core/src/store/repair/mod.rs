@@ -17,8 +17,8 @@ pub use commit::RepairCommit;
 
 use super::verify::verify_chain;
 use super::{
-    HistoryStore, OperatorNote, OperatorStore, RunRecord, RunStatus, StoreError, now_ms,
-    transition_hash,
+    HistoryStore, OperatorNote, OperatorStore, RunRecord, RunStatus, StoreError, TransitionKind,
+    now_ms, transition_hash,
 };
 
 /// Why a repair was refused. Nothing was written.
@@ -138,6 +138,8 @@ pub async fn plan_repair(
     }
     let mut commit = RepairCommit {
         run_id: run_id.to_owned(),
+        kind: TransitionKind::Repair,
+        expected_status: RunStatus::Quarantined,
         expected_epoch: run.epoch,
         last_version: last.version,
         from_state: last.to_state.clone(),
