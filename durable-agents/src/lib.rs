@@ -193,7 +193,7 @@ pub mod store {
         ToolSwitch, TransitionKind, TransitionRecord, WaitingFor, canonical_json, idempotency_key,
         input_hash, new_run_id,
     };
-    pub use agent_core::store::{export, location, memory, repair, verify};
+    pub use agent_core::store::{edit, export, location, memory, repair, verify};
 }
 
 /// For authors of a store backend: the runner's role of the contract ([`RunStore`](agent_core::store::RunStore)),
