@@ -114,15 +114,24 @@ async fn a_failed_run_edited_continues_from_the_edited_state() {
         .find(|t| t.kind == TransitionKind::Edited)
         .expect("an edited transition");
     assert_eq!(edit.note, Some(note()));
-    assert_eq!((edit.from_state.as_str(), edit.to_state.as_str()), ("Check", "Check"));
     assert_eq!(
-        history.iter().filter(|t| t.kind == TransitionKind::Edited).count(),
+        (edit.from_state.as_str(), edit.to_state.as_str()),
+        ("Check", "Check")
+    );
+    assert_eq!(
+        history
+            .iter()
+            .filter(|t| t.kind == TransitionKind::Edited)
+            .count(),
         1
     );
     let report = verify_run(store.as_ref(), &done).await.unwrap();
     assert!(report.ok, "{:?}", report.problem);
     let text = stored_text(&store, "r1").await;
-    assert!(!text.contains(KEY), "the key is stored in the clear: {text}");
+    assert!(
+        !text.contains(KEY),
+        "the key is stored in the clear: {text}"
+    );
 }
 
 #[tokio::test]
@@ -181,7 +190,10 @@ async fn a_state_the_agent_does_not_read_is_refused_and_nothing_is_written() {
         );
     }
     let after = store.load_run("r3").await.unwrap().unwrap();
-    assert_eq!(after.version, failed.version, "a refused edit wrote a version");
+    assert_eq!(
+        after.version, failed.version,
+        "a refused edit wrote a version"
+    );
     assert_eq!(after.status, RunStatus::Failed);
 }
 

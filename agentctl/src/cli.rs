@@ -133,6 +133,10 @@ pub(crate) enum Command {
     /// Reset a quarantined run to an earlier version whose hash chain verifies, as a new
     /// `repair` transition; the workers then run it from there.
     Repair(RepairArgs),
+    /// Correct the state of a waiting, failed, quarantined or dead-lettered run and let it
+    /// continue, as a new `edited` transition with who and why (a whole state, or a JSON
+    /// Patch of the current one).
+    Edit(EditArgs),
     /// Recompute a run's hash chain and report the first modified, deleted or reordered row.
     Verify(VerifyArgs),
     /// List the agents whose graphs the workers registered.
@@ -280,6 +284,7 @@ impl Command {
             | Self::Resume(_)
             | Self::Retry(_)
             | Self::Repair(_)
+            | Self::Edit(_)
             | Self::Cancel(_)
             | Self::Terminate(_)
             | Self::DropSignal(_)
@@ -525,6 +530,35 @@ pub(crate) struct RepairArgs {
     #[arg(long)]
     pub reason: String,
     /// Who repairs (recorded with the transition).
+    #[arg(long, env = "USER", value_name = "WHO")]
+    pub by: String,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("new_state").required(true).args(["state", "patch"])))]
+pub(crate) struct EditArgs {
+    /// The run's id.
+    pub run: String,
+    /// The whole new state, as JSON, as the agent's enum serializes it
+    /// (`'{"Review": {"amount": 50}}'`; `agentctl state RUN` prints the current one).
+    #[arg(long, value_parser = parse_json, value_name = "JSON")]
+    pub state: Option<serde_json::Value>,
+    /// A JSON Patch (RFC 6902) of the current state
+    /// (`'[{"op": "replace", "path": "/Review/amount", "value": 50}]'`).
+    #[arg(long, value_parser = parse_json, value_name = "JSON")]
+    pub patch: Option<serde_json::Value>,
+    /// The new state's name, for an enum whose JSON does not start with it (an internal or
+    /// adjacent serde tag).
+    #[arg(long, value_name = "STATE")]
+    pub state_name: Option<String>,
+    /// Allow a state the graph does not lead to from the current one (recorded with the
+    /// transition).
+    #[arg(long)]
+    pub override_graph: bool,
+    /// Why (recorded with the `edited` transition).
+    #[arg(long)]
+    pub reason: String,
+    /// Who edits (recorded with the transition).
     #[arg(long, env = "USER", value_name = "WHO")]
     pub by: String,
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use agent_conformance::fixture;
 use agent_core::graph::GraphDescription;
-use agent_core::store::RunStatus;
+use agent_core::store::{RunStatus, TransitionKind};
 use common::{CANCELLED, DECLINED, DONE, Db, PAID_WAITING, SAGA_STUCK, STUCK};
 use serde_json::{Value, json};
 
@@ -250,7 +250,7 @@ fn fork_starts_a_run_from_a_version(new_db: fn() -> Db) {
     // Forked from its final state: a worker's first step marks it completed.
     assert_eq!(json["forked_from"]["version"], 4, "{json}");
     assert_eq!(json["state"], "Done", "{json}");
-    assert_eq!(json["status"], "running", "{json}");
+    assert_eq!(json["run"]["status"], "running", "{json}");
 }
 
 fn graph_exports(new_db: fn() -> Db) {
@@ -1202,6 +1202,142 @@ fn follow_and_watch_print_events_as_they_come(new_db: fn() -> Db) {
 }
 
 /// Every test above runs on SQLite, and on PostgreSQL when one is configured.
+/// `agentctl edit`: a waiting run's state patched, one audited `edited` transition the chain
+/// verifies, the run waiting again in the edited state and completing; refusals with what to
+/// do; and a state the agent's type does not read, which agentctl cannot check, held by the
+/// worker before any handler runs (quarantined) and edited again.
+fn edit_corrects_a_stopped_runs_state(new_db: fn() -> Db) {
+    let db = new_db();
+    // Refused, nothing written: an ended run, a state the graph does not lead to, a patch
+    // that does not apply.
+    for (args, says) in [
+        (
+            vec!["edit", DONE, "--state", r#"{"Pay": {"cents": 1}}"#],
+            "fork it",
+        ),
+        (
+            vec![
+                "edit",
+                PAID_WAITING,
+                "--state",
+                r#"{"Start": {"items": []}}"#,
+            ],
+            "--override-graph",
+        ),
+        (
+            vec![
+                "edit",
+                PAID_WAITING,
+                "--patch",
+                r#"[{"op": "remove", "path": "/Nope"}]"#,
+            ],
+            "does not apply",
+        ),
+    ] {
+        let mut all = args.clone();
+        all.extend(["--reason", "test", "--by", "ops"]);
+        let out = db.agentctl(&all);
+        assert_eq!(code(&out), 1, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    // `--state` or `--patch` is required.
+    let neither = db.agentctl(&["edit", PAID_WAITING, "--reason", "r", "--by", "ops"]);
+    assert_eq!(code(&neither), 2, "{}", stderr(&neither));
+
+    let patch = r#"[{"op": "replace", "path": "/Confirm/payment_id", "value": "pay-corrected"}]"#;
+    let out = db.ok(&[
+        "edit",
+        PAID_WAITING,
+        "--patch",
+        patch,
+        "--reason",
+        "wrong payment",
+        "--by",
+        "ops",
+    ]);
+    assert!(
+        out.contains("edited run") && out.contains("`Confirm`"),
+        "{out}"
+    );
+    let state = db.json(&["state", PAID_WAITING]);
+    assert!(state.to_string().contains("pay-corrected"), "{state}");
+    let shown = db.ok(&["show", PAID_WAITING]);
+    assert!(
+        shown.contains("edited") && shown.contains("wrong payment"),
+        "{shown}"
+    );
+    db.ok(&["verify", PAID_WAITING]);
+    // Now running: a worker drives it, so it is not edited.
+    let running = db.agentctl(&[
+        "edit",
+        PAID_WAITING,
+        "--patch",
+        patch,
+        "--reason",
+        "r",
+        "--by",
+        "o",
+    ]);
+    assert!(
+        stderr(&running).contains("is running"),
+        "{}",
+        stderr(&running)
+    );
+
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let world = std::sync::Arc::new(agent_conformance::fixture::World::default());
+        let runner = common::runner(&store, &world, "Pay");
+        let waiting = runner.run(PAID_WAITING).await.expect("run the edited run");
+        assert_eq!(waiting.status, RunStatus::Waiting, "{waiting:?}");
+        let versions = store.history(PAID_WAITING).await.unwrap();
+        assert_eq!(
+            versions
+                .iter()
+                .filter(|t| t.kind == TransitionKind::Edited)
+                .count(),
+            1
+        );
+    });
+
+    // A state `agentctl` cannot check (it links no agent): the worker holds the run before
+    // any handler runs, and an operator edits it again.
+    db.ok(&[
+        "edit",
+        STUCK,
+        "--state",
+        r#"{"Confirm": {"payment_id": 42}}"#,
+        "--reason",
+        "typo",
+        "--by",
+        "ops",
+    ]);
+    db.runtime.block_on(async {
+        let store = db.store().await;
+        let world = std::sync::Arc::new(agent_conformance::fixture::World::default());
+        let runner = common::runner(&store, &world, "Pay");
+        let held = runner.run(STUCK).await.expect("run");
+        assert_eq!(held.status, RunStatus::Quarantined, "{held:?}");
+        assert!(
+            world.state().applied.is_empty(),
+            "a handler ran on the bad state"
+        );
+    });
+    db.ok(&[
+        "edit",
+        STUCK,
+        "--state",
+        r#"{"Confirm": {"payment_id": "pay-1"}}"#,
+        "--reason",
+        "fixed",
+        "--by",
+        "ops",
+    ]);
+    let json = db.json(&["show", STUCK]);
+    assert_eq!(json["run"]["status"], "running", "{json}");
+    db.ok(&["verify", STUCK]);
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1376,4 +1512,5 @@ on_both_backends!(
     runs_filter_by_label,
     children_are_listed_and_named,
     follow_and_watch_print_events_as_they_come,
+    edit_corrects_a_stopped_runs_state,
 );

@@ -15,6 +15,7 @@ use crate::store;
 mod agents;
 mod backup;
 mod coverage;
+mod edit;
 mod export;
 mod follow;
 mod fork;
@@ -122,6 +123,7 @@ pub(crate) async fn run(
         Command::Resume(args) => requeue::run(&cx, &args.run, requeue::Mode::Resume).await,
         Command::Retry(args) => requeue::run(&cx, &args.run, requeue::Mode::Retry).await,
         Command::Repair(args) => repair::run(&cx, &args).await,
+        Command::Edit(args) => edit::run(&cx, args).await,
         Command::Verify(args) => match args.run {
             Some(run) => verify::run(&cx, &run).await,
             None => verify::all(&cx).await,
