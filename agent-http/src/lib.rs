@@ -47,6 +47,7 @@
 mod agents;
 mod auth;
 mod edge;
+mod edit;
 mod error;
 mod events;
 mod extract;
@@ -199,10 +200,11 @@ impl ApiConfig {
         self
     }
 
-    /// The keys a signal's payload is sealed with before it is stored, as a runner seals it
-    /// (`agentctl serve` reads them from `DURABLE_AGENTS_SEAL_KEYS`). Without keys, a signal
-    /// whose payload holds a secret (a sensitive field, or one its declared type marks) is
-    /// refused with 400, and nothing is stored.
+    /// The keys a signal's payload, and an edited state of an agent this service does not
+    /// register, are sealed with before they are stored, as a runner seals them (`agentctl
+    /// serve` reads them from `DURABLE_AGENTS_SEAL_KEYS`). Without keys, a signal whose
+    /// payload holds a secret (a sensitive field, or one its declared type marks) is refused
+    /// with 400, an edited state that holds one with 422, and nothing is stored.
     #[must_use]
     pub fn with_seal_keys(mut self, keys: SealKeys) -> Self {
         self.seal_keys = keys;
@@ -359,6 +361,7 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
     let api = limits(
         Router::new()
             .merge(runs::routes())
+            .merge(edit::routes())
             .merge(events::routes())
             .merge(socket::routes())
             .merge(agents::routes())

@@ -29,6 +29,7 @@ use crate::AppState;
         crate::runs::terminate,
         crate::runs::retry,
         crate::runs::fork,
+        crate::edit::edit_state,
         crate::events::run_events,
         crate::events::events,
         crate::events::run_event_stream,
