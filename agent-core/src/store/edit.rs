@@ -183,13 +183,17 @@ pub async fn plan_edit(
             state
         }
     };
+    // A sealed envelope pasted into a whole state, or put there by the patch, is opened too:
+    // the state is sealed again as a whole below, and a sealed value must not be sealed twice.
     check.keys.open_all(&mut state).map_err(unsealed)?;
     let graph = store
         .agent_graph(&run.agent, Some(&run.fingerprint))
         .await?
         .ok_or_else(|| invalid(format!("the graph of agent `{}` is not stored", run.agent)))?;
+    // The agent's reading of the state may quote a value of it (serde's "invalid type:
+    // string ..."): the message is redacted as every message that leaves the runner is.
     let to_state = state_name(&graph, &state, edit.state_name.as_deref(), check.read_state)
-        .map_err(invalid)?;
+        .map_err(|e| invalid(check.redactor.text(&e)))?;
     SealPolicy {
         redactor: check.redactor,
         marked: &[],

@@ -329,6 +329,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/state": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Correct the state of a waiting, failed, quarantined or dead-lettered run and let it
+         *     continue: one `edited` transition with who and why, which `verify` checks like any
+         *     other. A different variant must be one the graph leads to from the current state,
+         *     unless `override_graph`. Where this service registers the run's agent, the state is
+         *     read as the agent's type first; otherwise the next worker reads it before any handler
+         *     runs, and a state that does not read quarantines the run.
+         */
+        post: operations["edit_state"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/state/{version}": {
         parameters: {
             query?: never;
@@ -605,6 +629,27 @@ export interface components {
              * @description The signal's id.
              */
             signal_id: number;
+        };
+        /** @description A run's new state, with who and why: `state` or `patch`, not both. */
+        EditBody: {
+            /** @description Who edits (recorded with the transition); `http` when absent. */
+            by?: string | null;
+            /**
+             * @description Allow a state the graph does not lead to from the current one; the transition's
+             *     note records it.
+             */
+            override_graph?: boolean;
+            /** @description A JSON Patch (RFC 6902) of the current state: an array of operations. */
+            patch?: Record<string, never>[] | null;
+            /** @description Why (recorded with the transition). */
+            reason: string;
+            /** @description The whole new state, as the agent's enum serializes it (`{"Review": {"amount": 50}}`). */
+            state?: unknown;
+            /**
+             * @description The new state's name, for an enum whose JSON does not start with it (an internal or
+             *     adjacent serde tag).
+             */
+            state_name?: string | null;
         };
         /**
          * @description What a journal entry records.
@@ -1384,7 +1429,7 @@ export interface components {
          * @description Why a step moved the run.
          * @enum {string}
          */
-        TransitionKind: "start" | "step" | "error" | "status" | "cancel" | "terminate" | "repair" | "migrated" | "signal_dropped";
+        TransitionKind: "start" | "step" | "error" | "status" | "cancel" | "terminate" | "repair" | "edited" | "migrated" | "signal_dropped";
         /** @description One committed version, as history. */
         TransitionRecord: {
             /** @description When it was committed. */
@@ -2841,6 +2886,114 @@ export interface operations {
             };
             /** @description As many event streams open as the server allows (`Retry-After`) */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    edit_state: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EditBody"];
+            };
+        };
+        responses: {
+            /** @description Edited: the run, running at its new version */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunRecord"];
+                };
+            };
+            /** @description A body that is not JSON, a `by` or `reason` too long */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A wrong token, or none configured */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The run is running, ended, waits for its children, is leased, or moved meanwhile */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A body over the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A body that is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A body of the wrong shape, a patch that does not apply, a state the agent or its graph does not allow */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many wrong tokens from this client within a minute: not checked, try again after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
