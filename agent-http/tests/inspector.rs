@@ -777,3 +777,77 @@ async fn a_run_is_forked_at_a_version_with_the_token() {
     assert_eq!(resp.status(), 401);
     assert!(db.store.load_run("no-token").await.unwrap().is_none());
 }
+
+/// The search: an id typed whole opens the run; the first characters of ids and text in the
+/// states find runs among a bounded scan (said on the page), combined with the filters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_page_searches_by_id_prefix_and_state_text() {
+    let db = fixture().await;
+    db.store
+        .create_run(NewRun::new(
+            "note-1",
+            "Notes",
+            "f",
+            "Start",
+            json!({"Start": {"memo": "Refund the Blue Teapot"}}),
+        ))
+        .await
+        .unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    // A whole id: the run's page.
+    let resp = client()
+        .get(server.url("/ui/?q=order-done"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.url().path().ends_with("/ui/runs/order-done"),
+        "{}",
+        resp.url()
+    );
+    // The first characters of ids.
+    let (status, _, body) = page(&server.url("/ui/?q=order-")).await;
+    assert_eq!(status, 200, "{body}");
+    for id in ["order-waiting", "order-cancelled", "order-done"] {
+        assert!(
+            body.contains(&format!(r#"data-run="{id}""#)),
+            "{id}: {body}"
+        );
+    }
+    assert!(!body.contains(r#"data-run="note-1""#));
+    assert!(
+        body.contains("3 found among the 4 newest runs matching the other filters"),
+        "{body}"
+    );
+    assert!(body.contains(r#"<td class="found"><code>id</code></td>"#));
+    assert!(
+        body.contains(r#"value="order-" placeholder"#)
+            || body.contains(r#"name="q" value="order-""#)
+    );
+    // Text in a state, whatever its case, with where it was found.
+    let (_, _, found) = page(&server.url("/ui/?q=blue%20teapot")).await;
+    assert!(found.contains(r#"data-run="note-1""#), "{found}");
+    assert!(
+        found.contains("/Start/memo = &#34;Refund the Blue Teapot&#34;")
+            || found.contains("/Start/memo = &quot;Refund the Blue Teapot&quot;"),
+        "{found}"
+    );
+    assert!(!found.contains(r#"data-run="order-done""#));
+    // With a filter: only the runs it matches are searched.
+    let (_, _, filtered) = page(&server.url("/ui/?q=order-&status=waiting")).await;
+    assert!(filtered.contains(r#"data-run="order-waiting""#));
+    assert!(!filtered.contains(r#"data-run="order-done""#));
+    assert!(
+        filtered.contains("1 found among the 1 newest runs"),
+        "{filtered}"
+    );
+    // Nothing found.
+    let (_, _, none) = page(&server.url("/ui/?q=zzz")).await;
+    assert!(none.contains("No run matches.") && none.contains("0 found among the 4"));
+    // The live section searches the same way (and never redirects).
+    let (status, _, rows) = page(&server.url("/ui/?q=order-done&fragment=rows")).await;
+    assert_eq!(status, 200);
+    assert!(rows.contains(r#"data-run="order-done""#) && !rows.contains("<html"));
+}

@@ -109,6 +109,8 @@ pub(crate) struct RunRow {
     labels: String,
     created: String,
     updated: String,
+    /// Where a search found the run (`id`, or a state's field and value); empty elsewhere.
+    matched: String,
 }
 
 impl From<&RunRecord> for RunRow {
@@ -137,6 +139,7 @@ impl From<&RunRecord> for RunRow {
                 .join(", "),
             created: view::time(r.created_at),
             updated: view::time(r.updated_at),
+            matched: String::new(),
         }
     }
 }
