@@ -778,6 +778,104 @@ async fn a_run_is_forked_at_a_version_with_the_token() {
     assert!(db.store.load_run("no-token").await.unwrap().is_none());
 }
 
+/// A run's children show as a tree (grandchildren nested, each level bounded with an
+/// "N more" link to the runs page filtered by parent), its children counted per status,
+/// and a descendant's page leads back up to the root run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_page_shows_its_family_tree_breadcrumbs_and_rollup() {
+    use agent_core::store::RunStatus;
+
+    let db = Db::new().await;
+    let new = |id: &str| NewRun::new(id, "Tree", "f", "Start", json!({}));
+    db.store.create_run(new("fam-root")).await.unwrap();
+    for i in 1..=25 {
+        db.store
+            .create_run(new(&format!("fam-c{i:02}")).spawned_by("fam-root", 1))
+            .await
+            .unwrap();
+    }
+    for i in 1..=3 {
+        db.store
+            .set_status(&format!("fam-c{i:02}"), RunStatus::Failed, None)
+            .await
+            .unwrap();
+    }
+    // Down four levels from the newest child: the fourth is past the tree's depth.
+    let chain = ["fam-c25", "fam-g1", "fam-gg1", "fam-ggg1"];
+    for pair in chain.windows(2) {
+        db.store
+            .create_run(new(pair[1]).spawned_by(pair[0], 2))
+            .await
+            .unwrap();
+    }
+    db.store
+        .create_run(new("fam-g2").spawned_by("fam-c25", 2))
+        .await
+        .unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/fam-root")).await;
+    assert_eq!(status, 200, "{body}");
+    // The roll-up counts every child, in words.
+    assert!(body.contains("<li>25 in all:</li>"), "{body}");
+    assert!(body.contains(r#"<span class="status s-failed">failed</span> 3"#));
+    assert!(body.contains(r#"<span class="status s-running">running</span> 22"#));
+    // Twenty children listed, the newest first; five more behind a link.
+    let tree = body
+        .split(r#"<ul class="tree" id="child-tree">"#)
+        .nth(1)
+        .expect("the tree");
+    assert!(tree.contains(r#"data-run="fam-c25""#) && tree.contains(r#"data-run="fam-c06""#));
+    assert!(!tree.contains(r#"data-run="fam-c05""#), "{tree}");
+    assert!(
+        tree.contains(r#"<li class="more"><a href="../../ui/?parent=fam-root">5 more</a></li>"#),
+        "{tree}"
+    );
+    // Grandchildren nested under their parent, great-grandchildren under them; the level
+    // past the depth is a link to the page of the run whose children it is.
+    let under_c25 = tree
+        .split(r#"data-run="fam-c25""#)
+        .nth(1)
+        .and_then(|t| t.split(r#"data-run="fam-c24""#).next())
+        .unwrap();
+    assert!(under_c25.contains("· 2 children"), "{under_c25}");
+    assert!(under_c25.contains("<ul>") && under_c25.contains(r#"data-run="fam-g1""#));
+    assert!(under_c25.contains(r#"data-run="fam-gg1""#));
+    assert!(!under_c25.contains(r#"data-run="fam-ggg1""#));
+    assert!(
+        under_c25.contains(
+            r#"<a class="tree-cut" href="../../ui/runs/fam-gg1#children-h">1 children, on its page</a>"#
+        ),
+        "{under_c25}"
+    );
+
+    // From the deepest run, the way up: the root first, each a link, this run last.
+    let (_, _, deep) = page(&server.url("/ui/runs/fam-ggg1")).await;
+    let crumbs = deep
+        .split(r#"id="breadcrumbs""#)
+        .nth(1)
+        .and_then(|b| b.split("</nav>").next())
+        .expect("breadcrumbs");
+    let order: Vec<usize> = ["fam-root", "fam-c25", "fam-g1", "fam-gg1", "fam-ggg1"]
+        .iter()
+        .map(|id| crumbs.find(&format!(">{id}<")).expect(id))
+        .collect();
+    assert!(order.is_sorted(), "{crumbs}");
+    assert!(crumbs.contains(r#"<a href="../../ui/runs/fam-root">fam-root</a>"#));
+    assert!(crumbs.contains(r#"<li aria-current="page">fam-ggg1</li>"#));
+    // A root run has no breadcrumbs; a run without children says so.
+    assert!(!body.contains(r#"id="breadcrumbs""#));
+    assert!(!deep.contains(r#"id="child-tree""#));
+
+    // "5 more" leads to the runs page filtered by parent: every child, counted.
+    let (_, _, children) = page(&server.url("/ui/?parent=fam-root")).await;
+    assert!(
+        children.contains(r#"data-run="fam-c01""#) && !children.contains(r#"data-run="fam-g1""#)
+    );
+    assert!(children.contains(r#"<span class="status s-running">running</span> 22"#));
+    assert!(children.contains(r#"name="parent" value="fam-root""#));
+}
+
 /// The search: an id typed whole opens the run; the first characters of ids and text in the
 /// states find runs among a bounded scan (said on the page), combined with the filters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -850,4 +948,180 @@ async fn the_runs_page_searches_by_id_prefix_and_state_text() {
     let (status, _, rows) = page(&server.url("/ui/?q=order-done&fragment=rows")).await;
     assert_eq!(status, 200);
     assert!(rows.contains(r#"data-run="order-done""#) && !rows.contains("<html"));
+}
+
+/// A run of 2,000 steps: its page stays small (the timeline and the journal paged, the
+/// path summarised) and the pages reach its first version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_run_is_paged_down_to_its_first_version() {
+    use agent_core::store::{RunStatus, StepCommit, TransitionKind};
+    use std::time::Duration;
+
+    const STEPS: u64 = 2_000;
+    let db = Db::new().await;
+    db.store
+        .create_run(NewRun::new(
+            "loop",
+            "Looper",
+            "f",
+            "Tick",
+            json!({"Tick": {"i": 0}}),
+        ))
+        .await
+        .unwrap();
+    let Claimed { lease, .. } = db
+        .store
+        .claim_run("loop", "test", Duration::from_mins(30))
+        .await
+        .unwrap()
+        .unwrap();
+    for v in 0..STEPS {
+        let (from, to) = if v % 2 == 0 {
+            ("Tick", "Tock")
+        } else {
+            ("Tock", "Tick")
+        };
+        let mut entry = common::lookup_entry("loop", 0);
+        entry.version = v;
+        entry.state = from.to_owned();
+        entry.input = json!({"sku": format!("step-{v:04}")});
+        db.store
+            .commit_step(
+                &lease,
+                &StepCommit {
+                    expected_version: v,
+                    from_state: from.to_owned(),
+                    to_state: to.to_owned(),
+                    state: json!({ to: {"i": v + 1, "log": "a line of the run's own notes"} }),
+                    kind: TransitionKind::Step,
+                    status: RunStatus::Running,
+                    waiting_for: None,
+                    wake_at: None,
+                    error: None,
+                    consumed_signal: None,
+                },
+                &[entry],
+            )
+            .await
+            .unwrap();
+    }
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/loop")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.len() < 300_000, "the page is {} bytes", body.len());
+    // The path in one sentence: its ends named, the steps between counted.
+    let path = body
+        .split(r#"<p id="path">"#)
+        .nth(1)
+        .and_then(|p| p.split("</p>").next())
+        .unwrap();
+    assert!(path.contains("… 1994 more steps …"), "{path}");
+    assert!(path.len() < 1_000, "{path}");
+    // The newest versions first, and the way to the oldest.
+    assert!(body.contains(r#"<li id="v2000">"#) && body.contains(r#"<li id="v1951">"#));
+    assert!(!body.contains(r#"<li id="v1950">"#));
+    assert!(body.contains("page 1 of 41"), "{body}");
+    let href = |body: &str, id: &str| -> Option<String> {
+        let rest = body.split(&format!(r#"id="{id}" href=""#)).nth(1)?;
+        Some(
+            rest.split('"')
+                .next()?
+                .replace("&#38;", "&")
+                .replace("&amp;", "&"),
+        )
+    };
+    let oldest = href(&body, "timeline-oldest").expect("a link to the first versions");
+    let (_, _, first) = page(&server.url(&format!("/ui/runs/loop{oldest}"))).await;
+    assert!(first.contains("page 41 of 41"), "{first}");
+    assert!(first.contains(r#"<li id="v0">"#) && !first.contains(r#"<li id="v1">"#));
+    assert!(href(&first, "timeline-older").is_none());
+    // Walking the older pages one at a time gets there too.
+    let mut url = server.url("/ui/runs/loop");
+    let mut pages = 1;
+    loop {
+        let (_, _, b) = page(&url).await;
+        assert!(b.len() < 300_000, "page {pages} is {} bytes", b.len());
+        match href(&b, "timeline-older") {
+            Some(q) => url = server.url(&format!("/ui/runs/loop{q}")),
+            None => {
+                assert!(b.contains(r#"<li id="v0">"#));
+                break;
+            }
+        }
+        pages += 1;
+    }
+    assert_eq!(pages, 41);
+    // The journal pages with the timeline: the entries of the steps begun at the versions
+    // shown, its oldest page holding the first step's call.
+    assert!(body.contains("step-1999") && !body.contains("step-1950"));
+    let mut url = server.url("/ui/runs/loop");
+    let mut pages = 1;
+    loop {
+        let (_, _, b) = page(&url).await;
+        match href(&b, "journal-older") {
+            Some(q) => url = server.url(&format!("/ui/runs/loop{q}")),
+            None => {
+                assert!(b.contains("step-0000") && !b.contains("step-0001"), "{b}");
+                break;
+            }
+        }
+        pages += 1;
+    }
+    assert_eq!(pages, 41);
+}
+
+/// The calls of the current step journaled without a result show with their attempts and
+/// when they are tried again, as far as the run's record says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_tool_calls_show_their_attempts() {
+    use agent_core::store::CallStatus;
+    use agent_core::tool::ToolKind;
+    use std::time::Duration;
+
+    let db = fixture().await;
+    db.store
+        .create_run(NewRun::new("calls", "Checkout", "f", "Start", json!({})))
+        .await
+        .unwrap();
+    let Claimed { lease, .. } = db
+        .store
+        .claim_run("calls", "worker-3", Duration::from_mins(5))
+        .await
+        .unwrap()
+        .unwrap();
+    db.store
+        .record_entry(&lease, &common::lookup_entry("calls", 0))
+        .await
+        .unwrap();
+    let mut charge = common::lookup_entry("calls", 1);
+    charge.name = "Charge".into();
+    charge.tool_kind = Some(ToolKind::Write);
+    charge.idempotency_key = Some("calls:0:1".into());
+    charge.status = CallStatus::Started;
+    charge.output = None;
+    charge.finished_at = None;
+    charge.attempts = 3;
+    db.store.record_entry(&lease, &charge).await.unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/calls")).await;
+    assert_eq!(status, 200, "{body}");
+    let table = body
+        .split(r#"<table id="pending">"#)
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("the pending calls");
+    assert!(table.contains(r#"<tr data-call="0.1">"#), "{table}");
+    assert!(
+        !table.contains(r#"data-call="0.0""#),
+        "a completed call listed: {table}"
+    );
+    assert!(table.contains("<td>Charge</td><td>write</td><td><code>calls:0:1</code></td>"));
+    assert!(table.contains(r#"<td class="num">3</td>"#));
+    assert!(table.contains("retrying (attempt 3)"), "{table}");
+    assert!(table.contains("Tried again: now, by worker-3"), "{table}");
+    // A run whose calls all have their results says so.
+    let (_, _, done) = page(&server.url("/ui/runs/order-done")).await;
+    assert!(done.contains(r#"id="pending-none""#) && !done.contains(r#"<table id="pending">"#));
 }

@@ -6,6 +6,7 @@
 mod agent_pages;
 mod entry_page;
 mod login_page;
+mod run_family;
 mod run_page;
 mod runs_page;
 mod schedules_page;
