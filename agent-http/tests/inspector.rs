@@ -950,6 +950,66 @@ async fn the_runs_page_searches_by_id_prefix_and_state_text() {
     assert!(rows.contains(r#"data-run="order-done""#) && !rows.contains("<html"));
 }
 
+/// The workers page: each lease owner with the runs it holds and when the leases expire,
+/// and per agent the runnable runs no worker holds and the waiting runs by what they wait
+/// for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_page_shows_leases_and_backlog() {
+    use std::time::Duration;
+
+    let db = fixture().await;
+    for id in ["q-1", "q-2", "q-3"] {
+        db.store
+            .create_run(NewRun::new(id, "Queue", "f", "Start", json!({})))
+            .await
+            .unwrap();
+    }
+    db.store
+        .claim_run("q-2", "worker-7", Duration::from_mins(5))
+        .await
+        .unwrap()
+        .expect("claimed");
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/workers")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(r#"<a href="../ui/workers">Workers</a>"#),
+        "the nav: {body}"
+    );
+    let lease = body
+        .split(r#"<tr data-owner="worker-7">"#)
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("worker-7's row");
+    assert!(lease.contains(r#"<td class="num">1</td>"#), "{lease}");
+    assert!(
+        lease.contains(r#"<a href="../ui/runs/q-2">q-2</a> until 20"#),
+        "{lease}"
+    );
+    let queue = body
+        .split(r#"<tr data-agent="Queue">"#)
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("Queue's row");
+    // 3 runnable, 1 held, 2 waiting for a worker, none waiting.
+    assert!(queue.contains("status=running\">3</a>"), "{queue}");
+    assert!(queue.contains(r#"<td class="num">1</td>"#), "{queue}");
+    assert!(
+        queue.contains(r#"<td class="num backlog-free">2</td>"#),
+        "{queue}"
+    );
+    assert!(queue.contains("status=waiting\">0</a>"), "{queue}");
+    // The fixture's waiting run waits for its signal.
+    let order = body
+        .split(r#"<tr data-agent="Order">"#)
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("Order's row");
+    assert!(order.contains("<li>confirm: 1</li>"), "{order}");
+    assert!(body.contains("every one of them"), "{body}");
+}
+
 /// A run of 2,000 steps: its page stays small (the timeline and the journal paged, the
 /// path summarised) and the pages reach its first version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@ mod run_page;
 mod runs_page;
 mod schedules_page;
 mod timing_page;
+mod workers_page;
 
 use std::fmt::Write as _;
 
@@ -30,6 +31,7 @@ pub(crate) use run_page::run;
 pub(crate) use runs_page::runs;
 pub(crate) use schedules_page::schedules;
 pub(crate) use timing_page::timing;
+pub(crate) use workers_page::workers;
 
 /// A page that could not be shown, as a page.
 pub(crate) struct PageError {
