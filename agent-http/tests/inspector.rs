@@ -1102,13 +1102,11 @@ async fn a_long_run_is_paged_down_to_its_first_version() {
     loop {
         let (_, _, b) = page(&url).await;
         assert!(b.len() < 300_000, "page {pages} is {} bytes", b.len());
-        match href(&b, "timeline-older") {
-            Some(q) => url = server.url(&format!("/ui/runs/loop{q}")),
-            None => {
-                assert!(b.contains(r#"<li id="v0">"#));
-                break;
-            }
-        }
+        let Some(q) = href(&b, "timeline-older") else {
+            assert!(b.contains(r#"<li id="v0">"#));
+            break;
+        };
+        url = server.url(&format!("/ui/runs/loop{q}"));
         pages += 1;
     }
     assert_eq!(pages, 41);
@@ -1119,13 +1117,11 @@ async fn a_long_run_is_paged_down_to_its_first_version() {
     let mut pages = 1;
     loop {
         let (_, _, b) = page(&url).await;
-        match href(&b, "journal-older") {
-            Some(q) => url = server.url(&format!("/ui/runs/loop{q}")),
-            None => {
-                assert!(b.contains("step-0000") && !b.contains("step-0001"), "{b}");
-                break;
-            }
-        }
+        let Some(q) = href(&b, "journal-older") else {
+            assert!(b.contains("step-0000") && !b.contains("step-0001"), "{b}");
+            break;
+        };
+        url = server.url(&format!("/ui/runs/loop{q}"));
         pages += 1;
     }
     assert_eq!(pages, 41);

@@ -1,7 +1,7 @@
 //! The pages: runs, one run, one run's timing, agents, one agent, one journal entry,
-//! sign-in. Each handler reads the store, builds a view (strings ready to show) and renders
-//! a template; askama escapes every value unless a template says `|safe`, which only the
-//! SVG built by [`graph::svg`](super::graph::svg) (escaped there) uses.
+//! schedules, workers, sign-in. Each handler reads the store, builds a view (strings ready to
+//! show) and renders a template; askama escapes every value unless a template says `|safe`,
+//! which only the SVG built by [`graph::svg`](super::graph::svg) (escaped there) uses.
 
 mod agent_pages;
 mod entry_page;

@@ -24,7 +24,8 @@ const ANCESTORS: usize = 20;
 pub(super) enum TreeLine {
     /// A run's item opens (`<li>` and the run).
     Run {
-        row: RunRow,
+        /// Boxed: a run's row is most of a line, the other lines are markers.
+        row: Box<RunRow>,
         /// How many children it has, when it has some (`None`: none).
         children: Option<u64>,
         /// Its children are not listed here (the depth or the reads ran out): the count
@@ -164,7 +165,7 @@ fn lines(arena: &[Node], listed: &[usize], parent: &str, total: u64, out: &mut V
     for &i in listed {
         let node = &arena[i];
         out.push(TreeLine::Run {
-            row: RunRow::from(&node.run),
+            row: Box::new(RunRow::from(&node.run)),
             children: (node.total > 0).then_some(node.total),
             cut: node.total > 0 && node.listed.is_none(),
         });
