@@ -21,6 +21,12 @@ use crate::inspector::{root_of, view};
 const SCAN: usize = 2000;
 /// Runs named per worker; the rest counted.
 const RUNS_NAMED: usize = 10;
+/// The statuses of runs that are not final: those that can hold a lease or wait.
+const OPEN: [RunStatus; 3] = [
+    RunStatus::Running,
+    RunStatus::Compensating,
+    RunStatus::Waiting,
+];
 
 struct WorkerRow {
     owner: String,
@@ -65,11 +71,7 @@ pub(crate) async fn workers(State(app): State<Reader>, uri: Uri) -> Response {
         let open = app
             .store
             .list_runs(&RunFilter {
-                statuses: vec![
-                    RunStatus::Running,
-                    RunStatus::Compensating,
-                    RunStatus::Waiting,
-                ],
+                statuses: OPEN.to_vec(),
                 limit: Some(SCAN),
                 ..RunFilter::default()
             })
@@ -131,11 +133,7 @@ pub(crate) async fn workers(State(app): State<Reader>, uri: Uri) -> Response {
                 .store
                 .count_runs(&RunFilter {
                     agent: Some(agent.clone()),
-                    statuses: vec![
-                        RunStatus::Running,
-                        RunStatus::Compensating,
-                        RunStatus::Waiting,
-                    ],
+                    statuses: OPEN.to_vec(),
                     ..RunFilter::default()
                 })
                 .await?;
