@@ -7,7 +7,7 @@ extern crate durable_agents_http as agent_http;
 mod common;
 
 use agent_core::graph::GraphDescription;
-use agent_core::store::{Claimed, NewRun};
+use agent_core::store::NewRun;
 use agent_http::ApiConfig;
 use common::{Db, Server, TOKEN, client, json};
 use serde_json::json;
@@ -21,6 +21,14 @@ async fn page(url: &str) -> (u16, String, String) {
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
     (status, ctype, resp.text().await.expect("body"))
+}
+
+/// The part of `body` after the first `start` and before the next `end`.
+fn between<'a>(body: &'a str, start: &str, end: &str) -> &'a str {
+    let (_, rest) = body
+        .split_once(start)
+        .unwrap_or_else(|| panic!("no `{start}` in {body}"));
+    rest.split(end).next().unwrap_or(rest)
 }
 
 /// A store with a waiting run, a completed one and a cancelled one of the fixture agent.
@@ -643,19 +651,13 @@ async fn tools_are_switched_off_and_on_with_the_token() {
 /// the counts per status on the runs page are exact beyond any cap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_journal_is_paged_and_counts_are_exact() {
-    use std::time::Duration;
-
     let db = Db::new().await;
-    db.store
-        .create_run(NewRun::new("long", "Checkout", "f", "Start", json!({})))
-        .await
-        .unwrap();
-    let Claimed { lease, .. } = db
-        .store
-        .claim_run("long", "test", Duration::from_mins(5))
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = db
+        .claimed(
+            NewRun::new("long", "Checkout", "f", "Start", json!({})),
+            "test",
+        )
+        .await;
     for seq in 0..450_u32 {
         db.store
             .record_entry(&lease, &common::lookup_entry("long", seq))
@@ -821,10 +823,7 @@ async fn a_run_page_shows_its_family_tree_breadcrumbs_and_rollup() {
     assert!(body.contains(r#"<span class="status s-failed">failed</span> 3"#));
     assert!(body.contains(r#"<span class="status s-running">running</span> 22"#));
     // Twenty children listed, the newest first; five more behind a link.
-    let tree = body
-        .split(r#"<ul class="tree" id="child-tree">"#)
-        .nth(1)
-        .expect("the tree");
+    let tree = between(&body, r#"<ul class="tree" id="child-tree">"#, "</section>");
     assert!(tree.contains(r#"data-run="fam-c25""#) && tree.contains(r#"data-run="fam-c06""#));
     assert!(!tree.contains(r#"data-run="fam-c05""#), "{tree}");
     assert!(
@@ -833,11 +832,7 @@ async fn a_run_page_shows_its_family_tree_breadcrumbs_and_rollup() {
     );
     // Grandchildren nested under their parent, great-grandchildren under them; the level
     // past the depth is a link to the page of the run whose children it is.
-    let under_c25 = tree
-        .split(r#"data-run="fam-c25""#)
-        .nth(1)
-        .and_then(|t| t.split(r#"data-run="fam-c24""#).next())
-        .unwrap();
+    let under_c25 = between(tree, r#"data-run="fam-c25""#, r#"data-run="fam-c24""#);
     assert!(under_c25.contains("· 2 children"), "{under_c25}");
     assert!(under_c25.contains("<ul>") && under_c25.contains(r#"data-run="fam-g1""#));
     assert!(under_c25.contains(r#"data-run="fam-gg1""#));
@@ -851,11 +846,7 @@ async fn a_run_page_shows_its_family_tree_breadcrumbs_and_rollup() {
 
     // From the deepest run, the way up: the root first, each a link, this run last.
     let (_, _, deep) = page(&server.url("/ui/runs/fam-ggg1")).await;
-    let crumbs = deep
-        .split(r#"id="breadcrumbs""#)
-        .nth(1)
-        .and_then(|b| b.split("</nav>").next())
-        .expect("breadcrumbs");
+    let crumbs = between(&deep, r#"id="breadcrumbs""#, "</nav>");
     let order: Vec<usize> = ["fam-root", "fam-c25", "fam-g1", "fam-gg1", "fam-ggg1"]
         .iter()
         .map(|id| crumbs.find(&format!(">{id}<")).expect(id))
@@ -977,21 +968,13 @@ async fn the_workers_page_shows_leases_and_backlog() {
         body.contains(r#"<a href="../ui/workers">Workers</a>"#),
         "the nav: {body}"
     );
-    let lease = body
-        .split(r#"<tr data-owner="worker-7">"#)
-        .nth(1)
-        .and_then(|r| r.split("</tr>").next())
-        .expect("worker-7's row");
+    let lease = between(&body, r#"<tr data-owner="worker-7">"#, "</tr>");
     assert!(lease.contains(r#"<td class="num">1</td>"#), "{lease}");
     assert!(
         lease.contains(r#"<a href="../ui/runs/q-2">q-2</a> until 20"#),
         "{lease}"
     );
-    let queue = body
-        .split(r#"<tr data-agent="Queue">"#)
-        .nth(1)
-        .and_then(|r| r.split("</tr>").next())
-        .expect("Queue's row");
+    let queue = between(&body, r#"<tr data-agent="Queue">"#, "</tr>");
     // 3 runnable, 1 held, 2 waiting for a worker, none waiting.
     assert!(queue.contains("status=running\">3</a>"), "{queue}");
     assert!(queue.contains(r#"<td class="num">1</td>"#), "{queue}");
@@ -1001,11 +984,7 @@ async fn the_workers_page_shows_leases_and_backlog() {
     );
     assert!(queue.contains("status=waiting\">0</a>"), "{queue}");
     // The fixture's waiting run waits for its signal.
-    let order = body
-        .split(r#"<tr data-agent="Order">"#)
-        .nth(1)
-        .and_then(|r| r.split("</tr>").next())
-        .expect("Order's row");
+    let order = between(&body, r#"<tr data-agent="Order">"#, "</tr>");
     assert!(order.contains("<li>confirm: 1</li>"), "{order}");
     assert!(body.contains("every one of them"), "{body}");
 }
@@ -1015,26 +994,15 @@ async fn the_workers_page_shows_leases_and_backlog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_run_is_paged_down_to_its_first_version() {
     use agent_core::store::{RunStatus, StepCommit, TransitionKind};
-    use std::time::Duration;
 
     const STEPS: u64 = 2_000;
     let db = Db::new().await;
-    db.store
-        .create_run(NewRun::new(
-            "loop",
-            "Looper",
-            "f",
-            "Tick",
-            json!({"Tick": {"i": 0}}),
-        ))
-        .await
-        .unwrap();
-    let Claimed { lease, .. } = db
-        .store
-        .claim_run("loop", "test", Duration::from_mins(30))
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = db
+        .claimed(
+            NewRun::new("loop", "Looper", "f", "Tick", json!({"Tick": {"i": 0}})),
+            "test",
+        )
+        .await;
     for v in 0..STEPS {
         let (from, to) = if v % 2 == 0 {
             ("Tick", "Tock")
@@ -1071,11 +1039,7 @@ async fn a_long_run_is_paged_down_to_its_first_version() {
     assert_eq!(status, 200, "{body}");
     assert!(body.len() < 300_000, "the page is {} bytes", body.len());
     // The path in one sentence: its ends named, the steps between counted.
-    let path = body
-        .split(r#"<p id="path">"#)
-        .nth(1)
-        .and_then(|p| p.split("</p>").next())
-        .unwrap();
+    let path = between(&body, r#"<p id="path">"#, "</p>");
     assert!(path.contains("… 1994 more steps …"), "{path}");
     assert!(path.len() < 1_000, "{path}");
     // The newest versions first, and the way to the oldest.
@@ -1133,19 +1097,14 @@ async fn a_long_run_is_paged_down_to_its_first_version() {
 async fn pending_tool_calls_show_their_attempts() {
     use agent_core::store::CallStatus;
     use agent_core::tool::ToolKind;
-    use std::time::Duration;
 
     let db = fixture().await;
-    db.store
-        .create_run(NewRun::new("calls", "Checkout", "f", "Start", json!({})))
-        .await
-        .unwrap();
-    let Claimed { lease, .. } = db
-        .store
-        .claim_run("calls", "worker-3", Duration::from_mins(5))
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = db
+        .claimed(
+            NewRun::new("calls", "Checkout", "f", "Start", json!({})),
+            "worker-3",
+        )
+        .await;
     db.store
         .record_entry(&lease, &common::lookup_entry("calls", 0))
         .await
@@ -1163,11 +1122,7 @@ async fn pending_tool_calls_show_their_attempts() {
 
     let (status, _, body) = page(&server.url("/ui/runs/calls")).await;
     assert_eq!(status, 200, "{body}");
-    let table = body
-        .split(r#"<table id="pending">"#)
-        .nth(1)
-        .and_then(|t| t.split("</table>").next())
-        .expect("the pending calls");
+    let table = between(&body, r#"<table id="pending">"#, "</table>");
     assert!(table.contains(r#"<tr data-call="0.1">"#), "{table}");
     assert!(
         !table.contains(r#"data-call="0.0""#),

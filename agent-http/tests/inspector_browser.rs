@@ -604,6 +604,26 @@ async fn batch_outcomes(c: &Client) -> Value {
     .unwrap()
 }
 
+/// The batch form, its button pressed: check that the confirmation asks `asks` (saving what
+/// the browser shows as `picture`, when given), confirm, and wait for the summary `says`;
+/// then each run's outcome ([`batch_outcomes`]).
+async fn confirm_batch(c: &Client, asks: &str, picture: Option<&str>, says: &str) -> Value {
+    wait_confirm(c).await;
+    assert_eq!(text_of(c, "confirm-text").await, asks);
+    if let Some(name) = picture {
+        shot(c, name).await;
+    }
+    click(c, "confirm-yes").await;
+    until(
+        c,
+        "return document.getElementById('batch-summary').textContent",
+        |v| v == says,
+        "the batch's summary",
+    )
+    .await;
+    batch_outcomes(c).await
+}
+
 /// Fill the control `id` with `text` (what was in it replaced).
 async fn fill(c: &Client, id: &str, text: &str) {
     let el = c.find(Locator::Id(id)).await.unwrap();
@@ -655,17 +675,7 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     let c = browser(&driver, &chromium, profile.path()).await;
 
     // The agent's page, with the tab's token.
-    c.goto(&server.url("/ui/agents/Order")).await.unwrap();
-    c.wait()
-        .for_element(Locator::Id("start-form"))
-        .await
-        .unwrap();
-    c.execute(
-        "sessionStorage.setItem('durable-agents-token', arguments[0]); return null;",
-        vec![json!(TOKEN)],
-    )
-    .await
-    .unwrap();
+    open_with_token(&c, &server.url("/ui/agents/Order"), "start-form").await;
     let result = "return document.getElementById('start-result').textContent";
 
     // A field the agent's type refuses: the API's error is shown, nothing started.
@@ -765,36 +775,24 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     c.goto(&server.url("/ui/?status=waiting")).await.unwrap();
     c.wait().for_element(Locator::Id("batch-go")).await.unwrap();
     press_by_keyboard(&c, "batch-go").await;
-    wait_confirm(&c).await;
-    assert_eq!(
-        text_of(&c, "confirm-text").await,
-        "Cancel 2 runs matching these filters (status=waiting)? \
-         Each run answers for itself: those that refuse are listed."
-    );
-    shot(&c, "inspector-batch-confirm.png").await;
-    click(&c, "confirm-yes").await;
-    let summary = "return document.getElementById('batch-summary').textContent";
-    until(
+    let outcomes = confirm_batch(
         &c,
-        summary,
-        |v| v == "Cancel 2 runs: 2 done, 0 refused.",
-        "the batch's summary",
+        "Cancel 2 runs matching these filters (status=waiting)? \
+         Each run answers for itself: those that refuse are listed.",
+        Some("inspector-batch-confirm.png"),
+        "Cancel 2 runs: 2 done, 0 refused.",
     )
     .await;
-    let outcomes = batch_outcomes(&c).await;
     assert_eq!(
         outcomes,
         json!([["batch-a", "done", "✓ done"], ["batch-b", "done", "✓ done"]])
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let now = statuses(&db, &["batch-a", "batch-b"]).await;
-        if now == [RunStatus::Cancelled, RunStatus::Cancelled] {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not cancelled: {now:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_statuses(
+        &db,
+        &["batch-a", "batch-b"],
+        &[RunStatus::Cancelled, RunStatus::Cancelled],
+    )
+    .await;
     let note = db
         .store
         .history("batch-a")
@@ -814,21 +812,14 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     c.goto(&server.url("/ui/?agent=Order")).await.unwrap();
     c.wait().for_element(Locator::Id("batch-go")).await.unwrap();
     click(&c, "batch-go").await;
-    wait_confirm(&c).await;
-    assert!(
-        text_of(&c, "confirm-text")
-            .await
-            .starts_with("Cancel 4 runs matching these filters (agent=Order)?")
-    );
-    click(&c, "confirm-yes").await;
-    until(
+    let outcomes = confirm_batch(
         &c,
-        summary,
-        |v| v == "Cancel 4 runs: 3 done, 1 refused.",
-        "the summary of a batch with a refusal",
+        "Cancel 4 runs matching these filters (agent=Order)? \
+         Each run answers for itself: those that refuse are listed.",
+        None,
+        "Cancel 4 runs: 3 done, 1 refused.",
     )
     .await;
-    let outcomes = batch_outcomes(&c).await;
     assert_eq!(
         outcomes,
         json!([
@@ -929,7 +920,6 @@ async fn batch_retry_and_batch_signal_in_chromium() {
     let driver = start_driver(&chromedriver).await;
     let profile = tempfile::tempdir().unwrap();
     let c = browser(&driver, &chromium, profile.path()).await;
-    let summary = "return document.getElementById('batch-summary').textContent";
 
     // Retry every failed run: the confirmation counts them, each goes back to work.
     open_with_token(&c, &server.url("/ui/?status=failed"), "batch-go").await;
@@ -940,22 +930,16 @@ async fn batch_retry_and_batch_signal_in_chromium() {
         .await
         .unwrap();
     click(&c, "batch-go").await;
-    wait_confirm(&c).await;
-    assert_eq!(
-        text_of(&c, "confirm-text").await,
-        "Retry 2 runs matching these filters (status=failed)? \
-         Each run answers for itself: those that refuse are listed."
-    );
-    click(&c, "confirm-yes").await;
-    until(
+    let outcomes = confirm_batch(
         &c,
-        summary,
-        |v| v == "Retry 2 runs: 2 done, 0 refused.",
-        "the retry's summary",
+        "Retry 2 runs matching these filters (status=failed)? \
+         Each run answers for itself: those that refuse are listed.",
+        None,
+        "Retry 2 runs: 2 done, 0 refused.",
     )
     .await;
     assert_eq!(
-        batch_outcomes(&c).await,
+        outcomes,
         json!([["fail-a", "done", "✓ done"], ["fail-b", "done", "✓ done"]])
     );
     until_statuses(
@@ -996,22 +980,14 @@ async fn batch_retry_and_batch_signal_in_chromium() {
     fill(&c, "batch-signal-name", "confirm").await;
     fill(&c, "batch-payload", r#"{"ok": true, "note": "batch"}"#).await;
     click(&c, "batch-go").await;
-    wait_confirm(&c).await;
-    assert_eq!(
-        text_of(&c, "confirm-text").await,
-        "Send the signal confirm to 4 runs matching these filters (status=waiting)? \
-         Each run answers for itself: those that refuse are listed."
-    );
-    shot(&c, "inspector-batch-signal.png").await;
-    click(&c, "confirm-yes").await;
-    until(
+    let outcomes = confirm_batch(
         &c,
-        summary,
-        |v| v == "Send the signal confirm to 4 runs: 4 done, 0 refused.",
-        "the signal's summary",
+        "Send the signal confirm to 4 runs matching these filters (status=waiting)? \
+         Each run answers for itself: those that refuse are listed.",
+        Some("inspector-batch-signal.png"),
+        "Send the signal confirm to 4 runs: 4 done, 0 refused.",
     )
     .await;
-    let outcomes = batch_outcomes(&c).await;
     assert_eq!(outcomes.as_array().map(Vec::len), Some(4), "{outcomes}");
     assert!(
         outcomes
