@@ -1132,6 +1132,28 @@ async fn pending_tool_calls_show_their_attempts() {
     assert!(table.contains(r#"<td class="num">3</td>"#));
     assert!(table.contains("retrying (attempt 3)"), "{table}");
     assert!(table.contains("Tried again: now, by worker-3"), "{table}");
+    // A worker that stopped renewing: the calls wait for the next claim.
+    db.store
+        .create_run(NewRun::new("stalled", "Checkout", "f", "Start", json!({})))
+        .await
+        .unwrap();
+    let short = db
+        .store
+        .claim_run("stalled", "worker-9", std::time::Duration::from_millis(300))
+        .await
+        .unwrap()
+        .expect("a free run")
+        .lease;
+    charge.run_id = "stalled".into();
+    db.store.record_entry(&short, &charge).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let (_, _, stalled) = page(&server.url("/ui/runs/stalled")).await;
+    assert!(
+        stalled.contains(
+            "Tried again: at the next claim of the run: the lease of worker-9 expired at"
+        ),
+        "{stalled}"
+    );
     // A run whose calls all have their results says so.
     let (_, _, done) = page(&server.url("/ui/runs/order-done")).await;
     assert!(done.contains(r#"id="pending-none""#) && !done.contains(r#"<table id="pending">"#));

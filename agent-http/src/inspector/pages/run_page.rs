@@ -10,6 +10,7 @@ use agent_core::router::{Decision, DecisionRecord};
 use agent_core::store::verify::{VerifyReport, verify_run};
 use agent_core::store::{
     CallStatus, EntryKind, JournalEntry, RunRecord, RunStatus, TransitionKind, TransitionRecord,
+    now_ms,
 };
 use askama::Template;
 use axum::extract::State;
@@ -400,6 +401,11 @@ fn pending_calls(run: &RunRecord, step: &[JournalEntry]) -> (Vec<PendingCall>, S
         _ if run.status.has_ended() => {
             "never: the run has ended; the calls' outcomes are unknown".to_owned()
         }
+        (Some(owner), Some(at), _) if at <= now_ms() => format!(
+            "at the next claim of the run: the lease of {owner} expired at {} (the worker \
+             stopped renewing it)",
+            view::time(at)
+        ),
         (Some(owner), Some(at), _) => format!(
             "now, by {owner} (its backoff between attempts is not recorded); should it stop, \
              by the next worker to claim the run after its lease expires at {}",
