@@ -839,7 +839,7 @@ async fn a_run_page_shows_its_family_tree_breadcrumbs_and_rollup() {
     assert!(!under_c25.contains(r#"data-run="fam-ggg1""#));
     assert!(
         under_c25.contains(
-            r#"<a class="tree-cut" href="../../ui/runs/fam-gg1#children-h">1 children, on its page</a>"#
+            r#"<a class="tree-cut" href="../../ui/runs/fam-gg1#children-h">1 child, on its page</a>"#
         ),
         "{under_c25}"
     );

@@ -1081,6 +1081,12 @@ async fn child_tree_and_search_in_chromium() {
         .await
         .unwrap();
     assert_eq!(rollup, json!(["2 in all:", "running 1", "failed 1"]));
+    c.execute(
+        "document.getElementById('children-h').scrollIntoView(); return null;",
+        vec![],
+    )
+    .await
+    .unwrap();
     shot(&c, "inspector-child-tree.png").await;
     // Open the grandchild from the tree; its breadcrumbs lead back to the root.
     c.find(Locator::Css("#child-tree li[data-run='root.a.x'] > a"))
