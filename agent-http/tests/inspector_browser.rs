@@ -154,6 +154,28 @@ async fn shot(c: &Client, name: &str) {
     }
 }
 
+/// Scroll to the element `id` and save what the browser shows as `name` (with
+/// `INSPECTOR_SCREENSHOTS`).
+async fn shot_at(c: &Client, id: &str, name: &str) {
+    c.execute(
+        "document.getElementById(arguments[0]).scrollIntoView(); return null;",
+        vec![json!(id)],
+    )
+    .await
+    .unwrap();
+    shot(c, name).await;
+}
+
+/// Click the first element `css` selects.
+async fn click_css(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
 /// A worker: runs every run that can move (runnable, or waiting with a signal in). The
 /// payloads of the signals it sees go to `seen`.
 fn worker(
@@ -409,13 +431,7 @@ async fn the_inspector_in_chromium() {
             .contains("run finished: completed")
     );
     shot(&c, "inspector-run.png").await;
-    c.execute(
-        "document.getElementById('graph').scrollIntoView(); return null;",
-        vec![],
-    )
-    .await
-    .unwrap();
-    shot(&c, "inspector-graph.png").await;
+    shot_at(&c, "graph", "inspector-graph.png").await;
 
     // The run's timing, from its page's link: the waterfall's bars are placed by the
     // stylesheet's classes (the CSP allows no inline style), the wait among them.
@@ -1081,20 +1097,9 @@ async fn child_tree_and_search_in_chromium() {
         .await
         .unwrap();
     assert_eq!(rollup, json!(["2 in all:", "running 1", "failed 1"]));
-    c.execute(
-        "document.getElementById('children-h').scrollIntoView(); return null;",
-        vec![],
-    )
-    .await
-    .unwrap();
-    shot(&c, "inspector-child-tree.png").await;
+    shot_at(&c, "children-h", "inspector-child-tree.png").await;
     // Open the grandchild from the tree; its breadcrumbs lead back to the root.
-    c.find(Locator::Css("#child-tree li[data-run='root.a.x'] > a"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_css(&c, "#child-tree li[data-run='root.a.x'] > a").await;
     c.wait()
         .for_element(Locator::Id("breadcrumbs"))
         .await
@@ -1108,12 +1113,7 @@ async fn child_tree_and_search_in_chromium() {
         .await
         .unwrap();
     assert_eq!(crumbs, json!(["root (Tree)", "root.a (Tree)", "root.a.x"]));
-    c.find(Locator::Css("#breadcrumbs a[href$='/ui/runs/root']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_css(&c, "#breadcrumbs a[href$='/ui/runs/root']").await;
     c.wait()
         .for_element(Locator::Id("child-tree"))
         .await
