@@ -867,6 +867,44 @@ async fn a_run_page_shows_its_family_tree_breadcrumbs_and_rollup() {
     assert!(children.contains(r#"name="parent" value="fam-root""#));
 }
 
+/// A wide family is cut at the tree's bounds: 200 runs shown, the runs whose children did
+/// not fit linking to their own pages with their children's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_family_is_cut_at_the_trees_bounds() {
+    let db = Db::new().await;
+    let new = |id: &str| NewRun::new(id, "Wide", "f", "Start", json!({}));
+    db.store.create_run(new("wide")).await.unwrap();
+    for i in 0..20 {
+        let child = format!("wide-{i:02}");
+        db.store
+            .create_run(new(&child).spawned_by("wide", 1))
+            .await
+            .unwrap();
+        for j in 0..20 {
+            db.store
+                .create_run(new(&format!("{child}-{j:02}")).spawned_by(&child, 1))
+                .await
+                .unwrap();
+        }
+    }
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/wide")).await;
+    assert_eq!(status, 200, "{body}");
+    let tree = between(&body, r#"<ul class="tree" id="child-tree">"#, "</section>");
+    assert_eq!(tree.matches("<li data-run=").count(), 200, "{tree}");
+    // The newest children's children are listed; the oldest child's are not read.
+    assert!(tree.contains(r#"data-run="wide-19-00""#), "{tree}");
+    assert!(!tree.contains(r#"data-run="wide-00-"#), "{tree}");
+    assert!(
+        tree.contains(
+            r#"<a class="tree-cut" href="../../ui/runs/wide-00#children-h">20 children, on its page</a>"#
+        ),
+        "{tree}"
+    );
+    assert!(body.contains("<li>20 in all:</li>"));
+}
+
 /// The search: an id typed whole opens the run; the first characters of ids and text in the
 /// states find runs among a bounded scan (said on the page), combined with the filters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

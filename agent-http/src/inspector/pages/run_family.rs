@@ -14,9 +14,12 @@ use super::RunRow;
 const TREE_DEPTH: usize = 3;
 /// Children listed under one run, newest first; the rest behind an "N more" link.
 const TREE_WIDTH: usize = 20;
-/// Runs of the tree whose own children are read (one listing and one count each): a wide
-/// tree is cut there, each run left out linking to its own page.
+/// Runs of the tree whose own children are listed: a wide tree is cut there, each run
+/// left out linking to its own page.
 const TREE_READS: usize = 60;
+/// Runs the tree shows in all (each counted for its own children): a page's reads stay a
+/// few hundred however wide the family.
+const TREE_NODES: usize = 200;
 /// Ancestors read for the breadcrumbs; a deeper run shows `…` before the oldest read.
 const ANCESTORS: usize = 20;
 
@@ -98,7 +101,8 @@ struct Node {
 }
 
 /// The family of `run`: every read bounded (ancestors, levels, children per run, runs whose
-/// children are read), the tree read breadth first so that a cut leaves the deep runs out.
+/// children are listed, runs shown), the tree read breadth first so that a cut leaves the
+/// deep runs out.
 pub(super) async fn family(
     store: &dyn HistoryStore,
     run: &RunRecord,
@@ -119,12 +123,13 @@ pub(super) async fn family(
             None => children_total,
             Some(i) => arena[i].total,
         };
-        if total == 0 || depth == TREE_DEPTH || reads == TREE_READS {
+        let room = TREE_NODES - arena.len();
+        if total == 0 || depth == TREE_DEPTH || reads == TREE_READS || room == 0 {
             continue;
         }
         reads += 1;
         let listed = store
-            .list_runs(&children_of(&parent_id, Some(TREE_WIDTH)))
+            .list_runs(&children_of(&parent_id, Some(TREE_WIDTH.min(room))))
             .await?;
         let mut indexes = Vec::new();
         for child in listed {
