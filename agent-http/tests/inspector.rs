@@ -7,7 +7,7 @@ extern crate durable_agents_http as agent_http;
 mod common;
 
 use agent_core::graph::GraphDescription;
-use agent_core::store::{Claimed, NewRun};
+use agent_core::store::NewRun;
 use agent_http::ApiConfig;
 use common::{Db, Server, TOKEN, client, json};
 use serde_json::json;
@@ -21,6 +21,14 @@ async fn page(url: &str) -> (u16, String, String) {
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
     (status, ctype, resp.text().await.expect("body"))
+}
+
+/// The part of `body` after the first `start` and before the next `end`.
+fn between<'a>(body: &'a str, start: &str, end: &str) -> &'a str {
+    let (_, rest) = body
+        .split_once(start)
+        .unwrap_or_else(|| panic!("no `{start}` in {body}"));
+    rest.split(end).next().unwrap_or(rest)
 }
 
 /// A store with a waiting run, a completed one and a cancelled one of the fixture agent.
@@ -643,19 +651,13 @@ async fn tools_are_switched_off_and_on_with_the_token() {
 /// the counts per status on the runs page are exact beyond any cap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_journal_is_paged_and_counts_are_exact() {
-    use std::time::Duration;
-
     let db = Db::new().await;
-    db.store
-        .create_run(NewRun::new("long", "Checkout", "f", "Start", json!({})))
-        .await
-        .unwrap();
-    let Claimed { lease, .. } = db
-        .store
-        .claim_run("long", "test", Duration::from_mins(5))
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = db
+        .claimed(
+            NewRun::new("long", "Checkout", "f", "Start", json!({})),
+            "test",
+        )
+        .await;
     for seq in 0..450_u32 {
         db.store
             .record_entry(&lease, &common::lookup_entry("long", seq))
@@ -776,4 +778,421 @@ async fn a_run_is_forked_at_a_version_with_the_token() {
         .unwrap();
     assert_eq!(resp.status(), 401);
     assert!(db.store.load_run("no-token").await.unwrap().is_none());
+}
+
+/// A run's children show as a tree (grandchildren nested, each level bounded with an
+/// "N more" link to the runs page filtered by parent), its children counted per status,
+/// and a descendant's page leads back up to the root run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_page_shows_its_family_tree_breadcrumbs_and_rollup() {
+    use agent_core::store::RunStatus;
+
+    let db = Db::new().await;
+    let new = |id: &str| NewRun::new(id, "Tree", "f", "Start", json!({}));
+    db.store.create_run(new("fam-root")).await.unwrap();
+    for i in 1..=25 {
+        db.store
+            .create_run(new(&format!("fam-c{i:02}")).spawned_by("fam-root", 1))
+            .await
+            .unwrap();
+    }
+    for i in 1..=3 {
+        db.store
+            .set_status(&format!("fam-c{i:02}"), RunStatus::Failed, None)
+            .await
+            .unwrap();
+    }
+    // Down four levels from the newest child: the fourth is past the tree's depth.
+    let chain = ["fam-c25", "fam-g1", "fam-gg1", "fam-ggg1"];
+    for pair in chain.windows(2) {
+        db.store
+            .create_run(new(pair[1]).spawned_by(pair[0], 2))
+            .await
+            .unwrap();
+    }
+    db.store
+        .create_run(new("fam-g2").spawned_by("fam-c25", 2))
+        .await
+        .unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/fam-root")).await;
+    assert_eq!(status, 200, "{body}");
+    // The roll-up counts every child, in words.
+    assert!(body.contains("<li>25 in all:</li>"), "{body}");
+    assert!(body.contains(r#"<span class="status s-failed">failed</span> 3"#));
+    assert!(body.contains(r#"<span class="status s-running">running</span> 22"#));
+    // Twenty children listed, the newest first; five more behind a link.
+    let tree = between(&body, r#"<ul class="tree" id="child-tree">"#, "</section>");
+    assert!(tree.contains(r#"data-run="fam-c25""#) && tree.contains(r#"data-run="fam-c06""#));
+    assert!(!tree.contains(r#"data-run="fam-c05""#), "{tree}");
+    assert!(
+        tree.contains(r#"<li class="more"><a href="../../ui/?parent=fam-root">5 more</a></li>"#),
+        "{tree}"
+    );
+    // Grandchildren nested under their parent, great-grandchildren under them; the level
+    // past the depth is a link to the page of the run whose children it is.
+    let under_c25 = between(tree, r#"data-run="fam-c25""#, r#"data-run="fam-c24""#);
+    assert!(under_c25.contains("· 2 children"), "{under_c25}");
+    assert!(under_c25.contains("<ul>") && under_c25.contains(r#"data-run="fam-g1""#));
+    assert!(under_c25.contains(r#"data-run="fam-gg1""#));
+    assert!(!under_c25.contains(r#"data-run="fam-ggg1""#));
+    assert!(
+        under_c25.contains(
+            r#"<a class="tree-cut" href="../../ui/runs/fam-gg1#children-h">1 child, on its page</a>"#
+        ),
+        "{under_c25}"
+    );
+
+    // From the deepest run, the way up: the root first, each a link, this run last.
+    let (_, _, deep) = page(&server.url("/ui/runs/fam-ggg1")).await;
+    let crumbs = between(&deep, r#"id="breadcrumbs""#, "</nav>");
+    let order: Vec<usize> = ["fam-root", "fam-c25", "fam-g1", "fam-gg1", "fam-ggg1"]
+        .iter()
+        .map(|id| crumbs.find(&format!(">{id}<")).expect(id))
+        .collect();
+    assert!(order.is_sorted(), "{crumbs}");
+    assert!(crumbs.contains(r#"<a href="../../ui/runs/fam-root">fam-root</a>"#));
+    assert!(crumbs.contains(r#"<li aria-current="page">fam-ggg1</li>"#));
+    // A root run has no breadcrumbs; a run without children says so.
+    assert!(!body.contains(r#"id="breadcrumbs""#));
+    assert!(!deep.contains(r#"id="child-tree""#));
+
+    // "5 more" leads to the runs page filtered by parent: every child, counted.
+    let (_, _, children) = page(&server.url("/ui/?parent=fam-root")).await;
+    assert!(
+        children.contains(r#"data-run="fam-c01""#) && !children.contains(r#"data-run="fam-g1""#)
+    );
+    assert!(children.contains(r#"<span class="status s-running">running</span> 22"#));
+    assert!(children.contains(r#"name="parent" value="fam-root""#));
+}
+
+/// A wide family is cut at the tree's bounds: 200 runs shown, the runs whose children did
+/// not fit linking to their own pages with their children's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_family_is_cut_at_the_trees_bounds() {
+    let db = Db::new().await;
+    let new = |id: &str| NewRun::new(id, "Wide", "f", "Start", json!({}));
+    db.store.create_run(new("wide")).await.unwrap();
+    for i in 0..20 {
+        let child = format!("wide-{i:02}");
+        db.store
+            .create_run(new(&child).spawned_by("wide", 1))
+            .await
+            .unwrap();
+        for j in 0..20 {
+            db.store
+                .create_run(new(&format!("{child}-{j:02}")).spawned_by(&child, 1))
+                .await
+                .unwrap();
+        }
+    }
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/wide")).await;
+    assert_eq!(status, 200, "{body}");
+    let tree = between(&body, r#"<ul class="tree" id="child-tree">"#, "</section>");
+    assert_eq!(tree.matches("<li data-run=").count(), 200, "{tree}");
+    // The newest children's children are listed; the oldest child's are not read.
+    assert!(tree.contains(r#"data-run="wide-19-00""#), "{tree}");
+    assert!(!tree.contains(r#"data-run="wide-00-"#), "{tree}");
+    assert!(
+        tree.contains(
+            r#"<a class="tree-cut" href="../../ui/runs/wide-00#children-h">20 children, on its page</a>"#
+        ),
+        "{tree}"
+    );
+    assert!(body.contains("<li>20 in all:</li>"));
+}
+
+/// The search: an id typed whole opens the run; the first characters of ids and text in the
+/// states find runs among a bounded scan (said on the page), combined with the filters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_page_searches_by_id_prefix_and_state_text() {
+    let db = fixture().await;
+    db.store
+        .create_run(NewRun::new(
+            "note-1",
+            "Notes",
+            "f",
+            "Start",
+            json!({"Start": {"memo": "Refund the Blue Teapot"}}),
+        ))
+        .await
+        .unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    // A whole id: the run's page.
+    let resp = client()
+        .get(server.url("/ui/?q=order-done"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.url().path().ends_with("/ui/runs/order-done"),
+        "{}",
+        resp.url()
+    );
+    // The first characters of ids.
+    let (status, _, body) = page(&server.url("/ui/?q=order-")).await;
+    assert_eq!(status, 200, "{body}");
+    for id in ["order-waiting", "order-cancelled", "order-done"] {
+        assert!(
+            body.contains(&format!(r#"data-run="{id}""#)),
+            "{id}: {body}"
+        );
+    }
+    assert!(!body.contains(r#"data-run="note-1""#));
+    assert!(
+        body.contains("3 found among the 4 newest runs matching the other filters"),
+        "{body}"
+    );
+    assert!(body.contains(r#"<td class="found"><code>id</code></td>"#));
+    assert!(
+        body.contains(r#"value="order-" placeholder"#)
+            || body.contains(r#"name="q" value="order-""#)
+    );
+    // Text in a state, whatever its case, with where it was found.
+    let (_, _, found) = page(&server.url("/ui/?q=blue%20teapot")).await;
+    assert!(found.contains(r#"data-run="note-1""#), "{found}");
+    assert!(
+        found.contains("/Start/memo = &#34;Refund the Blue Teapot&#34;")
+            || found.contains("/Start/memo = &quot;Refund the Blue Teapot&quot;"),
+        "{found}"
+    );
+    assert!(!found.contains(r#"data-run="order-done""#));
+    // With a filter: only the runs it matches are searched.
+    let (_, _, filtered) = page(&server.url("/ui/?q=order-&status=waiting")).await;
+    assert!(filtered.contains(r#"data-run="order-waiting""#));
+    assert!(!filtered.contains(r#"data-run="order-done""#));
+    assert!(
+        filtered.contains("1 found among the 1 newest runs"),
+        "{filtered}"
+    );
+    // Nothing found.
+    let (_, _, none) = page(&server.url("/ui/?q=zzz")).await;
+    assert!(none.contains("No run matches.") && none.contains("0 found among the 4"));
+    // The live section searches the same way (and never redirects).
+    let (status, _, rows) = page(&server.url("/ui/?q=order-done&fragment=rows")).await;
+    assert_eq!(status, 200);
+    assert!(rows.contains(r#"data-run="order-done""#) && !rows.contains("<html"));
+}
+
+/// The workers page: each lease owner with the runs it holds and when the leases expire,
+/// and per agent the runnable runs no worker holds and the waiting runs by what they wait
+/// for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_page_shows_leases_and_backlog() {
+    use std::time::Duration;
+
+    let db = fixture().await;
+    for id in ["q-1", "q-2", "q-3"] {
+        db.store
+            .create_run(NewRun::new(id, "Queue", "f", "Start", json!({})))
+            .await
+            .unwrap();
+    }
+    db.store
+        .claim_run("q-2", "worker-7", Duration::from_mins(5))
+        .await
+        .unwrap()
+        .expect("claimed");
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/workers")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(r#"<a href="../ui/workers">Workers</a>"#),
+        "the nav: {body}"
+    );
+    let lease = between(&body, r#"<tr data-owner="worker-7">"#, "</tr>");
+    assert!(lease.contains(r#"<td class="num">1</td>"#), "{lease}");
+    assert!(
+        lease.contains(r#"<a href="../ui/runs/q-2">q-2</a> until 20"#),
+        "{lease}"
+    );
+    let queue = between(&body, r#"<tr data-agent="Queue">"#, "</tr>");
+    // 3 runnable, 1 held, 2 waiting for a worker, none waiting.
+    assert!(queue.contains("status=running\">3</a>"), "{queue}");
+    assert!(queue.contains(r#"<td class="num">1</td>"#), "{queue}");
+    assert!(
+        queue.contains(r#"<td class="num backlog-free">2</td>"#),
+        "{queue}"
+    );
+    assert!(queue.contains("status=waiting\">0</a>"), "{queue}");
+    // The fixture's waiting run waits for its signal.
+    let order = between(&body, r#"<tr data-agent="Order">"#, "</tr>");
+    assert!(order.contains("<li>confirm: 1</li>"), "{order}");
+    assert!(body.contains("every one of them"), "{body}");
+}
+
+/// A run of 2,000 steps: its page stays small (the timeline and the journal paged, the
+/// path summarised) and the pages reach its first version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_run_is_paged_down_to_its_first_version() {
+    use agent_core::store::{RunStatus, StepCommit, TransitionKind};
+
+    const STEPS: u64 = 2_000;
+    let db = Db::new().await;
+    let lease = db
+        .claimed(
+            NewRun::new("loop", "Looper", "f", "Tick", json!({"Tick": {"i": 0}})),
+            "test",
+        )
+        .await;
+    for v in 0..STEPS {
+        let (from, to) = if v % 2 == 0 {
+            ("Tick", "Tock")
+        } else {
+            ("Tock", "Tick")
+        };
+        let mut entry = common::lookup_entry("loop", 0);
+        entry.version = v;
+        entry.state = from.to_owned();
+        entry.input = json!({"sku": format!("step-{v:04}")});
+        db.store
+            .commit_step(
+                &lease,
+                &StepCommit {
+                    expected_version: v,
+                    from_state: from.to_owned(),
+                    to_state: to.to_owned(),
+                    state: json!({ to: {"i": v + 1, "log": "a line of the run's own notes"} }),
+                    kind: TransitionKind::Step,
+                    status: RunStatus::Running,
+                    waiting_for: None,
+                    wake_at: None,
+                    error: None,
+                    consumed_signal: None,
+                },
+                &[entry],
+            )
+            .await
+            .unwrap();
+    }
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/loop")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.len() < 300_000, "the page is {} bytes", body.len());
+    // The path in one sentence: its ends named, the steps between counted.
+    let path = between(&body, r#"<p id="path">"#, "</p>");
+    assert!(path.contains("… 1994 more steps …"), "{path}");
+    assert!(path.len() < 1_000, "{path}");
+    // The newest versions first, and the way to the oldest.
+    assert!(body.contains(r#"<li id="v2000">"#) && body.contains(r#"<li id="v1951">"#));
+    assert!(!body.contains(r#"<li id="v1950">"#));
+    assert!(body.contains("page 1 of 41"), "{body}");
+    let href = |body: &str, id: &str| -> Option<String> {
+        let rest = body.split(&format!(r#"id="{id}" href=""#)).nth(1)?;
+        Some(
+            rest.split('"')
+                .next()?
+                .replace("&#38;", "&")
+                .replace("&amp;", "&"),
+        )
+    };
+    let oldest = href(&body, "timeline-oldest").expect("a link to the first versions");
+    let (_, _, first) = page(&server.url(&format!("/ui/runs/loop{oldest}"))).await;
+    assert!(first.contains("page 41 of 41"), "{first}");
+    assert!(first.contains(r#"<li id="v0">"#) && !first.contains(r#"<li id="v1">"#));
+    assert!(href(&first, "timeline-older").is_none());
+    // Walking the older pages one at a time gets there too.
+    let mut url = server.url("/ui/runs/loop");
+    let mut pages = 1;
+    loop {
+        let (_, _, b) = page(&url).await;
+        assert!(b.len() < 300_000, "page {pages} is {} bytes", b.len());
+        let Some(q) = href(&b, "timeline-older") else {
+            assert!(b.contains(r#"<li id="v0">"#));
+            break;
+        };
+        url = server.url(&format!("/ui/runs/loop{q}"));
+        pages += 1;
+    }
+    assert_eq!(pages, 41);
+    // The journal pages with the timeline: the entries of the steps begun at the versions
+    // shown, its oldest page holding the first step's call.
+    assert!(body.contains("step-1999") && !body.contains("step-1950"));
+    let mut url = server.url("/ui/runs/loop");
+    let mut pages = 1;
+    loop {
+        let (_, _, b) = page(&url).await;
+        let Some(q) = href(&b, "journal-older") else {
+            assert!(b.contains("step-0000") && !b.contains("step-0001"), "{b}");
+            break;
+        };
+        url = server.url(&format!("/ui/runs/loop{q}"));
+        pages += 1;
+    }
+    assert_eq!(pages, 41);
+}
+
+/// The calls of the current step journaled without a result show with their attempts and
+/// when they are tried again, as far as the run's record says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_tool_calls_show_their_attempts() {
+    use agent_core::store::CallStatus;
+    use agent_core::tool::ToolKind;
+
+    let db = fixture().await;
+    let lease = db
+        .claimed(
+            NewRun::new("calls", "Checkout", "f", "Start", json!({})),
+            "worker-3",
+        )
+        .await;
+    db.store
+        .record_entry(&lease, &common::lookup_entry("calls", 0))
+        .await
+        .unwrap();
+    let mut charge = common::lookup_entry("calls", 1);
+    charge.name = "Charge".into();
+    charge.tool_kind = Some(ToolKind::Write);
+    charge.idempotency_key = Some("calls:0:1".into());
+    charge.status = CallStatus::Started;
+    charge.output = None;
+    charge.finished_at = None;
+    charge.attempts = 3;
+    db.store.record_entry(&lease, &charge).await.unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default()).await;
+
+    let (status, _, body) = page(&server.url("/ui/runs/calls")).await;
+    assert_eq!(status, 200, "{body}");
+    let table = between(&body, r#"<table id="pending">"#, "</table>");
+    assert!(table.contains(r#"<tr data-call="0.1">"#), "{table}");
+    assert!(
+        !table.contains(r#"data-call="0.0""#),
+        "a completed call listed: {table}"
+    );
+    assert!(table.contains("<td>Charge</td><td>write</td><td><code>calls:0:1</code></td>"));
+    assert!(table.contains(r#"<td class="num">3</td>"#));
+    assert!(table.contains("retrying (attempt 3)"), "{table}");
+    assert!(table.contains("Tried again: now, by worker-3"), "{table}");
+    // A worker that stopped renewing: the calls wait for the next claim.
+    db.store
+        .create_run(NewRun::new("stalled", "Checkout", "f", "Start", json!({})))
+        .await
+        .unwrap();
+    let short = db
+        .store
+        .claim_run("stalled", "worker-9", std::time::Duration::from_millis(300))
+        .await
+        .unwrap()
+        .expect("a free run")
+        .lease;
+    charge.run_id = "stalled".into();
+    db.store.record_entry(&short, &charge).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let (_, _, stalled) = page(&server.url("/ui/runs/stalled")).await;
+    assert!(
+        stalled.contains(
+            "Tried again: at the next claim of the run: the lease of worker-9 expired at"
+        ),
+        "{stalled}"
+    );
+    // A run whose calls all have their results says so.
+    let (_, _, done) = page(&server.url("/ui/runs/order-done")).await;
+    assert!(done.contains(r#"id="pending-none""#) && !done.contains(r#"<table id="pending">"#));
 }

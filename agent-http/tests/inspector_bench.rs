@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use agent_core::store::{Claimed, NewRun, RunFilter, RunStatus};
+use agent_core::store::{NewRun, RunFilter, RunStatus};
 use agent_http::ApiConfig;
 use common::{Db, Server, client};
 use serde_json::json;
@@ -99,16 +99,12 @@ async fn inspector_pages_on_a_large_store() {
     println!("created {runs} runs in {:.1?}", t.elapsed());
 
     // One run with a long journal.
-    db.store
-        .create_run(NewRun::new("long", "Checkout", "f", "Start", json!({})))
-        .await
-        .unwrap();
-    let Claimed { lease, .. } = db
-        .store
-        .claim_run("long", "bench", Duration::from_mins(10))
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = db
+        .claimed(
+            NewRun::new("long", "Checkout", "f", "Start", json!({})),
+            "bench",
+        )
+        .await;
     let t = Instant::now();
     for seq in 0..entries {
         let seq = u32::try_from(seq).unwrap();

@@ -154,6 +154,28 @@ async fn shot(c: &Client, name: &str) {
     }
 }
 
+/// Scroll to the element `id` and save what the browser shows as `name` (with
+/// `INSPECTOR_SCREENSHOTS`).
+async fn shot_at(c: &Client, id: &str, name: &str) {
+    c.execute(
+        "document.getElementById(arguments[0]).scrollIntoView(); return null;",
+        vec![json!(id)],
+    )
+    .await
+    .unwrap();
+    shot(c, name).await;
+}
+
+/// Click the first element `css` selects.
+async fn click_css(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
 /// A worker: runs every run that can move (runnable, or waiting with a signal in). The
 /// payloads of the signals it sees go to `seen`.
 fn worker(
@@ -409,13 +431,7 @@ async fn the_inspector_in_chromium() {
             .contains("run finished: completed")
     );
     shot(&c, "inspector-run.png").await;
-    c.execute(
-        "document.getElementById('graph').scrollIntoView(); return null;",
-        vec![],
-    )
-    .await
-    .unwrap();
-    shot(&c, "inspector-graph.png").await;
+    shot_at(&c, "graph", "inspector-graph.png").await;
 
     // The run's timing, from its page's link: the waterfall's bars are placed by the
     // stylesheet's classes (the CSP allows no inline style), the wait among them.
@@ -604,6 +620,26 @@ async fn batch_outcomes(c: &Client) -> Value {
     .unwrap()
 }
 
+/// The batch form, its button pressed: check that the confirmation asks `asks` (saving what
+/// the browser shows as `picture`, when given), confirm, and wait for the summary `says`;
+/// then each run's outcome ([`batch_outcomes`]).
+async fn confirm_batch(c: &Client, asks: &str, picture: Option<&str>, says: &str) -> Value {
+    wait_confirm(c).await;
+    assert_eq!(text_of(c, "confirm-text").await, asks);
+    if let Some(name) = picture {
+        shot(c, name).await;
+    }
+    click(c, "confirm-yes").await;
+    until(
+        c,
+        "return document.getElementById('batch-summary').textContent",
+        |v| v == says,
+        "the batch's summary",
+    )
+    .await;
+    batch_outcomes(c).await
+}
+
 /// Fill the control `id` with `text` (what was in it replaced).
 async fn fill(c: &Client, id: &str, text: &str) {
     let el = c.find(Locator::Id(id)).await.unwrap();
@@ -655,17 +691,7 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     let c = browser(&driver, &chromium, profile.path()).await;
 
     // The agent's page, with the tab's token.
-    c.goto(&server.url("/ui/agents/Order")).await.unwrap();
-    c.wait()
-        .for_element(Locator::Id("start-form"))
-        .await
-        .unwrap();
-    c.execute(
-        "sessionStorage.setItem('durable-agents-token', arguments[0]); return null;",
-        vec![json!(TOKEN)],
-    )
-    .await
-    .unwrap();
+    open_with_token(&c, &server.url("/ui/agents/Order"), "start-form").await;
     let result = "return document.getElementById('start-result').textContent";
 
     // A field the agent's type refuses: the API's error is shown, nothing started.
@@ -765,36 +791,24 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     c.goto(&server.url("/ui/?status=waiting")).await.unwrap();
     c.wait().for_element(Locator::Id("batch-go")).await.unwrap();
     press_by_keyboard(&c, "batch-go").await;
-    wait_confirm(&c).await;
-    assert_eq!(
-        text_of(&c, "confirm-text").await,
-        "Cancel 2 runs matching these filters (status=waiting)? \
-         Each run answers for itself: those that refuse are listed."
-    );
-    shot(&c, "inspector-batch-confirm.png").await;
-    click(&c, "confirm-yes").await;
-    let summary = "return document.getElementById('batch-summary').textContent";
-    until(
+    let outcomes = confirm_batch(
         &c,
-        summary,
-        |v| v == "Cancel 2 runs: 2 done, 0 refused.",
-        "the batch's summary",
+        "Cancel 2 runs matching these filters (status=waiting)? \
+         Each run answers for itself: those that refuse are listed.",
+        Some("inspector-batch-confirm.png"),
+        "Cancel 2 runs: 2 done, 0 refused.",
     )
     .await;
-    let outcomes = batch_outcomes(&c).await;
     assert_eq!(
         outcomes,
         json!([["batch-a", "done", "✓ done"], ["batch-b", "done", "✓ done"]])
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let now = statuses(&db, &["batch-a", "batch-b"]).await;
-        if now == [RunStatus::Cancelled, RunStatus::Cancelled] {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not cancelled: {now:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_statuses(
+        &db,
+        &["batch-a", "batch-b"],
+        &[RunStatus::Cancelled, RunStatus::Cancelled],
+    )
+    .await;
     let note = db
         .store
         .history("batch-a")
@@ -814,21 +828,14 @@ async fn starting_runs_and_batch_actions_in_chromium() {
     c.goto(&server.url("/ui/?agent=Order")).await.unwrap();
     c.wait().for_element(Locator::Id("batch-go")).await.unwrap();
     click(&c, "batch-go").await;
-    wait_confirm(&c).await;
-    assert!(
-        text_of(&c, "confirm-text")
-            .await
-            .starts_with("Cancel 4 runs matching these filters (agent=Order)?")
-    );
-    click(&c, "confirm-yes").await;
-    until(
+    let outcomes = confirm_batch(
         &c,
-        summary,
-        |v| v == "Cancel 4 runs: 3 done, 1 refused.",
-        "the summary of a batch with a refusal",
+        "Cancel 4 runs matching these filters (agent=Order)? \
+         Each run answers for itself: those that refuse are listed.",
+        None,
+        "Cancel 4 runs: 3 done, 1 refused.",
     )
     .await;
-    let outcomes = batch_outcomes(&c).await;
     assert_eq!(
         outcomes,
         json!([
@@ -859,4 +866,317 @@ async fn starting_runs_and_batch_actions_in_chromium() {
 
     c.close().await.unwrap();
     work.abort();
+}
+
+/// Open a page and set this tab's token, as a person would once.
+async fn open_with_token(c: &Client, url: &str, wait_for: &str) {
+    c.goto(url).await.unwrap();
+    c.wait().for_element(Locator::Id(wait_for)).await.unwrap();
+    c.execute(
+        "sessionStorage.setItem('durable-agents-token', arguments[0]); return null;",
+        vec![json!(TOKEN)],
+    )
+    .await
+    .unwrap();
+}
+
+/// Wait until the page follows its event stream: a navigation started while the stream
+/// still connects waits for it (a minute, in Chromium).
+async fn live(c: &Client) {
+    until(
+        c,
+        "return document.getElementById('live-state').textContent",
+        |v| v == "live updates: on",
+        "the page follows the events",
+    )
+    .await;
+}
+
+/// Wait until every one of `ids` is in `want` in the store.
+async fn until_statuses(db: &Db, ids: &[&str], want: &[RunStatus]) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = statuses(db, ids).await;
+        if now == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{ids:?}: {now:?}, not {want:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The batch's other two actions from the runs page: retry the failed runs, then answer
+/// the waiting runs' signal with one payload, each confirmed with its count and each run's
+/// answer listed; a worker then takes the runs to their end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_retry_and_batch_signal_in_chromium() {
+    use agent_core::store::RunFailure;
+
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
+        return;
+    };
+    let db = Db::new().await;
+    for id in ["fail-a", "fail-b", "wait-a", "wait-b"] {
+        db.drive(id, "Pay").await;
+    }
+    for id in ["fail-a", "fail-b"] {
+        db.store
+            .set_status(
+                id,
+                RunStatus::Failed,
+                Some(RunFailure {
+                    code: "handler".into(),
+                    message: "a failure for the test".to_owned(),
+                }),
+            )
+            .await
+            .unwrap();
+    }
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+
+    // Retry every failed run: the confirmation counts them, each goes back to work.
+    open_with_token(&c, &server.url("/ui/?status=failed"), "batch-go").await;
+    c.find(Locator::Id("batch-action"))
+        .await
+        .unwrap()
+        .select_by_value("retry")
+        .await
+        .unwrap();
+    click(&c, "batch-go").await;
+    let outcomes = confirm_batch(
+        &c,
+        "Retry 2 runs matching these filters (status=failed)? \
+         Each run answers for itself: those that refuse are listed.",
+        None,
+        "Retry 2 runs: 2 done, 0 refused.",
+    )
+    .await;
+    assert_eq!(
+        outcomes,
+        json!([["fail-a", "done", "✓ done"], ["fail-b", "done", "✓ done"]])
+    );
+    until_statuses(
+        &db,
+        &["fail-a", "fail-b"],
+        &[RunStatus::Running, RunStatus::Running],
+    )
+    .await;
+    assert!(
+        db.store
+            .load_run("fail-a")
+            .await
+            .unwrap()
+            .unwrap()
+            .error
+            .is_none()
+    );
+
+    // A worker drives the retried runs back to their wait; then one signal answers all four.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let work = worker(
+        &db,
+        &["fail-a", "fail-b", "wait-a", "wait-b"],
+        Arc::clone(&seen),
+    );
+    let waiting = [RunStatus::Waiting; 4];
+    until_statuses(&db, &["fail-a", "fail-b", "wait-a", "wait-b"], &waiting).await;
+    open_with_token(&c, &server.url("/ui/?status=waiting"), "batch-go").await;
+    c.find(Locator::Id("batch-action"))
+        .await
+        .unwrap()
+        .select_by_value("signal")
+        .await
+        .unwrap();
+    // The signal's fields show only for the signal.
+    let hidden = "return document.getElementById('batch-signal').hidden";
+    until(&c, hidden, |v| v == false, "the signal's fields").await;
+    fill(&c, "batch-signal-name", "confirm").await;
+    fill(&c, "batch-payload", r#"{"ok": true, "note": "batch"}"#).await;
+    click(&c, "batch-go").await;
+    let outcomes = confirm_batch(
+        &c,
+        "Send the signal confirm to 4 runs matching these filters (status=waiting)? \
+         Each run answers for itself: those that refuse are listed.",
+        Some("inspector-batch-signal.png"),
+        "Send the signal confirm to 4 runs: 4 done, 0 refused.",
+    )
+    .await;
+    assert_eq!(outcomes.as_array().map(Vec::len), Some(4), "{outcomes}");
+    assert!(
+        outcomes
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r[1] == "done" && r[2] == "✓ done"),
+        "{outcomes}"
+    );
+    until_statuses(
+        &db,
+        &["fail-a", "fail-b", "wait-a", "wait-b"],
+        &[RunStatus::Completed; 4],
+    )
+    .await;
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|p| *p == json!({"ok": true, "note": "batch"})),
+        "the payload the runs received"
+    );
+
+    c.close().await.unwrap();
+    work.abort();
+}
+
+/// A run's family in the browser: the tree nested as lists, a grandchild opened from it,
+/// the breadcrumbs back up to the root; and the search from the runs page, by a whole id
+/// (the run opens), by the first characters of ids and by text in the states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_tree_and_search_in_chromium() {
+    use agent_core::store::NewRun;
+
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
+        return;
+    };
+    let db = Db::new().await;
+    let new = |id: &str, note: &str| {
+        NewRun::new(id, "Tree", "f", "Start", json!({"Start": {"note": note}}))
+    };
+    db.store.create_run(new("root", "the top")).await.unwrap();
+    db.store
+        .create_run(new("root.a", "first child").spawned_by("root", 1))
+        .await
+        .unwrap();
+    db.store
+        .create_run(new("root.b", "second child").spawned_by("root", 1))
+        .await
+        .unwrap();
+    db.store
+        .create_run(new("root.a.x", "a grandchild with a Teapot").spawned_by("root.a", 1))
+        .await
+        .unwrap();
+    db.store
+        .set_status("root.b", RunStatus::Failed, None)
+        .await
+        .unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+
+    c.goto(&server.url("/ui/runs/root")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Id("child-tree"))
+        .await
+        .unwrap();
+    // The grandchild is drawn inside its parent's item, indented under it.
+    let nested = c
+        .execute(
+            "const g = document.querySelector(\"#child-tree li[data-run='root.a'] > ul > li[data-run='root.a.x']\"); \
+             const p = document.querySelector(\"#child-tree li[data-run='root.a']\"); \
+             return g && p ? [g.getBoundingClientRect().left > p.getBoundingClientRect().left, \
+               g.offsetParent !== null] : null;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        nested,
+        json!([true, true]),
+        "the grandchild, nested and shown"
+    );
+    let rollup = c
+        .execute(
+            "return Array.from(document.querySelectorAll('#children-rollup li')) \
+               .map(l => l.textContent.trim());",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rollup, json!(["2 in all:", "running 1", "failed 1"]));
+    shot_at(&c, "children-h", "inspector-child-tree.png").await;
+    // Open the grandchild from the tree; its breadcrumbs lead back to the root.
+    click_css(&c, "#child-tree li[data-run='root.a.x'] > a").await;
+    c.wait()
+        .for_element(Locator::Id("breadcrumbs"))
+        .await
+        .unwrap();
+    let crumbs = c
+        .execute(
+            "return Array.from(document.querySelectorAll('#breadcrumbs li')) \
+               .map(l => l.textContent.trim());",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(crumbs, json!(["root (Tree)", "root.a (Tree)", "root.a.x"]));
+    click_css(&c, "#breadcrumbs a[href$='/ui/runs/root']").await;
+    c.wait()
+        .for_element(Locator::Id("child-tree"))
+        .await
+        .unwrap();
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .path()
+            .ends_with("/ui/runs/root")
+    );
+
+    // The search box, from the keyboard: a whole id opens the run.
+    c.goto(&server.url("/ui/")).await.unwrap();
+    c.wait().for_element(Locator::Id("search")).await.unwrap();
+    let search = c.find(Locator::Id("search")).await.unwrap();
+    search.send_keys(&format!("root.b{ENTER}")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Id("run-status"))
+        .await
+        .unwrap();
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .path()
+            .ends_with("/ui/runs/root.b")
+    );
+    assert_eq!(text_of(&c, "run-status").await, "failed");
+    // The first characters of ids: the runs found, with where.
+    c.goto(&server.url("/ui/")).await.unwrap();
+    c.wait().for_element(Locator::Id("search")).await.unwrap();
+    // The seventh page with a live stream in this session: the pages left behind (kept in
+    // the back-forward cache) must have closed theirs, or this one waits a minute for a
+    // connection to the server and the wait below fails.
+    live(&c).await;
+    fill(&c, "search", &format!("root.{ENTER}")).await;
+    c.wait()
+        .for_element(Locator::Id("search-summary"))
+        .await
+        .unwrap();
+    let rows = "return Array.from(document.querySelectorAll('#runs-table tbody tr[data-run]')) \
+                .map(r => [r.dataset.run, r.querySelector('td.found').textContent]).sort();";
+    let found = c.execute(rows, vec![]).await.unwrap();
+    assert_eq!(
+        found,
+        json!([["root.a", "id"], ["root.a.x", "id"], ["root.b", "id"]])
+    );
+    // Text in a state, in any case.
+    fill(&c, "search", &format!("teapot{ENTER}")).await;
+    until(
+        &c,
+        rows,
+        |v| *v == json!([["root.a.x", "/Start/note = \"a grandchild with a Teapot\""]]),
+        "the run whose state holds the text",
+    )
+    .await;
+    assert!(
+        text_of(&c, "search-summary")
+            .await
+            .contains("1 found among the 4 newest runs matching the other filters")
+    );
+    shot(&c, "inspector-search.png").await;
+
+    c.close().await.unwrap();
 }

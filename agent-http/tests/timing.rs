@@ -13,8 +13,7 @@ use std::time::Duration;
 use agent_conformance::fixture::{self, Behaviour, World};
 use agent_core::runner::Runner;
 use agent_core::store::{
-    CallStatus, Claimed, EntryKind, JournalEntry, Lease, NewRun, RunStatus, StepCommit,
-    TransitionKind, now_ms,
+    CallStatus, EntryKind, JournalEntry, NewRun, RunStatus, StepCommit, TransitionKind, now_ms,
 };
 use agent_core::trace::RunTrace;
 use agent_http::ApiConfig;
@@ -53,20 +52,6 @@ fn hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
         s
     })
-}
-
-/// Run `new` created and claimed by a worker of the test's own: what writes its journal
-/// and its steps by hand.
-async fn claimed(db: &Db, new: NewRun) -> Lease {
-    let id = new.id.clone();
-    db.store.create_run(new).await.unwrap();
-    let Claimed { lease, .. } = db
-        .store
-        .claim_run(&id, "test", Duration::from_mins(5))
-        .await
-        .unwrap()
-        .unwrap();
-    lease
 }
 
 /// A fixture run that pays (its charge timing out once, then retried), waits for the
@@ -226,11 +211,12 @@ async fn the_page_links_to_the_runs_trace_when_a_viewer_is_configured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decisions_sealed_values_show_sealed() {
     let db = Db::new().await;
-    let lease = claimed(
-        &db,
-        NewRun::new("sealed", "Order", "f", "Decide", json!({})),
-    )
-    .await;
+    let lease = db
+        .claimed(
+            NewRun::new("sealed", "Order", "f", "Decide", json!({})),
+            "test",
+        )
+        .await;
     let ciphertext = "c2VjcmV0LWNpcGhlcnRleHQtZG8tbm90LXNob3c";
     let envelope = json!({"$sealed": format!("v1:k7:{ciphertext}")});
     let now = now_ms();
@@ -287,11 +273,12 @@ async fn a_decisions_sealed_values_show_sealed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_runs_waterfall_is_paged() {
     let db = Db::new().await;
-    let lease = claimed(
-        &db,
-        NewRun::new("long", "Loop", "f", "Spin", json!({"n": 0})),
-    )
-    .await;
+    let lease = db
+        .claimed(
+            NewRun::new("long", "Loop", "f", "Spin", json!({"n": 0})),
+            "test",
+        )
+        .await;
     let steps = 620_u64;
     for v in 0..steps {
         db.store

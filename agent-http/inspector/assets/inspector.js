@@ -389,6 +389,11 @@
     es.onopen = () => { if (state) state.textContent = "live updates: on"; };
     es.onerror = () => { if (state) state.textContent = "live updates: reconnecting…"; };
     TYPES.forEach((t) => es.addEventListener(t, (m) => { let e; try { e = JSON.parse(m.data); } catch (_) { return; } onEvent(e); }));
+    // A page left for another may be kept (the back-forward cache) with its stream open:
+    // a few of those hold every connection the browser allows this server, and the next
+    // page waits for one. Close the stream on leaving; a page shown again from the cache
+    // is reloaded, stream and all.
+    window.addEventListener("pagehide", () => es.close());
     return es;
   }
 
@@ -415,5 +420,6 @@
       tokens.textContent += e.text || "";
     });
   }
+  window.addEventListener("pageshow", (ev) => { if (ev.persisted && page && (page === "run" || page === "runs")) location.reload(); });
   showTokenState();
 })();

@@ -64,6 +64,7 @@ pub(crate) fn routes(state: AppState, auth: Arc<Auth>, trace_url: TraceUrl) -> R
         .route("/ui/runs/{id}/export.json", get(crate::runs::export))
         .route("/ui/agents", get(pages::agents))
         .route("/ui/schedules", get(pages::schedules))
+        .route("/ui/workers", get(pages::workers))
         .route("/ui/agents/{name}", get(pages::agent))
         .route(
             "/ui/login",

@@ -74,6 +74,29 @@ pub(crate) fn cut(text: String, max: usize) -> (String, bool) {
     )
 }
 
+/// Where the search `needle` is found in a run: `id` when the run's id starts with it, else
+/// the first field of its state (in path order) whose name or value holds it, ignoring case,
+/// as `/path = value` (cut short). `None` when it is not found or the needle is empty.
+/// Sealed values are searched as shown (`[sealed:…]`), never opened.
+pub(crate) fn found_in(id: &str, state: &Value, needle: &str) -> Option<String> {
+    if needle.is_empty() {
+        return None;
+    }
+    if id.starts_with(needle) {
+        return Some("id".to_owned());
+    }
+    let needle = needle.to_lowercase();
+    let state = agent_core::secrets::shown(state);
+    let mut leaves = BTreeMap::new();
+    flatten(&state, String::new(), &mut leaves);
+    leaves
+        .into_iter()
+        .find(|(path, value)| {
+            path.to_lowercase().contains(&needle) || value.to_lowercase().contains(&needle)
+        })
+        .map(|(path, value)| cut(format!("{path} = {value}"), 120).0)
+}
+
 /// One line of a state's change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Change {
@@ -253,6 +276,23 @@ mod tests {
             shown(json!({"a": 1, "b": 2}), json!({"a": 1, "b": 3})),
             ["~ /b 2 3"]
         );
+    }
+
+    #[test]
+    fn a_search_finds_an_id_prefix_or_a_field() {
+        use super::found_in;
+        let state = json!({"Cart": {"items": ["Apple", "kiwi"], "owner": "ada"}});
+        assert_eq!(found_in("order-7", &state, "order-").as_deref(), Some("id"));
+        assert_eq!(
+            found_in("x", &state, "apple").as_deref(),
+            Some("/Cart/items/0 = \"Apple\"")
+        );
+        assert_eq!(
+            found_in("x", &state, "OWNER").as_deref(),
+            Some("/Cart/owner = \"ada\"")
+        );
+        assert_eq!(found_in("x", &state, "pear"), None);
+        assert_eq!(found_in("x", &state, ""), None);
     }
 
     #[test]

@@ -144,6 +144,23 @@ impl Db {
         r.run(id).await.expect("run");
     }
 
+    /// Run `new` created and claimed by `worker` for half an hour: what writes a run's
+    /// journal and steps by hand, or holds its lease.
+    pub(crate) async fn claimed(
+        &self,
+        new: agent_core::store::NewRun,
+        worker: &str,
+    ) -> agent_core::store::Lease {
+        let id = new.id.clone();
+        self.store.create_run(new).await.expect("create");
+        self.store
+            .claim_run(&id, worker, Duration::from_mins(30))
+            .await
+            .expect("claim")
+            .expect("a free run")
+            .lease
+    }
+
     /// The number of versions committed to `id`.
     pub(crate) async fn history_len(&self, id: &str) -> usize {
         self.store.history(id).await.expect("history").len()

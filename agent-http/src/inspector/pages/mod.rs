@@ -1,15 +1,17 @@
 //! The pages: runs, one run, one run's timing, agents, one agent, one journal entry,
-//! sign-in. Each handler reads the store, builds a view (strings ready to show) and renders
-//! a template; askama escapes every value unless a template says `|safe`, which only the
-//! SVG built by [`graph::svg`](super::graph::svg) (escaped there) uses.
+//! schedules, workers, sign-in. Each handler reads the store, builds a view (strings ready to
+//! show) and renders a template; askama escapes every value unless a template says `|safe`,
+//! which only the SVG built by [`graph::svg`](super::graph::svg) (escaped there) uses.
 
 mod agent_pages;
 mod entry_page;
 mod login_page;
+mod run_family;
 mod run_page;
 mod runs_page;
 mod schedules_page;
 mod timing_page;
+mod workers_page;
 
 use std::fmt::Write as _;
 
@@ -29,6 +31,7 @@ pub(crate) use run_page::run;
 pub(crate) use runs_page::runs;
 pub(crate) use schedules_page::schedules;
 pub(crate) use timing_page::timing;
+pub(crate) use workers_page::workers;
 
 /// A page that could not be shown, as a page.
 pub(crate) struct PageError {
@@ -109,6 +112,8 @@ pub(crate) struct RunRow {
     labels: String,
     created: String,
     updated: String,
+    /// Where a search found the run (`id`, or a state's field and value); empty elsewhere.
+    matched: String,
 }
 
 impl From<&RunRecord> for RunRow {
@@ -137,6 +142,7 @@ impl From<&RunRecord> for RunRow {
                 .join(", "),
             created: view::time(r.created_at),
             updated: view::time(r.updated_at),
+            matched: String::new(),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The runs page (`GET /ui/`): the runs, filtered, a page at a time, with counts per status.
+//! The runs page (`GET /ui/`): the runs, filtered, a page at a time, with counts per status;
+//! and the search, by run id (exact, or its first characters) and by text in the runs' states.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +7,7 @@ use agent_core::store::{RunFilter, RunStatus, now_ms};
 use askama::Template;
 use axum::extract::State;
 use axum::http::Uri;
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::{PageError, RunRow, encode, html};
@@ -14,13 +15,18 @@ use crate::Reader;
 use crate::error::ApiError;
 use crate::extract::Query;
 use crate::inspector::root_of;
+use crate::inspector::view;
 use crate::runs::{ListQuery, list_page};
 
 /// The most runs one batch action acts on: a batch over more is refused by the page, which
 /// asks for narrower filters (each run is one request to the API).
 pub(crate) const BATCH_MAX: usize = 500;
 
-/// The runs page's query: the API's filters, an age instead of times.
+/// Runs one search reads (the newest matching the other filters, or the next ones from its
+/// cursor): the store has no text search, so the page looks through a page of candidates.
+pub(crate) const SEARCH_SCAN: usize = 500;
+
+/// The runs page's query: the API's filters, an age instead of times, and a search.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct RunsQuery {
     #[serde(default)]
@@ -29,6 +35,12 @@ pub(crate) struct RunsQuery {
     status: String,
     #[serde(default)]
     label: String,
+    /// Only the children of this run.
+    #[serde(default)]
+    parent: String,
+    /// A run's id (its page opens), the first characters of ids, or text in the states.
+    #[serde(default)]
+    q: String,
     /// `1h`, `24h`, `7d`, `30d`, or empty for any.
     #[serde(default)]
     age: String,
@@ -64,8 +76,12 @@ struct RunsView {
     agent: String,
     status: String,
     label: String,
+    parent: String,
     age: String,
     limit: usize,
+    /// The search, and what it looked through (`searched 500 runs …`); empty without one.
+    search: String,
+    searched: String,
     agents: Vec<String>,
     statuses: Vec<&'static str>,
     counts: Vec<(&'static str, String)>,
@@ -105,6 +121,18 @@ pub(crate) async fn runs(
     Query(q): Query<RunsQuery>,
 ) -> Response {
     let root = root_of(uri.path());
+    let search = q.q.trim();
+    // A run's id typed whole opens its page.
+    if !search.is_empty() && q.fragment.is_empty() {
+        match app.store.load_run(search).await {
+            Ok(Some(run)) => {
+                let to = format!("{root}ui/runs/{}", encode(&run.id));
+                return Redirect::to(&to).into_response();
+            }
+            Ok(None) => {}
+            Err(e) => return html(Err(e.into()), &uri),
+        }
+    }
     let result = async {
         // Read where the events end before the runs: what moves after it reaches the page.
         let head = app.events.event_head().await?.get();
@@ -114,8 +142,13 @@ pub(crate) async fn runs(
             agent: non_empty(&q.agent),
             status: non_empty(&q.status),
             label: non_empty(&q.label),
+            parent: non_empty(&q.parent),
             created_after,
-            limit: Some(limit),
+            limit: Some(if search.is_empty() {
+                limit
+            } else {
+                SEARCH_SCAN
+            }),
             cursor: q.cursor.as_deref().and_then(non_empty),
             ..ListQuery::default()
         };
@@ -128,7 +161,21 @@ pub(crate) async fn runs(
                     .collect()
             })
             .unwrap_or_default();
-        let page = list_page(app.store.as_ref(), list).await?;
+        let mut page = list_page(app.store.as_ref(), list).await?;
+        let scanned = page.runs.len();
+        let found: Vec<RunRow> = page
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let matched = view::found_in(&r.id, &r.state, search)?;
+                let mut row = RunRow::from(r);
+                row.matched = matched;
+                Some(row)
+            })
+            .collect();
+        if !search.is_empty() {
+            page.runs.clear();
+        }
         let labels: BTreeMap<String, String> = non_empty(&q.label)
             .iter()
             .flat_map(|l| l.split(','))
@@ -141,6 +188,7 @@ pub(crate) async fn runs(
                 agent: non_empty(&q.agent),
                 statuses,
                 labels,
+                spawned_by: non_empty(&q.parent),
                 created_after,
                 ..RunFilter::default()
             })
@@ -152,6 +200,8 @@ pub(crate) async fn runs(
             ("agent", q.agent.trim()),
             ("status", q.status.trim()),
             ("label", q.label.trim()),
+            ("parent", q.parent.trim()),
+            ("q", search),
             ("age", q.age.trim()),
         ]
         .iter()
@@ -164,6 +214,7 @@ pub(crate) async fn runs(
             ("agent", q.agent.trim()),
             ("status", q.status.trim()),
             ("label", q.label.trim()),
+            ("parent", q.parent.trim()),
         ]
         .into_iter()
         .filter(|(_, v)| !v.is_empty())
@@ -181,6 +232,7 @@ pub(crate) async fn runs(
             .chain(non_empty(&q.age).map(|a| format!("created in the last {a}")))
             .collect::<Vec<_>>()
             .join(", ");
+        let first_page = q.cursor.as_deref().and_then(non_empty).is_none();
         let next = page.next.as_ref().map(|c| {
             if query.is_empty() {
                 format!("cursor={}", encode(c))
@@ -192,14 +244,40 @@ pub(crate) async fn runs(
             agent: q.agent.trim().to_owned(),
             status: q.status.trim().to_owned(),
             label: q.label.trim().to_owned(),
+            parent: q.parent.trim().to_owned(),
             age: q.age.trim().to_owned(),
             limit,
+            search: search.to_owned(),
+            searched: if search.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "{} found among the {scanned} newest runs matching the other filters{} \
+                     (a search looks through at most {SEARCH_SCAN} runs at a time: by id, \
+                     from its first characters, and by text in the state){}",
+                    found.len(),
+                    if first_page {
+                        ""
+                    } else {
+                        " after the previous ones"
+                    },
+                    if page.next.is_some() {
+                        "; the next page searches the older ones"
+                    } else {
+                        ""
+                    }
+                )
+            },
             agents: app.store.agents().await?,
             statuses: RunStatus::ALL.iter().map(|s| s.as_str()).collect(),
             counts,
-            rows: page.runs.iter().map(RunRow::from).collect(),
+            rows: if search.is_empty() {
+                page.runs.iter().map(RunRow::from).collect()
+            } else {
+                found
+            },
             next,
-            first_page: q.cursor.as_deref().and_then(non_empty).is_none(),
+            first_page,
             query,
             api_query,
             filters_text,
