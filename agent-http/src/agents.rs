@@ -115,6 +115,8 @@ pub(crate) async fn start_run(
         .map_err(|e| match e {
             StartError::NotAnInitialState(message) => ApiError::unprocessable(message),
             StartError::Runner(RunnerError::Store(e)) => ApiError::from(e),
+            // A state the runner would not store (`RunnerConfig::max_payload_bytes`).
+            StartError::Runner(RunnerError::PayloadTooLarge(why)) => ApiError::unprocessable(why),
             StartError::Runner(e) => ApiError::internal(e.to_string()),
         })?;
     let status = if existed {

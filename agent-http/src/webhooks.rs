@@ -459,6 +459,7 @@ pub(crate) async fn deliver(
                     RunnerError::Store(e) => ApiError::from(e),
                     RunnerError::SignalRefused(refused) => crate::runs::signal_refusal(&refused),
                     RunnerError::Seal(e) => ApiError::bad_request(e.to_string()),
+                    RunnerError::PayloadTooLarge(why) => ApiError::unprocessable(why),
                     e => ApiError::internal(e.to_string()),
                 })?;
             let status = if sent.duplicate {
@@ -519,6 +520,8 @@ async fn start(
         .map_err(|e| match e {
             StartError::NotAnInitialState(message) => ApiError::unprocessable(message),
             StartError::Runner(RunnerError::Store(e)) => ApiError::from(e),
+            // A state the runner would not store (`RunnerConfig::max_payload_bytes`).
+            StartError::Runner(RunnerError::PayloadTooLarge(why)) => ApiError::unprocessable(why),
             StartError::Runner(e) => ApiError::internal(e.to_string()),
         })?;
     let status = if existed {

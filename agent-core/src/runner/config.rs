@@ -72,6 +72,13 @@ pub struct RunnerConfig {
     /// starts this long after the switch or later (calls started earlier may still run
     /// it). `Duration::ZERO` reads the registry at every call.
     pub tool_registry_refresh: Duration,
+    /// The most bytes one stored value may take as JSON: a state the run enters, a tool's
+    /// output, a run's initial state, a signal's payload. Past it, what would have been
+    /// stored is refused with an error naming it and its size (a step fails with a budget
+    /// error; a tool call fails permanently; `start` and `signal` return
+    /// [`RunnerError::PayloadTooLarge`](super::RunnerError::PayloadTooLarge)), never a
+    /// database error and never a bloated row. 16 MiB by default.
+    pub max_payload_bytes: usize,
 }
 
 impl Default for RunnerConfig {
@@ -93,6 +100,7 @@ impl Default for RunnerConfig {
             max_child_depth: 8,
             ephemeral: crate::events::EphemeralBus::new(),
             tool_registry_refresh: Duration::from_secs(1),
+            max_payload_bytes: 16 * 1024 * 1024,
         }
     }
 }

@@ -79,4 +79,9 @@ pub enum RunnerError {
     /// is not the type the waiting state declared.
     #[error(transparent)]
     SignalRefused(#[from] crate::signals::SignalRefusal),
+    /// A run's initial state or a signal's payload is larger than
+    /// [`RunnerConfig::max_payload_bytes`](super::RunnerConfig::max_payload_bytes): the
+    /// message names it and its size. Nothing was stored.
+    #[error("{0}")]
+    PayloadTooLarge(String),
 }

@@ -37,6 +37,7 @@ mod error;
 mod explore;
 mod faults;
 pub(crate) mod imported;
+mod payload;
 mod redaction;
 mod retention;
 mod route;
@@ -330,6 +331,9 @@ where
         let mut state = serde_json::to_value(initial)
             .map_err(|e| StoreError::backend(format!("initial state does not serialize: {e}")))?;
         self.inner.seal_state(&mut state, name)?;
+        let limit = self.inner.config.max_payload_bytes;
+        payload::fits(&state, limit, &format!("the initial state `{name}`"))
+            .map_err(RunnerError::PayloadTooLarge)?;
         Ok(
             NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
                 .with_labels(crate::trace::with_current_parent(labels))

@@ -96,6 +96,9 @@ where
             stored.as_ref()
         };
         crate::signals::check_signal(&run, graph, name, &payload)?;
+        let limit = self.inner.config.max_payload_bytes;
+        super::payload::fits(&payload, limit, &format!("the payload of signal `{name}`"))
+            .map_err(RunnerError::PayloadTooLarge)?;
         let marked = graph
             .and_then(|g| g.signal_payload_schema(name))
             .map_or_else(Vec::new, crate::secrets::marked_fields);

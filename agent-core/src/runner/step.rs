@@ -231,6 +231,12 @@ where
                 let e = StepError::Handler(e.to_string());
                 return Box::pin(fail::<A>(inner, lease, &record, desc, &e)).await;
             }
+            // Nor is one past the size bound: the step fails, the run keeps its last state.
+            let limit = inner.config.max_payload_bytes;
+            if let Err(why) = super::payload::fits(&value, limit, &format!("the state `{to}`")) {
+                let e = StepError::Budget(why);
+                return Box::pin(fail::<A>(inner, lease, &record, desc, &e)).await;
+            }
             // The state the step began in is not needed past here (the commit carries the
             // new one, and the paths that keep the old one are behind): freed before the
             // commit, which waits with the other runs' commits, so that a run holds one

@@ -320,14 +320,23 @@ impl StepCx<'_> {
         entry.finished_at = Some(now_ms());
         // An output that holds a secret and cannot be sealed is not stored: the call fails,
         // loudly, rather than replaying something else than what it returned.
+        // Nor is one past the size bound: the call's effect, if any, happened, but what it
+        // returned cannot be kept, so it fails for good (a retry would not shrink it).
         let result = match result {
             Ok(v) => {
-                match self.sealed(v.clone(), &[], &format!("the output of `{}`", entry.name)) {
+                let what = format!("the output of `{}`", entry.name);
+                let limit = self.inner.config.max_payload_bytes;
+                match super::super::payload::fits(&v, limit, &what)
+                    .map_err(ToolError::permanent)
+                    .and_then(|()| {
+                        (self.sealed(v.clone(), &[], &what))
+                            .map_err(|e| ToolError::permanent(e.to_string()))
+                    }) {
                     Ok(stored) => {
                         entry.output = Some(stored);
                         Ok(v)
                     }
-                    Err(e) => Err(ToolError::permanent(e.to_string())),
+                    Err(e) => Err(e),
                 }
             }
             Err(e) => Err(e),
