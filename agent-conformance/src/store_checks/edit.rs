@@ -9,8 +9,8 @@ use agent_core::graph::GraphDescription;
 use agent_core::secrets::{Redactor, SealKeys};
 use agent_core::store::edit::{Edit, EditCheck, EditError, StateEdit, edit, plan_edit};
 use agent_core::store::{
-    FailureCode, NewRun, OperatorNote, RunFailure, RunStatus, StepCommit, Store, StoreError,
-    TransitionKind,
+    FailureCode, NewRun, OperatorNote, RunFailure, RunRecord, RunStatus, StepCommit, Store,
+    StoreError, TransitionKind,
 };
 
 /// `Start -> Review -> Done`, `Start` failing to `Failed`: the edits' graph.
@@ -36,6 +36,46 @@ fn note() -> OperatorNote {
     OperatorNote::new("conformance", "the model misread the amount")
 }
 
+/// A run in `Start` with `state`, of a fresh agent whose graph is [`graph`].
+async fn edit_run(store: &Arc<dyn Store>, prefix: &str, state: Value) -> Result<RunRecord, String> {
+    let agent = unique(prefix);
+    let g = graph(&agent)?;
+    store.register_agent(&g).await.ctx("register_agent")?;
+    store
+        .create_run(NewRun::new(
+            &unique(prefix),
+            &agent,
+            &g.fingerprint(),
+            "Start",
+            state,
+        ))
+        .await
+        .ctx("create_run")
+}
+
+/// What the checks' edits are checked and sealed with: their states hold no secret.
+struct NoSecrets {
+    redactor: Redactor,
+    keys: SealKeys,
+}
+
+impl NoSecrets {
+    fn new() -> Self {
+        Self {
+            redactor: Redactor::default(),
+            keys: SealKeys::default(),
+        }
+    }
+
+    fn check(&self) -> EditCheck<'_> {
+        EditCheck {
+            read_state: None,
+            redactor: &self.redactor,
+            keys: &self.keys,
+        }
+    }
+}
+
 fn whole(state: Value) -> Edit {
     Edit {
         state: StateEdit::Whole(state),
@@ -56,27 +96,10 @@ fn whole(state: Value) -> Edit {
 /// # Errors
 /// What the store did wrong, when it breaks the guarantee.
 pub async fn check_edit_is_one_audited_transition(store: Arc<dyn Store>) -> CheckResult {
-    let agent = unique("Edit");
-    let g = graph(&agent)?;
-    store.register_agent(&g).await.ctx("register_agent")?;
     let start = json!({ "Start": { "amount": 1000 } });
-    let run = store
-        .create_run(NewRun::new(
-            &unique("edit"),
-            &agent,
-            &g.fingerprint(),
-            "Start",
-            start.clone(),
-        ))
-        .await
-        .ctx("create_run")?;
-    let keys = SealKeys::default();
-    let redactor = Redactor::default();
-    let check = EditCheck {
-        read_state: None,
-        redactor: &redactor,
-        keys: &keys,
-    };
+    let run = edit_run(&store, "edit", start.clone()).await?;
+    let secrets = NoSecrets::new();
+    let check = secrets.check();
     let corrected = json!({ "Start": { "amount": 10 } });
     match edit(store.as_ref(), &run.id, whole(corrected.clone()), check).await {
         Err(EditError::NotStopped { .. }) => {}
@@ -214,19 +237,12 @@ pub async fn check_edit_is_one_audited_transition(store: Arc<dyn Store>) -> Chec
 /// # Errors
 /// What the store did wrong, when it breaks the guarantee.
 pub async fn check_edit_by_patch(store: Arc<dyn Store>) -> CheckResult {
-    let agent = unique("Patch");
-    let g = graph(&agent)?;
-    store.register_agent(&g).await.ctx("register_agent")?;
-    let run = store
-        .create_run(NewRun::new(
-            &unique("patch"),
-            &agent,
-            &g.fingerprint(),
-            "Start",
-            json!({ "Start": { "amount": 1000, "currency": "EUR" } }),
-        ))
-        .await
-        .ctx("create_run")?;
+    let run = edit_run(
+        &store,
+        "patch",
+        json!({ "Start": { "amount": 1000, "currency": "EUR" } }),
+    )
+    .await?;
     let lease = claim(&store, &run.id, "w").await?;
     let error = RunFailure {
         code: FailureCode::StateCorrupt,
@@ -236,13 +252,8 @@ pub async fn check_edit_by_patch(store: Arc<dyn Store>) -> CheckResult {
     let patch =
         StateEdit::patch(json!([{ "op": "replace", "path": "/Start/amount", "value": 10 }]))
             .map_err(|e| e.to_string())?;
-    let keys = SealKeys::default();
-    let redactor = Redactor::default();
-    let check = EditCheck {
-        read_state: None,
-        redactor: &redactor,
-        keys: &keys,
-    };
+    let secrets = NoSecrets::new();
+    let check = secrets.check();
     let r = edit(
         store.as_ref(),
         &run.id,
