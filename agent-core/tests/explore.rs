@@ -4,7 +4,7 @@
 //! payload, a state it could not reach).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use durable_agents::router::Router;
 use durable_agents::runner::{ExploreConfig, Runner, RunnerError, explore};
@@ -22,7 +22,10 @@ pub struct Log(Mutex<Vec<String>>);
 /// Look the customer up (no input).
 #[tool_fn(read)]
 pub async fn lookup(Shared(log): Shared<Arc<Log>>) -> ToolResult<u32> {
-    log.0.lock().unwrap().push("Lookup".into());
+    log.0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push("Lookup".into());
     Ok(3)
 }
 
@@ -33,7 +36,10 @@ pub async fn search(
     /// What to look for.
     query: String,
 ) -> ToolResult<u32> {
-    log.0.lock().unwrap().push(format!("Search {query}"));
+    log.0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(format!("Search {query}"));
     Ok(1)
 }
 
@@ -44,7 +50,10 @@ pub async fn refund_money(
     /// How much.
     cents: u32,
 ) -> ToolResult<String> {
-    log.0.lock().unwrap().push(format!("RefundMoney {cents}"));
+    log.0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(format!("RefundMoney {cents}"));
     Ok("refunded".into())
 }
 
@@ -120,9 +129,10 @@ impl SupportHandlers for Handlers {
     }
 }
 
-fn build(
-    log: &Arc<Log>,
-) -> impl Fn(Arc<dyn Store>, Arc<dyn Router>) -> Result<Runner<Support, Handlers>, RunnerError> {
+/// What the tests hand `explore`: a runner of `Support` over a store with a router.
+type Built = Result<Runner<Support, Handlers>, RunnerError>;
+
+fn build(log: &Arc<Log>) -> impl Fn(Arc<dyn Store>, Arc<dyn Router>) -> Built {
     let log = Arc::clone(log);
     move |store, router| {
         Runner::<Support, _>::builder(
@@ -215,17 +225,12 @@ async fn without_samples_what_is_not_taken_is_said_why() {
     .await
     .unwrap();
     let why = |state: &str, option: &str| {
-        found
-            .unexplored
-            .iter()
-            .find(|u| u.state == state && u.option == option)
-            .map(|u| u.why.clone())
-            .unwrap_or_else(|| {
-                panic!(
-                    "{state} -> {option} is not reported: {:#?}",
-                    found.unexplored
-                )
-            })
+        let hit = (found.unexplored.iter()).find(|u| u.state == state && u.option == option);
+        let Some(u) = hit else {
+            let all = &found.unexplored;
+            panic!("{state} -> {option} is not reported: {all:#?}");
+        };
+        u.why.clone()
     };
     assert!(why("Triage", "Search").contains("no sample input"));
     assert!(why("Triage", "Refund").contains("no sample argument"));

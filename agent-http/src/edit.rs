@@ -128,18 +128,17 @@ pub(crate) async fn edit_state(
         .load_run(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run `{id}` not found")))?;
-    let edited = match app.agents.0.get(&run.agent) {
-        Some(starter) => starter.edit_json(id, edit).await,
-        None => {
-            let redactor = Redactor::default().with_fields(&DEFAULT_SENSITIVE_FIELDS);
-            let check = EditCheck {
-                read_state: None,
-                redactor: &redactor,
-                keys: &app.seal_keys,
-            };
-            let store: &dyn OperatorStore = app.store.as_ref();
-            agent_core::store::edit::edit(store, &id, edit, check).await
-        }
+    let edited = if let Some(starter) = app.agents.0.get(&run.agent) {
+        starter.edit_json(id, edit).await
+    } else {
+        let redactor = Redactor::default().with_fields(&DEFAULT_SENSITIVE_FIELDS);
+        let check = EditCheck {
+            read_state: None,
+            redactor: &redactor,
+            keys: &app.seal_keys,
+        };
+        let store: &dyn OperatorStore = app.store.as_ref();
+        agent_core::store::edit::edit(store, &id, edit, check).await
     };
     edited.map(Json).map_err(refused)
 }

@@ -93,7 +93,7 @@ async fn a_waiting_runs_state_is_patched_audited_and_resumed() {
         assert_eq!(held.status, RunStatus::Quarantined, "{name}");
 
         // With the agent registered, the same state is refused before anything is written.
-        let served = Server::serve(
+        let with_agent = Server::serve(
             &db.store,
             ApiConfig::default()
                 .with_token(common::TOKEN)
@@ -101,7 +101,7 @@ async fn a_waiting_runs_state_is_patched_audited_and_resumed() {
         )
         .await;
         let before = db.history_len("order-2").await;
-        let (status, answer) = post(&served, "order-2", &typo, true).await;
+        let (status, answer) = post(&with_agent, "order-2", &typo, true).await;
         assert_error(status, &answer, 422, "unprocessable");
         assert!(
             answer["error"]["message"]
@@ -116,10 +116,10 @@ async fn a_waiting_runs_state_is_patched_audited_and_resumed() {
             "{name}: a refusal wrote"
         );
         let fixed = json!({ "state": { "Confirm": { "payment_id": "pay-2" } }, "reason": "fix" });
-        let (status, run) = post(&served, "order-2", &fixed, true).await;
+        let (status, run) = post(&with_agent, "order-2", &fixed, true).await;
         assert_eq!(status, 200, "{name}: {run}");
 
-        let doc = served.openapi().await;
+        let doc = with_agent.openapi().await;
         let op = &doc["paths"]["/v1/runs/{id}/state"]["post"];
         assert!(
             op.is_object(),

@@ -43,9 +43,9 @@ async fn edit_run(store: &Arc<dyn Store>, prefix: &str, state: Value) -> Result<
     store.register_agent(&g).await.ctx("register_agent")?;
     store
         .create_run(NewRun::new(
-            &unique(prefix),
+            unique(prefix),
             &agent,
-            &g.fingerprint(),
+            g.fingerprint(),
             "Start",
             state,
         ))

@@ -406,28 +406,25 @@ impl Router for Explorer {
                     .or_else(|| transitions().find(|(o, _)| untried(o)))
             })
             .flatten();
-        let (option, arguments) = match new {
-            Some(found) => found.clone(),
-            None => {
-                // Toward a state with options not yet tried, else toward the end.
-                let to_work = |o: &RouteOption| self.distance(&o.name, |s| self.has_work(&plan, s));
-                let to_end = |o: &RouteOption| {
-                    self.distance(&o.name, |s| self.graph.state(s).is_some_and(|d| d.terminal))
-                };
-                let best = transitions().min_by_key(|(o, _)| {
-                    let work = if exploring { to_work(o) } else { None };
-                    (work.unwrap_or(usize::MAX), to_end(o).unwrap_or(usize::MAX))
-                });
-                match best {
-                    Some(found) => found.clone(),
-                    None => {
-                        return Err(RouterError::new(
-                            ErrorClass::Permanent,
-                            format!("the explorer has no option it can choose in `{state}`"),
-                        ));
-                    }
-                }
-            }
+        let (option, arguments) = if let Some(found) = new {
+            found.clone()
+        } else {
+            // Toward a state with options not yet tried, else toward the end.
+            let to_work = |o: &RouteOption| self.distance(&o.name, |s| self.has_work(&plan, s));
+            let to_end = |o: &RouteOption| {
+                self.distance(&o.name, |s| self.graph.state(s).is_some_and(|d| d.terminal))
+            };
+            let best = transitions().min_by_key(|(o, _)| {
+                let work = if exploring { to_work(o) } else { None };
+                (work.unwrap_or(usize::MAX), to_end(o).unwrap_or(usize::MAX))
+            });
+            let Some(found) = best else {
+                return Err(RouterError::new(
+                    ErrorClass::Permanent,
+                    format!("the explorer has no option it can choose in `{state}`"),
+                ));
+            };
+            found.clone()
         };
         plan.tried.insert((state.to_owned(), option.name.clone()));
         plan.choices.push(Choice {

@@ -8,7 +8,7 @@ use std::io;
 use serde_json::Value;
 
 /// `Ok` when `value`, as compact JSON, fits in `limit` bytes; otherwise why not, naming
-/// `what` (`the state \`Review\``, `the output of \`search\``) and both sizes.
+/// `what` ("the state \`Review\`", "the output of \`search\`") and both sizes.
 pub(crate) fn fits(value: &Value, limit: usize, what: &str) -> Result<(), String> {
     let bytes = serialized_len(value, limit);
     if bytes <= limit {

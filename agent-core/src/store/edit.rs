@@ -14,7 +14,7 @@
 //! - the state is one the run's graph declares, and a different variant is one the graph
 //!   allows from the current state (a declared edge, or its `on_error`), unless the edit
 //!   overrides the graph, which its note then says;
-//! - where the agent's code is at hand (the typed [`Runner::edit_state`], or a service with
+//! - where the agent's code is at hand (the typed [`Runner::edit_state`](crate::runner::Runner::edit_state), or a service with
 //!   the agent registered), the state reads as the agent's enum. Elsewhere (`agentctl`, which
 //!   links no agent) the next worker reads it before any handler runs, and a state that does
 //!   not read quarantines the run, which can then be edited again: an edit never makes a
