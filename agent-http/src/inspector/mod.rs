@@ -56,6 +56,7 @@ pub(crate) fn routes(state: AppState, auth: Arc<Auth>, trace_url: TraceUrl) -> R
         .route("/ui/", get(pages::runs))
         .route("/ui/runs/{id}", get(pages::run))
         .route("/ui/runs/{id}/entries/{version}/{seq}", get(pages::entry))
+        .route("/ui/runs/{id}/edit", get(pages::edit))
         .route(
             "/ui/runs/{id}/timing",
             get(pages::timing).layer(axum::Extension(trace_url)),
