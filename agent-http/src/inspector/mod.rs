@@ -4,9 +4,9 @@
 //! Pages are rendered on the server from askama templates (compiled and checked with the
 //! crate, escaping HTML by default) and made live by one small script: server-sent events
 //! from the API's streams, and the page's sections fetched again when the run moves.
-//! Actions (signal, cancel, retry, tool switches, starting a run, batch actions over the
-//! runs a filter matches) go through the JSON API with the bearer token the page asks for
-//! once and keeps in `sessionStorage`. The stylesheet and the
+//! Actions (signal, cancel, retry, editing a stopped run's state, tool switches, starting a
+//! run, batch actions over the runs a filter matches) go through the JSON API with the
+//! bearer token the page asks for once and keeps in `sessionStorage`. The stylesheet and the
 //! script are embedded with `include_str!`: two files need no asset crate, and nothing is
 //! loaded from anywhere else at run time.
 //!
