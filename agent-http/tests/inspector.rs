@@ -1274,6 +1274,40 @@ async fn the_edit_page_offers_the_form_only_for_a_stopped_run() {
         assert!(!body.contains(r#"id="edit-form""#), "{body}");
     }
 
+    // A run a worker drives (just edited, through the API) is refused; once its state did
+    // not read as the agent's type, the run is quarantined and can be edited again, its
+    // page saying why it stopped.
+    db.drive("order-held", "Pay").await;
+    let typo = json!({ "state": { "Confirm": { "payment_id": 42 } }, "reason": "typo" });
+    let resp = client()
+        .post(server.url("/v1/runs/order-held/state"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .json(&typo)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let (_, _, running) = page(&server.url("/ui/runs/order-held/edit")).await;
+    assert!(
+        running.contains("This run cannot be edited: the run is running")
+            && running.contains("a worker is driving it"),
+        "{running}"
+    );
+    db.runner("Pay").run("order-held").await.unwrap();
+    let held = db.store.load_run("order-held").await.unwrap().unwrap();
+    let (_, _, body) = page(&server.url("/ui/runs/order-held/edit")).await;
+    assert!(
+        body.contains(r#"class="status s-quarantined">quarantined</span>"#),
+        "{body}"
+    );
+    assert!(body.contains(r#"<form id="edit-form" data-run="order-held">"#));
+    let why = held.error.expect("why it was quarantined").to_string();
+    let first_words = why.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    assert!(
+        body.contains(&format!(r#"<dd id="edit-stopped">{first_words}"#)),
+        "{why}: {body}"
+    );
+
     let (status, ctype, missing) = page(&server.url("/ui/runs/nope/edit")).await;
     assert_eq!(status, 404);
     assert!(ctype.starts_with("text/html") && missing.contains("run `nope` not found"));
