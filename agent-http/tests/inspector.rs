@@ -1249,6 +1249,8 @@ async fn the_edit_page_offers_the_form_only_for_a_stopped_run() {
     assert!(body.contains(r#"id="edit-reason" name="reason" required"#));
     assert!(body.contains("The override is recorded"));
     assert!(body.contains(r#"<noscript><p class="error-box" id="edit-no-script">"#));
+    // Without the script, the buttons stay off: the form cannot submit itself unapplied.
+    assert!(body.contains(r#"<button type="submit" id="edit-apply" disabled>"#));
     assert!(!body.contains(r#"id="edit-refused""#));
     // Links work wherever the router is mounted.
     assert!(

@@ -522,6 +522,10 @@
       return rows.map((r) => r.op);
     }
     $("edit-preview").addEventListener("click", preview);
+    // Served disabled: without this script, the form must not submit itself to the page
+    // (the state and the reason in a URL) as if it had been applied.
+    $("edit-preview").disabled = false;
+    $("edit-apply").disabled = false;
     editForm.addEventListener("submit", async (ev) => {
       ev.preventDefault();
       const patch = preview();
