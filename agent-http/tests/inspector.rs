@@ -1196,3 +1196,134 @@ async fn pending_tool_calls_show_their_attempts() {
     let (_, _, done) = page(&server.url("/ui/runs/order-done")).await;
     assert!(done.contains(r#"id="pending-none""#) && !done.contains(r#"<table id="pending">"#));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edit_page_offers_the_form_only_for_a_stopped_run() {
+    let db = fixture().await;
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+
+    // A waiting run: its state to edit, what stopped it, and every field labelled.
+    let (status, ctype, body) = page(&server.url("/ui/runs/order-waiting/edit")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(ctype.starts_with("text/html"), "{ctype}");
+    assert!(
+        body.contains(r#"<form id="edit-form" data-run="order-waiting">"#),
+        "{body}"
+    );
+    let waiting = db.store.load_run("order-waiting").await.unwrap().unwrap();
+    let payment = waiting.state["Confirm"]["payment_id"].as_str().unwrap();
+    let text_box = body
+        .split(r#"<textarea id="edit-json""#)
+        .nth(1)
+        .and_then(|rest| rest.split("</textarea>").next())
+        .expect("the state's text box");
+    assert!(
+        text_box.contains("Confirm") && text_box.contains(payment),
+        "{text_box}"
+    );
+    assert!(
+        body.contains(r#"<dd id="edit-state-name">Confirm</dd>"#),
+        "{body}"
+    );
+    assert!(body.contains(r#"<span id="edit-status" class="status s-waiting">waiting</span>"#));
+    assert!(
+        body.contains(r#"<dd id="edit-stopped">it waits for"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"<dd id="edit-leads-to">Done, Failed</dd>"#),
+        "{body}"
+    );
+    for field in [
+        "edit-json",
+        "edit-reason",
+        "edit-by",
+        "edit-state-name-input",
+        "edit-override",
+    ] {
+        assert!(
+            body.contains(&format!(r#"<label for="{field}">"#)),
+            "{field}"
+        );
+    }
+    assert!(body.contains(r#"id="edit-reason" name="reason" required"#));
+    assert!(body.contains("The override is recorded"));
+    assert!(body.contains(r#"<noscript><p class="error-box" id="edit-no-script">"#));
+    // Without the script, the buttons stay off: the form cannot submit itself unapplied.
+    assert!(body.contains(r#"<button type="submit" id="edit-apply" disabled>"#));
+    assert!(!body.contains(r#"id="edit-refused""#));
+    // Links work wherever the router is mounted.
+    assert!(
+        body.contains(r#"href="../../../ui/runs/order-waiting""#),
+        "{body}"
+    );
+
+    // Ended runs: why not, and what to do instead; the state is shown, no form.
+    for (run, status) in [
+        ("order-done", "completed"),
+        ("order-cancelled", "compensated"),
+    ] {
+        let (code, _, body) = page(&server.url(&format!("/ui/runs/{run}/edit"))).await;
+        assert_eq!(code, 200, "{body}");
+        assert!(
+            body.contains(&format!(
+                r#"<p class="error-box" id="edit-refused">This run cannot be edited: the run is {status}"#
+            )),
+            "{body}"
+        );
+        assert!(body.contains("fork it"), "{body}");
+        assert!(body.contains(r#"id="edit-current""#));
+        assert!(!body.contains(r#"id="edit-form""#), "{body}");
+    }
+
+    // A run a worker drives (just edited, through the API) is refused; once its state did
+    // not read as the agent's type, the run is quarantined and can be edited again, its
+    // page saying why it stopped.
+    db.drive("order-held", "Pay").await;
+    let typo = json!({ "state": { "Confirm": { "payment_id": 42 } }, "reason": "typo" });
+    let resp = client()
+        .post(server.url("/v1/runs/order-held/state"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .json(&typo)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let (_, _, running) = page(&server.url("/ui/runs/order-held/edit")).await;
+    assert!(
+        running.contains("This run cannot be edited: the run is running")
+            && running.contains("a worker is driving it"),
+        "{running}"
+    );
+    db.runner("Pay").run("order-held").await.unwrap();
+    let held = db.store.load_run("order-held").await.unwrap().unwrap();
+    let (_, _, body) = page(&server.url("/ui/runs/order-held/edit")).await;
+    assert!(
+        body.contains(r#"class="status s-quarantined">quarantined</span>"#),
+        "{body}"
+    );
+    assert!(body.contains(r#"<form id="edit-form" data-run="order-held">"#));
+    let why = held.error.expect("why it was quarantined").to_string();
+    let first_words = why.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    assert!(
+        body.contains(&format!(r#"<dd id="edit-stopped">{first_words}"#)),
+        "{why}: {body}"
+    );
+
+    let (status, ctype, missing) = page(&server.url("/ui/runs/nope/edit")).await;
+    assert_eq!(status, 404);
+    assert!(ctype.starts_with("text/html") && missing.contains("run `nope` not found"));
+
+    // The run's page links to the edit only where the run can be edited.
+    let (_, _, waiting_page) = page(&server.url("/ui/runs/order-waiting")).await;
+    assert!(
+        waiting_page.contains(
+            r#"<a id="edit-link" class="button" href="../../ui/runs/order-waiting/edit">"#
+        ),
+        "{waiting_page}"
+    );
+    for run in ["order-done", "order-cancelled"] {
+        let (_, _, body) = page(&server.url(&format!("/ui/runs/{run}"))).await;
+        assert!(!body.contains(r#"id="edit-link""#), "{run}");
+    }
+}

@@ -1180,3 +1180,133 @@ async fn child_tree_and_search_in_chromium() {
 
     c.close().await.unwrap();
 }
+
+/// Press Apply on the edit page; its outcome, once it starts with `mark` (`✓`, `✗ Refused`).
+async fn apply_edit(c: &Client, mark: &str) -> String {
+    click(c, "edit-apply").await;
+    let outcome = until(
+        c,
+        "return document.getElementById('edit-result').textContent",
+        |v| v.as_str().is_some_and(|s| s.starts_with(mark)),
+        "the edit's outcome",
+    )
+    .await;
+    outcome.as_str().unwrap_or_default().to_owned()
+}
+
+/// Edit a waiting run's state from its edit page: a state the graph does not allow is
+/// refused with the API's message and nothing written; a changed field is previewed, applied
+/// as a patch, and the run, driven by a runner, continues from the edited state to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_state_is_edited_previewed_and_resumed_in_chromium() {
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
+        return;
+    };
+    let db = Db::new().await;
+    db.drive("edit-me", "Pay").await;
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+
+    // From the run's page to its edit page, with the tab's token.
+    open_with_token(&c, &server.url("/ui/runs/edit-me"), "edit-link").await;
+    live(&c).await;
+    click(&c, "edit-link").await;
+    c.wait()
+        .for_element(Locator::Id("edit-form"))
+        .await
+        .unwrap();
+    let versions = db.history_len("edit-me").await;
+
+    // Back to the start, which the graph does not lead to from `Confirm`: the preview says
+    // the variant moves, the API refuses and says why, next to the form.
+    fill(&c, "edit-json", r#"{"Start": {"items": ["apple"]}}"#).await;
+    fill(&c, "edit-reason", "start over").await;
+    click(&c, "edit-preview").await;
+    c.wait()
+        .for_element(Locator::Css("#edit-diff tr.dstate"))
+        .await
+        .unwrap();
+    assert!(text_of(&c, "edit-diff").await.contains("→ state"));
+    let refused = apply_edit(&c, "✗ Refused").await;
+    assert!(
+        refused.starts_with("✗ Refused (422): ")
+            && refused.contains("no edge from `Confirm` to `Start`"),
+        "{refused}"
+    );
+    assert_eq!(db.history_len("edit-me").await, versions, "a refusal wrote");
+
+    // One field changed: the preview shows that field alone, Apply sends it.
+    fill(
+        &c,
+        "edit-json",
+        r#"{"Confirm": {"payment_id": "pay-edited"}}"#,
+    )
+    .await;
+    fill(&c, "edit-reason", "the charge was made again").await;
+    fill(&c, "edit-by", "browser-test").await;
+    click(&c, "edit-preview").await;
+    let rows = until(
+        &c,
+        "return Array.from(document.querySelectorAll('#edit-diff tbody tr')) \
+           .map(r => Array.from(r.cells).map(td => td.textContent));",
+        |v| v.as_array().is_some_and(|a| !a.is_empty()),
+        "the preview",
+    )
+    .await;
+    let before =
+        db.store.load_run("edit-me").await.unwrap().unwrap().state["Confirm"]["payment_id"].clone();
+    assert_eq!(
+        rows,
+        json!([[
+            "~ changed",
+            "/Confirm/payment_id",
+            before.to_string(),
+            "\"pay-edited\""
+        ]])
+    );
+    shot(&c, "inspector-edit.png").await;
+    let edited = apply_edit(&c, "✓").await;
+    assert!(edited.contains("is running at version"), "{edited}");
+    let run = db.store.load_run("edit-me").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(run.state["Confirm"]["payment_id"], "pay-edited");
+    let history = db.store.history("edit-me").await.unwrap();
+    let note = history.last().unwrap().note.clone().unwrap();
+    assert_eq!(
+        (note.by.as_str(), note.reason.as_str()),
+        ("browser-test", "the charge was made again")
+    );
+
+    // A runner steps the edited state: it waits again, is confirmed, and ends with the
+    // edited payment; the run's page, from the result's link, says so.
+    let runner = db.runner("Pay");
+    assert_eq!(
+        runner.run("edit-me").await.unwrap().status,
+        RunStatus::Waiting
+    );
+    runner
+        .signal("edit-me", "confirm", json!({"ok": true}))
+        .await
+        .unwrap();
+    let done = runner.run("edit-me").await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.state, json!({"Done": {"payment_id": "pay-edited"}}));
+    click(&c, "edit-run-link").await;
+    until(
+        &c,
+        "const e = document.getElementById('run-status'); return e ? e.textContent : null;",
+        |v| v == "completed",
+        "the run's page",
+    )
+    .await;
+    assert!(
+        c.find_all(Locator::Id("edit-link"))
+            .await
+            .unwrap()
+            .is_empty(),
+        "an ended run offers no edit"
+    );
+    c.close().await.unwrap();
+}

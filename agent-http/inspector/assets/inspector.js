@@ -422,4 +422,128 @@
   }
   window.addEventListener("pageshow", (ev) => { if (ev.persisted && page && (page === "run" || page === "runs")) location.reload(); });
   showTokenState();
+
+  // ---- The edit page (/ui/runs/{id}/edit): a stopped run's state, edited. ----
+  // The change is a JSON Patch computed here between the state as served (the text box's
+  // default value) and as edited: the preview shows exactly the operations Apply sends, and
+  // values the operator did not touch (sealed ones shown as "[sealed:…]") stay as stored.
+  const editForm = $("edit-form");
+  if (editForm) {
+    const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+    const pointer = (key) => String(key).replace(/~/g, "~0").replace(/\//g, "~1");
+    const shown = (v) => (v === undefined ? "" : JSON.stringify(v));
+    function equal(a, b) {
+      if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((x, i) => equal(x, b[i]));
+      if (isObject(a) && isObject(b)) {
+        const ka = Object.keys(a), kb = Object.keys(b);
+        return ka.length === kb.length && ka.every((k) => Object.prototype.hasOwnProperty.call(b, k) && equal(a[k], b[k]));
+      }
+      return a === b;
+    }
+    // The operations that make `before` into `after` at `path`, each with a readable row.
+    function changes(before, after, path, out) {
+      if (equal(before, after)) return;
+      if (isObject(before) && isObject(after)) {
+        for (const k of Object.keys(before)) {
+          if (!Object.prototype.hasOwnProperty.call(after, k)) out.push({ op: { op: "remove", path: path + "/" + pointer(k) }, sign: "-", before: before[k] });
+        }
+        for (const k of Object.keys(after)) {
+          const at = path + "/" + pointer(k);
+          if (Object.prototype.hasOwnProperty.call(before, k)) changes(before[k], after[k], at, out);
+          else out.push({ op: { op: "add", path: at, value: after[k] }, sign: "+", after: after[k] });
+        }
+        return;
+      }
+      if (Array.isArray(before) && Array.isArray(after)) {
+        const common = Math.min(before.length, after.length);
+        for (let i = 0; i < common; i++) changes(before[i], after[i], path + "/" + i, out);
+        for (let i = common; i < after.length; i++) out.push({ op: { op: "add", path: path + "/" + i, value: after[i] }, sign: "+", after: after[i] });
+        // From the end, so that each index still names the element it removes.
+        for (let i = before.length - 1; i >= common; i--) out.push({ op: { op: "remove", path: path + "/" + i }, sign: "-", before: before[i] });
+        return;
+      }
+      out.push({ op: { op: "replace", path: path, value: after }, sign: "~", before: before, after: after });
+    }
+    // A move to another variant ({"A": …} to {"B": …}) moves the fields over first, so the
+    // fields carried over are patched in place rather than written anew.
+    function patchOf(before, after) {
+      const out = [];
+      const one = (v) => (isObject(v) && Object.keys(v).length === 1 ? Object.keys(v)[0] : null);
+      const was = one(before), now = one(after);
+      if (was !== null && now !== null && was !== now) {
+        out.push({ op: { op: "move", from: "/" + pointer(was), path: "/" + pointer(now) }, sign: ">", before: was, after: now });
+        changes(before[was], after[now], "/" + pointer(now), out);
+      } else {
+        changes(before, after, "", out);
+      }
+      return out;
+    }
+    const text = $("edit-json"), result = $("edit-result"), box = $("edit-changes");
+    function tell(message, ok) {
+      result.textContent = message;
+      result.className = ok ? "ok" : "err";
+    }
+    function cell(tr, content, code) {
+      const td = document.createElement("td");
+      if (code) { const c = document.createElement("code"); c.textContent = content; td.appendChild(c); } else td.textContent = content;
+      tr.appendChild(td);
+    }
+    // The change as a table (signs in words, not colour alone), or null when the text is
+    // not JSON or changes nothing (said next to the form).
+    function preview() {
+      box.textContent = "";
+      let edited;
+      try { edited = JSON.parse(text.value); }
+      catch (e) { tell("✗ The state is not JSON: " + e.message, false); text.focus(); return null; }
+      const rows = patchOf(JSON.parse(text.defaultValue), edited);
+      if (rows.length === 0) {
+        tell("✗ Nothing changed: the state is as stored. To run it again as it is, retry the run.", false);
+        return null;
+      }
+      const table = document.createElement("table");
+      table.className = "diff";
+      table.id = "edit-diff";
+      table.createCaption().textContent = "The change to apply (" + rows.length + " operation" + (rows.length === 1 ? "" : "s") + ")";
+      const head = table.createTHead().insertRow();
+      ["Change", "Where", "Before", "After"].forEach((h) => { const th = document.createElement("th"); th.scope = "col"; th.textContent = h; head.appendChild(th); });
+      const tbody = table.createTBody();
+      const words = { "+": ["dadd", "+ added"], "-": ["ddel", "− removed"], "~": ["dmod", "~ changed"], ">": ["dstate", "→ state"] };
+      for (const r of rows) {
+        const tr = tbody.insertRow();
+        tr.className = words[r.sign][0];
+        tr.dataset.path = r.op.path;
+        cell(tr, words[r.sign][1], false);
+        cell(tr, r.sign === ">" ? "(the variant)" : r.op.path, true);
+        cell(tr, r.sign === ">" ? r.before : shown(r.before), true);
+        cell(tr, r.sign === ">" ? r.after : shown(r.after), true);
+      }
+      box.appendChild(table);
+      tell("", true);
+      return rows.map((r) => r.op);
+    }
+    $("edit-preview").addEventListener("click", preview);
+    // Served disabled: without this script, the form must not submit itself to the page
+    // (the state and the reason in a URL) as if it had been applied.
+    $("edit-preview").disabled = false;
+    $("edit-apply").disabled = false;
+    editForm.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const patch = preview();
+      if (!patch) return;
+      const body = { patch: patch, reason: $("edit-reason").value, override_graph: $("edit-override").checked };
+      const by = $("edit-by").value.trim(), name = $("edit-state-name-input").value.trim();
+      if (by) body.by = by;
+      if (name) body.state_name = name;
+      tell("Applying…", true);
+      const r = await call("POST", "v1/runs/" + enc(editForm.dataset.run) + "/state", body);
+      if (!r) { tell("✗ No token: the edit needs the API's token.", false); return; }
+      if (!r.ok) { tell("✗ Refused (" + r.status + "): " + r.message, false); return; }
+      editForm.querySelectorAll("input, textarea, button").forEach((el) => { el.disabled = true; });
+      tell("✓ Edited: run " + r.body.id + " is " + r.body.status + " at version " + r.body.version + " in state " + r.body.state_name + "; a worker steps it from there. ", true);
+      const a = document.createElement("a");
+      a.id = "edit-run-link"; a.href = root + "ui/runs/" + enc(r.body.id); a.textContent = "Back to run " + r.body.id;
+      result.appendChild(a);
+    });
+  }
+  // ---- End of the edit page. ----
 })();

@@ -4,9 +4,9 @@
 //! Pages are rendered on the server from askama templates (compiled and checked with the
 //! crate, escaping HTML by default) and made live by one small script: server-sent events
 //! from the API's streams, and the page's sections fetched again when the run moves.
-//! Actions (signal, cancel, retry, tool switches, starting a run, batch actions over the
-//! runs a filter matches) go through the JSON API with the bearer token the page asks for
-//! once and keeps in `sessionStorage`. The stylesheet and the
+//! Actions (signal, cancel, retry, editing a stopped run's state, tool switches, starting a
+//! run, batch actions over the runs a filter matches) go through the JSON API with the
+//! bearer token the page asks for once and keeps in `sessionStorage`. The stylesheet and the
 //! script are embedded with `include_str!`: two files need no asset crate, and nothing is
 //! loaded from anywhere else at run time.
 //!
@@ -56,6 +56,7 @@ pub(crate) fn routes(state: AppState, auth: Arc<Auth>, trace_url: TraceUrl) -> R
         .route("/ui/", get(pages::runs))
         .route("/ui/runs/{id}", get(pages::run))
         .route("/ui/runs/{id}/entries/{version}/{seq}", get(pages::entry))
+        .route("/ui/runs/{id}/edit", get(pages::edit))
         .route(
             "/ui/runs/{id}/timing",
             get(pages::timing).layer(axum::Extension(trace_url)),

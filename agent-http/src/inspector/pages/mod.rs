@@ -1,9 +1,11 @@
-//! The pages: runs, one run, one run's timing, agents, one agent, one journal entry,
-//! schedules, workers, sign-in. Each handler reads the store, builds a view (strings ready to
-//! show) and renders a template; askama escapes every value unless a template says `|safe`,
-//! which only the SVG built by [`graph::svg`](super::graph::svg) (escaped there) uses.
+//! The pages: runs, one run, one run's timing, one run's state edited, agents, one agent,
+//! one journal entry, schedules, workers, sign-in. Each handler reads the store, builds a
+//! view (strings ready to show) and renders a template; askama escapes every value unless a
+//! template says `|safe`, which only the SVG built by [`graph::svg`](super::graph::svg)
+//! (escaped there) uses.
 
 mod agent_pages;
+mod edit_page;
 mod entry_page;
 mod login_page;
 mod run_family;
@@ -25,6 +27,7 @@ use super::view;
 use crate::error::ApiError;
 
 pub(crate) use agent_pages::{agent, agents};
+pub(crate) use edit_page::edit;
 pub(crate) use entry_page::entry;
 pub(crate) use login_page::{login, sign_in};
 pub(crate) use run_page::run;

@@ -182,6 +182,9 @@ struct RunView {
     verify: VerifyView,
     is_final: bool,
     can_retry: bool,
+    /// Why the run cannot be edited now ([`super::edit_page`]); `None`: its page links to
+    /// the edit.
+    edit_refused: Option<String>,
     head: u64,
 }
 
@@ -653,6 +656,7 @@ async fn run_view(app: &Reader, id: &str, q: &RunQuery) -> Result<RunView, PageE
             run.status,
             RunStatus::Failed | RunStatus::Quarantined | RunStatus::DeadLettered
         ),
+        edit_refused: super::edit_page::refusal(&run),
         head,
     })
 }
