@@ -1267,7 +1267,7 @@ async fn the_edit_page_offers_the_form_only_for_a_stopped_run() {
         assert_eq!(code, 200, "{body}");
         assert!(
             body.contains(&format!(
-                r#"<p class="error-box" id="edit-refused">This run cannot be edited: the run is {status}"#
+                r#"<p class="error-box" id="edit-refused">This run cannot be edited: run `{run}` is {status}"#
             )),
             "{body}"
         );
@@ -1291,7 +1291,7 @@ async fn the_edit_page_offers_the_form_only_for_a_stopped_run() {
     assert_eq!(resp.status().as_u16(), 200);
     let (_, _, running) = page(&server.url("/ui/runs/order-held/edit")).await;
     assert!(
-        running.contains("This run cannot be edited: the run is running")
+        running.contains("This run cannot be edited: run `order-held` is running")
             && running.contains("a worker is driving it"),
         "{running}"
     );

@@ -165,7 +165,7 @@ pub async fn plan_edit(
         .load_run(run_id)
         .await?
         .ok_or_else(|| EditError::NotFound(run_id.to_owned()))?;
-    check_stopped(&run)?;
+    check_editable(&run)?;
     let invalid = |problem: String| EditError::Invalid {
         run_id: run_id.to_owned(),
         problem,
@@ -261,7 +261,14 @@ pub async fn edit(
     Ok(store.repair_run(&commit).await?)
 }
 
-fn check_stopped(run: &RunRecord) -> Result<(), EditError> {
+/// Whether `run` can be edited now: stopped (waiting, failed, quarantined or
+/// dead-lettered), not waiting for its children, held by no live lease. Pages that offer the
+/// edit ask it too, so they offer it where [`plan_edit`] takes it.
+///
+/// # Errors
+/// [`EditError::NotStopped`] (saying what to do instead), [`EditError::WaitsForChildren`]
+/// or [`EditError::Leased`].
+pub fn check_editable(run: &RunRecord) -> Result<(), EditError> {
     let hint = match run.status {
         RunStatus::Waiting
         | RunStatus::Failed
@@ -270,7 +277,7 @@ fn check_stopped(run: &RunRecord) -> Result<(), EditError> {
         RunStatus::Running | RunStatus::Compensating => {
             " (a worker is driving it: cancel it, or wait until it waits or stops)"
         }
-        _ => " (it ended: fork it, then edit the fork)",
+        _ => " (it ended: fork it at a version to run again from there)",
     };
     if !hint.is_empty() {
         return Err(EditError::NotStopped {
@@ -335,9 +342,10 @@ fn state_name(
     Ok(name)
 }
 
-/// The states the graph allows a run in `from` to move to: its declared edges and its
-/// `on_error` state.
-fn allowed_from<'g>(graph: &'g GraphDescription, from: &str) -> Vec<&'g str> {
+/// The states the graph allows a run in `from` to move to by an edit without overriding the
+/// graph: its declared edges and its `on_error` state.
+#[must_use]
+pub fn allowed_from<'g>(graph: &'g GraphDescription, from: &str) -> Vec<&'g str> {
     let Some(desc) = graph.state(from) else {
         return Vec::new();
     };

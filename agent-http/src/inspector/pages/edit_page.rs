@@ -6,7 +6,8 @@
 //! ([`agent_core::store::edit`]); the API still decides, and its refusal is shown.
 
 use agent_core::graph::GraphDescription;
-use agent_core::store::{RunRecord, RunStatus, WaitingFor, now_ms};
+use agent_core::store::edit::{allowed_from, check_editable};
+use agent_core::store::{RunRecord, RunStatus};
 use askama::Template;
 use axum::extract::State;
 use axum::http::Uri;
@@ -45,57 +46,18 @@ struct EditPage<'a> {
     p: &'a EditView,
 }
 
-/// Why `run` cannot be edited now, in the words an operator acts on; `None` when it can.
-/// The API's own check ([`agent_core::store::edit`]) is private to the store; this one
-/// follows it so that pages offer the edit only where the API takes it.
+/// Why `run` cannot be edited now, in the words an operator acts on; `None` when it can:
+/// the API's own check ([`check_editable`]).
 pub(super) fn refusal(run: &RunRecord) -> Option<String> {
-    let status = run.status;
-    let stopped = matches!(
-        status,
-        RunStatus::Waiting | RunStatus::Failed | RunStatus::Quarantined | RunStatus::DeadLettered
-    );
-    if !stopped {
-        let instead = if matches!(status, RunStatus::Running | RunStatus::Compensating) {
-            "a worker is driving it: cancel it, or wait until it waits or stops"
-        } else {
-            "it ended: fork it at a version of its timeline, then edit the fork"
-        };
-        return Some(format!(
-            "the run is {status}; only a waiting, failed, quarantined or dead-lettered run is \
-             edited ({instead})",
-            status = status.as_str()
-        ));
-    }
-    if status == RunStatus::Waiting
-        && matches!(
-            run.waiting_for,
-            Some(WaitingFor::AllChildren | WaitingFor::FirstChild)
-        )
-    {
-        return Some(
-            "the run waits for its children: edit it once they have ended, or cancel them"
-                .to_owned(),
-        );
-    }
-    if run.lease_owner.is_some() && run.lease_expires_at.is_some_and(|t| t > now_ms()) {
-        return Some(
-            "a worker's live lease holds the run: edit it once the worker lets go".to_owned(),
-        );
-    }
-    None
+    check_editable(run).err().map(|e| e.to_string())
 }
 
-/// The states `graph` leads to from `from`: its edges and its error path.
+/// The states `graph` leads to from `from` ([`allowed_from`]), for the page.
 fn leads_to(graph: Option<&GraphDescription>, from: &str) -> String {
-    let Some(state) = graph.and_then(|g| g.state(from)) else {
+    let Some(graph) = graph.filter(|g| g.state(from).is_some()) else {
         return "unknown (the agent's graph is not stored)".to_owned();
     };
-    let mut to: Vec<&str> = state.to.iter().map(String::as_str).collect();
-    if let Some(e) = state.on_error.as_deref()
-        && !to.contains(&e)
-    {
-        to.push(e);
-    }
+    let to = allowed_from(graph, from);
     if to.is_empty() {
         "none (a terminal state)".to_owned()
     } else {
