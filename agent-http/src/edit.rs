@@ -24,17 +24,23 @@ pub(crate) fn routes() -> Router<AppState> {
     Router::new().route("/v1/runs/{id}/state", post(edit_state))
 }
 
-/// A run's new state, with who and why: `state` or `patch`, not both.
+/// A run's new state, with who and why: the whole state (`state`) or a JSON Patch of the
+/// current one (`patch`), one of them.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum EditBody {
+    /// The whole new state.
+    Whole(WholeEdit),
+    /// A patch of the current state.
+    Patch(PatchEdit),
+}
+
+/// The whole new state, with who and why.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct EditBody {
-    /// The whole new state, as the agent's enum serializes it (`{"Review": {"amount": 50}}`).
-    #[serde(default)]
-    state: Option<Value>,
-    /// A JSON Patch (RFC 6902) of the current state: an array of operations.
-    #[serde(default)]
-    #[schema(value_type = Option<Vec<Object>>)]
-    patch: Option<Value>,
+pub(crate) struct WholeEdit {
+    /// The state, as the agent's enum serializes it (`{"Review": {"amount": 50}}`).
+    state: Value,
     /// The new state's name, for an enum whose JSON does not start with it (an internal or
     /// adjacent serde tag).
     #[serde(default)]
@@ -53,45 +59,85 @@ pub(crate) struct EditBody {
     reason: String,
 }
 
+/// A JSON Patch of the current state, with who and why.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PatchEdit {
+    /// RFC 6902 operations, applied to the current state.
+    #[schema(value_type = Vec<Object>)]
+    patch: Value,
+    /// The new state's name, for an enum whose JSON does not start with it (an internal or
+    /// adjacent serde tag).
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000]*$")]
+    state_name: Option<String>,
+    /// Allow a state the graph does not lead to from the current one; the transition's
+    /// note records it.
+    #[serde(default)]
+    override_graph: bool,
+    /// Who edits (recorded with the transition); `http` when absent.
+    #[serde(default)]
+    #[schema(max_length = 200, pattern = "^[^\\u0000]*$")]
+    by: Option<String>,
+    /// Why (recorded with the transition).
+    #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\u0000]*$")]
+    reason: String,
+}
+
+/// What an edit says beside its state (both shapes of [`EditBody`] carry it).
+#[derive(Debug)]
+struct EditNote {
+    state_name: Option<String>,
+    override_graph: bool,
+    by: Option<String>,
+    reason: String,
+}
+
 impl EditBody {
     fn edit(self) -> Result<Edit, ApiError> {
-        let by = self.by.unwrap_or_else(|| "http".to_owned());
-        if by.chars().count() > 200 || self.reason.chars().count() > 2000 {
+        let (state, about) = match self {
+            Self::Whole(w) => (
+                StateEdit::Whole(w.state),
+                EditNote {
+                    state_name: w.state_name,
+                    override_graph: w.override_graph,
+                    by: w.by,
+                    reason: w.reason,
+                },
+            ),
+            Self::Patch(p) => (
+                StateEdit::patch(p.patch).map_err(|e| {
+                    ApiError::unprocessable(format!("`patch` is not a JSON Patch: {e}"))
+                })?,
+                EditNote {
+                    state_name: p.state_name,
+                    override_graph: p.override_graph,
+                    by: p.by,
+                    reason: p.reason,
+                },
+            ),
+        };
+        let by = about.by.unwrap_or_else(|| "http".to_owned());
+        if by.chars().count() > 200 || about.reason.chars().count() > 2000 {
             return Err(ApiError::bad_request(
                 "`by` has at most 200 characters, `reason` at most 2000",
             ));
         }
-        if self.reason.trim().is_empty() {
+        if about.reason.is_empty() {
             return Err(ApiError::unprocessable(
                 "`reason` says why the state is edited; it is recorded with the transition",
             ));
         }
-        if self
-            .state_name
-            .as_ref()
-            .is_some_and(|n| n.is_empty() || n.chars().count() > 200)
-        {
+        if (about.state_name.as_ref()).is_some_and(|n| n.is_empty() || n.chars().count() > 200) {
             return Err(ApiError::unprocessable(
                 "`state_name` has 1 to 200 characters",
             ));
         }
-        let state = match (self.state, self.patch) {
-            (Some(state), None) => StateEdit::Whole(state),
-            (None, Some(patch)) => StateEdit::patch(patch).map_err(|e| {
-                ApiError::unprocessable(format!("`patch` is not a JSON Patch: {e}"))
-            })?,
-            _ => {
-                return Err(ApiError::unprocessable(
-                    "give the new state as `state` (the whole state) or `patch` (a JSON Patch), \
-                     one of them",
-                ));
-            }
-        };
         Ok(Edit {
             state,
-            state_name: self.state_name,
-            override_graph: self.override_graph,
-            note: OperatorNote::new(by, self.reason),
+            state_name: about.state_name,
+            override_graph: about.override_graph,
+            note: OperatorNote::new(by, about.reason),
         })
     }
 }

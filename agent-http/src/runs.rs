@@ -521,7 +521,7 @@ pub(crate) fn signal_refusal(refused: &SignalRefusal) -> ApiError {
     }
 }
 
-/// Who asks for an operator's action, and why.
+/// Who asks for an operator's action, and why. The body is optional, and may be `null`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct OperatorBody {
@@ -552,7 +552,7 @@ impl OperatorBody {
 /// gets the request, which the worker turns into the cancel at its next commit.
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "operate",
     params(("id" = String, Path, description = "The run")),
-    request_body = OperatorBody,
+    request_body = Option<OperatorBody>,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Cancelled, compensating, or the cancel requested", body = RunRecord),
@@ -568,9 +568,9 @@ impl OperatorBody {
 pub(crate) async fn cancel(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    body: Option<Json<OperatorBody>>,
+    body: Option<Json<Option<OperatorBody>>>,
 ) -> Result<Json<RunRecord>, ApiError> {
-    let note = body.map(|Json(b)| b).unwrap_or_default().note()?;
+    let note = body.and_then(|Json(b)| b).unwrap_or_default().note()?;
     Ok(Json(app.store.cancel_run(&id, &note).await?))
 }
 
@@ -579,7 +579,7 @@ pub(crate) async fn cancel(
 /// quarantined or dead-lettered run.
 #[utoipa::path(post, path = "/v1/runs/{id}/terminate", tag = "operate",
     params(("id" = String, Path, description = "The run")),
-    request_body = OperatorBody,
+    request_body = Option<OperatorBody>,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Terminated (or terminated already)", body = RunRecord),
@@ -595,9 +595,9 @@ pub(crate) async fn cancel(
 pub(crate) async fn terminate(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    body: Option<Json<OperatorBody>>,
+    body: Option<Json<Option<OperatorBody>>>,
 ) -> Result<Json<RunRecord>, ApiError> {
-    let note = body.map(|Json(b)| b).unwrap_or_default().note()?;
+    let note = body.and_then(|Json(b)| b).unwrap_or_default().note()?;
     Ok(Json(app.store.terminate_run(&id, &note).await?))
 }
 
@@ -623,7 +623,7 @@ pub(crate) async fn pending_signals(
         ("id" = String, Path, description = "The run"),
         ("signal" = i64, Path, description = "The pending signal's id"),
     ),
-    request_body = OperatorBody,
+    request_body = Option<OperatorBody>,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Dropped: the run after its `signal_dropped` version", body = RunRecord),
@@ -639,9 +639,9 @@ pub(crate) async fn pending_signals(
 pub(crate) async fn drop_signal(
     State(app): State<AppState>,
     Path((id, signal)): Path<(String, i64)>,
-    body: Option<Json<OperatorBody>>,
+    body: Option<Json<Option<OperatorBody>>>,
 ) -> Result<Json<RunRecord>, ApiError> {
-    let note = body.map(|Json(b)| b).unwrap_or_default().note()?;
+    let note = body.and_then(|Json(b)| b).unwrap_or_default().note()?;
     Ok(Json(app.store.drop_signal(&id, signal, &note).await?))
 }
 

@@ -630,27 +630,11 @@ export interface components {
              */
             signal_id: number;
         };
-        /** @description A run's new state, with who and why: `state` or `patch`, not both. */
-        EditBody: {
-            /** @description Who edits (recorded with the transition); `http` when absent. */
-            by?: string | null;
-            /**
-             * @description Allow a state the graph does not lead to from the current one; the transition's
-             *     note records it.
-             */
-            override_graph?: boolean;
-            /** @description A JSON Patch (RFC 6902) of the current state: an array of operations. */
-            patch?: Record<string, never>[] | null;
-            /** @description Why (recorded with the transition). */
-            reason: string;
-            /** @description The whole new state, as the agent's enum serializes it (`{"Review": {"amount": 50}}`). */
-            state?: unknown;
-            /**
-             * @description The new state's name, for an enum whose JSON does not start with it (an internal or
-             *     adjacent serde tag).
-             */
-            state_name?: string | null;
-        };
+        /**
+         * @description A run's new state, with who and why: the whole state (`state`) or a JSON Patch of the
+         *     current one (`patch`), one of them.
+         */
+        EditBody: components["schemas"]["WholeEdit"] | components["schemas"]["PatchEdit"];
         /**
          * @description What a journal entry records.
          * @enum {string}
@@ -1054,7 +1038,7 @@ export interface components {
             /** @description When it ticks. */
             spec: components["schemas"]["ScheduleSpec"];
         };
-        /** @description Who asks for an operator's action, and why. */
+        /** @description Who asks for an operator's action, and why. The body is optional, and may be `null`. */
         OperatorBody: {
             /** @description Who (recorded with the transition). */
             by?: string | null;
@@ -1076,6 +1060,25 @@ export interface components {
          * @enum {string}
          */
         OverlapPolicy: "skip" | "buffer_one" | "allow_all" | "cancel_previous";
+        /** @description A JSON Patch of the current state, with who and why. */
+        PatchEdit: {
+            /** @description Who edits (recorded with the transition); `http` when absent. */
+            by?: string | null;
+            /**
+             * @description Allow a state the graph does not lead to from the current one; the transition's
+             *     note records it.
+             */
+            override_graph?: boolean;
+            /** @description RFC 6902 operations, applied to the current state. */
+            patch: Record<string, never>[];
+            /** @description Why (recorded with the transition). */
+            reason: string;
+            /**
+             * @description The new state's name, for an enum whose JSON does not start with it (an internal or
+             *     adjacent serde tag).
+             */
+            state_name?: string | null;
+        };
         /** @description One thing a run did, as committed. */
         RunEvent: components["schemas"]["EventKind"] & {
             /** @description The run's agent. */
@@ -1457,6 +1460,25 @@ export interface components {
              * @description The version this transition created.
              */
             version: number;
+        };
+        /** @description The whole new state, with who and why. */
+        WholeEdit: {
+            /** @description Who edits (recorded with the transition); `http` when absent. */
+            by?: string | null;
+            /**
+             * @description Allow a state the graph does not lead to from the current one; the transition's
+             *     note records it.
+             */
+            override_graph?: boolean;
+            /** @description Why (recorded with the transition). */
+            reason: string;
+            /** @description The state, as the agent's enum serializes it (`{"Review": {"amount": 50}}`). */
+            state: unknown;
+            /**
+             * @description The new state's name, for an enum whose JSON does not start with it (an internal or
+             *     adjacent serde tag).
+             */
+            state_name?: string | null;
         };
         /** Format: int64 */
         i64: number;
@@ -1895,9 +1917,9 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/json": components["schemas"]["OperatorBody"];
+                "application/json": null | components["schemas"]["OperatorBody"];
             };
         };
         responses: {
@@ -2726,9 +2748,9 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/json": components["schemas"]["OperatorBody"];
+                "application/json": null | components["schemas"]["OperatorBody"];
             };
         };
         responses: {
@@ -3074,9 +3096,9 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/json": components["schemas"]["OperatorBody"];
+                "application/json": null | components["schemas"]["OperatorBody"];
             };
         };
         responses: {
