@@ -250,7 +250,7 @@ fn fork_starts_a_run_from_a_version(new_db: fn() -> Db) {
     // Forked from its final state: a worker's first step marks it completed.
     assert_eq!(json["forked_from"]["version"], 4, "{json}");
     assert_eq!(json["state"], "Done", "{json}");
-    assert_eq!(json["run"]["status"], "running", "{json}");
+    assert_eq!(json["status"], "running", "{json}");
 }
 
 fn graph_exports(new_db: fn() -> Db) {
