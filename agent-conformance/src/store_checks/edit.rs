@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{CheckResult, Ctx, claim, stored, unique, verify_chain};
+use super::{CheckResult, Ctx, check_operator_write, claim, stored, unique, verify_chain};
 use agent_core::graph::GraphDescription;
 use agent_core::secrets::{Redactor, SealKeys};
 use agent_core::store::edit::{Edit, EditCheck, EditError, StateEdit, edit, plan_edit};
@@ -153,37 +153,14 @@ pub async fn check_edit_is_one_audited_transition(store: Arc<dyn Store>) -> Chec
         .map_err(|e| format!("plan_edit: {e}"))?;
     let stale = plan.clone();
     let edited = store.repair_run(&plan).await.ctx("repair_run (edit)")?;
-    let after = stored(&store, &run.id).await?;
-    for (what, r) in [("returned", &edited), ("stored", &after)] {
-        ensure!(
-            r.status == RunStatus::Running
-                && r.version == 2
-                && r.state == corrected
-                && r.state_name == "Start"
-                && r.error.is_none()
-                && r.lease_owner.is_none()
-                && r.epoch > lease.epoch,
-            "the {what} record after the edit: {} at version {} (want running at 2), state {} \
-             (want {corrected}), error {:?}, lease {:?}, epoch {} (want above {})",
-            r.status,
-            r.version,
-            r.state,
-            r.error,
-            r.lease_owner,
-            r.epoch,
-            lease.epoch
-        );
-    }
-    let history = store.history(&run.id).await.ctx("history")?;
-    let last = history.last().ok_or("no history after the edit")?;
+    let write = ("edit", TransitionKind::Edited, &note());
+    check_operator_write(&store, &edited, write, 2, &corrected, lease.epoch).await?;
+    let stored_name = stored(&store, &run.id).await?.state_name;
     ensure!(
-        last.version == 2 && last.kind == TransitionKind::Edited && last.note == Some(note()),
-        "the edit's transition: version {} kind {} note {:?} (want 2 edited, by whom and why)",
-        last.version,
-        last.kind.as_str(),
-        last.note
+        edited.state_name == "Start" && stored_name == "Start",
+        "the edited run is in `{}`, stored in `{stored_name}` (want `Start`)",
+        edited.state_name
     );
-    verify_chain(&store, &run.id).await?;
     ensure!(
         matches!(
             store.repair_run(&stale).await,

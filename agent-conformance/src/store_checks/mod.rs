@@ -156,6 +156,54 @@ async fn verify_chain(store: &Arc<dyn Store>, run_id: &str) -> CheckResult {
     Ok(())
 }
 
+/// What an operator's write of a stopped run (a repair, an edit: `OperatorStore::repair_run`)
+/// leaves: the returned and the stored record running at `version` with `state`, error and
+/// lease cleared, at an epoch above `epoch`; the last transition that version, of `kind`,
+/// with `note`; the chain verified. `what` names the write in the messages.
+async fn check_operator_write(
+    store: &Arc<dyn Store>,
+    returned: &RunRecord,
+    write: (&str, TransitionKind, &agent_core::store::OperatorNote),
+    version: u64,
+    state: &Value,
+    epoch: u64,
+) -> CheckResult {
+    let (what, kind, note) = write;
+    let after = stored(store, &returned.id).await?;
+    for (which, r) in [("returned", returned), ("stored", &after)] {
+        ensure!(
+            r.status == RunStatus::Running
+                && r.version == version
+                && r.state == *state
+                && r.error.is_none()
+                && r.lease_owner.is_none()
+                && r.epoch > epoch,
+            "the {which} record after the {what}: {} at version {} (want running at {version}), \
+             state {} (want {state}), error {:?}, lease {:?}, epoch {} (want above {epoch})",
+            r.status,
+            r.version,
+            r.state,
+            r.error,
+            r.lease_owner,
+            r.epoch,
+        );
+    }
+    let history = store.history(&returned.id).await.ctx("history")?;
+    let last = history
+        .last()
+        .ok_or_else(|| format!("no history after the {what}"))?;
+    ensure!(
+        last.version == version && last.kind == kind && last.note.as_ref() == Some(note),
+        "the {what}'s transition: version {} kind {} note {:?} (want {version} {}, by whom and \
+         why)",
+        last.version,
+        last.kind.as_str(),
+        last.note,
+        kind.as_str()
+    );
+    verify_chain(store, &returned.id).await
+}
+
 mod children;
 mod commits;
 mod edit;

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{CheckResult, Ctx, claim, create, grow, step, stored, verify_chain};
+use super::{
+    CheckResult, Ctx, check_operator_write, claim, create, grow, step, stored, verify_chain,
+};
 use agent_core::store::FailureCode;
 use agent_core::store::{
     OperatorNote, RepairError, RunFailure, RunStatus, Store, StoreError, TransitionKind,
@@ -49,37 +51,8 @@ pub async fn check_repair_resets_a_quarantined_run(store: Arc<dyn Store>) -> Che
         .map_err(|e| format!("plan_repair: {e}"))?;
     let stale = plan.clone();
     let repaired = store.repair_run(&plan).await.ctx("repair_run")?;
-    let after = stored(&store, &run.id).await?;
-    for (what, r) in [("returned", &repaired), ("stored", &after)] {
-        ensure!(
-            r.status == RunStatus::Running
-                && r.version == 4
-                && r.state == at_one.state
-                && r.error.is_none()
-                && r.lease_owner.is_none()
-                && r.epoch > lease.epoch,
-            "the {what} record after repair: {} at version {} (want running at 4), state {} \
-             (want {}), error {:?}, lease {:?}, epoch {} (want above {})",
-            r.status,
-            r.version,
-            r.state,
-            at_one.state,
-            r.error,
-            r.lease_owner,
-            r.epoch,
-            lease.epoch
-        );
-    }
-    let history = store.history(&run.id).await.ctx("history")?;
-    let last = history.last().ok_or("no history after repair")?;
-    ensure!(
-        last.version == 4 && last.kind == TransitionKind::Repair && last.note == Some(note()),
-        "the repair's transition: version {} kind {} note {:?} (want 4 repair, by whom and why)",
-        last.version,
-        last.kind.as_str(),
-        last.note
-    );
-    verify_chain(&store, &run.id).await?;
+    let write = ("repair", TransitionKind::Repair, &note());
+    check_operator_write(&store, &repaired, write, 4, &at_one.state, lease.epoch).await?;
     // The same plan again: the run moved past it (no longer quarantined, another epoch).
     ensure!(
         matches!(
