@@ -9,8 +9,7 @@ use super::{
 };
 use agent_core::store::FailureCode;
 use agent_core::store::{
-    OperatorNote, RepairError, RunFailure, RunStatus, Store, StoreError, TransitionKind,
-    plan_repair, repair,
+    OperatorNote, RepairError, RunFailure, Store, StoreError, TransitionKind, plan_repair, repair,
 };
 
 fn note() -> OperatorNote {
