@@ -7,6 +7,7 @@ pub use crate::agent::{
     RouteChoice, RoutedByCode, RoutedByLlm, State, StepError, StepIo, StepResult, Wake,
 };
 pub use crate::graph::GraphDescription;
+pub use crate::store::Budget;
 pub use crate::timer::{Due, TimerField};
 pub use crate::tool::{
     Compensate, Execute, RetryPolicy, Tool, ToolBox, ToolContext, ToolError, ToolKind, ToolPolicy,
@@ -79,6 +80,10 @@ pub struct StateSpec {
     pub wait_payload: Option<fn() -> Value>,
     pub to: &'static [&'static str],
     pub on_error: Option<&'static str>,
+    /// `on_budget = T`.
+    pub on_budget: Option<&'static str>,
+    /// `budget(...)`: what one visit may spend.
+    pub budget: Option<Budget>,
     pub tools: &'static [&'static str],
     pub max_tool_calls: Option<u32>,
     pub tools_per_answer: Option<u32>,
@@ -114,6 +119,8 @@ pub struct AgentSpec {
     pub version: u32,
     pub dag: bool,
     pub max_steps: Option<u64>,
+    /// `budget(...)` on the enum: each run's unless its start sets one.
+    pub budget: Option<Budget>,
     pub states: &'static [StateSpec],
     pub tools: &'static [ToolSpec],
 }
@@ -130,6 +137,7 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
         version: spec.version,
         dag: spec.dag,
         max_steps: spec.max_steps,
+        budget: spec.budget,
         states: spec
             .states
             .iter()
@@ -154,6 +162,8 @@ pub fn graph(spec: &AgentSpec) -> GraphDescription {
                     .or_else(|| s.timer_field.map(|f| TimerDescription::Field(f.to_owned()))),
                 to: strings(s.to),
                 on_error: s.on_error.map(str::to_owned),
+                on_budget: s.on_budget.map(str::to_owned),
+                budget: s.budget,
                 tools: strings(s.tools),
                 max_tool_calls: s.max_tool_calls,
                 tools_per_answer: s.tools_per_answer,

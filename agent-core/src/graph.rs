@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::store::Budget;
 use crate::store::records::ToolKind;
 
 mod coverage;
@@ -33,6 +34,9 @@ pub struct GraphDescription {
     /// Budget: at most this many steps per run (`#[agent(max_steps = N)]`).
     #[serde(default)]
     pub max_steps: Option<u64>,
+    /// The budget of each run unless its start sets one (`#[agent(budget(...))]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     /// States in declaration order.
     pub states: Vec<StateDescription>,
     /// Tools declared on the agent, in declaration order.
@@ -86,6 +90,13 @@ pub struct StateDescription {
     /// The state taken when a step of this state fails (also one of the edges).
     #[serde(default)]
     pub on_error: Option<String>,
+    /// The state taken when a step of this state exceeds a budget (also one of the edges);
+    /// without it, a budget failure takes `on_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_budget: Option<String>,
+    /// What one visit of this state may spend (`budget(...)` on the variant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     /// Tools legal in this state, in the order written in `tools(...)`.
     #[serde(default)]
     pub tools: Vec<String>,
@@ -338,7 +349,8 @@ impl GraphDescription {
         self.states.iter().find(|s| s.initial)
     }
 
-    /// Every edge, in declaration order (the `on_error` edge last for each state).
+    /// Every edge, in declaration order (the `on_error` and `on_budget` edges last for each
+    /// state).
     pub fn edges(&self) -> impl Iterator<Item = Edge<'_>> {
         self.states.iter().flat_map(|s| {
             s.to.iter()
@@ -348,8 +360,14 @@ impl GraphDescription {
                     error: false,
                 })
                 .chain(
-                    s.on_error
-                        .iter()
+                    // `on_budget` is a failure path too, drawn as one unless it is also
+                    // `on_error`'s or a `to(...)` edge.
+                    (s.on_error.iter())
+                        .chain(
+                            s.on_budget
+                                .iter()
+                                .filter(|b| s.on_error.as_ref() != Some(*b)),
+                        )
                         .filter(|e| !s.to.contains(e))
                         .map(move |t| Edge {
                             from: &s.name,
@@ -384,11 +402,14 @@ impl GraphDescription {
             .find_map(|w| w.payload_schema.as_ref())
     }
 
-    /// Whether `from` -> `to` is a declared edge (`to(...)` or `on_error`).
+    /// Whether `from` -> `to` is a declared edge (`to(...)`, `on_error` or `on_budget`).
     #[must_use]
     pub fn has_edge(&self, from: &str, to: &str) -> bool {
-        self.state(from)
-            .is_some_and(|s| s.to.iter().any(|t| t == to) || s.on_error.as_deref() == Some(to))
+        self.state(from).is_some_and(|s| {
+            s.to.iter().any(|t| t == to)
+                || s.on_error.as_deref() == Some(to)
+                || s.on_budget.as_deref() == Some(to)
+        })
     }
 
     /// Whether `tool` is legal in `state`.
@@ -462,6 +483,8 @@ mod tests {
             timer: None,
             to: to.iter().map(|s| (*s).into()).collect(),
             on_error: None,
+            on_budget: None,
+            budget: None,
             tools: vec![],
             max_tool_calls: None,
             tools_per_answer: None,
@@ -485,6 +508,7 @@ mod tests {
             version: 1,
             dag: false,
             max_steps: None,
+            budget: None,
             states: vec![browsing, review, state("Done", &[]), failed],
             tools: vec![ToolDescription {
                 name: "SearchProducts".into(),

@@ -1065,6 +1065,7 @@ async fn a_long_run_is_paged_down_to_its_first_version() {
                     wake_at: None,
                     error: None,
                     consumed_signal: None,
+                    spend: None,
                 },
                 &[entry],
             )

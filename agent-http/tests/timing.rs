@@ -299,6 +299,7 @@ async fn a_long_runs_waterfall_is_paged() {
                     wake_at: None,
                     error: None,
                     consumed_signal: None,
+                    spend: None,
                 },
                 &[],
             )

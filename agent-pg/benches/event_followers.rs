@@ -42,6 +42,7 @@ fn commit(expected: u64) -> StepCommit {
         wake_at: None,
         error: None,
         consumed_signal: None,
+        spend: None,
     }
 }
 

@@ -76,6 +76,7 @@ fn commit(expected: u64, state: Value) -> StepCommit {
         wake_at: None,
         error: None,
         consumed_signal: None,
+        spend: None,
     }
 }
 

@@ -60,6 +60,7 @@ fn step_commit(expected: u64) -> StepCommit {
         wake_at: None,
         error: None,
         consumed_signal: None,
+        spend: None,
     }
 }
 

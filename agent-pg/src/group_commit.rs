@@ -576,7 +576,8 @@ impl Writer {
             .bind(row.patch_bytes)
             .bind(row.kind)
             .bind(row.payload_kind)
-            .bind(row.patch());
+            .bind(row.patch())
+            .bind(row.spend.map(Json));
         if let Some(signal) = row.signal {
             query = query.bind(signal);
         }
@@ -620,7 +621,8 @@ impl Writer {
             .bind(rows().map(|r| r.kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.payload_kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.patch().map(Json)).collect::<Vec<_>>())
-            .bind(rows().map(|r| r.signal).collect::<Vec<_>>());
+            .bind(rows().map(|r| r.signal).collect::<Vec<_>>())
+            .bind(rows().map(|r| r.spend.map(Json)).collect::<Vec<_>>());
         let (mut conn, opened) = self.connections.take(&self.pool).await?;
         let returned = query.fetch_all(&mut conn).await;
         self.connections.give_back(conn, opened, &returned);

@@ -282,6 +282,7 @@ impl PgStore {
             .bind(i32::try_from(new.agent_version).unwrap_or(i32::MAX))
             .bind(claim.map(|c| c.0))
             .bind(claim.map(|c| agent_sql::ms(c.1)))
+            .bind(new.budget.map(sqlx::types::Json))
             .fetch_optional(&self.pool)
             .await
             .map_err(error::db_err)?;

@@ -19,7 +19,7 @@ macro_rules! run_cols {
          parent_version, ts_to_ms(created_at) AS created_at, ts_to_ms(updated_at) AS updated_at, \
          creation_hash, last_hash, patch_bytes, snapshot_version, labels, \
          cancel_requested_by, cancel_reason, spawned_by, spawned_at_version, \
-         agent_version, migrated_at_version, resume_base, \
+         agent_version, migrated_at_version, resume_base, spend, budget, \
          (SELECT jsonb_agg(jsonb_build_array(t.payload_kind, t.payload) ORDER BY t.version) \
           FROM transitions t WHERE t.run_id = runs.id AND t.version > runs.snapshot_version \
           AND t.version <= runs.version) AS tail"
@@ -51,11 +51,11 @@ pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 
 pub(crate) const INSERT_RUN: &str = concat!(
     "WITH ins AS (INSERT INTO runs (id, agent, fingerprint, state_name, state, creation_hash, \
      last_hash, parent_id, parent_version, labels, spawned_by, spawned_at_version, \
-     agent_version, epoch, lease_owner, lease_expires_at, claims_without_progress) \
+     agent_version, epoch, lease_owner, lease_expires_at, claims_without_progress, budget) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12, $13, $14, \
      CASE WHEN $15::text IS NULL THEN 0 ELSE 1 END, $15, \
      CASE WHEN $15 IS NULL THEN NULL \
-     ELSE clock_timestamp() + $16::bigint * interval '1 millisecond' END, 0) \
+     ELSE clock_timestamp() + $16::bigint * interval '1 millisecond' END, 0, $17::jsonb) \
      ON CONFLICT (id) DO NOTHING RETURNING ",
     run_cols!(),
     "), lb AS (INSERT INTO run_labels (run_id, key, value) \
@@ -357,6 +357,7 @@ macro_rules! commit_step {
              status = $7, waiting_for = $8, wake_at = ms_to_ts($9), error_code = $10, \
              error_message = $11, claims_without_progress = 0, last_hash = $12, \
              patch_bytes = $13, updated_at = clock_timestamp(), \
+             spend = COALESCE($17::jsonb, spend), \
              lease_owner = CASE WHEN $7 IN {final_statuses} THEN NULL ELSE lease_owner END, \
              lease_expires_at = CASE WHEN $7 IN {final_statuses} THEN NULL \
              ELSE lease_expires_at END \
@@ -382,10 +383,10 @@ pub(crate) static COMMIT_STEP: LazyLock<String> =
 pub(crate) static COMMIT_STEP_CONSUMING: LazyLock<String> = LazyLock::new(|| {
     format!(
         commit_step!(
-            " AND EXISTS (SELECT 1 FROM signals WHERE id = $17 AND run_id = $1 \
+            " AND EXISTS (SELECT 1 FROM signals WHERE id = $18 AND run_id = $1 \
              AND consumed_at_version IS NULL)",
             ", sig AS (UPDATE signals SET consumed_at_version = upd.version FROM upd \
-             WHERE signals.id = $17 AND signals.run_id = upd.id)"
+             WHERE signals.id = $18 AND signals.run_id = upd.id)"
         ),
         final_statuses = final_statuses()
     )
@@ -401,10 +402,11 @@ pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH i AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], \
      $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], \
-     $12::text[], $13::bigint[], $14::text[], $15::text[], $16::jsonb[], $17::bigint[]) \
+     $12::text[], $13::bigint[], $14::text[], $15::text[], $16::jsonb[], $17::bigint[], \
+     $18::jsonb[]) \
      WITH ORDINALITY AS i(id, epoch, expected, from_state, to_state, snapshot, status, \
      waiting_for, wake_at, error_code, error_message, hash, patch_bytes, kind, payload_kind, \
-     patch, signal, n)), \
+     patch, signal, spend, n)), \
      upd AS (UPDATE runs SET version = i.expected + 1, state_name = i.to_state, \
      state = COALESCE(i.snapshot, runs.state), \
      snapshot_version = CASE WHEN i.snapshot IS NULL THEN runs.snapshot_version \
@@ -412,6 +414,7 @@ pub(crate) static COMMIT_STEPS: LazyLock<String> = LazyLock::new(|| {
      status = i.status, waiting_for = i.waiting_for, wake_at = ms_to_ts(i.wake_at), \
      error_code = i.error_code, error_message = i.error_message, claims_without_progress = 0, \
      last_hash = i.hash, patch_bytes = i.patch_bytes, updated_at = clock_timestamp(), \
+     spend = COALESCE(i.spend, runs.spend), \
      lease_owner = CASE WHEN i.status IN {final_statuses} THEN NULL ELSE runs.lease_owner END, \
      lease_expires_at = CASE WHEN i.status IN {final_statuses} THEN NULL \
      ELSE runs.lease_expires_at END \
@@ -632,6 +635,12 @@ pub(crate) const SET_STATUS: &str = concat!(
     "), ch AS (INSERT INTO status_changes (run_id, version, status, error_code, error_message) \
      SELECT id, version, status, error_code, error_message FROM upd) \
      SELECT upd.*, pg_notify($5, upd.id) AS notified FROM upd"
+);
+
+/// `OperatorStore::set_budget`: the run's budget `$2` (JSON text or `NULL`).
+pub(crate) const SET_BUDGET: &str = concat!(
+    "UPDATE runs SET budget = $2::jsonb WHERE id = $1 RETURNING ",
+    run_cols!()
 );
 
 pub(crate) const SET_TOOL: &str = "INSERT INTO tool_switches (tool, enabled, reason) VALUES ($1, $2, $3) \

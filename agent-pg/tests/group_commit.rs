@@ -358,6 +358,7 @@ async fn signal_consuming_commits_are_grouped_and_each_checks_its_signal() {
     let (lock, held) = stall_commits(&store).await;
     let consuming = |expected: u64, cart: &str, signal: i64| StepCommit {
         consumed_signal: Some(signal),
+        spend: None,
         ..step(expected, cart)
     };
     let good_commits: Vec<_> = goods

@@ -91,6 +91,7 @@ async fn a_lost_ack_is_resolved_by_rereading_never_by_committing_twice() {
         wake_at: None,
         error: None,
         consumed_signal: None,
+        spend: None,
     };
     // The commit lands, but the caller never hears (simulated: the result is dropped).
     let _lost = store.commit_step(&lease, &commit, &[]).await;
@@ -158,6 +159,7 @@ async fn killed_connections_are_transient_and_the_run_continues() {
             wake_at: None,
             error: None,
             consumed_signal: None,
+            spend: None,
         };
         // The caller's loop: retry transient errors, resolving each by re-reading.
         let mut attempts = 0;

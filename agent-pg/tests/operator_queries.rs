@@ -126,6 +126,7 @@ async fn every_operator_query_runs_on_a_populated_schema() {
                     wake_at: None,
                     error: None,
                     consumed_signal: None,
+                    spend: None,
                 },
                 &[],
             )

@@ -165,6 +165,9 @@ impl CommitPlan {
         record.waiting_for.clone_from(&commit.waiting_for);
         record.wake_at = commit.wake_at;
         record.error.clone_from(&commit.error);
+        if let Some(spend) = commit.spend {
+            record.spend = spend;
+        }
         record.epoch = lease.epoch;
         record.claims_without_progress = 0;
         record.lease_owner = applied.lease_owner;

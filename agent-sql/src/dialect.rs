@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    EventCursor, JournalEntry, LabelValueCount, Lease, Millis, RunFailure, RunFilter, RunKey,
-    RunRecord, RunStatus, SignalReceipt, StepCommit, StoreError, VersionCount, check_signal_key,
-    now_ms,
+    Budget, EventCursor, JournalEntry, LabelValueCount, Lease, Millis, RunFailure, RunFilter,
+    RunKey, RunRecord, RunStatus, SignalReceipt, StepCommit, StoreError, VersionCount,
+    check_signal_key, now_ms,
 };
 use async_trait::async_trait;
 
@@ -73,6 +73,8 @@ pub trait SqlDialect: SqlReads {
     const LAST_POSITION: &'static str;
     /// Switch tool `$1` on or off (`$2`), with the reason `$3`, then the clock.
     const SET_TOOL: &'static str;
+    /// Set the budget of run `$1` to `$2` (JSON text or `NULL`); the run row after it.
+    const SET_BUDGET: &'static str;
     /// An operator's status `$2` (with the failure's code `$3` and message `$4`) on run
     /// `$1` when no live lease holds it, then the clock, then the notification channel;
     /// the run row after it.
@@ -404,6 +406,26 @@ pub async fn set_tool_enabled<S: SqlDialect>(
     let args = [Arg::Text(tool), Arg::Bool(enabled), Arg::OptText(reason)];
     store.fetch(S::SET_TOOL, &clocked(store, &args)).await?;
     Ok(())
+}
+
+/// `OperatorStore::set_budget`.
+///
+/// # Errors
+/// As `OperatorStore::set_budget`.
+pub async fn set_budget<S: SqlDialect>(
+    store: &S,
+    run_id: &str,
+    budget: Option<Budget>,
+) -> Result<RunRecord, StoreError> {
+    let json = budget
+        .map(|b| serde_json::to_string(&b))
+        .transpose()
+        .map_err(|e| StoreError::backend(e.to_string()))?;
+    let args = [Arg::Text(run_id), Arg::OptText(json.as_deref())];
+    match store.fetch(S::SET_BUDGET, &args).await?.first() {
+        Some(row) => written_run(store, row),
+        None => Err(StoreError::NotFound(run_id.to_owned())),
+    }
 }
 
 /// `OperatorStore::set_status`: refused with [`StoreError::LeaseLost`] (the stored epoch)

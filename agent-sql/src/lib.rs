@@ -62,7 +62,7 @@ pub mod __private {
     pub use agent_core::graph::GraphDescription;
     pub use agent_core::schedule::Schedule;
     pub use agent_core::store::{
-        Claimed, EventCursor, EventLog, EventScope, EventWakes, HistoryStore, InspectedRun,
+        Budget, Claimed, EventCursor, EventLog, EventScope, EventWakes, HistoryStore, InspectedRun,
         JournalEntry, LabelValueCount, Lease, MigrationCommit, OperatorNote, OperatorStore,
         PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus,
         RunStore, ScheduleStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit,

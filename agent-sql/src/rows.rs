@@ -9,10 +9,10 @@
 use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
-    CallStatus, ClaimReads, EntryKind, InspectedRun, JournalEntry, LabelValueCount, Labels, Millis,
-    OperatorNote, ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord, SpawnedBy,
-    StateAtVersion, StoreError, ToolSwitch, TransitionKind, TransitionRecord, VersionCount,
-    VersionSpan, WaitingFor,
+    Budget, CallStatus, ClaimReads, EntryKind, InspectedRun, JournalEntry, LabelValueCount, Labels,
+    Millis, OperatorNote, ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord,
+    SpawnedBy, Spend, StateAtVersion, StoreError, ToolSwitch, TransitionKind, TransitionRecord,
+    VersionCount, VersionSpan, WaitingFor,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -68,6 +68,8 @@ pub struct SalvageRow {
     agent_version: i32,
     migrated_at_version: Option<i64>,
     resume_base: Option<i64>,
+    spend: Option<Json<Spend>>,
+    budget: Option<Json<Budget>>,
 }
 
 /// How [`SalvageRow::into_record`] treats a value the store never writes.
@@ -141,6 +143,8 @@ impl SalvageRow {
             },
             migrated_at_version: self.migrated_at_version.map(number).transpose()?,
             resume_base: self.resume_base.map(number).transpose()?,
+            spend: self.spend.map(|s| s.0).unwrap_or_default(),
+            budget: self.budget.map(|b| b.0),
             id,
         })
     }

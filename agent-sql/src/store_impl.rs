@@ -65,6 +65,7 @@ macro_rules! statements {
         const LAST_POSITION: &'static str = $sql::LAST_POSITION;
         const SET_TOOL: &'static str = $sql::SET_TOOL;
         const SET_STATUS: &'static str = $sql::SET_STATUS;
+        const SET_BUDGET: &'static str = $sql::SET_BUDGET;
         const QUARANTINE_UNDER_LEASE: &'static str = $sql::QUARANTINE_UNDER_LEASE;
         const QUARANTINE_CORRUPT: &'static str = $sql::QUARANTINE_CORRUPT;
         const RENEW_LEASE: &'static str = $sql::RENEW_LEASE;
@@ -533,6 +534,17 @@ macro_rules! impl_sql_store {
                 $crate::__private::StoreError,
             > {
                 $crate::retention::prune(self, policy).await
+            }
+
+            async fn set_budget(
+                &self,
+                run_id: &str,
+                budget: ::core::option::Option<$crate::__private::Budget>,
+            ) -> ::core::result::Result<
+                $crate::__private::RunRecord,
+                $crate::__private::StoreError,
+            > {
+                $crate::dialect::set_budget(self, run_id, budget).await
             }
 
             async fn set_tool_enabled(

@@ -8,7 +8,7 @@
 //! the group commit's queue holds a string, not a tree of values (W4 in `BENCHMARKS.md`).
 
 use agent_core::store::history::VersionPayload;
-use agent_core::store::{JournalEntry, Lease, Millis, StepCommit, StoreError};
+use agent_core::store::{JournalEntry, Lease, Millis, Spend, StepCommit, StoreError};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -72,6 +72,8 @@ pub struct CommitRow {
     /// The signal this step consumes: it must still be pending (part of the
     /// compare-and-set), and is marked consumed at the new version with the commit.
     pub signal: Option<i64>,
+    /// The run's spend through the step, `None` to keep the stored one.
+    pub spend: Option<Spend>,
     /// When the commit was planned (the SQLite store's clock; PostgreSQL uses its own).
     pub now: Millis,
     /// Journal entries of the step not recorded yet: written with the commit, and only
@@ -114,6 +116,7 @@ impl CommitRow {
             payload_kind,
             body,
             signal: commit.consumed_signal,
+            spend: commit.spend,
             now,
             entries,
         }

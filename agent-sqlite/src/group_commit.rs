@@ -442,7 +442,8 @@ async fn update_run(
         .bind(row.patch_bytes)
         .bind(row.now)
         .bind(row.epoch)
-        .bind(row.expected);
+        .bind(row.expected)
+        .bind(row.spend.map(sqlx::types::Json));
     let rows = if with_version {
         // Every statement of the list runs to its end: `fetch_all`, not `fetch_optional`.
         update

@@ -234,6 +234,7 @@ impl SqliteStore {
             .bind(new.spawned_by.as_ref().map(|p| p.run_id.as_str()))
             .bind(new.spawned_by.as_ref().map(|p| to_i64(p.version)))
             .bind(i64::from(new.agent_version))
+            .bind(new.budget.map(sqlx::types::Json))
             .execute(&mut *tx)
             .await
             .map_err(db_err)?

@@ -31,7 +31,7 @@ macro_rules! run_cols {
          claims_without_progress, parent_id, parent_version, created_at, updated_at, \
          creation_hash, last_hash, patch_bytes, snapshot_version, labels, \
          cancel_requested_by, cancel_reason, spawned_by, spawned_at_version, \
-         agent_version, migrated_at_version, resume_base, \
+         agent_version, migrated_at_version, resume_base, spend, budget, \
          (SELECT json_group_array(json_array(t.payload_kind, json(t.payload))) FROM ( \
             SELECT payload_kind, payload FROM transitions t WHERE t.run_id = runs.id \
             AND t.version > runs.snapshot_version AND t.version <= runs.version \
@@ -49,9 +49,9 @@ pub(crate) const AGENT_GRAPH: &str = "SELECT graph FROM agents WHERE agent = $1 
 
 pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (id, agent, fingerprint, state_name, state, \
      creation_hash, last_hash, parent_id, parent_version, created_at, updated_at, seq, labels, \
-     spawned_by, spawned_at_version, agent_version) \
+     spawned_by, spawned_at_version, agent_version, budget) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, \
-     (SELECT COALESCE(max(seq), 0) + 1 FROM runs), $11, $12, $13, $14) ON CONFLICT (id) DO NOTHING";
+     (SELECT COALESCE(max(seq), 0) + 1 FROM runs), $11, $12, $13, $14, $15) ON CONFLICT (id) DO NOTHING";
 
 /// The labels of a run just inserted, one row each from its JSON object `$2`.
 pub(crate) const INSERT_LABELS: &str =
@@ -306,7 +306,8 @@ pub(crate) const JOURNAL_FROM: &str = "SELECT j.run_id, j.version, j.seq, j.kind
 pub(crate) const SIGNAL_PENDING: &str =
     "SELECT 1 FROM signals WHERE id = $1 AND run_id = $2 AND consumed_at_version IS NULL";
 
-/// A commit to a final status also ends the lease (`RunStore::commit_step`). The
+/// A commit to a final status also ends the lease (`RunStore::commit_step`); `$15` is the
+/// run's spend through the step, `NULL` to keep it. The
 /// compare-and-set on epoch (`$13`) and version (`$14`) is in the `WHERE`, with no
 /// operator's cancel waiting: a commit based on a head the run has moved past, or racing a
 /// cancel, updates nothing and returns no row.
@@ -317,6 +318,7 @@ pub(crate) static COMMIT_RUN: LazyLock<String> = LazyLock::new(|| {
      snapshot_version = CASE WHEN $4 IS NULL THEN snapshot_version ELSE $2 END, \
      status = $5, waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
      claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12, \
+     spend = COALESCE($15, spend), \
      lease_owner = CASE WHEN $5 IN {final_statuses} THEN NULL ELSE lease_owner END, \
      lease_expires_at = CASE WHEN $5 IN {final_statuses} THEN NULL ELSE lease_expires_at END \
      WHERE id = $1 AND epoch = $13 AND version = $14 AND cancel_requested_by IS NULL \
@@ -335,20 +337,21 @@ pub(crate) const COMMIT_RUN_SAME_STATUS: &str = "UPDATE runs SET version = $2, s
      state = COALESCE($4, state), \
      snapshot_version = CASE WHEN $4 IS NULL THEN snapshot_version ELSE $2 END, \
      waiting_for = $6, wake_at = $7, error_code = $8, error_message = $9, \
-     claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12 \
+     claims_without_progress = 0, last_hash = $10, patch_bytes = $11, updated_at = $12, \
+     spend = COALESCE($15, spend) \
      WHERE id = $1 AND epoch = $13 AND version = $14 AND status = $5 \
      AND cancel_requested_by IS NULL RETURNING lease_owner, lease_expires_at";
 
 /// A commit's version row, after [`COMMIT_RUN`] or [`COMMIT_RUN_SAME_STATUS`] in the same
-/// statement list, with their parameters and `$15` from-state, `$16` kind, `$17` payload
-/// kind, `$18` payload: inserted only if that update changed the run (`changes()` counts
+/// statement list, with their parameters and `$16` from-state, `$17` kind, `$18` payload
+/// kind, `$19` payload: inserted only if that update changed the run (`changes()` counts
 /// the last statement's rows), so that a commit is one round trip to SQLite's thread
 /// instead of two.
 const INSERT_TRANSITION_AFTER_UPDATE: &str = concat!(
     "INSERT INTO transitions (run_id, version, from_state, \
      to_state, kind, status, epoch, created_at, hash, payload_kind, payload, position, \
      waiting_for, wake_at, error_code, error_message) \
-     SELECT $1, $2, $15, $3, $16, $5, $13, $12, $10, $17, $18, ",
+     SELECT $1, $2, $16, $3, $17, $5, $13, $12, $10, $18, $19, ",
     next_position!(),
     ", $6, $7, $8, $9 WHERE changes() = 1"
 );
@@ -542,6 +545,12 @@ pub(crate) const SET_STATUS: &str = concat!(
      claims_without_progress = CASE WHEN $2 = 'running' THEN 0 ELSE claims_without_progress END, \
      wake_at = CASE WHEN $2 = 'running' THEN NULL ELSE wake_at END, updated_at = $5 \
      WHERE id = $1 AND NOT (lease_owner IS NOT NULL AND lease_expires_at > $5) RETURNING ",
+    run_cols!()
+);
+
+/// `OperatorStore::set_budget`: the run's budget `$2` (JSON text or `NULL`).
+pub(crate) const SET_BUDGET: &str = concat!(
+    "UPDATE runs SET budget = $2 WHERE id = $1 RETURNING ",
     run_cols!()
 );
 

@@ -149,6 +149,7 @@ pub async fn check_migration_is_a_fenced_transition_once(
         wake_at: None,
         error: None,
         consumed_signal: None,
+        spend: None,
     };
     let done = store
         .commit_step(&lease, &step, &[])
@@ -226,6 +227,7 @@ pub async fn check_migration_refuses_compensating_runs(
         wake_at: None,
         error: None,
         consumed_signal: None,
+        spend: None,
     };
     store
         .commit_step(&lease, &compensating, &[])

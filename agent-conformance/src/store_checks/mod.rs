@@ -62,6 +62,7 @@ pub fn step(expected: u64, state: Value) -> StepCommit {
         wake_at: None,
         error: None,
         consumed_signal: None,
+        spend: None,
     }
 }
 

@@ -30,6 +30,7 @@ impl Inner {
             wake_at: None,
             error,
             consumed_signal: None,
+            spend: None,
         };
         self.commit(lease, &commit, &record.id).await
     }

@@ -395,6 +395,7 @@ async fn commit_wait(
         wake_at,
         error: None,
         consumed_signal: None,
+        spend: None,
     };
     let record = inner.commit(lease, &commit, &record.id).await?;
     Ok(StepOutcome::Waiting(record))
@@ -470,6 +471,7 @@ async fn enter(
         wake_at: wake,
         error,
         consumed_signal: consumed,
+        spend: None,
     };
     inner
         .commit_with_entries(lease, entries, &commit, &record.id)
@@ -630,6 +632,7 @@ mod sizes {
             wake_at: None,
             error: None,
             consumed_signal: None,
+            spend: None,
         };
         let commit_size = size_of_val(&runner.inner.commit_with_entries(&lease, &[], &commit, "r"));
         let cache = caches::unloaded_read_cache();

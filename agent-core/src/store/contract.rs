@@ -15,11 +15,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    Claimed, EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry, LabelValueCount,
-    Lease, MigrationCommit, Millis, NewRun, OperatorNote, PruneReport, RepairCommit,
-    RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, ScheduleStore,
-    SignalReceipt, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats, ToolSwitch,
-    TransitionRecord, VersionCount, VersionSpan, compute_tool_stats,
+    Budget, Claimed, EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry,
+    LabelValueCount, Lease, MigrationCommit, Millis, NewRun, OperatorNote, PruneReport,
+    RepairCommit, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus,
+    ScheduleStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats,
+    ToolSwitch, TransitionRecord, VersionCount, VersionSpan, compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
@@ -571,6 +571,20 @@ pub trait OperatorStore: HistoryStore {
 
     /// Remove old versions and their journal by policy; resume keeps working.
     async fn prune(&self, policy: &RetentionPolicy) -> Result<PruneReport, StoreError>;
+
+    /// Set run `run_id`'s budget for the whole run (`None`: none), whatever its status:
+    /// an operator raising the budget of a run that ran out of it. The spend so far is
+    /// kept; the next step the run takes after its next claim checks against the new
+    /// budget. The budget is a setting of the run, not a version of its history. The
+    /// caller validates it ([`Budget::validate`]).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`].
+    async fn set_budget(
+        &self,
+        run_id: &str,
+        budget: Option<Budget>,
+    ) -> Result<RunRecord, StoreError>;
 
     /// Switch a tool on or off for every run.
     async fn set_tool_enabled(

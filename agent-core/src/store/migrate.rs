@@ -76,6 +76,7 @@ impl MigrationCommit {
             wake_at: self.wake_at,
             error: self.error.clone(),
             consumed_signal: None,
+            spend: None,
         }
     }
 

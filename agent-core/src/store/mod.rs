@@ -70,11 +70,12 @@ pub use migrate::{
 #[doc(hidden)]
 pub use records::simulated_clock;
 pub use records::{
-    CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, JournalEntry, LabelValueCount,
-    Labels, Lease, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote, PruneReport, ROW_UNREADABLE,
-    RetentionPolicy, RunFailure, RunFilter, RunKey, RunRecord, RunStatus, SignalReceipt,
-    SignalRecord, SpawnedBy, StateAtVersion, StepCommit, ToolSwitch, TransitionKind,
-    TransitionRecord, VersionCount, VersionSpan, check_signal_key, idempotency_key, now_ms,
+    Budget, CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, InvalidBudget, JournalEntry,
+    LabelValueCount, Labels, Lease, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote,
+    PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter, RunKey, RunRecord,
+    RunStatus, SignalReceipt, SignalRecord, SpawnedBy, Spend, Spending, StateAtVersion, StepCommit,
+    ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan, check_signal_key,
+    cost_micros, idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;

@@ -465,6 +465,8 @@ mod tests {
             agent_version: 1,
             migrated_at_version: None,
             resume_base: None,
+            spend: crate::store::Spend::default(),
+            budget: None,
         };
         (run, history, states)
     }

@@ -306,6 +306,14 @@ impl OperatorStore for SimStore {
     ) -> Result<(), StoreError> {
         self.inner.set_tool_enabled(tool, enabled, reason).await
     }
+
+    async fn set_budget(
+        &self,
+        run_id: &str,
+        budget: Option<durable_agents_core::store::Budget>,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.set_budget(run_id, budget).await
+    }
 }
 
 #[async_trait]

@@ -86,7 +86,9 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                     llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout,
                     timer_ms: #timer_ms, timer_field: #timer_field,
                     wait_payload: #wait_payload, to: &[#(#to),*],
-                    on_error: #on_error, tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
+                    on_error: #on_error, on_budget: #krate::__private::Option::None,
+                    budget: #krate::__private::Option::None,
+                    tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
                     tools_per_answer: #tools_per_answer, timeout_ms: #timeout,
                     decision_timeout_ms: #decision_timeout, children: &[#(#children),*],
                     children_outlive: #children_outlive, data: #data,
@@ -103,6 +105,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                     version: <Self as #krate::__private::Agent>::VERSION,
                     dag: #dag,
                     max_steps: #max_steps,
+                    budget: #krate::__private::Option::None,
                     tools: &[#(#tools),*],
                     states: &[#(#states),*],
                 })

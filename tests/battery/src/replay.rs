@@ -253,6 +253,7 @@ pub async fn load(
             wake_at: None,
             error: next.error.clone(),
             consumed_signal: None,
+            spend: None,
         };
         store.commit_step(&lease, &commit, &[]).await.map_err(e)?;
     }

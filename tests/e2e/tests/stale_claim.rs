@@ -191,6 +191,14 @@ impl OperatorStore for LateClaim {
     ) -> Result<(), StoreError> {
         self.inner.set_tool_enabled(tool, enabled, reason).await
     }
+
+    async fn set_budget(
+        &self,
+        run_id: &str,
+        budget: Option<agent_core::store::Budget>,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.set_budget(run_id, budget).await
+    }
 }
 
 #[async_trait]

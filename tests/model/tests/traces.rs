@@ -178,6 +178,7 @@ fn commit(
         } else {
             None
         },
+        spend: None,
     }
 }
 

@@ -10,7 +10,7 @@ use crate::store::events::TransitionFacts;
 use crate::store::history::VersionPayload;
 use crate::store::operator::{self, OperatorPlan};
 use crate::store::{
-    CallStatus, JournalEntry, Millis, OperatorNote, OperatorStore, PruneReport, RepairCommit,
+    Budget, CallStatus, JournalEntry, Millis, OperatorNote, OperatorStore, PruneReport, RepairCommit,
     RetentionPolicy, RunFailure, RunRecord, RunStatus, StoreError, ToolSwitch, TransitionRecord,
     now_ms,
 };
@@ -323,6 +323,17 @@ impl OperatorStore for MemoryStore {
             report.entries_removed += (before - data.journal.len()) as u64;
         }
         Ok(report)
+    }
+
+    async fn set_budget(
+        &self,
+        run_id: &str,
+        budget: Option<Budget>,
+    ) -> Result<RunRecord, StoreError> {
+        let mut g = self.lock();
+        let data = g.run_mut(run_id)?;
+        data.record.budget = budget;
+        Ok(data.record.clone())
     }
 
     async fn set_tool_enabled(

@@ -103,6 +103,9 @@ impl RunData {
         r.waiting_for.clone_from(&commit.waiting_for);
         r.wake_at = commit.wake_at;
         r.error.clone_from(&commit.error);
+        if let Some(spend) = commit.spend {
+            r.spend = spend;
+        }
         r.claims_without_progress = 0;
         r.updated_at = now;
     }

@@ -13,9 +13,9 @@ use crate::store::history;
 use crate::store::operator;
 use crate::store::{
     CallStatus, Claimed, JournalEntry, Lease, MigrationCommit, NewRun, RunFailure, RunRecord,
-    RunStatus, RunStore, SignalReceipt, SignalRecord, StepCommit, StoreError, TransitionKind,
-    TransitionRecord, WaitingFor, check_signal_key, creation_hash, now_ms, transition_hash,
-    validate_labels,
+    RunStatus, RunStore, SignalReceipt, SignalRecord, Spend, StepCommit, StoreError,
+    TransitionKind, TransitionRecord, WaitingFor, check_signal_key, creation_hash, now_ms,
+    transition_hash, validate_labels,
 };
 
 impl Inner {
@@ -95,6 +95,8 @@ impl Inner {
             agent_version: new.agent_version,
             migrated_at_version: None,
             resume_base: None,
+            spend: Spend::default(),
+            budget: new.budget,
         };
         if let Some(by) = &new.spawned_by {
             (self.children.entry(by.run_id.clone()).or_default()).push(new.id.clone());

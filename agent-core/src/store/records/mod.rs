@@ -5,6 +5,7 @@ mod claims;
 mod journal;
 mod operator;
 mod runs;
+mod spend;
 mod transitions;
 
 pub use super::failure_code::ErrorClass;
@@ -19,6 +20,7 @@ pub use runs::{
     InspectedRun, LabelValueCount, Labels, NewRun, ROW_UNREADABLE, RunFailure, RunFilter, RunKey,
     RunRecord, RunStatus, SpawnedBy,
 };
+pub use spend::{Budget, InvalidBudget, Spend, Spending, cost_micros};
 pub use transitions::{
     StateAtVersion, StepCommit, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
 };

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Millis, OperatorNote};
+use super::{Budget, Millis, OperatorNote, Spend};
 use crate::store::WaitingFor;
 use crate::store::failure_code::FailureCode;
 
@@ -205,6 +205,13 @@ pub struct RunRecord {
     /// over by index).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_base: Option<u64>,
+    /// What the run spent, through its last committed step.
+    #[serde(default)]
+    pub spend: Spend,
+    /// The run's budget: set at its start, raised by an operator
+    /// ([`OperatorStore::set_budget`](crate::store::OperatorStore::set_budget)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 /// The agent version of a run created before versions were recorded.
@@ -244,6 +251,8 @@ impl RunRecord {
             agent_version: 1,
             migrated_at_version: None,
             resume_base: None,
+            spend: Spend::default(),
+            budget: None,
         }
     }
 
@@ -324,6 +333,9 @@ pub struct NewRun {
     /// The version of the agent that creates it ([`Agent::VERSION`](crate::Agent::VERSION)).
     #[serde(default = "first_agent_version")]
     pub agent_version: u32,
+    /// The run's budget ([`NewRun::with_budget`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 /// Which step of which run started a child run: the parent's id and the version its step
@@ -359,7 +371,15 @@ impl NewRun {
             labels: Labels::new(),
             spawned_by: None,
             agent_version: 1,
+            budget: None,
         }
+    }
+
+    /// With a budget for the whole run; `None` or an unlimited one: none.
+    #[must_use]
+    pub fn with_budget(mut self, budget: Option<Budget>) -> Self {
+        self.budget = budget.filter(|b| !b.is_unlimited());
+        self
     }
 
     /// Of version `version` of its agent ([`Agent::VERSION`](crate::Agent::VERSION); 1

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 #[cfg(doc)]
 use super::RunRecord;
-use super::{Millis, OperatorNote, RunFailure, RunStatus};
+use super::{Millis, OperatorNote, RunFailure, RunStatus, Spend};
 use crate::store::WaitingFor;
 
 /// Why a step moved the run.
@@ -91,6 +91,10 @@ pub struct StepCommit {
     pub error: Option<RunFailure>,
     /// A signal consumed by this step, marked delivered in the same transaction.
     pub consumed_signal: Option<i64>,
+    /// What the run spent through this step, stored with it; `None` leaves the stored
+    /// spend as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<Spend>,
 }
 
 /// One committed version, as history.
