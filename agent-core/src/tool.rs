@@ -18,6 +18,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::store::Spend;
+
 // The kinds are the records' vocabulary (stored by name in every journal entry), so they
 // live on the ground floor with the records, below the graph and the tools that use them.
 pub use crate::store::records::{ErrorClass, ToolKind};
@@ -103,6 +105,18 @@ pub trait Tool: Send + Sync + 'static {
     #[must_use]
     fn policy() -> ToolPolicy {
         ToolPolicy::default()
+    }
+
+    /// Whether [`spend`](Self::spend) reports anything: the runner reads a call's output for
+    /// it only then (it reads it again from the journal when a step resumes).
+    const REPORTS_SPEND: bool = false;
+
+    /// What one call spent beyond the call itself, from its output: the tokens and cost a
+    /// tool that asks a model was billed. Counted in the run's spend and checked against its
+    /// budgets; set [`REPORTS_SPEND`](Self::REPORTS_SPEND) with it.
+    #[must_use]
+    fn spend(_output: &Self::Output) -> Spend {
+        Spend::default()
     }
 }
 
@@ -371,6 +385,11 @@ pub trait DynTool: Send + Sync {
     fn compensated_by(&self) -> Option<String> {
         None
     }
+    /// [`Tool::spend`] of a journaled output; nothing for a tool that reports none or an
+    /// output that does not read.
+    fn spend(&self, _output: &Value) -> Spend {
+        Spend::default()
+    }
 }
 
 struct Typed<T>(T);
@@ -422,6 +441,12 @@ macro_rules! dyn_common {
             cx: &'a ToolContext,
         ) -> BoxFuture<'a, Result<Value, ToolError>> {
             call_typed(&self.0, input, cx)
+        }
+        fn spend(&self, output: &Value) -> Spend {
+            if !T::REPORTS_SPEND {
+                return Spend::default();
+            }
+            T::Output::deserialize(output).map_or_else(|_| Spend::default(), |o| T::spend(&o))
         }
     };
 }

@@ -36,6 +36,7 @@ use std::time::Duration;
 use agent_core::events::TokenSink;
 use agent_core::metrics;
 use agent_core::router::RouterReply;
+use agent_core::store::{Spend, cost_micros};
 use agent_core::{
     ErrorClass, Execute, RetryPolicy, Tool, ToolContext, ToolError, ToolPolicy, kind,
 };
@@ -397,6 +398,18 @@ impl Tool for GenerateText {
             },
             cache: true,
             journal_with_commit: false,
+        }
+    }
+
+    /// The tokens and cost of a generation count in the run's spend and its budgets.
+    const REPORTS_SPEND: bool = true;
+
+    fn spend(output: &Generation) -> Spend {
+        Spend {
+            input_tokens: output.usage.input_tokens.unwrap_or(0),
+            output_tokens: output.usage.output_tokens.unwrap_or(0),
+            cost_micros: output.cost.as_ref().map_or(0, |c| cost_micros(c.amount)),
+            ..Spend::default()
         }
     }
 }

@@ -186,12 +186,12 @@ pub mod compile_errors {}
 /// Writing a store of your own is [`backend`]'s business.
 pub mod store {
     pub use agent_core::store::{
-        CallStatus, EntryKind, EventCursor, EventKind, EventLog, EventScope, FailureCode,
+        Budget, CallStatus, EntryKind, EventCursor, EventKind, EventLog, EventScope, FailureCode,
         HistoryStore, InspectedRun, JournalEntry, LabelValueCount, Labels, OperatorNote,
         OperatorStore, PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord,
-        RunStatus, ScheduleStore, SignalRecord, StateAtVersion, Store, StoreError, ToolStats,
-        ToolSwitch, TransitionKind, TransitionRecord, WaitingFor, canonical_json, idempotency_key,
-        input_hash, new_run_id,
+        RunStatus, ScheduleStore, SignalRecord, Spend, StateAtVersion, Store, StoreError,
+        ToolStats, ToolSwitch, TransitionKind, TransitionRecord, WaitingFor, canonical_json,
+        cost_micros, idempotency_key, input_hash, new_run_id,
     };
     pub use agent_core::store::{edit, export, location, memory, repair, verify};
 }

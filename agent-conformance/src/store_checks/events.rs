@@ -76,6 +76,7 @@ fn decision_entry(run_id: &str, version: u64, seq: u32, to: &str) -> JournalEntr
         prompt_hash: "h".to_owned(),
         input_tokens: Some(12),
         output_tokens: Some(3),
+        cost: None,
         latency_ms: 5,
         raw_output: String::new(),
     };

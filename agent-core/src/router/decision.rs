@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Decision, Rejection, RouteRequest, RouterReply, truncate};
+use super::{Cost, Decision, Rejection, RouteRequest, RouterReply, truncate};
 
 /// Raw output kept in the journal, at most this many bytes.
 pub const MAX_JOURNALED_OUTPUT: usize = 4096;
@@ -26,6 +26,10 @@ pub struct DecisionRecord {
     pub input_tokens: Option<u64>,
     /// Output tokens.
     pub output_tokens: Option<u64>,
+    /// What the answer cost, when the router priced it ([`RouterReply::cost`]): counted in
+    /// the run's spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
     /// Latency of the ask.
     pub latency_ms: u64,
     /// The raw output, redacted, then truncated to [`MAX_JOURNALED_OUTPUT`] bytes.
@@ -70,6 +74,7 @@ impl DecisionRecord {
             prompt_hash: request.prompt_hash(),
             input_tokens: reply.input_tokens,
             output_tokens: reply.output_tokens,
+            cost: reply.cost.clone(),
             latency_ms,
             raw_output: truncate(&redact(&reply.raw_output), MAX_JOURNALED_OUTPUT),
         }

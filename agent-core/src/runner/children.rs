@@ -148,7 +148,8 @@ impl StepCx<'_> {
             runs.push(
                 NewRun::new(id, agent, child.fingerprint(), initial.clone(), stored)
                     .spawned_by(self.run_id.clone(), self.version)
-                    .with_labels(crate::trace::child_labels(&self.run_id, self.labels)),
+                    .with_labels(crate::trace::child_labels(&self.run_id, self.labels))
+                    .with_budget(child.budget),
             );
         }
         let ids: Vec<Value> = runs.iter().map(|r| Value::String(r.id.clone())).collect();

@@ -30,7 +30,7 @@ impl Inner {
             wake_at: None,
             error,
             consumed_signal: None,
-            spend: None,
+            spend: super::spend::to_commit(record.spend),
         };
         self.commit(lease, &commit, &record.id).await
     }

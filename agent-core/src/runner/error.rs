@@ -84,4 +84,7 @@ pub enum RunnerError {
     /// message names it and its size. Nothing was stored.
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// A budget that can never be met (a limit of zero), refused where it is set.
+    #[error(transparent)]
+    InvalidBudget(#[from] crate::store::InvalidBudget),
 }

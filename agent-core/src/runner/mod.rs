@@ -44,6 +44,7 @@ mod route;
 mod saga;
 mod shared;
 mod signal;
+mod spend;
 mod start;
 mod step;
 mod versions;
@@ -79,7 +80,8 @@ use crate::agent::{Agent, Handle, RoutedByCode};
 use crate::router::Router;
 use crate::store::FailureCode;
 use crate::store::{
-    ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, Store, StoreError,
+    Budget, ClaimReads, Claimed, Labels, Lease, NewRun, RunFailure, RunRecord, RunStatus, Store,
+    StoreError,
 };
 use crate::tool::ToolBox;
 use crate::toolset::ToolsFor;
@@ -287,6 +289,48 @@ where
         Ok(self.inner.store.create_run(new).await?)
     }
 
+    /// [`start_with_labels`](Self::start_with_labels) with a budget for the whole run in
+    /// place of the agent's (`#[agent(budget(...))]`): what it may spend in model tokens and
+    /// cost, asks and tool calls before it takes its state's `on_budget` edge. An operator
+    /// can change it later ([`set_budget`](Self::set_budget)).
+    ///
+    /// # Errors
+    /// As [`start_with_labels`](Self::start_with_labels);
+    /// [`RunnerError::InvalidBudget`] for a limit of zero.
+    pub async fn start_with_budget(
+        &self,
+        run_id: &str,
+        initial: A,
+        labels: Labels,
+        budget: Budget,
+    ) -> Result<RunRecord, RunnerError> {
+        budget.validate()?;
+        let new = self.new_run(run_id, &initial, labels).await?;
+        Ok(self
+            .inner
+            .store
+            .create_run(new.with_budget(Some(budget)))
+            .await?)
+    }
+
+    /// Set run `run_id`'s budget for the whole run (`None`: none), for an operator raising
+    /// the budget of a run that spent it: the run keeps its spend, and checks the new budget
+    /// from its next claim. A run that ended in its `on_budget` state goes on from there as
+    /// its graph says; one that failed on its budget can then be retried.
+    ///
+    /// # Errors
+    /// [`RunnerError::InvalidBudget`] for a limit of zero; [`StoreError::NotFound`].
+    pub async fn set_budget(
+        &self,
+        run_id: &str,
+        budget: Option<Budget>,
+    ) -> Result<RunRecord, RunnerError> {
+        if let Some(b) = &budget {
+            b.validate()?;
+        }
+        Ok(self.inner.store.set_budget(run_id, budget).await?)
+    }
+
     /// [`start`](Self::start) and [`run`](Self::run) in one: create run `run_id` in
     /// `initial` already claimed by this runner, and drive it until it is final or waiting.
     ///
@@ -337,7 +381,8 @@ where
         Ok(
             NewRun::new(run_id, A::NAME, self.inner.fingerprint.clone(), name, state)
                 .with_labels(crate::trace::with_current_parent(labels))
-                .with_agent_version(A::VERSION),
+                .with_agent_version(A::VERSION)
+                .with_budget(self.inner.graph.budget),
         )
     }
 

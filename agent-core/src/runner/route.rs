@@ -200,6 +200,8 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
                 version = cx.version,
                 seq,
             );
+            // A question is within the budgets or not asked.
+            cx.check_budget(crate::store::Spending::Ask)?;
             let asked = Asked {
                 seq,
                 prior: prior_asks,

@@ -13,7 +13,7 @@ use crate::agent::{Agent, Failure, Handle, Join, StepError, Wake};
 use crate::graph::{Routing, StateDescription, TimerDescription};
 use crate::store::WaitingFor;
 use crate::store::{
-    EntryKind, JournalEntry, Lease, Millis, RunFailure, RunRecord, RunStatus, StepCommit,
+    EntryKind, JournalEntry, Lease, Millis, RunFailure, RunRecord, RunStatus, Spend, StepCommit,
     StoreError, TransitionKind, now_ms,
 };
 
@@ -65,6 +65,9 @@ where
     //
     // The signal the step consumes, committed with its move.
     let mut consumed = None;
+    // What the step's handler spent (its journal's asks and calls), added to the run's spend
+    // by the commit that ends the step.
+    let mut spent = Spend::default();
     let end = 'step: {
         if let Some(max) = graph.max_steps
             && record.version >= max
@@ -203,8 +206,15 @@ where
             .unwrap_or_else(|| Err(StepError::Interrupted("the lease was lost".into())));
         let end = StepEnd::of(&cx, result).await;
         *lease = cx.lease();
+        spent = cx.spent();
         end
     };
+    // A step waiting for its children resumes at the version it began at, and counts its
+    // entries when it ends.
+    let mut record = record;
+    if !matches!(end, StepEnd::Suspend(_)) {
+        record.spend = record.spend.plus(spent);
+    }
     match end {
         StepEnd::Abort(e) => Err(e),
         StepEnd::Quarantine(error) => {
@@ -395,7 +405,7 @@ async fn commit_wait(
         wake_at,
         error: None,
         consumed_signal: None,
-        spend: None,
+        spend: super::spend::to_commit(record.spend),
     };
     let record = inner.commit(lease, &commit, &record.id).await?;
     Ok(StepOutcome::Waiting(record))
@@ -471,15 +481,15 @@ async fn enter(
         wake_at: wake,
         error,
         consumed_signal: consumed,
-        spend: None,
+        spend: super::spend::to_commit(record.spend),
     };
     inner
         .commit_with_entries(lease, entries, &commit, &record.id)
         .await
 }
 
-/// A step failed: take the state's `on_error` edge, or fail the run (compensating first
-/// when its saga has completed hybrid calls).
+/// A step failed: take the state's `on_budget` edge for a budget spent, else its `on_error`
+/// edge, or fail the run (compensating first when its saga has completed hybrid calls).
 pub(super) async fn fail<A: Agent>(
     inner: &Inner,
     lease: &Lease,
@@ -498,7 +508,12 @@ pub(super) async fn fail<A: Agent>(
         error = %error.message,
         "step failed"
     );
-    if let Some(target) = &desc.on_error {
+    // A budget spent takes the state's `on_budget` edge where it has one, else `on_error`.
+    let (edge, build): (_, fn(&str, Failure) -> Option<A>) = match (e, desc.on_budget.as_ref()) {
+        (StepError::Budget(_), Some(target)) => (Some(target), A::__on_budget),
+        _ => (desc.on_error.as_ref(), A::__on_error),
+    };
+    if let Some(target) = edge {
         let failure = Failure {
             state: desc.name.clone(),
             code: error.code.clone(),
@@ -506,7 +521,7 @@ pub(super) async fn fail<A: Agent>(
         };
         // Built by the derive's mapping, and stored sealed where it holds a secret; one that
         // cannot be fails the run.
-        let stored = A::__on_error(&desc.name, failure).map(|state| {
+        let stored = build(&desc.name, failure).map(|state| {
             let mut value = serde_json::to_value(&state).map_err(|e| e.to_string())?;
             (inner.seal_state(&mut value, target)).map_err(|e| e.to_string())?;
             let due = inner.graph.state(target).and_then(|t| due_at(t, &state));
@@ -532,11 +547,11 @@ pub(super) async fn fail<A: Agent>(
                 return Ok(StepOutcome::after_commit(record));
             }
             Some(Err(e)) => {
-                tracing::error!(target = %target, error = %e, "the on_error state cannot be stored; failing the run");
+                tracing::error!(target = %target, error = %e, "the state of the failure's edge cannot be stored; failing the run");
             }
             // Only an `Agent` written by hand lacks the derive's mapping.
             None => {
-                tracing::error!(target = %target, "the agent builds no on_error state; failing the run");
+                tracing::error!(target = %target, "the agent builds no state for this edge; failing the run");
             }
         }
     }

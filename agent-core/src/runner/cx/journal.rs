@@ -176,6 +176,11 @@ impl StepCx<'_> {
         })
     }
 
+    /// `read` applied to the step's journal in memory: its entries replayed and recorded.
+    pub(crate) fn journal_entries<T>(&self, read: impl FnOnce(&[JournalEntry]) -> T) -> T {
+        read(&lock(&self.journal))
+    }
+
     /// Results of successful tool calls in this visit, oldest first, for the router's prompt.
     pub(crate) fn results_so_far(&self) -> Vec<(u32, JournalEntry)> {
         lock(&self.journal)

@@ -31,6 +31,8 @@ pub(crate) struct StepCx<'r> {
     pub(crate) state: &'r StateDescription,
     /// The typed state as stored (for the router's prompt).
     pub(crate) state_data: &'r Value,
+    /// The run as claimed: its spend through its last commit and its budget.
+    pub(crate) run: &'r RunRecord,
     lease: Mutex<Lease>,
     /// Entries already journaled at this version (a resumed step replays them), by `seq`.
     /// A `Vec`: a step has a few entries, and a B-tree's first node holds room for eleven
@@ -94,6 +96,7 @@ impl<'r> StepCx<'r> {
             version: record.version,
             state,
             state_data: &record.state,
+            run: record,
             lease: Mutex::new(lease),
             journal: Mutex::new(journal.into_values().collect()),
             deferred: Mutex::new(Vec::new()),

@@ -11,7 +11,7 @@ use super::StepCx;
 use crate::agent::StepError;
 use crate::runner::{FaultPoint, imported, keyed};
 use crate::store::{
-    CallStatus, EntryKind, JournalEntry, StoreError, idempotency_key, input_hash, now_ms,
+    CallStatus, EntryKind, JournalEntry, Spending, StoreError, idempotency_key, input_hash, now_ms,
 };
 use crate::tool::{DynTool, ErrorClass, ToolContext, ToolError, ToolKind};
 
@@ -131,6 +131,13 @@ impl StepCx<'_> {
         }
         if tool.schema_fingerprint().is_some() && !self.same_schema_as_journaled(tool).await {
             return Err(Self::interrupted_error());
+        }
+        // A new call (not a replayed one) is within the budgets or not made. Compensations
+        // run whatever the budget: they undo what was spent.
+        if kind == EntryKind::Tool
+            && let Err(e) = self.check_budget(Spending::ToolCall)
+        {
+            return Err(ToolError::permanent(e.to_string()));
         }
         let policy = tool.policy();
         let with_commit =

@@ -10,9 +10,9 @@ use crate::store::events::TransitionFacts;
 use crate::store::history::VersionPayload;
 use crate::store::operator::{self, OperatorPlan};
 use crate::store::{
-    Budget, CallStatus, JournalEntry, Millis, OperatorNote, OperatorStore, PruneReport, RepairCommit,
-    RetentionPolicy, RunFailure, RunRecord, RunStatus, StoreError, ToolSwitch, TransitionRecord,
-    now_ms,
+    Budget, CallStatus, JournalEntry, Millis, OperatorNote, OperatorStore, PruneReport,
+    RepairCommit, RetentionPolicy, RunFailure, RunRecord, RunStatus, StoreError, ToolSwitch,
+    TransitionRecord, now_ms,
 };
 use crate::tool::ToolKind;
 
