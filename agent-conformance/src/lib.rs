@@ -114,6 +114,7 @@ macro_rules! store_conformance {
             check_repair_resets_a_quarantined_run,
             check_edit_is_one_audited_transition,
             check_edit_by_patch,
+            check_spend_and_budget_are_stored,
             check_migration_is_a_fenced_transition_once,
             check_migration_refuses_compensating_runs,
             check_claim_next_filters_by_version,

@@ -218,6 +218,7 @@ mod operator;
 mod repair;
 mod retention;
 mod runs;
+mod spend;
 
 pub use children::{
     check_cancel_reaches_children, check_child_creation_is_idempotent,
@@ -268,3 +269,4 @@ pub use runs::{
     check_agent_graphs, check_corrupt_data_is_an_error, check_create_run_is_idempotent,
     check_list_runs, check_list_runs_keyset, check_set_status, check_store_and_load_runs,
 };
+pub use spend::check_spend_and_budget_are_stored;
