@@ -137,6 +137,10 @@ pub(crate) enum Command {
     /// continue, as a new `edited` transition with who and why (a whole state, or a JSON
     /// Patch of the current one).
     Edit(EditArgs),
+    /// Set a run's budget for the whole run (model tokens, cost, asks, tool calls), or
+    /// remove it: to raise the budget of a run that spent it. Its spend so far is kept; the
+    /// run checks the new budget from its next claim.
+    Budget(BudgetArgs),
     /// Recompute a run's hash chain and report the first modified, deleted or reordered row.
     Verify(VerifyArgs),
     /// List the agents whose graphs the workers registered.
@@ -236,6 +240,29 @@ pub(crate) struct ServeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("limits").required(true).multiple(true)
+    .args(["tokens", "cost", "asks", "tool_calls", "none"])))]
+pub(crate) struct BudgetArgs {
+    /// The run's id.
+    pub run: String,
+    /// At most this many tokens, input and output together.
+    #[arg(long, value_name = "N")]
+    pub tokens: Option<u64>,
+    /// At most this cost, in the price table's currency (`0.50`).
+    #[arg(long, value_name = "AMOUNT")]
+    pub cost: Option<f64>,
+    /// At most this many questions to the routing model.
+    #[arg(long, value_name = "N")]
+    pub asks: Option<u64>,
+    /// At most this many tool calls.
+    #[arg(long, value_name = "N")]
+    pub tool_calls: Option<u64>,
+    /// Remove the run's budget: it spends without limit.
+    #[arg(long, conflicts_with_all = ["tokens", "cost", "asks", "tool_calls"])]
+    pub none: bool,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct CancelArgs {
     /// The run's id.
     pub run: String,
@@ -285,6 +312,7 @@ impl Command {
             | Self::Retry(_)
             | Self::Repair(_)
             | Self::Edit(_)
+            | Self::Budget(_)
             | Self::Cancel(_)
             | Self::Terminate(_)
             | Self::DropSignal(_)

@@ -1338,6 +1338,50 @@ fn edit_corrects_a_stopped_runs_state(new_db: fn() -> Db) {
     db.ok(&["verify", STUCK]);
 }
 
+/// `agentctl budget`: a run's budget set, shown and removed, its spend kept; limits that can
+/// never be met and a missing limit refused.
+fn budget_is_set_shown_and_removed(new_db: fn() -> Db) {
+    let db = new_db();
+    let out = db.ok(&["budget", PAID_WAITING, "--tokens", "5000", "--cost", "0.5"]);
+    assert!(
+        out.contains("budget at most 5000 tokens, cost 0.5 (was none)"),
+        "{out}"
+    );
+    let shown = db.ok(&["show", PAID_WAITING]);
+    assert!(shown.contains("at most 5000 tokens, cost 0.5"), "{shown}");
+    let json = db.json(&["budget", PAID_WAITING, "--asks", "3"]);
+    assert_eq!(json["budget"]["asks"], 3, "{json}");
+    assert_eq!(json["previous_budget"]["cost_micros"], 500_000, "{json}");
+    assert!(
+        json["budget"].get("tokens").is_none(),
+        "replaced, not merged: {json}"
+    );
+    let removed = db.ok(&["budget", PAID_WAITING, "--none"]);
+    assert!(removed.contains("budget none"), "{removed}");
+    for (args, says, exit) in [
+        (
+            vec!["budget", PAID_WAITING, "--asks", "0"],
+            "can never be met",
+            2,
+        ),
+        (
+            vec!["budget", PAID_WAITING, "--cost=-1"],
+            "positive amount",
+            2,
+        ),
+        (vec!["budget", PAID_WAITING], "required", 2),
+        (
+            vec!["budget", "no-such-run", "--asks", "1"],
+            "no-such-run",
+            1,
+        ),
+    ] {
+        let out = db.agentctl(&args);
+        assert_eq!(code(&out), exit, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1513,4 +1557,5 @@ on_both_backends!(
     children_are_listed_and_named,
     follow_and_watch_print_events_as_they_come,
     edit_corrects_a_stopped_runs_state,
+    budget_is_set_shown_and_removed,
 );

@@ -75,7 +75,7 @@ pub use records::{
     PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter, RunKey, RunRecord,
     RunStatus, SignalReceipt, SignalRecord, SpawnedBy, Spend, Spending, StateAtVersion, StepCommit,
     ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan, check_signal_key,
-    cost_micros, idempotency_key, now_ms,
+    cost_micros, format_cost, idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;

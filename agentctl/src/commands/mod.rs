@@ -14,6 +14,7 @@ use crate::store;
 
 mod agents;
 mod backup;
+mod budget;
 mod coverage;
 mod edit;
 mod export;
@@ -124,6 +125,7 @@ pub(crate) async fn run(
         Command::Retry(args) => requeue::run(&cx, &args.run, requeue::Mode::Retry).await,
         Command::Repair(args) => repair::run(&cx, &args).await,
         Command::Edit(args) => edit::run(&cx, args).await,
+        Command::Budget(args) => budget::run(&cx, &args).await,
         Command::Verify(args) => match args.run {
             Some(run) => verify::run(&cx, &run).await,
             None => verify::all(&cx).await,

@@ -197,6 +197,12 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
             )),
         );
     }
+    if !run.spend.is_zero() {
+        field("spent", run.spend.to_string());
+    }
+    if let Some(budget) = &run.budget {
+        field("budget", budget.to_string());
+    }
     if let Some(e) = &run.error {
         field("error", cx.out.red(&e.to_string()));
     }

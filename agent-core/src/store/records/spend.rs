@@ -53,6 +53,58 @@ impl Spend {
     }
 }
 
+/// `micros` millionths as a decimal amount, without trailing zeros: `0.03`, `2`, `0.000001`.
+#[must_use]
+pub fn format_cost(micros: u64) -> String {
+    let whole = micros / 1_000_000;
+    let fraction = micros % 1_000_000;
+    if fraction == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{fraction:06}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+/// `3 asks, 2 tool calls, 450 tokens (300 in, 150 out), cost 0.03`.
+impl std::fmt::Display for Spend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} asks, {} tool calls, {} tokens ({} in, {} out), cost {}",
+            self.asks,
+            self.tool_calls,
+            self.tokens(),
+            self.input_tokens,
+            self.output_tokens,
+            format_cost(self.cost_micros)
+        )
+    }
+}
+
+/// `at most 400 tokens, cost 0.25, 5 asks, 10 tool calls`, or `no limit`.
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut limits = Vec::new();
+        if let Some(n) = self.tokens {
+            limits.push(format!("{n} tokens"));
+        }
+        if let Some(n) = self.cost_micros {
+            limits.push(format!("cost {}", format_cost(n)));
+        }
+        if let Some(n) = self.asks {
+            limits.push(format!("{n} asks"));
+        }
+        if let Some(n) = self.tool_calls {
+            limits.push(format!("{n} tool calls"));
+        }
+        if limits.is_empty() {
+            f.write_str("no limit")
+        } else {
+            write!(f, "at most {}", limits.join(", "))
+        }
+    }
+}
+
 /// A cost as stored in a [`Spend`]: millionths of the currency, rounded to the nearest.
 /// Negative, NaN and infinite amounts count as nothing.
 #[must_use]
@@ -201,6 +253,16 @@ mod tests {
         assert_eq!(cost_micros(0.000_000_4), 0);
         assert_eq!(cost_micros(-1.0), 0);
         assert_eq!(cost_micros(f64::NAN), 0);
+        assert_eq!(format_cost(30_000), "0.03");
+        assert_eq!(format_cost(2_000_000), "2");
+        assert_eq!(format_cost(1), "0.000001");
+        let budget = Budget {
+            tokens: Some(400),
+            cost_micros: Some(250_000),
+            ..Budget::UNLIMITED
+        };
+        assert_eq!(budget.to_string(), "at most 400 tokens, cost 0.25");
+        assert_eq!(Budget::UNLIMITED.to_string(), "no limit");
     }
 
     #[test]
