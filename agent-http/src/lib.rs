@@ -46,6 +46,7 @@
 
 mod agents;
 mod auth;
+mod budget;
 mod edge;
 mod edit;
 mod error;
@@ -362,6 +363,7 @@ pub fn router(store: Arc<dyn Store>, config: ApiConfig) -> Router {
         Router::new()
             .merge(runs::routes())
             .merge(edit::routes())
+            .merge(budget::routes())
             .merge(events::routes())
             .merge(socket::routes())
             .merge(agents::routes())

@@ -30,6 +30,7 @@ use crate::AppState;
         crate::runs::retry,
         crate::runs::fork,
         crate::edit::edit_state,
+        crate::budget::set_budget,
         crate::events::run_events,
         crate::events::events,
         crate::events::run_event_stream,

@@ -133,15 +133,19 @@ pub fn cost_micros(amount: f64) -> u64 {
 pub struct Budget {
     /// Input and output tokens together.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub tokens: Option<u64>,
     /// Cost in millionths of the price table's currency.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub cost_micros: Option<u64>,
     /// Questions put to the routing model.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub asks: Option<u64>,
     /// Tool calls executed.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub tool_calls: Option<u64>,
 }
 
