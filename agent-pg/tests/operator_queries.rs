@@ -6,9 +6,9 @@ mod common;
 use std::time::Duration;
 
 use agent_core::store::{
-    CallStatus, Claimed, EntryKind, HistoryStore, JournalEntry, NewRun, OperatorNote,
-    OperatorStore, RunStatus, RunStore, StepCommit, TransitionKind, idempotency_key, input_hash,
-    now_ms,
+    Budget, CallStatus, Claimed, EntryKind, FailureCode, HistoryStore, JournalEntry, NewRun,
+    OperatorNote, OperatorStore, RunFailure, RunStatus, RunStore, Spend, StepCommit,
+    TransitionKind, idempotency_key, input_hash, now_ms,
 };
 use agent_core::tool::{ErrorClass, ToolKind};
 use serde_json::json;
@@ -53,13 +53,14 @@ async fn every_operator_query_runs_on_a_populated_schema() {
     };
     let run_id = "order-42";
     let run = store
-        .create_run(NewRun::new(
-            run_id,
-            "Checkout",
-            "fp",
-            "Browsing",
-            json!({ "cart": [] }),
-        ))
+        .create_run(
+            NewRun::new(run_id, "Checkout", "fp", "Browsing", json!({ "cart": [] }))
+                .with_label("customer", "acme")
+                .with_budget(Some(Budget {
+                    tokens: Some(10_000),
+                    ..Budget::UNLIMITED
+                })),
+        )
         .await
         .unwrap();
     let Claimed { lease, .. } = store
@@ -102,7 +103,13 @@ async fn every_operator_query_runs_on_a_populated_schema() {
     decision.kind = EntryKind::Decision;
     decision.tool_kind = None;
     decision.idempotency_key = None;
-    decision.output = Some(json!({ "choice": "Payment", "model": "scripted" }));
+    decision.output = Some(json!({
+        "choice": "Payment",
+        "model": "scripted",
+        "input_tokens": 120,
+        "output_tokens": 30,
+        "cost": { "amount": 0.002, "currency": "USD" },
+    }));
     store.record_entry(&lease, &decision).await.unwrap();
     let mut state = json!({ "cart": [] });
     for v in 0..30u64 {
@@ -126,7 +133,13 @@ async fn every_operator_query_runs_on_a_populated_schema() {
                     wake_at: None,
                     error: None,
                     consumed_signal: None,
-                    spend: None,
+                    spend: Some(Spend {
+                        input_tokens: 120,
+                        output_tokens: 30,
+                        cost_micros: 2_000,
+                        asks: 1,
+                        tool_calls: 5,
+                    }),
                 },
                 &[],
             )
@@ -172,6 +185,19 @@ async fn every_operator_query_runs_on_a_populated_schema() {
         .unwrap();
     store
         .cancel_run(&held.id, &OperatorNote::new("alice", "customer asked"))
+        .await
+        .unwrap();
+    // A run that failed on its budget.
+    store.create_run(browsing("order-47")).await.unwrap();
+    store
+        .set_status(
+            "order-47",
+            RunStatus::Failed,
+            Some(RunFailure {
+                code: FailureCode::Budget,
+                message: "the run's budget of 2 model asks is spent (2 used)".into(),
+            }),
+        )
         .await
         .unwrap();
     store

@@ -112,6 +112,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/budget": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Set a run's budget for the whole run, or remove it: to raise the budget of a run that
+         *     spent it. Any status. The run's spend so far is kept and returned with it; the run
+         *     checks the new budget from its next claim (a failed one is then retried).
+         */
+        post: operations["set_budget"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/cancel": {
         parameters: {
             query?: never;
@@ -593,6 +614,45 @@ export interface components {
             schedule: components["schemas"]["Schedule"];
             /** @description How many ticks of the range it asked for (a tick that has its run starts none). */
             ticks: number;
+        };
+        /**
+         * @description Limits on what a run spends in all, or a state in one visit. `None`: no limit.
+         *
+         *     A limit is checked before each ask and each tool call: one that the spend so far has
+         *     reached refuses the next ask or call, and the step fails with the code `budget`, which
+         *     takes the state's `on_budget` edge (else its `on_error` edge, else fails the run). The
+         *     tokens and cost of an answer are known only once it came, so the ask that crosses a
+         *     token or cost limit completes, and the next one is refused.
+         */
+        Budget: {
+            /**
+             * Format: int64
+             * @description Questions put to the routing model.
+             * @default null
+             */
+            asks: number | null;
+            /**
+             * Format: int64
+             * @description Cost in millionths of the price table's currency.
+             * @default null
+             */
+            cost_micros: number | null;
+            /**
+             * Format: int64
+             * @description Input and output tokens together.
+             * @default null
+             */
+            tokens: number | null;
+            /**
+             * Format: int64
+             * @description Tool calls executed.
+             * @default null
+             */
+            tool_calls: number | null;
+        };
+        /** @description The run's new budget; `null` removes it. */
+        BudgetBody: {
+            budget?: null | components["schemas"]["Budget"];
         };
         /**
          * @description The state of a journaled call.
@@ -1150,6 +1210,7 @@ export interface components {
              *     ([`RunStore::migrate_run`](crate::store::RunStore::migrate_run)).
              */
             agent_version?: number;
+            budget?: null | components["schemas"]["Budget"];
             cancel_requested?: null | components["schemas"]["OperatorNote"];
             /**
              * Format: int32
@@ -1197,6 +1258,8 @@ export interface components {
              */
             resume_base?: number | null;
             spawned_by?: null | components["schemas"]["SpawnedBy"];
+            /** @description What the run spent, through its last committed step. */
+            spend?: components["schemas"]["Spend"];
             /** @description The current state, serialized. */
             state: unknown;
             /** @description The current state's name. */
@@ -1370,6 +1433,40 @@ export interface components {
              * @description The version the parent's step began at.
              */
             version: number;
+        };
+        /** @description What a run (or one step) spent. */
+        Spend: {
+            /**
+             * Format: int64
+             * @description Questions put to the routing model (a re-ask after a rejected answer counts).
+             * @default 0
+             */
+            asks: number;
+            /**
+             * Format: int64
+             * @description Cost in millionths of the price table's currency, where the answer was priced.
+             * @default 0
+             */
+            cost_micros: number;
+            /**
+             * Format: int64
+             * @description Input (prompt) tokens the provider billed.
+             * @default 0
+             */
+            input_tokens: number;
+            /**
+             * Format: int64
+             * @description Output (completion) tokens the provider billed.
+             * @default 0
+             */
+            output_tokens: number;
+            /**
+             * Format: int64
+             * @description Tool calls executed (a call served from the read cache or replayed from the journal
+             *     is not a new one; retries of one call are one call).
+             * @default 0
+             */
+            tool_calls: number;
         };
         /** @description A run to start. */
         StartRun: {
@@ -1889,6 +1986,105 @@ export interface operations {
             };
             /** @description No such run */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many wrong tokens from this client within a minute: not checked, try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    set_budget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BudgetBody"];
+            };
+        };
+        responses: {
+            /** @description The run, with its new budget and its spend */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunRecord"];
+                };
+            };
+            /** @description A body that is not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A wrong token, or none configured */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A body over the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A body that is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A body of the wrong shape, or a limit of zero, which can never be met */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
