@@ -84,6 +84,7 @@ pub use store::{FailureCode, RunRecord, RunStatus, Store, StoreError};
 /// | `handlers = Ident` | the generated handler trait (default: `{Enum}Handlers`) |
 /// | `crate = path` | where the framework is (default: the `durable-agents` dependency, under the name the manifest gives it), for re-exports |
 /// | `max_steps = N` | budget: at most `N` steps per run |
+/// | `budget(tokens = N, cost = X, asks = N, tool_calls = N)` | the budget of each run unless its start sets one: any of the limits, each above zero; `tokens` counts input and output tokens, `cost` is an amount of the price table's currency (`cost = 0.50`, at most 6 decimal places), `asks` the questions to the model, `tool_calls` the calls executed ([`store::Budget`]) |
 /// | `version = N` | the agent's version, a whole number from 1 (the default); every run records the version it is on ([`versions`]) |
 /// | `migrate_from(v1::Enum, with = f)` | with `version`: this version runs the runs of the version `v1::Enum` (the previous version's enum, kept in your code), after `f: fn(v1::Enum) -> Self` maps their state; chains compose ([`Agent::migrate`], [`Agent::older_versions`]) |
 /// | `migrate_from(..., skip_signal("a", "b"))` | signals the old version's states wait for that this version may leave unwaited (a run waiting for one is moved past the wait by `f`) |
@@ -104,6 +105,8 @@ pub use store::{FailureCode, RunRecord, RunStatus, Store, StoreError};
 /// | `timer_ms = N` | a durable timer: the state waits `N` ms from the commit that enters it, holding no worker, then its handler runs; with `wait`, the wait's deadline (instead of `wait_timeout_ms`) ([`timer`]) |
 /// | `timer = field` | a durable timer due at the time the state's field holds ([`timer::Deadline`], `SystemTime`, or a `Duration` from entering; an `Option` of one, `None` for no timer): the handler that moves into the state computes it ([`timer`]) |
 /// | `on_error = State` | an extra edge, taken when a step of this state fails |
+/// | `on_budget = State` | an extra edge, taken when a step of this state exceeds a budget (without it, such a step takes `on_error`); the state is built from the [`Failure`] as `on_error`'s is |
+/// | `budget(tokens = N, cost = X, asks = N, tool_calls = N)` | budget: what one visit of this state may spend, the same limits as the enum's |
 /// | `max_tool_calls = N` | budget: tool calls per visit |
 /// | `tools_per_answer = N` | with `route = llm`: one answer may call up to `N` of the state's tools at once (each checked before any runs; one bad call rejects the answer), run concurrently and journaled as one decision; the providers allow parallel tool calls only here |
 /// | `timeout_ms = N` | budget: time per visit |

@@ -4,7 +4,7 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, Ident, Path, Visibility};
 
-use crate::attr::{self, Kind, MigrateFrom, ToolDecl};
+use crate::attr::{self, Budget, Kind, MigrateFrom, ToolDecl};
 use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
@@ -18,6 +18,8 @@ pub(crate) struct Agent {
     pub(crate) krate: Path,
     pub(crate) dag: bool,
     pub(crate) max_steps: Option<u64>,
+    /// `budget(...)` on the enum: each run's.
+    pub(crate) budget: Option<Budget>,
     /// `version = N`, with the span of `version`.
     pub(crate) version: Option<(Span, u32)>,
     /// `migrate_from(...)`, with the span of `migrate_from`.
@@ -46,6 +48,9 @@ pub(crate) struct State {
     pub(crate) args: Vec<Argument>,
     pub(crate) to_span: Option<Span>,
     pub(crate) on_error: Option<Ident>,
+    pub(crate) on_budget: Option<Ident>,
+    /// `budget(...)`, with the span of `budget`: what one visit may spend.
+    pub(crate) budget: Option<(Span, Budget)>,
     pub(crate) tools: Vec<Ident>,
     pub(crate) tools_span: Option<Span>,
     pub(crate) max_tool_calls: Option<(Span, u32)>,
@@ -56,6 +61,41 @@ pub(crate) struct State {
     pub(crate) children: Vec<syn::Path>,
     pub(crate) children_span: Option<Span>,
     pub(crate) children_outlive: Option<Span>,
+}
+
+/// The edges the runner takes, not the handler: `on_error = T` when a step fails, and
+/// `on_budget = T` when it exceeds a budget. Their target is built from the step's failure.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FailureEdge {
+    Error,
+    Budget,
+}
+
+impl FailureEdge {
+    pub(crate) const ALL: [Self; 2] = [Self::Error, Self::Budget];
+
+    pub(crate) const fn key(self) -> &'static str {
+        match self {
+            Self::Error => attr::ON_ERROR,
+            Self::Budget => attr::ON_BUDGET,
+        }
+    }
+
+    /// When the edge is taken, after "entered": `on error`.
+    pub(crate) const fn when(self) -> &'static str {
+        match self {
+            Self::Error => "on error",
+            Self::Budget => "when a budget is exceeded",
+        }
+    }
+
+    /// What a step of the state did, after "when a step of `A`": `fails`.
+    pub(crate) const fn step(self) -> &'static str {
+        match self {
+            Self::Error => "fails",
+            Self::Budget => "exceeds a budget",
+        }
+    }
 }
 
 /// `to(Payment(args = PayArgs))`: the argument the model gives with a transition.
@@ -90,10 +130,24 @@ impl State {
         }
     }
 
-    /// The declared successors: `to(...)` in order, then `on_error` unless already listed.
+    /// The target of `on_error` or `on_budget`.
+    pub(crate) const fn failure_target(&self, edge: FailureEdge) -> Option<&Ident> {
+        match edge {
+            FailureEdge::Error => self.on_error.as_ref(),
+            FailureEdge::Budget => self.on_budget.as_ref(),
+        }
+    }
+
+    /// The declared successors: `to(...)` in order, then `on_error` and `on_budget` unless
+    /// already listed.
     pub(crate) fn successors(&self) -> Vec<&Ident> {
         let mut out: Vec<&Ident> = Vec::new();
-        for t in self.to.iter().chain(self.on_error.iter()) {
+        for t in self
+            .to
+            .iter()
+            .chain(self.on_error.iter())
+            .chain(self.on_budget.iter())
+        {
             if !out.iter().any(|o| names::same(o, t)) {
                 out.push(t);
             }
@@ -223,6 +277,8 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
                 .map(|c| self_to_enum(c, &input.ident))
                 .collect(),
             on_error: va.on_error.take(),
+            on_budget: va.on_budget.take(),
+            budget: va.budget.span().zip(va.budget.get().copied()),
             to,
             args,
             tools: va.tools.take().unwrap_or_default(),
@@ -261,6 +317,7 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         krate,
         dag: ea.dag.is_set(),
         max_steps: ea.max_steps.get().copied(),
+        budget: ea.budget.get().copied(),
         version: ea.version.span().zip(ea.version.get().copied()),
         migrate_from: ea.migrate_from.span().zip(ea.migrate_from.take()),
         tools: ea.tools.take().unwrap_or_default(),

@@ -8,7 +8,7 @@ use petgraph::visit::{Bfs, Reversed};
 use proc_macro2::Span;
 use syn::Ident;
 
-use crate::ast::{Agent, State};
+use crate::ast::{Agent, FailureEdge, State};
 use crate::attr::Kind;
 use crate::ctxt::{Ctxt, Message};
 use crate::expand;
@@ -168,6 +168,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
             let extra = [
                 (s.to_span, "to(...)"),
                 (s.on_error.as_ref().map(Ident::span), "on_error"),
+                (s.on_budget.as_ref().map(Ident::span), "on_budget"),
             ];
             for (span, key) in extra {
                 if let Some(span) = span {
@@ -189,6 +190,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 (s.decision_timeout_ms.map(|m| m.0), "decision_timeout_ms"),
                 (s.children_span, "children(...)"),
                 (s.children_outlive, "children_outlive"),
+                (s.budget.map(|b| b.0), "budget(...)"),
             ];
             for (span, key) in unused {
                 if let Some(span) = span {
@@ -353,13 +355,17 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 );
             }
         }
-        if let Some(target) = &s.on_error {
+        for edge in FailureEdge::ALL {
+            let Some(target) = s.failure_target(edge) else {
+                continue;
+            };
             match agent.state(target) {
                 None => {
                     ok = false;
-                    unknown_state(cx, target, "on_error = ...", &state_names);
+                    let place = format!("{} = ...", edge.key());
+                    unknown_state(cx, target, &place, &state_names);
                 }
-                Some(t) if t.fields.len() > 1 => on_error_shape(cx, &name, target, t),
+                Some(t) if t.fields.len() > 1 => failure_target_shape(cx, edge, &name, target, t),
                 Some(_) => {}
             }
         }
@@ -399,7 +405,7 @@ fn check_states(cx: &Ctxt, agent: &Agent, attrs_ok: bool) -> bool {
                 );
             }
         }
-        // The router chooses among `to(...)` only; `on_error` is the runner's.
+        // The router chooses among `to(...)` only; `on_error` and `on_budget` are the runner's.
         if empty_to && s.terminal.is_none() {
             // Reported above as an empty list.
         } else if let (Some(llm), true, None) = (s.llm, s.to.is_empty(), s.terminal) {
@@ -544,17 +550,20 @@ fn check_handler_names(cx: &Ctxt, agent: &Agent) {
     }
 }
 
-/// A state entered on error is built from the failure alone: it can hold one field.
-fn on_error_shape(cx: &Ctxt, name: &str, target: &Ident, t: &State) {
+/// A state entered on error (or when a budget is exceeded) is built from the failure alone:
+/// it can hold one field.
+fn failure_target_shape(cx: &Ctxt, edge: FailureEdge, name: &str, target: &Ident, t: &State) {
     let t_name = t.name();
     cx.error(
         target.span(),
         Message::new(format!(
-            "state `{t_name}` cannot be entered on error: it has {} fields, and a failure fills one",
+            "state `{t_name}` cannot be entered {}: it has {} fields, and a failure fills one",
+            edge.when(),
             t.fields.len()
         ))
         .note(format!(
-            "when a step of `{name}` fails, the runner builds `{t_name}` from the step's `Failure`"
+            "when a step of `{name}` {}, the runner builds `{t_name}` from the step's `Failure`",
+            edge.step()
         ))
         .help(format!(
             "give `{t_name}` no field, or one: `reason: Failure` (the failed state, the error's code and message), `reason: String` (the message), or a type with `From<Failure>`"

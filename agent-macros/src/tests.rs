@@ -22,11 +22,11 @@ fn checkout() -> DeriveInput {
             read(SearchProducts, GetCart),
             write(ReleaseInventory, ChargePayment),
             hybrid(ReserveInventory(compensate = ReleaseInventory)),
-        ))]
+        ), budget(tokens = 50_000, cost = 2))]
         pub enum Checkout {
             #[agent(initial, tools(SearchProducts, GetCart), to(Review))]
             Browsing { cart: Cart },
-            #[agent(route = llm, tools(ReserveInventory), to(Payment(args = PayArgs), Browsing), on_error = Failed)]
+            #[agent(route = llm, tools(ReserveInventory), to(Payment(args = PayArgs), Browsing), on_error = Failed, on_budget = Failed, budget(asks = 3, cost = 0.25))]
             Review { cart: Cart },
             #[agent(tools(ChargePayment), to(Confirm, Failed), max_tool_calls = 3, timeout_ms = 30_000)]
             Payment { order: Order },
@@ -110,6 +110,122 @@ fn an_on_error_state_holds_one_field_at_most() {
         }
     };
     assert_eq!(errors(&shapes), Vec::<String>::new());
+}
+
+#[test]
+fn budgets_are_read_on_the_enum_and_on_states() {
+    use crate::attr::Budget;
+    let input = parse_quote! {
+        #[agent(budget(tokens = 50_000, cost = 2))]
+        enum A {
+            #[agent(initial, to(Done), on_budget = Over, budget(cost = 0.25, asks = 3, tool_calls = 1_0))]
+            Start,
+            #[agent(terminal)]
+            Done,
+            #[agent(terminal)]
+            Over(String),
+        }
+    };
+    let cx = Ctxt::new();
+    let agent = ast::parse(&cx, &input).unwrap();
+    check::check(&cx, &agent);
+    assert!(cx.into_errors().is_empty());
+    let budget = |tokens, cost_micros, asks, tool_calls| Budget {
+        tokens,
+        cost_micros,
+        asks,
+        tool_calls,
+    };
+    assert_eq!(
+        agent.budget,
+        Some(budget(Some(50_000), Some(2_000_000), None, None))
+    );
+    let start = &agent.states[0];
+    assert_eq!(
+        start.budget.map(|b| b.1),
+        Some(budget(None, Some(250_000), Some(3), Some(10)))
+    );
+    assert_eq!(
+        start.on_budget.as_ref().map(ToString::to_string).as_deref(),
+        Some("Over")
+    );
+    assert_eq!(start.successors().len(), 2, "`on_budget` is a successor");
+}
+
+#[test]
+fn budget_mistakes_are_each_reported() {
+    let agent = |limits: proc_macro2::TokenStream| -> DeriveInput {
+        parse_quote! {
+            enum A {
+                #[agent(initial, to(Done), budget(#limits))]
+                Start,
+                #[agent(terminal)]
+                Done,
+            }
+        }
+    };
+    for (limits, error) in [
+        (
+            quote::quote!(tokns = 5),
+            "unknown key `tokns` in `budget(...)`",
+        ),
+        (
+            quote::quote!(asks = 1, asks = 2),
+            "duplicate key `asks` in `budget(...)`",
+        ),
+        (quote::quote!(asks = 0), "a budget of zero can never be met"),
+        (
+            quote::quote!(cost = 0.0),
+            "a budget of zero can never be met",
+        ),
+        (
+            quote::quote!(tool_calls = -1),
+            "a budget cannot be negative: `tool_calls = -1`",
+        ),
+        (
+            quote::quote!(tokens = "10"),
+            "expected `tokens = N` with N a whole number of 1 or more, found `\"10\"`",
+        ),
+        (
+            quote::quote!(tokens = 1.5),
+            "expected `tokens = N` with N a whole number of 1 or more, found `1.5`",
+        ),
+        (
+            quote::quote!(cost = 1e3),
+            "expected `cost = X` with X a decimal amount above zero, found `1e3`",
+        ),
+        (
+            quote::quote!(cost = 0.1234567),
+            "`cost = 0.1234567` has 7 decimal places, and a cost is counted in millionths",
+        ),
+        (
+            quote::quote!(tokens = 18446744073709551616),
+            "`tokens = 18446744073709551616` is too large to count",
+        ),
+        (quote::quote!(cost), "expected `cost = X`"),
+        (quote::quote!(), "`budget()` sets no limit"),
+    ] {
+        assert_eq!(errors(&agent(limits)), [error]);
+    }
+    let misplaced = parse_quote! {
+        enum A {
+            #[agent(initial, to(Done), on_budget = Ovr)]
+            Start,
+            #[agent(terminal, on_budget = Over, budget(asks = 1))]
+            Done,
+            #[agent(terminal)]
+            Over { a: u8, b: u8 },
+        }
+    };
+    assert_eq!(
+        errors(&misplaced),
+        [
+            "unknown state `Ovr` in `on_budget = ...`",
+            "terminal state `Done` has transitions",
+            "`budget(...)` has no effect on terminal state `Done`",
+            "state `Over` cannot be entered when a budget is exceeded: it has 2 fields, and a failure fills one",
+        ]
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Stage 1: the syntax of `#[agent(...)]`. Every key is parsed on its own so that one
 //! malformed key does not hide the others; duplicates are reported at the second occurrence.
 
+mod budget;
 mod on_enum;
 mod on_tool;
 mod on_variant;
@@ -12,6 +13,7 @@ use syn::spanned::Spanned;
 
 use crate::ctxt::{Ctxt, Message};
 
+pub(crate) use budget::Budget;
 pub(crate) use on_enum::{MigrateFrom, ToolDecl, enum_attrs};
 pub(crate) use on_tool::{ToolAttrs, tool_attrs};
 pub(crate) use on_variant::variant_attrs;
@@ -32,6 +34,13 @@ pub(crate) const CRATE: &str = "crate";
 pub(crate) const MAX_STEPS: &str = "max_steps";
 pub(crate) const VERSION: &str = "version";
 pub(crate) const MIGRATE_FROM: &str = "migrate_from";
+/// On the enum, each run's budget; on a variant, what one visit may spend.
+pub(crate) const BUDGET: &str = "budget";
+/// Inside `budget(...)`: the limits.
+pub(crate) const TOKENS: &str = "tokens";
+pub(crate) const COST: &str = "cost";
+pub(crate) const ASKS: &str = "asks";
+pub(crate) const TOOL_CALLS: &str = "tool_calls";
 /// Inside `migrate_from(...)`: the mapping function.
 pub(crate) const WITH: &str = "with";
 /// Inside `migrate_from(...)`: signals the migration may leave unwaited.
@@ -48,6 +57,7 @@ pub(crate) const WAIT_PAYLOAD: &str = "wait_payload";
 pub(crate) const TIMER: &str = "timer";
 pub(crate) const TIMER_MS: &str = "timer_ms";
 pub(crate) const ON_ERROR: &str = "on_error";
+pub(crate) const ON_BUDGET: &str = "on_budget";
 pub(crate) const MAX_TOOL_CALLS: &str = "max_tool_calls";
 pub(crate) const TOOLS_PER_ANSWER: &str = "tools_per_answer";
 pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
@@ -72,10 +82,12 @@ const ENUM_KEYS: &[&str] = &[
     HANDLERS,
     CRATE,
     MAX_STEPS,
+    BUDGET,
     VERSION,
     MIGRATE_FROM,
 ];
 const MIGRATE_KEYS: &[&str] = &[WITH, SKIP_SIGNAL];
+const BUDGET_KEYS: &[&str] = &[TOKENS, COST, ASKS, TOOL_CALLS];
 const VARIANT_KEYS: &[&str] = &[
     INITIAL,
     TERMINAL,
@@ -89,6 +101,8 @@ const VARIANT_KEYS: &[&str] = &[
     TIMER,
     TIMER_MS,
     ON_ERROR,
+    ON_BUDGET,
+    BUDGET,
     MAX_TOOL_CALLS,
     TOOLS_PER_ANSWER,
     TIMEOUT_MS,

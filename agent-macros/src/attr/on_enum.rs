@@ -1,6 +1,5 @@
 //! `#[agent(...)]` on the enum: tools, name, version, `migrate_from` and the rest.
 
-use proc_macro2::TokenTree;
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parse;
 use syn::spanned::Spanned;
@@ -9,13 +8,15 @@ use syn::{Attribute, Ident, LitInt, LitStr, Path, Token};
 use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
+use super::budget::{Budget, budget};
+use super::values::Written;
 use super::values::{
     crate_path, empty_parens, flag, key_of, parse_each, path_text, positive_u64, skip_value,
     unknown_key, value,
 };
 use super::{
-    AGENT, Attr, COMPENSATE, CRATE, DAG, ENUM_KEYS, HANDLERS, Kind, MAX_STEPS, MIGRATE_FROM,
-    MIGRATE_KEYS, MODULE, NAME, SKIP_SIGNAL, TOOLS, VARIANT_KEYS, VERSION, WITH,
+    AGENT, Attr, BUDGET, COMPENSATE, CRATE, DAG, ENUM_KEYS, HANDLERS, Kind, MAX_STEPS,
+    MIGRATE_FROM, MIGRATE_KEYS, MODULE, NAME, SKIP_SIGNAL, TOOLS, VARIANT_KEYS, VERSION, WITH,
 };
 
 /// `read(A)`, `write(B)` or `hybrid(C(compensate = B))` inside the enum's `tools(...)`.
@@ -34,6 +35,8 @@ pub(crate) struct EnumAttrs {
     pub(crate) handlers: Attr<Ident>,
     pub(crate) krate: Attr<Path>,
     pub(crate) max_steps: Attr<u64>,
+    /// `budget(...)`: each run's budget unless its start sets one.
+    pub(crate) budget: Attr<Budget>,
     pub(crate) version: Attr<u32>,
     pub(crate) migrate_from: Attr<MigrateFrom>,
 }
@@ -57,6 +60,7 @@ pub(crate) fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
         handlers: Attr::none(HANDLERS),
         krate: Attr::none(CRATE),
         max_steps: Attr::none(MAX_STEPS),
+        budget: Attr::none(BUDGET),
         version: Attr::none(VERSION),
         migrate_from: Attr::none(MIGRATE_FROM),
     };
@@ -103,6 +107,14 @@ pub(crate) fn enum_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EnumAttrs {
             MAX_STEPS => {
                 if let Some(v) = value(cx, &meta, "N (a positive integer)", positive_u64)? {
                     out.max_steps.set(cx, span, v);
+                }
+            }
+            BUDGET => {
+                if !out.budget.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = budget(cx, &meta)? {
+                    out.budget.set(cx, span, v);
                 }
             }
             VERSION => {
@@ -166,18 +178,9 @@ fn version(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<u32>> {
         return Ok(None);
     }
     meta.input.parse::<Token![=]>()?;
-    // The value as written, up to the next comma: `2`, `0`, `-1`, `1.5`, `"2"`.
-    let mut tokens = proc_macro2::TokenStream::new();
-    while !meta.input.is_empty() && !meta.input.peek(Token![,]) {
-        tokens.extend([meta.input.parse::<TokenTree>()?]);
-    }
-    let span = if tokens.is_empty() {
-        meta.path.span()
-    } else {
-        tokens.span()
-    };
-    let text = tokens.to_string();
-    let parsed = syn::parse2::<LitInt>(tokens)
+    let written = Written::read(meta)?;
+    let span = written.span;
+    let parsed = syn::parse2::<LitInt>(written.tokens.clone())
         .ok()
         .filter(|lit| lit.suffix().is_empty())
         .map(|lit| lit.base10_parse::<u32>());
@@ -191,18 +194,8 @@ fn version(cx: &Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<u32>> {
         }
         Some(Ok(n)) => Ok(Some(n)),
         _ => {
-            // `- 1` as tokens print it, `-1` as written.
-            let text = if text.starts_with('"') {
-                text
-            } else {
-                text.replace(' ', "")
-            };
-            let shown = if text.is_empty() {
-                "nothing".to_owned()
-            } else {
-                format!("`{text}`")
-            };
-            let help = if text.starts_with('"') {
+            let shown = written.shown();
+            let help = if written.is_quoted() {
                 "write the number without quotes, like `version = 2`".to_owned()
             } else {
                 format!(

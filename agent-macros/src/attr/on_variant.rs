@@ -9,14 +9,16 @@ use syn::{Attribute, Ident, LitStr, Path, Token, Type};
 use crate::ctxt::{Ctxt, Message};
 use crate::names;
 
+use super::budget::{Budget, budget};
 use super::values::{
     empty_parens, flag, key_of, name_list, parse_each, path_list, positive_u32, positive_u64,
     skip_value, unknown_key, value,
 };
 use super::{
-    AGENT, ARGS, Attr, CHILDREN, CHILDREN_OUTLIVE, COMPENSATE, DECISION_TIMEOUT_MS, ENUM_KEYS,
-    INITIAL, Kind, MAX_TOOL_CALLS, ON_ERROR, ROUTE, TERMINAL, TIMEOUT_MS, TIMER, TIMER_MS, TO,
-    TOOLS, TOOLS_PER_ANSWER, VARIANT_KEYS, WAIT, WAIT_PAYLOAD, WAIT_TIMEOUT_MS,
+    AGENT, ARGS, Attr, BUDGET, CHILDREN, CHILDREN_OUTLIVE, COMPENSATE, DECISION_TIMEOUT_MS,
+    ENUM_KEYS, INITIAL, Kind, MAX_TOOL_CALLS, ON_BUDGET, ON_ERROR, ROUTE, TERMINAL, TIMEOUT_MS,
+    TIMER, TIMER_MS, TO, TOOLS, TOOLS_PER_ANSWER, VARIANT_KEYS, WAIT, WAIT_PAYLOAD,
+    WAIT_TIMEOUT_MS,
 };
 
 /// `Payment` or `Payment(args = PayArgs)` inside a state's `to(...)`.
@@ -42,6 +44,9 @@ pub(crate) struct VariantAttrs {
     /// `timer_ms = N`: a fixed delay.
     pub(crate) timer_ms: Attr<u64>,
     pub(crate) on_error: Attr<Ident>,
+    pub(crate) on_budget: Attr<Ident>,
+    /// `budget(...)`: what one visit may spend.
+    pub(crate) budget: Attr<Budget>,
     pub(crate) max_tool_calls: Attr<u32>,
     pub(crate) tools_per_answer: Attr<u32>,
     pub(crate) timeout_ms: Attr<u64>,
@@ -142,6 +147,8 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
         timer: Attr::none(TIMER),
         timer_ms: Attr::none(TIMER_MS),
         on_error: Attr::none(ON_ERROR),
+        on_budget: Attr::none(ON_BUDGET),
+        budget: Attr::none(BUDGET),
         max_tool_calls: Attr::none(MAX_TOOL_CALLS),
         tools_per_answer: Attr::none(TOOLS_PER_ANSWER),
         timeout_ms: Attr::none(TIMEOUT_MS),
@@ -234,9 +241,22 @@ pub(crate) fn variant_attrs(cx: &Ctxt, attrs: &[Attribute]) -> VariantAttrs {
                     out.timer_ms.set(cx, span, v);
                 }
             }
-            ON_ERROR => {
+            ON_ERROR | ON_BUDGET => {
+                let edge = if key_of(&meta) == ON_ERROR {
+                    &mut out.on_error
+                } else {
+                    &mut out.on_budget
+                };
                 if let Some(v) = value(cx, &meta, "State", Ident::parse)? {
-                    out.on_error.set(cx, span, v);
+                    edge.set(cx, span, v);
+                }
+            }
+            BUDGET => {
+                if !out.budget.first(cx, span) {
+                    return skip_value(meta.input);
+                }
+                if let Some(v) = budget(cx, &meta)? {
+                    out.budget.set(cx, span, v);
                 }
             }
             MAX_TOOL_CALLS => {

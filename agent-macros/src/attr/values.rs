@@ -1,7 +1,7 @@
 //! The values every key shares: one value after `=`, numbers, flags, lists of paths and names,
 //! and skipping past a malformed one.
 
-use proc_macro2::TokenTree;
+use proc_macro2::{Span, TokenStream, TokenTree};
 use syn::meta::ParseNestedMeta;
 use syn::parse::ParseStream;
 use syn::spanned::Spanned;
@@ -84,6 +84,51 @@ pub(super) fn value<T>(
             skip_value(meta.input)?;
             Ok(None)
         }
+    }
+}
+
+/// A value after `=` as written, up to the next comma (`2`, `0`, `-1`, `1.5`, `"2"`), for the
+/// keys whose every wrong value is explained in words rather than as a parse error.
+pub(super) struct Written {
+    pub(super) tokens: TokenStream,
+    /// The value's span, or the key's when nothing is written.
+    pub(super) span: Span,
+    /// As the user wrote it: `-1`, not `- 1` as tokens print it; a string as it is.
+    pub(super) text: String,
+}
+
+impl Written {
+    /// Read the value; the `=` before it is already consumed.
+    pub(super) fn read(meta: &ParseNestedMeta<'_>) -> syn::Result<Self> {
+        let mut tokens = TokenStream::new();
+        while !meta.input.is_empty() && !meta.input.peek(Token![,]) {
+            tokens.extend([meta.input.parse::<TokenTree>()?]);
+        }
+        let span = if tokens.is_empty() {
+            meta.path.span()
+        } else {
+            tokens.span()
+        };
+        let text = tokens.to_string();
+        let text = if text.starts_with('"') {
+            text
+        } else {
+            text.replace(' ', "")
+        };
+        Ok(Self { tokens, span, text })
+    }
+
+    /// The value in a message: `` `-1` ``, or `nothing`.
+    pub(super) fn shown(&self) -> String {
+        if self.text.is_empty() {
+            "nothing".to_owned()
+        } else {
+            format!("`{}`", self.text)
+        }
+    }
+
+    pub(super) fn is_quoted(&self) -> bool {
+        self.text.starts_with('"')
     }
 }
 

@@ -1,4 +1,5 @@
-//! `impl Agent`: the graph, each state's facts, and the failure mapped by `on_error`.
+//! `impl Agent`: the graph, each state's facts, and the failure mapped by `on_error` and
+//! `on_budget`.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -6,8 +7,8 @@ use syn::spanned::Spanned;
 use syn::{Fields, Ident, Type};
 
 use super::{argument_type, lit, option, stored_as_json, typed_successors};
-use crate::ast::{Agent, State};
-use crate::attr::Kind;
+use crate::ast::{Agent, FailureEdge, State};
+use crate::attr::{Budget, Kind};
 use crate::names;
 
 /// `impl Agent`. With `stub`, `graph()` is never reached (the build already failed).
@@ -31,6 +32,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
     } else {
         let dag = agent.dag;
         let max_steps = option(agent, agent.max_steps);
+        let budget = option(agent, agent.budget.map(|b| budget_value(agent, b)));
         let tools = agent.tools.iter().map(|t| {
             let n = lit(&names::unraw(&t.ident));
             let kind = kind_value(agent, t.kind);
@@ -55,6 +57,8 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             );
             let to = s.to.iter().map(|t| lit(&names::unraw(t)));
             let on_error = option(agent, s.on_error.as_ref().map(|t| lit(&names::unraw(t))));
+            let on_budget = option(agent, s.on_budget.as_ref().map(|t| lit(&names::unraw(t))));
+            let budget = option(agent, s.budget.map(|b| budget_value(agent, b.1)));
             let tools = s.tools.iter().map(|t| lit(&names::unraw(t)));
             let max_tool_calls = option(agent, s.max_tool_calls.map(|m| m.1));
             let tools_per_answer = option(agent, s.tools_per_answer.map(|m| m.1));
@@ -86,8 +90,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                     llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout,
                     timer_ms: #timer_ms, timer_field: #timer_field,
                     wait_payload: #wait_payload, to: &[#(#to),*],
-                    on_error: #on_error, on_budget: #krate::__private::Option::None,
-                    budget: #krate::__private::Option::None,
+                    on_error: #on_error, on_budget: #on_budget, budget: #budget,
                     tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
                     tools_per_answer: #tools_per_answer, timeout_ms: #timeout,
                     decision_timeout_ms: #decision_timeout, children: &[#(#children),*],
@@ -105,7 +108,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
                     version: <Self as #krate::__private::Agent>::VERSION,
                     dag: #dag,
                     max_steps: #max_steps,
-                    budget: #krate::__private::Option::None,
+                    budget: #budget,
                     tools: &[#(#tools),*],
                     states: &[#(#states),*],
                 })
@@ -134,7 +137,8 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             }
         })
     };
-    let on_error = if stub { None } else { on_error_fn(agent) };
+    let [on_error, on_budget] =
+        FailureEdge::ALL.map(|edge| if stub { None } else { failure_fn(agent, edge) });
     let children = if stub { None } else { children_fn(agent) };
     let timer_due = if stub { None } else { timer_due_fn(agent) };
     let stored = stored_as_json(agent);
@@ -179,6 +183,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
             }
             #migrate
             #on_error
+            #on_budget
             #timer_due
             #children
         }
@@ -219,11 +224,11 @@ fn children_fn(agent: &Agent) -> Option<TokenStream> {
     })
 }
 
-/// `Agent::__on_error`: for the states with `on_error = T`, the value of `T` built from the
-/// failure; `None` from the trait's default when no state has one. `T` has no field or one
-/// (checked), built through `FromFailure`, spanned at the field's type so that a type that
-/// cannot hold a failure is reported there.
-fn on_error_fn(agent: &Agent) -> Option<TokenStream> {
+/// `Agent::__on_error` (or `__on_budget`): for the states with `on_error = T` (`on_budget = T`),
+/// the value of `T` built from the failure; `None` from the trait's default when no state has
+/// one. `T` has no field or one (checked), built through `FromFailure`, spanned at the field's
+/// type so that a type that cannot hold a failure is reported there.
+fn failure_fn(agent: &Agent, edge: FailureEdge) -> Option<TokenStream> {
     let krate = &agent.krate;
     let private = quote!(#krate::__private);
     let from = Ident::new("from", Span::mixed_site());
@@ -231,7 +236,7 @@ fn on_error_fn(agent: &Agent) -> Option<TokenStream> {
     // The failing states by target, in the order the targets are first named: one arm each.
     let mut by_target: Vec<(&State, Vec<syn::LitStr>)> = Vec::new();
     for s in &agent.states {
-        let Some(target) = s.on_error.as_ref().and_then(|t| agent.state(t)) else {
+        let Some(target) = s.failure_target(edge).and_then(|t| agent.state(t)) else {
             continue;
         };
         let name = lit(&s.name());
@@ -269,8 +274,9 @@ fn on_error_fn(agent: &Agent) -> Option<TokenStream> {
     } else {
         quote!(_)
     };
+    let method = Ident::new(&format!("__{}", edge.key()), Span::call_site());
     Some(quote! {
-        fn __on_error(
+        fn #method(
             #from: &str,
             #failure_param: #krate::__private::Failure,
         ) -> #private::Option<Self> {
@@ -320,6 +326,23 @@ fn timer_due_fn(agent: &Agent) -> Option<TokenStream> {
             }
         }
     })
+}
+
+/// A `budget(...)` as the core's `Budget`.
+fn budget_value(agent: &Agent, budget: Budget) -> TokenStream {
+    let krate = &agent.krate;
+    let [tokens, cost_micros, asks, tool_calls] = [
+        budget.tokens,
+        budget.cost_micros,
+        budget.asks,
+        budget.tool_calls,
+    ]
+    .map(|limit| option(agent, limit));
+    quote! {
+        #krate::__private::Budget {
+            tokens: #tokens, cost_micros: #cost_micros, asks: #asks, tool_calls: #tool_calls,
+        }
+    }
 }
 
 fn kind_value(agent: &Agent, kind: Kind) -> TokenStream {
