@@ -27,7 +27,7 @@ pub async fn look_up(
 #[agent(tools(read(LookUp)))]
 pub enum Thinker {
     /// Goes where `path` says.
-    #[agent(initial, to(Think, Plan, Fetch))]
+    #[agent(initial, to(Think, Plan, Fetch, Gather))]
     Begin { path: String, calls: u32 },
     /// Asks the model again and again: each ask spends 150 tokens and 0.01 of cost.
     #[agent(route = llm, to(Think, Done), on_error = Stopped)]
@@ -38,6 +38,18 @@ pub enum Thinker {
     /// Calls the tool `calls` times.
     #[agent(tools(LookUp), to(Done), on_error = Stopped)]
     Fetch { calls: u32 },
+    /// Calls the tool `calls` times within a budget of two calls per visit; spending it
+    /// escalates.
+    #[agent(
+        tools(LookUp),
+        to(Done),
+        on_error = Stopped,
+        on_budget = Escalated,
+        budget(tool_calls = 2)
+    )]
+    Gather { calls: u32 },
+    #[agent(terminal)]
+    Escalated(String),
     #[agent(terminal)]
     Done,
     #[agent(terminal)]
@@ -56,6 +68,7 @@ impl ThinkerHandlers for Handlers {
         Ok(match path.as_str() {
             "think" => ctx.to(thinker::Think),
             "plan" => ctx.to(thinker::Plan),
+            "gather" => ctx.to(thinker::Gather { calls }),
             _ => ctx.to(thinker::Fetch { calls }),
         })
     }
@@ -91,6 +104,18 @@ impl ThinkerHandlers for Handlers {
     ) -> StepResult<thinker::Fetch> {
         for key in 0..calls {
             ctx.call::<LookUp>(LookUpInput { key }).await?;
+        }
+        Ok(ctx.to(thinker::Done))
+    }
+
+    async fn gather(
+        &self,
+        ctx: Ctx<'_, thinker::Gather>,
+        thinker::Gather { calls }: thinker::Gather,
+    ) -> StepResult<thinker::Gather> {
+        for key in 0..calls {
+            // A handler that swallows the refusal still ends in the budget's edge.
+            let _ = ctx.call::<LookUp>(LookUpInput { key }).await;
         }
         Ok(ctx.to(thinker::Done))
     }
@@ -261,5 +286,97 @@ async fn a_budget_of_zero_is_refused_where_it_is_set() {
         set.as_ref()
             .is_err_and(|e| e.to_string().contains("can never be met")),
         "{set:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_states_budget_per_visit_takes_its_on_budget_edge() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runner = runner(&store, 0);
+    runner.start("within", begin("gather", 2)).await.unwrap();
+    let within = runner.run("within").await.unwrap();
+    assert_eq!(within.state_name, "Done", "{within:?}");
+    assert_eq!(within.spend.tool_calls, 2);
+
+    runner.start("past", begin("gather", 3)).await.unwrap();
+    let past = runner.run("past").await.unwrap();
+    assert_eq!(past.state_name, "Escalated", "{past:?}");
+    let why = past.state.to_string();
+    assert!(
+        why.contains("state `Gather`'s budget per visit of 2 tool calls is spent"),
+        "{why}"
+    );
+    assert_eq!(past.spend.tool_calls, 2, "the refused call was made");
+    let history = store.history("past").await.unwrap();
+    assert_eq!(
+        history.last().map(|t| t.to_state.as_str()),
+        Some("Escalated"),
+        "{history:?}"
+    );
+}
+
+/// An agent whose enum sets each run's budget.
+#[derive(Clone, Debug, Serialize, Deserialize, Agent)]
+#[agent(budget(asks = 1, cost = 0.5))]
+pub enum Capped {
+    #[agent(initial, route = llm, to(Start, Done), on_budget = Over)]
+    Start,
+    #[agent(terminal)]
+    Done,
+    #[agent(terminal)]
+    Over(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct CappedRuns;
+
+impl CappedHandlers for CappedRuns {
+    async fn start(
+        &self,
+        ctx: Ctx<'_, capped::Start>,
+        route: capped::StartRoute,
+        _: capped::Start,
+    ) -> StepResult<capped::Start> {
+        Ok(match route {
+            capped::StartRoute::Start => ctx.to(capped::Start),
+            capped::StartRoute::Done => ctx.to(capped::Done),
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_agents_budget_bounds_every_run_unless_its_start_sets_one() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runner = Runner::<Capped, _>::builder(
+        Arc::clone(&store),
+        CappedRuns,
+        durable_agents::ToolBox::new(),
+    )
+    .router(model(100))
+    .build()
+    .unwrap();
+    let started = runner.start("capped", Capped::Start).await.unwrap();
+    let declared = Budget {
+        asks: Some(1),
+        cost_micros: Some(500_000),
+        ..Budget::UNLIMITED
+    };
+    assert_eq!(started.budget, Some(declared));
+    let ended = runner.run("capped").await.unwrap();
+    assert_eq!(ended.state_name, "Over", "{ended:?}");
+    assert_eq!(ended.spend.asks, 1);
+
+    let more = Budget {
+        asks: Some(3),
+        ..Budget::UNLIMITED
+    };
+    (runner.start_with_budget("more", Capped::Start, Labels::new(), more))
+        .await
+        .unwrap();
+    let ended = runner.run("more").await.unwrap();
+    assert_eq!(ended.state_name, "Over", "{ended:?}");
+    assert_eq!(
+        ended.spend.asks, 3,
+        "the start's budget replaces the agent's"
     );
 }
