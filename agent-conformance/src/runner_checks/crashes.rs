@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use super::{LEASE, Scenario, check_history, check_world, config, runner, start};
 use crate::fixture::{self, Behaviour, Order, World};
-use agent_core::runner::{CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerError};
+use agent_core::runner::{
+    CrashAt, FaultHook, FaultPoint, NoFaults, Runner, RunnerError, journal_spend,
+};
 use agent_core::store::verify::verify_run;
-use agent_core::store::{RunStatus, Store};
+use agent_core::store::{RunRecord, RunStatus, Store};
+use agent_core::tool::ToolBox;
 
 /// Every scenario completes with every effect applied exactly once and a clean history.
 ///
@@ -29,6 +32,35 @@ pub async fn check_runs_complete_with_effects_once(store: Arc<dyn Store>) -> Res
         }
         check_world(&world, scenario)?;
         check_history(store.as_ref(), &record).await?;
+        check_spend(store.as_ref(), &record, &fixture::tools(&world)).await?;
+        if record.spend.asks != 2 {
+            return Err(format!(
+                "{scenario:?}: the run asked the model twice, its spend says {}",
+                record.spend
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The spend the run's commits stored is what its journal says it spent: each ask and call
+/// counted once, whatever crashed in between.
+async fn check_spend(store: &dyn Store, record: &RunRecord, tools: &ToolBox) -> Result<(), String> {
+    let journal = store
+        .journal(&record.id, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let stored = store
+        .load_run(&record.id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the run vanished")?;
+    let counted = journal_spend(&journal, tools);
+    if stored.spend != counted || record.spend != counted {
+        return Err(format!(
+            "spend: stored {}, returned {}, the journal counts {counted}",
+            stored.spend, record.spend
+        ));
     }
     Ok(())
 }
@@ -97,6 +129,9 @@ pub async fn check_crash_sweep(store: Arc<dyn Store>) -> Result<(), String> {
                 }
                 check_world(&world, scenario).map_err(ctx)?;
                 check_history(store.as_ref(), &record).await.map_err(ctx)?;
+                check_spend(store.as_ref(), &record, &fixture::tools(&world))
+                    .await
+                    .map_err(ctx)?;
                 let reasked = u64::from(hook.fired() && point == FaultPoint::LlmAnswered);
                 if router.calls() != 2 + reasked {
                     return Err(ctx(format!(

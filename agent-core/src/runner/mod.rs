@@ -70,6 +70,7 @@ pub use retention::Retention;
 pub use shared::StepOutcome;
 use shared::metric_outcome;
 pub(crate) use shared::{Inner, Known, keyed};
+pub use spend::journal_spend;
 pub use start::{JsonSignaller, JsonStarter, StartError, initial_state, initial_states};
 pub use versions::{claim_entries, migrate_claimed, plan_migration};
 pub use worker::{

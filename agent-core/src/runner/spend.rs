@@ -46,6 +46,15 @@ pub(crate) fn of_entry(entry: &JournalEntry, tools: &ToolBox) -> Spend {
     }
 }
 
+/// What a run's journal says it spent, `entries` being all of it (every version), with the
+/// tools it ran under: equal to the spend its commits stored
+/// ([`RunRecord::spend`](crate::store::RunRecord::spend)) until retention prunes entries,
+/// and what the conformance suite checks after crashes at every fault point.
+#[must_use]
+pub fn journal_spend(entries: &[JournalEntry], tools: &ToolBox) -> Spend {
+    (entries.iter()).fold(Spend::default(), |sum, e| sum.plus(of_entry(e, tools)))
+}
+
 /// What a commit writes of the run's spend: nothing while it is nothing, so that a run that
 /// never asks nor calls binds no JSON.
 pub(super) fn to_commit(spend: Spend) -> Option<Spend> {
@@ -55,11 +64,7 @@ pub(super) fn to_commit(spend: Spend) -> Option<Spend> {
 impl StepCx<'_> {
     /// What this step spent so far: its journal's entries, replayed and new.
     pub(crate) fn spent(&self) -> Spend {
-        self.journal_entries(|entries| {
-            (entries.iter()).fold(Spend::default(), |sum, e| {
-                sum.plus(of_entry(e, &self.inner.tools))
-            })
-        })
+        self.journal_entries(|entries| journal_spend(entries, &self.inner.tools))
     }
 
     /// Refuse `next` when the run's budget or the state's budget per visit is spent: the
