@@ -158,6 +158,12 @@ async fn a_run_page_shows_graph_path_timeline_journal_decisions_and_verdict() {
     assert!(body.contains("Lookup, Pay, Cancelled") || body.contains("Pay, Cancelled"));
     // The hash chain checks out.
     assert!(body.contains("✔ intact"), "{body}");
+    // What the run spent on its way here (its asks and calls); no budget, so none shown.
+    assert!(
+        body.contains(r#"<dt>Spent</dt><dd id="run-spend">"#) && body.contains("tool calls"),
+        "{body}"
+    );
+    assert!(!body.contains(r#"id="run-budget""#), "{body}");
 
     // A final run offers no signal form and no cancel.
     let (_, _, done) = page(&server.url("/ui/runs/order-done")).await;

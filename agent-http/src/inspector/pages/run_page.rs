@@ -143,6 +143,10 @@ struct RunView {
     /// What started the run (a schedule's tick, a webhook's delivery, a message), from its
     /// labels; empty for code and the API.
     started_by: String,
+    /// What the run spent (asks, tool calls, tokens, cost); empty while nothing.
+    spend: String,
+    /// The run's budget; empty for none.
+    budget: String,
     created: String,
     updated: String,
     state: String,
@@ -586,6 +590,12 @@ async fn run_view(app: &Reader, id: &str, q: &RunQuery) -> Result<RunView, PageE
             .unwrap_or_default(),
         labels: RunRow::from(&run).labels,
         started_by: view::started_by(&run.labels),
+        spend: if run.spend.is_zero() {
+            String::new()
+        } else {
+            run.spend.to_string()
+        },
+        budget: run.budget.map(|b| b.to_string()).unwrap_or_default(),
         created: view::time(run.created_at),
         updated: view::time(run.updated_at),
         state: view::json(&run.state, 64 * 1024).0,
