@@ -85,19 +85,28 @@ async fn start_driver(chromedriver: &Path) -> Driver {
 }
 
 async fn browser(driver: &Driver, chromium: &Path, profile: &Path) -> Client {
+    browser_with(driver, chromium, profile, &[]).await
+}
+
+/// A session in Chromium with more command-line switches (`extra`).
+async fn browser_with(driver: &Driver, chromium: &Path, profile: &Path, extra: &[&str]) -> Client {
+    let mut args = vec![
+        "--headless".to_owned(),
+        "--no-sandbox".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--disable-quic".to_owned(),
+        "--no-first-run".to_owned(),
+        "--disable-background-networking".to_owned(),
+        "--disable-component-update".to_owned(),
+        "--disable-sync".to_owned(),
+        "--window-size=1280,800".to_owned(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    args.extend(extra.iter().map(|&a| a.to_owned()));
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".to_owned(),
-        json!({
-            "binary": chromium,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync",
-                "--window-size=1280,800",
-                format!("--user-data-dir={}", profile.display()),
-            ],
-        }),
+        json!({ "binary": chromium, "args": args }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
     ClientBuilder::new(connector)
@@ -1266,7 +1275,7 @@ async fn a_run_state_is_edited_previewed_and_resumed_in_chromium() {
             "\"pay-edited\""
         ]])
     );
-    shot(&c, "inspector-edit.png").await;
+    shot_at(&c, "edit-reason", "inspector-edit.png").await;
     let edited = apply_edit(&c, "✓").await;
     assert!(edited.contains("is running at version"), "{edited}");
     let run = db.store.load_run("edit-me").await.unwrap().unwrap();
@@ -1308,5 +1317,194 @@ async fn a_run_state_is_edited_previewed_and_resumed_in_chromium() {
             .is_empty(),
         "an ended run offers no edit"
     );
+    c.close().await.unwrap();
+}
+
+/// A long run in the browser: its timeline paged down to version 0 with the journal
+/// following, a version's change read as a diff table, the pending calls of its current
+/// step with their attempts, and the run downloaded as JSON from its link; the workers page
+/// naming the worker that holds it; and, with JavaScript off, a page that reads and says
+/// what needs JavaScript.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_run_pending_calls_download_workers_and_no_script_in_chromium() {
+    use agent_core::store::{CallStatus, NewRun, StepCommit, TransitionKind};
+
+    const STEPS: u64 = 120;
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
+        return;
+    };
+    let db = Db::new().await;
+    db.drive("order-waiting", "Pay").await;
+    let lease = db
+        .claimed(
+            NewRun::new("loop", "Looper", "f", "Tick", json!({"Tick": {"i": 0}})),
+            "worker-7",
+        )
+        .await;
+    for v in 0..STEPS {
+        let (from, to) = if v % 2 == 0 {
+            ("Tick", "Tock")
+        } else {
+            ("Tock", "Tick")
+        };
+        let mut entry = common::lookup_entry("loop", 0);
+        entry.version = v;
+        entry.state = from.to_owned();
+        entry.input = json!({"sku": format!("step-{v:04}")});
+        db.store
+            .commit_step(
+                &lease,
+                &StepCommit {
+                    expected_version: v,
+                    from_state: from.to_owned(),
+                    to_state: to.to_owned(),
+                    state: json!({ to: {"i": v + 1} }),
+                    kind: TransitionKind::Step,
+                    status: RunStatus::Running,
+                    waiting_for: None,
+                    wake_at: None,
+                    error: None,
+                    consumed_signal: None,
+                },
+                &[entry],
+            )
+            .await
+            .unwrap();
+    }
+    // The current step's call: sent three times, no result yet.
+    let mut call = common::lookup_entry("loop", 0);
+    call.version = STEPS;
+    call.name = "Charge".to_owned();
+    call.status = CallStatus::Started;
+    call.output = None;
+    call.finished_at = None;
+    call.attempts = 3;
+    call.idempotency_key = Some("loop-charge-1".to_owned());
+    call.error_message = Some("the bank timed out".to_owned());
+    db.store.record_entry(&lease, &call).await.unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+
+    // The newest page of the timeline, and the pending call with its attempts.
+    c.goto(&server.url("/ui/runs/loop")).await.unwrap();
+    c.wait().for_element(Locator::Id("timeline")).await.unwrap();
+    live(&c).await;
+    assert!(text_of(&c, "timeline-pages").await.contains("page 1 of 3"));
+    let pending = text_of(&c, "pending").await;
+    for want in [
+        "Charge",
+        "loop-charge-1",
+        "retrying (attempt 3)",
+        "the bank timed out",
+        "worker-7",
+    ] {
+        assert!(pending.contains(want), "{want} in {pending}");
+    }
+    shot_at(&c, "pending-h", "inspector-pending.png").await;
+
+    // A version's change, opened from its summary: the variant's move and the field.
+    let diff = "const t = document.querySelector('#v120 table.diff'); \
+                return t.closest('details').open ? t.textContent : null;";
+    assert_eq!(c.execute(diff, vec![]).await.unwrap(), Value::Null);
+    click_css(&c, "#v120 summary").await;
+    let change = until(&c, diff, Value::is_string, "the change shown").await;
+    let change = change.as_str().unwrap();
+    for want in ["→ state", "TockTick", "~ changed", "/i119120"] {
+        assert!(change.contains(want), "{want} in {change}");
+    }
+    shot_at(&c, "v117", "inspector-timeline.png").await;
+
+    // The run as JSON from its Download link: a file named for the run, the whole history.
+    let download = c
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; \
+             const a = document.getElementById('run-download'); \
+             fetch(a.href).then(async r => done([a.hasAttribute('download'), \
+               r.headers.get('content-disposition'), (await r.json()).history.length])) \
+             .catch(e => done(String(e)));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        download,
+        json!([true, "attachment; filename=\"run-loop.json\"", STEPS + 1])
+    );
+
+    // Older versions, a page at a time, down to version 0; the journal follows them.
+    click(&c, "timeline-older").await;
+    until(
+        &c,
+        "const e = document.getElementById('timeline-pages'); return e ? e.textContent : '';",
+        |v| v.as_str().is_some_and(|t| t.contains("page 2 of 3")),
+        "the second page",
+    )
+    .await;
+    assert!(text_of(&c, "journal").await.contains("step-0070"));
+    click(&c, "timeline-older").await;
+    until(
+        &c,
+        "const e = document.getElementById('timeline-pages'); return e ? e.textContent : '';",
+        |v| v.as_str().is_some_and(|t| t.contains("page 3 of 3")),
+        "the oldest page",
+    )
+    .await;
+    assert!(c.find(Locator::Id("v0")).await.is_ok());
+    assert!(
+        c.find_all(Locator::Id("timeline-older"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let journal = text_of(&c, "journal").await;
+    assert!(
+        journal.contains("step-0000") && !journal.contains("step-0021"),
+        "{journal}"
+    );
+
+    // The workers page, from the header: the worker holding the run, and the waiting run
+    // of the fixture's agent in the backlog.
+    click_css(&c, "nav a[href$='ui/workers']").await;
+    c.wait().for_element(Locator::Id("leases")).await.unwrap();
+    let worker = c
+        .find(Locator::Css("#leases tr[data-owner='worker-7']"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(worker.contains("loop"), "{worker}");
+    assert!(text_of(&c, "backlog").await.contains("confirm: 1"));
+    shot(&c, "inspector-workers.png").await;
+    // With JavaScript on, the page does not say it is off.
+    assert!(
+        c.find_all(Locator::Id("no-script"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    c.close().await.unwrap();
+
+    // JavaScript off: the run's page reads, and says what needs JavaScript.
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser_with(
+        &driver,
+        &chromium,
+        profile.path(),
+        &["--blink-settings=scriptEnabled=false"],
+    )
+    .await;
+    c.goto(&server.url("/ui/runs/order-waiting")).await.unwrap();
+    let said = c
+        .find(Locator::Id("no-script"))
+        .await
+        .expect("the message shows without JavaScript");
+    assert!(said.is_displayed().await.unwrap());
+    assert!(said.text().await.unwrap().contains("JavaScript is off"));
+    let status = c.find(Locator::Id("run-status")).await.unwrap();
+    assert_eq!(status.text().await.unwrap(), "waiting");
+    shot(&c, "inspector-no-script.png").await;
     c.close().await.unwrap();
 }
