@@ -1505,6 +1505,11 @@ async fn long_run_pending_calls_download_workers_and_no_script_in_chromium() {
     assert!(said.text().await.unwrap().contains("JavaScript is off"));
     let status = c.find(Locator::Id("run-status")).await.unwrap();
     assert_eq!(status.text().await.unwrap(), "waiting");
+    let live = c.find(Locator::Id("live-state")).await.unwrap();
+    assert_eq!(
+        live.text().await.unwrap(),
+        "live updates: off (they need JavaScript)"
+    );
     shot(&c, "inspector-no-script.png").await;
     c.close().await.unwrap();
 }
