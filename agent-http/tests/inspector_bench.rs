@@ -24,9 +24,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use agent_core::store::{
-    CallStatus, NewRun, RunFilter, RunRecord, RunStatus, StepCommit, Store, TransitionKind,
-};
+use agent_core::store::{CallStatus, NewRun, RunFilter, RunRecord, RunStatus, Store};
 use agent_http::ApiConfig;
 use common::{Db, Server};
 use serde_json::json;
@@ -254,41 +252,7 @@ async fn seed(db: &Db, size: Size) {
             "bench",
         )
         .await;
-    for v in 0..size.steps {
-        let (from, to) = if v % 2 == 0 {
-            ("Tick", "Tock")
-        } else {
-            ("Tock", "Tick")
-        };
-        let entries: Vec<_> = (0..size.entries_per_step)
-            .map(|seq| {
-                let mut e = common::lookup_entry("long", seq);
-                e.version = v;
-                e.state = from.to_owned();
-                e.input = json!({"sku": format!("step-{v:04}-{seq}")});
-                e
-            })
-            .collect();
-        db.store
-            .commit_step(
-                &lease,
-                &StepCommit {
-                    expected_version: v,
-                    from_state: from.to_owned(),
-                    to_state: to.to_owned(),
-                    state: json!({ to: {"i": v + 1, "log": "a line of the run's own notes"} }),
-                    kind: TransitionKind::Step,
-                    status: RunStatus::Running,
-                    waiting_for: None,
-                    wake_at: None,
-                    error: None,
-                    consumed_signal: None,
-                },
-                &entries,
-            )
-            .await
-            .unwrap();
-    }
+    common::commit_steps(&db.store, &lease, "long", size.steps, size.entries_per_step).await;
     // The current step's calls, sent with no result yet (one retried).
     for seq in 0..3 {
         let mut e = common::lookup_entry("long", seq);

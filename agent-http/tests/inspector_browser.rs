@@ -1327,7 +1327,7 @@ async fn a_run_state_is_edited_previewed_and_resumed_in_chromium() {
 /// what needs JavaScript.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_run_pending_calls_download_workers_and_no_script_in_chromium() {
-    use agent_core::store::{CallStatus, NewRun, StepCommit, TransitionKind};
+    use agent_core::store::{CallStatus, NewRun};
 
     const STEPS: u64 = 120;
     let Some((chromium, chromedriver)) = chromium_and_driver() else {
@@ -1341,36 +1341,7 @@ async fn long_run_pending_calls_download_workers_and_no_script_in_chromium() {
             "worker-7",
         )
         .await;
-    for v in 0..STEPS {
-        let (from, to) = if v % 2 == 0 {
-            ("Tick", "Tock")
-        } else {
-            ("Tock", "Tick")
-        };
-        let mut entry = common::lookup_entry("loop", 0);
-        entry.version = v;
-        entry.state = from.to_owned();
-        entry.input = json!({"sku": format!("step-{v:04}")});
-        db.store
-            .commit_step(
-                &lease,
-                &StepCommit {
-                    expected_version: v,
-                    from_state: from.to_owned(),
-                    to_state: to.to_owned(),
-                    state: json!({ to: {"i": v + 1} }),
-                    kind: TransitionKind::Step,
-                    status: RunStatus::Running,
-                    waiting_for: None,
-                    wake_at: None,
-                    error: None,
-                    consumed_signal: None,
-                },
-                &[entry],
-            )
-            .await
-            .unwrap();
-    }
+    common::commit_steps(&db.store, &lease, "loop", STEPS, 1).await;
     // The current step's call: sent three times, no result yet.
     let mut call = common::lookup_entry("loop", 0);
     call.version = STEPS;
