@@ -1484,3 +1484,125 @@ async fn long_run_pending_calls_download_workers_and_no_script_in_chromium() {
     shot(&c, "inspector-no-script.png").await;
     c.close().await.unwrap();
 }
+
+/// Fill the triage run's approval form (built from the example's `Approval`): the refund's
+/// binding `hash`, the approver, `approved` ticked. The form may have just been drawn again
+/// (the live section is fetched when the run moves).
+async fn fill_approval(c: &Client, hash: &str) {
+    c.wait()
+        .for_element(Locator::Id("sig-refund_hash"))
+        .await
+        .unwrap();
+    fill(c, "sig-refund_hash", hash).await;
+    fill(c, "sig-approver", "dana").await;
+    let approved = c.find(Locator::Id("sig-approved")).await.unwrap();
+    if !approved.is_selected().await.unwrap() {
+        approved.click().await.unwrap();
+    }
+}
+
+/// The support-triage example's run, waiting for a person to approve a large refund,
+/// approved from its page: the form is built from the example's `Approval` (the refund's
+/// binding, who approves, a tick); an approval naming another refund is refused by the
+/// run's handler and the run waits again; the right one takes it through the refund to its
+/// end, on the page without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_triage_run_is_approved_from_its_page_in_chromium() {
+    use agent_core::runner::Runner;
+    use examples::triage::{self, Desk, Handlers, RefundRequest, Ticket, Triage};
+
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
+        return;
+    };
+    let db = Db::new().await;
+    let desk = Arc::new(Desk::with_orders(&[("order-42", 48_000)]));
+    let runner = Runner::builder(Arc::clone(&db.store), Handlers, triage::tools(&desk))
+        .router(Arc::new(triage::scripted_classifier()))
+        .build()
+        .unwrap();
+    let ticket = Ticket {
+        customer: "carol".into(),
+        order_id: "order-42".into(),
+        text: "The parcel never came, please refund".into(),
+    };
+    runner
+        .start("triage-large", Triage::Received { ticket })
+        .await
+        .unwrap();
+    let waiting = runner.run("triage-large").await.unwrap();
+    assert_eq!(
+        (waiting.status, waiting.state_name.as_str()),
+        (RunStatus::Waiting, "AwaitApproval")
+    );
+    let refund: RefundRequest =
+        serde_json::from_value(waiting.state["AwaitApproval"]["refund"].clone()).unwrap();
+    // A worker: steps the run whenever it can move (a signal in, or runnable).
+    let store: Arc<dyn Store> = Arc::clone(&db.store);
+    let work = tokio::spawn(async move {
+        loop {
+            if let Ok(Some(run)) = store.load_run("triage-large").await {
+                let signalled = run.status == RunStatus::Waiting
+                    && !store
+                        .pending_signals("triage-large")
+                        .await
+                        .unwrap_or_default()
+                        .is_empty();
+                if run.status.is_runnable() || signalled {
+                    let _ = runner.run("triage-large").await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    });
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+    open_with_token(&c, &server.url("/ui/runs/triage-large"), "signal-form").await;
+    live(&c).await;
+    assert!(text_of(&c, "run-wait").await.contains("approval"));
+
+    // An approval of another refund: the handler refuses it, the run waits again.
+    let version = waiting.version;
+    fill_approval(&c, &"0".repeat(64)).await;
+    click(&c, "signal-send").await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let run = db.store.load_run("triage-large").await.unwrap().unwrap();
+        if run.version > version && run.status == RunStatus::Waiting {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the wrong approval: {run:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(desk.refunds().is_empty());
+    until(
+        &c,
+        "return document.getElementById('run-status').textContent",
+        |v| v == "waiting",
+        "the run waits again",
+    )
+    .await;
+
+    // The approval of this refund, from the form: the refund is issued, the run ends.
+    fill_approval(&c, &refund.binding()).await;
+    shot_at(&c, "actions", "inspector-approve.png").await;
+    click(&c, "signal-send").await;
+    until(
+        &c,
+        "return document.getElementById('run-status').textContent",
+        |v| v == "completed",
+        "the run completes on the page",
+    )
+    .await;
+    let refunds: Vec<(String, u64)> = desk
+        .refunds()
+        .into_iter()
+        .map(|(_key, order, cents)| (order, cents))
+        .collect();
+    assert_eq!(refunds, [("order-42".to_owned(), 48_000)]);
+    let run = db.store.load_run("triage-large").await.unwrap().unwrap();
+    assert_eq!(run.state_name, "Closed");
+    c.close().await.unwrap();
+    work.abort();
+}
