@@ -1486,18 +1486,25 @@ async fn long_run_pending_calls_download_workers_and_no_script_in_chromium() {
 }
 
 /// Fill the triage run's approval form (built from the example's `Approval`): the refund's
-/// binding `hash`, the approver, `approved` ticked. The form may have just been drawn again
-/// (the live section is fetched when the run moves).
+/// binding `hash`, the approver, `approved` ticked. The live section is drawn again when the
+/// run moves, which may replace the form between two keys: then the form is filled again.
 async fn fill_approval(c: &Client, hash: &str) {
-    c.wait()
-        .for_element(Locator::Id("sig-refund_hash"))
-        .await
-        .unwrap();
-    fill(c, "sig-refund_hash", hash).await;
-    fill(c, "sig-approver", "dana").await;
-    let approved = c.find(Locator::Id("sig-approved")).await.unwrap();
-    if !approved.is_selected().await.unwrap() {
-        approved.click().await.unwrap();
+    async fn once(c: &Client, hash: &str) -> Result<(), fantoccini::error::CmdError> {
+        for (id, text) in [("sig-refund_hash", hash), ("sig-approver", "dana")] {
+            let el = c.wait().for_element(Locator::Id(id)).await?;
+            el.clear().await?;
+            el.send_keys(text).await?;
+        }
+        let approved = c.find(Locator::Id("sig-approved")).await?;
+        if !approved.is_selected().await? {
+            approved.click().await?;
+        }
+        Ok(())
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while let Err(e) = once(c, hash).await {
+        assert!(Instant::now() < deadline, "the approval form: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -1576,11 +1583,12 @@ async fn the_triage_run_is_approved_from_its_page_in_chromium() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(desk.refunds().is_empty());
+    let again = db.store.load_run("triage-large").await.unwrap().unwrap();
     until(
         &c,
-        "return document.getElementById('run-status').textContent",
-        |v| v == "waiting",
-        "the run waits again",
+        "const e = document.getElementById('run-version'); return e ? e.textContent : null;",
+        |v| v.as_str() == Some(again.version.to_string().as_str()),
+        "the run waits again, on the page",
     )
     .await;
 
