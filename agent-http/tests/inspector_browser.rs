@@ -185,15 +185,28 @@ async fn click_css(c: &Client, css: &str) {
         .unwrap();
 }
 
-/// A worker: runs every run that can move (runnable, or waiting with a signal in). The
-/// payloads of the signals it sees go to `seen`.
+/// A worker: runs every run that can move (runnable, or waiting with a signal in), with
+/// the fixture's runner. The payloads of the signals it sees go to `seen`.
 fn worker(
     db: &Db,
     ids: &'static [&'static str],
     seen: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
 ) -> tokio::task::JoinHandle<()> {
+    worker_with(db, db.runner("Pay"), ids, seen)
+}
+
+/// [`worker`] with `runner`, of any agent.
+fn worker_with<A, H>(
+    db: &Db,
+    runner: agent_core::runner::Runner<A, H>,
+    ids: &'static [&'static str],
+    seen: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+) -> tokio::task::JoinHandle<()>
+where
+    A: agent_core::Agent + agent_core::Handle<H>,
+    H: Send + Sync + 'static,
+{
     let store: Arc<dyn Store> = Arc::clone(&db.store);
-    let runner = db.runner("Pay");
     tokio::spawn(async move {
         loop {
             for id in ids {
@@ -1543,24 +1556,8 @@ async fn the_triage_run_is_approved_from_its_page_in_chromium() {
     );
     let refund: RefundRequest =
         serde_json::from_value(waiting.state["AwaitApproval"]["refund"].clone()).unwrap();
-    // A worker: steps the run whenever it can move (a signal in, or runnable).
-    let store: Arc<dyn Store> = Arc::clone(&db.store);
-    let work = tokio::spawn(async move {
-        loop {
-            if let Ok(Some(run)) = store.load_run("triage-large").await {
-                let signalled = run.status == RunStatus::Waiting
-                    && !store
-                        .pending_signals("triage-large")
-                        .await
-                        .unwrap_or_default()
-                        .is_empty();
-                if run.status.is_runnable() || signalled {
-                    let _ = runner.run("triage-large").await;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-    });
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let work = worker_with(&db, runner, &["triage-large"], Arc::clone(&seen));
     let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
     let driver = start_driver(&chromedriver).await;
     let profile = tempfile::tempdir().unwrap();
@@ -1611,6 +1608,12 @@ async fn the_triage_run_is_approved_from_its_page_in_chromium() {
     assert_eq!(refunds, [("order-42".to_owned(), 48_000)]);
     let run = db.store.load_run("triage-large").await.unwrap().unwrap();
     assert_eq!(run.state_name, "Closed");
+    // What the form sent, typed by `Approval`'s schema: the wrong binding, then this one's.
+    let approved =
+        |hash: String| json!({"refund_hash": hash, "approver": "dana", "approved": true});
+    let mut sent = seen.lock().unwrap().clone();
+    sent.dedup();
+    assert_eq!(sent, [approved("0".repeat(64)), approved(refund.binding())]);
     c.close().await.unwrap();
     work.abort();
 }
