@@ -1037,8 +1037,6 @@ async fn the_workers_page_shows_leases_and_backlog() {
 /// path summarised) and the pages reach its first version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_run_is_paged_down_to_its_first_version() {
-    use agent_core::store::{RunStatus, StepCommit, TransitionKind};
-
     const STEPS: u64 = 2_000;
     let db = Db::new().await;
     let lease = db
@@ -1047,37 +1045,7 @@ async fn a_long_run_is_paged_down_to_its_first_version() {
             "test",
         )
         .await;
-    for v in 0..STEPS {
-        let (from, to) = if v % 2 == 0 {
-            ("Tick", "Tock")
-        } else {
-            ("Tock", "Tick")
-        };
-        let mut entry = common::lookup_entry("loop", 0);
-        entry.version = v;
-        entry.state = from.to_owned();
-        entry.input = json!({"sku": format!("step-{v:04}")});
-        db.store
-            .commit_step(
-                &lease,
-                &StepCommit {
-                    expected_version: v,
-                    from_state: from.to_owned(),
-                    to_state: to.to_owned(),
-                    state: json!({ to: {"i": v + 1, "log": "a line of the run's own notes"} }),
-                    kind: TransitionKind::Step,
-                    status: RunStatus::Running,
-                    waiting_for: None,
-                    wake_at: None,
-                    error: None,
-                    consumed_signal: None,
-                    spend: None,
-                },
-                &[entry],
-            )
-            .await
-            .unwrap();
-    }
+    common::commit_steps(&db.store, &lease, "loop", STEPS, 1).await;
     let server = Server::serve(&db.store, ApiConfig::default()).await;
 
     let (status, _, body) = page(&server.url("/ui/runs/loop")).await;

@@ -85,19 +85,28 @@ async fn start_driver(chromedriver: &Path) -> Driver {
 }
 
 async fn browser(driver: &Driver, chromium: &Path, profile: &Path) -> Client {
+    browser_with(driver, chromium, profile, &[]).await
+}
+
+/// A session in Chromium with more command-line switches (`extra`).
+async fn browser_with(driver: &Driver, chromium: &Path, profile: &Path, extra: &[&str]) -> Client {
+    let mut args = vec![
+        "--headless".to_owned(),
+        "--no-sandbox".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--disable-quic".to_owned(),
+        "--no-first-run".to_owned(),
+        "--disable-background-networking".to_owned(),
+        "--disable-component-update".to_owned(),
+        "--disable-sync".to_owned(),
+        "--window-size=1280,800".to_owned(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    args.extend(extra.iter().map(|&a| a.to_owned()));
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".to_owned(),
-        json!({
-            "binary": chromium,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync",
-                "--window-size=1280,800",
-                format!("--user-data-dir={}", profile.display()),
-            ],
-        }),
+        json!({ "binary": chromium, "args": args }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
     ClientBuilder::new(connector)
@@ -176,15 +185,28 @@ async fn click_css(c: &Client, css: &str) {
         .unwrap();
 }
 
-/// A worker: runs every run that can move (runnable, or waiting with a signal in). The
-/// payloads of the signals it sees go to `seen`.
+/// A worker: runs every run that can move (runnable, or waiting with a signal in), with
+/// the fixture's runner. The payloads of the signals it sees go to `seen`.
 fn worker(
     db: &Db,
     ids: &'static [&'static str],
     seen: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
 ) -> tokio::task::JoinHandle<()> {
+    worker_with(db, db.runner("Pay"), ids, seen)
+}
+
+/// [`worker`] with `runner`, of any agent.
+fn worker_with<A, H>(
+    db: &Db,
+    runner: agent_core::runner::Runner<A, H>,
+    ids: &'static [&'static str],
+    seen: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+) -> tokio::task::JoinHandle<()>
+where
+    A: agent_core::Agent + agent_core::Handle<H>,
+    H: Send + Sync + 'static,
+{
     let store: Arc<dyn Store> = Arc::clone(&db.store);
-    let runner = db.runner("Pay");
     tokio::spawn(async move {
         loop {
             for id in ids {
@@ -1266,7 +1288,7 @@ async fn a_run_state_is_edited_previewed_and_resumed_in_chromium() {
             "\"pay-edited\""
         ]])
     );
-    shot(&c, "inspector-edit.png").await;
+    shot_at(&c, "edit-reason", "inspector-edit.png").await;
     let edited = apply_edit(&c, "✓").await;
     assert!(edited.contains("is running at version"), "{edited}");
     let run = db.store.load_run("edit-me").await.unwrap().unwrap();
@@ -1309,4 +1331,289 @@ async fn a_run_state_is_edited_previewed_and_resumed_in_chromium() {
         "an ended run offers no edit"
     );
     c.close().await.unwrap();
+}
+
+/// A long run in the browser: its timeline paged down to version 0 with the journal
+/// following, a version's change read as a diff table, the pending calls of its current
+/// step with their attempts, and the run downloaded as JSON from its link; the workers page
+/// naming the worker that holds it; and, with JavaScript off, a page that reads and says
+/// what needs JavaScript.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_run_pending_calls_download_workers_and_no_script_in_chromium() {
+    use agent_core::store::{CallStatus, NewRun};
+
+    const STEPS: u64 = 120;
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
+        return;
+    };
+    let db = Db::new().await;
+    db.drive("order-waiting", "Pay").await;
+    let lease = db
+        .claimed(
+            NewRun::new("loop", "Looper", "f", "Tick", json!({"Tick": {"i": 0}})),
+            "worker-7",
+        )
+        .await;
+    common::commit_steps(&db.store, &lease, "loop", STEPS, 1).await;
+    // The current step's call: sent three times, no result yet.
+    let mut call = common::lookup_entry("loop", 0);
+    call.version = STEPS;
+    call.name = "Charge".to_owned();
+    call.status = CallStatus::Started;
+    call.output = None;
+    call.finished_at = None;
+    call.attempts = 3;
+    call.idempotency_key = Some("loop-charge-1".to_owned());
+    call.error_message = Some("the bank timed out".to_owned());
+    db.store.record_entry(&lease, &call).await.unwrap();
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+
+    // The newest page of the timeline, and the pending call with its attempts.
+    c.goto(&server.url("/ui/runs/loop")).await.unwrap();
+    c.wait().for_element(Locator::Id("timeline")).await.unwrap();
+    live(&c).await;
+    assert!(text_of(&c, "timeline-pages").await.contains("page 1 of 3"));
+    let pending = text_of(&c, "pending").await;
+    for want in [
+        "Charge",
+        "loop-charge-1",
+        "retrying (attempt 3)",
+        "the bank timed out",
+        "worker-7",
+    ] {
+        assert!(pending.contains(want), "{want} in {pending}");
+    }
+    shot_at(&c, "pending-h", "inspector-pending.png").await;
+
+    // A version's change, opened from its summary: the variant's move and the field.
+    let diff = "const t = document.querySelector('#v120 table.diff'); \
+                return t.closest('details').open ? t.textContent : null;";
+    assert_eq!(c.execute(diff, vec![]).await.unwrap(), Value::Null);
+    click_css(&c, "#v120 summary").await;
+    let change = until(&c, diff, Value::is_string, "the change shown").await;
+    let change = change.as_str().unwrap();
+    for want in ["→ state", "TockTick", "~ changed", "/i119120"] {
+        assert!(change.contains(want), "{want} in {change}");
+    }
+    shot_at(&c, "v117", "inspector-timeline.png").await;
+
+    // The run as JSON from its Download link: a file named for the run, the whole history.
+    let download = c
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; \
+             const a = document.getElementById('run-download'); \
+             fetch(a.href).then(async r => done([a.hasAttribute('download'), \
+               r.headers.get('content-disposition'), (await r.json()).history.length])) \
+             .catch(e => done(String(e)));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        download,
+        json!([true, "attachment; filename=\"run-loop.json\"", STEPS + 1])
+    );
+
+    // Older versions, a page at a time, down to version 0; the journal follows them.
+    click(&c, "timeline-older").await;
+    until(
+        &c,
+        "const e = document.getElementById('timeline-pages'); return e ? e.textContent : '';",
+        |v| v.as_str().is_some_and(|t| t.contains("page 2 of 3")),
+        "the second page",
+    )
+    .await;
+    assert!(text_of(&c, "journal").await.contains("step-0070"));
+    click(&c, "timeline-older").await;
+    until(
+        &c,
+        "const e = document.getElementById('timeline-pages'); return e ? e.textContent : '';",
+        |v| v.as_str().is_some_and(|t| t.contains("page 3 of 3")),
+        "the oldest page",
+    )
+    .await;
+    assert!(c.find(Locator::Id("v0")).await.is_ok());
+    assert!(
+        c.find_all(Locator::Id("timeline-older"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let journal = text_of(&c, "journal").await;
+    assert!(
+        journal.contains("step-0000") && !journal.contains("step-0021"),
+        "{journal}"
+    );
+
+    // The workers page, from the header: the worker holding the run, and the waiting run
+    // of the fixture's agent in the backlog.
+    click_css(&c, "nav a[href$='ui/workers']").await;
+    c.wait().for_element(Locator::Id("leases")).await.unwrap();
+    let worker = c
+        .find(Locator::Css("#leases tr[data-owner='worker-7']"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(worker.contains("loop"), "{worker}");
+    assert!(text_of(&c, "backlog").await.contains("confirm: 1"));
+    shot(&c, "inspector-workers.png").await;
+    // With JavaScript on, the page does not say it is off.
+    assert!(
+        c.find_all(Locator::Id("no-script"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    c.close().await.unwrap();
+
+    // JavaScript off: the run's page reads, and says what needs JavaScript.
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser_with(
+        &driver,
+        &chromium,
+        profile.path(),
+        &["--blink-settings=scriptEnabled=false"],
+    )
+    .await;
+    c.goto(&server.url("/ui/runs/order-waiting")).await.unwrap();
+    let said = c
+        .find(Locator::Id("no-script"))
+        .await
+        .expect("the message shows without JavaScript");
+    assert!(said.is_displayed().await.unwrap());
+    assert!(said.text().await.unwrap().contains("JavaScript is off"));
+    let status = c.find(Locator::Id("run-status")).await.unwrap();
+    assert_eq!(status.text().await.unwrap(), "waiting");
+    let live = c.find(Locator::Id("live-state")).await.unwrap();
+    assert_eq!(
+        live.text().await.unwrap(),
+        "live updates: off (they need JavaScript)"
+    );
+    shot(&c, "inspector-no-script.png").await;
+    c.close().await.unwrap();
+}
+
+/// Fill the triage run's approval form (built from the example's `Approval`): the refund's
+/// binding `hash`, the approver, `approved` ticked. The live section is drawn again when the
+/// run moves, which may replace the form between two keys: then the form is filled again.
+async fn fill_approval(c: &Client, hash: &str) {
+    async fn once(c: &Client, hash: &str) -> Result<(), fantoccini::error::CmdError> {
+        for (id, text) in [("sig-refund_hash", hash), ("sig-approver", "dana")] {
+            let el = c.wait().for_element(Locator::Id(id)).await?;
+            el.clear().await?;
+            el.send_keys(text).await?;
+        }
+        let approved = c.find(Locator::Id("sig-approved")).await?;
+        if !approved.is_selected().await? {
+            approved.click().await?;
+        }
+        Ok(())
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while let Err(e) = once(c, hash).await {
+        assert!(Instant::now() < deadline, "the approval form: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The support-triage example's run, waiting for a person to approve a large refund,
+/// approved from its page: the form is built from the example's `Approval` (the refund's
+/// binding, who approves, a tick); an approval naming another refund is refused by the
+/// run's handler and the run waits again; the right one takes it through the refund to its
+/// end, on the page without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_triage_run_is_approved_from_its_page_in_chromium() {
+    use agent_core::runner::Runner;
+    use examples::triage::{self, Desk, Handlers, RefundRequest, Ticket, Triage};
+
+    let Some((chromium, chromedriver)) = chromium_and_driver() else {
+        return;
+    };
+    let db = Db::new().await;
+    let desk = Arc::new(Desk::with_orders(&[("order-42", 48_000)]));
+    let runner = Runner::builder(Arc::clone(&db.store), Handlers, triage::tools(&desk))
+        .router(Arc::new(triage::scripted_classifier()))
+        .build()
+        .unwrap();
+    let ticket = Ticket {
+        customer: "carol".into(),
+        order_id: "order-42".into(),
+        text: "The parcel never came, please refund".into(),
+    };
+    runner
+        .start("triage-large", Triage::Received { ticket })
+        .await
+        .unwrap();
+    let waiting = runner.run("triage-large").await.unwrap();
+    assert_eq!(
+        (waiting.status, waiting.state_name.as_str()),
+        (RunStatus::Waiting, "AwaitApproval")
+    );
+    let refund: RefundRequest =
+        serde_json::from_value(waiting.state["AwaitApproval"]["refund"].clone()).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let work = worker_with(&db, runner, &["triage-large"], Arc::clone(&seen));
+    let server = Server::serve(&db.store, ApiConfig::default().with_token(TOKEN)).await;
+    let driver = start_driver(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, &chromium, profile.path()).await;
+    open_with_token(&c, &server.url("/ui/runs/triage-large"), "signal-form").await;
+    live(&c).await;
+    assert!(text_of(&c, "run-wait").await.contains("approval"));
+
+    // An approval of another refund: the handler refuses it, the run waits again.
+    let version = waiting.version;
+    fill_approval(&c, &"0".repeat(64)).await;
+    click(&c, "signal-send").await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let run = db.store.load_run("triage-large").await.unwrap().unwrap();
+        if run.version > version && run.status == RunStatus::Waiting {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the wrong approval: {run:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(desk.refunds().is_empty());
+    let again = db.store.load_run("triage-large").await.unwrap().unwrap();
+    until(
+        &c,
+        "const e = document.getElementById('run-version'); return e ? e.textContent : null;",
+        |v| v.as_str() == Some(again.version.to_string().as_str()),
+        "the run waits again, on the page",
+    )
+    .await;
+
+    // The approval of this refund, from the form: the refund is issued, the run ends.
+    fill_approval(&c, &refund.binding()).await;
+    shot_at(&c, "actions", "inspector-approve.png").await;
+    click(&c, "signal-send").await;
+    until(
+        &c,
+        "return document.getElementById('run-status').textContent",
+        |v| v == "completed",
+        "the run completes on the page",
+    )
+    .await;
+    let refunds: Vec<(String, u64)> = desk
+        .refunds()
+        .into_iter()
+        .map(|(_key, order, cents)| (order, cents))
+        .collect();
+    assert_eq!(refunds, [("order-42".to_owned(), 48_000)]);
+    let run = db.store.load_run("triage-large").await.unwrap().unwrap();
+    assert_eq!(run.state_name, "Closed");
+    // What the form sent, typed by `Approval`'s schema: the wrong binding, then this one's.
+    let approved =
+        |hash: String| json!({"refund_hash": hash, "approver": "dana", "approved": true});
+    let mut sent = seen.lock().unwrap().clone();
+    sent.dedup();
+    assert_eq!(sent, [approved("0".repeat(64)), approved(refund.binding())]);
+    c.close().await.unwrap();
+    work.abort();
 }

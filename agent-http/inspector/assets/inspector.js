@@ -385,6 +385,8 @@
   }
   function follow(url, onEvent) {
     const state = $("live-state");
+    // The page says "off" until this script runs: without JavaScript, nothing follows.
+    if (state) state.textContent = "live updates: connecting…";
     const es = new EventSource(url);
     es.onopen = () => { if (state) state.textContent = "live updates: on"; };
     es.onerror = () => { if (state) state.textContent = "live updates: reconnecting…"; };

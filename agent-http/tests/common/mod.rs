@@ -420,3 +420,57 @@ pub(crate) fn lookup_entry(run_id: &str, seq: u32) -> agent_core::store::Journal
         finished_at: Some(now_ms()),
     }
 }
+
+/// Commit `steps` steps to run `id`, claimed with `lease` at version 0: from `Tick` to `Tock`
+/// and back (`{"Tock": {"i": 1, "log": …}}`, `i` the version), each step with `entries`
+/// succeeded `Lookup` calls whose inputs name the step (`step-0042`, then `step-0042-1`, …).
+/// The long runs of the inspector's tests and bench.
+pub(crate) async fn commit_steps(
+    store: &Arc<dyn Store>,
+    lease: &agent_core::store::Lease,
+    id: &str,
+    steps: u64,
+    entries: u32,
+) {
+    use agent_core::store::{RunStatus, StepCommit, TransitionKind};
+    for v in 0..steps {
+        let (from, to) = if v % 2 == 0 {
+            ("Tick", "Tock")
+        } else {
+            ("Tock", "Tick")
+        };
+        let calls: Vec<_> = (0..entries)
+            .map(|seq| {
+                let mut e = lookup_entry(id, seq);
+                e.version = v;
+                from.clone_into(&mut e.state);
+                let name = match seq {
+                    0 => format!("step-{v:04}"),
+                    _ => format!("step-{v:04}-{seq}"),
+                };
+                e.input = serde_json::json!({ "sku": name });
+                e
+            })
+            .collect();
+        store
+            .commit_step(
+                lease,
+                &StepCommit {
+                    expected_version: v,
+                    from_state: from.to_owned(),
+                    to_state: to.to_owned(),
+                    state: serde_json::json!({ to: {"i": v + 1, "log": "a line of the run's own notes"} }),
+                    kind: TransitionKind::Step,
+                    status: RunStatus::Running,
+                    waiting_for: None,
+                    wake_at: None,
+                    error: None,
+                    consumed_signal: None,
+                    spend: None,
+                },
+                &calls,
+            )
+            .await
+            .expect("commit a step");
+    }
+}
