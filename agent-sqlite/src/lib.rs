@@ -419,7 +419,12 @@ impl SqlDialect for SqliteStore {
         } else {
             &self.pool
         };
-        let query = store::filtered(listing.sql, listing.filter, listing.limit, listing.tail)?;
+        let sql = if listing.filter.spawned_by.is_some() {
+            sql::of_parent(listing.sql)
+        } else {
+            listing.sql
+        };
+        let query = store::filtered(sql, listing.filter, listing.limit, listing.tail)?;
         query.fetch_all(on).await.map_err(db_err)
     }
 

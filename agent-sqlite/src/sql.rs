@@ -380,61 +380,131 @@ pub(crate) const HISTORY_FROM: &str = "SELECT run_id, version, from_state, to_st
 /// `$3` is the listing's limit).
 macro_rules! runs_filter {
     () => {
-        " FROM runs WHERE ($1 IS NULL OR agent = $1) \
+        runs_filter!(" AND ($6 IS NULL OR spawned_by = $6)")
+    };
+    // The children of one run: `spawned_by = $6` alone, which the planner answers from
+    // `runs_spawned_by` (it cannot when the filter may also be `NULL`, and then scans every
+    // run: seconds for a run with a thousand children at 100,000 runs).
+    (of_parent) => {
+        runs_filter!(" AND spawned_by = $6")
+    };
+    ($parent:literal) => {
+        concat!(
+            " FROM runs WHERE ($1 IS NULL OR agent = $1) \
      AND (json_array_length($2) = 0 OR status IN (SELECT value FROM json_each($2))) \
      AND ($4 = 0 OR id IN (SELECT l.run_id FROM json_each($5) w \
        JOIN run_labels l ON l.key = w.key AND l.value = w.value \
-       GROUP BY l.run_id HAVING count(*) = $4)) \
-     AND ($6 IS NULL OR spawned_by = $6) \
-     AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8) \
+       GROUP BY l.run_id HAVING count(*) = $4))",
+            $parent,
+            " AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8) \
      AND ($9 IS NULL OR agent_version = $9) AND ($10 IS NULL OR fingerprint = $10)"
+        )
     };
+}
+
+macro_rules! list_runs {
+    ($filter:expr) => {
+        concat!(
+            "SELECT ",
+            run_cols!(),
+            $filter,
+            " ORDER BY created_at DESC, id DESC LIMIT $3"
+        )
+    };
+}
+
+macro_rules! list_runs_after {
+    ($filter:expr) => {
+        concat!(
+            "SELECT ",
+            run_cols!(),
+            $filter,
+            " AND (created_at, id) < ($11, $12) ORDER BY created_at DESC, id DESC LIMIT $3"
+        )
+    };
+}
+
+macro_rules! count_runs {
+    ($filter:expr) => {
+        concat!(
+            "SELECT status, count(*) AS n",
+            $filter,
+            " AND $3 IS NULL GROUP BY status"
+        )
+    };
+}
+
+macro_rules! count_versions {
+    ($filter:expr) => {
+        concat!(
+            "SELECT agent_version, fingerprint, count(*) AS n",
+            $filter,
+            " AND $3 IS NULL GROUP BY agent_version, fingerprint \
+             ORDER BY agent_version, fingerprint"
+        )
+    };
+}
+
+macro_rules! count_label_values {
+    ($filter:expr) => {
+        concat!(
+            "SELECT l.value, count(*) AS n, max(r.created_at) AS last_created_at FROM run_labels l \
+             JOIN (SELECT id, created_at",
+            $filter,
+            " AND $3 IS NULL) r ON r.id = l.run_id WHERE l.key = $11 \
+             GROUP BY l.value ORDER BY l.value"
+        )
+    };
+}
+
+/// The statement of `sql`, a listing, for the children of one parent (`RunFilter::spawned_by`).
+pub(crate) fn of_parent(sql: &'static str) -> &'static str {
+    [
+        (LIST_RUNS, LIST_RUNS_OF_PARENT),
+        (LIST_RUNS_AFTER, LIST_RUNS_AFTER_OF_PARENT),
+        (COUNT_RUNS, COUNT_RUNS_OF_PARENT),
+        (COUNT_VERSIONS, COUNT_VERSIONS_OF_PARENT),
+        (COUNT_LABEL_VALUES, COUNT_LABEL_VALUES_OF_PARENT),
+    ]
+    .into_iter()
+    .find_map(|(any, of_parent)| (sql == any).then_some(of_parent))
+    .unwrap_or(sql)
 }
 
 /// `HistoryStore::list_runs` without `RunFilter::after`, in the listing's total order: newest
 /// first, then by id (compared as bytes, SQLite's `BINARY`), as every store lists runs.
-pub(crate) const LIST_RUNS: &str = concat!(
-    "SELECT ",
-    run_cols!(),
-    runs_filter!(),
-    " ORDER BY created_at DESC, id DESC LIMIT $3"
-);
+pub(crate) const LIST_RUNS: &str = list_runs!(runs_filter!());
+
+/// [`LIST_RUNS`] of one parent's children.
+pub(crate) const LIST_RUNS_OF_PARENT: &str = list_runs!(runs_filter!(of_parent));
 
 /// `HistoryStore::list_runs` after a key (`$11` its milliseconds, `$12` its id): a seek in
 /// `runs_listed`, so that a page reads its own rows, not the pages before it.
-pub(crate) const LIST_RUNS_AFTER: &str = concat!(
-    "SELECT ",
-    run_cols!(),
-    runs_filter!(),
-    " AND (created_at, id) < ($11, $12) ORDER BY created_at DESC, id DESC LIMIT $3"
-);
+pub(crate) const LIST_RUNS_AFTER: &str = list_runs_after!(runs_filter!());
+
+/// [`LIST_RUNS_AFTER`] of one parent's children.
+pub(crate) const LIST_RUNS_AFTER_OF_PARENT: &str = list_runs_after!(runs_filter!(of_parent));
 
 /// `HistoryStore::count_runs`: runs per status under the listing's filter (`$3` unused).
-pub(crate) const COUNT_RUNS: &str = concat!(
-    "SELECT status, count(*) AS n",
-    runs_filter!(),
-    " AND $3 IS NULL GROUP BY status"
-);
+pub(crate) const COUNT_RUNS: &str = count_runs!(runs_filter!());
+
+/// [`COUNT_RUNS`] of one parent's children.
+pub(crate) const COUNT_RUNS_OF_PARENT: &str = count_runs!(runs_filter!(of_parent));
 
 /// `HistoryStore::count_versions`: runs per agent version and fingerprint under the listing's
 /// filter (`$3` unused).
-pub(crate) const COUNT_VERSIONS: &str = concat!(
-    "SELECT agent_version, fingerprint, count(*) AS n",
-    runs_filter!(),
-    " AND $3 IS NULL GROUP BY agent_version, fingerprint \
-     ORDER BY agent_version, fingerprint"
-);
+pub(crate) const COUNT_VERSIONS: &str = count_versions!(runs_filter!());
+
+/// [`COUNT_VERSIONS`] of one parent's children.
+pub(crate) const COUNT_VERSIONS_OF_PARENT: &str = count_versions!(runs_filter!(of_parent));
 
 /// `HistoryStore::count_label_values`: the values of label `$11` on the runs of the
 /// listing's filter (`$3` unused), by value as bytes (SQLite's `BINARY`), each with its
 /// runs and the newest one's creation time.
-pub(crate) const COUNT_LABEL_VALUES: &str = concat!(
-    "SELECT l.value, count(*) AS n, max(r.created_at) AS last_created_at FROM run_labels l \
-     JOIN (SELECT id, created_at",
-    runs_filter!(),
-    " AND $3 IS NULL) r ON r.id = l.run_id WHERE l.key = $11 \
-     GROUP BY l.value ORDER BY l.value"
-);
+pub(crate) const COUNT_LABEL_VALUES: &str = count_label_values!(runs_filter!());
+
+/// [`COUNT_LABEL_VALUES`] of one parent's children.
+pub(crate) const COUNT_LABEL_VALUES_OF_PARENT: &str = count_label_values!(runs_filter!(of_parent));
 
 /// `OperatorStore::cancel_run` under a live lease: the request, for the holder's next commit.
 pub(crate) const REQUEST_CANCEL: &str = "UPDATE runs SET cancel_requested_by = $2, \
@@ -732,6 +802,43 @@ mod tests {
                 "an arm sorts: `{line}` in\n{plan}"
             );
         }
+    }
+
+    /// The listings of one parent's children read its children through `runs_spawned_by`,
+    /// not every run (as the statements for any parent do, `$6` possibly `NULL`).
+    #[tokio::test]
+    async fn a_parents_children_are_listed_and_counted_from_their_index() {
+        let (_dir, store) = store_at_scale(500).await;
+        for (any, of_parent) in [
+            (super::LIST_RUNS, super::LIST_RUNS_OF_PARENT),
+            (super::COUNT_RUNS, super::COUNT_RUNS_OF_PARENT),
+            (super::COUNT_VERSIONS, super::COUNT_VERSIONS_OF_PARENT),
+        ] {
+            assert_eq!(super::of_parent(any), of_parent);
+            let limit = (any == super::LIST_RUNS).then_some(50_i64);
+            let plan = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "EXPLAIN QUERY PLAN {of_parent}"
+            )))
+            .bind(None::<&str>)
+            .bind("[]")
+            .bind(limit)
+            .bind(0_i64)
+            .bind("[]")
+            .bind("parent-1")
+            .bind(None::<i64>)
+            .bind(None::<i64>)
+            .bind(None::<i64>)
+            .bind(None::<&str>)
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+            let details: Vec<String> = plan.iter().map(|r| r.get("detail")).collect();
+            assert!(
+                details.iter().any(|d| d.contains("USING INDEX runs_spawned_by")),
+                "{of_parent}: {details:#?}"
+            );
+        }
+        assert_eq!(super::of_parent(super::NEXT_DUE), super::NEXT_DUE);
     }
 
     #[tokio::test]
