@@ -284,6 +284,11 @@ impl BatchWriter for Writer {
 }
 
 impl Writer {
+    /// A held connection for a statement, which runs on it through `self.pool.on`.
+    async fn held(&self) -> Result<(PgConnection, Instant), sqlx::Error> {
+        self.connections.take(self.pool.raw()).await
+    }
+
     /// One statement of `writes` writes of kind `write` (`commit`, `entry`, `signal`) is
     /// sent: counted in the store's stats and in the metrics.
     fn sent(&self, write: &'static str, writes: usize) {
@@ -441,11 +446,7 @@ impl Writer {
             .bind(&row.run_id)
             .bind(&row.name)
             .bind(&row.payload);
-        let (mut conn, opened) = self
-            .connections
-            .take(self.pool.raw())
-            .await
-            .map_err(db_err)?;
+        let (mut conn, opened) = self.held().await.map_err(db_err)?;
         let returned = query.fetch_optional(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         returned
@@ -469,7 +470,7 @@ impl Writer {
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.name.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| Json(&*r.payload)).collect::<Vec<_>>());
-        let (mut conn, opened) = self.connections.take(self.pool.raw()).await?;
+        let (mut conn, opened) = self.held().await?;
         let returned = query.fetch_all(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         let mut ids: Vec<Option<i64>> = vec![None; batch.len()];
@@ -482,11 +483,7 @@ impl Writer {
     /// One journal entry, one statement ([`sql::RECORD_ENTRY`]).
     async fn one_entry(&self, row: &EntryRow) -> Result<bool, StoreError> {
         self.sent("entry", 1);
-        let (mut conn, opened) = self
-            .connections
-            .take(self.pool.raw())
-            .await
-            .map_err(db_err)?;
+        let (mut conn, opened) = self.held().await.map_err(db_err)?;
         let returned = record_entry(row).fetch_one(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         entry_written(row, returned)
@@ -550,7 +547,7 @@ impl Writer {
             .bind(rows().map(|r| r.duration_ms).collect::<Vec<_>>())
             .bind(rows().map(|r| r.started_at).collect::<Vec<_>>())
             .bind(rows().map(|r| r.finished_at).collect::<Vec<_>>());
-        let (mut conn, opened) = self.connections.take(self.pool.raw()).await?;
+        let (mut conn, opened) = self.held().await?;
         let returned = query.fetch_all(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         let mut written = vec![false; batch.len()];
@@ -589,11 +586,7 @@ impl Writer {
         if let Some(signal) = row.signal {
             query = query.bind(signal);
         }
-        let (mut conn, opened) = self
-            .connections
-            .take(self.pool.raw())
-            .await
-            .map_err(db_err)?;
+        let (mut conn, opened) = self.held().await.map_err(db_err)?;
         let returned = query.fetch_optional(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         returned
@@ -634,7 +627,7 @@ impl Writer {
             .bind(rows().map(|r| r.payload_kind).collect::<Vec<_>>())
             .bind(rows().map(|r| r.patch().map(Json)).collect::<Vec<_>>())
             .bind(rows().map(|r| r.signal).collect::<Vec<_>>());
-        let (mut conn, opened) = self.connections.take(self.pool.raw()).await?;
+        let (mut conn, opened) = self.held().await?;
         let returned = query.fetch_all(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         let returned = returned?;

@@ -343,6 +343,49 @@ fn first_row(
     })
 }
 
+/// The executor methods that [`Db`] and [`OnConn`] share, `$inner` being what runs a
+/// statement as it is (the pool or the connection): `fetch_optional` as `$inner` does
+/// directly and through `fetch_many` behind a transaction pooler; preparing and describing
+/// as `$inner` does (the store calls neither).
+macro_rules! as_inner_otherwise {
+    ($this:ident => $inner:ident) => {
+        fn fetch_optional<'e, 'q: 'e, E>(
+            $this,
+            query: E,
+        ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
+        where
+            'c: 'e,
+            E: 'q + Execute<'q, Postgres>,
+        {
+            match &$this.each {
+                None => $this.$inner.fetch_optional(query),
+                Some(_) => first_row($this.fetch_many(query)),
+            }
+        }
+
+        fn prepare_with<'e>(
+            $this,
+            sql: SqlStr,
+            parameters: &'e [PgTypeInfo],
+        ) -> BoxFuture<'e, Result<PgStatement, sqlx::Error>>
+        where
+            'c: 'e,
+        {
+            $this.$inner.prepare_with(sql, parameters)
+        }
+
+        fn describe<'e>(
+            $this,
+            sql: SqlStr,
+        ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
+        where
+            'c: 'e,
+        {
+            $this.$inner.describe(sql)
+        }
+    };
+}
+
 impl<'c> Executor<'c> for &'c Db {
     type Database = Postgres;
 
@@ -366,40 +409,7 @@ impl<'c> Executor<'c> for &'c Db {
         })
     }
 
-    fn fetch_optional<'e, 'q: 'e, E>(
-        self,
-        query: E,
-    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
-    where
-        'c: 'e,
-        E: 'q + Execute<'q, Postgres>,
-    {
-        match &self.each {
-            None => self.pool.fetch_optional(query),
-            Some(_) => first_row(self.fetch_many(query)),
-        }
-    }
-
-    fn prepare_with<'e>(
-        self,
-        sql: SqlStr,
-        parameters: &'e [PgTypeInfo],
-    ) -> BoxFuture<'e, Result<PgStatement, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        self.pool.prepare_with(sql, parameters)
-    }
-
-    fn describe<'e>(
-        self,
-        sql: SqlStr,
-    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        self.pool.describe(sql)
-    }
+    as_inner_otherwise!(self => pool);
 }
 
 impl<'c> Executor<'c> for OnConn<'c> {
@@ -417,40 +427,7 @@ impl<'c> Executor<'c> for OnConn<'c> {
         }
     }
 
-    fn fetch_optional<'e, 'q: 'e, E>(
-        self,
-        query: E,
-    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
-    where
-        'c: 'e,
-        E: 'q + Execute<'q, Postgres>,
-    {
-        match self.each {
-            None => self.conn.fetch_optional(query),
-            Some(_) => first_row(self.fetch_many(query)),
-        }
-    }
-
-    fn prepare_with<'e>(
-        self,
-        sql: SqlStr,
-        parameters: &'e [PgTypeInfo],
-    ) -> BoxFuture<'e, Result<PgStatement, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        self.conn.prepare_with(sql, parameters)
-    }
-
-    fn describe<'e>(
-        self,
-        sql: SqlStr,
-    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        self.conn.describe(sql)
-    }
+    as_inner_otherwise!(self => conn);
 }
 
 /// `PgConnectOptions` of `url`, as [`PgConnectOptions::from_str`].

@@ -40,29 +40,18 @@ fn with(url: &str, query: &str) -> String {
     format!("{url}{sep}{query}")
 }
 
-async fn fresh_at(url: String) -> Arc<PgStore> {
-    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let store = PgStore::connect(&url, &schema)
-        .await
-        .unwrap_or_else(|e| panic!("connect through PgBouncer: {e}"));
-    store
-        .migrate()
-        .await
-        .unwrap_or_else(|e| panic!("migrate through PgBouncer: {e}"));
-    Arc::new(store)
-}
-
 /// Wake-ups by polling, short, so that the suite's waits for work end soon.
 async fn through_transaction_pooler() -> Option<Arc<PgStore>> {
     let url = pooler_url("PGBOUNCER_URL")?;
-    let store = fresh_at(with(&url, "pooler=transaction&wake=poll&poll_ms=100")).await;
+    let store =
+        common::fresh_store_at(&with(&url, "pooler=transaction&wake=poll&poll_ms=100")).await;
     assert_eq!(store.pooler(), Pooler::Transaction);
     Some(store)
 }
 
 async fn through_session_pooler() -> Option<Arc<PgStore>> {
     let url = pooler_url("PGBOUNCER_SESSION_URL")?;
-    Some(fresh_at(with(&url, "pooler=session")).await)
+    Some(common::fresh_store_at(&with(&url, "pooler=session")).await)
 }
 
 /// Break the latest transition of `run_id`: through the raw pool, so in a transaction
@@ -168,7 +157,7 @@ async fn idle_workers_listen_on_the_direct_address() {
         .expect("DATABASE_URL has a host")
         .to_owned();
     let url = with(&url, &format!("pooler=transaction&direct={host_port}"));
-    let waiting = fresh_at(url.clone()).await;
+    let waiting = common::fresh_store_at(&url).await;
     let writer = PgStore::connect(&url, waiting.schema()).await.unwrap();
     // The listener starts with the first wait; let it subscribe before the write.
     waiting.wait_for_work(Duration::from_millis(300)).await;

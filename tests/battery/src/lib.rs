@@ -80,8 +80,12 @@ pub mod pg {
 
     /// A migrated store in `schema` (shared with a child process).
     pub async fn open(schema: &str) -> Option<Arc<PgStore>> {
-        let url = url();
-        match PgStore::connect(&url, schema).await {
+        open_at(&url(), schema).await
+    }
+
+    /// A migrated store in `schema` at `url`, or `None` as [`fresh`] says.
+    async fn open_at(url: &str, schema: &str) -> Option<Arc<PgStore>> {
+        match PgStore::connect(url, schema).await {
             Ok(store) => {
                 store
                     .migrate()
@@ -99,7 +103,8 @@ pub mod pg {
 
     /// A migrated store in a fresh schema through PgBouncer in transaction mode
     /// (`PGBOUNCER_URL`, set by `eval "$(scripts/pgbouncer)"`), polling for work; `None`
-    /// (with a loud message) without it outside CI, a failure under CI.
+    /// (with a loud message) without it, or when it does not answer, outside CI; a failure
+    /// under CI.
     pub async fn fresh_through_pgbouncer() -> Option<Arc<PgStore>> {
         let Some(url) = std::env::var("PGBOUNCER_URL")
             .ok()
@@ -117,15 +122,7 @@ pub mod pg {
         };
         let sep = if url.contains('?') { '&' } else { '?' };
         let url = format!("{url}{sep}pooler=transaction&wake=poll&poll_ms=100");
-        let schema = format!("battery_{}", uuid::Uuid::new_v4().simple());
-        let store = PgStore::connect(&url, &schema)
-            .await
-            .unwrap_or_else(|e| panic!("connect through PgBouncer at {url}: {e}"));
-        store
-            .migrate()
-            .await
-            .unwrap_or_else(|e| panic!("migrate {schema} through PgBouncer: {e}"));
-        Some(Arc::new(store))
+        open_at(&url, &format!("battery_{}", uuid::Uuid::new_v4().simple())).await
     }
 
     /// Drop the test's schema.
