@@ -1,7 +1,6 @@
 //! Setting a store up: connecting into a schema, checking or migrating it, the `LISTEN` task that wakes
 //! idle workers, and how driver errors map to store errors.
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -16,6 +15,7 @@ use tokio::sync::Notify;
 
 use crate::error::{db_err, describe};
 use crate::group_commit::{GroupCommitStats, HeldConnections, PgGroupCommit, group_commit};
+use crate::pooler::{Connector, Db, Pooler, Settings, Wakeups};
 use crate::{COMMITS_IN_FLIGHT, COMMITS_PER_STATEMENT, PgStore};
 
 /// Errors of setting a [`PgStore`] up (connecting, checking the schema, migrating). The
@@ -83,6 +83,18 @@ pub enum PgSetupError {
         /// How its migrations differ from this binary's, and what to do.
         problem: String,
     },
+    /// The URL asks for `LISTEN` through a transaction pooler (`pooler=transaction`
+    /// without `direct=` or `wake=poll`), where a notification would reach whichever
+    /// client's transaction last ran on that server connection.
+    #[error(
+        "idle workers cannot `LISTEN` through the transaction pooler at {database} \
+         (`pooler=transaction`): add PostgreSQL's own address for `LISTEN` \
+         (`direct=HOST:PORT`), or poll instead (`wake=poll`, with `poll_ms=` for the interval)"
+    )]
+    ListenThroughPooler {
+        /// `host:port/dbname` of the pooler.
+        database: String,
+    },
     /// A migration failed.
     #[error("migration failed: {}", describe_migrate(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -144,11 +156,35 @@ fn connect_error(e: &sqlx::Error, options: &PgConnectOptions) -> PgSetupError {
                 message: describe(e),
             }
         }
+        // PgBouncer refuses the `search_path` start-up option the store sends directly.
+        sqlx::Error::Database(db) if db.message().contains("unsupported startup parameter") => {
+            PgSetupError::Connect {
+                database,
+                message: format!(
+                    "{} (a connection pooler such as PgBouncer answers there: add \
+                     `pooler=transaction` or `pooler=session` to the URL, as its `pool_mode`)",
+                    describe(e)
+                ),
+            }
+        }
         _ => PgSetupError::Connect {
             database,
             message: describe(e),
         },
     }
+}
+
+/// Open a connection with `connector`, reporting failure as [`connect_error`] says (and no
+/// answer within [`CONNECT_TIMEOUT`] as such).
+async fn first_connection(connector: &Connector) -> Result<PgConnection, PgSetupError> {
+    let options = &connector.options;
+    tokio::time::timeout(CONNECT_TIMEOUT, connector.connect())
+        .await
+        .map_err(|_| PgSetupError::Connect {
+            database: database_of(options),
+            message: format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+        })?
+        .map_err(|e| connect_error(&e, options))
 }
 
 /// How long opening the first connection may take before the server counts as not
@@ -208,10 +244,19 @@ impl PgStore {
     /// [`StoreError::Unavailable`], since a server that was there (restarting, failing
     /// over) is expected to come back.
     ///
+    /// Behind a connection pooler, the URL says which (`pooler=session` or
+    /// `pooler=transaction`) and, past a transaction pooler, how idle workers wake:
+    /// `direct=HOST:PORT` (PostgreSQL's own address, for `LISTEN`; checked here like the
+    /// first connection) or `wake=poll` (with `poll_ms=`). The store takes these out of the
+    /// URL; see [`Pooler`] and `docs/poolers.md`.
+    ///
     /// # Errors
     /// [`PgSetupError::InvalidSchema`] for a schema name that is not a plain identifier;
-    /// [`PgSetupError::InvalidUrl`], [`PgSetupError::Refused`], [`PgSetupError::Auth`] or
-    /// [`PgSetupError::Connect`] when the first connection fails.
+    /// [`PgSetupError::InvalidUrl`] for a URL, or a pooler setting, that does not parse;
+    /// [`PgSetupError::ListenThroughPooler`] for `pooler=transaction` with neither
+    /// `direct=` nor `wake=poll`; [`PgSetupError::Refused`], [`PgSetupError::Auth`] or
+    /// [`PgSetupError::Connect`] when the first connection (or the one to the direct
+    /// address) fails.
     pub async fn connect(url: &str, schema: &str) -> Result<Self, PgSetupError> {
         Self::connect_with(url, schema, PgPoolOptions::new().max_connections(16)).await
     }
@@ -232,33 +277,61 @@ impl PgStore {
         if !valid_schema(schema) {
             return Err(PgSetupError::InvalidSchema(schema.to_owned()));
         }
-        let options = PgConnectOptions::from_str(url)
-            .map_err(|e| PgSetupError::InvalidUrl(e.to_string()))?
-            .options([("search_path", schema)])
-            .application_name(&format!("agent-pg/{schema}"));
+        let (url, settings) = Settings::take(url)?;
+        let options = settings.options(crate::pooler::parse(&url)?, schema);
+        if settings.pooler == Pooler::Transaction
+            && settings.direct.is_none()
+            && settings.poll.is_none()
+        {
+            return Err(PgSetupError::ListenThroughPooler {
+                database: database_of(&options),
+            });
+        }
+        let after_connect = settings.after_connect(schema);
+        let connector = Connector::new(options.clone(), after_connect.clone());
         // One connection of our own first: the pool retries a refused connection until its
         // acquire timeout and then reports only "pool timed out", hiding the cause.
-        let first = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
-            .await
-            .map_err(|_| PgSetupError::Connect {
-                database: database_of(&options),
-                message: format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
-            })?
-            .map_err(|e| connect_error(&e, &options))?;
-        let pool = pool
+        let first = first_connection(&connector).await?;
+        let set_up = |pool: PgPoolOptions| match after_connect.clone() {
+            None => pool,
+            Some(sql) => pool.after_connect(move |conn, _| {
+                let sql = AssertSqlSafe(sql.to_string());
+                Box::pin(async move { sqlx::raw_sql(sql).execute(conn).await.map(|_| ()) })
+            }),
+        };
+        let pool = set_up(pool)
             .acquire_timeout(Duration::from_secs(10))
             .test_before_acquire(false)
             .before_acquire(ping_if_idle)
             .connect_lazy_with(options.clone());
-        let readers = PgPoolOptions::new()
+        let readers = set_up(PgPoolOptions::new())
             .max_connections(crate::EVENT_READERS)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options.clone());
+        let wakeups = match (settings.poll, settings.direct_options(&options)) {
+            (Some(every), _) => Wakeups::Poll(every),
+            // Checked now, as the pooler was: an address that cannot work is a
+            // configuration to fix, not something to retry every second.
+            (None, Some(direct)) => {
+                drop(first_connection(&Connector::new(direct.clone(), None)).await?);
+                Wakeups::Listen(
+                    PgPoolOptions::new()
+                        .max_connections(2)
+                        .min_connections(0)
+                        .acquire_timeout(Duration::from_secs(10))
+                        .connect_lazy_with(direct),
+                )
+            }
+            (None, None) => Wakeups::Listen(pool.clone()),
+        };
+        let each = settings.each_transaction(schema);
+        let pool = Db::new(pool, each.clone());
+        let readers = Db::new(readers, each);
         // Commits, a worker's claims and wake-ups share the connections held outside the
         // pool: a wake-up takes one the commits left idle instead of opening its own while
         // the server is busy.
-        let held = Arc::new(HeldConnections::new(options.clone()));
+        let held = Arc::new(HeldConnections::new(connector));
         // The first connection proved the server is there; it serves the first statements.
         held.adopt(first);
         let group = group_commit(
@@ -272,6 +345,8 @@ impl PgStore {
             readers,
             group: Arc::new(group),
             options,
+            pooler: settings.pooler,
+            wakeups,
             pool,
             schema: schema.to_owned(),
             channel: format!("agent_work_{schema}"),
@@ -389,6 +464,8 @@ impl PgStore {
         // The transaction's own lock instead of the migrator's session lock, which a
         // failed run would leave held on a pooled connection.
         migrator.set_locking(false);
+        // Through a transaction pooler too: a transaction keeps its server connection, and
+        // the lock is the transaction's.
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('agent-pg/migrate/' || $1))")
             .bind(&self.schema)
@@ -472,9 +549,21 @@ impl PgStore {
     }
 
     /// The connection pool, for callers that add their own tables or measure (benchmarks).
+    ///
+    /// Behind a transaction pooler (`pooler=transaction`), a statement on it runs without
+    /// the store's `search_path` (name the schema's tables with [`Self::schema`]) and
+    /// must be in a transaction (sqlx prepares it in one exchange and executes it in the
+    /// next, which only a transaction keeps on one server connection).
     #[must_use]
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.pool.raw()
+    }
+
+    /// The connection pooler the store was told is in front of PostgreSQL (`pooler=` in the
+    /// URL).
+    #[must_use]
+    pub fn pooler(&self) -> Pooler {
+        self.pooler
     }
 
     /// The schema holding the store's tables.
@@ -490,12 +579,16 @@ impl PgStore {
     }
 
     /// Start the task that listens on the store's channel, unless it runs.
+    /// Polling: never (idle workers claim again every interval, see `wait_for_work`).
     pub(crate) fn ensure_listener(&self) {
+        let Wakeups::Listen(pool) = &self.wakeups else {
+            return;
+        };
         let mut slot = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.as_ref().is_some_and(|t| !t.is_finished()) {
             return;
         }
-        let pool = self.pool.clone();
+        let pool = pool.clone();
         let channel = self.channel.clone();
         let work = Arc::clone(&self.work);
         let notices = Arc::clone(&self.notices);

@@ -19,6 +19,8 @@ use std::time::Duration;
 use agent_core::store::{EventWakes, StoreError, WakeHub};
 use sqlx::postgres::{PgListener, PgPool};
 
+use crate::pooler::Db;
+
 use crate::error::db_err;
 
 /// How often a writer looks whether anyone follows.
@@ -52,7 +54,7 @@ impl EventNotices {
     }
 
     /// After a write to `run_id` committed: notify, if anyone follows.
-    pub(crate) fn written(&self, pool: &PgPool, run_id: &str) {
+    pub(crate) fn written(&self, pool: &Db, run_id: &str) {
         self.ensure_refresher(pool);
         if !self.listened.load(Ordering::Relaxed) || run_id.len() > MAX_PAYLOAD {
             return;
@@ -68,7 +70,19 @@ impl EventNotices {
         });
     }
 
-    fn ensure_refresher(&self, pool: &PgPool) {
+    /// Polling instead of `LISTEN` (`wake=poll`): a write by this process wakes its own
+    /// followers at once; one by another process is found by their poll of the store's
+    /// head, as on SQLite.
+    pub(crate) fn written_here(&self, run_id: &str) {
+        self.hub.wake(run_id);
+    }
+
+    /// A new follower's wake-ups from this process's writes only ([`Self::written_here`]).
+    pub(crate) fn subscribe_here(&self) -> EventWakes {
+        self.hub.subscribe()
+    }
+
+    fn ensure_refresher(&self, pool: &Db) {
         let mut slot = self
             .refresher
             .lock()
@@ -92,8 +106,13 @@ impl EventNotices {
         }));
     }
 
-    /// A new follower's wake-ups: registers and listens, unless already.
-    pub(crate) async fn subscribe(&self, pool: &PgPool) -> Result<EventWakes, StoreError> {
+    /// A new follower's wake-ups: registers (through `pool`) and listens (on a connection
+    /// of `listen_on`), unless already.
+    pub(crate) async fn subscribe(
+        &self,
+        pool: &Db,
+        listen_on: &PgPool,
+    ) -> Result<EventWakes, StoreError> {
         let wakes = self.hub.subscribe();
         let listening = self
             .listener
@@ -106,11 +125,16 @@ impl EventNotices {
         }
         let id = agent_core::store::new_run_id("follower");
         register(pool, &id).await?;
-        let mut listener = PgListener::connect_with(pool).await.map_err(db_err)?;
+        let mut listener = PgListener::connect_with(listen_on).await.map_err(db_err)?;
         listener.listen(&self.channel).await.map_err(db_err)?;
-        let (pool, hub, channel) = (pool.clone(), self.hub.clone(), self.channel.clone());
+        let (pool, listen_pool, hub, channel) = (
+            pool.clone(),
+            listen_on.clone(),
+            self.hub.clone(),
+            self.channel.clone(),
+        );
         let task = tokio::spawn(async move {
-            listen(listener, &pool, &hub, &channel, &id).await;
+            listen(listener, &pool, &listen_pool, &hub, &channel, &id).await;
             let _ = sqlx::query("DELETE FROM event_listeners WHERE id = $1")
                 .bind(&id)
                 .execute(&pool)
@@ -138,7 +162,7 @@ impl Drop for EventNotices {
     }
 }
 
-async fn register(pool: &PgPool, id: &str) -> Result<(), StoreError> {
+async fn register(pool: &Db, id: &str) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO event_listeners (id, expires_at) \
          VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond') \
@@ -155,7 +179,14 @@ async fn register(pool: &PgPool, id: &str) -> Result<(), StoreError> {
 /// Hand notifications to the followers in process until none is left; renew the
 /// registration meanwhile. After a lost connection every follower is woken (notifications
 /// may have been missed) and listening starts again.
-async fn listen(mut listener: PgListener, pool: &PgPool, hub: &WakeHub, channel: &str, id: &str) {
+async fn listen(
+    mut listener: PgListener,
+    pool: &Db,
+    listen_pool: &PgPool,
+    hub: &WakeHub,
+    channel: &str,
+    id: &str,
+) {
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     loop {
         tokio::select! {
@@ -165,7 +196,7 @@ async fn listen(mut listener: PgListener, pool: &PgPool, hub: &WakeHub, channel:
                     tracing::warn!(error = %e, "events LISTEN connection lost");
                     hub.wake_all();
                     tokio::time::sleep(Duration::from_millis(200)).await;
-                    if let Ok(l) = PgListener::connect_with(pool).await {
+                    if let Ok(l) = PgListener::connect_with(listen_pool).await {
                         listener = l;
                         let _ = listener.listen(channel).await;
                     }

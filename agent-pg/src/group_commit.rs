@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use agent_core::store::StoreError;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::types::Json;
 use sqlx::{Connection, Postgres, Row};
 
@@ -60,6 +60,7 @@ use agent_sql::write::{
 use agent_sql::write_queue::{BatchWriter, same_error};
 
 use crate::error::db_err;
+use crate::pooler::{Connector, Db};
 use crate::sql;
 
 /// How many commits went to the database in how many statements.
@@ -94,7 +95,7 @@ const MAX_CONNECTION_AGE: Duration = Duration::from_mins(30);
 /// than by the server's refusal is dropped, not reused; so is every one of them once the
 /// pool is closed (the store is shutting down).
 pub(crate) struct HeldConnections {
-    options: PgConnectOptions,
+    connector: Connector,
     /// The idle ones: the connection, when it was opened, when it was last used.
     idle: Mutex<Vec<(PgConnection, Instant, Instant)>>,
     /// Connections open, idle or lent out, counting those being opened ahead.
@@ -102,9 +103,9 @@ pub(crate) struct HeldConnections {
 }
 
 impl HeldConnections {
-    pub(crate) fn new(options: PgConnectOptions) -> Self {
+    pub(crate) fn new(connector: Connector) -> Self {
         Self {
-            options,
+            connector,
             idle: Mutex::new(Vec::new()),
             live: AtomicUsize::new(0),
         }
@@ -129,7 +130,7 @@ impl HeldConnections {
             }
             let this = Arc::clone(self);
             tokio::spawn(async move {
-                match PgConnection::connect_with(&this.options).await {
+                match this.connector.connect().await {
                     Ok(conn) => this.keep(conn, Instant::now()),
                     // Best effort: the statement that needs it opens one itself.
                     Err(_) => {
@@ -161,7 +162,7 @@ impl HeldConnections {
             }
             self.live.fetch_sub(1, Ordering::Relaxed);
         }
-        let conn = PgConnection::connect_with(&self.options).await?;
+        let conn = self.connector.connect().await?;
         self.live.fetch_add(1, Ordering::Relaxed);
         Ok((conn, Instant::now()))
     }
@@ -200,7 +201,7 @@ pub(crate) type GroupCommit = agent_sql::write::GroupCommit<Writer>;
 
 /// What sends a batch: grouped statements on the store's held connections.
 pub(crate) struct Writer {
-    pool: PgPool,
+    pool: Db,
     connections: Arc<HeldConnections>,
     statements: AtomicU64,
     commits: AtomicU64,
@@ -210,7 +211,7 @@ pub(crate) struct Writer {
 /// `max_in_flight` commit statements at once at most (the queue's slots), each of at most
 /// `max_batch` commits, on `connections`.
 pub(crate) fn group_commit(
-    pool: PgPool,
+    pool: Db,
     connections: Arc<HeldConnections>,
     max_in_flight: usize,
     max_batch: usize,
@@ -259,7 +260,7 @@ impl PgGroupCommit for GroupCommit {
         let writer = queue.writer();
         writer
             .connections
-            .open_ahead(&writer.pool, queue.slots() + 1);
+            .open_ahead(writer.pool.raw(), queue.slots() + 1);
     }
 }
 
@@ -283,6 +284,11 @@ impl BatchWriter for Writer {
 }
 
 impl Writer {
+    /// A held connection for a statement, which runs on it through `self.pool.on`.
+    async fn held(&self) -> Result<(PgConnection, Instant), sqlx::Error> {
+        self.connections.take(self.pool.raw()).await
+    }
+
     /// One statement of `writes` writes of kind `write` (`commit`, `entry`, `signal`) is
     /// sent: counted in the store's stats and in the metrics.
     fn sent(&self, write: &'static str, writes: usize) {
@@ -440,8 +446,8 @@ impl Writer {
             .bind(&row.run_id)
             .bind(&row.name)
             .bind(&row.payload);
-        let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
-        let returned = query.fetch_optional(&mut conn).await;
+        let (mut conn, opened) = self.held().await.map_err(db_err)?;
+        let returned = query.fetch_optional(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         returned
             .map_err(db_err)?
@@ -464,8 +470,8 @@ impl Writer {
             .bind(rows().map(|r| r.run_id.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| r.name.as_str()).collect::<Vec<_>>())
             .bind(rows().map(|r| Json(&*r.payload)).collect::<Vec<_>>());
-        let (mut conn, opened) = self.connections.take(&self.pool).await?;
-        let returned = query.fetch_all(&mut conn).await;
+        let (mut conn, opened) = self.held().await?;
+        let returned = query.fetch_all(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         let mut ids: Vec<Option<i64>> = vec![None; batch.len()];
         for r in &returned? {
@@ -477,8 +483,8 @@ impl Writer {
     /// One journal entry, one statement ([`sql::RECORD_ENTRY`]).
     async fn one_entry(&self, row: &EntryRow) -> Result<bool, StoreError> {
         self.sent("entry", 1);
-        let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
-        let returned = record_entry(row).fetch_one(&mut conn).await;
+        let (mut conn, opened) = self.held().await.map_err(db_err)?;
+        let returned = record_entry(row).fetch_one(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         entry_written(row, returned)
     }
@@ -541,8 +547,8 @@ impl Writer {
             .bind(rows().map(|r| r.duration_ms).collect::<Vec<_>>())
             .bind(rows().map(|r| r.started_at).collect::<Vec<_>>())
             .bind(rows().map(|r| r.finished_at).collect::<Vec<_>>());
-        let (mut conn, opened) = self.connections.take(&self.pool).await?;
-        let returned = query.fetch_all(&mut conn).await;
+        let (mut conn, opened) = self.held().await?;
+        let returned = query.fetch_all(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         let mut written = vec![false; batch.len()];
         for r in &returned? {
@@ -581,8 +587,8 @@ impl Writer {
         if let Some(signal) = row.signal {
             query = query.bind(signal);
         }
-        let (mut conn, opened) = self.connections.take(&self.pool).await.map_err(db_err)?;
-        let returned = query.fetch_optional(&mut conn).await;
+        let (mut conn, opened) = self.held().await.map_err(db_err)?;
+        let returned = query.fetch_optional(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         returned
             .map_err(db_err)?
@@ -623,8 +629,8 @@ impl Writer {
             .bind(rows().map(|r| r.patch().map(Json)).collect::<Vec<_>>())
             .bind(rows().map(|r| r.signal).collect::<Vec<_>>())
             .bind(rows().map(|r| r.spend.map(Json)).collect::<Vec<_>>());
-        let (mut conn, opened) = self.connections.take(&self.pool).await?;
-        let returned = query.fetch_all(&mut conn).await;
+        let (mut conn, opened) = self.held().await?;
+        let returned = query.fetch_all(self.pool.on(&mut conn)).await;
         self.connections.give_back(conn, opened, &returned);
         let returned = returned?;
         let mut outcomes: Vec<Option<Applied>> = batch.iter().map(|_| None).collect();
@@ -720,7 +726,9 @@ mod tests {
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .connect_lazy_with(options.clone());
-        let held = Arc::new(HeldConnections::new(options));
+        let held = Arc::new(HeldConnections::new(crate::pooler::Connector::new(
+            options, None,
+        )));
         held.open_ahead(&pool, 3);
         held.open_ahead(&pool, 3);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

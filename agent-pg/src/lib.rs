@@ -131,6 +131,13 @@
 //! it opens a connection to migrate, then one per run in flight. On one host, a Unix socket
 //! (`postgres://user@localhost/db?host=/var/run/postgresql`) or `sslmode=disable` avoids it.
 //!
+//! Behind a connection pooler such as PgBouncer, say which in the URL: `pooler=session`,
+//! or `pooler=transaction` with `direct=HOST:PORT` (PostgreSQL's own address, for
+//! `LISTEN`) or `wake=poll` (see [`Pooler`] and `docs/poolers.md`). Through a transaction
+//! pooler every statement runs in a transaction of its own that sets the schema, and a
+//! store told to `LISTEN` there without a direct address refuses to open
+//! ([`PgSetupError::ListenThroughPooler`]).
+//!
 //! Besides its pool, a store opens up to [`COMMITS_IN_FLIGHT`] connections of its own for
 //! commit statements, and up to two more for a worker's claims and the wake-ups after
 //! signals (see "Group commit"); count them when sizing the server's `max_connections`.
@@ -154,7 +161,7 @@ use agent_sql::reads::{Arg, SqlReads, bind, fenced_out, fetch_all};
 use agent_sql::rows;
 use agent_sql::write::{CommitRow, EntryRow, Outcome, SignalRow};
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgRow};
 use tokio::sync::Notify;
 
 mod connect;
@@ -162,6 +169,7 @@ mod error;
 mod events;
 mod group_commit;
 mod operator;
+mod pooler;
 mod schedule_sql;
 mod sql;
 mod store;
@@ -186,6 +194,7 @@ pub mod __bench {
 pub use agent_sql::LARGE_OUTPUT_BYTES;
 pub use connect::PgSetupError;
 pub use group_commit::GroupCommitStats;
+pub use pooler::Pooler;
 
 /// Default of [`PgStore::with_group_commit`]: commit statements in flight at once.
 pub const COMMITS_IN_FLIGHT: usize = 4;
@@ -203,11 +212,13 @@ pub const COMMITS_PER_STATEMENT: usize = 64;
 /// [`Store`]: agent_core::store::Store
 #[derive(Debug)]
 pub struct PgStore {
-    pool: PgPool,
+    /// Every statement of the store goes through it (as it is, or in a transaction of its
+    /// own behind a transaction pooler, `pooler.rs`).
+    pool: pooler::Db,
     /// Connections of event followers' reads, apart from `pool` and few
     /// ([`EVENT_READERS`]): however many follow, their reads never take a connection a
     /// commit waits for, and load the server at most this many at a time.
-    readers: PgPool,
+    readers: pooler::Db,
     schema: String,
     channel: String,
     heads: HeadCache,
@@ -225,6 +236,10 @@ pub struct PgStore {
     group: Arc<group_commit::GroupCommit>,
     /// How the pool connects; the group commit opens its connections the same way.
     options: PgConnectOptions,
+    /// The pooler in front of PostgreSQL, if any (`pooler=` in the URL).
+    pooler: Pooler,
+    /// `LISTEN` (on which connections) or polling.
+    wakeups: pooler::Wakeups,
 }
 
 impl Drop for PgStore {
@@ -243,7 +258,10 @@ impl Drop for PgStore {
 impl PgStore {
     /// After a write to `run_id` that gives events: wake their followers, if any.
     fn event_written(&self, run_id: &str) {
-        self.events.written(&self.pool, run_id);
+        match &self.wakeups {
+            pooler::Wakeups::Listen(_) => self.events.written(&self.pool, run_id),
+            pooler::Wakeups::Poll(_) => self.events.written_here(run_id),
+        }
     }
 
     /// Read a run row, remembering its head for the next commit.

@@ -78,6 +78,11 @@ agent_sql::impl_sql_store!(PgStore {
 
         async fn wait_for_work(&self, timeout: Duration) {
             self.ensure_listener();
+            // Polling, nothing wakes the wait: it ends by the interval.
+            let timeout = match &self.wakeups {
+                crate::pooler::Wakeups::Poll(every) => timeout.min(*every),
+                crate::pooler::Wakeups::Listen(_) => timeout,
+            };
             let notified = self.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -138,7 +143,12 @@ agent_sql::impl_sql_store!(PgStore {
     }
     events {
         async fn event_wakes(&self) -> Result<Option<EventWakes>, StoreError> {
-            self.events.subscribe(&self.pool).await.map(Some)
+            match &self.wakeups {
+                crate::pooler::Wakeups::Poll(_) => Ok(Some(self.events.subscribe_here())),
+                crate::pooler::Wakeups::Listen(listen) => {
+                    self.events.subscribe(&self.pool, listen).await.map(Some)
+                }
+            }
         }
     }
 });
@@ -184,8 +194,8 @@ impl PgStore {
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<PgRow>, sqlx::Error> {
         let held = self.group.connections();
-        let (mut conn, opened) = held.take(&self.pool).await?;
-        let rows = query.fetch_all(&mut conn).await;
+        let (mut conn, opened) = held.take(self.pool.raw()).await?;
+        let rows = query.fetch_all(self.pool.on(&mut conn)).await;
         held.give_back(conn, opened, &rows);
         rows
     }

@@ -21,9 +21,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use sqlx::postgres::PgPool;
-
 use crate::group_commit::HeldConnections;
+use crate::pooler::Db;
 
 /// The coalescing sender of one store's work notifications.
 pub(crate) struct WorkWaker {
@@ -58,7 +57,7 @@ impl WorkWaker {
 
     /// Wake the idle workers of `channel` after a committed write: at once when no
     /// notification is being sent, else once more after it.
-    pub(crate) fn wake(&self, pool: &PgPool, channel: &str) {
+    pub(crate) fn wake(&self, pool: &Db, channel: &str) {
         {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             if state.busy {
@@ -77,8 +76,8 @@ impl WorkWaker {
             loop {
                 // Best effort, like every wake-up: workers poll too.
                 let notify = sqlx::query("SELECT pg_notify($1, '')").bind(&channel);
-                if let Ok((mut conn, opened)) = connection.take(&pool).await {
-                    let sent = notify.execute(&mut conn).await;
+                if let Ok((mut conn, opened)) = connection.take(pool.raw()).await {
+                    let sent = notify.execute(pool.on(&mut conn)).await;
                     connection.give_back(conn, opened, &sent);
                 }
                 let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -124,7 +123,8 @@ mod tests {
         let mut listener = PgListener::connect_with(&listening).await.unwrap();
         listener.listen(&channel).await.unwrap();
         let busy = pool.acquire().await.unwrap();
-        WorkWaker::new(Arc::new(HeldConnections::new(options))).wake(&pool, &channel);
+        let held = HeldConnections::new(crate::pooler::Connector::new(options, None));
+        WorkWaker::new(Arc::new(held)).wake(&crate::pooler::Db::new(pool.clone(), None), &channel);
         let heard = tokio::time::timeout(Duration::from_secs(10), listener.recv()).await;
         drop(busy);
         let notice = heard.expect("no wake-up within 10 s while the pool was busy");

@@ -29,16 +29,20 @@ pub(crate) fn database_url() -> Option<String> {
 
 /// A migrated store in a schema of its own, or `None` when skipped.
 pub(crate) async fn fresh_store() -> Option<Arc<PgStore>> {
-    let url = database_url()?;
+    Some(fresh_store_at(&database_url()?).await)
+}
+
+/// A migrated store in a schema of its own at `url`.
+pub(crate) async fn fresh_store_at(url: &str) -> Arc<PgStore> {
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let store = PgStore::connect(&url, &schema)
+    let store = PgStore::connect(url, &schema)
         .await
-        .unwrap_or_else(|e| panic!("connect to DATABASE_URL: {e}"));
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
     store
         .migrate()
         .await
         .unwrap_or_else(|e| panic!("migrate: {e}"));
-    Some(Arc::new(store))
+    Arc::new(store)
 }
 
 /// Drop the test's schema.

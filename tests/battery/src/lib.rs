@@ -80,8 +80,12 @@ pub mod pg {
 
     /// A migrated store in `schema` (shared with a child process).
     pub async fn open(schema: &str) -> Option<Arc<PgStore>> {
-        let url = url();
-        match PgStore::connect(&url, schema).await {
+        open_at(&url(), schema).await
+    }
+
+    /// A migrated store in `schema` at `url`, or `None` as [`fresh`] says.
+    async fn open_at(url: &str, schema: &str) -> Option<Arc<PgStore>> {
+        match PgStore::connect(url, schema).await {
             Ok(store) => {
                 store
                     .migrate()
@@ -95,6 +99,30 @@ pub mod pg {
                 None
             }
         }
+    }
+
+    /// A migrated store in a fresh schema through PgBouncer in transaction mode
+    /// (`PGBOUNCER_URL`, set by `eval "$(scripts/pgbouncer)"`), polling for work; `None`
+    /// (with a loud message) without it, or when it does not answer, outside CI; a failure
+    /// under CI.
+    pub async fn fresh_through_pgbouncer() -> Option<Arc<PgStore>> {
+        let Some(url) = std::env::var("PGBOUNCER_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                !ci(),
+                "PGBOUNCER_URL is not set under CI: run `eval \"$(scripts/pgbouncer)\"` first"
+            );
+            eprintln!(
+                "\n*** SKIPPED: battery through PgBouncer without PGBOUNCER_URL; run \
+                 `eval \"$(scripts/pgbouncer)\"` ***\n"
+            );
+            return None;
+        };
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}pooler=transaction&wake=poll&poll_ms=100");
+        open_at(&url, &format!("battery_{}", uuid::Uuid::new_v4().simple())).await
     }
 
     /// Drop the test's schema.
@@ -121,6 +149,9 @@ pub mod backends {
         Memory,
         /// A fresh PostgreSQL schema (see [`crate::pg`]).
         Postgres,
+        /// A fresh PostgreSQL schema through PgBouncer in transaction mode
+        /// ([`crate::pg::fresh_through_pgbouncer`]).
+        PgBouncer,
         /// A fresh SQLite file in a temporary directory.
         Sqlite,
     }
@@ -154,8 +185,12 @@ pub mod backends {
                     pg: None,
                     sqlite: None,
                 },
-                Backend::Postgres => {
-                    let pg = crate::pg::fresh().await?;
+                Backend::Postgres | Backend::PgBouncer => {
+                    let pg = if backend == Backend::Postgres {
+                        crate::pg::fresh().await?
+                    } else {
+                        crate::pg::fresh_through_pgbouncer().await?
+                    };
                     Self {
                         store: pg.clone(),
                         pg: Some(pg),
@@ -216,8 +251,9 @@ pub mod backends {
 }
 
 /// Each test body once per backend: for `async fn name(backend: Backend)` in the calling
-/// module, the tests `name::memory`, `name::postgres` and `name::sqlite`. The body opens
-/// its stores with [`backends::Fresh::open`].
+/// module, the tests `name::memory`, `name::postgres`, `name::pgbouncer` (PostgreSQL
+/// through a transaction pooler) and `name::sqlite`. The body opens its stores with
+/// [`backends::Fresh::open`].
 #[macro_export]
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {$(
@@ -232,6 +268,11 @@ macro_rules! on_every_backend {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 super::$name(Backend::Postgres).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn pgbouncer() {
+                super::$name(Backend::PgBouncer).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
