@@ -834,7 +834,9 @@ mod tests {
             .unwrap();
             let details: Vec<String> = plan.iter().map(|r| r.get("detail")).collect();
             assert!(
-                details.iter().any(|d| d.contains("USING INDEX runs_spawned_by")),
+                details
+                    .iter()
+                    .any(|d| d.contains("USING INDEX runs_spawned_by")),
                 "{of_parent}: {details:#?}"
             );
         }
