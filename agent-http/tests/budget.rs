@@ -24,7 +24,7 @@ async fn a_runs_budget_is_set_raised_and_removed() {
     for (name, db) in Db::both().await {
         db.drive("order-1", "Pay").await;
         let server = Server::serve(&db.store, ApiConfig::default().with_token(common::TOKEN)).await;
-        let body = json!({ "budget": { "tokens": 5000, "cost_micros": 500000 } });
+        let body = json!({ "budget": { "tokens": 5000, "cost_micros": 500_000 } });
         let (status, _) = post(&server, "order-1", &body, false).await;
         assert_eq!(status, 401, "{name}: a budget needs the token");
         for (body, want, code) in [
