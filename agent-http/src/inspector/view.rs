@@ -219,6 +219,14 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn form_help_drops_intra_doc_link_brackets() {
+        assert_eq!(
+            super::plain_doc("The [`RefundRequest::binding`] of [`Order`], as sent."),
+            "The `RefundRequest::binding` of `Order`, as sent."
+        );
+    }
+
+    #[test]
     fn times_read_as_utc() {
         assert_eq!(time(0), "—");
         assert_eq!(time(1_700_000_000_000), "2023-11-14 22:13:20Z");
@@ -363,16 +371,22 @@ pub(crate) fn form_fields(schema: &Value) -> Option<Vec<FormField>> {
                     name: name.clone(),
                     control,
                     required: required.contains(&name.as_str()),
-                    help: p
-                        .get("description")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
+                    help: plain_doc(
+                        p.get("description")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default(),
+                    ),
                     choices,
                 }
             })
             .collect(),
     )
+}
+
+/// A doc comment as a person reads it in a form's help: rustdoc's intra-doc links
+/// (``[`RefundRequest::binding`]``) without their brackets.
+fn plain_doc(doc: &str) -> String {
+    doc.replace("[`", "`").replace("`]", "`")
 }
 
 /// How a state's data reads as JSON under serde's default (externally tagged) representation,

@@ -65,19 +65,24 @@ pub fn format_cost(micros: u64) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
-/// `3 asks, 2 tool calls, 450 tokens (300 in, 150 out), cost 0.03`.
+/// `3 asks, 2 tool calls, 450 tokens (300 in, 150 out), cost 0.03`: tokens and cost only
+/// where some were billed or priced.
 impl std::fmt::Display for Spend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} asks, {} tool calls, {} tokens ({} in, {} out), cost {}",
-            self.asks,
-            self.tool_calls,
-            self.tokens(),
-            self.input_tokens,
-            self.output_tokens,
-            format_cost(self.cost_micros)
-        )
+        write!(f, "{} asks, {} tool calls", self.asks, self.tool_calls)?;
+        if self.tokens() > 0 {
+            write!(
+                f,
+                ", {} tokens ({} in, {} out)",
+                self.tokens(),
+                self.input_tokens,
+                self.output_tokens
+            )?;
+        }
+        if self.cost_micros > 0 {
+            write!(f, ", cost {}", format_cost(self.cost_micros))?;
+        }
+        Ok(())
     }
 }
 
@@ -267,6 +272,22 @@ mod tests {
         };
         assert_eq!(budget.to_string(), "at most 400 tokens, cost 0.25");
         assert_eq!(Budget::UNLIMITED.to_string(), "no limit");
+        let spent = Spend {
+            asks: 2,
+            tool_calls: 5,
+            ..Spend::default()
+        };
+        assert_eq!(spent.to_string(), "2 asks, 5 tool calls");
+        let priced = Spend {
+            input_tokens: 300,
+            output_tokens: 150,
+            cost_micros: 30_000,
+            ..spent
+        };
+        assert_eq!(
+            priced.to_string(),
+            "2 asks, 5 tool calls, 450 tokens (300 in, 150 out), cost 0.03"
+        );
     }
 
     #[test]

@@ -21,11 +21,13 @@ use crate::extract::{Path, Query};
 use crate::inspector::timing::{self, Inputs, Waterfall};
 use crate::inspector::{TraceUrl, root_of, view};
 
-/// Steps on one page of the waterfall (the latest, unless the page asks for earlier ones).
-const STEPS_SHOWN: u64 = 500;
+/// Steps on one page of the waterfall (the latest, unless the page asks for earlier ones):
+/// 500 made a page of 760 KB for a run whose steps each call a tool (the inspector bench),
+/// past the few hundred KB a page may take.
+const STEPS_SHOWN: u64 = 200;
 /// Journal entries read for the steps shown: a step that made thousands of calls does not
 /// make a page of megabytes (the run's page pages the whole journal).
-const ENTRIES_READ: usize = 1500;
+const ENTRIES_READ: usize = 600;
 
 /// A decision with what was sent and what came back, as stored.
 struct DecisionView {
