@@ -20,7 +20,8 @@ pub(crate) fn routes() -> Router<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BudgetBody {
-    /// Limits on what the whole run spends (each one absent: no limit); `null`: none.
+    /// Limits on what the whole run spends (each one absent: no limit); `null`, or no limit
+    /// at all: none.
     budget: Option<Budget>,
 }
 
@@ -51,7 +52,9 @@ pub(crate) async fn set_budget(
             .validate()
             .map_err(|e| ApiError::unprocessable(e.to_string()))?;
     }
-    let run = app.store.set_budget(&id, body.budget).await?;
+    // A budget without a limit is none.
+    let budget = body.budget.filter(|b| !b.is_unlimited());
+    let run = app.store.set_budget(&id, budget).await?;
     tracing::info!(run_id = %id, budget = ?run.budget, spend = %run.spend, "budget set");
     Ok(Json(run))
 }

@@ -314,10 +314,11 @@ where
             .await?)
     }
 
-    /// Set run `run_id`'s budget for the whole run (`None`: none), for an operator raising
-    /// the budget of a run that spent it: the run keeps its spend, and checks the new budget
-    /// from its next claim. A run that ended in its `on_budget` state goes on from there as
-    /// its graph says; one that failed on its budget can then be retried.
+    /// Set run `run_id`'s budget for the whole run (`None`, or one without a limit: none),
+    /// for an operator raising the budget of a run that spent it: the run keeps its spend,
+    /// and checks the new budget from its next claim. A run that ended in its `on_budget`
+    /// state goes on from there as its graph says; one that failed on its budget can then be
+    /// retried.
     ///
     /// # Errors
     /// [`RunnerError::InvalidBudget`] for a limit of zero; [`StoreError::NotFound`].
@@ -329,6 +330,7 @@ where
         if let Some(b) = &budget {
             b.validate()?;
         }
+        let budget = budget.filter(|b| !b.is_unlimited());
         Ok(self.inner.store.set_budget(run_id, budget).await?)
     }
 
