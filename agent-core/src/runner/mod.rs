@@ -297,7 +297,8 @@ where
     ///
     /// # Errors
     /// As [`start_with_labels`](Self::start_with_labels);
-    /// [`RunnerError::InvalidBudget`] for a limit of zero.
+    /// [`RunnerError::InvalidBudget`] for a limit of zero or past
+    /// [`MAX_LIMIT`](crate::store::MAX_LIMIT).
     pub async fn start_with_budget(
         &self,
         run_id: &str,
@@ -321,7 +322,8 @@ where
     /// retried.
     ///
     /// # Errors
-    /// [`RunnerError::InvalidBudget`] for a limit of zero; [`StoreError::NotFound`].
+    /// [`RunnerError::InvalidBudget`] for a limit of zero or past
+    /// [`MAX_LIMIT`](crate::store::MAX_LIMIT); [`StoreError::NotFound`].
     pub async fn set_budget(
         &self,
         run_id: &str,

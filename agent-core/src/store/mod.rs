@@ -71,7 +71,7 @@ pub use migrate::{
 pub use records::simulated_clock;
 pub use records::{
     Budget, CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, InvalidBudget, JournalEntry,
-    LabelValueCount, Labels, Lease, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote,
+    LabelValueCount, Labels, Lease, MAX_LIMIT, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote,
     PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter, RunKey, RunRecord,
     RunStatus, SignalReceipt, SignalRecord, SpawnedBy, Spend, Spending, StateAtVersion, StepCommit,
     ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan, check_signal_key,

@@ -20,7 +20,7 @@ pub use runs::{
     InspectedRun, LabelValueCount, Labels, NewRun, ROW_UNREADABLE, RunFailure, RunFilter, RunKey,
     RunRecord, RunStatus, SpawnedBy,
 };
-pub use spend::{Budget, InvalidBudget, Spend, Spending, cost_micros, format_cost};
+pub use spend::{Budget, InvalidBudget, MAX_LIMIT, Spend, Spending, cost_micros, format_cost};
 pub use transitions::{
     StateAtVersion, StepCommit, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
 };

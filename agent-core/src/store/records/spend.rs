@@ -138,19 +138,31 @@ pub fn cost_micros(amount: f64) -> u64 {
 pub struct Budget {
     /// Input and output tokens together.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)
+    )]
     pub tokens: Option<u64>,
     /// Cost in millionths of the price table's currency.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)
+    )]
     pub cost_micros: Option<u64>,
     /// Questions put to the routing model.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)
+    )]
     pub asks: Option<u64>,
     /// Tool calls executed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)
+    )]
     pub tool_calls: Option<u64>,
 }
 
@@ -163,10 +175,20 @@ pub enum Spending {
     ToolCall,
 }
 
-/// A budget that can never be met, refused where it is set.
+/// A budget refused where it is set: a limit that can never be met, or one past what the
+/// stores count (they sum spends as signed 64-bit integers).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("budget `{0}` must be greater than zero: a limit of zero can never be met")]
-pub struct InvalidBudget(pub &'static str);
+pub enum InvalidBudget {
+    /// A limit of zero.
+    #[error("budget `{0}` must be greater than zero: a limit of zero can never be met")]
+    Zero(&'static str),
+    /// A limit above [`MAX_LIMIT`].
+    #[error("budget `{0}` is at most {MAX_LIMIT}")]
+    TooLarge(&'static str),
+}
+
+/// The largest limit a budget takes: what a signed 64-bit sum in SQL holds.
+pub const MAX_LIMIT: u64 = i64::MAX as u64;
 
 impl Budget {
     /// No limits.
@@ -177,10 +199,11 @@ impl Budget {
         tool_calls: None,
     };
 
-    /// Refuse limits of zero: no run could ever ask or call within them.
+    /// Refuse limits of zero (no run could ever ask or call within them) and above
+    /// [`MAX_LIMIT`].
     ///
     /// # Errors
-    /// The first limit that is zero.
+    /// The first limit refused.
     pub fn validate(&self) -> Result<(), InvalidBudget> {
         for (name, limit) in [
             ("tokens", self.tokens),
@@ -188,8 +211,10 @@ impl Budget {
             ("asks", self.asks),
             ("tool_calls", self.tool_calls),
         ] {
-            if limit == Some(0) {
-                return Err(InvalidBudget(name));
+            match limit {
+                Some(0) => return Err(InvalidBudget::Zero(name)),
+                Some(n) if n > MAX_LIMIT => return Err(InvalidBudget::TooLarge(name)),
+                _ => {}
             }
         }
         Ok(())
@@ -256,7 +281,12 @@ mod tests {
             tool_calls: Some(0),
             ..Budget::UNLIMITED
         };
-        assert_eq!(zero.validate(), Err(InvalidBudget("tool_calls")));
+        assert_eq!(zero.validate(), Err(InvalidBudget::Zero("tool_calls")));
+        let huge = Budget {
+            tokens: Some(MAX_LIMIT + 1),
+            ..Budget::UNLIMITED
+        };
+        assert_eq!(huge.validate(), Err(InvalidBudget::TooLarge("tokens")));
         assert!(Budget::UNLIMITED.validate().is_ok());
         assert_eq!(cost_micros(0.5), 500_000);
         assert_eq!(cost_micros(0.000_000_4), 0);
