@@ -6,6 +6,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use serde::Deserialize;
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -21,8 +22,30 @@ pub(crate) fn routes() -> Router<AppState> {
 #[serde(deny_unknown_fields)]
 pub(crate) struct BudgetBody {
     /// Limits on what the whole run spends (each one absent: no limit); `null`, or no limit
-    /// at all: none.
-    budget: Option<Budget>,
+    /// at all: none. Read as JSON first: serde reads a struct from an array too, which the
+    /// document does not allow.
+    #[schema(value_type = Option<Budget>)]
+    budget: Option<Value>,
+}
+
+impl BudgetBody {
+    fn budget(self) -> Result<Option<Budget>, ApiError> {
+        let budget = match self.budget {
+            None => return Ok(None),
+            Some(limits @ Value::Object(_)) => serde_json::from_value::<Budget>(limits)
+                .map_err(|e| ApiError::unprocessable(format!("`budget`: {e}")))?,
+            Some(other) => {
+                return Err(ApiError::unprocessable(format!(
+                    "`budget` is an object of limits or null, not {other}"
+                )));
+            }
+        };
+        budget
+            .validate()
+            .map_err(|e| ApiError::unprocessable(e.to_string()))?;
+        // A budget without a limit is none.
+        Ok(Some(budget).filter(|b| !b.is_unlimited()))
+    }
 }
 
 /// Set a run's budget for the whole run, or remove it: to raise the budget of a run that
@@ -47,13 +70,7 @@ pub(crate) async fn set_budget(
     Path(id): Path<String>,
     Json(body): Json<BudgetBody>,
 ) -> Result<Json<RunRecord>, ApiError> {
-    if let Some(budget) = &body.budget {
-        budget
-            .validate()
-            .map_err(|e| ApiError::unprocessable(e.to_string()))?;
-    }
-    // A budget without a limit is none.
-    let budget = body.budget.filter(|b| !b.is_unlimited());
+    let budget = body.budget()?;
     let run = app.store.set_budget(&id, budget).await?;
     tracing::info!(run_id = %id, budget = ?run.budget, spend = %run.spend, "budget set");
     Ok(Json(run))

@@ -31,6 +31,7 @@ async fn a_runs_budget_is_set_raised_and_removed() {
             (json!({ "budget": { "asks": 0 } }), 422, "unprocessable"),
             (json!({ "budget": { "token": 5 } }), 422, "unprocessable"),
             (json!({ "limits": {} }), 422, "unprocessable"),
+            (json!({ "budget": [null, null] }), 422, "unprocessable"),
         ] {
             let (status, answer) = post(&server, "order-1", &body, true).await;
             assert_error(status, &answer, want, code);
