@@ -283,6 +283,15 @@ impl RunStore for Broken {
         self.inner.release_lease(lease).await
     }
 
+    async fn defer_run(
+        &self,
+        lease: &Lease,
+        until: agent_core::store::Millis,
+        why: &agent_core::store::WaitingFor,
+    ) -> Result<bool, StoreError> {
+        self.inner.defer_run(lease, until, why).await
+    }
+
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
         if self.flaw == Flaw::HandBackCounts {
             return self.inner.release_lease(lease).await;
@@ -672,3 +681,4 @@ catches!(
 
 // Schedules are kept by the wrapped store, unchanged.
 agent_core::forward_schedule_store!(Broken => inner);
+agent_core::forward_limit_store!(Broken => inner);

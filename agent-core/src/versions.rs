@@ -277,7 +277,10 @@ where
                     report.quarantined.push(r.id);
                 }
                 Ok(
-                    StepOutcome::Committed(r) | StepOutcome::Waiting(r) | StepOutcome::Finished(r),
+                    StepOutcome::Committed(r)
+                    | StepOutcome::Waiting(r)
+                    | StepOutcome::Finished(r)
+                    | StepOutcome::Deferred(r),
                 ) => {
                     report.left += 1;
                     if r.lease_owner.is_some() {

@@ -141,7 +141,9 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(_) | StoreError::NoPendingSignal { .. } => {
                 Self::not_found(e.to_string())
             }
-            StoreError::InvalidLabel(_) => Self::bad_request(e.to_string()),
+            StoreError::InvalidLabel(_) | StoreError::InvalidRateLimit(_) => {
+                Self::bad_request(e.to_string())
+            }
             StoreError::RunIsFinal { .. }
             | StoreError::Conflict { .. }
             | StoreError::LeaseLost { .. }

@@ -348,6 +348,10 @@ impl AnthropicRouter {
 
 #[async_trait]
 impl Router for AnthropicRouter {
+    fn limit_key(&self) -> Option<String> {
+        Some(self.transport.limit_key(&self.config.model))
+    }
+
     async fn decide(&self, request: &RouteRequest) -> Result<RouterReply, RouterError> {
         let span = self
             .transport

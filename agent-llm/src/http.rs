@@ -229,6 +229,11 @@ impl Transport {
         }
     }
 
+    /// The name rate limits know `model` of this provider by: `openai/gpt-4o`.
+    pub(crate) fn limit_key(&self, model: &str) -> String {
+        format!("{}/{model}", self.provider)
+    }
+
     fn error(&self, class: ErrorClass, message: &str) -> RouterError {
         RouterError::new(class, self.redact(&format!("{}: {message}", self.provider)))
     }
@@ -473,16 +478,20 @@ impl Transport {
         if let Some(asked) = asked
             && asked > self.settings.max_retry_after
         {
-            return Err(self.error(
-                class,
-                &format!(
-                    "{message} (the provider asked to wait {}s, more than the {}s allowed)",
-                    asked.as_secs(),
-                    self.settings.max_retry_after.as_secs()
-                ),
-            ));
+            return Err(self
+                .error(
+                    class,
+                    &format!(
+                        "{message} (the provider asked to wait {}s, more than the {}s allowed)",
+                        asked.as_secs(),
+                        self.settings.max_retry_after.as_secs()
+                    ),
+                )
+                .with_retry_after(Some(asked)));
         }
-        Ok((error, asked))
+        // The wait asked for travels with the error: when the retries run out, the runner
+        // pauses the shared rate limit of this model for every worker.
+        Ok((error.with_retry_after(asked), asked))
     }
 
     pub(crate) fn read_error(&self, e: ReadError) -> RouterError {

@@ -168,6 +168,7 @@ mod connect;
 mod error;
 mod events;
 mod group_commit;
+mod limit_sql;
 mod operator;
 mod pooler;
 mod schedule_sql;

@@ -177,10 +177,11 @@ fn claimable() -> String {
 /// The runs [`CLAIM_NEXT`] picks from: each arm yields only runs [`claimable`] accepts, at
 /// most `$4`, through an index of its own (migration `claim_indexes`), so that no arm
 /// reads runs that cannot be claimed (which, read first, would also use up its `$4`):
-/// runnable runs without a lease, oldest first (`runs_unleased`); runnable runs whose
-/// lease expired, soonest first (`runs_lease_expiry`); waiting runs whose signal is
-/// pending, from the pending signals (`signals_pending`); waiting runs whose timer is due
-/// (`runs_waiting_wake`); parents whose children are done (`runs_waiting_children`); runs
+/// runnable runs without a lease or a timer, oldest first (`runs_unleased`); runnable runs
+/// whose lease expired, soonest first (`runs_lease_expiry`); waiting runs whose signal is
+/// pending, from the pending signals (`signals_pending`); runs whose timer is due (a wait's
+/// timeout, a retry's backoff, a run handed back until a rate limit has room;
+/// `runs_waiting_wake`); parents whose children are done (`runs_waiting_children`); runs
 /// with a cancel requested (`runs_cancel_requested`). A filter added to `claimable`
 /// belongs in every arm too.
 ///
@@ -191,7 +192,7 @@ fn claimable() -> String {
 fn claim_candidates() -> String {
     let arms = format!(
         "(SELECT r.id FROM runs r WHERE r.status IN ('running', 'compensating') \
-           AND r.lease_owner IS NULL AND {OF_AGENTS} AND {TIMER_DUE} \
+           AND r.lease_owner IS NULL AND r.wake_at IS NULL AND {OF_AGENTS} \
            ORDER BY r.created_at, r.seq LIMIT $4) \
          UNION (SELECT r.id FROM runs r WHERE r.status IN ('running', 'compensating') \
            AND r.lease_owner IS NOT NULL AND r.lease_expires_at <= clock_timestamp() \
@@ -200,7 +201,8 @@ fn claim_candidates() -> String {
            WHERE s.consumed_at_version IS NULL AND r.status = 'waiting' \
            AND (r.waiting_for IS NULL OR s.name = r.waiting_for) AND {LEASE_FREE} \
            AND {OF_AGENTS} ORDER BY s.id LIMIT $4) \
-         UNION (SELECT r.id FROM runs r WHERE r.status = 'waiting' \
+         UNION (SELECT r.id FROM runs r \
+           WHERE r.status IN ('running', 'compensating', 'waiting') \
            AND r.wake_at <= clock_timestamp() AND {LEASE_FREE} AND {OF_AGENTS} \
            ORDER BY r.wake_at LIMIT $4) \
          UNION (SELECT r.id FROM runs r WHERE r.status = 'waiting' \
@@ -243,6 +245,12 @@ pub(crate) const RENEW_LEASE: &str = "UPDATE runs \
 /// Release, leaving what the claim was charged (`RunStore::hand_back`); wakes nobody.
 pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
+
+/// `RunStore::defer_run`: released as `HAND_BACK` does, due again at `$3`; a running run
+/// only (a step woken from a wait keeps its worker; see the trait).
+pub(crate) const DEFER_RUN: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
+     wake_at = ms_to_ts($3), waiting_for = $4 \
+     WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL AND status = 'running' RETURNING id";
 
 /// `RunStore::expire_leases_of`: the leases of a worker's previous process end now; one
 /// notification per run wakes the workers. The status filter keeps to `runs_claimable`.

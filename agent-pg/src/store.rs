@@ -20,7 +20,7 @@ use sqlx::postgres::PgRow;
 
 use crate::error::db_err;
 use crate::group_commit::PgGroupCommit;
-use crate::{PgStore, schedule_sql, sql};
+use crate::{PgStore, limit_sql, schedule_sql, sql};
 
 agent_sql::impl_sql_store!(PgStore {
     history {
@@ -283,3 +283,4 @@ fn claim_reads(row: &PgRow) -> Result<(String, ClaimReads), StoreError> {
 }
 
 agent_sql::impl_sql_schedules!(PgStore, schedule_sql);
+agent_sql::impl_sql_limits!(PgStore, limit_sql);

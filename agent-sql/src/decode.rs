@@ -6,8 +6,8 @@ use sqlx::{FromRow, Row};
 use crate::events::EventRow;
 use crate::rows::{
     AgentRow, Applied, ChildRow, CountRow, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow,
-    IdRow, LabelCountRow, PayloadRow, RunRow, SalvageRow, ScheduleRow, SignalRow, SpanRow,
-    SwitchRow, TransitionRow, VersionCountRow,
+    IdRow, LabelCountRow, LimitRow, PayloadRow, RunRow, SalvageRow, ScheduleRow, SignalRow,
+    SpanRow, SwitchRow, TransitionRow, VersionCountRow,
 };
 
 /// A row of either dialect that decodes into every row type of [`rows`](crate::rows). Implemented
@@ -124,6 +124,11 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn schedule_row(&self) -> sqlx::Result<ScheduleRow>;
+    /// The row as a rate limit's bucket.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn limit_row(&self) -> sqlx::Result<LimitRow>;
 }
 
 impl<R> SqlRow for R
@@ -151,6 +156,7 @@ where
     for<'r> ChildRow: FromRow<'r, R>,
     for<'r> (i64,): FromRow<'r, R>,
     for<'r> ScheduleRow: FromRow<'r, R>,
+    for<'r> LimitRow: FromRow<'r, R>,
 {
     fn run_row(&self) -> sqlx::Result<RunRow> {
         RunRow::from_row(self)
@@ -217,5 +223,9 @@ where
     }
     fn schedule_row(&self) -> sqlx::Result<ScheduleRow> {
         ScheduleRow::from_row(self)
+    }
+
+    fn limit_row(&self) -> sqlx::Result<LimitRow> {
+        LimitRow::from_row(self)
     }
 }

@@ -45,6 +45,7 @@ mod decode;
 pub mod dialect;
 pub mod events;
 pub mod heads;
+pub mod limits;
 pub mod migrations;
 pub mod operator;
 pub mod reads;
@@ -63,10 +64,11 @@ pub mod __private {
     pub use agent_core::schedule::Schedule;
     pub use agent_core::store::{
         Budget, Claimed, EventCursor, EventLog, EventScope, EventWakes, HistoryStore, InspectedRun,
-        JournalEntry, LabelValueCount, Lease, MigrationCommit, OperatorNote, OperatorStore,
-        PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus,
-        RunStore, ScheduleStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit,
-        StoreError, ToolSwitch, TransitionRecord, VersionCount, VersionSpan, operator,
+        JournalEntry, LabelValueCount, Lease, LimitState, LimitStore, MigrationCommit, Millis,
+        OperatorNote, OperatorStore, PruneReport, RateLimit, RetentionPolicy, RunEvent, RunFailure,
+        RunFilter, RunRecord, RunStatus, RunStore, ScheduleStore, SignalReceipt, SignalRecord,
+        StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord, VersionCount,
+        VersionSpan, WaitingFor, operator,
     };
     pub use async_trait::async_trait;
     pub use serde_json::Value;

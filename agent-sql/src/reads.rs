@@ -99,6 +99,9 @@ pub trait SqlReads: Store + Sync {
     const TOOL_SWITCHES: &'static str;
     /// Give a claim back uncounted, `$1` the run, `$2` the lease's epoch.
     const HAND_BACK: &'static str;
+    /// Hand a running run back until `$3` (its `wake_at`), waiting for `$4`, uncounted:
+    /// `$1` the run, `$2` the lease's epoch; its `id` when it was.
+    const DEFER_RUN: &'static str;
     /// A run row in the columns of [`rows::RunRow`], `$1` the run.
     const LOAD_RUN: &'static str;
     /// A run's records positioned at or after `$2`, in the columns of
@@ -485,6 +488,30 @@ pub async fn hand_back<S: SqlReads>(store: &S, lease: &Lease) -> Result<(), Stor
         )
         .await?;
     Ok(())
+}
+
+/// `RunStore::defer_run`.
+///
+/// # Errors
+/// As `RunStore::defer_run`.
+pub async fn defer_run<S: SqlReads>(
+    store: &S,
+    lease: &Lease,
+    until: agent_core::store::Millis,
+    why: &agent_core::store::WaitingFor,
+) -> Result<bool, StoreError> {
+    let rows = store
+        .fetch(
+            S::DEFER_RUN,
+            &[
+                Arg::Text(&lease.run_id),
+                Arg::Int(to_i64(lease.epoch)),
+                Arg::Int(until),
+                Arg::Text(why.as_str()),
+            ],
+        )
+        .await?;
+    Ok(!rows.is_empty())
 }
 
 /// `HistoryStore::tool_enabled`.

@@ -263,6 +263,21 @@ pub struct ScheduleRow {
     pub body: Json<Value>,
 }
 
+/// A rate limit's bucket, as stored.
+#[derive(Debug, FromRow)]
+pub struct LimitRow {
+    /// The limit's name.
+    pub name: String,
+    /// Units per millisecond.
+    pub rate: f64,
+    /// The most it holds.
+    pub burst: f64,
+    /// What it held at `at`.
+    pub level: f64,
+    /// When `level` was computed (milliseconds).
+    pub at: i64,
+}
+
 /// Whether a tool is switched on.
 #[derive(Debug, FromRow)]
 pub struct EnabledRow {

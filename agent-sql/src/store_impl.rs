@@ -33,6 +33,7 @@ macro_rules! statements {
         const AGENT_GRAPH: &'static str = $sql::AGENT_GRAPH;
         const HISTORY: &'static str = $sql::HISTORY;
         const HAND_BACK: &'static str = $sql::HAND_BACK;
+        const DEFER_RUN: &'static str = $sql::DEFER_RUN;
         const LOAD_RUN: &'static str = $sql::LOAD_RUN;
         const JOURNAL: &'static str = $sql::JOURNAL;
         const HISTORY_FROM: &'static str = $sql::HISTORY_FROM;
@@ -326,6 +327,15 @@ macro_rules! impl_sql_store {
                 lease: &$crate::__private::Lease,
             ) -> ::core::result::Result<(), $crate::__private::StoreError> {
                 $crate::reads::hand_back(self, lease).await
+            }
+
+            async fn defer_run(
+                &self,
+                lease: &$crate::__private::Lease,
+                until: $crate::__private::Millis,
+                why: &$crate::__private::WaitingFor,
+            ) -> ::core::result::Result<bool, $crate::__private::StoreError> {
+                $crate::reads::defer_run(self, lease, until, why).await
             }
 
             async fn record_entry(

@@ -90,6 +90,7 @@ use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::Notify;
 
 mod group_commit;
+mod limit_sql;
 mod open;
 mod operator;
 mod schedule_sql;

@@ -162,11 +162,10 @@ fn claimable() -> String {
 /// The runs [`CLAIMABLE`] picks from, as on PostgreSQL: each arm yields only runs
 /// [`claimable`] accepts, at most `$3`, through an index of its own (migration
 /// `claim_indexes`), so that no arm reads runs that cannot be claimed (which, read first,
-/// would also use up its `$3`): runnable runs without a lease, oldest first
+/// would also use up its `$3`): runnable runs without a lease or a timer, oldest first
 /// (`runs_unleased`); runnable runs whose lease expired, soonest first
 /// (`runs_lease_expiry`); waiting runs whose signal is pending, from the pending signals,
-/// oldest first (`signals_pending_id`); waiting runs whose timer is due
-/// (`runs_waiting_wake`); parents whose children are done (`runs_waiting_children`); runs
+/// oldest first (`signals_pending_id`); runs whose timer is due (`runs_waiting_wake`); parents whose children are done (`runs_waiting_children`); runs
 /// with a cancel requested (`runs_cancel_requested`). A filter added to `claimable`
 /// belongs in every arm too. `UNION` drops a run found twice (a cancel requested and a
 /// signal pending, or two pending signals).
@@ -180,7 +179,7 @@ fn claim_candidates() -> String {
     format!(
         "SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_unleased \
            WHERE r.status IN ('running', 'compensating') AND r.lease_owner IS NULL \
-           AND {OF_AGENTS} AND {TIMER_DUE} ORDER BY r.created_at, r.seq LIMIT $3) \
+           AND r.wake_at IS NULL AND {OF_AGENTS} ORDER BY r.created_at, r.seq LIMIT $3) \
          UNION SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_lease_expiry \
            WHERE r.lease_owner IS NOT NULL \
            AND r.status IN ('running', 'compensating', 'waiting') \
@@ -191,7 +190,8 @@ fn claim_candidates() -> String {
            AND r.status = 'waiting' AND (r.waiting_for IS NULL OR s.name = r.waiting_for) \
            AND {LEASE_FREE} AND {OF_AGENTS} ORDER BY s.id LIMIT $3) \
          UNION SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_waiting_wake \
-           WHERE r.wake_at <= $2 AND r.status = 'waiting' AND {LEASE_FREE} AND {OF_AGENTS} \
+           WHERE r.wake_at <= $2 AND r.status IN ('running', 'compensating', 'waiting') \
+           AND {LEASE_FREE} AND {OF_AGENTS} \
            ORDER BY r.wake_at LIMIT $3) \
          UNION SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_waiting_children \
            WHERE r.status = 'waiting' AND r.waiting_for IN ('{all}', '{first}') \
@@ -229,6 +229,12 @@ pub(crate) const RENEW_LEASE: &str = "UPDATE runs SET lease_expires_at = $4 \
 /// Release, leaving what the claim was charged (`RunStore::hand_back`).
 pub(crate) const HAND_BACK: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL \
      WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL";
+
+/// `RunStore::defer_run`: released as `HAND_BACK` does, due again at `$3`; a running run
+/// only (a step woken from a wait keeps its worker; see the trait).
+pub(crate) const DEFER_RUN: &str = "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, \
+     wake_at = $3, waiting_for = $4 \
+     WHERE id = $1 AND epoch = $2 AND lease_owner IS NOT NULL AND status = 'running' RETURNING id";
 
 /// `RunStore::expire_leases_of`: the leases of a worker's previous process end now (`$2`).
 pub(crate) const EXPIRE_LEASES_OF: &str = "UPDATE runs SET lease_expires_at = $2 \

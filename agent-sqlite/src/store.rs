@@ -17,7 +17,7 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
-use crate::{SqliteStore, db_err, schedule_sql, sql};
+use crate::{SqliteStore, db_err, limit_sql, schedule_sql, sql};
 
 agent_sql::impl_sql_store!(SqliteStore {
     history {}
@@ -262,3 +262,4 @@ fn claim_reads(row: &SqliteRow) -> Result<(String, ClaimReads), StoreError> {
 }
 
 agent_sql::impl_sql_schedules!(SqliteStore, schedule_sql);
+agent_sql::impl_sql_limits!(SqliteStore, limit_sql);

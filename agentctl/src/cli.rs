@@ -145,6 +145,10 @@ pub(crate) enum Command {
     Verify(VerifyArgs),
     /// List the agents whose graphs the workers registered.
     Agents,
+    /// List the rate limits the workers share (declared by their runners'
+    /// `RunnerConfig::rate_limits`): each one's rate, burst, what it holds now, and how
+    /// long a run taking from it would wait.
+    Limits,
     /// Copy the whole SQLite store to one new file while it is in use (for PostgreSQL,
     /// prints the `pg_dump` command to use).
     Backup(BackupArgs),
@@ -334,6 +338,7 @@ impl Command {
             | Self::Stats(_)
             | Self::Verify(_)
             | Self::Agents
+            | Self::Limits
             | Self::Backup(_) => false,
         }
     }

@@ -107,7 +107,9 @@ impl From<StoreError> for CliError {
                 );
                 Self::failed(e.to_string()).hint(hint)
             }
-            StoreError::InvalidLabel(_) => Self::usage(e.to_string()),
+            StoreError::InvalidLabel(_) | StoreError::InvalidRateLimit(_) => {
+                Self::usage(e.to_string())
+            }
             StoreError::RunIsHeld { .. } => Self::failed(e.to_string()).hint(
                 "a worker is executing it; try again once its step commits or its lease expires",
             ),

@@ -1382,6 +1382,21 @@ fn budget_is_set_shown_and_removed(new_db: fn() -> Db) {
     }
 }
 
+/// `agentctl limits`: the shared rate limits, with their rate and how long a taker waits.
+fn limits_are_listed(new_db: fn() -> Db) {
+    let db = new_db();
+    let out = db.ok(&["limits"]);
+    assert!(
+        out.contains("tool:ChargeCard") && out.contains("5.000/s"),
+        "{out}"
+    );
+    let json = db.json(&["limits"]);
+    let limit = &json[0];
+    assert_eq!(limit["name"], "tool:ChargeCard", "{json}");
+    let wait = limit["wait_ms"].as_u64().unwrap_or_default();
+    assert!(wait > 3_000_000, "paused for an hour by the seed: {json}");
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1558,4 +1573,5 @@ on_both_backends!(
     follow_and_watch_print_events_as_they_come,
     edit_corrects_a_stopped_runs_state,
     budget_is_set_shown_and_removed,
+    limits_are_listed,
 );

@@ -187,11 +187,12 @@ pub mod compile_errors {}
 pub mod store {
     pub use agent_core::store::{
         Budget, CallStatus, EntryKind, EventCursor, EventKind, EventLog, EventScope, FailureCode,
-        HistoryStore, InspectedRun, JournalEntry, LabelValueCount, Labels, OperatorNote,
-        OperatorStore, PruneReport, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord,
-        RunStatus, ScheduleStore, SignalRecord, Spend, StateAtVersion, Store, StoreError,
-        ToolStats, ToolSwitch, TransitionKind, TransitionRecord, WaitingFor, canonical_json,
-        cost_micros, idempotency_key, input_hash, new_run_id,
+        HistoryStore, InspectedRun, InvalidRateLimit, JournalEntry, LabelValueCount, Labels,
+        LimitScope, LimitState, LimitStore, OperatorNote, OperatorStore, PruneReport, RateLimit,
+        RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, ScheduleStore,
+        SignalRecord, Spend, StateAtVersion, Store, StoreError, ToolStats, ToolSwitch,
+        TransitionKind, TransitionRecord, WaitingFor, canonical_json, cost_micros, idempotency_key,
+        input_hash, new_run_id,
     };
     pub use agent_core::store::{edit, export, location, memory, repair, verify};
 }
@@ -207,13 +208,13 @@ pub mod store {
 /// audiences meet at the [`Store`] trait, which both see.
 pub mod backend {
     pub use agent_core::store::{
-        BackendError, ChainLink, ClaimReads, Claimed, EventBuilder, EventLog, EventWake,
-        EventWakes, HistoryStore, Lease, MigrationCommit, MigrationNote, Millis, NewRun,
-        OperatorStore, ROW_UNREADABLE, RepairCommit, RunKey, RunStore, ScheduleStore, SpawnedBy,
-        StatusChange, StepCommit, Store, StoreError, TransitionFacts, VersionCount, VersionSpan,
-        WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, WakeHub, agent_version_at, claimable_by,
-        compute_tool_stats, creation_hash, legacy_transition_hash, now_ms, transition_hash,
-        validate_label, validate_labels, versioned_agent,
+        BackendError, Bucket, ChainLink, ClaimReads, Claimed, EventBuilder, EventLog, EventWake,
+        EventWakes, HistoryStore, Lease, LimitStore, MigrationCommit, MigrationNote, Millis,
+        NewRun, OperatorStore, ROW_UNREADABLE, RepairCommit, RunKey, RunStore, ScheduleStore,
+        SpawnedBy, StatusChange, StepCommit, Store, StoreError, TransitionFacts, VersionCount,
+        VersionSpan, WAIT_ALL_CHILDREN, WAIT_CAPACITY_PREFIX, WAIT_FIRST_CHILD, WakeHub,
+        agent_version_at, claimable_by, compute_tool_stats, creation_hash, legacy_transition_hash,
+        now_ms, transition_hash, validate_label, validate_labels, versioned_agent,
     };
     pub use agent_core::store::{history, migrate, operator, tools};
 }

@@ -213,6 +213,7 @@ mod history;
 mod journal;
 mod labels;
 mod leases;
+mod limits;
 mod migrate;
 mod operator;
 mod repair;
@@ -252,6 +253,9 @@ pub use leases::{
     check_hand_back_does_not_count_the_claim,
     check_live_lease_blocks_and_expired_lease_is_reclaimed,
     check_next_due_is_no_later_than_a_live_lease, check_wait_for_work_returns,
+};
+pub use limits::{
+    check_defer_run_hands_back_until_its_turn, check_rate_limits_are_shared_and_exact,
 };
 pub use migrate::{
     check_claim_next_filters_by_version, check_migration_is_a_fenced_transition_once,

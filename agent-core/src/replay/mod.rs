@@ -475,7 +475,8 @@ where
             .map_err(|e| e.to_string())?;
         let (StepOutcome::Committed(record)
         | StepOutcome::Waiting(record)
-        | StepOutcome::Finished(record)) = outcome;
+        | StepOutcome::Finished(record)
+        | StepOutcome::Deferred(record)) = outcome;
         let history = self
             .store
             .history(run_id)

@@ -336,6 +336,10 @@ pub struct RouterError {
     /// The body the provider answered, untruncated (the runner redacts, then truncates).
     #[serde(default)]
     pub raw_output: Option<String>,
+    /// How long the provider asked to wait (`Retry-After` with a 429): under a rate limit
+    /// of this router's asks, the runner pauses the limit that long for every worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl RouterError {
@@ -346,7 +350,15 @@ impl RouterError {
             message: message.into(),
             code: None,
             raw_output: None,
+            retry_after: None,
         }
+    }
+
+    /// The same error, saying the provider asked to wait `wait` before asking again.
+    #[must_use]
+    pub fn with_retry_after(mut self, wait: Option<std::time::Duration>) -> Self {
+        self.retry_after = wait;
+        self
     }
 
     /// The same error, journaled with `code`.
@@ -384,6 +396,14 @@ impl RouterError {
 pub trait Router: Send + Sync + fmt::Debug {
     /// Answer one request.
     async fn decide(&self, request: &RouteRequest) -> Result<RouterReply, RouterError>;
+
+    /// The name the runner's rate limits know this router's model by
+    /// ([`RateLimit::asks`](crate::store::RateLimit::asks),
+    /// [`RateLimit::tokens`](crate::store::RateLimit::tokens)): `openai/gpt-4o`, say.
+    /// `None` (the default): no rate limit applies to its asks.
+    fn limit_key(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A validated decision: one of the offered options, with arguments that fit.

@@ -79,6 +79,17 @@ pub struct RunnerConfig {
     /// [`RunnerError::PayloadTooLarge`](super::RunnerError::PayloadTooLarge)), never a
     /// database error and never a bloated row. 16 MiB by default.
     pub max_payload_bytes: usize,
+    /// Rate limits shared by every worker of the store (asks to a model, the tokens of its
+    /// answers, calls of a tool: [`RateLimit`](crate::store::RateLimit)), declared in the
+    /// store when the runner first takes from them. Before each new ask and each tool call
+    /// the step takes its turn under the limits that apply; a turn further away than
+    /// [`capacity_wait_in_place`](Self::capacity_wait_in_place) hands the run back until
+    /// then, so that a run waiting for capacity holds no worker. Empty by default.
+    pub rate_limits: Vec<crate::store::RateLimit>,
+    /// The longest a step waits for its turn under a rate limit in its worker; a longer
+    /// wait hands the run back to the store until its turn
+    /// ([`RunStore::defer_run`](crate::store::RunStore::defer_run)). 250 ms by default.
+    pub capacity_wait_in_place: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -101,6 +112,8 @@ impl Default for RunnerConfig {
             ephemeral: crate::events::EphemeralBus::new(),
             tool_registry_refresh: Duration::from_secs(1),
             max_payload_bytes: 16 * 1024 * 1024,
+            rate_limits: Vec::new(),
+            capacity_wait_in_place: Duration::from_millis(250),
         }
     }
 }

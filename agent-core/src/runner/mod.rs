@@ -37,6 +37,7 @@ mod error;
 mod explore;
 mod faults;
 pub(crate) mod imported;
+mod limits;
 mod payload;
 mod redaction;
 mod retention;
@@ -243,6 +244,7 @@ where
                 graph,
                 fingerprint: graph.fingerprint(),
                 registered: tokio::sync::OnceCell::new(),
+                limits_declared: tokio::sync::OnceCell::new(),
                 switches: caches::ToolSwitches::default(),
                 marked: caches::MarkedFields::default(),
             }),
@@ -519,7 +521,9 @@ where
                     record = Box::new(next);
                     known = Known::Fresh;
                 }
-                Ok(StepOutcome::Waiting(r) | StepOutcome::Finished(r)) => break Ok(Box::new(r)),
+                Ok(
+                    StepOutcome::Waiting(r) | StepOutcome::Finished(r) | StepOutcome::Deferred(r),
+                ) => break Ok(Box::new(r)),
                 Err(e) => break Err(e),
             }
         };
@@ -762,8 +766,12 @@ where
         ))
         .instrument(span.clone())
         .await;
-        if let Ok(StepOutcome::Committed(r) | StepOutcome::Waiting(r) | StepOutcome::Finished(r)) =
-            &outcome
+        if let Ok(
+            StepOutcome::Committed(r)
+            | StepOutcome::Waiting(r)
+            | StepOutcome::Finished(r)
+            | StepOutcome::Deferred(r),
+        ) = &outcome
         {
             span.in_scope(|| {
                 tracing::debug!(to = %r.state_name, status = r.status.as_str(), "step ended");

@@ -66,6 +66,10 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
         cx.set_fatal(RunnerError::NoRouter(cx.state.name.clone()));
         return Err(interrupted());
     };
+    // The name the configured rate limits know the router's model by, if any applies.
+    let limit_key = (!cx.inner.config.rate_limits.is_empty())
+        .then(|| router.limit_key())
+        .flatten();
     let options = options(cx);
     let check = |tool: &str, input: &Value| {
         cx.inner
@@ -202,6 +206,11 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
             );
             // A question is within the budgets or not asked.
             cx.check_budget(crate::store::Spending::Ask)?;
+            // And within the rate limits of its model, shared by every worker: a far turn
+            // hands the run back until then.
+            if let Some(key) = &limit_key {
+                Box::pin(cx.take_turn(super::limits::Turn::Ask(key))).await?;
+            }
             let asked = Asked {
                 seq,
                 prior: prior_asks,
@@ -313,6 +322,10 @@ struct Asked {
 
 /// One ask, journaled as decision entry `seq`: accepted, rejected, or failed (an error, a
 /// timeout, a body that is not the provider's shape), each with its code.
+/// How long a model's asks pause, for every worker, after a 429 that did not say how long
+/// to wait.
+const DEFAULT_RATE_LIMITED_PAUSE: Duration = Duration::from_secs(1);
+
 async fn ask(
     cx: &StepCx<'_>,
     router: &dyn crate::router::Router,
@@ -360,6 +373,26 @@ async fn ask(
         };
     if cx.fault(FaultPoint::LlmAnswered) {
         return Err(interrupted());
+    }
+    // The rate limits of the model hear how it went, for every worker: the tokens its answer
+    // used, or the wait it asked for with a 429.
+    if let Some(key) = (!config.rate_limits.is_empty())
+        .then(|| router.limit_key())
+        .flatten()
+    {
+        match &answer {
+            Ok(reply) => {
+                let tokens = reply.input_tokens.unwrap_or(0) + reply.output_tokens.unwrap_or(0);
+                if tokens > 0 {
+                    Box::pin(cx.inner.charge_tokens(&key, tokens)).await;
+                }
+            }
+            Err(e) if e.class == crate::tool::ErrorClass::RateLimited => {
+                let wait = e.retry_after.unwrap_or(DEFAULT_RATE_LIMITED_PAUSE);
+                Box::pin(cx.inner.pause_asks(&key, wait)).await;
+            }
+            Err(_) => {}
+        }
     }
     let (reply, outcome) = match answer {
         Ok(reply) => {

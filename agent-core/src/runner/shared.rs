@@ -36,6 +36,8 @@ pub(crate) struct Inner {
     pub(crate) marked: caches::MarkedFields,
     /// The configuration's one redactor, built when the configuration is set.
     pub(crate) redactor: Redactor,
+    /// Set once the configured rate limits are declared in the store (at the first take).
+    pub(crate) limits_declared: tokio::sync::OnceCell<()>,
 }
 
 /// What a step knows of its run's journal and signals before it reads them.
@@ -59,6 +61,9 @@ pub enum StepOutcome {
     Waiting(RunRecord),
     /// The run is final (completed, compensated, failed, quarantined, dead-lettered).
     Finished(RunRecord),
+    /// The run was handed back until a rate limit has room for it (its `wake_at`, with
+    /// `waiting_for` naming the limit); nothing was committed, and no worker holds it.
+    Deferred(RunRecord),
 }
 
 impl StepOutcome {
@@ -80,6 +85,7 @@ pub(crate) fn metric_outcome(stepped: &Result<StepOutcome, RunnerError>) -> &'st
         Ok(StepOutcome::Committed(r) | StepOutcome::Waiting(r) | StepOutcome::Finished(r)) => {
             r.status.as_str()
         }
+        Ok(StepOutcome::Deferred(_)) => "deferred",
         Err(RunnerError::LeaseLost(_)) => "lease_lost",
         Err(_) => "error",
     }

@@ -209,7 +209,7 @@ where
         // step's last wait, so that no run in flight keeps it while it waits.
         let spent = cx.spent();
         drop(cx);
-        if !matches!(end, StepEnd::Suspend(_)) {
+        if !matches!(end, StepEnd::Suspend(_) | StepEnd::Defer(..)) {
             record.spend = record.spend.plus(spent);
         }
         end
@@ -229,6 +229,7 @@ where
             Box::pin(commit_wait(inner, lease, &record, waiting_for, due)).await
         }
         StepEnd::Suspend(join) => Box::pin(wait_for_children(inner, lease, *record, join)).await,
+        StepEnd::Defer(until, why) => Box::pin(defer(inner, lease, *record, until, why)).await,
         StepEnd::Fail(e) => Box::pin(fail::<A>(inner, lease, &record, desc, &e)).await,
         StepEnd::Commit { next, reads } => {
             let to = next.state_name();
@@ -290,6 +291,9 @@ enum StepEnd<A> {
     Wait(WaitingFor, Option<Millis>),
     /// Commit the run as waiting for its children, until the join holds.
     Suspend(Join),
+    /// Hand the run back until its turn under a rate limit, waiting for that; nothing is
+    /// committed ([`limits`](super::limits)).
+    Defer(Millis, WaitingFor),
     /// Take the state's `on_error` edge, or fail the run (compensating first).
     Fail(StepError),
     /// Commit the transition into `next`, with the reads journaled with it.
@@ -308,6 +312,8 @@ impl<A: Agent> StepEnd<A> {
     ///   beats a suspension and the handler's result: the step is wrong, not unfinished;
     /// - waiting for children beats whatever the handler made of the suspension (swallowed,
     ///   mapped to another error): the step did not finish;
+    /// - so does waiting for a turn under a rate limit, after it (a step that started
+    ///   children commits their wait first; its next attempt takes its turn again);
     /// - then the handler's result: its error, or its move, which must be a declared edge and,
     ///   in an LLM-routed state, the transition the router chose.
     ///
@@ -321,6 +327,7 @@ impl<A: Agent> StepEnd<A> {
             quarantine,
             failure,
             suspend,
+            defer,
         } = cx.take_recorded();
         if let Some(e) = abort {
             return Self::Abort(e);
@@ -331,6 +338,8 @@ impl<A: Agent> StepEnd<A> {
             Self::Fail(e)
         } else if let Some(join) = suspend {
             Self::Suspend(join)
+        } else if let Some((until, why)) = defer {
+            Self::Defer(until, why)
         } else {
             match result.and_then(|next| moves_as_declared(cx, next.state_name()).map(|()| next)) {
                 Ok(next) => {
@@ -368,6 +377,26 @@ fn moves_as_declared(cx: &StepCx<'_>, to: &str) -> Result<(), StepError> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// The step waits for its turn under a rate limit: hand the run back until `until`, as
+/// waiting for `why`. The step's journal stays (its next attempt replays it); its spend is
+/// counted when the step ends.
+async fn defer(
+    inner: &Inner,
+    lease: &Lease,
+    mut record: RunRecord,
+    until: Millis,
+    why: WaitingFor,
+) -> Result<StepOutcome, RunnerError> {
+    if !inner.store.defer_run(lease, until, &why).await? {
+        return Err(RunnerError::LeaseLost(record.id));
+    }
+    record.lease_owner = None;
+    record.lease_expires_at = None;
+    record.wake_at = Some(until);
+    record.waiting_for = Some(why);
+    Ok(StepOutcome::Deferred(record))
 }
 
 /// The handler waits for its children: commit the run as waiting for them (once; a run

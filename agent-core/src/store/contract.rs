@@ -1,8 +1,8 @@
 //! The store contract (see the [module docs](super)), by role: [`RunStore`] drives runs,
 //! [`HistoryStore`] reads what was stored and branches from it, [`OperatorStore`] acts on
 //! runs for a person, [`EventLog`] follows what was committed, [`ScheduleStore`] keeps
-//! the schedules that start runs. [`Store`] is their sum, and every backend implements
-//! all five; code that needs one role asks for that one, so a
+//! the schedules that start runs, [`LimitStore`] the rate limits every worker shares.
+//! [`Store`] is their sum, and every backend implements all six; code that needs one role asks for that one, so a
 //! page that only reads takes a [`HistoryStore`] and cannot move a run.
 //!
 //! Every method documents what it guarantees; the conformance suite (the crate
@@ -16,23 +16,24 @@ use serde_json::Value;
 
 use super::{
     Budget, Claimed, EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry,
-    LabelValueCount, Lease, MigrationCommit, Millis, NewRun, OperatorNote, PruneReport,
+    LabelValueCount, Lease, LimitStore, MigrationCommit, Millis, NewRun, OperatorNote, PruneReport,
     RepairCommit, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus,
     ScheduleStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats,
     ToolSwitch, TransitionRecord, VersionCount, VersionSpan, compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
-/// The durable storage of runs: all four roles. The runner, `agentctl` and the HTTP service
+/// The durable storage of runs: all its roles. The runner, `agentctl` and the HTTP service
 /// take an `Arc<dyn Store>`; it coerces to any one role (`Arc<dyn HistoryStore>`). A store
 /// implements the roles, never this trait, which every type implementing them has.
 ///
 /// Schedules are a role of every store, not an option: a schedule's ticks start runs in
 /// the same store, and the operators' tools (`agentctl`, the API), which hold a `Store`,
-/// manage them there.
-pub trait Store: RunStore + OperatorStore + EventLog + ScheduleStore {}
+/// manage them there. So are rate limits: they hold only if every worker draws from the
+/// same ones.
+pub trait Store: RunStore + OperatorStore + EventLog + ScheduleStore + LimitStore {}
 
-impl<T: RunStore + OperatorStore + EventLog + ScheduleStore + ?Sized> Store for T {}
+impl<T: RunStore + OperatorStore + EventLog + ScheduleStore + LimitStore + ?Sized> Store for T {}
 
 /// What was stored, read back: runs, their histories, journals, signals and the agents'
 /// graphs, and time travel (the state at a version, a fork from it). Reads never change a
@@ -356,6 +357,21 @@ pub trait RunStore: HistoryStore {
     /// longer current; unlike it, other workers are not woken (the run is no more runnable
     /// than before it was claimed).
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Hand a running run back until `until`, waiting for `why` (room under a rate limit,
+    /// [`WaitingFor::Capacity`](super::WaitingFor::Capacity)): the lease is released as by
+    /// [`hand_back`](Self::hand_back) (the next claim is not charged, no worker is woken),
+    /// the run stays running at its version, and it is claimable again once `until` has
+    /// passed (its `wake_at`, which its next commit clears with `waiting_for`). `true` when
+    /// it was handed back; `false`, and nothing changed, when the epoch is no longer
+    /// current or the run is not running (a step woken from a wait keeps its lease: its
+    /// `wake_at` and `waiting_for` say what it waits for).
+    async fn defer_run(
+        &self,
+        lease: &Lease,
+        until: Millis,
+        why: &super::WaitingFor,
+    ) -> Result<bool, StoreError>;
 
     /// Expire every live lease that `worker` holds on a run that is not final, and wake the
     /// workers; returns how many. The runs become claimable at once, by any worker, instead

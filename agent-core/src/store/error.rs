@@ -81,6 +81,9 @@ pub enum StoreError {
     /// A label whose key or value is not allowed ([`validate_labels`](super::validate_labels)).
     #[error("invalid label: {0}")]
     InvalidLabel(String),
+    /// A rate limit that can never be met, refused where it is declared.
+    #[error("invalid rate limit: {0}")]
+    InvalidRateLimit(#[from] super::InvalidRateLimit),
 }
 
 impl StoreError {

@@ -317,3 +317,57 @@ macro_rules! forward_schedule_store {
         }
     };
 }
+
+/// Implement [`LimitStore`](crate::store::LimitStore) for a wrapper of a store by handing
+/// every method to one of its fields: `forward_limit_store!(Audited => inner);`, for
+/// wrappers that change other roles and keep the rate limits as the wrapped store does.
+#[macro_export]
+macro_rules! forward_limit_store {
+    ($wrapper:ty => $field:ident) => {
+        #[$crate::__private::async_trait]
+        impl $crate::store::LimitStore for $wrapper {
+            async fn define_limit(
+                &self,
+                limit: &$crate::store::RateLimit,
+                now: $crate::store::Millis,
+            ) -> ::core::result::Result<(), $crate::store::StoreError> {
+                use $crate::store::LimitStore as _;
+                self.$field.define_limit(limit, now).await
+            }
+
+            async fn take_capacity(
+                &self,
+                name: &str,
+                amount: u64,
+                now: $crate::store::Millis,
+            ) -> ::core::result::Result<
+                ::core::option::Option<::std::time::Duration>,
+                $crate::store::StoreError,
+            > {
+                use $crate::store::LimitStore as _;
+                self.$field.take_capacity(name, amount, now).await
+            }
+
+            async fn pause_limit(
+                &self,
+                name: &str,
+                wait: ::std::time::Duration,
+                now: $crate::store::Millis,
+            ) -> ::core::result::Result<(), $crate::store::StoreError> {
+                use $crate::store::LimitStore as _;
+                self.$field.pause_limit(name, wait, now).await
+            }
+
+            async fn limits(
+                &self,
+                now: $crate::store::Millis,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::store::LimitState>,
+                $crate::store::StoreError,
+            > {
+                use $crate::store::LimitStore as _;
+                self.$field.limits(now).await
+            }
+        }
+    };
+}

@@ -2,7 +2,7 @@
 //!
 //! A backend (in-memory here, PostgreSQL in `agent-pg`, SQLite in `agent-sqlite`) keeps runs,
 //! their versions, a journal of tool calls and LLM decisions, signals, leases, the tool
-//! registry and each agent's graph. The contract comes in four roles, each a trait:
+//! registry and each agent's graph. The contract comes in roles, each a trait:
 //!
 //! | role | for | used by |
 //! |---|---|---|
@@ -10,8 +10,10 @@
 //! | [`RunStore`] | creating, claiming, journaling and committing runs | the runner and its workers |
 //! | [`OperatorStore`] | cancel, terminate, retry, repair, edit a state, drop a signal, prune, tool switches | `agentctl`, the HTTP API |
 //! | [`EventLog`] | the events of committed records, and wake-ups to follow them | followers, streams |
+//! | [`ScheduleStore`] | schedules that start runs | the workers' tickers, `agentctl`, the HTTP API |
+//! | [`LimitStore`] | rate limits every worker draws from | the runner, `agentctl limits` |
 //!
-//! [`Store`] is their sum: a backend implements the four roles, and has `Store` for free.
+//! [`Store`] is their sum: a backend implements the roles, and has `Store` for free.
 //! `RunStore` and `OperatorStore` build on `HistoryStore` (acting on a run reads it); the
 //! defaults of the optional methods let a third-party store start from the required ones.
 //!
@@ -41,6 +43,7 @@ mod failure_code;
 mod forward;
 pub mod history;
 pub(crate) mod labels;
+mod limit_store;
 pub mod location;
 pub mod memory;
 pub mod migrate;
@@ -64,21 +67,25 @@ pub use events::{
 };
 pub use failure_code::FailureCode;
 pub use labels::{validate_label, validate_labels};
+pub use limit_store::LimitStore;
 pub use migrate::{
     MigrationCommit, MigrationNote, agent_version_at, claimable_by, versioned_agent,
 };
 #[doc(hidden)]
 pub use records::simulated_clock;
 pub use records::{
-    Budget, CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, InvalidBudget, JournalEntry,
-    LabelValueCount, Labels, Lease, MAX_LIMIT, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote,
-    PruneReport, ROW_UNREADABLE, RetentionPolicy, RunFailure, RunFilter, RunKey, RunRecord,
-    RunStatus, SignalReceipt, SignalRecord, SpawnedBy, Spend, Spending, StateAtVersion, StepCommit,
-    ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan, check_signal_key,
-    cost_micros, format_cost, idempotency_key, now_ms,
+    Bucket, Budget, CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, InvalidBudget,
+    InvalidRateLimit, JournalEntry, LabelValueCount, Labels, Lease, LimitScope, LimitState,
+    MAX_LIMIT, MAX_LIMIT_NAME_BYTES, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote,
+    PruneReport, ROW_UNREADABLE, RateLimit, RetentionPolicy, RunFailure, RunFilter, RunKey,
+    RunRecord, RunStatus, SignalReceipt, SignalRecord, SpawnedBy, Spend, Spending, StateAtVersion,
+    StepCommit, ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
+    check_signal_key, cost_micros, format_cost, idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;
 pub use schedule_store::ScheduleStore;
 pub use stats::{ToolStats, compute_tool_stats};
-pub use waiting_for::{WAIT_ALL_CHILDREN, WAIT_FIRST_CHILD, WAIT_TIMER, WaitingFor};
+pub use waiting_for::{
+    WAIT_ALL_CHILDREN, WAIT_CAPACITY_PREFIX, WAIT_FIRST_CHILD, WAIT_TIMER, WaitingFor,
+};

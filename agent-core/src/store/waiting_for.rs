@@ -13,6 +13,10 @@ pub const WAIT_FIRST_CHILD: &str = "children:first";
 /// ([`timer`](crate::timer)): it is due at its `wake_at`. (A state that waits for a signal
 /// and a timer waits for the signal, with the timer as its `wake_at`.)
 pub const WAIT_TIMER: &str = "timer:due";
+/// The prefix of the `waiting_for` of a run handed back until a rate limit has room for it
+/// ([`RunStore::defer_run`](super::RunStore::defer_run)): `capacity:` and the limit's name.
+/// Such a run is not waiting (its status stays running); it is due at its `wake_at`.
+pub const WAIT_CAPACITY_PREFIX: &str = "capacity:";
 
 /// What a waiting run waits for ([`RunRecord::waiting_for`](super::RunRecord::waiting_for)).
 ///
@@ -31,6 +35,10 @@ pub enum WaitingFor {
     FirstChild,
     /// The state's timer, due at the run's `wake_at` (`timer:due`).
     Timer,
+    /// Room under a rate limit, reserved for the run at its `wake_at`: a running run
+    /// handed back until then. Holds the stored text, `capacity:<limit name>`
+    /// ([`WaitingFor::capacity`], [`WaitingFor::limit`]).
+    Capacity(String),
 }
 
 impl WaitingFor {
@@ -47,7 +55,25 @@ impl WaitingFor {
             WAIT_ALL_CHILDREN => Self::AllChildren,
             WAIT_FIRST_CHILD => Self::FirstChild,
             WAIT_TIMER => Self::Timer,
-            name => Self::Signal(name.to_owned()),
+            text => match text.strip_prefix(WAIT_CAPACITY_PREFIX) {
+                Some(_) => Self::Capacity(text.to_owned()),
+                None => Self::Signal(text.to_owned()),
+            },
+        }
+    }
+
+    /// A wait for room under the rate limit `limit` (its stored name).
+    #[must_use]
+    pub fn capacity(limit: &str) -> Self {
+        Self::Capacity(format!("{WAIT_CAPACITY_PREFIX}{limit}"))
+    }
+
+    /// The rate limit's name, for a wait for capacity.
+    #[must_use]
+    pub fn limit(&self) -> Option<&str> {
+        match self {
+            Self::Capacity(text) => text.strip_prefix(WAIT_CAPACITY_PREFIX),
+            _ => None,
         }
     }
 
@@ -55,7 +81,7 @@ impl WaitingFor {
     #[must_use]
     pub fn as_str(&self) -> &str {
         match self {
-            Self::Signal(name) => name,
+            Self::Signal(name) | Self::Capacity(name) => name,
             Self::AllChildren => WAIT_ALL_CHILDREN,
             Self::FirstChild => WAIT_FIRST_CHILD,
             Self::Timer => WAIT_TIMER,
@@ -67,7 +93,7 @@ impl WaitingFor {
     pub fn signal_name(&self) -> Option<&str> {
         match self {
             Self::Signal(name) => Some(name),
-            Self::AllChildren | Self::FirstChild | Self::Timer => None,
+            Self::AllChildren | Self::FirstChild | Self::Timer | Self::Capacity(_) => None,
         }
     }
 
@@ -125,6 +151,7 @@ mod tests {
             ("children:all", WaitingFor::AllChildren),
             ("children:first", WaitingFor::FirstChild),
             ("timer:due", WaitingFor::Timer),
+            ("capacity:asks:m", WaitingFor::capacity("asks:m")),
             ("approval", WaitingFor::signal("approval")),
         ] {
             assert_eq!(WaitingFor::parse(text), typed);

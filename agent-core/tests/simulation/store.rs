@@ -119,6 +119,15 @@ impl RunStore for SimStore {
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.release_lease(lease).await
     }
+    async fn defer_run(
+        &self,
+        lease: &Lease,
+        until: durable_agents_core::store::Millis,
+        why: &durable_agents_core::store::WaitingFor,
+    ) -> Result<bool, StoreError> {
+        self.inner.defer_run(lease, until, why).await
+    }
+
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.hand_back(lease).await
     }
@@ -334,6 +343,7 @@ impl EventLog for SimStore {
 }
 
 durable_agents_core::forward_schedule_store!(SimStore => inner);
+durable_agents_core::forward_limit_store!(SimStore => inner);
 
 fn ms_of(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

@@ -324,6 +324,7 @@ fn wait_words(w: &WaitingFor) -> String {
         WaitingFor::AllChildren => "all its children".to_owned(),
         WaitingFor::FirstChild => "its first child".to_owned(),
         WaitingFor::Timer => "its timer".to_owned(),
+        WaitingFor::Capacity(_) => format!("room under `{}`", w.limit().unwrap_or_default()),
     }
 }
 

@@ -8,10 +8,12 @@ use agent_core::store::{Labels, Millis, WaitingFor};
 use serde_json::Value;
 
 /// What a waiting run waits for, as the pages show it: `its timer` (when it is due shows
-/// beside it), else the stored text (a signal's name, a children marker).
+/// beside it), `room under <limit>` for a run handed back until a rate limit has room,
+/// else the stored text (a signal's name, a children marker).
 pub(crate) fn waiting_for(w: &WaitingFor) -> String {
     match w {
         WaitingFor::Timer => "its timer".to_owned(),
+        WaitingFor::Capacity(_) => format!("room under {}", w.limit().unwrap_or_default()),
         other => other.to_string(),
     }
 }

@@ -221,6 +221,10 @@ impl OpenAiRouter {
 
 #[async_trait]
 impl Router for OpenAiRouter {
+    fn limit_key(&self) -> Option<String> {
+        Some(self.transport.limit_key(&self.config.model))
+    }
+
     async fn decide(&self, request: &RouteRequest) -> Result<RouterReply, RouterError> {
         let span = self
             .transport

@@ -21,6 +21,7 @@ mod export;
 mod follow;
 mod fork;
 mod graph;
+mod limits;
 mod migrate;
 mod operate;
 mod prune;
@@ -131,6 +132,7 @@ pub(crate) async fn run(
             None => verify::all(&cx).await,
         },
         Command::Agents => agents::run(&cx).await,
+        Command::Limits => limits::run(&cx).await,
         Command::Cancel(args) => operate::cancel(&cx, &args).await,
         Command::Terminate(args) => operate::terminate(&cx, &args).await,
         Command::DropSignal(args) => operate::drop_signal(&cx, &args).await,

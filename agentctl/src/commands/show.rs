@@ -159,6 +159,11 @@ fn header(cx: &Ctx, run: &RunRecord) -> String {
         let what = match w.as_str() {
             WAIT_ALL_CHILDREN => "all its children to end".to_owned(),
             WAIT_FIRST_CHILD => "its first child to complete".to_owned(),
+            _ if w.limit().is_some() => format!(
+                "room under the rate limit `{}`, its turn {}",
+                w.limit().unwrap_or_default(),
+                run.wake_at.map_or_else(String::new, fmt_time)
+            ),
             _ => format!("signal `{w}`{until}"),
         };
         field("waiting for", what);

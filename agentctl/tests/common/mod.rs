@@ -147,6 +147,19 @@ impl Db {
             )
             .await
             .expect("dead-letter");
+        // A rate limit the workers share, paused for an hour by a provider's 429.
+        let limit = agent_core::store::RateLimit::tool_calls(
+            "ChargeCard",
+            5,
+            std::time::Duration::from_secs(1),
+        )
+        .expect("a limit that can be met");
+        let now = agent_core::store::now_ms();
+        store.define_limit(&limit, now).await.expect("define_limit");
+        store
+            .pause_limit(&limit.name(), std::time::Duration::from_hours(1), now)
+            .await
+            .expect("pause_limit");
     }
 
     /// Run `agentctl ARGS --db PATH`.

@@ -693,7 +693,8 @@ pub mod order {
             {
                 agent_core::runner::StepOutcome::Committed(r) => record = r,
                 agent_core::runner::StepOutcome::Waiting(r)
-                | agent_core::runner::StepOutcome::Finished(r) => {
+                | agent_core::runner::StepOutcome::Finished(r)
+                | agent_core::runner::StepOutcome::Deferred(r) => {
                     record = r;
                     break;
                 }

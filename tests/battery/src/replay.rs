@@ -153,7 +153,9 @@ where
                     seen.insert(r.version, r.clone());
                     record = r;
                 }
-                Ok(StepOutcome::Waiting(r) | StepOutcome::Finished(r)) => {
+                Ok(
+                    StepOutcome::Waiting(r) | StepOutcome::Finished(r) | StepOutcome::Deferred(r),
+                ) => {
                     seen.insert(r.version, r);
                     store.release_lease(&lease).await.map_err(e)?;
                     break;

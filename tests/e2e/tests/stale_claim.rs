@@ -77,6 +77,15 @@ impl RunStore for LateClaim {
         self.inner.release_lease(lease).await
     }
 
+    async fn defer_run(
+        &self,
+        lease: &Lease,
+        until: agent_core::store::Millis,
+        why: &agent_core::store::WaitingFor,
+    ) -> Result<bool, StoreError> {
+        self.inner.defer_run(lease, until, why).await
+    }
+
     async fn hand_back(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.hand_back(lease).await
     }
@@ -303,3 +312,4 @@ async fn a_late_claim_leaves_a_completed_run_alone() {
 
 // Schedules are kept by the wrapped store, unchanged.
 agent_core::forward_schedule_store!(LateClaim => inner);
+agent_core::forward_limit_store!(LateClaim => inner);

@@ -17,7 +17,9 @@ use super::caches::{ReadCache, lock};
 use super::{FaultPoint, Inner, RunnerError, renew_if_due};
 use crate::agent::{Join, StepError, StepIo, Wake};
 use crate::graph::{GraphDescription, StateDescription};
-use crate::store::{JournalEntry, Labels, Lease, RunFailure, RunRecord, SpawnedBy};
+use crate::store::{
+    JournalEntry, Labels, Lease, Millis, RunFailure, RunRecord, SpawnedBy, WaitingFor,
+};
 use crate::tool::ToolError;
 
 pub(crate) use heartbeat::with_heartbeat;
@@ -61,6 +63,9 @@ pub(crate) struct StepCx<'r> {
     pub(crate) labels: &'r Labels,
     /// Whether the handler started children in this visit (one join per visit).
     spawned: AtomicBool,
+    /// Whether the turn the run took before it was handed back for a rate limit (the
+    /// limit its `waiting_for` names) was used up by this step ([`take_turn`](Self::take_turn)).
+    reserved_used: AtomicBool,
 }
 
 /// What a step recorded, as it ran, that decides how it ends whatever its handler returns:
@@ -78,6 +83,9 @@ pub(crate) struct Recorded {
     pub(crate) failure: Option<StepError>,
     /// The join the step waits for: the runner commits the run as waiting instead.
     pub(crate) suspend: Option<Join>,
+    /// The step's turn under a rate limit comes then: the runner hands the run back until
+    /// then, waiting for that, instead of committing.
+    pub(crate) defer: Option<(Millis, WaitingFor)>,
 }
 
 impl<'r> StepCx<'r> {
@@ -110,6 +118,7 @@ impl<'r> StepCx<'r> {
             spawned_by: record.spawned_by.clone(),
             labels: &record.labels,
             spawned: AtomicBool::new(false),
+            reserved_used: AtomicBool::new(false),
         }
     }
 
@@ -123,6 +132,23 @@ impl<'r> StepCx<'r> {
     /// Record that the handler started children; `true` if it had already.
     pub(crate) fn mark_spawned(&self) -> bool {
         self.spawned.swap(true, Ordering::SeqCst)
+    }
+
+    /// End the step by handing the run back until `until`, waiting for `why`.
+    pub(crate) fn defer_until(&self, until: Millis, why: WaitingFor) {
+        lock(&self.recorded).defer.get_or_insert((until, why));
+    }
+
+    /// Whether the run was handed back for one of `limits` (it took its turn then): the
+    /// reservation is used up.
+    pub(crate) fn take_reserved<'a>(&self, mut limits: impl Iterator<Item = &'a str>) -> bool {
+        if self.run.status != crate::store::RunStatus::Running {
+            return false;
+        }
+        let Some(reserved) = self.run.waiting_for.as_ref().and_then(|w| w.limit()) else {
+            return false;
+        };
+        limits.any(|name| name == reserved) && !self.reserved_used.swap(true, Ordering::SeqCst)
     }
 
     /// Suspend the step until `join` holds over its children.
@@ -152,7 +178,7 @@ impl<'r> StepCx<'r> {
     /// Whether the step was stopped: nothing more may run or be journaled in it.
     pub(crate) fn is_interrupted(&self) -> bool {
         let recorded = lock(&self.recorded);
-        recorded.abort.is_some() || recorded.quarantine.is_some()
+        recorded.abort.is_some() || recorded.quarantine.is_some() || recorded.defer.is_some()
     }
 
     /// Stop the step and quarantine the run: what the journal says cannot be replayed

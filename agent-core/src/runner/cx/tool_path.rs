@@ -194,6 +194,14 @@ impl StepCx<'_> {
             ));
             return Box::pin(self.finish(name, entry, Err(err), Instant::now(), with_commit)).await;
         }
+        // A call made (not replayed, nor served from the cache) takes its turn under the
+        // tool's rate limit, if it has one; a far turn hands the run back until then.
+        if Box::pin(self.take_turn(super::super::limits::Turn::Call(name)))
+            .await
+            .is_err()
+        {
+            return Err(Self::interrupted_error());
+        }
         if entry.idempotency_key.is_some() {
             // The audit trail shows an effect may have happened before its result is known,
             // and counts the attempt before it starts: after a crash in the call, `attempts`

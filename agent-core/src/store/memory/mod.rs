@@ -18,6 +18,7 @@
 //! ```
 
 mod events;
+mod limits;
 mod operator;
 mod reads;
 mod run_data;
@@ -68,6 +69,8 @@ struct Inner {
     signal_keys: HashMap<(String, String), i64>,
     /// Schedules by id.
     schedules: BTreeMap<String, crate::schedule::Schedule>,
+    /// Rate limits by name.
+    limits: BTreeMap<String, crate::store::Bucket>,
 }
 
 #[derive(Debug)]

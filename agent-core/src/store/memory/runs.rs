@@ -12,8 +12,8 @@ use crate::store::events::TransitionFacts;
 use crate::store::history;
 use crate::store::operator;
 use crate::store::{
-    CallStatus, Claimed, JournalEntry, Lease, MigrationCommit, NewRun, RunFailure, RunRecord,
-    RunStatus, RunStore, SignalReceipt, SignalRecord, Spend, StepCommit, StoreError,
+    CallStatus, Claimed, JournalEntry, Lease, MigrationCommit, Millis, NewRun, RunFailure,
+    RunRecord, RunStatus, RunStore, SignalReceipt, SignalRecord, Spend, StepCommit, StoreError,
     TransitionKind, TransitionRecord, WaitingFor, check_signal_key, creation_hash, now_ms,
     transition_hash, validate_labels,
 };
@@ -329,6 +329,26 @@ impl RunStore for MemoryStore {
             r.lease_expires_at = None;
         }
         Ok(())
+    }
+
+    async fn defer_run(
+        &self,
+        lease: &Lease,
+        until: Millis,
+        why: &WaitingFor,
+    ) -> Result<bool, StoreError> {
+        let mut g = self.lock();
+        let data = g.run_mut(&lease.run_id)?;
+        let r = &mut data.record;
+        let deferred =
+            r.epoch == lease.epoch && r.lease_owner.is_some() && r.status == RunStatus::Running;
+        if deferred {
+            r.lease_owner = None;
+            r.lease_expires_at = None;
+            r.wake_at = Some(until);
+            r.waiting_for = Some(why.clone());
+        }
+        Ok(deferred)
     }
 
     async fn expire_leases_of(&self, worker: &str) -> Result<u64, StoreError> {

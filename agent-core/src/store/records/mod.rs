@@ -3,6 +3,7 @@
 
 mod claims;
 mod journal;
+mod limits;
 mod operator;
 mod runs;
 mod spend;
@@ -14,6 +15,9 @@ pub use claims::{ClaimReads, Claimed, Lease};
 pub use journal::{
     CallStatus, EntryKind, JournalEntry, MAX_SIGNAL_KEY_BYTES, SignalReceipt, SignalRecord,
     ToolKind, check_signal_key, idempotency_key,
+};
+pub use limits::{
+    Bucket, InvalidRateLimit, LimitScope, LimitState, MAX_LIMIT_NAME_BYTES, RateLimit,
 };
 pub use operator::{OperatorNote, PruneReport, RetentionPolicy, ToolSwitch};
 pub use runs::{
