@@ -81,11 +81,12 @@ impl SeekerHandlers for Handlers {
     }
 }
 
-/// A model known to the limits as `test/model`: its first answer is a 429 asking to wait
-/// `retry_after`, then it answers `Done`.
+/// A model known to the limits as `test/model`: its first `refusals` answers are 429s asking to
+/// wait `retry_after`, then it answers `Done`.
 #[derive(Debug)]
 struct Busy {
     asked: AtomicU32,
+    refusals: u32,
     retry_after: Duration,
     inner: ScriptedRouter,
 }
@@ -93,7 +94,7 @@ struct Busy {
 #[async_trait]
 impl Router for Busy {
     async fn decide(&self, request: &RouteRequest) -> Result<RouterReply, RouterError> {
-        if self.asked.fetch_add(1, Ordering::SeqCst) == 0 {
+        if self.asked.fetch_add(1, Ordering::SeqCst) < self.refusals {
             return Err(
                 RouterError::new(ErrorClass::RateLimited, "HTTP 429 Too Many Requests")
                     .with_retry_after(Some(self.retry_after)),
@@ -128,8 +129,13 @@ fn runner(
 }
 
 fn busy(retry_after: Duration) -> Arc<Busy> {
+    busy_for(1, retry_after)
+}
+
+fn busy_for(refusals: u32, retry_after: Duration) -> Arc<Busy> {
     Arc::new(Busy {
         asked: AtomicU32::new(0),
+        refusals,
         retry_after,
         inner: ScriptedRouter::new([ScriptedRouter::choose("Done", "{}")]),
     })
@@ -271,4 +277,56 @@ async fn a_429_pauses_the_models_asks_for_every_worker() {
     let record = runner.run("second").await.unwrap();
     assert_eq!(record.status, RunStatus::Running, "{record:?}");
     assert!(record.wake_at.unwrap() > durable_agents::backend::now_ms() + 25_000);
+}
+
+#[tokio::test]
+async fn a_model_answering_429_past_max_reasks_is_waited_out() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let limit = RateLimit::asks("test/model", 600, Duration::from_mins(1)).unwrap();
+    // Five 429s, each asking for 200 ms, against `max_reasks` = 2: the run waits them out
+    // (handed back each time) instead of failing, and ends where the model sends it.
+    let model = busy_for(5, Duration::from_millis(200));
+    let runner = runner(&store, vec![limit], Arc::clone(&model));
+    let ask = Seeker::Seek {
+        query: 0,
+        ask: true,
+    };
+    runner.start("patient", ask).await.unwrap();
+    let worker = Worker::new(
+        runner,
+        WorkerConfig {
+            poll_interval: Duration::from_millis(10),
+            ..WorkerConfig::default()
+        },
+    );
+    let done = async {
+        while !store
+            .load_run("patient")
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+            .is_final()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), worker.run_until(done))
+        .await
+        .expect("the run ends once the model answers");
+    let ended = store.load_run("patient").await.unwrap().unwrap();
+    assert_eq!(ended.state_name, "Done", "{ended:?}");
+    assert_eq!(
+        model.asked.load(Ordering::SeqCst),
+        6,
+        "five 429s, then the answer"
+    );
+    let journal = store.journal("patient", None).await.unwrap();
+    let limited = (journal.iter())
+        .filter(|e| e.error_code.as_deref() == Some("ask.rate_limited"))
+        .count();
+    assert_eq!(
+        limited, 5,
+        "each 429 is journaled as ask.rate_limited: {journal:#?}"
+    );
 }

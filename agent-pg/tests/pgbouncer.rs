@@ -191,7 +191,7 @@ async fn idle_workers_listen_on_the_direct_address() {
         assert!(written < 40, "the wait did not end within 10 s of new runs");
         writer
             .create_run(NewRun::new(
-                &format!("woken-{written}"),
+                format!("woken-{written}"),
                 "A",
                 "f",
                 "Start",

@@ -52,6 +52,12 @@ pub enum RejectionCode {
     /// The provider could not be reached, or stayed overloaded through its retries.
     #[serde(rename = "ask.unavailable")]
     AskUnavailable,
+    /// The provider answered 429 for a model whose asks are rate limited
+    /// ([`RateLimit::asks`](crate::store::RateLimit::asks)): the limit is paused for every
+    /// worker and the ask is made again at its turn, without counting against
+    /// `max_reasks` (the run waits, visibly, as long as the provider asks).
+    #[serde(rename = "ask.rate_limited")]
+    AskRateLimited,
     /// The provider refused the credentials.
     #[serde(rename = "ask.auth")]
     AskAuth,
@@ -76,7 +82,7 @@ pub enum RejectionCode {
 
 impl RejectionCode {
     /// Every code, in declaration order.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::NoChoice,
         Self::Several,
         Self::Refused,
@@ -90,6 +96,7 @@ impl RejectionCode {
         Self::InvalidArguments,
         Self::AskTimeout,
         Self::AskUnavailable,
+        Self::AskRateLimited,
         Self::AskAuth,
         Self::AskFailed,
         Self::AskMalformed,
@@ -115,6 +122,7 @@ impl RejectionCode {
             Self::InvalidArguments => "decision.invalid_arguments",
             Self::AskTimeout => "ask.timeout",
             Self::AskUnavailable => "ask.unavailable",
+            Self::AskRateLimited => "ask.rate_limited",
             Self::AskAuth => "ask.auth",
             Self::AskFailed => "ask.failed",
             Self::AskMalformed => "ask.malformed",
@@ -138,6 +146,7 @@ impl RejectionCode {
             self,
             Self::AskTimeout
                 | Self::AskUnavailable
+                | Self::AskRateLimited
                 | Self::AskAuth
                 | Self::AskFailed
                 | Self::AskMalformed

@@ -82,6 +82,12 @@ impl Inner {
         }
     }
 
+    /// Whether the asks to the model `key` are rate limited.
+    pub(crate) fn limits_asks_of(&self, key: &str) -> bool {
+        (self.config.rate_limits.iter())
+            .any(|l| matches!(&l.scope, LimitScope::Asks(m) if m == key))
+    }
+
     /// Pause the ask limit of the model `key` for `wait`, for every worker (the provider
     /// answered 429 and asked to wait that long).
     pub(crate) async fn pause_asks(&self, key: &str, wait: Duration) {

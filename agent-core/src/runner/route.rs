@@ -262,7 +262,11 @@ pub(crate) async fn decide(cx: &StepCx<'_>, agent: &str) -> Result<(String, Valu
             Err(rejection) => {
                 // A failed ask and a rejected answer share one budget: neither may hold the
                 // step for longer than `max_reasks` more asks.
-                rejections += 1;
+                // A 429 under a rate limit is waited out, however long the provider asks:
+                // the limit was paused for every worker, and the re-ask takes its turn.
+                if rejection.code != RejectionCode::AskRateLimited {
+                    rejections += 1;
+                }
                 answered |= !rejection.code.is_ask_failure();
                 tracing::warn!(code = %rejection.code, "router answer rejected");
                 if rejections > cx.inner.config.max_reasks {
@@ -320,12 +324,12 @@ struct Asked {
     prior: u32,
 }
 
-/// One ask, journaled as decision entry `seq`: accepted, rejected, or failed (an error, a
-/// timeout, a body that is not the provider's shape), each with its code.
 /// How long a model's asks pause, for every worker, after a 429 that did not say how long
 /// to wait.
 const DEFAULT_RATE_LIMITED_PAUSE: Duration = Duration::from_secs(1);
 
+/// One ask, journaled as decision entry `seq`: accepted, rejected, or failed (an error, a
+/// timeout, a body that is not the provider's shape), each with its code.
 async fn ask(
     cx: &StepCx<'_>,
     router: &dyn crate::router::Router,
@@ -376,6 +380,7 @@ async fn ask(
     }
     // The rate limits of the model hear how it went, for every worker: the tokens its answer
     // used, or the wait it asked for with a 429.
+    let mut paused = false;
     if let Some(key) = (!config.rate_limits.is_empty())
         .then(|| router.limit_key())
         .flatten()
@@ -389,6 +394,7 @@ async fn ask(
             }
             Err(e) if e.class == crate::tool::ErrorClass::RateLimited => {
                 let wait = e.retry_after.unwrap_or(DEFAULT_RATE_LIMITED_PAUSE);
+                paused = cx.inner.limits_asks_of(&key);
                 Box::pin(cx.inner.pause_asks(&key, wait)).await;
             }
             Err(_) => {}
@@ -407,7 +413,14 @@ async fn ask(
                 ..RouterReply::default()
             };
             let message = truncate(&redact(&e.message), MAX_ASK_ERROR);
-            (reply, Err(Rejection::new(e.rejection_code(), message)))
+            // A 429 under the model's rate limit paused it: journaled as such, and not
+            // counted against `max_reasks` (the re-ask waits for the pause).
+            let code = if paused {
+                RejectionCode::AskRateLimited
+            } else {
+                e.rejection_code()
+            };
+            (reply, Err(Rejection::new(code, message)))
         }
     };
     // What is stored of the answer's text (raw output, rejection message) hides, besides the
