@@ -21,7 +21,7 @@ use tracing::warn;
 use super::Inner;
 use super::cx::StepCx;
 use crate::agent::StepError;
-use crate::store::{LimitScope, Millis, RunStatus, StoreError, WaitingFor, now_ms};
+use crate::store::{LimitScope, Millis, RateLimit, RunStatus, StoreError, WaitingFor, now_ms};
 
 /// What a step is about to do, for the limits that apply to it.
 pub(crate) enum Turn<'a> {
@@ -62,46 +62,48 @@ impl Inner {
             .map(|&()| ())
     }
 
-    /// Charge `tokens` to the token limit of the model `key`, after its answer: the asks
-    /// after it wait while the tokens are over. A failure is logged, not fatal: the answer
-    /// is journaled, and a missed charge only lets the next ask come sooner.
-    pub(crate) async fn charge_tokens(&self, key: &str, tokens: u64) {
-        let Some(limit) = (self.config.rate_limits.iter())
-            .find(|l| matches!(&l.scope, LimitScope::Tokens(m) if m == key))
-        else {
-            return;
-        };
-        let charged = match self.declare_limits().await {
-            Ok(()) => (self.store.take_capacity(&limit.name(), tokens, now_ms()))
-                .await
-                .map(|_| ()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = charged {
-            warn!(error = %e, limit = %limit.name(), "could not charge an answer's tokens");
-        }
+    /// The configured limit of `scope`'s name, if any.
+    fn limit_named(&self, scope: &LimitScope) -> Option<String> {
+        (self.config.rate_limits.iter())
+            .find(|l| l.scope == *scope)
+            .map(RateLimit::name)
     }
 
     /// Whether the asks to the model `key` are rate limited.
     pub(crate) fn limits_asks_of(&self, key: &str) -> bool {
-        (self.config.rate_limits.iter())
-            .any(|l| matches!(&l.scope, LimitScope::Asks(m) if m == key))
+        self.limit_named(&LimitScope::Asks(key.to_owned()))
+            .is_some()
+    }
+
+    /// Charge `tokens` to the token limit of the model `key`, after its answer: the asks
+    /// after it wait while the tokens are over. A failure is logged, not fatal: the answer
+    /// is journaled, and a missed charge only lets the next ask come sooner.
+    pub(crate) async fn charge_tokens(&self, key: &str, tokens: u64) {
+        let Some(name) = self.limit_named(&LimitScope::Tokens(key.to_owned())) else {
+            return;
+        };
+        let charged = async {
+            self.declare_limits().await?;
+            (self.store.take_capacity(&name, tokens, now_ms()).await).map(|_| ())
+        };
+        if let Err(e) = charged.await {
+            warn!(error = %e, limit = %name, "could not charge an answer's tokens");
+        }
     }
 
     /// Pause the ask limit of the model `key` for `wait`, for every worker (the provider
-    /// answered 429 and asked to wait that long).
+    /// answered 429 and asked to wait that long). A failure is logged: the re-ask then
+    /// comes at the limit's pace, and a 429 again pauses it.
     pub(crate) async fn pause_asks(&self, key: &str, wait: Duration) {
-        let Some(limit) = (self.config.rate_limits.iter())
-            .find(|l| matches!(&l.scope, LimitScope::Asks(m) if m == key))
-        else {
+        let Some(name) = self.limit_named(&LimitScope::Asks(key.to_owned())) else {
             return;
         };
-        let paused = match self.declare_limits().await {
-            Ok(()) => (self.store.pause_limit(&limit.name(), wait, now_ms())).await,
-            Err(e) => Err(e),
+        let paused = async {
+            self.declare_limits().await?;
+            self.store.pause_limit(&name, wait, now_ms()).await
         };
-        if let Err(e) = paused {
-            warn!(error = %e, limit = %limit.name(), "could not pause a rate limit");
+        if let Err(e) = paused.await {
+            warn!(error = %e, limit = %name, "could not pause a rate limit");
         }
     }
 }
