@@ -22,6 +22,10 @@ pub use crate::versions::{MigrationError, OlderVersion};
 pub use crate::versions::{migrate_via, older_via};
 pub use ::async_trait::async_trait;
 pub use ::core;
+pub use ::core::clone::Clone;
+pub use ::core::fmt::{Debug, Formatter, Result as FmtResult};
+pub use ::core::future::Future;
+pub use ::core::marker::{Send, Sync};
 pub use ::futures::future::BoxFuture;
 pub use ::schemars;
 pub use ::serde;
@@ -29,6 +33,7 @@ pub use ::serde_json;
 pub use ::std::borrow::ToOwned;
 pub use ::std::boxed::Box;
 pub use ::std::option::Option;
+pub use ::std::result::Result::{self, Err, Ok};
 pub use ::std::string::String;
 pub use ::std::sync::OnceLock;
 pub use ::std::vec;
@@ -93,6 +98,37 @@ pub struct StateSpec {
     pub children_outlive: bool,
     pub data: &'static str,
     pub arguments: &'static [ArgumentSpec],
+}
+
+impl StateSpec {
+    /// A state with nothing given: the derive writes the fields a state's attribute sets and
+    /// takes the rest from here (`..StateSpec::DEFAULT`), so that an agent of many states
+    /// expands to few tokens.
+    pub const DEFAULT: Self = Self {
+        name: "",
+        initial: false,
+        terminal: false,
+        compensate: false,
+        llm: false,
+        wait: None,
+        wait_timeout_ms: None,
+        timer_ms: None,
+        timer_field: None,
+        wait_payload: None,
+        to: &[],
+        on_error: None,
+        on_budget: None,
+        budget: None,
+        tools: &[],
+        max_tool_calls: None,
+        tools_per_answer: None,
+        timeout_ms: None,
+        decision_timeout_ms: None,
+        children: &[],
+        children_outlive: false,
+        data: "",
+        arguments: &[],
+    };
 }
 
 /// A typed transition as the derive writes it: `to(Payment(args = PayArgs))`.
@@ -305,6 +341,25 @@ impl<T: From<Failure>> FromFailure for T {
     fn from_failure(failure: Failure) -> Self {
         T::from(failure)
     }
+}
+
+/// One step of the generated `Handle::handle`: the future of the state's handler, awaited
+/// and turned into the agent's next value. Generic, so that the user's crate checks one call
+/// per state instead of one `async` block holding every state's handler.
+#[must_use]
+pub fn step<'a, S, F>(next: F) -> BoxFuture<'a, Result<S::Agent, StepError>>
+where
+    S: State,
+    F: Future<Output = StepResult<S>> + Send + 'a,
+{
+    Box::pin(async move { next.await.map(crate::agent::Next::__into_state) })
+}
+
+/// A step of the generated `Handle::handle` that fails before its handler runs (a terminal
+/// state, a missing route or wake-up).
+#[must_use]
+pub fn fail<'a, A: Send + 'a>(error: StepError) -> BoxFuture<'a, Result<A, StepError>> {
+    Box::pin(core::future::ready(Err(error)))
 }
 
 /// What woke a waiting state.

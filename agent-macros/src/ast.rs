@@ -1,5 +1,7 @@
 //! Stage 2: the model of an agent, each node keeping the span of the user's token.
 
+use std::collections::HashMap;
+
 use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, Ident, Path, Visibility};
@@ -26,6 +28,11 @@ pub(crate) struct Agent {
     pub(crate) migrate_from: Option<(Span, MigrateFrom)>,
     pub(crate) tools: Vec<ToolDecl>,
     pub(crate) states: Vec<State>,
+    /// The index in `states` of each state's name (without `r#`), and in `tools` of each
+    /// tool's (the first, when declared twice): the expansion looks names up once per
+    /// edge and per listed tool, which a scan comparing identifiers makes quadratic.
+    state_index: HashMap<String, usize>,
+    tool_index: HashMap<String, usize>,
 }
 
 pub(crate) struct State {
@@ -158,11 +165,18 @@ impl State {
 
 impl Agent {
     pub(crate) fn state(&self, name: &Ident) -> Option<&State> {
-        self.states.iter().find(|s| names::same(&s.ident, name))
+        self.state_position(name).map(|i| &self.states[i])
+    }
+
+    /// The index of the state named `name` in `states`.
+    pub(crate) fn state_position(&self, name: &Ident) -> Option<usize> {
+        self.state_index.get(&names::unraw(name)).copied()
     }
 
     pub(crate) fn tool(&self, name: &Ident) -> Option<&ToolDecl> {
-        self.tools.iter().find(|t| names::same(&t.ident, name))
+        self.tool_index
+            .get(&names::unraw(name))
+            .map(|&i| &self.tools[i])
     }
 
     pub(crate) fn tool_kind(&self, name: &Ident) -> Option<Kind> {
@@ -309,7 +323,10 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         .get()
         .cloned()
         .unwrap_or_else(crate::krate::default_path);
+    let tools: Vec<ToolDecl> = ea.tools.take().unwrap_or_default();
     Some(Agent {
+        state_index: index(states.iter().map(|s| &s.ident)),
+        tool_index: index(tools.iter().map(|t| &t.ident)),
         vis: input.vis.clone(),
         name: ea.name.get().cloned().unwrap_or(name_text),
         module,
@@ -320,10 +337,19 @@ pub(crate) fn parse(cx: &Ctxt, input: &DeriveInput) -> Option<Agent> {
         budget: ea.budget.get().copied(),
         version: ea.version.span().zip(ea.version.get().copied()),
         migrate_from: ea.migrate_from.span().zip(ea.migrate_from.take()),
-        tools: ea.tools.take().unwrap_or_default(),
+        tools,
         states,
         ident,
     })
+}
+
+/// Each name's first position.
+fn index<'a>(idents: impl Iterator<Item = &'a Ident>) -> HashMap<String, usize> {
+    let mut index = HashMap::new();
+    for (i, ident) in idents.enumerate() {
+        index.entry(names::unraw(ident)).or_insert(i);
+    }
+    index
 }
 
 /// `Self` in `children(...)` is the enum: the generated impls that name the child are outside

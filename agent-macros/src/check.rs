@@ -595,7 +595,7 @@ fn build(agent: &Agent) -> DiGraph<usize, Span> {
     }
     for (i, s) in agent.states.iter().enumerate() {
         for t in s.successors() {
-            if let Some(j) = agent.states.iter().position(|x| names::same(&x.ident, t)) {
+            if let Some(j) = agent.state_position(t) {
                 g.add_edge(NodeIndex::new(i), NodeIndex::new(j), t.span());
             }
         }

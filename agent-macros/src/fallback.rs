@@ -11,12 +11,12 @@ use crate::expand;
 use crate::tool::{self, Tool};
 
 pub(crate) fn fallback(agent: &Agent) -> TokenStream {
-    let krate = &agent.krate;
+    let private = expand::private();
     let agent_impl = expand::agent_impl(agent, true);
-    let markers = expand::markers(agent);
+    let (module, state_impls) = expand::markers(agent);
     let handlers = expand::handler_trait(agent);
     let handle = expand::handle_impl(agent, true);
-    let toolset = crate::toolset::toolset(agent, true);
+    let (toolset, toolset_impls) = crate::toolset::toolset(agent, true);
     let facts = expand::facts_impl(agent);
     // Use the mapping, so that it is not reported as dead code on top of the errors.
     let mapping = agent.migrate_from.as_ref().map(|(_, m)| {
@@ -26,24 +26,28 @@ pub(crate) fn fallback(agent: &Agent) -> TokenStream {
     let allows = agent.states.iter().map(|s| {
         let m = expand::marker(agent, s);
         quote! {
-            impl<T: #krate::__private::Tool> #krate::__private::AllowsTool<T> for #m {}
-            impl<T: #krate::__private::State> #krate::__private::AllowsTransition<T> for #m {}
+            impl<T: #private::Tool> #private::AllowsTool<T> for #m {}
+            impl<T: #private::State> #private::AllowsTransition<T> for #m {}
         }
     });
     // Use the declared tools, so their imports are not reported as unused on top of the errors.
     let tools = agent.tools.iter().map(|t| &t.path);
+    let private_use = expand::private_use(agent);
     quote! {
-        const _: () = {
-            let _ = #krate::__private::core::marker::PhantomData::<(#(#tools,)*)>;
-        };
-        #agent_impl
-        #facts
-        #mapping
-        #markers
+        #module
         #handlers
-        #handle
         #toolset
-        #(#allows)*
+        const _: () = {
+            #private_use
+            let _ = #private::core::marker::PhantomData::<(#(#tools,)*)>;
+            #agent_impl
+            #facts
+            #mapping
+            #state_impls
+            #handle
+            #toolset_impls
+            #(#allows)*
+        };
     }
 }
 

@@ -50,17 +50,22 @@ fn field_doc(docs: &[&Attribute], ty: &syn::Type) -> TokenStream {
 /// Inside the markers' module: the hidden field-type traits and one struct per state, as
 /// visible as the enum (`inner_vis`), its fields too.
 pub(crate) fn inside(agent: &Agent, vis: &TokenStream) -> TokenStream {
-    let traits = agent.states.iter().map(|s| {
-        let tr = fields_trait(s);
-        let assoc = expand::field_params(s).into_iter().map(|(f, _)| f);
-        quote! {
-            #[doc(hidden)]
-            #[allow(non_camel_case_types)]
-            #vis trait #tr {
-                #(type #assoc;)*
+    // A unit state has no field types to name: no trait.
+    let traits = agent
+        .states
+        .iter()
+        .filter(|s| !s.fields.is_empty())
+        .map(|s| {
+            let tr = fields_trait(s);
+            let assoc = expand::field_params(s).into_iter().map(|(f, _)| f);
+            quote! {
+                #[doc(hidden)]
+                #[allow(non_camel_case_types)]
+                #vis trait #tr {
+                    #(type #assoc;)*
+                }
             }
-        }
-    });
+        });
     let structs = agent.states.iter().map(|s| {
         let v = &s.ident;
         let tr = fields_trait(s);
@@ -103,8 +108,7 @@ pub(crate) fn inside(agent: &Agent, vis: &TokenStream) -> TokenStream {
 /// Outside the module: the field types, `State` with the move into the enum, and `Debug`
 /// and `Clone` when every field has them.
 pub(crate) fn outside(agent: &Agent) -> TokenStream {
-    let krate = &agent.krate;
-    let private = quote!(#krate::__private);
+    let private = expand::private();
     let module = &agent.module;
     let enum_ident = &agent.ident;
     let stored = expand::stored_as_json(agent);
@@ -128,7 +132,7 @@ pub(crate) fn outside(agent: &Agent) -> TokenStream {
                         #(.field(#texts, &self.#names))*
                         .finish()
                 };
-                let clone = quote!(#m { #(#names: #private::core::clone::Clone::clone(&self.#names),)* });
+                let clone = quote!(#m { #(#names: #private::Clone::clone(&self.#names),)* });
                 (value, debug, clone)
             }
             Fields::Unnamed(_) => {
@@ -139,7 +143,7 @@ pub(crate) fn outside(agent: &Agent) -> TokenStream {
                         #(.field(&self.#index))*
                         .finish()
                 };
-                let clone = quote!(#m(#(#private::core::clone::Clone::clone(&self.#index),)*));
+                let clone = quote!(#m(#(#private::Clone::clone(&self.#index),)*));
                 (value, debug, clone)
             }
             Fields::Unit => (
@@ -150,7 +154,7 @@ pub(crate) fn outside(agent: &Agent) -> TokenStream {
         };
         // `for<'__agent>`: a bound that does not hold drops the impl instead of failing the
         // build (the enum need not be `Debug`; its fields then need not be either).
-        let types: Vec<&syn::Type> = params.iter().map(|(_, t)| t).collect();
+        let types: Vec<&syn::Type> = params.iter().map(|(_, t)| *t).collect();
         let bounded = |tr: TokenStream| {
             if types.is_empty() {
                 TokenStream::new()
@@ -158,15 +162,20 @@ pub(crate) fn outside(agent: &Agent) -> TokenStream {
                 quote!(where #(for<'__agent> #types: #tr,)*)
             }
         };
-        let debug_bound = bounded(quote!(#private::core::fmt::Debug));
-        let clone_bound = bounded(quote!(#private::core::clone::Clone));
-        quote! {
-            #[automatically_derived]
-            impl #module::#tr for #m {
-                #(#assoc)*
+        let debug_bound = bounded(quote!(#private::Debug));
+        let clone_bound = bounded(quote!(#private::Clone));
+        let fields_impl = (!params.is_empty()).then(|| {
+            quote! {
+                #[automatically_derived]
+                impl #module::#tr for #m {
+                    #(#assoc)*
+                }
             }
+        });
+        quote! {
+            #fields_impl
             #[automatically_derived]
-            impl #krate::__private::State for #m #stored {
+            impl #private::State for #m #stored {
                 type Agent = #enum_ident;
                 const NAME: &'static str = #name;
                 fn __into_agent(self) -> #enum_ident {
@@ -174,13 +183,13 @@ pub(crate) fn outside(agent: &Agent) -> TokenStream {
                 }
             }
             #[automatically_derived]
-            impl #private::core::fmt::Debug for #m #debug_bound {
-                fn fmt(&self, #f: &mut #private::core::fmt::Formatter<'_>) -> #private::core::fmt::Result {
+            impl #private::Debug for #m #debug_bound {
+                fn fmt(&self, #f: &mut #private::Formatter<'_>) -> #private::FmtResult {
                     #debug
                 }
             }
             #[automatically_derived]
-            impl #private::core::clone::Clone for #m #clone_bound {
+            impl #private::Clone for #m #clone_bound {
                 fn clone(&self) -> Self {
                     #clone
                 }

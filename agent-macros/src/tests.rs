@@ -682,18 +682,34 @@ fn migration_expansion_snapshot() {
     let tokens = crate::derive_agent_impl(&input);
     let file: syn::File = syn::parse2(tokens).expect("the expansion parses as a file");
     let text = prettyplease::unparse(&file);
-    // The parts this feature adds; the rest is the ordinary expansion, snapshotted above.
+    // The parts this feature adds; the rest is the ordinary expansion, snapshotted above:
+    // the const checks beside the enum, then the impls in the generated block.
+    let checks_start = text
+        .find("const _: () = ::durable_agents::__private::fail_if")
+        .expect("the checks");
+    let checks_end = checks_start
+        + text[checks_start..]
+            .find("const _: () = {")
+            .expect("the block");
     let start = text
-        .find("impl ::durable_agents::__private::AgentFacts")
+        .find("impl __agent_private::AgentFacts")
         .expect("the facts impl");
-    let end = text.find("mod checkout {").expect("the markers module");
+    let migrates = start
+        + text[start..]
+            .find("impl __agent_private::MigratesFrom")
+            .expect("the migration's impl");
+    let end = migrates
+        + text[migrates..]
+            .find("#[automatically_derived]")
+            .expect("the impls after the migration's");
     let version_and_migrate: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("VERSION") || l.contains("migrate") || l.contains("older_versions"))
         .collect();
     insta::assert_snapshot!(format!(
-        "{}\n---\n{}",
+        "{}\n---\n{}{}",
         version_and_migrate.join("\n"),
-        &text[start..end]
+        &text[start..end],
+        &text[checks_start..checks_end],
     ));
 }

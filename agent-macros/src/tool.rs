@@ -116,7 +116,7 @@ pub(crate) fn tool_impl(tool: &Tool, body: &TokenStream) -> TokenStream {
     let ident = &tool.ident;
     let name = &tool.name;
     let desc = &tool.description;
-    let kind = expand::kind_type(krate, tool.kind);
+    let kind = expand::kind_type(&quote!(#krate::__private), tool.kind);
     let (impl_generics, ty_generics, where_clause) = tool.generics.split_for_impl();
     quote! {
         #[automatically_derived]

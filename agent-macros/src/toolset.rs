@@ -16,18 +16,19 @@ pub(crate) fn ident(agent: &Agent) -> Ident {
     format_ident!("{}Tools", names::unraw(&agent.ident))
 }
 
-fn helper(krate: &syn::Path, kind: Kind) -> TokenStream {
+fn helper(private: &Ident, kind: Kind) -> TokenStream {
     if matches!(kind, Kind::Hybrid) {
-        quote!(#krate::__private::HybridTool)
+        quote!(#private::HybridTool)
     } else {
-        quote!(#krate::__private::PlainTool)
+        quote!(#private::PlainTool)
     }
 }
 
-/// The struct, `from_shared` and `ToolsFor`. With `stub` (next to errors), the struct only
-/// and impls without bounds, so the user's code that builds it sees no follow-on errors.
-pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
-    let krate = &agent.krate;
+/// The struct; and apart, for the generated block, its impls (`Debug`, `from_shared`,
+/// `ToolsFor`). With `stub` (next to errors), impls without bounds, so the user's code that
+/// builds it sees no follow-on errors.
+pub(crate) fn toolset(agent: &Agent, stub: bool) -> (TokenStream, TokenStream) {
+    let private = crate::expand::private();
     let vis = &agent.vis;
     let enum_ident = &agent.ident;
     let tools_ident = ident(agent);
@@ -56,10 +57,10 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
     let (bounds, build, into_box) = if stub {
         (
             Vec::new(),
-            quote!(let _ = shared; #krate::__private::core::unreachable!(
+            quote!(let _ = shared; #private::core::unreachable!(
                 "never run: the derive reported an error, so the crate does not compile"
             )),
-            quote!(#krate::__private::ToolBox::new()),
+            quote!(#private::ToolBox::new()),
         )
     } else {
         let bounds: Vec<TokenStream> = agent
@@ -67,39 +68,40 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
             .iter()
             .map(|t| {
                 let path = &t.path;
-                quote!(#path: #krate::__private::BuildTool<#state>)
+                quote!(#path: #private::BuildTool<#state>)
             })
             .collect();
         let built = tools.iter().zip(&fields).map(|(t, f)| {
             let path = &t.path;
-            quote!(#f: <#path as #krate::__private::BuildTool<#state>>::build_tool(shared))
+            quote!(#f: <#path as #private::BuildTool<#state>>::build_tool(shared))
         });
         let adds = tools.iter().zip(&fields).map(|(t, f)| {
-            let helper = helper(krate, t.kind);
+            let helper = helper(&private, t.kind);
             quote!(let tools = #helper::add_to(self.#f, tools);)
         });
         (
             bounds,
             quote!(let _ = shared; Self { #(#built,)* }),
-            quote!(let tools = #krate::__private::ToolBox::new(); #(#adds)* tools),
+            quote!(let tools = #private::ToolBox::new(); #(#adds)* tools),
         )
     };
     let runnable = tools.iter().filter(|_| !stub).map(|t| {
         let path = &t.path;
-        let helper = helper(krate, t.kind);
+        let helper = helper(&private, t.kind);
         quote!(for<'__a> #path: #helper)
     });
     let debug_fields = tools.iter().map(|t| names::unraw(&t.ident));
     let name_lit = tools_ident.to_string();
-    quote! {
+    let item = quote! {
         #[doc = #doc]
         #vis struct #tools_ident {
             #(#decls,)*
         }
-
+    };
+    let impls = quote! {
         #[automatically_derived]
-        impl #krate::__private::core::fmt::Debug for #tools_ident {
-            fn fmt(&self, f: &mut #krate::__private::core::fmt::Formatter<'_>) -> #krate::__private::core::fmt::Result {
+        impl #private::Debug for #tools_ident {
+            fn fmt(&self, f: &mut #private::Formatter<'_>) -> #private::FmtResult {
                 f.debug_tuple(#name_lit)
                     #(.field(&#debug_fields))*
                     .finish()
@@ -123,13 +125,14 @@ pub(crate) fn toolset(agent: &Agent, stub: bool) -> TokenStream {
         // `for<'a>`: each tool's `Execute` is required where the struct is used (the
         // runner), not here: an agent's graph compiles before its tools run.
         #[automatically_derived]
-        impl #krate::__private::ToolsFor<#enum_ident> for #tools_ident
+        impl #private::ToolsFor<#enum_ident> for #tools_ident
         where
             #(#runnable,)*
         {
-            fn into_tool_box(self) -> #krate::__private::ToolBox {
+            fn into_tool_box(self) -> #private::ToolBox {
                 #into_box
             }
         }
-    }
+    };
+    (item, impls)
 }

@@ -2,18 +2,18 @@
 //! `on_budget`.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Fields, Ident, Type};
 
-use super::{argument_type, lit, option, stored_as_json, typed_successors};
+use super::{argument_type, lit, private, some, stored_as_json, typed_successors};
 use crate::ast::{Agent, FailureEdge, State};
 use crate::attr::{Budget, Kind};
 use crate::names;
 
 /// `impl Agent`. With `stub`, `graph()` is never reached (the build already failed).
 pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
-    let krate = &agent.krate;
+    let private = private();
     let ident = &agent.ident;
     let name = lit(&agent.name);
     let arms = agent.states.iter().map(|s| {
@@ -28,84 +28,25 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
         quote!(self)
     };
     let graph = if stub {
-        quote!(#krate::__private::core::unreachable!())
+        quote!(#private::core::unreachable!())
     } else {
         let dag = agent.dag;
-        let max_steps = option(agent, agent.max_steps);
-        let budget = option(agent, agent.budget.map(|b| budget_value(agent, b)));
+        let max_steps = option(agent.max_steps);
+        let budget = option(agent.budget.map(budget_value));
         let tools = agent.tools.iter().map(|t| {
             let n = lit(&names::unraw(&t.ident));
-            let kind = kind_value(agent, t.kind);
-            let comp = option(agent, t.compensate.as_ref().map(|c| lit(&names::unraw(c))));
-            quote!(#krate::__private::ToolSpec { name: #n, kind: #kind, compensation: #comp })
+            let kind = kind_value(t.kind);
+            let comp = option(t.compensate.as_ref().map(|c| lit(&names::unraw(c))));
+            quote!(#private::ToolSpec { name: #n, kind: #kind, compensation: #comp })
         });
-        let states = agent.states.iter().map(|s| {
-            let n = lit(&s.name());
-            let initial = s.initial.is_some();
-            let terminal = s.terminal.is_some();
-            let compensate = s.compensate.is_some();
-            let llm = s.llm.is_some();
-            let wait = option(agent, s.wait.as_ref().map(|w| lit(&w.1)));
-            let wait_timeout = option(agent, s.wait_timeout_ms.map(|w| w.1));
-            let timer_ms = option(agent, s.timer_ms.map(|t| t.1));
-            let timer_field = option(agent, s.timer.as_ref().map(|t| lit(&names::unraw(&t.1))));
-            let wait_payload = option(
-                agent,
-                s.wait_payload.as_ref().map(|(span, ty)| {
-                    quote_spanned!(*span=> <#ty as #krate::__private::PayloadSchema>::schema)
-                }),
-            );
-            let to = s.to.iter().map(|t| lit(&names::unraw(t)));
-            let on_error = option(agent, s.on_error.as_ref().map(|t| lit(&names::unraw(t))));
-            let on_budget = option(agent, s.on_budget.as_ref().map(|t| lit(&names::unraw(t))));
-            let budget = option(agent, s.budget.map(|b| budget_value(agent, b.1)));
-            let tools = s.tools.iter().map(|t| lit(&names::unraw(t)));
-            let max_tool_calls = option(agent, s.max_tool_calls.map(|m| m.1));
-            let tools_per_answer = option(agent, s.tools_per_answer.map(|m| m.1));
-            let timeout = option(agent, s.timeout_ms.map(|m| m.1));
-            let decision_timeout = option(agent, s.decision_timeout_ms.map(|m| m.1));
-            let children = s
-                .children
-                .iter()
-                .map(|c| quote!(<#c as #krate::__private::Agent>::NAME));
-            let children_outlive = s.children_outlive.is_some();
-            let data = lit(&s.data());
-            let arguments = typed_successors(agent, s).into_iter().map(|(t, a)| {
-                let to = lit(&names::unraw(t));
-                let type_name = lit(&quote::ToTokens::to_token_stream(&a.ty).to_string());
-                let span = a.ty.span();
-                let ty = argument_type(agent, s, t, span);
-                quote_spanned! {span=>
-                    #krate::__private::ArgumentSpec {
-                        to: #to,
-                        type_name: #type_name,
-                        schema: <#ty as #krate::__private::ArgumentSchema>::schema,
-                        check: <#ty as #krate::__private::ArgumentType>::check,
-                    }
-                }
-            });
-            quote! {
-                #krate::__private::StateSpec {
-                    name: #n, initial: #initial, terminal: #terminal, compensate: #compensate,
-                    llm: #llm, wait: #wait, wait_timeout_ms: #wait_timeout,
-                    timer_ms: #timer_ms, timer_field: #timer_field,
-                    wait_payload: #wait_payload, to: &[#(#to),*],
-                    on_error: #on_error, on_budget: #on_budget, budget: #budget,
-                    tools: &[#(#tools),*], max_tool_calls: #max_tool_calls,
-                    tools_per_answer: #tools_per_answer, timeout_ms: #timeout,
-                    decision_timeout_ms: #decision_timeout, children: &[#(#children),*],
-                    children_outlive: #children_outlive, data: #data,
-                    arguments: &[#(#arguments),*],
-                }
-            }
-        });
+        let states = agent.states.iter().map(|s| state_spec(agent, s));
         quote! {
-            static GRAPH: #krate::__private::OnceLock<#krate::__private::GraphDescription> =
-                #krate::__private::OnceLock::new();
+            static GRAPH: #private::OnceLock<#private::GraphDescription> =
+                #private::OnceLock::new();
             GRAPH.get_or_init(|| {
-                #krate::__private::graph(&#krate::__private::AgentSpec {
+                #private::graph(&#private::AgentSpec {
                     name: #name,
-                    version: <Self as #krate::__private::Agent>::VERSION,
+                    version: <Self as #private::Agent>::VERSION,
                     dag: #dag,
                     max_steps: #max_steps,
                     budget: #budget,
@@ -122,17 +63,16 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
     let migrate = if stub || agent.migrate_from.is_none() {
         None
     } else {
-        let private = quote!(#krate::__private);
         let from = Ident::new("from", Span::mixed_site());
         let state = Ident::new("state", Span::mixed_site());
         Some(quote! {
             fn migrate(
                 #from: u32,
                 #state: #private::serde_json::Value,
-            ) -> #private::Option<#private::core::result::Result<#private::serde_json::Value, #krate::__private::MigrationError>> {
+            ) -> #private::Option<#private::Result<#private::serde_json::Value, #private::MigrationError>> {
                 #private::migrate::<Self>(#from, #state)
             }
-            fn older_versions() -> #private::Vec<#krate::__private::OlderVersion> {
+            fn older_versions() -> #private::Vec<#private::OlderVersion> {
                 #private::older_versions::<Self>()
             }
         })
@@ -145,7 +85,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
     // Spanned at the enum's name: a missing serde derive is reported there.
     let stored_impl = quote_spanned! {ident.span()=>
         #[automatically_derived]
-        impl #krate::__private::StoredAsJson for #ident {}
+        impl #private::StoredAsJson for #ident {}
     };
     // Which constructor builds the agent's runner: the builder with `.router(..)` when a
     // state is routed by an LLM, else `Runner::new` (or the builder without it). The stub implements both, so a
@@ -155,11 +95,11 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
     let routed = agent.states.iter().any(|s| s.llm.is_some());
     let by_code = quote! {
         #[automatically_derived]
-        impl #krate::__private::RoutedByCode for #ident #stored {}
+        impl #private::RoutedByCode for #ident #stored {}
     };
     let by_llm = quote! {
         #[automatically_derived]
-        impl #krate::__private::RoutedByLlm for #ident #stored {}
+        impl #private::RoutedByLlm for #ident #stored {}
     };
     let routing = match (stub, routed) {
         (true, _) => quote!(#by_code #by_llm),
@@ -170,10 +110,10 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
         #stored_impl
         #routing
         #[automatically_derived]
-        impl #krate::__private::Agent for #ident #stored {
+        impl #private::Agent for #ident #stored {
             const NAME: &'static str = #name;
             #version
-            fn graph() -> &'static #krate::__private::GraphDescription {
+            fn graph() -> &'static #private::GraphDescription {
                 #graph
             }
             fn state_name(&self) -> &'static str {
@@ -194,8 +134,7 @@ pub(crate) fn agent_impl(agent: &Agent, stub: bool) -> TokenStream {
 /// cycles through `dag` agents. A constant of function pointers: it reads nothing of the
 /// children, so agents that list each other compile.
 fn children_fn(agent: &Agent) -> Option<TokenStream> {
-    let krate = &agent.krate;
-    let private = quote!(#krate::__private);
+    let private = private();
     let links: Vec<TokenStream> = agent
         .states
         .iter()
@@ -229,8 +168,7 @@ fn children_fn(agent: &Agent) -> Option<TokenStream> {
 /// one. `T` has no field or one (checked), built through `FromFailure`, spanned at the field's
 /// type so that a type that cannot hold a failure is reported there.
 fn failure_fn(agent: &Agent, edge: FailureEdge) -> Option<TokenStream> {
-    let krate = &agent.krate;
-    let private = quote!(#krate::__private);
+    let private = private();
     let from = Ident::new("from", Span::mixed_site());
     let failure = Ident::new("failure", Span::mixed_site());
     // The failing states by target, in the order the targets are first named: one arm each.
@@ -278,7 +216,7 @@ fn failure_fn(agent: &Agent, edge: FailureEdge) -> Option<TokenStream> {
     Some(quote! {
         fn #method(
             #from: &str,
-            #failure_param: #krate::__private::Failure,
+            #failure_param: #private::Failure,
         ) -> #private::Option<Self> {
             match #from {
                 #(#arms)*
@@ -293,8 +231,7 @@ fn failure_fn(agent: &Agent, edge: FailureEdge) -> Option<TokenStream> {
 /// the field's name in the attribute, so that a field whose type is not a `TimerField` is
 /// reported there, with the types it can be.
 fn timer_due_fn(agent: &Agent) -> Option<TokenStream> {
-    let krate = &agent.krate;
-    let private = quote!(#krate::__private);
+    let private = private();
     let value = Ident::new("timer", Span::mixed_site());
     let arms: Vec<TokenStream> = agent
         .states
@@ -328,28 +265,134 @@ fn timer_due_fn(agent: &Agent) -> Option<TokenStream> {
     })
 }
 
+/// A state as the core's `StateSpec`: the fields its attribute sets, the rest from
+/// `StateSpec::DEFAULT`.
+fn state_spec(agent: &Agent, s: &State) -> TokenStream {
+    let private = private();
+    let n = lit(&s.name());
+    let mut fields = vec![quote!(name: #n)];
+    let flags = [
+        (s.initial.is_some(), quote!(initial)),
+        (s.terminal.is_some(), quote!(terminal)),
+        (s.compensate.is_some(), quote!(compensate)),
+        (s.llm.is_some(), quote!(llm)),
+    ];
+    fields.extend(
+        flags
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, f)| quote!(#f: true)),
+    );
+    let mut set = |field: &str, value: Option<TokenStream>| {
+        if let Some(value) = value {
+            let field = Ident::new(field, Span::call_site());
+            fields.push(quote!(#field: #value));
+        }
+    };
+    set("wait", s.wait.as_ref().map(|w| some(lit(&w.1))));
+    set("wait_timeout_ms", s.wait_timeout_ms.map(|w| some(w.1)));
+    set("timer_ms", s.timer_ms.map(|t| some(t.1)));
+    set(
+        "timer_field",
+        s.timer.as_ref().map(|t| some(lit(&names::unraw(&t.1)))),
+    );
+    set(
+        "wait_payload",
+        s.wait_payload.as_ref().map(|(span, ty)| {
+            some(quote_spanned!(*span=> <#ty as #private::PayloadSchema>::schema))
+        }),
+    );
+    let names = |list: &[Ident]| {
+        let names = list.iter().map(|t| lit(&names::unraw(t)));
+        (!list.is_empty()).then(|| quote!(&[#(#names),*]))
+    };
+    set("to", names(&s.to));
+    set(
+        "on_error",
+        s.on_error.as_ref().map(|t| some(lit(&names::unraw(t)))),
+    );
+    set(
+        "on_budget",
+        s.on_budget.as_ref().map(|t| some(lit(&names::unraw(t)))),
+    );
+    set("budget", s.budget.map(|b| some(budget_value(b.1))));
+    set("tools", names(&s.tools));
+    set("max_tool_calls", s.max_tool_calls.map(|m| some(m.1)));
+    set("tools_per_answer", s.tools_per_answer.map(|m| some(m.1)));
+    set("timeout_ms", s.timeout_ms.map(|m| some(m.1)));
+    set(
+        "decision_timeout_ms",
+        s.decision_timeout_ms.map(|m| some(m.1)),
+    );
+    let children = s
+        .children
+        .iter()
+        .map(|c| quote!(<#c as #private::Agent>::NAME));
+    set(
+        "children",
+        (!s.children.is_empty()).then(|| quote!(&[#(#children),*])),
+    );
+    set(
+        "children_outlive",
+        s.children_outlive.is_some().then(|| quote!(true)),
+    );
+    let data = s.data();
+    set(
+        "data",
+        (!data.is_empty()).then(|| lit(&data).into_token_stream()),
+    );
+    let arguments: Vec<TokenStream> = typed_successors(agent, s)
+        .into_iter()
+        .map(|(t, a)| {
+            let to = lit(&names::unraw(t));
+            let type_name = lit(&a.ty.to_token_stream().to_string());
+            let span = a.ty.span();
+            let ty = argument_type(agent, s, t, span);
+            quote_spanned! {span=>
+                #private::ArgumentSpec {
+                    to: #to,
+                    type_name: #type_name,
+                    schema: <#ty as #private::ArgumentSchema>::schema,
+                    check: <#ty as #private::ArgumentType>::check,
+                }
+            }
+        })
+        .collect();
+    set(
+        "arguments",
+        (!arguments.is_empty()).then(|| quote!(&[#(#arguments),*])),
+    );
+    quote!(#private::StateSpec { #(#fields,)* ..#private::StateSpec::DEFAULT })
+}
+
+/// `None`, or `Some(v)`, inside the generated block.
+fn option<T: quote::ToTokens>(v: Option<T>) -> TokenStream {
+    let private = private();
+    v.map_or_else(|| quote!(#private::Option::None), some)
+}
+
 /// A `budget(...)` as the core's `Budget`.
-fn budget_value(agent: &Agent, budget: Budget) -> TokenStream {
-    let krate = &agent.krate;
+fn budget_value(budget: Budget) -> TokenStream {
+    let private = private();
     let [tokens, cost_micros, asks, tool_calls] = [
         budget.tokens,
         budget.cost_micros,
         budget.asks,
         budget.tool_calls,
     ]
-    .map(|limit| option(agent, limit));
+    .map(option);
     quote! {
-        #krate::__private::Budget {
+        #private::Budget {
             tokens: #tokens, cost_micros: #cost_micros, asks: #asks, tool_calls: #tool_calls,
         }
     }
 }
 
-fn kind_value(agent: &Agent, kind: Kind) -> TokenStream {
-    let krate = &agent.krate;
+fn kind_value(kind: Kind) -> TokenStream {
+    let private = private();
     match kind {
-        Kind::Read => quote!(#krate::__private::ToolKind::Read),
-        Kind::Write => quote!(#krate::__private::ToolKind::Write),
-        Kind::Hybrid => quote!(#krate::__private::ToolKind::Hybrid),
+        Kind::Read => quote!(#private::ToolKind::Read),
+        Kind::Write => quote!(#private::ToolKind::Write),
+        Kind::Hybrid => quote!(#private::ToolKind::Hybrid),
     }
 }

@@ -146,8 +146,8 @@ pub(crate) fn handler_trait(agent: &Agent) -> TokenStream {
                 #route
                 #wake
                 #state,
-            ) -> impl #krate::__private::core::future::Future<Output = #krate::__private::StepResult<#m>>
-                   + #krate::__private::core::marker::Send;
+            ) -> impl #krate::__private::Future<Output = #krate::__private::StepResult<#m>>
+                   + #krate::__private::Send;
         }
     }).collect::<Vec<_>>();
     let doc = format!(
@@ -162,24 +162,25 @@ pub(crate) fn handler_trait(agent: &Agent) -> TokenStream {
     quote! {
         #[doc = #doc]
         #vis trait #trait_ident:
-            #krate::__private::core::marker::Send + #krate::__private::core::marker::Sync + 'static
+            #krate::__private::Send + #krate::__private::Sync + 'static
         {
             #(#methods)*
         }
     }
 }
 
-/// `impl<H: CheckoutHandlers> Handle<H> for Checkout`.
+/// `impl<H: CheckoutHandlers> Handle<H> for Checkout`: a `match` whose arm per state calls
+/// the state's handler and hands its future to the generic `__private::step` (one `async`
+/// block in the core, not one in the user's crate holding every handler's future).
 pub(crate) fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
-    let krate = &agent.krate;
+    let private = super::private();
     let ident = &agent.ident;
     let trait_ident = &agent.handlers;
     let module = &agent.module;
-    let private = quote!(#krate::__private);
     // Locals of the generated fn, invisible to (and unaffected by) names in the user's scope.
     let handlers = Ident::new("handlers", Span::mixed_site());
     let io = Ident::new("io", Span::mixed_site());
-    let next = Ident::new("next", Span::mixed_site());
+    let error = Ident::new("error", Span::mixed_site());
     let stored = stored_as_json(agent);
     let body = if stub {
         quote! {
@@ -191,7 +192,7 @@ pub(crate) fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
             let v = &s.ident;
             let n = lit(&s.name());
             if s.terminal.is_some() {
-                return quote!(Self::#v { .. } => #private::core::result::Result::Err(#private::terminal(#n)),);
+                return quote!(Self::#v { .. } => #private::fail(#private::terminal(#n)),);
             }
             let method = method_ident(s);
             let m = marker(agent, s);
@@ -200,53 +201,74 @@ pub(crate) fn handle_impl(agent: &Agent, stub: bool) -> TokenStream {
                 .collect();
             let (pattern, state) = match &s.fields {
                 Fields::Named(named) => {
-                    let f: Vec<&Ident> = named.named.iter().filter_map(|f| f.ident.as_ref()).collect();
+                    let f: Vec<&Ident> = named
+                        .named
+                        .iter()
+                        .filter_map(|f| f.ident.as_ref())
+                        .collect();
                     (
                         quote!(Self::#v { #(#f: #bindings),* }),
                         quote!(#m { #(#f: #bindings),* }),
                     )
                 }
-                Fields::Unnamed(_) => (
-                    quote!(Self::#v(#(#bindings),*)),
-                    quote!(#m(#(#bindings),*)),
-                ),
+                Fields::Unnamed(_) => {
+                    (quote!(Self::#v(#(#bindings),*)), quote!(#m(#(#bindings),*)))
+                }
                 Fields::Unit => (quote!(Self::#v), quote!(#m)),
             };
-            let route = s.llm.map(|_| {
-                let r = route_ident(s);
-                quote!(#private::route::<#module::#r>(#io, #n)?,)
-            });
-            let wake = s.wait.as_ref().map(|_| quote!(#private::wake(#io, #n)?,));
-            quote! {
-                #pattern => {
-                    let #next = <H as #trait_ident>::#method(
-                        #handlers,
-                        #krate::__private::Ctx::<'_, #m>::__new(#io),
-                        #route
-                        #wake
-                        #state,
-                    )
-                    .await?;
-                    #private::core::result::Result::Ok(#next.__into_state())
-                }
+            let route = s.llm.map(|_| Ident::new("route", Span::mixed_site()));
+            let wake = s
+                .wait
+                .as_ref()
+                .map(|_| Ident::new("wake", Span::mixed_site()));
+            let (route_arg, wake_arg) = (
+                route.as_ref().map(|r| quote!(#r,)),
+                wake.as_ref().map(|w| quote!(#w,)),
+            );
+            let mut call = quote! {
+                #private::step(<H as #trait_ident>::#method(
+                    #handlers,
+                    #private::Ctx::<'_, #m>::__new(#io),
+                    #route_arg
+                    #wake_arg
+                    #state,
+                ))
+            };
+            // What the handler takes besides its state, read before it runs: a missing one
+            // fails the step (the route first, as the arguments are in that order).
+            if let Some(wake) = &wake {
+                call = quote! {
+                    match #private::wake(#io, #n) {
+                        #private::Ok(#wake) => #call,
+                        #private::Err(#error) => #private::fail(#error),
+                    }
+                };
             }
+            if let Some(route) = &route {
+                let r = route_ident(s);
+                call = quote! {
+                    match #private::route::<#module::#r>(#io, #n) {
+                        #private::Ok(#route) => #call,
+                        #private::Err(#error) => #private::fail(#error),
+                    }
+                };
+            }
+            quote!(#pattern => #call,)
         });
         quote! {
-            #private::Box::pin(async move {
-                match self {
-                    #(#arms)*
-                }
-            })
+            match self {
+                #(#arms)*
+            }
         }
     };
     quote! {
         #[automatically_derived]
-        impl<H: #trait_ident> #krate::__private::Handle<H> for #ident #stored {
+        impl<H: #trait_ident> #private::Handle<H> for #ident #stored {
             fn handle<'a>(
                 self,
                 #handlers: &'a H,
                 #io: &'a dyn #private::StepIo,
-            ) -> #private::BoxFuture<'a, #private::core::result::Result<Self, #krate::__private::StepError>> {
+            ) -> #private::BoxFuture<'a, #private::Result<Self, #private::StepError>> {
                 #body
             }
         }

@@ -7,7 +7,7 @@ mod rules;
 mod states;
 mod versions;
 
-use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use proc_macro2::{Group, Punct, Spacing, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
 use syn::{Fields, Ident, Type};
 
@@ -21,36 +21,102 @@ pub(crate) use rules::{allows, tool_checks};
 pub(crate) use states::markers;
 pub(crate) use versions::{facts_impl, migration};
 
-/// The whole expansion of a checked agent.
+/// The whole expansion of a checked agent: the items the user names (the states' module,
+/// the handler trait, the tools struct) where the enum is, and every impl inside one
+/// `const _` block that names the framework's internals through a short alias (`private`).
 pub(crate) fn expand(agent: &Agent) -> TokenStream {
     let agent_impl = agent_impl(agent, false);
-    let markers = markers(agent);
+    let (module, state_impls) = markers(agent);
     let handlers = handler_trait(agent);
     let handle = handle_impl(agent, false);
     let allows = allows(agent);
     let tool_checks = tool_checks(agent);
-    let toolset = crate::toolset::toolset(agent, false);
+    let (toolset, toolset_impls) = crate::toolset::toolset(agent, false);
     let facts = facts_impl(agent);
-    let migration = migration(agent);
+    let (migration, migration_checks) = migration(agent);
+    let private_use = private_use(agent);
     quote! {
-        #agent_impl
-        #facts
-        #migration
-        #markers
+        #module
         #toolset
         #handlers
-        #handle
+        #migration_checks
         const _: () = {
+            #private_use
+            #agent_impl
+            #facts
+            #migration
+            #state_impls
+            #toolset_impls
+            #handle
             #allows
             #tool_checks
         };
     }
 }
 
-pub(crate) fn marker(agent: &Agent, state: &State) -> TokenStream {
-    let module = &agent.module;
-    let ident = &state.ident;
-    quote!(#module::#ident)
+/// The alias of `<crate>::__private` inside the generated `const _` block: every impl names
+/// the internals through it, one token where the full path is six.
+pub(crate) fn private() -> Ident {
+    Ident::new("__agent_private", Span::call_site())
+}
+
+/// Tokens kept as a list of token trees, for the small pieces the expansion repeats (a
+/// state's struct, a bound): interpolated, they are appended one by one, where a
+/// `TokenStream` is joined to its neighbours through the compiler's bridge, several round
+/// trips each time.
+#[derive(Clone)]
+pub(crate) struct Flat(Vec<TokenTree>);
+
+impl Flat {
+    /// The tokens, each spanned at `span` (a `Flat` holds no groups: see [`respan`] for those).
+    pub(crate) fn respanned(&self, span: Span) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|t| {
+                    let mut t = t.clone();
+                    t.set_span(span);
+                    t
+                })
+                .collect(),
+        )
+    }
+}
+
+impl From<TokenStream> for Flat {
+    fn from(tokens: TokenStream) -> Self {
+        Self(tokens.into_iter().collect())
+    }
+}
+
+impl quote::ToTokens for Flat {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(self.0.iter().cloned());
+    }
+}
+
+/// The identifier, spanned at `span`.
+pub(crate) fn ident_at(ident: &Ident, span: Span) -> Ident {
+    let mut ident = ident.clone();
+    ident.set_span(span);
+    ident
+}
+
+/// The `use` that declares [`private`], first in the block.
+pub(crate) fn private_use(agent: &Agent) -> TokenStream {
+    let krate = &agent.krate;
+    let private = private();
+    quote!(use #krate::__private as #private;)
+}
+
+/// `checkout::Review`: the state's struct.
+pub(crate) fn marker(agent: &Agent, state: &State) -> Flat {
+    Flat(vec![
+        TokenTree::Ident(agent.module.clone()),
+        TokenTree::Punct(Punct::new(':', Spacing::Joint)),
+        TokenTree::Punct(Punct::new(':', Spacing::Alone)),
+        TokenTree::Ident(state.ident.clone()),
+    ])
 }
 
 pub(crate) fn route_ident(state: &State) -> Ident {
@@ -112,45 +178,44 @@ fn lit(s: &str) -> syn::LitStr {
     syn::LitStr::new(s, Span::call_site())
 }
 
-fn option<T: quote::ToTokens>(agent: &Agent, v: Option<T>) -> TokenStream {
-    let krate = &agent.krate;
-    v.map_or_else(
-        || quote!(#krate::__private::Option::None),
-        |v| quote!(#krate::__private::Option::Some(#v)),
-    )
+/// `Some(v)` inside the generated block.
+fn some(v: impl quote::ToTokens) -> TokenStream {
+    let private = private();
+    quote!(#private::Option::Some(#v))
 }
 
 /// `where for<'a> Enum: StoredAsJson`, on every impl whose trait bounds `Agent`: inside
 /// them the enum's serde impls are assumed, so an enum without the serde derives is
 /// reported once, at the unconditional `StoredAsJson` impl that `agent_impl` writes, and
 /// not again at each of these (see `__private::StoredAsJson`).
-pub(crate) fn stored_as_json(agent: &Agent) -> TokenStream {
-    let krate = &agent.krate;
+pub(crate) fn stored_as_json(agent: &Agent) -> Flat {
+    let private = private();
     let ident = &agent.ident;
-    quote!(where for<'__agent> #ident: #krate::__private::StoredAsJson)
+    Flat::from(quote!(where for<'__agent> #ident: #private::StoredAsJson))
 }
 
-pub(crate) fn kind_type(krate: &syn::Path, kind: Kind) -> TokenStream {
+/// The kind's marker type, under `private` (the crate's `__private` path, or its alias).
+pub(crate) fn kind_type(private: &impl quote::ToTokens, kind: Kind) -> TokenStream {
     match kind {
-        Kind::Read => quote!(#krate::__private::kind::Read),
-        Kind::Write => quote!(#krate::__private::kind::Write),
-        Kind::Hybrid => quote!(#krate::__private::kind::Hybrid),
+        Kind::Read => quote!(#private::kind::Read),
+        Kind::Write => quote!(#private::kind::Write),
+        Kind::Hybrid => quote!(#private::kind::Hybrid),
     }
 }
 
 /// Parameters of a state's data: field names, or `f0, f1, ...` for tuple variants.
-pub(crate) fn field_params(state: &State) -> Vec<(Ident, Type)> {
+pub(crate) fn field_params(state: &State) -> Vec<(Ident, &Type)> {
     match &state.fields {
         Fields::Named(named) => named
             .named
             .iter()
-            .filter_map(|f| f.ident.clone().map(|i| (i, f.ty.clone())))
+            .filter_map(|f| f.ident.clone().map(|i| (i, &f.ty)))
             .collect(),
         Fields::Unnamed(unnamed) => unnamed
             .unnamed
             .iter()
             .enumerate()
-            .map(|(i, f)| (format_ident!("f{}", i), f.ty.clone()))
+            .map(|(i, f)| (format_ident!("f{}", i), &f.ty))
             .collect(),
         Fields::Unit => Vec::new(),
     }

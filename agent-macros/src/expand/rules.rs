@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::{kind_type, lit, marker, respan};
+use super::{ident_at, kind_type, lit, marker};
 use crate::ast::Agent;
 use crate::attr::Kind;
 use crate::names;
@@ -12,7 +12,7 @@ use crate::names;
 /// `AllowsTool` and `AllowsTransition`, each through a per-state trait whose diagnostic
 /// names the state, the agent and what is legal there.
 pub(crate) fn allows(agent: &Agent) -> TokenStream {
-    let krate = &agent.krate;
+    let private = super::private();
     let agent_name = &agent.name;
     let declared_trait = format_ident!("__ToolsDeclaredOn{}", names::unraw(&agent.ident));
     let declared = declared_tools(agent, &declared_trait);
@@ -52,11 +52,11 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
         };
         let tool_help = format!("add the tool to `#[agent(tools(...))]` of `{name}`, or call it from a state that lists it");
         // Not recommended: the note lists the legal tools already, by the names the user wrote.
-        let tool_impls = s.tools.iter().filter_map(|t| {
+        let tool_impls: Vec<TokenStream> = s.tools.iter().filter_map(|t| {
             let decl = agent.tool(t)?;
             let path = &decl.path;
             Some(quote!(#[diagnostic::do_not_recommend] impl #tools_trait for #path {}))
-        });
+        }).collect();
         let children_trait = format_ident!("__AgentChildrenOf{}", name);
         let child_msg = format!("agent `{{Self}}` is not a child of state `{name}` of agent `{agent_name}`");
         let child_label = format!("not listed in the `children(...)` of `{name}`");
@@ -70,10 +70,11 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             )
         };
         let child_help = format!("add the agent to `#[agent(children(...))]` of `{name}`, or start it from a state that lists it");
-        let child_impls = s
+        let child_impls: Vec<TokenStream> = s
             .children
             .iter()
-            .map(|c| quote!(#[diagnostic::do_not_recommend] impl #children_trait for #c {}));
+            .map(|c| quote!(#[diagnostic::do_not_recommend] impl #children_trait for #c {}))
+            .collect();
         let succ = s.successors();
         let move_msg = format!("state `{name}` of agent `{agent_name}` cannot move to `{{Self}}`");
         let move_label = format!("not a successor of `{name}`");
@@ -87,28 +88,49 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
         };
         let move_help = format!("add the target to `#[agent(to(...))]` of `{name}`");
         let module = &agent.module;
-        let move_impls = succ.iter().filter(|t| agent.state(t).is_some()).map(|t| {
+        let move_impls: Vec<TokenStream> = succ.iter().filter(|t| agent.state(t).is_some()).map(|t| {
             quote!(#[diagnostic::do_not_recommend] impl #moves_trait for #module::#t {})
-        });
+        }).collect();
+        // A second impl, so that rustc never infers the type from a lone legal one (a tool,
+        // a child, a successor): needed only where fewer than two are legal.
+        let second = |tr: &syn::Ident, impls: &[TokenStream]| {
+            (impls.len() < 2).then(|| {
+                quote!(#[diagnostic::do_not_recommend] impl #tr for #private::Unreachable {})
+            })
+        };
+        let (tool_second, child_second, move_second) = (
+            second(&tools_trait, &tool_impls),
+            second(&children_trait, &child_impls),
+            second(&moves_trait, &move_impls),
+        );
         // Spanned at the state's name: a call the state does not allow is then explained as
         // required for this state (the variant), not as a bound "introduced in this `derive`
         // macro" to be implemented by hand.
         let at = s.ident.span();
-        let allows_tool = respan(quote! {
+        // Every token at `at`, written so (rather than respanned) for the expansion's speed.
+        let (p, dt, tt, ct, mt) = (
+            ident_at(&private, at),
+            ident_at(&declared_trait, at),
+            ident_at(&tools_trait, at),
+            ident_at(&children_trait, at),
+            ident_at(&moves_trait, at),
+        );
+        let m = m.respanned(at);
+        let allows_tool = quote_spanned! {at=>
             #[automatically_derived]
-            impl<T: #krate::__private::Tool + #declared_trait> #krate::__private::AllowsTool<T> for #m
+            impl<T: #p::Tool + #dt> #p::AllowsTool<T> for #m
             where
-                <T as #declared_trait>::Declared: #tools_trait,
+                <T as #dt>::Declared: #tt,
             {}
-        }, at);
-        let allows_child = respan(quote! {
+        };
+        let allows_child = quote_spanned! {at=>
             #[automatically_derived]
-            impl<C: #krate::__private::Agent + #children_trait> #krate::__private::AllowsChild<C> for #m {}
-        }, at);
-        let allows_move = respan(quote! {
+            impl<C: #p::Agent + #ct> #p::AllowsChild<C> for #m {}
+        };
+        let allows_move = quote_spanned! {at=>
             #[automatically_derived]
-            impl<T: #krate::__private::State + #moves_trait> #krate::__private::AllowsTransition<T> for #m {}
-        }, at);
+            impl<T: #p::State + #mt> #p::AllowsTransition<T> for #m {}
+        };
         quote! {
             #[diagnostic::on_unimplemented(
                 message = #tool_msg,
@@ -118,9 +140,7 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             )]
             pub trait #tools_trait {}
             #(#tool_impls)*
-            // A second impl, so that rustc never infers `T` from a lone legal tool.
-            #[diagnostic::do_not_recommend]
-            impl #tools_trait for #krate::__private::Unreachable {}
+            #tool_second
             #allows_tool
 
             #[diagnostic::on_unimplemented(
@@ -132,9 +152,7 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             )]
             pub trait #children_trait {}
             #(#child_impls)*
-            // A second impl, so that rustc never infers the child from a lone declared one.
-            #[diagnostic::do_not_recommend]
-            impl #children_trait for #krate::__private::Unreachable {}
+            #child_second
             #allows_child
 
             #[diagnostic::on_unimplemented(
@@ -145,9 +163,7 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
             )]
             pub trait #moves_trait {}
             #(#move_impls)*
-            // A second impl, so that rustc never infers the target from a lone successor.
-            #[diagnostic::do_not_recommend]
-            impl #moves_trait for #krate::__private::Unreachable {}
+            #move_second
             #allows_move
         }
     });
@@ -159,7 +175,7 @@ pub(crate) fn allows(agent: &Agent) -> TokenStream {
 /// a tool the agent does not declare (one of another agent's, say) is reported as that,
 /// and a declared tool that the state does not list by the state's trait.
 fn declared_tools(agent: &Agent, tr: &syn::Ident) -> TokenStream {
-    let krate = &agent.krate;
+    let private = super::private();
     let agent_name = &agent.name;
     let msg = format!("tool `{{Self}}` is not declared on agent `{agent_name}`");
     let label = format!("not in the `#[agent(tools(...))]` of `{agent_name}`");
@@ -188,18 +204,24 @@ fn declared_tools(agent: &Agent, tr: &syn::Ident) -> TokenStream {
                     type Declared = Self;
                 }
             }
-        });
+        })
+        .collect::<Vec<_>>();
+    // A second impl, so that rustc never infers the tool from a lone declared one.
+    let second = (impls.len() < 2).then(|| {
+        quote! {
+            #[diagnostic::do_not_recommend]
+            impl #tr for #private::Unreachable {
+                type Declared = Self;
+            }
+        }
+    });
     quote! {
         #[diagnostic::on_unimplemented(message = #msg, label = #label, note = #note, note = #help)]
         pub trait #tr {
             type Declared;
         }
         #(#impls)*
-        // A second impl, so that rustc never infers the tool from a lone declared one.
-        #[diagnostic::do_not_recommend]
-        impl #tr for #krate::__private::Unreachable {
-            type Declared = Self;
-        }
+        #second
     }
 }
 
@@ -209,12 +231,12 @@ pub(crate) fn tool_checks(agent: &Agent) -> TokenStream {
     if agent.tools.is_empty() {
         return TokenStream::new();
     }
-    let krate = &agent.krate;
+    let private = super::private();
     let agent_name = &agent.name;
     let kinds = Kind::ALL.map(|k| {
         let tr = format_ident!("__AgentDeclared{}", capitalize(k.as_str()));
         let f = format_ident!("__agent_declared_{}", k.as_str());
-        let ty = kind_type(krate, k);
+        let ty = kind_type(&private, k);
         let msg = format!(
             "tool `{{T}}` is declared `{}` on agent `{agent_name}` but its `Tool` impl has `Kind = {{Self}}`",
             k.as_str()
@@ -227,7 +249,7 @@ pub(crate) fn tool_checks(agent: &Agent) -> TokenStream {
             #[diagnostic::on_unimplemented(message = #msg, label = "declared here", note = #note)]
             pub trait #tr<T> {}
             impl<T> #tr<T> for #ty {}
-            const fn #f<T: #krate::__private::Tool>() where <T as #krate::__private::Tool>::Kind: #tr<T> {}
+            const fn #f<T: #private::Tool>() where <T as #private::Tool>::Kind: #tr<T> {}
         }
     });
     let comp_msg = format!(
@@ -243,7 +265,7 @@ pub(crate) fn tool_checks(agent: &Agent) -> TokenStream {
         quote_spanned! {path.span()=>
             let _ = __agent_named::<
                 #path,
-                __AgentNameCheck<{ #krate::__private::str_eq(<#path as #krate::__private::Tool>::NAME, #name_lit) }>,
+                __AgentNameCheck<{ #private::str_eq(<#path as #private::Tool>::NAME, #name_lit) }>,
             >;
         }
     });
@@ -266,9 +288,9 @@ pub(crate) fn tool_checks(agent: &Agent) -> TokenStream {
         #[diagnostic::on_unimplemented(message = #comp_msg, label = "declared here", note = "make `type With` of the `Compensate` impl and `compensate = ...` in `#[agent(tools(...))]` name the same tool")]
         pub trait __AgentCompensatedBy<T, C> {}
         impl<T, C> __AgentCompensatedBy<T, C> for C {}
-        const fn __agent_compensated_by<T: #krate::__private::Compensate, C>()
+        const fn __agent_compensated_by<T: #private::Compensate, C>()
         where
-            <T as #krate::__private::Compensate>::With: __AgentCompensatedBy<T, C>,
+            <T as #private::Compensate>::With: __AgentCompensatedBy<T, C>,
         {
         }
         pub struct __AgentNameCheck<const SAME: bool>;

@@ -34,9 +34,9 @@ fn inner_vis(vis: &Visibility) -> TokenStream {
     }
 }
 
-/// The module of state structs and route enums, and the `State` impls.
-pub(crate) fn markers(agent: &Agent) -> TokenStream {
-    let krate = &agent.krate;
+/// The module of state structs and route enums; and apart, for the generated block, their
+/// impls.
+pub(crate) fn markers(agent: &Agent) -> (TokenStream, TokenStream) {
     let vis = &agent.vis;
     let module = &agent.module;
     let agent_name = &agent.name;
@@ -101,7 +101,7 @@ pub(crate) fn markers(agent: &Agent) -> TokenStream {
     });
     let route_impls = agent.states.iter().filter(|s| s.llm.is_some()).map(|s| {
         let route = route_ident(s);
-        let private = quote!(#krate::__private);
+        let private = super::private();
         let arguments = Ident::new("arguments", Span::mixed_site());
         let arms = route_successors(agent, s).into_iter().map(|t| {
             let n = lit(&names::unraw(t));
@@ -110,7 +110,7 @@ pub(crate) fn markers(agent: &Agent) -> TokenStream {
                 let decode = quote_spanned!(a.ty.span()=> <#ty as #private::ArgumentType>::decode);
                 quote!(#n => #private::Option::Some(#decode(#arguments).map(Self::#t)),)
             } else {
-                quote!(#n => #private::Option::Some(#private::core::result::Result::Ok(Self::#t)),)
+                quote!(#n => #private::Option::Some(#private::Ok(Self::#t)),)
             }
         });
         let typed = typed_successors(agent, s);
@@ -140,8 +140,8 @@ pub(crate) fn markers(agent: &Agent) -> TokenStream {
                 // The route without its arguments, which need not be `Debug` (they are in
                 // the journal's decision record).
                 #[automatically_derived]
-                impl #private::core::fmt::Debug for #module::#route {
-                    fn fmt(&self, f: &mut #private::core::fmt::Formatter<'_>) -> #private::core::fmt::Result {
+                impl #private::Debug for #module::#route {
+                    fn fmt(&self, f: &mut #private::Formatter<'_>) -> #private::FmtResult {
                         match self {
                             #(#debug_arms)*
                         }
@@ -156,7 +156,7 @@ pub(crate) fn markers(agent: &Agent) -> TokenStream {
                 fn from_choice(
                     name: &str,
                     #arguments: &#private::serde_json::Value,
-                ) -> #private::Option<#private::core::result::Result<Self, #private::String>> {
+                ) -> #private::Option<#private::Result<Self, #private::String>> {
                     match name {
                         #(#arms)*
                         _ => #private::Option::None,
@@ -167,14 +167,13 @@ pub(crate) fn markers(agent: &Agent) -> TokenStream {
     });
     let named_inside = crate::named::inside(agent, &inner);
     let named_outside = crate::named::outside(agent);
-    quote! {
+    let module = quote! {
         #[doc = #module_doc]
         #[allow(dead_code)]
         #vis mod #module {
             #named_inside
             #(#routes)*
         }
-        #named_outside
-        #(#route_impls)*
-    }
+    };
+    (module, quote!(#named_outside #(#route_impls)*))
 }

@@ -13,7 +13,7 @@ use crate::names;
 /// version migrating from it. Emitted with the stubs too, so that a later version does not
 /// also report this one as "not an agent".
 pub(crate) fn facts_impl(agent: &Agent) -> TokenStream {
-    let krate = &agent.krate;
+    let private = super::private();
     let ident = &agent.ident;
     let hybrid = agent
         .tools
@@ -33,7 +33,7 @@ pub(crate) fn facts_impl(agent: &Agent) -> TokenStream {
     let stored = stored_as_json(agent);
     quote! {
         #[automatically_derived]
-        impl #krate::__private::AgentFacts for #ident #stored {
+        impl #private::AgentFacts for #ident #stored {
             const HYBRID_TOOLS: &'static [(&'static str, &'static str)] = &[#(#hybrid),*];
             const WAITS: &'static [(&'static str, &'static str)] = &[#(#waits),*];
         }
@@ -42,11 +42,14 @@ pub(crate) fn facts_impl(agent: &Agent) -> TokenStream {
 
 /// For `migrate_from(Old, with = map, skip_signal(...))`: `impl MigratesFrom` (where a
 /// source that is not an agent, and a mapping of the wrong type, are reported at the
-/// user's tokens) and the const checks, each panicking at compile time with its message.
-pub(crate) fn migration(agent: &Agent) -> TokenStream {
+/// user's tokens), for the generated block; and apart, the const checks, each panicking at
+/// compile time with its message. The checks stay beside the enum, outside the block: a
+/// failed one is reported as "evaluation of `_` failed", not of `_::_`.
+pub(crate) fn migration(agent: &Agent) -> (TokenStream, TokenStream) {
     let Some((key, m)) = &agent.migrate_from else {
-        return TokenStream::new();
+        return (TokenStream::new(), TokenStream::new());
     };
+    let alias = super::private();
     let krate = &agent.krate;
     let private = quote!(#krate::__private);
     let ident = &agent.ident;
@@ -79,17 +82,20 @@ pub(crate) fn migration(agent: &Agent) -> TokenStream {
         .map(|s| check(s.span(), quote!(#private::check_skip_signal::<#ident>(#s))));
     let old_type = quote_spanned!(source_span=> type Old = #source;);
     let map = quote_spanned!(with_span=> const MAP: fn(Self::Old) -> Self = #with;);
-    quote! {
+    let migrates = quote! {
         #[automatically_derived]
-        impl #private::MigratesFrom for #ident #stored {
+        impl #alias::MigratesFrom for #ident #stored {
             #old_type
             #map
             const SKIPPED_SIGNALS: &'static [&'static str] = &[#(#skipped),*];
         }
+    };
+    let checks = quote! {
         #source_check
         #hybrid_check
         #compensation_check
         #signal_check
         #(#skip_checks)*
-    }
+    };
+    (migrates, checks)
 }
