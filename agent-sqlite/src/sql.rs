@@ -162,8 +162,11 @@ fn claimable() -> String {
 /// The runs [`CLAIMABLE`] picks from, as on PostgreSQL: each arm yields only runs
 /// [`claimable`] accepts, at most `$3`, through an index of its own (migration
 /// `claim_indexes`), so that no arm reads runs that cannot be claimed (which, read first,
-/// would also use up its `$3`): runnable runs without a lease or a timer, oldest first
-/// (`runs_unleased`); runnable runs whose lease expired, soonest first
+/// would also use up its `$3`): runnable runs without a lease, oldest first
+/// (`runs_unleased`; unlike PostgreSQL's, it keeps runs with a timer, which this arm
+/// filters: a same-status commit assigns `wake_at`, and SQLite updates every index whose
+/// definition names a column assigned, so an index naming `wake_at` would be rewritten by
+/// every step); runnable runs whose lease expired, soonest first
 /// (`runs_lease_expiry`); waiting runs whose signal is pending, from the pending signals,
 /// oldest first (`signals_pending_id`); runs whose timer is due (`runs_waiting_wake`); parents whose children are done (`runs_waiting_children`); runs
 /// with a cancel requested (`runs_cancel_requested`). A filter added to `claimable`
@@ -179,7 +182,7 @@ fn claim_candidates() -> String {
     format!(
         "SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_unleased \
            WHERE r.status IN ('running', 'compensating') AND r.lease_owner IS NULL \
-           AND r.wake_at IS NULL AND {OF_AGENTS} ORDER BY r.created_at, r.seq LIMIT $3) \
+           AND {OF_AGENTS} AND {TIMER_DUE} ORDER BY r.created_at, r.seq LIMIT $3) \
          UNION SELECT id FROM (SELECT r.id FROM runs r INDEXED BY runs_lease_expiry \
            WHERE r.lease_owner IS NOT NULL \
            AND r.status IN ('running', 'compensating', 'waiting') \
