@@ -195,10 +195,12 @@ impl StepCx<'_> {
             return Box::pin(self.finish(name, entry, Err(err), Instant::now(), with_commit)).await;
         }
         // A call made (not replayed, nor served from the cache) takes its turn under the
-        // tool's rate limit, if it has one; a far turn hands the run back until then.
-        if Box::pin(self.take_turn(super::super::limits::Turn::Call(name)))
-            .await
-            .is_err()
+        // tool's rate limit, if it has one; a far turn hands the run back until then. Boxed
+        // only where limits are configured: every call without them skips the allocation.
+        if !self.inner.config.rate_limits.is_empty()
+            && Box::pin(self.take_turn(super::super::limits::Turn::Call(name)))
+                .await
+                .is_err()
         {
             return Err(Self::interrupted_error());
         }
