@@ -64,6 +64,10 @@ pub const TOOL_ERRORS: &str = "durable_agents_tool_errors_total";
 /// How long executed tool calls took, every attempt and backoff included, by agent and
 /// tool.
 pub const TOOL_CALL_DURATION: &str = "durable_agents_tool_call_duration_seconds";
+/// How long a step waited for its turn under a rate limit before an ask or a tool call
+/// (zero when it had room), by agent and limit: in the worker, or with the run handed back
+/// until its turn (the planned wait).
+pub const CAPACITY_WAIT: &str = "durable_agents_capacity_wait_seconds";
 /// Event streams open on the HTTP API, by transport (`sse`, `websocket`).
 pub const EVENT_FOLLOWERS: &str = "durable_agents_event_followers";
 /// Spans the trace exporter sent, by outcome (`exported`, `failed`: lost with an export
@@ -99,6 +103,9 @@ pub mod label {
     pub const WRITE: &str = "write";
     /// An event stream's transport: `sse`, `websocket`.
     pub const TRANSPORT: &str = "transport";
+    /// A rate limit's stored name (`asks:openai/gpt-4o`, `tool:search`), from the runner's
+    /// configuration.
+    pub const LIMIT: &str = "limit";
 }
 
 /// What a metric is.
@@ -128,7 +135,7 @@ pub struct MetricDoc {
 }
 
 use label::{
-    AGENT, BACKEND, CLASS, CODE, CURRENCY, DIRECTION, MODEL, OUTCOME, STATE, STATUS, TOOL,
+    AGENT, BACKEND, CLASS, CODE, CURRENCY, DIRECTION, LIMIT, MODEL, OUTCOME, STATE, STATUS, TOOL,
     TRANSPORT, WRITE,
 };
 
@@ -240,6 +247,13 @@ pub const METRICS: &[MetricDoc] = &[
         help: "How long executed tool calls took, attempts and backoff included.",
     },
     MetricDoc {
+        name: CAPACITY_WAIT,
+        kind: Kind::Histogram,
+        unit: Some(::metrics::Unit::Seconds),
+        labels: &[AGENT, LIMIT],
+        help: "How long steps waited for their turn under a rate limit (zero with room), in the worker or handed back.",
+    },
+    MetricDoc {
         name: EVENT_FOLLOWERS,
         kind: Kind::Gauge,
         unit: None,
@@ -260,6 +274,12 @@ pub const METRICS: &[MetricDoc] = &[
 pub const LATENCY_BUCKETS: &[f64] = &[
     0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
+];
+
+/// Bucket bounds, in seconds, of [`CAPACITY_WAIT`]: from no wait to half an hour (a backlog
+/// of runs behind a limit of a few asks a minute).
+pub const CAPACITY_BUCKETS: &[f64] = &[
+    0.0, 0.01, 0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0,
 ];
 
 /// Bucket bounds of [`STORE_WRITES_PER_STATEMENT`]: powers of two up to the largest batch a
@@ -400,6 +420,11 @@ pub(crate) fn tool_call(
         ::metrics::counter!(TOOL_ERRORS, AGENT => agent, TOOL => tool, CLASS => class).increment(1);
     }
     ::metrics::histogram!(TOOL_CALL_DURATION, AGENT => agent, TOOL => tool).record(elapsed);
+}
+
+/// A step of `agent` waited `wait` for its turn under the limit `limit`.
+pub(crate) fn capacity_wait(agent: &'static str, limit: &str, wait: Duration) {
+    ::metrics::histogram!(CAPACITY_WAIT, AGENT => agent, LIMIT => limit.to_owned()).record(wait);
 }
 
 /// One open event stream, counted in [`EVENT_FOLLOWERS`] until dropped. For HTTP servers.

@@ -26,7 +26,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use agent_core::metrics::{BATCH_BUCKETS, LATENCY_BUCKETS, STORE_WRITES_PER_STATEMENT};
+use agent_core::metrics::{
+    BATCH_BUCKETS, CAPACITY_BUCKETS, CAPACITY_WAIT, LATENCY_BUCKETS, STORE_WRITES_PER_STATEMENT,
+};
 use agent_core::store::HistoryStore;
 use axum::Router;
 use axum::http::header;
@@ -70,7 +72,7 @@ impl Metrics {
     /// Install the Prometheus recorder for this process (once: later calls return the
     /// same one), with the help texts of every metric ([`agent_core::metrics::describe`])
     /// and buckets: [`LATENCY_BUCKETS`] for the latency histograms, [`BATCH_BUCKETS`] for
-    /// the writes per statement.
+    /// the writes per statement, [`CAPACITY_BUCKETS`] for the waits under rate limits.
     ///
     /// # Errors
     /// [`MetricsError::Install`] when another `metrics` recorder was installed first.
@@ -83,6 +85,12 @@ impl Metrics {
                         b.set_buckets_for_metric(
                             Matcher::Full(STORE_WRITES_PER_STATEMENT.to_owned()),
                             BATCH_BUCKETS,
+                        )
+                    })
+                    .and_then(|b| {
+                        b.set_buckets_for_metric(
+                            Matcher::Full(CAPACITY_WAIT.to_owned()),
+                            CAPACITY_BUCKETS,
                         )
                     })
                     .and_then(PrometheusBuilder::install_recorder)

@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_core::metrics::{self, METRICS};
 use agent_observe::metrics::Metrics;
-use durable_agents::runner::Runner;
-use durable_agents::store::Store;
+use durable_agents::runner::{Runner, RunnerConfig};
 use durable_agents::store::memory::MemoryStore;
+use durable_agents::store::{RateLimit, Store};
 use durable_agents::tool::kind;
 use durable_agents::{Agent, Ctx, Execute, StepResult, Tool, ToolBox, ToolContext, ToolError};
 use schemars::JsonSchema;
@@ -105,11 +106,18 @@ async fn a_scrape_names_every_metric_with_its_declared_labels_and_no_run_id() {
         "installing again returns the same recorder"
     );
     let store = Arc::new(MemoryStore::new());
-    let runner = Runner::<Price, _>::new(
+    // A rate limit on the tool, so the call takes a turn and its wait is recorded.
+    let lookups = RateLimit::tool_calls("Lookup", 10, Duration::from_secs(1)).unwrap();
+    let runner = Runner::<Price, _>::builder(
         Arc::clone(&store) as Arc<dyn Store>,
         Handlers,
         ToolBox::new().with(Lookup),
     )
+    .config(RunnerConfig {
+        rate_limits: vec![lookups],
+        ..RunnerConfig::default()
+    })
+    .build()
     .unwrap();
     let run_id = "run-4f1b2c3d-secret-ish";
     runner
@@ -141,6 +149,7 @@ async fn a_scrape_names_every_metric_with_its_declared_labels_and_no_run_id() {
         "durable_agents_runs",
         "durable_agents_queue_depth",
         "durable_agents_event_followers",
+        "durable_agents_capacity_wait_seconds_bucket",
     ] {
         assert!(
             samples.iter().any(|(n, _)| n == name),
@@ -180,6 +189,18 @@ async fn a_scrape_names_every_metric_with_its_declared_labels_and_no_run_id() {
         .expect("the refused call");
     assert_eq!(error.1["tool"], "Lookup");
     assert_eq!(error.1["class"], "permanent");
+    let waited = samples
+        .iter()
+        .find(|(n, l)| {
+            n == "durable_agents_capacity_wait_seconds_count" && l["limit"] == "tool:Lookup"
+        })
+        .expect("the call's turn under the tool's limit");
+    assert_eq!(waited.1["agent"], "Price");
+    assert!(
+        scrape.contains("durable_agents_capacity_wait_seconds_bucket{")
+            && scrape.contains("le=\"1800\""),
+        "the capacity wait has buckets up to half an hour:\n{scrape}"
+    );
     assert!(
         scrape.contains("# HELP durable_agents_steps_total "),
         "the help texts are registered:\n{scrape}"

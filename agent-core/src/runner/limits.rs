@@ -138,6 +138,7 @@ impl StepCx<'_> {
                 .await
                 .map_err(store_error)?
                 .unwrap_or_default();
+            crate::metrics::capacity_wait(&self.inner.graph.agent, name, wait);
             if longest.is_none_or(|(w, _)| wait > w) {
                 longest = Some((wait, name));
             }
