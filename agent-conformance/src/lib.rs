@@ -115,6 +115,7 @@ macro_rules! store_conformance {
             check_edit_is_one_audited_transition,
             check_edit_by_patch,
             check_spend_and_budget_are_stored,
+            check_spend_is_summed_per_agent_and_day,
             check_rate_limits_are_shared_and_exact,
             check_defer_run_hands_back_until_its_turn,
             check_migration_is_a_fenced_transition_once,

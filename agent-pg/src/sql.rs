@@ -518,6 +518,19 @@ pub(crate) const COUNT_RUNS: &str = concat!(
     " AND $3::bigint IS NULL GROUP BY status"
 );
 
+/// `HistoryStore::spend_by_day`: the runs of the listing's filter per agent and UTC day of
+/// creation, with their spend (`jsonb`, absent where nothing was spent) summed (`$3` unused).
+pub(crate) const SPEND_BY_DAY: &str = concat!(
+    "SELECT agent, ts_to_ms(created_at) / 86400000 * 86400000 AS day, count(*) AS n, \
+     COALESCE(sum((spend->>'input_tokens')::bigint), 0)::bigint AS input_tokens, \
+     COALESCE(sum((spend->>'output_tokens')::bigint), 0)::bigint AS output_tokens, \
+     COALESCE(sum((spend->>'cost_micros')::bigint), 0)::bigint AS cost_micros, \
+     COALESCE(sum((spend->>'asks')::bigint), 0)::bigint AS asks, \
+     COALESCE(sum((spend->>'tool_calls')::bigint), 0)::bigint AS tool_calls",
+    runs_filter!(),
+    " AND $3::bigint IS NULL GROUP BY agent, day ORDER BY agent COLLATE \"C\", day"
+);
+
 /// `HistoryStore::count_versions`: runs per agent version and fingerprint under the listing's
 /// filter (`$3` unused).
 pub(crate) const COUNT_VERSIONS: &str = concat!(

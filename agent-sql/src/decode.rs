@@ -7,7 +7,7 @@ use crate::events::EventRow;
 use crate::rows::{
     AgentRow, Applied, ChildRow, CountRow, CutoffRow, EnabledRow, EntryRow, GraphRow, HeadRow,
     IdRow, LabelCountRow, LimitRow, PayloadRow, RunRow, SalvageRow, ScheduleRow, SignalRow,
-    SpanRow, SwitchRow, TransitionRow, VersionCountRow,
+    SpanRow, SpendRow, SwitchRow, TransitionRow, VersionCountRow,
 };
 
 /// A row of either dialect that decodes into every row type of [`rows`](crate::rows). Implemented
@@ -94,6 +94,11 @@ pub trait SqlRow: Row {
     /// # Errors
     /// The driver's decode error.
     fn label_count_row(&self) -> sqlx::Result<LabelCountRow>;
+    /// The row as an agent's spend on a day.
+    ///
+    /// # Errors
+    /// The driver's decode error.
+    fn spend_row(&self) -> sqlx::Result<SpendRow>;
     /// The row as a tool switch row.
     ///
     /// # Errors
@@ -151,6 +156,7 @@ where
     for<'r> CountRow: FromRow<'r, R>,
     for<'r> VersionCountRow: FromRow<'r, R>,
     for<'r> LabelCountRow: FromRow<'r, R>,
+    for<'r> SpendRow: FromRow<'r, R>,
     for<'r> Applied: FromRow<'r, R>,
     for<'r> EventRow: FromRow<'r, R>,
     for<'r> ChildRow: FromRow<'r, R>,
@@ -205,6 +211,9 @@ where
     }
     fn label_count_row(&self) -> sqlx::Result<LabelCountRow> {
         LabelCountRow::from_row(self)
+    }
+    fn spend_row(&self) -> sqlx::Result<SpendRow> {
+        SpendRow::from_row(self)
     }
     fn switch_row(&self) -> sqlx::Result<SwitchRow> {
         SwitchRow::from_row(self)

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use agent_core::graph::GraphDescription;
 use agent_core::store::{
-    Budget, EventCursor, JournalEntry, LabelValueCount, Lease, Millis, RunFailure, RunFilter,
-    RunKey, RunRecord, RunStatus, SignalReceipt, StepCommit, StoreError, VersionCount,
+    Budget, DaySpend, EventCursor, JournalEntry, LabelValueCount, Lease, Millis, RunFailure,
+    RunFilter, RunKey, RunRecord, RunStatus, SignalReceipt, StepCommit, StoreError, VersionCount,
     check_signal_key, now_ms,
 };
 use async_trait::async_trait;
@@ -112,6 +112,9 @@ pub trait SqlDialect: SqlReads {
     const COUNT_RUNS: &'static str;
     /// The runs of a filter counted by agent version and fingerprint (`$3` is `NULL`).
     const COUNT_VERSIONS: &'static str;
+    /// The runs of a filter, per agent and UTC day of creation, with their spend summed in
+    /// the columns of [`rows::SpendRow`] (`$3` is `NULL`).
+    const SPEND_BY_DAY: &'static str;
     /// The values of label `$11` on the runs of a filter, by value as bytes, each with
     /// its number of runs and the newest one's creation time (`$3` is `NULL`).
     const COUNT_LABEL_VALUES: &'static str;
@@ -304,6 +307,25 @@ pub async fn count_versions<S: SqlDialect>(
     };
     let rows = store.fetch_listing(listing).await?;
     rows::version_counts(&rows)
+}
+
+/// `HistoryStore::spend_by_day`: aside, since summing scans the runs of the filter.
+///
+/// # Errors
+/// As `HistoryStore::spend_by_day`.
+pub async fn spend_by_day<S: SqlDialect>(
+    store: &S,
+    filter: &RunFilter,
+) -> Result<Vec<DaySpend>, StoreError> {
+    let listing = Listing {
+        sql: S::SPEND_BY_DAY,
+        filter,
+        limit: None,
+        tail: ListingTail::Nothing,
+        aside: true,
+    };
+    let rows = store.fetch_listing(listing).await?;
+    rows::day_spends(&rows)
 }
 
 /// `HistoryStore::count_label_values`: aside, since counting scans the runs of the filter

@@ -63,12 +63,12 @@ pub mod __private {
     pub use agent_core::graph::GraphDescription;
     pub use agent_core::schedule::Schedule;
     pub use agent_core::store::{
-        Budget, Claimed, EventCursor, EventLog, EventScope, EventWakes, HistoryStore, InspectedRun,
-        JournalEntry, LabelValueCount, Lease, LimitState, LimitStore, MigrationCommit, Millis,
-        OperatorNote, OperatorStore, PruneReport, RateLimit, RetentionPolicy, RunEvent, RunFailure,
-        RunFilter, RunRecord, RunStatus, RunStore, ScheduleStore, SignalReceipt, SignalRecord,
-        StateAtVersion, StepCommit, StoreError, ToolSwitch, TransitionRecord, VersionCount,
-        VersionSpan, WaitingFor, operator,
+        Budget, Claimed, DaySpend, EventCursor, EventLog, EventScope, EventWakes, HistoryStore,
+        InspectedRun, JournalEntry, LabelValueCount, Lease, LimitState, LimitStore,
+        MigrationCommit, Millis, OperatorNote, OperatorStore, PruneReport, RateLimit,
+        RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, RunStore,
+        ScheduleStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit, StoreError,
+        ToolSwitch, TransitionRecord, VersionCount, VersionSpan, WaitingFor, operator,
     };
     pub use async_trait::async_trait;
     pub use serde_json::Value;

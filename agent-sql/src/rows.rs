@@ -9,10 +9,10 @@
 use agent_core::graph::GraphDescription;
 use agent_core::store::history::{self, VersionPayload};
 use agent_core::store::{
-    Budget, CallStatus, ClaimReads, EntryKind, InspectedRun, JournalEntry, LabelValueCount, Labels,
-    Millis, OperatorNote, ROW_UNREADABLE, RunFailure, RunRecord, RunStatus, SignalRecord,
-    SpawnedBy, Spend, StateAtVersion, StoreError, ToolSwitch, TransitionKind, TransitionRecord,
-    VersionCount, VersionSpan, WaitingFor,
+    Budget, CallStatus, ClaimReads, DaySpend, EntryKind, InspectedRun, JournalEntry,
+    LabelValueCount, Labels, Millis, OperatorNote, ROW_UNREADABLE, RunFailure, RunRecord,
+    RunStatus, SignalRecord, SpawnedBy, Spend, StateAtVersion, StoreError, ToolSwitch,
+    TransitionKind, TransitionRecord, VersionCount, VersionSpan, WaitingFor,
 };
 use serde_json::Value;
 use sqlx::FromRow;
@@ -291,6 +291,19 @@ pub struct CountRow {
     n: i64,
 }
 
+/// An agent, a day, its number of runs and their spend summed (`spend_by_day`).
+#[derive(Debug, FromRow)]
+pub struct SpendRow {
+    agent: String,
+    day: i64,
+    n: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    cost_micros: i64,
+    asks: i64,
+    tool_calls: i64,
+}
+
 /// An agent version, a graph fingerprint and their number of runs (`count_versions`).
 #[derive(Debug, FromRow)]
 pub struct VersionCountRow {
@@ -507,6 +520,31 @@ pub fn version_counts(rows: &[impl SqlRow]) -> Result<Vec<VersionCount>, StoreEr
                     .map_err(|e| corrupt("(count)", format!("agent_version: {e}")))?,
                 fingerprint: r.fingerprint,
                 runs: to_u64(r.n).map_err(c)?,
+            })
+        })
+        .collect()
+}
+
+/// The rows of `spend_by_day`, as read.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a row that does not read, or a negative sum.
+pub fn day_spends(rows: &[impl SqlRow]) -> Result<Vec<DaySpend>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let c = |e: sqlx::Error| corrupt("(spend)", e);
+            let r = row.spend_row().map_err(c)?;
+            Ok(DaySpend {
+                agent: r.agent,
+                day: r.day,
+                runs: to_u64(r.n).map_err(c)?,
+                spend: Spend {
+                    input_tokens: to_u64(r.input_tokens).map_err(c)?,
+                    output_tokens: to_u64(r.output_tokens).map_err(c)?,
+                    cost_micros: to_u64(r.cost_micros).map_err(c)?,
+                    asks: to_u64(r.asks).map_err(c)?,
+                    tool_calls: to_u64(r.tool_calls).map_err(c)?,
+                },
             })
         })
         .collect()

@@ -78,6 +78,7 @@ macro_rules! statements {
         const LIST_RUNS_AFTER: &'static str = $sql::LIST_RUNS_AFTER;
         const COUNT_RUNS: &'static str = $sql::COUNT_RUNS;
         const COUNT_VERSIONS: &'static str = $sql::COUNT_VERSIONS;
+        const SPEND_BY_DAY: &'static str = $sql::SPEND_BY_DAY;
         const COUNT_LABEL_VALUES: &'static str = $sql::COUNT_LABEL_VALUES;
         const REGISTER_AGENT: &'static str = $sql::REGISTER_AGENT;
 
@@ -304,6 +305,16 @@ macro_rules! impl_sql_store {
                 $crate::__private::StoreError,
             > {
                 $crate::dialect::count_versions(self, filter).await
+            }
+
+            async fn spend_by_day(
+                &self,
+                filter: &$crate::__private::RunFilter,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::__private::DaySpend>,
+                $crate::__private::StoreError,
+            > {
+                $crate::dialect::spend_by_day(self, filter).await
             }
 
             async fn count_label_values(

@@ -454,6 +454,21 @@ macro_rules! count_versions {
     };
 }
 
+macro_rules! spend_by_day {
+    ($filter:expr) => {
+        concat!(
+            "SELECT agent, created_at / 86400000 * 86400000 AS day, count(*) AS n, \
+             COALESCE(sum(json_extract(spend, '$.input_tokens')), 0) AS input_tokens, \
+             COALESCE(sum(json_extract(spend, '$.output_tokens')), 0) AS output_tokens, \
+             COALESCE(sum(json_extract(spend, '$.cost_micros')), 0) AS cost_micros, \
+             COALESCE(sum(json_extract(spend, '$.asks')), 0) AS asks, \
+             COALESCE(sum(json_extract(spend, '$.tool_calls')), 0) AS tool_calls",
+            $filter,
+            " AND $3 IS NULL GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+    };
+}
+
 macro_rules! count_label_values {
     ($filter:expr) => {
         concat!(
@@ -473,6 +488,7 @@ pub(crate) fn of_parent(sql: &'static str) -> &'static str {
         (LIST_RUNS_AFTER, LIST_RUNS_AFTER_OF_PARENT),
         (COUNT_RUNS, COUNT_RUNS_OF_PARENT),
         (COUNT_VERSIONS, COUNT_VERSIONS_OF_PARENT),
+        (SPEND_BY_DAY, SPEND_BY_DAY_OF_PARENT),
         (COUNT_LABEL_VALUES, COUNT_LABEL_VALUES_OF_PARENT),
     ]
     .into_iter()
@@ -506,6 +522,14 @@ pub(crate) const COUNT_VERSIONS: &str = count_versions!(runs_filter!());
 
 /// [`COUNT_VERSIONS`] of one parent's children.
 pub(crate) const COUNT_VERSIONS_OF_PARENT: &str = count_versions!(runs_filter!(of_parent));
+
+/// `HistoryStore::spend_by_day`: the runs of the listing's filter per agent and UTC day of
+/// creation, with their spend (JSON text, `NULL` where nothing was spent) summed (`$3`
+/// unused).
+pub(crate) const SPEND_BY_DAY: &str = spend_by_day!(runs_filter!());
+
+/// [`SPEND_BY_DAY`] of one parent's children.
+pub(crate) const SPEND_BY_DAY_OF_PARENT: &str = spend_by_day!(runs_filter!(of_parent));
 
 /// `HistoryStore::count_label_values`: the values of label `$11` on the runs of the
 /// listing's filter (`$3` unused), by value as bytes (SQLite's `BINARY`), each with its
@@ -822,6 +846,7 @@ mod tests {
             (super::LIST_RUNS, super::LIST_RUNS_OF_PARENT),
             (super::COUNT_RUNS, super::COUNT_RUNS_OF_PARENT),
             (super::COUNT_VERSIONS, super::COUNT_VERSIONS_OF_PARENT),
+            (super::SPEND_BY_DAY, super::SPEND_BY_DAY_OF_PARENT),
         ] {
             assert_eq!(super::of_parent(any), of_parent);
             let limit = (any == super::LIST_RUNS).then_some(50_i64);

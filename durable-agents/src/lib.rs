@@ -186,13 +186,13 @@ pub mod compile_errors {}
 /// Writing a store of your own is [`backend`]'s business.
 pub mod store {
     pub use agent_core::store::{
-        Budget, CallStatus, EntryKind, EventCursor, EventKind, EventLog, EventScope, FailureCode,
-        HistoryStore, InspectedRun, InvalidRateLimit, JournalEntry, LabelValueCount, Labels,
-        LimitScope, LimitState, LimitStore, OperatorNote, OperatorStore, PruneReport, RateLimit,
-        RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus, ScheduleStore,
-        SignalRecord, Spend, StateAtVersion, Store, StoreError, ToolStats, ToolSwitch,
-        TransitionKind, TransitionRecord, WaitingFor, canonical_json, cost_micros, idempotency_key,
-        input_hash, new_run_id,
+        Budget, CallStatus, DAY_MS, DaySpend, EntryKind, EventCursor, EventKind, EventLog,
+        EventScope, FailureCode, HistoryStore, InspectedRun, InvalidRateLimit, JournalEntry,
+        LabelValueCount, Labels, LimitScope, LimitState, LimitStore, OperatorNote, OperatorStore,
+        PruneReport, RateLimit, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord,
+        RunStatus, ScheduleStore, SignalRecord, Spend, StateAtVersion, Store, StoreError,
+        ToolStats, ToolSwitch, TransitionKind, TransitionRecord, WaitingFor, canonical_json,
+        cost_micros, idempotency_key, input_hash, new_run_id,
     };
     pub use agent_core::store::{edit, export, location, memory, repair, verify};
 }

@@ -273,4 +273,4 @@ pub use runs::{
     check_agent_graphs, check_corrupt_data_is_an_error, check_create_run_is_idempotent,
     check_list_runs, check_list_runs_keyset, check_set_status, check_store_and_load_runs,
 };
-pub use spend::check_spend_and_budget_are_stored;
+pub use spend::{check_spend_and_budget_are_stored, check_spend_is_summed_per_agent_and_day};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{CheckResult, Ctx, claim, new_run, step, stored, unique};
-use agent_core::store::{Budget, Spend, Store, StoreError};
+use agent_core::store::{Budget, DAY_MS, RunFilter, Spend, Store, StoreError};
 
 /// A run created with a budget is stored and read back with it, and with nothing spent; a
 /// commit carrying a spend stores it as the run's, in the same write (the record it returns
@@ -102,4 +102,93 @@ pub async fn check_spend_and_budget_are_stored(store: Arc<dyn Store>) -> CheckRe
         Err(StoreError::NotFound(_)) => Ok(()),
         other => Err(format!("set_budget of a missing run gave {other:?}")),
     }
+}
+
+/// `spend_by_day` sums the spend of the runs a filter selects per agent and UTC day of
+/// creation, counting runs that spent nothing, and agrees with the runs' own spends; a
+/// filter that selects none gives no row.
+///
+/// # Errors
+/// What went wrong.
+pub async fn check_spend_is_summed_per_agent_and_day(store: Arc<dyn Store>) -> CheckResult {
+    // Agents of this check alone: the store may hold other checks' runs.
+    let agents = [unique("Spends"), unique("Saves")];
+    let spends = [
+        Spend {
+            input_tokens: 100,
+            output_tokens: 20,
+            cost_micros: 3_000,
+            asks: 1,
+            tool_calls: 0,
+        },
+        Spend {
+            input_tokens: 7,
+            output_tokens: 5,
+            cost_micros: 11,
+            asks: 2,
+            tool_calls: 4,
+        },
+    ];
+    let mut expected = Spend::default();
+    for spent in spends {
+        let run = new_run(&unique("spend-day"), &agents[0], json!({ "n": 0 }));
+        store.create_run(run.clone()).await.ctx("create_run")?;
+        let lease = claim(&store, &run.id, "w").await?;
+        let mut first = step(0, json!({ "n": 1 }));
+        first.spend = Some(spent);
+        (store.commit_step(&lease, &first, &[]))
+            .await
+            .ctx("commit_step with a spend")?;
+        expected = expected.plus(spent);
+    }
+    // A run that spent nothing counts as a run.
+    let idle = new_run(&unique("spend-day"), &agents[0], json!({ "n": 0 }));
+    store.create_run(idle).await.ctx("create_run")?;
+    let other = new_run(&unique("spend-day"), &agents[1], json!({ "n": 0 }));
+    store.create_run(other).await.ctx("create_run")?;
+
+    let filter = |agent: &str| RunFilter {
+        agent: Some(agent.to_owned()),
+        ..RunFilter::default()
+    };
+    let days = (store.spend_by_day(&filter(&agents[0])))
+        .await
+        .ctx("spend_by_day")?;
+    let runs = store
+        .list_runs(&filter(&agents[0]))
+        .await
+        .ctx("list_runs")?;
+    let mut by_day = std::collections::BTreeMap::<i64, u64>::new();
+    for run in &runs {
+        *by_day
+            .entry(run.created_at.div_euclid(DAY_MS) * DAY_MS)
+            .or_default() += 1;
+    }
+    // Runs created around midnight UTC may fall on two days: compare day by day.
+    ensure!(
+        days.iter().map(|d| (d.day, d.runs)).collect::<Vec<_>>()
+            == by_day.into_iter().collect::<Vec<_>>(),
+        "spend_by_day gave days {days:?} for runs created at {:?}",
+        runs.iter().map(|r| r.created_at).collect::<Vec<_>>()
+    );
+    let total = days
+        .iter()
+        .fold(Spend::default(), |sum, d| sum.plus(d.spend));
+    ensure!(
+        total == expected && days.iter().all(|d| d.agent == agents[0]),
+        "spend_by_day summed {total:?} over {days:?}, expected {expected:?} for `{}`",
+        agents[0]
+    );
+    let saved = (store.spend_by_day(&filter(&agents[1])))
+        .await
+        .ctx("spend_by_day")?;
+    ensure!(
+        saved.len() == 1 && saved[0].runs == 1 && saved[0].spend.is_zero(),
+        "a run that spent nothing: {saved:?}"
+    );
+    let none = (store.spend_by_day(&filter(&unique("Nobody"))))
+        .await
+        .ctx("spend_by_day")?;
+    ensure!(none.is_empty(), "no run selected, yet {none:?}");
+    Ok(())
 }

@@ -15,11 +15,12 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    Budget, Claimed, EventCursor, EventScope, EventWakes, InspectedRun, JournalEntry,
-    LabelValueCount, Lease, LimitStore, MigrationCommit, Millis, NewRun, OperatorNote, PruneReport,
-    RepairCommit, RetentionPolicy, RunEvent, RunFailure, RunFilter, RunRecord, RunStatus,
-    ScheduleStore, SignalReceipt, SignalRecord, StateAtVersion, StepCommit, StoreError, ToolStats,
-    ToolSwitch, TransitionRecord, VersionCount, VersionSpan, compute_tool_stats,
+    Budget, Claimed, DAY_MS, DaySpend, EventCursor, EventScope, EventWakes, InspectedRun,
+    JournalEntry, LabelValueCount, Lease, LimitStore, MigrationCommit, Millis, NewRun,
+    OperatorNote, PruneReport, RepairCommit, RetentionPolicy, RunEvent, RunFailure, RunFilter,
+    RunRecord, RunStatus, ScheduleStore, SignalReceipt, SignalRecord, Spend, StateAtVersion,
+    StepCommit, StoreError, ToolStats, ToolSwitch, TransitionRecord, VersionCount, VersionSpan,
+    compute_tool_stats,
 };
 use crate::graph::GraphDescription;
 
@@ -115,6 +116,34 @@ pub trait HistoryStore: Send + Sync + fmt::Debug {
                 agent_version,
                 fingerprint,
                 runs,
+            })
+            .collect())
+    }
+
+    /// What the runs matching the filter spent, per agent and UTC day of their creation,
+    /// ordered by both: each run's total so far counts on the day it was created.
+    /// [`RunFilter::limit`] and [`RunFilter::after`] are ignored. The default lists the
+    /// runs; SQL stores sum in the database.
+    async fn spend_by_day(&self, filter: &RunFilter) -> Result<Vec<DaySpend>, StoreError> {
+        let all = RunFilter {
+            limit: None,
+            after: None,
+            ..filter.clone()
+        };
+        let mut days = std::collections::BTreeMap::<(String, Millis), (u64, Spend)>::new();
+        for run in self.list_runs(&all).await? {
+            let day = run.created_at.div_euclid(DAY_MS) * DAY_MS;
+            let (runs, spend) = days.entry((run.agent, day)).or_default();
+            *runs += 1;
+            *spend = spend.plus(run.spend);
+        }
+        Ok(days
+            .into_iter()
+            .map(|((agent, day), (runs, spend))| DaySpend {
+                agent,
+                day,
+                runs,
+                spend,
             })
             .collect())
     }

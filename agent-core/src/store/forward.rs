@@ -81,6 +81,15 @@ macro_rules! forward_history_store {
                 self.$field.count_versions(filter).await
             }
 
+            async fn spend_by_day(
+                &self,
+                filter: &$crate::store::RunFilter,
+            ) -> ::core::result::Result<Vec<$crate::store::DaySpend>, $crate::store::StoreError>
+            {
+                use $crate::store::HistoryStore as _;
+                self.$field.spend_by_day(filter).await
+            }
+
             async fn count_label_values(
                 &self,
                 key: &str,

@@ -74,13 +74,13 @@ pub use migrate::{
 #[doc(hidden)]
 pub use records::simulated_clock;
 pub use records::{
-    Bucket, Budget, CallStatus, ClaimReads, Claimed, EntryKind, InspectedRun, InvalidBudget,
-    InvalidRateLimit, JournalEntry, LabelValueCount, Labels, Lease, LimitScope, LimitState,
-    MAX_LIMIT, MAX_LIMIT_NAME_BYTES, MAX_SIGNAL_KEY_BYTES, Millis, NewRun, OperatorNote,
-    PruneReport, ROW_UNREADABLE, RateLimit, RetentionPolicy, RunFailure, RunFilter, RunKey,
-    RunRecord, RunStatus, SignalReceipt, SignalRecord, SpawnedBy, Spend, Spending, StateAtVersion,
-    StepCommit, ToolSwitch, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
-    check_signal_key, cost_micros, format_cost, idempotency_key, now_ms,
+    Bucket, Budget, CallStatus, ClaimReads, Claimed, DAY_MS, DaySpend, EntryKind, InspectedRun,
+    InvalidBudget, InvalidRateLimit, JournalEntry, LabelValueCount, Labels, Lease, LimitScope,
+    LimitState, MAX_LIMIT, MAX_LIMIT_NAME_BYTES, MAX_SIGNAL_KEY_BYTES, Millis, NewRun,
+    OperatorNote, PruneReport, ROW_UNREADABLE, RateLimit, RetentionPolicy, RunFailure, RunFilter,
+    RunKey, RunRecord, RunStatus, SignalReceipt, SignalRecord, SpawnedBy, Spend, Spending,
+    StateAtVersion, StepCommit, ToolSwitch, TransitionKind, TransitionRecord, VersionCount,
+    VersionSpan, check_signal_key, cost_micros, format_cost, idempotency_key, now_ms,
 };
 pub use repair::{RepairCommit, RepairError, plan_repair, repair};
 pub use run_id::new_run_id;

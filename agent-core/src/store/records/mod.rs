@@ -24,7 +24,9 @@ pub use runs::{
     InspectedRun, LabelValueCount, Labels, NewRun, ROW_UNREADABLE, RunFailure, RunFilter, RunKey,
     RunRecord, RunStatus, SpawnedBy,
 };
-pub use spend::{Budget, InvalidBudget, MAX_LIMIT, Spend, Spending, cost_micros, format_cost};
+pub use spend::{
+    Budget, DAY_MS, DaySpend, InvalidBudget, MAX_LIMIT, Spend, Spending, cost_micros, format_cost,
+};
 pub use transitions::{
     StateAtVersion, StepCommit, TransitionKind, TransitionRecord, VersionCount, VersionSpan,
 };

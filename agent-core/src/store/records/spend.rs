@@ -53,6 +53,24 @@ impl Spend {
     }
 }
 
+/// What the runs of one agent created on one UTC day spent together
+/// ([`HistoryStore::spend_by_day`](crate::store::HistoryStore::spend_by_day)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DaySpend {
+    /// The agent.
+    pub agent: String,
+    /// The day's first millisecond, UTC.
+    pub day: crate::store::Millis,
+    /// Runs of the agent created that day.
+    pub runs: u64,
+    /// What they spent, each run's total so far.
+    pub spend: Spend,
+}
+
+/// Milliseconds in a day: [`DaySpend::day`] is a multiple of it.
+pub const DAY_MS: crate::store::Millis = 86_400_000;
+
 /// `micros` millionths as a decimal amount, without trailing zeros: `0.03`, `2`, `0.000001`.
 #[must_use]
 pub fn format_cost(micros: u64) -> String {
