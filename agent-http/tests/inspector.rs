@@ -7,7 +7,7 @@ extern crate durable_agents_http as agent_http;
 mod common;
 
 use agent_core::graph::GraphDescription;
-use agent_core::store::NewRun;
+use agent_core::store::{NewRun, RunFilter};
 use agent_http::ApiConfig;
 use common::{Db, Server, TOKEN, client, json};
 use serde_json::json;
@@ -233,6 +233,28 @@ async fn the_agent_page_shows_states_by_role_and_tools_with_kinds() {
     assert!(body.contains(r#"<th scope="row">Start</th><td>initial, handler</td>"#));
     assert!(body.contains("Reserve (hybrid)"), "{body}");
     assert!(body.contains(r#"data-action="tool" data-tool="Charge" data-enable="false""#));
+    // The spend of the agent's runs per day: the fixture's runs, all created today.
+    let runs = (db.store)
+        .list_runs(&RunFilter {
+            agent: Some(agent.clone()),
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    let today = agent_core::store::now_ms().div_euclid(agent_core::store::DAY_MS);
+    let made_today = runs
+        .iter()
+        .filter(|r| r.created_at.div_euclid(agent_core::store::DAY_MS) == today)
+        .count();
+    let calls: u64 = runs.iter().map(|r| r.spend.tool_calls).sum();
+    assert!(made_today > 0 && calls > 0, "{runs:?}");
+    assert!(body.contains(r#"<table id="spend">"#), "{body}");
+    let row = format!("</th><td>{made_today}</td>");
+    assert!(body.contains(&row), "no day of {made_today} runs in {body}");
+    if made_today == runs.len() {
+        let calls = format!("<td>{calls}</td></tr>");
+        assert!(body.contains(&calls), "{calls} missing: {body}");
+    }
     let (status, _, _) = page(&server.url("/ui/agents/Nobody")).await;
     assert_eq!(status, 404);
 }

@@ -695,9 +695,12 @@ pub(crate) struct StatsArgs {
     /// The window: calls started this long ago or later (`30m`, `1h`, `24h`, `7d`).
     #[arg(long, default_value = "24h", value_parser = parse_window)]
     pub since: std::time::Duration,
-    /// Only calls made by runs of this agent.
+    /// Only calls made by runs of this agent, and only its spend.
     #[arg(long)]
     pub agent: Option<String>,
+    /// The spend per day, not per agent.
+    #[arg(long)]
+    pub by_day: bool,
 }
 
 #[derive(Debug, Args)]

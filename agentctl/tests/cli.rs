@@ -609,8 +609,34 @@ fn stats_per_tool(new_db: fn() -> Db) {
     assert_eq!(charge["errors_by_code"]["tool.permanent"], 1);
     assert!(charge["calls"].as_u64().unwrap() >= 4, "{charge}");
     assert!(charge["p99_ms"].as_u64().unwrap() >= charge["p50_ms"].as_u64().unwrap());
+    // What the runs spent, from the store's sums, against the runs' own spends.
+    let days = json["spend"].as_array().unwrap();
+    assert!(
+        !days.is_empty() && days.iter().all(|d| d["agent"] == "Order"),
+        "{json}"
+    );
+    let sum = |key: &str| -> u64 { days.iter().map(|d| d["spend"][key].as_u64().unwrap()).sum() };
+    let runs = db.json(&["runs", "--agent", "Order", "--limit", "1000"]);
+    let listed = runs.as_array().unwrap();
+    let spent: u64 = (listed.iter())
+        .map(|r| r["spend"]["tool_calls"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(sum("tool_calls") > 0, "{json}");
+    assert_eq!(sum("tool_calls"), spent, "{json}\n{runs}");
+    assert_eq!(
+        days.iter()
+            .map(|d| d["runs"].as_u64().unwrap())
+            .sum::<u64>(),
+        listed.len() as u64
+    );
+    for needle in ["AGENT", "TOOL CALLS", "Order"] {
+        assert!(out.contains(needle), "`{needle}` missing from:\n{out}");
+    }
+    let by_day = db.ok(&["stats", "--by-day"]);
+    assert!(by_day.contains("DAY (UTC)"), "{by_day}");
     let other = db.json(&["stats", "--agent", "Nobody"]);
     assert!(other["tools"].as_array().unwrap().is_empty());
+    assert!(other["spend"].as_array().unwrap().is_empty());
     let bad = db.agentctl(&["stats", "--since", "3 years"]);
     assert_eq!(code(&bad), 2);
 }

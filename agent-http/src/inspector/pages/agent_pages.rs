@@ -1,6 +1,7 @@
 //! The agents' pages: the registered agents (`GET /ui/agents`), and one agent's graph.
 
 use agent_core::graph::{GraphDescription, Routing, StateDescription, TimerDescription};
+use agent_core::store::{DAY_MS, RunFilter, format_cost, now_ms};
 use askama::Template;
 use axum::extract::State;
 use axum::http::Uri;
@@ -82,6 +83,44 @@ fn start_states(g: &GraphDescription) -> Vec<StartState> {
         .collect()
 }
 
+/// The days shown in an agent page's spend, today included.
+const SPEND_DAYS: i64 = 14;
+
+/// A day of an agent's spend, as its page shows it.
+struct SpendDay {
+    day: String,
+    runs: u64,
+    asks: u64,
+    tokens: u64,
+    cost: String,
+    tool_calls: u64,
+}
+
+/// What the runs of `agent` created in the last [`SPEND_DAYS`] days spent, per day, the
+/// newest first, and the most tokens of a day (the bars' scale).
+async fn spend_days(app: &Reader, agent: &str) -> Result<(Vec<SpendDay>, u64), PageError> {
+    let today = now_ms().div_euclid(DAY_MS) * DAY_MS;
+    let days = (app.store)
+        .spend_by_day(&RunFilter {
+            agent: Some(agent.to_owned()),
+            created_after: Some(today - (SPEND_DAYS - 1) * DAY_MS),
+            ..RunFilter::default()
+        })
+        .await?;
+    let most = days.iter().map(|d| d.spend.tokens()).max().unwrap_or(0);
+    let rows = (days.iter().rev())
+        .map(|d| SpendDay {
+            day: view::time(d.day).chars().take(10).collect(),
+            runs: d.runs,
+            asks: d.spend.asks,
+            tokens: d.spend.tokens(),
+            cost: format_cost(d.spend.cost_micros),
+            tool_calls: d.spend.tool_calls,
+        })
+        .collect();
+    Ok((rows, most))
+}
+
 struct ToolRow {
     name: String,
     kind: String,
@@ -103,6 +142,11 @@ struct AgentPage<'a> {
     starts: &'a [StartState],
     /// Whether this server starts runs of the agent (`ApiConfig::with_agent`).
     can_start: bool,
+    /// What its runs spent per day, the newest first.
+    spend: &'a [SpendDay],
+    /// The most tokens of one of those days.
+    most_tokens: u64,
+    spend_days: i64,
 }
 
 /// `GET /ui/agents/{name}`: an agent's graph, from the stored description.
@@ -173,6 +217,7 @@ pub(crate) async fn agent(
         } else {
             Vec::new()
         };
+        let (spend, most_tokens) = spend_days(&app, &name).await?;
         let svg = graph::svg(&g, &Overlay::default());
         let title = format!("Agent {name}");
         Ok(AgentPage {
@@ -184,6 +229,9 @@ pub(crate) async fn agent(
             tools: &tools,
             starts: &starts,
             can_start,
+            spend: &spend,
+            most_tokens,
+            spend_days: SPEND_DAYS,
         }
         .render()?)
     }
