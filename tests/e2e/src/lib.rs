@@ -18,13 +18,17 @@
 //! - [`shop_v2`]: version 2 of the shop, migrating version 1's runs, and [`versions`]: the
 //!   record of every claim and the checker of a rolling deploy (issue 20);
 //! - [`triggered`]: runs started by a schedule and by NATS and MQTT triggers in killed
-//!   worker processes, and their checker (issue 41), on the real [`brokers`].
+//!   worker processes, and their checker (issue 41), on the real [`brokers`];
+//! - [`limited`]: runs asking a model through the real OpenAI router under a rate limit
+//!   shared by killed worker processes, against a provider stand-in enforcing its own
+//!   (issue 42).
 //!
 //! `RELIABILITY.md` at the workspace root reports the figures and how to reproduce them.
 
 pub mod brokers;
 pub mod check;
 pub mod db;
+pub mod limited;
 pub mod procs;
 pub mod proxy;
 pub mod service;

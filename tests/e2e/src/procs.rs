@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::service::{Latency, Service};
-use crate::{shop, shop_v2, tree, triggered};
+use crate::{limited, shop, shop_v2, tree, triggered};
 
 /// Which agents a worker drives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +31,17 @@ pub enum Agents {
     /// The triggers soak's [`triggered::Event`]: a worker ticking its schedule, and NATS
     /// and MQTT triggers starting its runs ([`WorkerOpts::triggers`]).
     Triggers,
+    /// [`limited::Quote`]: runs asking the provider stand-in of [`WorkerOpts::limited`].
+    Limited,
+}
+
+/// The provider stand-in and the shared limit of [`Agents::Limited`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LimitedOpts {
+    /// The stand-in's base URL.
+    pub base: String,
+    /// The shared limit, asks a second (none when absent).
+    pub per_second: Option<u64>,
 }
 
 /// Everything a worker needs.
@@ -72,6 +83,9 @@ pub struct WorkerOpts {
     /// What the triggers consume, in [`Agents::Triggers`] mode.
     #[serde(default)]
     pub triggers: Option<triggered::TriggerOpts>,
+    /// The provider and limit, in [`Agents::Limited`] mode.
+    #[serde(default)]
+    pub limited: Option<LimitedOpts>,
     /// Serve Prometheus metrics on this loopback port, with the run gauges counted every
     /// second (the metrics test).
     #[serde(default)]
@@ -99,6 +113,7 @@ impl WorkerOpts {
             store_pool: 6,
             service_pool: 4,
             triggers: None,
+            limited: None,
             metrics_port: None,
         }
     }
@@ -291,6 +306,17 @@ pub async fn run_worker(
             }
         }
         Agents::Tree => tree::run_workers(store_dyn, &svc, &config, &workers, stop).await,
+        Agents::Limited => {
+            let o = opts.limited.clone().unwrap_or_default();
+            let runner =
+                limited::runner(store_dyn, &o.base, o.per_second.map(limited::limit), config);
+            let s = Worker::new(runner, workers).run_until(stop).await;
+            WorkerCounts {
+                runs_driven: s.runs_driven,
+                leases_lost: s.leases_lost,
+                errors: s.errors,
+            }
+        }
         Agents::Triggers => {
             let opts = opts.triggers.clone().unwrap_or_default();
             triggered::run_workers(store_dyn, svc_pool.clone(), &config, &workers, &opts, stop)
