@@ -167,7 +167,7 @@ async fn calls_under_a_limit_are_spaced_and_far_turns_hand_the_run_back() {
             handed_back += 1;
             assert_eq!(
                 record.waiting_for,
-                Some(WaitingFor::capacity("tool:Search")),
+                Some(WaitingFor::capacity("tool:Search", record.epoch)),
                 "{record:?}"
             );
             let stored = store.load_run(&record.id).await.unwrap().unwrap();
@@ -247,7 +247,7 @@ async fn a_429_pauses_the_models_asks_for_every_worker() {
     assert_eq!(record.status, RunStatus::Running, "{record:?}");
     assert_eq!(
         record.waiting_for,
-        Some(WaitingFor::capacity("asks:test/model"))
+        Some(WaitingFor::capacity("asks:test/model", record.epoch))
     );
     let limits = store
         .limits(durable_agents::backend::now_ms())
@@ -328,5 +328,69 @@ async fn a_model_answering_429_past_max_reasks_is_waited_out() {
     assert_eq!(
         limited, 5,
         "each 429 is journaled as ask.rate_limited: {journal:#?}"
+    );
+}
+
+/// A run handed back until its turn is taken up by the next claim, which asks without taking
+/// again; a claim after that one (whose worker may have asked under the turn and crashed
+/// before journaling the answer) takes a turn of its own: a turn is never used twice.
+#[tokio::test]
+async fn only_the_claim_right_after_the_hand_back_uses_its_turn() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // One ask every 10 s: the first run's ask has the room, the others' turns are far.
+    let limit = RateLimit::asks("test/model", 6, Duration::from_mins(1)).unwrap();
+    let model = Arc::new(Busy {
+        asked: AtomicU32::new(0),
+        refusals: 0,
+        retry_after: Duration::ZERO,
+        inner: ScriptedRouter::new([
+            ScriptedRouter::choose("Done", "{}"),
+            ScriptedRouter::choose("Done", "{}"),
+            ScriptedRouter::choose("Done", "{}"),
+        ]),
+    });
+    let runner = runner(&store, vec![limit], Arc::clone(&model));
+    let mut deferred = Vec::new();
+    for id in ["first", "kept", "crashed"] {
+        let ask = Seeker::Seek {
+            query: 0,
+            ask: true,
+        };
+        runner.start(id, ask).await.unwrap();
+        let record = runner.run(id).await.unwrap();
+        if id == "first" {
+            assert_eq!(record.status, RunStatus::Completed, "{record:?}");
+            continue;
+        }
+        assert_eq!(record.status, RunStatus::Running, "{record:?}");
+        let wait = record.waiting_for.clone().unwrap();
+        assert_eq!(wait.limit(), Some("asks:test/model"));
+        assert_eq!(wait.handed_back_by(), Some(record.epoch), "{record:?}");
+        deferred.push(record);
+    }
+    // The next claim uses the turn taken for it: it asks at once and the run ends.
+    let kept = runner.run("kept").await.unwrap();
+    assert_eq!(kept.status, RunStatus::Completed, "{kept:?}");
+    assert_eq!(model.asked.load(Ordering::SeqCst), 2);
+    // A claim whose worker dies before journaling (here: before doing anything), then the
+    // next: it takes a turn of its own, after every turn taken so far.
+    let crasher = store
+        .claim_run("crashed", "crasher", Duration::from_millis(1))
+        .await
+        .unwrap()
+        .expect("the run is claimed");
+    assert_eq!(crasher.lease.epoch, deferred[1].epoch + 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let again = runner.run("crashed").await.unwrap();
+    assert_eq!(again.status, RunStatus::Running, "{again:?}");
+    assert_eq!(
+        model.asked.load(Ordering::SeqCst),
+        2,
+        "no ask under a used turn"
+    );
+    let turn = again.wake_at.unwrap();
+    assert!(
+        turn > deferred[1].wake_at.unwrap() + 5_000,
+        "a new turn, after the one the crashed claim may have used: {again:?}"
     );
 }

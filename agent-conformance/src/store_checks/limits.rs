@@ -124,7 +124,7 @@ pub async fn check_defer_run_hands_back_until_its_turn(store: Arc<dyn Store>) ->
     store.create_run(run.clone()).await.ctx("create_run")?;
     let lease = claim(&store, &run.id, "w").await?;
     let until = now_ms() + 400;
-    let why = WaitingFor::capacity("asks:test/model");
+    let why = WaitingFor::capacity("asks:test/model", lease.epoch);
     let deferred = (store.defer_run(&lease, until, &why))
         .await
         .ctx("defer_run")?;

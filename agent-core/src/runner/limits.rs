@@ -7,8 +7,10 @@
 //! ([`RunStore::defer_run`](crate::store::RunStore::defer_run)): the step stops without
 //! committing, the run holds no worker, and whoever claims it at its turn replays the
 //! step's journal up to the ask or call and makes it without taking again (the turn was
-//! taken before the run was handed back). A crash between the take and the hand-back
-//! wastes one turn; it never grants one twice.
+//! taken before the run was handed back). Only the claim right after the hand-back does: the
+//! stored wait names the epoch of the lease that handed the run back, and a later claim (its
+//! predecessor crashed, perhaps after asking under the turn) takes a turn of its own. A crash
+//! between the take and the hand-back, or after it, wastes one turn; none is used twice.
 //!
 //! A step woken from a wait (a signal, a timer) keeps its worker and waits in place: its
 //! run's `wake_at` and `waiting_for` say what it waits for, and handing it back would lose
@@ -155,7 +157,7 @@ impl StepCx<'_> {
             return Ok(());
         }
         let until: Millis = now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
-        self.defer_until(until, WaitingFor::capacity(name));
+        self.defer_until(until, WaitingFor::capacity(name, self.lease().epoch));
         Err(StepError::Interrupted(format!(
             "waiting {} ms for room under the rate limit `{name}`",
             wait.as_millis()

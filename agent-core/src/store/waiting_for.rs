@@ -14,8 +14,9 @@ pub const WAIT_FIRST_CHILD: &str = "children:first";
 /// and a timer waits for the signal, with the timer as its `wake_at`.)
 pub const WAIT_TIMER: &str = "timer:due";
 /// The prefix of the `waiting_for` of a run handed back until a rate limit has room for it
-/// ([`RunStore::defer_run`](super::RunStore::defer_run)): `capacity:` and the limit's name.
-/// Such a run is not waiting (its status stays running); it is due at its `wake_at`.
+/// ([`RunStore::defer_run`](super::RunStore::defer_run)): `capacity:`, the limit's name, `@`
+/// and the epoch of the lease that handed it back. Such a run is not waiting (its status
+/// stays running); it is due at its `wake_at`.
 pub const WAIT_CAPACITY_PREFIX: &str = "capacity:";
 
 /// What a waiting run waits for ([`RunRecord::waiting_for`](super::RunRecord::waiting_for)).
@@ -36,8 +37,8 @@ pub enum WaitingFor {
     /// The state's timer, due at the run's `wake_at` (`timer:due`).
     Timer,
     /// Room under a rate limit, reserved for the run at its `wake_at`: a running run
-    /// handed back until then. Holds the stored text, `capacity:<limit name>`
-    /// ([`WaitingFor::capacity`], [`WaitingFor::limit`]).
+    /// handed back until then. Holds the stored text, `capacity:<limit name>@<epoch>`
+    /// ([`WaitingFor::capacity`], [`WaitingFor::limit`], [`WaitingFor::handed_back_by`]).
     Capacity(String),
 }
 
@@ -62,19 +63,41 @@ impl WaitingFor {
         }
     }
 
-    /// A wait for room under the rate limit `limit` (its stored name).
+    /// A wait for room under the rate limit `limit` (its stored name), the turn taken by the
+    /// lease of `epoch` as it handed the run back.
     #[must_use]
-    pub fn capacity(limit: &str) -> Self {
-        Self::Capacity(format!("{WAIT_CAPACITY_PREFIX}{limit}"))
+    pub fn capacity(limit: &str, epoch: u64) -> Self {
+        Self::Capacity(format!("{WAIT_CAPACITY_PREFIX}{limit}@{epoch}"))
+    }
+
+    /// The limit's name and the epoch of the lease that handed the run back (`None` in a
+    /// text without one).
+    fn capacity_parts(&self) -> Option<(&str, Option<u64>)> {
+        let Self::Capacity(text) = self else {
+            return None;
+        };
+        let rest = text.strip_prefix(WAIT_CAPACITY_PREFIX)?;
+        Some(match rest.rsplit_once('@') {
+            Some((name, epoch)) => match epoch.parse() {
+                Ok(epoch) => (name, Some(epoch)),
+                Err(_) => (rest, None),
+            },
+            None => (rest, None),
+        })
     }
 
     /// The rate limit's name, for a wait for capacity.
     #[must_use]
     pub fn limit(&self) -> Option<&str> {
-        match self {
-            Self::Capacity(text) => text.strip_prefix(WAIT_CAPACITY_PREFIX),
-            _ => None,
-        }
+        self.capacity_parts().map(|(name, _)| name)
+    }
+
+    /// For a wait for capacity, the epoch of the lease that took the turn and handed the run
+    /// back: the turn is the next claim's (epoch one more) alone, so that a claim after that
+    /// one crashed does not ask again under it.
+    #[must_use]
+    pub fn handed_back_by(&self) -> Option<u64> {
+        self.capacity_parts().and_then(|(_, epoch)| epoch)
     }
 
     /// The stored text.
@@ -151,7 +174,7 @@ mod tests {
             ("children:all", WaitingFor::AllChildren),
             ("children:first", WaitingFor::FirstChild),
             ("timer:due", WaitingFor::Timer),
-            ("capacity:asks:m", WaitingFor::capacity("asks:m")),
+            ("capacity:asks:m@7", WaitingFor::capacity("asks:m", 7)),
             ("approval", WaitingFor::signal("approval")),
         ] {
             assert_eq!(WaitingFor::parse(text), typed);
@@ -160,6 +183,15 @@ mod tests {
             assert_eq!(json, serde_json::json!(text));
             assert_eq!(serde_json::from_value::<WaitingFor>(json).unwrap(), typed);
         }
+        let named = WaitingFor::capacity("asks:vertex/claude@20240229", 3);
+        assert_eq!(named.limit(), Some("asks:vertex/claude@20240229"));
+        assert_eq!(named.handed_back_by(), Some(3));
+        // A text without the epoch names its limit and reserves no turn.
+        let old = WaitingFor::parse("capacity:tool:search");
+        assert_eq!(
+            (old.limit(), old.handed_back_by()),
+            (Some("tool:search"), None)
+        );
         assert_eq!(WaitingFor::signal("go").signal_name(), Some("go"));
         assert!(WaitingFor::AllChildren.is_children());
         assert!(!WaitingFor::signal("children").is_children());

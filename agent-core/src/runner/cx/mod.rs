@@ -139,16 +139,23 @@ impl<'r> StepCx<'r> {
         lock(&self.recorded).defer.get_or_insert((until, why));
     }
 
-    /// Whether the run was handed back for one of `limits` (it took its turn then): the
-    /// reservation is used up.
+    /// Whether the run was handed back for one of `limits` (it took its turn then) by the
+    /// lease just before this one: the reservation is used up. A claim after another (whose
+    /// worker may have asked under the turn and crashed before journaling the answer) takes a
+    /// turn of its own, so that a turn is never used twice.
     pub(crate) fn take_reserved<'a>(&self, mut limits: impl Iterator<Item = &'a str>) -> bool {
         if self.run.status != crate::store::RunStatus::Running {
             return false;
         }
-        let Some(reserved) = self.run.waiting_for.as_ref().and_then(|w| w.limit()) else {
+        let Some(wait) = self.run.waiting_for.as_ref() else {
             return false;
         };
-        limits.any(|name| name == reserved) && !self.reserved_used.swap(true, Ordering::SeqCst)
+        let (Some(reserved), Some(by)) = (wait.limit(), wait.handed_back_by()) else {
+            return false;
+        };
+        by.checked_add(1) == Some(self.lease().epoch)
+            && limits.any(|name| name == reserved)
+            && !self.reserved_used.swap(true, Ordering::SeqCst)
     }
 
     /// Suspend the step until `join` holds over its children.
