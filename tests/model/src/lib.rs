@@ -10,7 +10,8 @@
 //! back to learn it; a worker that finds its lease gone stops. Optional parts add a signal
 //! waited for (sent plainly, or under a dedup key by a sender that retries and redelivers),
 //! a child run started and joined, a failed run compensated, a migration to a newer agent
-//! version, a durable timer waited for, and an operator's cancel.
+//! version, a durable timer waited for, an operator's cancel, and an ask under a rate limit
+//! whose far turn hands the run back until then.
 //!
 //! Each action is named after the store call it stands for (`claim_run`, `record_entry`,
 //! `commit_step`, `renew_lease`, `load_run`), so that a path of the model reads as the calls a
@@ -63,6 +64,11 @@ pub struct Protocol {
     pub timer_at: Option<u8>,
     /// An operator may cancel the run once, at any moment (`cancel_run`).
     pub cancel: bool,
+    /// The version whose step asks the model under a rate limit: before asking, the worker
+    /// takes a turn (`take_capacity`), and may hand the run back until it (`defer_run`,
+    /// once along a path); the claim right after the hand-back asks under that turn
+    /// without taking another.
+    pub capacity_at: Option<u8>,
     /// Mechanisms removed, to show that an invariant rests on them.
     pub mutations: Vec<Mutation>,
 }
@@ -122,11 +128,15 @@ pub enum Mutation {
     /// The holder's commit ignores an operator's cancel request: its steps go on
     /// committing after the cancel was acknowledged.
     IgnoreCancel,
+    /// Any claim of a run handed back until its turn asks under that turn, not only the one
+    /// right after the hand-back: a claim after one that asked and died before journaling
+    /// the answer asks again under the same turn (the runner before it named the epoch).
+    ReservationForAnyClaim,
 }
 
 impl Mutation {
     /// Each invariant with mutations that must break it.
-    pub const BREAKING: [(&'static str, &'static [Mutation]); 16] = [
+    pub const BREAKING: [(&'static str, &'static [Mutation]); 17] = [
         (COMMITTER_HOLDS_LEASE, &[Mutation::NoEpochCheck]),
         (ONE_CHAIN, &[Mutation::NoVersionCheck, Mutation::BlindRetry]),
         (EFFECT_ONCE, &[Mutation::KeyFromAttempt]),
@@ -146,6 +156,7 @@ impl Mutation {
         (KEYED_SIGNAL_ONCE, &[Mutation::NoSignalDedup]),
         (TIMER_NOT_EARLY, &[Mutation::ClaimBeforeDue]),
         (CANCEL_ENDS_THE_RUN, &[Mutation::IgnoreCancel]),
+        (TURN_ONCE, &[Mutation::ReservationForAnyClaim]),
     ];
 }
 
@@ -178,6 +189,8 @@ pub fn protocol_for(mutations: &[Mutation]) -> Protocol {
         small.with_timer_at(1)
     } else if mutations.contains(&Mutation::IgnoreCancel) {
         small.with_cancel()
+    } else if mutations.contains(&Mutation::ReservationForAnyClaim) {
+        small.with_capacity_at(0)
     } else {
         small.with_signal_at(1)
     }
@@ -222,6 +235,9 @@ pub const TIMER_NOT_EARLY: &str = "a timer fires once, never before its due time
 /// `cancel` transition and its round), and the run ends cancelled.
 pub const CANCEL_ENDS_THE_RUN: &str =
     "after a cancel only the cancel commits, and the run ends cancelled";
+/// Every ask under a rate limit has a turn of its own: the asks of the limited step are at
+/// most the turns taken.
+pub const TURN_ONCE: &str = "every ask under a rate limit has a turn of its own";
 /// Liveness under a finite fault budget: the run completes.
 pub const RUN_COMPLETES: &str = "the run completes";
 /// Reachability: the model does reach a refused commit (so the fence is exercised).
@@ -274,6 +290,11 @@ pub enum Phase {
     /// The commit was refused for an operator's cancel request: to write the cancel
     /// (`accept_cancel`), the lease kept.
     CancelRequested,
+    /// Took a turn under the rate limit (`take_capacity`): to ask, or to hand the run back
+    /// until the turn.
+    TurnTaken,
+    /// The turn reserved by the hand-back before this claim: to ask under it.
+    TurnReserved,
 }
 
 /// The store's run and what the world outside saw.
@@ -333,6 +354,16 @@ pub struct World {
     pub due: Option<u8>,
     /// An operator's cancel of the run.
     pub cancel: Cancel,
+    /// Turns taken under the rate limit of the limited step.
+    pub turns: u8,
+    /// The model asked in the limited step (a question served from the journal is not).
+    pub limited_asks: u8,
+    /// The stored wait of a run handed back until its turn: the epoch of the lease that
+    /// handed it back (`capacity:<limit>@<epoch>`); cleared by the step's commit, kept by
+    /// claims.
+    pub handed_back: Option<u8>,
+    /// Hand-backs so far (one along a path).
+    pub defers: u8,
     /// What happened along the path that the properties ask about.
     pub seen: BTreeSet<Seen>,
     /// Faults left along this path.
@@ -443,6 +474,12 @@ pub enum Action {
     /// `accept_cancel`: the holder whose commit was refused for a cancel request (or who
     /// finds the request as it claims) writes the cancel, fenced by its epoch.
     AcceptCancel(u8),
+    /// `take_capacity` before the limited step's ask: a turn of its own.
+    TakeTurn(u8),
+    /// The claim right after a hand-back asks under the turn taken before it.
+    UseTurn(u8),
+    /// `defer_run`: hand the run back until its turn, fenced by the epoch, nothing committed.
+    Defer(u8),
 }
 
 impl Protocol {
@@ -460,6 +497,7 @@ impl Protocol {
             signal_sends: 0,
             timer_at: None,
             cancel: false,
+            capacity_at: None,
             mutations: Vec::new(),
         }
     }
@@ -480,6 +518,21 @@ impl Protocol {
     pub fn with_timer_at(mut self, at: u8) -> Self {
         self.timer_at = Some(at);
         self
+    }
+
+    /// The protocol whose step from version `at` asks under a rate limit.
+    #[must_use]
+    pub fn with_capacity_at(mut self, at: u8) -> Self {
+        self.capacity_at = Some(at);
+        self
+    }
+
+    /// Whether the worker of `epoch` in the limited step from `at` may ask under the turn
+    /// reserved by the hand-back: only the claim right after it may.
+    fn reserved_for(&self, world: &World, epoch: u8) -> bool {
+        world
+            .handed_back
+            .is_some_and(|by| by + 1 == epoch || self.has(Mutation::ReservationForAnyClaim))
     }
 
     /// The protocol in which an operator may cancel the run, once, at any moment.
@@ -595,6 +648,13 @@ impl Protocol {
         self
     }
 
+    /// Whether the step from `at` is the limited one and must ask (its decision not
+    /// journaled where the stores keep it).
+    fn needs_turn(&self, world: &World, at: u8) -> bool {
+        self.capacity_at == Some(at)
+            && world.decisions[usize::from(self.journal_slot(world, at))].is_none()
+    }
+
     /// Whether the step from `at` waits for the signal.
     fn waits_at(&self, at: u8) -> bool {
         self.signal_at == Some(at)
@@ -700,6 +760,10 @@ impl Protocol {
             world.compensating = true;
         }
         world.waiting = self.waits(at + 1);
+        if self.capacity_at == Some(at) {
+            // The commit clears the run's wait, the hand-back's included.
+            world.handed_back = None;
+        }
         if self.timer_at == Some(at + 1) {
             // The commit into the timer's wait stores its due time.
             world.due = Some(world.now + 1);
@@ -775,6 +839,10 @@ impl Model for Protocol {
             now: 0,
             due: None,
             cancel: Cancel::None,
+            turns: 0,
+            limited_asks: 0,
+            handed_back: None,
+            defers: 0,
             chain: Vec::new(),
             decisions: vec![None; steps],
             results: vec![false; steps],
@@ -816,7 +884,16 @@ impl Model for Protocol {
                         // until it comes.
                         Phase::Start if self.in_round(world, at) => Action::Compensate(w),
                         Phase::Start if wait_on => Action::Suspend(w),
-                        Phase::Start => Action::Decide(w),
+                        // The limited step asks under a turn, unless its decision is
+                        // journaled (served from the journal, no ask).
+                        Phase::Start if self.needs_turn(world, at) => {
+                            if self.reserved_for(world, epoch) {
+                                Action::UseTurn(w)
+                            } else {
+                                Action::TakeTurn(w)
+                            }
+                        }
+                        Phase::Start | Phase::TurnTaken | Phase::TurnReserved => Action::Decide(w),
                         Phase::CancelRequested => Action::AcceptCancel(w),
                         Phase::Undone(_) => Action::JournalCompensation(w),
                         Phase::Migrate => Action::Migrate(w),
@@ -825,6 +902,10 @@ impl Model for Protocol {
                         Phase::Called => Action::JournalResult(w),
                         Phase::Journaled => Action::Commit(w),
                     });
+                    if phase == Phase::TurnTaken && world.defers == 0 {
+                        // A far turn: the run is handed back until then.
+                        actions.push(Action::Defer(w));
+                    }
                     if phase == Phase::Journaled && fault {
                         actions.push(Action::CommitRequestLost(w));
                         actions.push(Action::CommitAckLost(w));
@@ -930,6 +1011,9 @@ impl Model for Protocol {
                     // the stores keep it.
                     if world.decisions[usize::from(Self::base_of(&world, at))].is_some() {
                         world.seen.insert(Seen::AskedAgain);
+                    }
+                    if self.capacity_at == Some(at) {
+                        world.limited_asks += 1;
                     }
                     Phase::Answered
                 };
@@ -1163,6 +1247,31 @@ impl Model for Protocol {
                 }
                 world.workers[usize::from(w)] = Worker::Idle;
             }
+            Action::TakeTurn(w) | Action::UseTurn(w) => {
+                let Worker::Step { epoch, at, .. } = world.workers[usize::from(w)] else {
+                    return None;
+                };
+                let phase = if matches!(action, Action::TakeTurn(_)) {
+                    world.turns += 1;
+                    Phase::TurnTaken
+                } else {
+                    Phase::TurnReserved
+                };
+                world.workers[usize::from(w)] = Worker::Step { epoch, at, phase };
+            }
+            Action::Defer(w) => {
+                let Worker::Step { epoch, .. } = world.workers[usize::from(w)] else {
+                    return None;
+                };
+                world.defers += 1;
+                // Fenced as the stores fence it: only the lease's holder hands the run back,
+                // and only while the run is running and leased.
+                if Self::current(&world, epoch) && world.leased && !world.done {
+                    world.leased = false;
+                    world.handed_back = Some(epoch);
+                }
+                world.workers[usize::from(w)] = Worker::Idle;
+            }
             Action::Expire => {
                 if Self::holder_alive(&world) {
                     world.faults_left -= 1;
@@ -1229,6 +1338,7 @@ impl Model for Protocol {
                 let ended_otherwise = w.done && w.cancel == Cancel::Requested;
                 !(w.seen.contains(&Seen::CommittedAfterCancel) || ended_otherwise)
             }),
+            Property::always(TURN_ONCE, |_, w: &World| w.limited_asks <= w.turns),
             Property::eventually(RUN_COMPLETES, |_, w: &World| w.done),
             // Reachability: the faults the model claims to cover do happen.
             Property::sometimes(A_COMMIT_IS_REFUSED, |_, w: &World| {

@@ -119,6 +119,12 @@ fn a_keyed_signal_is_stored_once_and_consumed_once() {
 }
 
 #[test]
+fn a_turn_under_a_rate_limit_is_used_once() {
+    let protocol = bounds().with_capacity_at(1);
+    check_with("a rate-limited ask", &protocol);
+}
+
+#[test]
 fn a_timer_fires_once_at_its_due_time() {
     let protocol = bounds().with_timer_at(1);
     check_with("a timer", &protocol);

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use agent_core::MemoryStore;
 use agent_core::store::{
-    CallStatus, EntryKind, JournalEntry, Lease, NewRun, RunStatus, StepCommit, Store, StoreError,
-    TransitionKind, WaitingFor, idempotency_key, input_hash, now_ms,
+    CallStatus, EntryKind, JournalEntry, Lease, NewRun, RateLimit, RunStatus, StepCommit, Store,
+    StoreError, TransitionKind, WaitingFor, idempotency_key, input_hash, now_ms,
 };
 use agent_core::store::{
     FailureCode, MigrationCommit, MigrationNote, Millis, OperatorNote, RunFailure,
@@ -42,7 +42,7 @@ const TTL: Duration = Duration::from_mins(10);
 /// run on an older agent version migrated by the first claim, a keyed signal sent up to
 /// three times waited for at version 1, a timer waited for at version 1, or an operator's
 /// cancel at any moment.
-fn protocols() -> [Protocol; 7] {
+fn protocols() -> [Protocol; 8] {
     [
         Protocol::new(2, 3, 3).with_signal_at(1),
         Protocol::new(2, 3, 3).with_child_at(0),
@@ -51,6 +51,7 @@ fn protocols() -> [Protocol; 7] {
         Protocol::new(2, 3, 3).with_keyed_signal_at(1, 3),
         Protocol::new(2, 3, 3).with_timer_at(1),
         Protocol::new(2, 3, 3).with_cancel(),
+        Protocol::new(2, 3, 3).with_capacity_at(1),
     ]
 }
 
@@ -69,6 +70,9 @@ const TIMER_MARGIN_MS: Millis = 50;
 
 /// The name of the signal the run waits for.
 const SIGNAL: &str = "approve";
+
+/// The model whose asks the limited step takes turns for (`Protocol::capacity_at`).
+const LIMITED_MODEL: &str = "model/limited";
 
 fn worker(w: u8) -> String {
     format!("worker-{w}")
@@ -615,6 +619,52 @@ impl Replay<'_> {
                     .await
                     .expect("release_lease");
             }
+            Action::TakeTurn(_) => {
+                // A limit whose turns are free: the model decides whether the turn is far
+                // (a hand-back follows) or not; the store's part is the take itself.
+                let now = now_ms();
+                let limit = RateLimit::asks(LIMITED_MODEL, 1_000_000, Duration::from_secs(1))
+                    .expect("a valid limit");
+                self.store
+                    .define_limit(&limit, now)
+                    .await
+                    .expect("define_limit");
+                self.store
+                    .take_capacity(&limit.name(), 1, now)
+                    .await
+                    .expect("take_capacity");
+            }
+            Action::UseTurn(w) => {
+                // The stored wait names the lease that handed the run back: the one before
+                // this worker's.
+                let run = (self.store.load_run(&self.run_id).await)
+                    .expect("load_run")
+                    .expect("the run exists");
+                let by = run
+                    .waiting_for
+                    .as_ref()
+                    .and_then(WaitingFor::handed_back_by);
+                ensure!(
+                    by.map(|e| e + 1) == Some(self.lease(w).epoch),
+                    "the turn reserved for the claim of epoch {}: stored wait {:?}",
+                    self.lease(w).epoch,
+                    run.waiting_for
+                );
+            }
+            Action::Defer(w) => {
+                // Due at once: the model's hand-back makes the run claimable again.
+                let lease = self.lease(w).clone();
+                let why = WaitingFor::capacity(&format!("asks:{LIMITED_MODEL}"), lease.epoch);
+                let handed = (self.store.defer_run(&lease, now_ms(), &why))
+                    .await
+                    .expect("defer_run");
+                let model_handed = after.handed_back == Some(step_of(before, w).0)
+                    && before.handed_back != after.handed_back;
+                ensure!(
+                    handed == model_handed,
+                    "defer_run: store handed back {handed}, model {model_handed}"
+                );
+            }
             Action::Expire => {
                 let holder = self.holder.expect("a lease to expire was claimed");
                 let expired = self
@@ -648,6 +698,15 @@ impl Replay<'_> {
             "epoch after {action:?}: store {}, model {}",
             run.epoch,
             after.epoch
+        );
+        let handed_back = run
+            .waiting_for
+            .as_ref()
+            .and_then(WaitingFor::handed_back_by);
+        ensure!(
+            handed_back == after.handed_back.map(u64::from),
+            "the hand-back's epoch after {action:?}: store {handed_back:?}, model {:?}",
+            after.handed_back
         );
         ensure!(
             (run.status == RunStatus::Compensating) == (after.compensating && !after.done),
@@ -959,10 +1018,10 @@ fn a_replay_meets_every_kind_of_action() {
     // Claim, Decide, JournalDecision, CallTool, JournalResult, Commit, CommitRequestLost,
     // CommitAckLost, Resolve, LeaseLost, Crash, Expire, SendSignal, Suspend, ChildEnds,
     // Compensate, JournalCompensation, Migrate, SendSignalOnce, SignalAckLost, Tick,
-    // CancelRun, AcceptCancel.
+    // CancelRun, AcceptCancel, TakeTurn, UseTurn, Defer.
     assert_eq!(
         seen.len(),
-        23,
+        26,
         "the random paths leave some action out: {seen:?}"
     );
 }
