@@ -524,12 +524,19 @@ async fn bench(size: Size) {
             }),
         ),
         (
-            "an agent (graph, start form, tools)".into(),
+            "an agent (graph, start form, tools, spend of 14 days)".into(),
             "/ui/agents/Order".into(),
             200,
             reads(move || async move {
                 store.agent_graph("Order", None).await.unwrap();
                 store.tool_switches().await.unwrap();
+                let today = agent_core::store::now_ms().div_euclid(agent_core::store::DAY_MS);
+                let days = RunFilter {
+                    agent: Some("Order".into()),
+                    created_after: Some((today - 13) * agent_core::store::DAY_MS),
+                    ..RunFilter::default()
+                };
+                store.spend_by_day(&days).await.unwrap();
             }),
         ),
         (
