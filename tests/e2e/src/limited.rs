@@ -132,6 +132,8 @@ struct Record {
     over_limit: u64,
     /// Requests refused during the declared outage.
     in_outage: u64,
+    /// Requests refused during the declared outage, per quote.
+    outage_refusals: BTreeMap<String, u64>,
     /// The most answered requests in any window.
     busiest: usize,
     /// The declared outage's end.
@@ -155,6 +157,8 @@ pub struct Seen {
     pub over_limit: u64,
     /// Requests refused during the declared outage.
     pub in_outage: u64,
+    /// The most refusals of one quote during the outage.
+    pub most_outage_refusals: u64,
     /// The most answered requests in any window.
     pub busiest: usize,
 }
@@ -205,6 +209,7 @@ impl Provider {
             answers: r.answers.clone(),
             over_limit: r.over_limit,
             in_outage: r.in_outage,
+            most_outage_refusals: r.outage_refusals.values().copied().max().unwrap_or(0),
             busiest: r.busiest,
         }
     }
@@ -225,7 +230,10 @@ fn too_many(wait: Duration) -> Response {
         "type": "requests", "param": null, "code": "rate_limit_exceeded"
     }});
     let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
-    let ms = HeaderValue::from(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1));
+    // Rounded up, as a provider's own clock would have it: a client that waits exactly this
+    // long comes back after the refusal's reason is over, never a millisecond before.
+    let ms = u64::try_from(wait.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX);
+    let ms = HeaderValue::from(ms.max(1));
     response.headers_mut().insert("retry-after-ms", ms);
     response
 }
@@ -236,6 +244,7 @@ async fn answer(State(provider): State<Provider>, body: String) -> Response {
         let mut r = provider.record.lock().expect("the record");
         if let Some(until) = r.outage_until.filter(|u| *u > now) {
             r.in_outage += 1;
+            *r.outage_refusals.entry(quote_of(&body)).or_default() += 1;
             return too_many(until - now);
         }
         while r
