@@ -527,8 +527,8 @@ impl Protocol {
         self
     }
 
-    /// Whether the worker of `epoch` in the limited step from `at` may ask under the turn
-    /// reserved by the hand-back: only the claim right after it may.
+    /// Whether the worker of `epoch`, in the limited step, may ask under the turn reserved
+    /// by the hand-back: only the claim right after it may.
     fn reserved_for(&self, world: &World, epoch: u8) -> bool {
         world
             .handed_back
